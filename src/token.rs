@@ -1,0 +1,252 @@
+//! Fencing tokens: the proof of a grant that a holder presents to a guard.
+//!
+//! A token names the lease key, the owner and the epoch of one grant. Guards
+//! compare the epoch against the highest epoch they have accepted for a
+//! resource and refuse anything lower, which is what stops a holder that
+//! stalled and was taken over from writing after its successor.
+//!
+//! Tokens travel: into HTTP headers, object-store metadata, file headers. So
+//! besides being cheap to clone (the strings are shared), a token has a
+//! stable text form, `lh1.<epoch>.<key>.<owner>`, where key and owner are
+//! percent-encoded so the whole string is visible ASCII without `.` inside the
+//! fields. The `lh1` prefix versions the format: a future form gets `lh2`
+//! and parsers reject what they do not know instead of misreading it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The version prefix of the current text form.
+const TEXT_FORM_PREFIX: &str = "lh1";
+
+/// Proof of one grant: lease key, owner and fencing epoch.
+///
+/// Produced by a successful acquire ([`crate::Lease::token`]); presented to
+/// guards. Cloning copies two reference counts and an integer.
+///
+/// ```
+/// use leasehold::FencingToken;
+/// let token = FencingToken::new("job-42", "worker-a1", 7).unwrap();
+/// let text = token.to_string();
+/// assert_eq!(text, "lh1.7.job-42.worker-a1");
+/// assert_eq!(text.parse::<FencingToken>().unwrap(), token);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct FencingToken {
+    key: Arc<str>,
+    owner: Arc<str>,
+    epoch: i64,
+}
+
+/// Why a token could not be built or parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TokenError {
+    /// The key or owner was empty; grants never have empty names.
+    #[error("fencing token {field} must not be empty; pass the {field} of the grant")]
+    EmptyField {
+        /// `"key"` or `"owner"`.
+        field: &'static str,
+    },
+    /// Epochs start at 1; zero or negative epochs are never granted.
+    #[error("fencing token epoch must be at least 1 (got {epoch}); use the epoch a grant returned")]
+    NonPositiveEpoch {
+        /// The rejected epoch.
+        epoch: i64,
+    },
+    /// The text is not of the form `lh1.<epoch>.<key>.<owner>`.
+    #[error("malformed fencing token text ({reason}); expected lh1.<epoch>.<key>.<owner> as produced by FencingToken::to_string")]
+    Malformed {
+        /// What exactly did not match.
+        reason: String,
+    },
+}
+
+impl FencingToken {
+    /// Builds a token from its parts, for example after receiving them from
+    /// another service. Rejects empty names and epochs below 1.
+    pub fn new(key: &str, owner: &str, epoch: i64) -> Result<Self, TokenError> {
+        if key.is_empty() {
+            return Err(TokenError::EmptyField { field: "key" });
+        }
+        if owner.is_empty() {
+            return Err(TokenError::EmptyField { field: "owner" });
+        }
+        if epoch < 1 {
+            return Err(TokenError::NonPositiveEpoch { epoch });
+        }
+        Ok(Self {
+            key: Arc::from(key),
+            owner: Arc::from(owner),
+            epoch,
+        })
+    }
+
+    /// The lease key this token was granted for.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The owner the grant was made to.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The fencing epoch of the grant.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+}
+
+impl fmt::Debug for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencingToken")
+            .field("key", &&*self.key)
+            .field("owner", &&*self.owner)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{TEXT_FORM_PREFIX}.{}.{}.{}",
+            self.epoch,
+            percent_encode(&self.key),
+            percent_encode(&self.owner)
+        )
+    }
+}
+
+impl FromStr for FencingToken {
+    type Err = TokenError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let malformed = |reason: &str| TokenError::Malformed {
+            reason: reason.to_owned(),
+        };
+        let mut parts = text.split('.');
+        let (Some(prefix), Some(epoch), Some(key), Some(owner), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(malformed("expected exactly four dot-separated fields"));
+        };
+        if prefix != TEXT_FORM_PREFIX {
+            return Err(malformed("unknown version prefix"));
+        }
+        if epoch.is_empty() || !epoch.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(malformed("epoch is not a decimal number"));
+        }
+        let epoch: i64 = epoch
+            .parse()
+            .map_err(|_| malformed("epoch does not fit in 64 bits"))?;
+        let key = percent_decode(key).ok_or_else(|| malformed("bad percent-encoding in key"))?;
+        let owner =
+            percent_decode(owner).ok_or_else(|| malformed("bad percent-encoding in owner"))?;
+        FencingToken::new(&key, &owner, epoch)
+    }
+}
+
+/// Bytes that pass through unencoded: RFC 3986 unreserved characters minus
+/// `.`, which separates the fields.
+fn is_plain(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~')
+}
+
+fn percent_encode(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if is_plain(byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    out
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let byte = bytes[index];
+        if byte == b'%' {
+            let high = hex_value(*bytes.get(index + 1)?)?;
+            let low = hex_value(*bytes.get(index + 2)?)?;
+            out.push(high << 4 | low);
+            index += 3;
+        } else if is_plain(byte) {
+            out.push(byte);
+            index += 1;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn hex_value(byte: u8) -> Option<u8> {
+    match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'A'..=b'F' => Some(byte - b'A' + 10),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_form_round_trips_awkward_names() {
+        let token = FencingToken::new("job.42/ä 'x'", "owner%1.\"q\"", i64::MAX).unwrap();
+        let text = token.to_string();
+        assert!(text.is_ascii());
+        assert_eq!(text.matches('.').count(), 3);
+        assert_eq!(text.parse::<FencingToken>().unwrap(), token);
+    }
+
+    #[test]
+    fn parse_rejects_malformed_text() {
+        for bad in [
+            "",
+            "lh1.1.k",
+            "lh2.1.k.o",
+            "lh1.x.k.o",
+            "lh1.-1.k.o",
+            "lh1.1.k.o.extra",
+            "lh1.1.k%zz.o",
+            "lh1.1.k o.o",
+            "lh1.99999999999999999999.k.o",
+        ] {
+            assert!(bad.parse::<FencingToken>().is_err(), "{bad:?} parsed");
+        }
+        assert_eq!(
+            "lh1.0.k.o".parse::<FencingToken>(),
+            Err(TokenError::NonPositiveEpoch { epoch: 0 })
+        );
+        assert_eq!(
+            "lh1.1..o".parse::<FencingToken>(),
+            Err(TokenError::EmptyField { field: "key" })
+        );
+    }
+
+    #[test]
+    fn new_rejects_empty_names_and_non_positive_epochs() {
+        assert!(FencingToken::new("", "o", 1).is_err());
+        assert!(FencingToken::new("k", "", 1).is_err());
+        assert!(FencingToken::new("k", "o", 0).is_err());
+        assert!(FencingToken::new("k", "o", 1).is_ok());
+    }
+}
