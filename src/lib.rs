@@ -1,7 +1,47 @@
-//! leasehold: PostgreSQL-native leases with fencing epochs.
+//! # leasehold
+//!
+//! PostgreSQL-native leases: time-bounded ownership of a named key that lapses
+//! unless renewed, with a monotonic fencing epoch on every grant, and guards
+//! that make protected resources refuse writes from a superseded holder.
+//!
+//! The SQL side lives in `migrations/` (schema `lease`, the functions
+//! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
+//! installed by [`install`]. The Rust side is a thin, synchronous, typed layer
+//! over diesel: every operation takes `&mut PgConnection` and so composes with
+//! the caller's own transactions; [`LeaseClient`] does the same over an r2d2
+//! pool.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use diesel::Connection;
+//! let mut conn = diesel::PgConnection::establish("postgres://localhost/app")?;
+//! leasehold::install(&mut conn)?;
+//! let ttl = Duration::from_secs(30);
+//! if let leasehold::Acquisition::Granted(lease) = leasehold::acquire(&mut conn, "job-42", "worker-a1", ttl)? {
+//!     // ... work, presenting lease.token() to guards, renewing before ttl passes ...
+//!     let _ = leasehold::renew(&mut conn, lease.key(), lease.owner(), lease.epoch(), ttl)?;
+//!     let _ = leasehold::release(&mut conn, lease.key(), lease.owner(), lease.epoch())?;
+//! }
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
-#![deny(clippy::unwrap_used)]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod calls;
+mod client;
+mod errors;
+mod install;
+mod leases;
+#[cfg(feature = "local")]
+pub mod local;
 mod token;
 
+pub use client::{LeaseClient, PgPool};
+pub use errors::{InstallError, LeaseError};
+pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
+pub use leases::{
+    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, Lease, LeaseState,
+    LostLease, Release, Renewal,
+};
 pub use token::{FencingToken, TokenError};

@@ -49,7 +49,9 @@ pub enum TokenError {
         field: &'static str,
     },
     /// Epochs start at 1; zero or negative epochs are never granted.
-    #[error("fencing token epoch must be at least 1 (got {epoch}); use the epoch a grant returned")]
+    #[error(
+        "fencing token epoch must be at least 1 (got {epoch}); use the epoch a grant returned"
+    )]
     NonPositiveEpoch {
         /// The rejected epoch.
         epoch: i64,
@@ -80,6 +82,16 @@ impl FencingToken {
             owner: Arc::from(owner),
             epoch,
         })
+    }
+
+    /// Builds the token of a grant the database made: its key and owner are
+    /// non-empty and its epoch is at least 1 by the SQL functions' rules.
+    pub(crate) fn from_grant(key: &str, owner: &str, epoch: i64) -> Self {
+        Self {
+            key: Arc::from(key),
+            owner: Arc::from(owner),
+            epoch,
+        }
     }
 
     /// The lease key this token was granted for.

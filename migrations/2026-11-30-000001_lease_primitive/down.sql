@@ -1,0 +1,15 @@
+-- Removes the lease primitive and all lease state, including fencing epochs:
+-- a re-install starts every key fresh at epoch 1.
+DROP FUNCTION IF EXISTS lease.inspect(text);
+DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
+DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
+DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
+DROP FUNCTION IF EXISTS lease._status_locked(text, text, bigint);
+DROP FUNCTION IF EXISTS lease._try_acquire(text, text, interval);
+DROP FUNCTION IF EXISTS lease._raise_invalid(text, text[]);
+DROP FUNCTION IF EXISTS lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint);
+DROP TABLE IF EXISTS lease.leases;
+DROP FUNCTION IF EXISTS lease._key_hash(text);
+-- The schema goes only when nothing else lives in it (leasehold's own install
+-- bookkeeping is dropped by the installer after the last down migration).
+DROP SCHEMA IF EXISTS lease RESTRICT;

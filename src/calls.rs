@@ -1,0 +1,88 @@
+//! The SQL calls behind the lease API, as prepared-statement-cacheable
+//! queries.
+//!
+//! Why hand-written query fragments? `diesel::sql_query` is never cached, so
+//! each call would be parsed and planned again (and, in diesel, cost an extra
+//! round trip to describe the statement). A `QueryFragment` with a static
+//! `QueryId` is prepared once per connection and afterwards costs exactly one
+//! round trip: `Bind`/`Execute` of the named statement.
+
+use diesel::pg::data_types::PgInterval;
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{BigInt, Bool, Interval, Nullable, Text, Timestamptz};
+use diesel::{QueryResult, RunQueryDsl};
+
+/// Declares one cacheable call: its struct, static query id, SQL text and
+/// result row type.
+macro_rules! lease_call {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* $(,)? }
+        sql = $sql:expr;
+        row = $row:ty;
+    ) => {
+        $(#[$doc])*
+        pub(crate) struct $name<'a> {
+            $(pub(crate) $field: $field_ty,)*
+            pub(crate) _borrow: std::marker::PhantomData<&'a ()>,
+        }
+
+        impl QueryId for $name<'_> {
+            type QueryId = $name<'static>;
+            const HAS_STATIC_QUERY_ID: bool = true;
+        }
+
+        impl QueryFragment<Pg> for $name<'_> {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+                let mut first = true;
+                out.push_sql($sql);
+                out.push_sql("(");
+                $(
+                    if !first {
+                        out.push_sql(", ");
+                    }
+                    first = false;
+                    out.push_bind_param::<$sql_ty, _>(&self.$field)?;
+                )*
+                let _ = first;
+                out.push_sql(")");
+                Ok(())
+            }
+        }
+
+        impl Query for $name<'_> {
+            type SqlType = $row;
+        }
+
+        impl<Conn> RunQueryDsl<Conn> for $name<'_> {}
+    };
+}
+
+lease_call! {
+    /// `lease.acquire(key, owner, ttl, wait)`.
+    AcquireCall { key: &'a str => Text, owner: &'a str => Text, ttl: PgInterval => Interval, wait: PgInterval => Interval }
+    sql = "SELECT acquired, epoch, expires_at FROM lease.acquire";
+    row = (Bool, Nullable<BigInt>, Nullable<Timestamptz>);
+}
+
+lease_call! {
+    /// `lease.renew(key, owner, epoch, ttl)`.
+    RenewCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    sql = "SELECT status, expires_at FROM lease.renew";
+    row = (Text, Nullable<Timestamptz>);
+}
+
+lease_call! {
+    /// `lease.release(key, owner, epoch)`.
+    ReleaseCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT status FROM lease.release";
+    row = Text;
+}
+
+lease_call! {
+    /// `lease.inspect(key)`.
+    InspectCall { key: &'a str => Text }
+    sql = "SELECT held, owner, epoch, expires_at FROM lease.inspect";
+    row = (Bool, Nullable<Text>, BigInt, Nullable<Timestamptz>);
+}

@@ -1,0 +1,114 @@
+//! A handle over an r2d2 pool, for callers without a connection at hand.
+//!
+//! Each method checks a connection out for exactly one call and autocommits,
+//! so nothing is held between calls. Callers that need an operation inside
+//! their own transaction use the free functions with their connection.
+
+use std::time::Duration;
+
+use diesel::pg::PgConnection;
+use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+
+use crate::errors::LeaseError;
+use crate::leases::{self, Acquisition, Lease, LeaseState, Release, Renewal};
+
+/// The pool type leasehold works with.
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+
+/// Lease operations over a connection pool.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// let client = leasehold::LeaseClient::connect("postgres://localhost/app", 4)?;
+/// if let Some(lease) = client.acquire("job-42", "worker-a1", Duration::from_secs(30))?.granted() {
+///     client.release(lease.key(), lease.owner(), lease.epoch())?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LeaseClient {
+    pool: PgPool,
+}
+
+impl std::fmt::Debug for LeaseClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseClient")
+            .field("pool_state", &self.pool.state())
+            .finish()
+    }
+}
+
+impl LeaseClient {
+    /// Wraps an existing pool.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    /// Builds a pool of up to `max_size` connections to `database_url`.
+    ///
+    /// The pool skips r2d2's `SELECT 1` check on every checkout (a full
+    /// round trip per operation); a broken connection shows up as a
+    /// [`LeaseError::Database`] on the call that used it, and r2d2 discards
+    /// connections that report themselves broken.
+    pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
+        let manager = ConnectionManager::<PgConnection>::new(database_url);
+        let pool = Pool::builder()
+            .max_size(max_size.max(1))
+            .test_on_check_out(false)
+            .build(manager)?;
+        Ok(Self { pool })
+    }
+
+    /// The underlying pool, for the caller's own queries.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn conn(&self) -> Result<PooledConnection<ConnectionManager<PgConnection>>, LeaseError> {
+        Ok(self.pool.get()?)
+    }
+
+    /// [`leases::acquire`] on a pooled connection.
+    pub fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Acquisition, LeaseError> {
+        leases::acquire(&mut *self.conn()?, key, owner, ttl)
+    }
+
+    /// [`leases::acquire_waiting_in_sql`] on a pooled connection (held for
+    /// the whole wait).
+    pub fn acquire_waiting_in_sql(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, LeaseError> {
+        leases::acquire_waiting_in_sql(&mut *self.conn()?, key, owner, ttl, wait)
+    }
+
+    /// [`leases::renew`] on a pooled connection.
+    pub fn renew(
+        &self,
+        key: &str,
+        owner: &str,
+        epoch: i64,
+        ttl: Duration,
+    ) -> Result<Renewal, LeaseError> {
+        leases::renew(&mut *self.conn()?, key, owner, epoch, ttl)
+    }
+
+    /// [`leases::release`] on a pooled connection.
+    pub fn release(&self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
+        leases::release(&mut *self.conn()?, key, owner, epoch)
+    }
+
+    /// [`leases::inspect`] on a pooled connection.
+    pub fn inspect(&self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+        leases::inspect(&mut *self.conn()?, key)
+    }
+}

@@ -1,0 +1,179 @@
+//! Installing the SQL side: the embedded Diesel migrations in `migrations/`.
+//!
+//! Why not diesel_migrations' own harness? It records versions in an
+//! unqualified `__diesel_schema_migrations` found on the caller's
+//! `search_path` (so it shares, and can collide with, the application's own
+//! migration bookkeeping), needs CREATE on that schema (which PostgreSQL 15
+//! no longer grants on `public`), and takes no lock across a run (two
+//! processes starting at once race). [`install`] runs the same migration
+//! files with its own small harness instead:
+//!
+//! - versions are recorded in `lease.schema_migrations`, inside leasehold's
+//!   own schema, so they never meet the application's versions;
+//! - the whole install is one transaction holding a transaction-level
+//!   advisory lock, so concurrent installers queue, the first installs and
+//!   the rest find everything done; a failure leaves nothing behind;
+//! - it needs only CREATE on the database (for schema `lease`).
+//!
+//! Version naming: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`;
+//! its version is the digits. Upgrades are new directories with later
+//! versions; [`install`] applies exactly those not yet recorded, in order.
+//! Released migrations are never edited.
+
+use std::collections::HashSet;
+
+use diesel::connection::SimpleConnection;
+use diesel::migration::MigrationSource;
+use diesel::pg::{Pg, PgConnection};
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use diesel_migrations::{embed_migrations, EmbeddedMigrations};
+
+use crate::errors::InstallError;
+
+/// The migration files under `migrations/`, compiled into the crate.
+///
+/// Applications that prefer `diesel migration run` can copy the directories
+/// into their own migrations folder instead of calling [`install`] (see
+/// README, "Vendoring the migrations").
+pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+
+/// Advisory-lock key that serialises installers ("leasehld" in ASCII).
+const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
+
+/// What [`install`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallReport {
+    /// Versions applied by this call, oldest first; empty when everything was
+    /// already installed.
+    pub applied: Vec<String>,
+}
+
+#[derive(QueryableByName)]
+struct VersionRow {
+    #[diesel(sql_type = Text)]
+    version: String,
+}
+
+/// Installs (or upgrades) the lease functions in the connected database.
+///
+/// Idempotent and safe to call from several processes at once. Must not be
+/// called inside an open transaction of the caller's (it commits).
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::InstallError> {
+/// let report = leasehold::install(conn)?;
+/// println!("applied {:?}", report.applied);
+/// # Ok(()) }
+/// ```
+pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
+    let migrations = embedded()?;
+    conn.transaction(|conn| {
+        lock_and_prepare(conn)?;
+        let done = recorded_versions(conn)?;
+        let mut applied = Vec::new();
+        for migration in &migrations {
+            let version = migration.name().version().to_string();
+            if done.contains(&version) {
+                continue;
+            }
+            migration
+                .run(conn)
+                .map_err(|error| InstallError::Migration {
+                    version: version.clone(),
+                    message: error.to_string(),
+                })?;
+            diesel::sql_query(
+                "INSERT INTO lease.schema_migrations (version, name) VALUES ($1, $2)",
+            )
+            .bind::<Text, _>(&version)
+            .bind::<Text, _>(migration.name().to_string())
+            .execute(conn)?;
+            applied.push(version);
+        }
+        Ok(InstallReport { applied })
+    })
+}
+
+/// Removes everything [`install`] created, including all lease state and
+/// fencing epochs: a later install starts every key again at epoch 1, which
+/// voids fencing for anything that recorded older epochs. Meant for tests and
+/// for decommissioning.
+pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
+    let migrations = embedded()?;
+    conn.transaction(|conn| {
+        lock_and_prepare(conn)?;
+        let done = recorded_versions(conn)?;
+        diesel::sql_query("DROP TABLE lease.schema_migrations").execute(conn)?;
+        for migration in migrations.iter().rev() {
+            let version = migration.name().version().to_string();
+            if !done.contains(&version) {
+                continue;
+            }
+            migration
+                .revert(conn)
+                .map_err(|error| InstallError::Migration {
+                    version: version.clone(),
+                    message: error.to_string(),
+                })?;
+        }
+        diesel::sql_query("DROP SCHEMA IF EXISTS lease RESTRICT").execute(conn)?;
+        Ok(())
+    })
+}
+
+/// Versions recorded as installed, oldest first; empty when not installed.
+pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, InstallError> {
+    #[derive(QueryableByName)]
+    struct Present {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        present: bool,
+    }
+    let present: Present =
+        diesel::sql_query("SELECT to_regclass('lease.schema_migrations') IS NOT NULL AS present")
+            .get_result(conn)?;
+    if !present.present {
+        return Ok(Vec::new());
+    }
+    let mut versions: Vec<String> =
+        diesel::sql_query("SELECT version FROM lease.schema_migrations")
+            .load::<VersionRow>(conn)?
+            .into_iter()
+            .map(|row| row.version)
+            .collect();
+    versions.sort();
+    Ok(versions)
+}
+
+fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallError> {
+    let mut migrations = MigrationSource::<Pg>::migrations(&MIGRATIONS)
+        .map_err(|error| InstallError::Embedded(error.to_string()))?;
+    migrations.sort_by_key(|migration| migration.name().version().to_string());
+    Ok(migrations)
+}
+
+fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
+    diesel::sql_query("SELECT pg_catalog.pg_advisory_xact_lock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
+        .execute(conn)?;
+    conn.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS lease;
+         CREATE TABLE IF NOT EXISTS lease.schema_migrations (
+             version      text        PRIMARY KEY,
+             name         text        NOT NULL,
+             installed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+         );
+         REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;",
+    )?;
+    Ok(())
+}
+
+fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, InstallError> {
+    Ok(
+        diesel::sql_query("SELECT version FROM lease.schema_migrations")
+            .load::<VersionRow>(conn)?
+            .into_iter()
+            .map(|row| row.version)
+            .collect(),
+    )
+}

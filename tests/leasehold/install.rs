@@ -1,0 +1,199 @@
+//! Installation: idempotent, concurrent-safe, isolated from the application's
+//! own Diesel migrations, usable by a role that does not own `public`.
+
+use std::sync::{Arc, Barrier};
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+use leasehold::{acquire, install, installed_versions, uninstall};
+
+use crate::common::*;
+
+fn expected_versions() -> Vec<String> {
+    let mut versions: Vec<String> =
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+            .unwrap()
+            .map(|entry| {
+                entry
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .split('_')
+                    .next()
+                    .unwrap()
+                    .replace('-', "")
+            })
+            .collect();
+    versions.sort();
+    versions
+}
+
+#[test]
+fn install_applies_every_migration_once_then_is_a_no_op() {
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    assert!(installed_versions(&mut conn).unwrap().is_empty());
+    let first = install(&mut conn).unwrap();
+    assert_eq!(first.applied, expected_versions());
+    assert_eq!(installed_versions(&mut conn).unwrap(), expected_versions());
+    let second = install(&mut conn).unwrap();
+    assert!(second.applied.is_empty(), "{second:?}");
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+}
+
+#[test]
+fn concurrent_installers_all_succeed_and_exactly_one_installs() {
+    let db = TestDb::empty();
+    const INSTALLERS: usize = 6;
+    let barrier = Arc::new(Barrier::new(INSTALLERS));
+    let handles: Vec<_> = (0..INSTALLERS)
+        .map(|_| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                barrier.wait();
+                install(&mut conn)
+            })
+        })
+        .collect();
+    let reports: Vec<_> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().expect("install failed"))
+        .collect();
+    let installing: Vec<_> = reports.iter().filter(|r| !r.applied.is_empty()).collect();
+    assert_eq!(installing.len(), 1, "{reports:?}");
+    assert_eq!(
+        installed_versions(&mut db.conn()).unwrap(),
+        expected_versions()
+    );
+}
+
+#[test]
+fn install_leaves_the_applications_own_diesel_migrations_intact() {
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    let app_dir =
+        std::env::temp_dir().join(format!("leasehold-app-migrations-{}", std::process::id()));
+    let migration_dir = app_dir.join("2020-01-01-000000_app_table");
+    std::fs::create_dir_all(&migration_dir).unwrap();
+    std::fs::write(
+        migration_dir.join("up.sql"),
+        "CREATE TABLE app_things (id int PRIMARY KEY);",
+    )
+    .unwrap();
+    std::fs::write(migration_dir.join("down.sql"), "DROP TABLE app_things;").unwrap();
+    let app_migrations = FileBasedMigrations::from_path(&app_dir).unwrap();
+    conn.run_pending_migrations(app_migrations.clone()).unwrap();
+
+    install(&mut conn).unwrap();
+
+    let app_versions = query_lines(
+        &mut conn,
+        "SELECT version AS line FROM public.__diesel_schema_migrations ORDER BY 1",
+    );
+    assert_eq!(
+        app_versions,
+        ["20200101000000"],
+        "leasehold must not record in the app's table"
+    );
+    assert!(!conn.has_pending_migration(app_migrations.clone()).unwrap());
+    conn.batch_execute("INSERT INTO app_things VALUES (1)")
+        .unwrap();
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    // Reverting the app's migration touches nothing of leasehold's.
+    conn.revert_last_migration(app_migrations).unwrap();
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    std::fs::remove_dir_all(app_dir).unwrap();
+}
+
+#[test]
+fn vendored_migrations_run_under_diesels_own_harness() {
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    conn.run_pending_migrations(leasehold::MIGRATIONS).unwrap();
+    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    assert_eq!(lease.epoch(), 1);
+    // down.sql removes everything again.
+    conn.revert_all_migrations(leasehold::MIGRATIONS).unwrap();
+    assert!(!query_bool(
+        &mut conn,
+        "SELECT to_regnamespace('lease') IS NOT NULL AS flag"
+    ));
+}
+
+#[test]
+fn uninstall_removes_everything_and_a_reinstall_starts_at_epoch_1() {
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    install(&mut conn).unwrap();
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    uninstall(&mut conn).unwrap();
+    assert!(!query_bool(
+        &mut conn,
+        "SELECT to_regnamespace('lease') IS NOT NULL AS flag"
+    ));
+    assert!(installed_versions(&mut conn).unwrap().is_empty());
+    install(&mut conn).unwrap();
+    assert_eq!(
+        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
+        1
+    );
+}
+
+#[test]
+fn install_works_for_a_role_that_does_not_own_public() {
+    let db = TestDb::empty();
+    let role = format!("{}_installer", db.name);
+    let mut admin = db.conn();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; GRANT CREATE ON DATABASE {} TO {role}; REVOKE CREATE ON SCHEMA public FROM PUBLIC;",
+            db.name
+        ))
+        .unwrap();
+    let mut conn = db.conn_as(&role);
+    let report = install(&mut conn).unwrap();
+    assert_eq!(report.applied, expected_versions());
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let in_public = query_lines(
+        &mut admin,
+        "SELECT c.relname::text AS line FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' \
+         UNION ALL SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'",
+    );
+    assert!(
+        in_public.is_empty(),
+        "install created objects in public: {in_public:?}"
+    );
+    drop(conn);
+    admin
+        .batch_execute(&format!(
+            "DROP SCHEMA lease CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"
+        ))
+        .unwrap();
+}
+
+#[test]
+fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
+    let db = TestDb::empty();
+    let role = format!("{}_weak", db.name);
+    let mut admin = db.conn();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; REVOKE CREATE ON DATABASE {} FROM PUBLIC;",
+            db.name
+        ))
+        .unwrap();
+    let mut conn = db.conn_as(&role);
+    let error = install(&mut conn).unwrap_err();
+    assert!(
+        error.to_string().contains("GRANT CREATE ON DATABASE"),
+        "{error}"
+    );
+    assert!(!query_bool(
+        &mut admin,
+        "SELECT to_regnamespace('lease') IS NOT NULL AS flag"
+    ));
+    drop(conn);
+    admin.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+}

@@ -1,0 +1,14 @@
+//! leasehold's integration tests: one binary, modules mirroring SPEC.md.
+//! Every test runs against a real PostgreSQL (a throwaway local server, or
+//! the one `DATABASE_URL` names).
+
+mod common;
+mod install;
+mod pool_client;
+mod security;
+mod seed_examples;
+mod spec_1_1_state;
+mod spec_1_2_epochs;
+mod spec_1_3_functions;
+mod spec_1_4_errors;
+mod spec_1_5_transactions;

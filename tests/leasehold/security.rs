@@ -1,0 +1,190 @@
+//! Security: SECURITY DEFINER functions with a pinned search_path, tables
+//! closed to callers, no hijacking through `public`, awkward names.
+
+use diesel::connection::SimpleConnection;
+use leasehold::{acquire, inspect, release, renew, Acquisition, LeaseState, Release, Renewal};
+
+use crate::common::*;
+
+fn app_role(db: &TestDb, suffix: &str) -> String {
+    let role = format!("{}_{suffix}", db.name);
+    db.conn()
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .unwrap();
+    role
+}
+
+fn drop_role(db: &TestDb, role: &str) {
+    let _ = db
+        .conn()
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+}
+
+#[test]
+fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let functions = query_lines(
+        &mut conn,
+        "SELECT format('%s|%s|%s', p.proname, p.prosecdef, array_to_string(p.proconfig, ',')) AS line \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'lease' AND p.proname NOT LIKE '\\_%' ORDER BY 1",
+    );
+    assert_eq!(
+        functions,
+        [
+            "acquire|t|search_path=pg_catalog, pg_temp",
+            "inspect|t|search_path=pg_catalog, pg_temp",
+            "release|t|search_path=pg_catalog, pg_temp",
+            "renew|t|search_path=pg_catalog, pg_temp",
+        ]
+    );
+}
+
+#[test]
+fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
+    let db = TestDb::new();
+    let role = app_role(&db, "caller");
+    {
+        let mut conn = db.conn_as(&role);
+        let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+        assert!(matches!(
+            renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        assert_eq!(
+            release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+            Release::Released
+        );
+        assert_eq!(
+            inspect(&mut conn, "k").unwrap(),
+            Some(LeaseState::Unowned { epoch: 2 })
+        );
+        for sql in [
+            "SELECT * FROM lease.leases",
+            "UPDATE lease.leases SET epoch = 1",
+            "DELETE FROM lease.leases",
+            "INSERT INTO lease.leases (key, owner, epoch, expires_at) VALUES ('x', 'y', 1, now())",
+            "SELECT * FROM lease.schema_migrations",
+            "SELECT lease._try_acquire('k', 'a', interval '1s')",
+            "CREATE TABLE lease.mine (x int)",
+        ] {
+            assert_eq!(
+                sqlstate_of(&mut conn, sql),
+                "42501",
+                "{sql} must be refused"
+            );
+        }
+    }
+    assert_eq!(
+        inspect(&mut db.conn(), "k").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+    drop_role(&db, &role);
+}
+
+#[test]
+fn shadowing_functions_and_operators_in_public_change_nothing() {
+    let db = TestDb::new();
+    let role = app_role(&db, "hijacker");
+    db.conn()
+        .batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {role}"))
+        .unwrap();
+    let mut conn = db.conn_as(&role);
+    granted(acquire(&mut conn, "k", "holder", TTL).unwrap());
+    conn.batch_execute(
+        "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT now() + interval '100 years' $$;
+         CREATE FUNCTION public.text_always_equal(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
+         CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.text_always_equal);
+         CREATE FUNCTION public.sha256(bytea) RETURNS bytea LANGUAGE sql AS $$ SELECT '\\x00'::bytea $$;
+         CREATE TEMP TABLE leases (key text, owner text, epoch bigint, expires_at timestamptz);
+         SET search_path = public, pg_temp, pg_catalog;",
+    )
+    .unwrap();
+    // With the clock shadowed the lease would look lapsed; with `=` shadowed
+    // any owner would match. Neither may happen.
+    assert_eq!(
+        acquire(&mut conn, "k", "thief", TTL).unwrap(),
+        Acquisition::Denied
+    );
+    assert_eq!(
+        renew(&mut conn, "k", "thief", 1, TTL).unwrap(),
+        Renewal::Lost(leasehold::LostLease::NotOwner)
+    );
+    assert_eq!(
+        release(&mut conn, "k", "thief", 1).unwrap(),
+        Release::Lost(leasehold::LostLease::NotOwner)
+    );
+    assert!(inspect(&mut conn, "k").unwrap().unwrap().is_held());
+    assert_eq!(
+        granted(acquire(&mut conn, "other", "a", TTL).unwrap()).epoch(),
+        1
+    );
+    drop(conn);
+    drop_role(&db, &role);
+}
+
+#[test]
+fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let long_key: String = (0..10_240)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect();
+    let long_owner = "ø".repeat(5_120);
+    let names = [
+        (
+            "it's \"quoted\"; DROP TABLE lease.leases; --".to_owned(),
+            "o'wner".to_owned(),
+        ),
+        ("ключ-🔑-鍵".to_owned(), "владелец 🦀".to_owned()),
+        (long_key, long_owner),
+        ("%s %d \\ \\\\".to_owned(), "$1".to_owned()),
+    ];
+    for (key, owner) in &names {
+        let lease = granted(acquire(&mut conn, key, owner, TTL).unwrap());
+        assert_eq!(
+            (lease.key(), lease.owner(), lease.epoch()),
+            (key.as_str(), owner.as_str(), 1)
+        );
+        assert_eq!(
+            acquire(&mut conn, key, "someone else", TTL).unwrap(),
+            Acquisition::Denied
+        );
+        assert!(matches!(
+            renew(&mut conn, key, owner, 1, TTL).unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        assert_eq!(
+            inspect(&mut conn, key).unwrap(),
+            Some(LeaseState::Held {
+                owner: owner.clone(),
+                epoch: 1,
+                expires_at: inspect(&mut conn, key)
+                    .unwrap()
+                    .map(|s| match s {
+                        LeaseState::Held { expires_at, .. } => expires_at,
+                        LeaseState::Unowned { .. } => unreachable!(),
+                    })
+                    .unwrap()
+            })
+        );
+        assert_eq!(
+            release(&mut conn, key, owner, 1).unwrap(),
+            Release::Released
+        );
+        let token = lease.token();
+        assert_eq!(
+            token
+                .to_string()
+                .parse::<leasehold::FencingToken>()
+                .unwrap(),
+            token
+        );
+    }
+    // Keys differing only in the last byte of 10 KB are distinct keys.
+    let a = format!("{}a", "x".repeat(10_000));
+    let b = format!("{}b", "x".repeat(10_000));
+    granted(acquire(&mut conn, &a, "one", TTL).unwrap());
+    granted(acquire(&mut conn, &b, "two", TTL).unwrap());
+}

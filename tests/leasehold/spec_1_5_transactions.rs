@@ -1,0 +1,306 @@
+//! SPEC §1.5: atomic, transactional with the caller, single winner, distinct
+//! keys independent (I1, I8, I12), and the documented REPEATABLE READ
+//! behaviour.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use leasehold::{acquire, inspect, release, renew, Acquisition, LeaseState, Release, Renewal};
+
+use crate::common::*;
+
+#[test]
+fn acquire_in_a_rolled_back_transaction_leaves_no_trace() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let result: Result<(), diesel::result::Error> = conn.transaction(|conn| {
+        granted(acquire(conn, "k", "a", TTL).unwrap());
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    assert!(result.is_err());
+    assert_eq!(inspect(&mut conn, "k").unwrap(), None);
+    assert_eq!(
+        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
+        1
+    );
+}
+
+#[test]
+fn renew_and_release_in_a_rolled_back_transaction_are_undone() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let _ = conn.transaction::<(), _, _>(|conn| {
+        assert!(matches!(
+            renew(conn, "k", "a", 1, Duration::from_secs(600)).unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        assert_eq!(release(conn, "k", "a", 1).unwrap(), Release::Released);
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    assert_eq!(
+        inspect(&mut conn, "k").unwrap(),
+        Some(LeaseState::Held {
+            owner: "a".into(),
+            epoch: 1,
+            expires_at: lease.expires_at()
+        })
+    );
+}
+
+#[test]
+fn concurrent_acquires_of_a_free_key_have_exactly_one_winner() {
+    let db = TestDb::new();
+    const CONTENDERS: usize = 16;
+    for round in 0..5 {
+        let key = format!("k{round}");
+        let barrier = Arc::new(Barrier::new(CONTENDERS));
+        let handles: Vec<_> = (0..CONTENDERS)
+            .map(|i| {
+                let (url, barrier, key) = (db.url.clone(), barrier.clone(), key.clone());
+                std::thread::spawn(move || {
+                    let mut conn = PgConnection::establish(&url).unwrap();
+                    barrier.wait();
+                    acquire(&mut conn, &key, &format!("w{i}"), TTL).unwrap()
+                })
+            })
+            .collect();
+        let results: Vec<Acquisition> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let winners: Vec<_> = results
+            .iter()
+            .filter(|r| matches!(r, Acquisition::Granted(_)))
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+    }
+}
+
+#[test]
+fn concurrent_takeovers_of_a_lapsed_key_have_one_winner_with_a_greater_epoch() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let old = granted(acquire(&mut conn, "k", "old", Duration::from_millis(200)).unwrap());
+    wait_until_server_time_passes(&mut conn, old.expires_at());
+    const CONTENDERS: usize = 12;
+    let barrier = Arc::new(Barrier::new(CONTENDERS));
+    let handles: Vec<_> = (0..CONTENDERS)
+        .map(|i| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                barrier.wait();
+                acquire(&mut conn, "k", &format!("w{i}"), TTL).unwrap()
+            })
+        })
+        .collect();
+    let winners: Vec<_> = handles
+        .into_iter()
+        .filter_map(|h| h.join().unwrap().granted())
+        .collect();
+    assert_eq!(winners.len(), 1);
+    assert_eq!(winners[0].epoch(), 2);
+}
+
+fn acquire_blocks_competitor_until(commit: bool) {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut observer = db.conn();
+    holder.batch_execute("BEGIN").unwrap();
+    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    let url = db.url.clone();
+    let competitor = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).unwrap();
+        acquire(&mut conn, "k", "b", TTL).unwrap()
+    });
+    wait_for_lock_waiter(&mut observer, &db.name);
+    holder
+        .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
+        .unwrap();
+    let outcome = competitor.join().unwrap();
+    if commit {
+        assert_eq!(outcome, Acquisition::Denied);
+    } else {
+        let lease = granted(outcome);
+        assert_eq!(
+            (lease.owner(), lease.epoch()),
+            ("b", 1),
+            "rollback must leave no trace"
+        );
+    }
+}
+
+#[test]
+fn acquire_in_an_open_transaction_blocks_a_competitor_until_commit() {
+    acquire_blocks_competitor_until(true);
+}
+
+#[test]
+fn acquire_in_an_open_transaction_blocks_a_competitor_until_rollback_which_leaves_no_trace() {
+    acquire_blocks_competitor_until(false);
+}
+
+#[test]
+fn a_denied_acquire_in_an_open_transaction_does_not_block_the_holder() {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut denied = db.conn();
+    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    denied.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        acquire(&mut denied, "k", "b", TTL).unwrap(),
+        Acquisition::Denied
+    );
+    // Were the row locked by the denial, these would fail on the lock timeout.
+    holder.batch_execute("SET lock_timeout = '3s'").unwrap();
+    assert!(matches!(
+        renew(&mut holder, "k", "a", 1, TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(
+        release(&mut holder, "k", "a", 1).unwrap(),
+        Release::Released
+    );
+    denied.batch_execute("COMMIT").unwrap();
+}
+
+#[test]
+fn distinct_keys_never_interact() {
+    let db = TestDb::new();
+    let mut a = db.conn();
+    let mut b = db.conn();
+    a.batch_execute("BEGIN").unwrap();
+    granted(acquire(&mut a, "k1", "a", TTL).unwrap());
+    b.batch_execute("SET lock_timeout = '3s'").unwrap();
+    let other = granted(acquire(&mut b, "k2", "a", TTL).unwrap());
+    assert_eq!(other.epoch(), 1);
+    assert_eq!(release(&mut b, "k2", "a", 1).unwrap(), Release::Released);
+    a.batch_execute("COMMIT").unwrap();
+    assert_eq!(inspect(&mut b, "k1").unwrap().unwrap().epoch(), 1);
+    assert_eq!(inspect(&mut b, "k2").unwrap().unwrap().epoch(), 2);
+}
+
+/// Documented: under REPEATABLE READ a caller reads its snapshot. A key
+/// whose row did not change since the snapshot behaves as under READ
+/// COMMITTED; a key freed after the snapshot was taken is not granted: the
+/// acquire fails with a serialization error (40001), never a double grant.
+#[test]
+fn repeatable_read_acquire_of_a_key_freed_after_the_snapshot_fails_with_serialization_error() {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut reader = db.conn();
+    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    reader
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .unwrap();
+    assert!(inspect(&mut reader, "k").unwrap().unwrap().is_held()); // snapshot taken
+    assert_eq!(
+        acquire(&mut reader, "k", "b", TTL).unwrap(),
+        Acquisition::Denied
+    );
+    assert_eq!(
+        release(&mut holder, "k", "a", 1).unwrap(),
+        Release::Released
+    );
+    // The snapshot still shows "a" holding the key.
+    assert!(inspect(&mut reader, "k").unwrap().unwrap().is_held());
+    let error = acquire(&mut reader, "k", "b", TTL).unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            leasehold::LeaseError::Database {
+                source: diesel::result::Error::DatabaseError(
+                    diesel::result::DatabaseErrorKind::SerializationFailure,
+                    _
+                ),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    reader.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(
+        granted(acquire(&mut reader, "k", "b", TTL).unwrap()).epoch(),
+        3
+    );
+}
+
+/// Documented: under REPEATABLE READ / SERIALIZABLE, an acquire racing a
+/// grant committed after its snapshot fails with a serialization error
+/// (SQLSTATE 40001) instead of granting twice.
+#[test]
+fn repeatable_read_acquire_racing_a_committed_grant_fails_with_serialization_error() {
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+        let db = TestDb::new();
+        let mut first = db.conn();
+        let mut late = db.conn();
+        let lease = granted(acquire(&mut first, "k", "a", Duration::from_millis(200)).unwrap());
+        wait_until_server_time_passes(&mut first, lease.expires_at());
+        late.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
+            .unwrap();
+        assert!(!inspect(&mut late, "k").unwrap().unwrap().is_held()); // snapshot: lapsed
+        granted(acquire(&mut first, "k", "b", TTL).unwrap()); // takeover commits
+        let error = acquire(&mut late, "k", "c", TTL).unwrap_err();
+        let leasehold::LeaseError::Database {
+            source: diesel::result::Error::DatabaseError(kind, _),
+            ..
+        } = &error
+        else {
+            panic!("{level}: expected a database error, got {error:?}");
+        };
+        assert!(
+            matches!(
+                kind,
+                diesel::result::DatabaseErrorKind::SerializationFailure
+            ),
+            "{level}: {error}"
+        );
+        late.batch_execute("ROLLBACK").unwrap();
+        let state = inspect(&mut late, "k").unwrap().unwrap();
+        assert!(
+            matches!(state, LeaseState::Held { ref owner, epoch: 2, .. } if owner == "b"),
+            "{level}: {state:?}"
+        );
+    }
+}
+
+#[test]
+fn mixed_operations_from_many_sessions_never_deadlock_or_fail_to_serialize() {
+    let db = TestDb::new();
+    const WORKERS: usize = 8;
+    let barrier = Arc::new(Barrier::new(WORKERS));
+    let handles: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                let owner = format!("w{i}");
+                barrier.wait();
+                let mut grants = 0;
+                for n in 0..150 {
+                    let key = ["a", "b", "c"][(n + i) % 3];
+                    if let Acquisition::Granted(lease) =
+                        acquire(&mut conn, key, &owner, Duration::from_millis(50)).unwrap()
+                    {
+                        grants += 1;
+                        let _ = renew(
+                            &mut conn,
+                            key,
+                            &owner,
+                            lease.epoch(),
+                            Duration::from_millis(50),
+                        )
+                        .unwrap();
+                        if n % 2 == 0 {
+                            let _ = release(&mut conn, key, &owner, lease.epoch()).unwrap();
+                        }
+                    }
+                    let _ = inspect(&mut conn, key).unwrap();
+                }
+                grants
+            })
+        })
+        .collect();
+    let grants: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(grants > 0);
+}
