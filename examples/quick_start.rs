@@ -1,0 +1,62 @@
+//! The seed's SQL quick start, through the Rust API, against the embedded
+//! default: a throwaway PostgreSQL started for this run (or the server named
+//! by `DATABASE_URL`). Prints each step's result.
+//!
+//! Run: `cargo run --example quick_start`
+
+use std::time::Duration;
+
+use diesel::{Connection, PgConnection};
+use leasehold::local::LocalPostgres;
+use leasehold::{Acquisition, LeaseState, Release, Renewal};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Keep the server alive for the whole run; it is removed on drop.
+    let (_server, url) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            println!("no DATABASE_URL: starting a throwaway local PostgreSQL");
+            let server = LocalPostgres::start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let mut conn = PgConnection::establish(&url)?;
+    let report = leasehold::install(&mut conn)?;
+    println!("install: applied {:?}", report.applied);
+
+    let ttl = Duration::from_secs(30);
+    let lease = match leasehold::acquire(&mut conn, "job-42", "worker-a1", ttl)? {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Denied => return Err("job-42 is held by someone else".into()),
+    };
+    println!(
+        "acquire('job-42', 'worker-a1', 30s) -> acquired=t epoch={} expires_at={}",
+        lease.epoch(),
+        lease.expires_at()
+    );
+
+    match leasehold::renew(&mut conn, "job-42", "worker-a1", lease.epoch(), ttl)? {
+        Renewal::Renewed { expires_at } => {
+            println!("renew('job-42', 'worker-a1', {}, 30s) -> ok expires_at={expires_at}", lease.epoch())
+        }
+        Renewal::Lost(why) => println!("renew -> {why}"),
+    }
+
+    match leasehold::release(&mut conn, "job-42", "worker-a1", lease.epoch())? {
+        Release::Released => println!("release('job-42', 'worker-a1', {}) -> ok", lease.epoch()),
+        Release::Lost(why) => println!("release -> {why}"),
+    }
+
+    match leasehold::inspect(&mut conn, "job-42")? {
+        Some(LeaseState::Held { owner, epoch, expires_at }) => {
+            println!("inspect('job-42') -> held=t owner={owner} epoch={epoch} expires_at={expires_at}")
+        }
+        Some(LeaseState::Unowned { epoch }) => {
+            println!("inspect('job-42') -> held=f owner=NULL epoch={epoch} expires_at=NULL")
+        }
+        None => println!("inspect('job-42') -> no rows (never leased)"),
+    }
+    println!("token of the grant, for guards: {}", lease.token());
+    Ok(())
+}
