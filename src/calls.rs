@@ -86,3 +86,45 @@ lease_call! {
     sql = "SELECT held, owner, epoch, expires_at FROM lease.inspect";
     row = (Bool, Nullable<Text>, BigInt, Nullable<Timestamptz>);
 }
+
+lease_call! {
+    /// `lease.admit(resource, key, epoch)`.
+    AdmitCall { resource: &'a str => Text, key: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT true AS admitted FROM lease.admit";
+    row = Bool;
+}
+
+lease_call! {
+    /// `lease.check_held(key, owner, epoch)`.
+    CheckHeldCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT lease.check_held";
+    row = Timestamptz;
+}
+
+lease_call! {
+    /// `lease.admit_held(resource, key, owner, epoch)`.
+    AdmitHeldCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT lease.admit_held";
+    row = Timestamptz;
+}
+
+lease_call! {
+    /// `lease.renew_admit(resource, key, owner, epoch, ttl)`.
+    RenewAdmitCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    sql = "SELECT lease.renew_admit";
+    row = Timestamptz;
+}
+
+lease_call! {
+    /// `lease.fence(resource, key, up_to)`.
+    FenceCall { resource: &'a str => Text, key: &'a str => Text, up_to: i64 => BigInt }
+    sql = "SELECT lease.fence";
+    row = BigInt;
+}
+
+lease_call! {
+    /// `lease.inspect_guard(resource)`.
+    InspectGuardCall { resource: &'a str => Text }
+    sql = "SELECT lease_key, accepted_epoch FROM lease.inspect_guard";
+    row = (Text, BigInt);
+}

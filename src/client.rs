@@ -107,6 +107,25 @@ impl LeaseClient {
         leases::release(&mut *self.conn()?, key, owner, epoch)
     }
 
+    /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced
+    /// transaction runs on one connection, returned to the pool afterwards.
+    pub fn run_fenced<T, E, F>(
+        &self,
+        resource: &str,
+        token: &crate::FencingToken,
+        check: crate::guards::Check,
+        work: F,
+    ) -> Result<T, crate::guards::FencedError<E>>
+    where
+        F: FnOnce(&mut PgConnection) -> Result<T, E>,
+    {
+        let mut conn = self
+            .pool
+            .get()
+            .map_err(|error| crate::guards::FencedError::Guard(crate::GuardError::Pool(error)))?;
+        crate::guards::run_fenced(&mut conn, resource, token, check, work)
+    }
+
     /// [`leases::inspect`] on a pooled connection.
     pub fn inspect(&self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
         leases::inspect(&mut *self.conn()?, key)

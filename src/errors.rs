@@ -112,3 +112,139 @@ pub enum InstallError {
     #[error("the embedded leasehold migrations could not be read: {0}; rebuild the crate")]
     Embedded(String),
 }
+
+/// `CONSTRAINT` name of a refused stale epoch (SQLSTATE 55000).
+pub(crate) const GUARD_STALE: &str = "lease_guard_stale_epoch";
+/// `CONSTRAINT` name of a token of the wrong lease key (SQLSTATE 22023).
+pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
+/// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
+pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
+
+/// Errors of the guard operations. A refusal rolls back the caller's
+/// transaction (or savepoint): nothing of the refused write is visible.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GuardError {
+    /// The presented epoch is below the resource's record: a newer holder
+    /// has written (or an operator fenced this epoch out).
+    #[error("stale fencing epoch {presented} for resource {resource:?}: it admits only epochs >= {accepted}; stop acting on this lease and re-acquire it for a new epoch if needed")]
+    StaleEpoch {
+        /// The guarded resource.
+        resource: String,
+        /// The epoch the writer presented.
+        presented: i64,
+        /// The resource's record: the lowest epoch it admits.
+        accepted: i64,
+    },
+    /// The token belongs to another lease key than the one fencing the
+    /// resource: a programming error, refused rather than ignored.
+    #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, but a token of key {presented:?} was presented; present a token of {fenced_by:?}")]
+    WrongLeaseKey {
+        /// The guarded resource.
+        resource: String,
+        /// The key that fences it.
+        fenced_by: String,
+        /// The key of the presented token.
+        presented: String,
+    },
+    /// A lease-checked write found the lease not held by the token's owner
+    /// and epoch.
+    #[error("lease {key:?} is not held by {owner:?} at epoch {epoch} ({reason}); stop acting on it and re-acquire it for a new epoch if needed")]
+    LeaseNotHeld {
+        /// The lease key.
+        key: String,
+        /// The owner that presented the token.
+        owner: String,
+        /// The presented epoch.
+        epoch: i64,
+        /// Why: not_owner, lapsed or epoch_mismatch.
+        reason: crate::LostLease,
+    },
+    /// The arguments broke the guard functions' input rules; nothing changed.
+    #[error("invalid guard input: {}; nothing was changed, fix the arguments and call again", .violations.join("; "))]
+    InvalidInput {
+        /// Every violated rule.
+        violations: Vec<String>,
+    },
+    /// The database failed the call; the caller's transaction is rolled back.
+    #[error("guard {operation} failed in the database: {source}; check the connection and that leasehold::install has run on this database")]
+    Database {
+        /// The guard operation.
+        operation: &'static str,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+    /// No connection could be taken from the pool.
+    #[error("could not get a database connection from the pool: {0}; check that the database is reachable and the pool is large enough")]
+    Pool(#[from] r2d2::Error),
+}
+
+/// What a guard call was about, so a refusal can be reported with its facts.
+pub(crate) struct GuardContext<'a> {
+    pub(crate) operation: &'static str,
+    pub(crate) resource: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) owner: &'a str,
+    pub(crate) epoch: i64,
+}
+
+impl GuardError {
+    pub(crate) fn from_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            let detail = info.details().unwrap_or("");
+            match info.constraint_name() {
+                Some(INVALID_INPUT) => {
+                    return GuardError::InvalidInput {
+                        violations: split_detail(info.as_ref()),
+                    }
+                }
+                Some(GUARD_STALE) => {
+                    if let Some(accepted) =
+                        detail_field(detail, "accepted").and_then(|v| v.parse().ok())
+                    {
+                        return GuardError::StaleEpoch {
+                            resource: context.resource.to_owned(),
+                            presented: context.epoch,
+                            accepted,
+                        };
+                    }
+                }
+                Some(GUARD_WRONG_KEY) => {
+                    if let Some(fenced_by) = detail.strip_prefix("fenced_by=") {
+                        return GuardError::WrongLeaseKey {
+                            resource: context.resource.to_owned(),
+                            fenced_by: fenced_by.to_owned(),
+                            presented: context.key.to_owned(),
+                        };
+                    }
+                }
+                Some(GUARD_NOT_HELD) => {
+                    if let Some(reason) =
+                        detail_field(detail, "reason").and_then(crate::leases::lost_from_status)
+                    {
+                        return GuardError::LeaseNotHeld {
+                            key: context.key.to_owned(),
+                            owner: context.owner.to_owned(),
+                            epoch: context.epoch,
+                            reason,
+                        };
+                    }
+                }
+                _ => {}
+            }
+        }
+        GuardError::Database {
+            operation: context.operation,
+            source: error,
+        }
+    }
+}
+
+/// The value of `name=` in a DETAIL of space-separated fields; fields are
+/// written by our own SQL, and the values read this way never hold spaces.
+fn detail_field<'d>(detail: &'d str, name: &str) -> Option<&'d str> {
+    detail
+        .split(' ')
+        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+}

@@ -342,6 +342,11 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
     ))
 }
 
+/// Maps a SQL status text to the lost-lease reason it names.
+pub(crate) fn lost_from_status(status: &str) -> Option<LostLease> {
+    LostLease::from_status(status)
+}
+
 fn unexpected_status(operation: &'static str, status: &str) -> Result<LostLease, LeaseError> {
     LostLease::from_status(status).ok_or_else(|| LeaseError::Database {
         operation,
@@ -356,7 +361,7 @@ fn unexpected_status(operation: &'static str, status: &str) -> Result<LostLease,
 
 /// PostgreSQL text cannot hold NUL; say so before the server does, in the
 /// same terms as its own validation.
-fn check_text(field: &str, value: &str) -> Result<(), LeaseError> {
+pub(crate) fn check_text(field: &str, value: &str) -> Result<(), LeaseError> {
     if value.contains('\0') {
         return Err(LeaseError::InvalidInput {
             violations: vec![format!("{field} must not contain NUL characters")],

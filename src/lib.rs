@@ -26,11 +26,12 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
-#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod calls;
 mod client;
 mod errors;
+pub mod guards;
 mod install;
 mod leases;
 #[cfg(feature = "local")]
@@ -38,7 +39,8 @@ pub mod local;
 mod token;
 
 pub use client::{LeaseClient, PgPool};
-pub use errors::{InstallError, LeaseError};
+pub use errors::{GuardError, InstallError, LeaseError};
+pub use guards::{run_fenced, Check, FencedError};
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{
     acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, Lease, LeaseState,

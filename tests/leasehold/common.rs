@@ -19,7 +19,7 @@ use leasehold::local::LocalPostgres;
 pub const TTL: Duration = Duration::from_secs(30);
 
 enum Server {
-    Local(LocalPostgres),
+    Local(Box<LocalPostgres>),
     External(String),
 }
 
@@ -54,13 +54,13 @@ fn server() -> &'static Server {
     static SERVER: OnceLock<Server> = OnceLock::new();
     SERVER.get_or_init(|| match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Server::External(url),
-        _ => Server::Local(
+        _ => Server::Local(Box::new(
             LocalPostgres::builder()
                 .durable(false)
                 .setting("max_connections", "200")
                 .start()
                 .unwrap_or_else(|error| panic!("cannot start the test server: {error}")),
-        ),
+        )),
     })
 }
 

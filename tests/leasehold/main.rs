@@ -12,3 +12,4 @@ mod spec_1_2_epochs;
 mod spec_1_3_functions;
 mod spec_1_4_errors;
 mod spec_1_5_transactions;
+mod spec_2_guards;

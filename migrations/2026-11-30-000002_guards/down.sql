@@ -1,0 +1,14 @@
+-- Removes the guards and every guard record (accepted epochs are lost:
+-- resources are no longer fenced).
+DROP FUNCTION IF EXISTS lease.inspect_guard(text);
+DROP FUNCTION IF EXISTS lease.fence(text, text, bigint);
+DROP FUNCTION IF EXISTS lease.renew_admit(text, text, text, bigint, interval);
+DROP FUNCTION IF EXISTS lease.admit_held(text, text, text, bigint);
+DROP FUNCTION IF EXISTS lease.check_held(text, text, bigint);
+DROP FUNCTION IF EXISTS lease.admit(text, text, bigint);
+DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
+DROP FUNCTION IF EXISTS lease._admit(text, text, bigint);
+DROP FUNCTION IF EXISTS lease._guard_violations(text, text, bigint, text);
+DROP FUNCTION IF EXISTS lease._raise_wrong_key(text, text, text);
+DROP FUNCTION IF EXISTS lease._raise_stale(text, bigint, bigint);
+DROP TABLE IF EXISTS lease.guards;

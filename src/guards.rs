@@ -1,0 +1,315 @@
+//! Guards: fenced database writes (SPEC §2).
+//!
+//! A guard protects a *resource* — any name the application picks, such as a
+//! table, a row set or a job's output — with the epochs of one lease key. It
+//! records the highest epoch accepted for the resource and refuses anything
+//! lower, so a holder that stalled and was taken over cannot write after its
+//! successor, however late it wakes.
+//!
+//! All guard calls run inside the caller's transaction, and that is the
+//! point: the admission and the caller's writes commit together or not at
+//! all (G3), and a refusal aborts the transaction so nothing of the stale
+//! write is visible (G2). The admission keeps the resource's guard row locked
+//! until the transaction ends, so writers of one resource serialise (G4).
+//!
+//! Three strengths, from cheapest to strictest ([`Check`]):
+//! - [`Check::Token`]: the epoch is compared with the resource's record only.
+//!   Works even when the writer's lease lives elsewhere, as long as epochs
+//!   come from the same lease key.
+//! - [`Check::LeaseHeld`]: additionally the lease must be held right now by
+//!   the token's owner and epoch, and stays so until commit: a takeover
+//!   issued meanwhile waits for the transaction to end (G6).
+//! - [`Check::RenewLease`]: the same, renewing the lease in the same
+//!   transaction, so heartbeat and write commit together or not at all.
+//!
+//! The run-a-closure form is [`run_fenced`]; the single calls ([`admit`],
+//! [`admit_held`], [`renew_and_admit`], [`check_held`]) are for callers that
+//! manage their own transaction.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::pg::PgConnection;
+use diesel::{Connection, RunQueryDsl};
+
+use crate::calls::{
+    AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
+};
+use crate::errors::{GuardContext, GuardError};
+use crate::leases::interval;
+use crate::token::FencingToken;
+
+/// How strictly [`run_fenced`] checks the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Compare the token's epoch with the resource's record (G1–G5).
+    Token,
+    /// Also require the lease to be held by the token right now, and keep it
+    /// from being taken over until commit (G6).
+    LeaseHeld,
+    /// Renew the lease by this ttl in the same transaction (G6, and the
+    /// heartbeat commits only with the write).
+    RenewLease(Duration),
+}
+
+/// A resource's guard record, as [`inspect_guard`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuardRecord {
+    /// The lease key whose epochs fence the resource.
+    pub lease_key: String,
+    /// The lowest epoch the resource admits: the highest admitted epoch, or
+    /// one past an operator's fence, whichever is greater.
+    pub accepted_epoch: i64,
+}
+
+/// Error of [`run_fenced`]: the guard refused, the caller's work failed, or
+/// the transaction itself failed. In every case everything was rolled back.
+#[derive(Debug, thiserror::Error)]
+pub enum FencedError<E> {
+    /// The guard refused the write; nothing of it is visible.
+    #[error(transparent)]
+    Guard(GuardError),
+    /// The caller's closure returned an error; its writes were rolled back
+    /// and the guard record was not raised.
+    #[error("the fenced work failed and was rolled back: {0}")]
+    Work(E),
+    /// Beginning or committing the transaction failed. After a failed COMMIT
+    /// the outcome is unknown only if the connection broke mid-commit;
+    /// re-read the resource to find out.
+    #[error("the fenced transaction failed: {0}; it was rolled back (if the connection broke during COMMIT, re-read the data to learn the outcome)")]
+    Transaction(#[from] diesel::result::Error),
+}
+
+impl<E> FencedError<E> {
+    /// The guard's refusal, if that is what this is.
+    pub fn guard(&self) -> Option<&GuardError> {
+        match self {
+            FencedError::Guard(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+fn context<'a>(
+    operation: &'static str,
+    resource: &'a str,
+    token: &'a FencingToken,
+) -> GuardContext<'a> {
+    GuardContext {
+        operation,
+        resource,
+        key: token.key(),
+        owner: token.owner(),
+        epoch: token.epoch(),
+    }
+}
+
+fn check_resource(resource: &str) -> Result<(), GuardError> {
+    if resource.contains('\0') {
+        return Err(GuardError::InvalidInput {
+            violations: vec!["resource must not contain NUL characters".into()],
+        });
+    }
+    Ok(())
+}
+
+/// Admits `token` for `resource` in the caller's current transaction: raises
+/// the record to the token's epoch, or fails with
+/// [`GuardError::StaleEpoch`] / [`GuardError::WrongLeaseKey`]. The first
+/// admission registers the resource as fenced by the token's key.
+///
+/// Call it inside a transaction and write after it; outside one it commits
+/// at once and protects nothing.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection, token: &leasehold::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
+/// use diesel::Connection;
+/// conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
+///     leasehold::guards::admit(conn, "invoices", token)?;
+///     // ... the writes the token protects ...
+///     Ok(())
+/// })?;
+/// # Ok(()) }
+/// ```
+pub fn admit(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+) -> Result<(), GuardError> {
+    check_resource(resource)?;
+    AdmitCall {
+        resource,
+        key: token.key(),
+        epoch: token.epoch(),
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<bool>(conn)
+    .map(|_| ())
+    .map_err(|error| GuardError::from_diesel(&context("admit", resource, token), error))
+}
+
+/// Checks that the token's lease is held right now by its owner and epoch,
+/// and keeps it so until the caller's transaction ends (a takeover waits).
+/// Returns the lease's expiry.
+pub fn check_held(
+    conn: &mut PgConnection,
+    token: &FencingToken,
+) -> Result<DateTime<Utc>, GuardError> {
+    CheckHeldCall {
+        key: token.key(),
+        owner: token.owner(),
+        epoch: token.epoch(),
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<DateTime<Utc>>(conn)
+    .map_err(|error| GuardError::from_diesel(&context("check_held", "", token), error))
+}
+
+/// [`check_held`] and [`admit`] in one call. Returns the lease's expiry.
+pub fn admit_held(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+) -> Result<DateTime<Utc>, GuardError> {
+    check_resource(resource)?;
+    AdmitHeldCall {
+        resource,
+        key: token.key(),
+        owner: token.owner(),
+        epoch: token.epoch(),
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<DateTime<Utc>>(conn)
+    .map_err(|error| GuardError::from_diesel(&context("admit_held", resource, token), error))
+}
+
+/// Renews the token's lease by `ttl` and admits the token for `resource`, in
+/// the caller's transaction. Returns the new expiry (valid once committed).
+pub fn renew_and_admit(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+    ttl: Duration,
+) -> Result<DateTime<Utc>, GuardError> {
+    check_resource(resource)?;
+    let ttl = interval("ttl", ttl).map_err(|_| GuardError::InvalidInput {
+        violations: vec!["ttl must be at most 100 years".into()],
+    })?;
+    RenewAdmitCall {
+        resource,
+        key: token.key(),
+        owner: token.owner(),
+        epoch: token.epoch(),
+        ttl,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<DateTime<Utc>>(conn)
+    .map_err(|error| GuardError::from_diesel(&context("renew_and_admit", resource, token), error))
+}
+
+/// Operator action: refuses every epoch up to and including `up_to` for
+/// `resource` from now on, without writing anything else. Registers the
+/// resource as fenced by `lease_key` if it is new. Returns the new record
+/// (the lowest epoch admitted).
+///
+/// Typical use: after a holder lapsed or released, fence through the counter
+/// `inspect` reports, so even a writer that never saw the takeover is
+/// refused before the next holder writes.
+pub fn fence(
+    conn: &mut PgConnection,
+    resource: &str,
+    lease_key: &str,
+    up_to: i64,
+) -> Result<i64, GuardError> {
+    check_resource(resource)?;
+    FenceCall {
+        resource,
+        key: lease_key,
+        up_to,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<i64>(conn)
+    .map_err(|error| {
+        GuardError::from_diesel(
+            &GuardContext {
+                operation: "fence",
+                resource,
+                key: lease_key,
+                owner: "",
+                epoch: up_to,
+            },
+            error,
+        )
+    })
+}
+
+/// A resource's guard record; `None` if nothing was ever admitted or fenced
+/// for it.
+pub fn inspect_guard(
+    conn: &mut PgConnection,
+    resource: &str,
+) -> Result<Option<GuardRecord>, GuardError> {
+    check_resource(resource)?;
+    let rows = InspectGuardCall {
+        resource,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_results::<(String, i64)>(conn)
+    .map_err(|error| {
+        GuardError::from_diesel(
+            &GuardContext {
+                operation: "inspect_guard",
+                resource,
+                key: "",
+                owner: "",
+                epoch: 0,
+            },
+            error,
+        )
+    })?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map(|(lease_key, accepted_epoch)| GuardRecord {
+            lease_key,
+            accepted_epoch,
+        }))
+}
+
+/// Runs `work` as a fenced transaction: admit the token for `resource` with
+/// the chosen [`Check`], run the caller's writes, commit. Any refusal or
+/// error rolls everything back, the guard record included.
+///
+/// Inside an open transaction this runs in a savepoint, so a refusal undoes
+/// only the fenced part and the caller decides what happens to the rest.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+/// use diesel::connection::SimpleConnection;
+/// use leasehold::guards::{run_fenced, Check};
+/// let token = lease.token();
+/// run_fenced(conn, "report-2026-11", &token, Check::LeaseHeld, |conn| {
+///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
+/// })?;
+/// # Ok(()) }
+/// ```
+pub fn run_fenced<T, E, F>(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+    work: F,
+) -> Result<T, FencedError<E>>
+where
+    F: FnOnce(&mut PgConnection) -> Result<T, E>,
+{
+    conn.transaction(|conn| {
+        match check {
+            Check::Token => admit(conn, resource, token).map(|_| ()),
+            Check::LeaseHeld => admit_held(conn, resource, token).map(|_| ()),
+            Check::RenewLease(ttl) => renew_and_admit(conn, resource, token, ttl).map(|_| ()),
+        }
+        .map_err(FencedError::Guard)?;
+        work(conn).map_err(FencedError::Work)
+    })
+}

@@ -1,0 +1,608 @@
+//! SPEC §2: guards, G1–G6, against real transactions.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use leasehold::guards::{
+    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
+    GuardRecord,
+};
+use leasehold::{acquire, inspect, FencedError, FencingToken, GuardError, LeaseState, LostLease};
+
+use crate::common::*;
+
+fn setup(db: &TestDb) -> PgConnection {
+    let mut conn = db.conn();
+    conn.batch_execute(
+        "CREATE TABLE items (seq bigserial PRIMARY KEY, resource text, writer text, epoch bigint)",
+    )
+    .unwrap();
+    conn
+}
+
+fn token(key: &str, owner: &str, epoch: i64) -> FencingToken {
+    FencingToken::new(key, owner, epoch).unwrap()
+}
+
+fn write(
+    conn: &mut PgConnection,
+    resource: &str,
+    writer: &str,
+    epoch: i64,
+) -> Result<(), diesel::result::Error> {
+    conn.batch_execute(&format!(
+        "INSERT INTO items (resource, writer, epoch) VALUES ({}, {}, {epoch})",
+        quote(resource),
+        quote(writer)
+    ))
+}
+
+fn items(conn: &mut PgConnection) -> Vec<String> {
+    query_lines(
+        conn,
+        "SELECT format('%s|%s|%s', resource, writer, epoch) AS line FROM items ORDER BY seq",
+    )
+}
+
+fn fenced_write(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+) -> Result<(), FencedError<diesel::result::Error>> {
+    let writer = token.owner().to_owned();
+    let epoch = token.epoch();
+    run_fenced(conn, resource, token, check, |conn| {
+        write(conn, resource, &writer, epoch)
+    })
+}
+
+fn stale(error: FencedError<diesel::result::Error>) -> (String, i64, i64) {
+    match error {
+        FencedError::Guard(GuardError::StaleEpoch {
+            resource,
+            presented,
+            accepted,
+        }) => (resource, presented, accepted),
+        other => panic!("expected StaleEpoch, got {other:?}"),
+    }
+}
+
+#[test]
+fn g1_record_is_the_highest_accepted_epoch_and_never_decreases() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    assert_eq!(inspect_guard(&mut conn, "r").unwrap(), None);
+    fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
+    assert_eq!(
+        inspect_guard(&mut conn, "r").unwrap(),
+        Some(GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: 1
+        })
+    );
+    fenced_write(&mut conn, "r", &token("k", "b", 3), Check::Token).unwrap();
+    let _ = fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap_err();
+    assert_eq!(
+        fence(&mut conn, "r", "k", 1).unwrap(),
+        3,
+        "a lower fence must not lower the record"
+    );
+    assert_eq!(
+        inspect_guard(&mut conn, "r")
+            .unwrap()
+            .unwrap()
+            .accepted_epoch,
+        3
+    );
+}
+
+#[test]
+fn g2_stale_epoch_is_refused_with_a_typed_error_and_nothing_of_the_write_is_visible() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "new", 2), Check::Token).unwrap();
+    let error = fenced_write(&mut conn, "r", &token("k", "old", 1), Check::Token).unwrap_err();
+    assert!(
+        error.to_string().contains("stale fencing epoch 1"),
+        "{error}"
+    );
+    assert_eq!(stale(error), ("r".to_owned(), 1, 2));
+    assert_eq!(items(&mut conn), ["r|new|2"]);
+    assert_eq!(
+        sqlstate_of(&mut conn, "SELECT lease.admit('r', 'k', 1)"),
+        "55000"
+    );
+}
+
+#[test]
+fn g3_a_write_rolled_back_by_the_callers_own_error_does_not_raise_the_record() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
+    let result: Result<(), FencedError<&str>> =
+        run_fenced(&mut conn, "r", &token("k", "b", 5), Check::Token, |conn| {
+            write(conn, "r", "b", 5).unwrap();
+            Err("caller changed its mind")
+        });
+    assert!(matches!(
+        result,
+        Err(FencedError::Work("caller changed its mind"))
+    ));
+    assert_eq!(
+        inspect_guard(&mut conn, "r")
+            .unwrap()
+            .unwrap()
+            .accepted_epoch,
+        1
+    );
+    assert_eq!(items(&mut conn), ["r|a|1"]);
+    // Epoch 2 is therefore still admissible.
+    fenced_write(&mut conn, "r", &token("k", "c", 2), Check::Token).unwrap();
+}
+
+#[test]
+fn g3_equal_epochs_are_admitted_again() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    for _ in 0..3 {
+        fenced_write(&mut conn, "r", &token("k", "a", 4), Check::Token).unwrap();
+    }
+    assert_eq!(items(&mut conn).len(), 3);
+}
+
+#[test]
+fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
+    let error = fenced_write(
+        &mut conn,
+        "r",
+        &token("other-key", "a", 1_000),
+        Check::Token,
+    )
+    .unwrap_err();
+    match error {
+        FencedError::Guard(GuardError::WrongLeaseKey {
+            resource,
+            fenced_by,
+            presented,
+        }) => {
+            assert_eq!(
+                (resource.as_str(), fenced_by.as_str(), presented.as_str()),
+                ("r", "k", "other-key")
+            );
+        }
+        other => panic!("expected WrongLeaseKey, got {other:?}"),
+    }
+    assert_eq!(
+        inspect_guard(&mut conn, "r").unwrap().unwrap(),
+        GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: 1
+        }
+    );
+    assert_eq!(items(&mut conn), ["r|a|1"]);
+    let error = fence(&mut conn, "r", "other-key", 5).unwrap_err();
+    assert!(
+        matches!(error, GuardError::WrongLeaseKey { .. }),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_reason() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    let old = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap();
+    wait_until_server_time_passes(&mut conn, old.expires_at());
+    let lapsed = fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap_err();
+    assert!(
+        matches!(
+            lapsed.guard(),
+            Some(GuardError::LeaseNotHeld {
+                reason: LostLease::Lapsed,
+                epoch: 1,
+                ..
+            })
+        ),
+        "{lapsed:?}"
+    );
+    let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let superseded =
+        fenced_write(&mut conn, "r", &old.token(), Check::RenewLease(TTL)).unwrap_err();
+    assert!(
+        matches!(
+            superseded.guard(),
+            Some(GuardError::LeaseNotHeld {
+                reason: LostLease::Lapsed,
+                ..
+            })
+        ),
+        "{superseded:?}"
+    );
+    let stranger = fenced_write(&mut conn, "r", &token("k", "c", 2), Check::LeaseHeld).unwrap_err();
+    assert!(
+        matches!(
+            stranger.guard(),
+            Some(GuardError::LeaseNotHeld {
+                reason: LostLease::NotOwner,
+                ..
+            })
+        ),
+        "{stranger:?}"
+    );
+    fenced_write(&mut conn, "r", &new.token(), Check::LeaseHeld).unwrap();
+    assert_eq!(items(&mut conn), ["r|a|1", "r|b|2"]);
+}
+
+/// G6: once a lease-checked transaction has checked, a takeover issued while
+/// it is open waits for it to end: observed as a lock wait, not by timing.
+#[test]
+fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
+    let db = TestDb::new();
+    let mut holder = setup(&db);
+    let mut observer = db.conn();
+    let lease = granted(acquire(&mut holder, "k", "a", Duration::from_millis(300)).unwrap());
+    holder.batch_execute("BEGIN").unwrap();
+    admit_held(&mut holder, "r", &lease.token()).unwrap();
+    // The lease lapses while the transaction is open.
+    wait_until_server_time_passes(&mut observer, lease.expires_at());
+    let url = db.url.clone();
+    let taker = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).unwrap();
+        acquire(&mut conn, "k", "b", TTL).unwrap()
+    });
+    wait_for_lock_waiter(&mut observer, &db.name);
+    // Still blocked: the takeover has not happened.
+    assert!(matches!(raw_row(&mut observer, "k").as_deref(), Some(row) if row.starts_with("a|1|")));
+    write(&mut holder, "r", "a", 1).unwrap();
+    holder.batch_execute("COMMIT").unwrap();
+    let taken = granted(taker.join().unwrap());
+    assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
+    assert_eq!(items(&mut holder), ["r|a|1"]);
+}
+
+#[test]
+fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    let result: Result<(), FencedError<diesel::result::Error>> = conn.transaction(|conn| {
+        let lease = granted(acquire(conn, "k", "a", TTL).unwrap());
+        admit(conn, "r", &lease.token()).map_err(FencedError::Guard)?;
+        write(conn, "r", "a", lease.epoch())?;
+        Err(FencedError::Work(
+            diesel::result::Error::RollbackTransaction,
+        ))
+    });
+    assert!(result.is_err());
+    assert_eq!(
+        inspect(&mut conn, "k").unwrap(),
+        None,
+        "the acquire rolled back with the write"
+    );
+    assert_eq!(inspect_guard(&mut conn, "r").unwrap(), None);
+    assert!(items(&mut conn).is_empty());
+}
+
+#[test]
+fn renew_and_write_commit_together_or_not_at_all() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        renew_and_admit(conn, "r", &lease.token(), Duration::from_secs(3_600)).unwrap();
+        write(conn, "r", "a", 1)?;
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    assert_eq!(
+        inspect(&mut conn, "k").unwrap(),
+        Some(LeaseState::Held {
+            owner: "a".into(),
+            epoch: 1,
+            expires_at: lease.expires_at()
+        }),
+        "a rolled-back renew must not extend the lease"
+    );
+    assert!(items(&mut conn).is_empty());
+    fenced_write(
+        &mut conn,
+        "r",
+        &lease.token(),
+        Check::RenewLease(Duration::from_secs(3_600)),
+    )
+    .unwrap();
+    let LeaseState::Held { expires_at, .. } = inspect(&mut conn, "k").unwrap().unwrap() else {
+        panic!()
+    };
+    assert!(expires_at > lease.expires_at());
+    assert_eq!(check_held(&mut conn, &lease.token()).unwrap(), expires_at);
+}
+
+/// G4: many threads write one resource with interleaved epochs. Writers
+/// serialise on the guard row, so the sequence taken inside the fenced
+/// transaction is the commit order; committed epochs never decrease in it.
+#[test]
+fn g4_concurrent_writers_with_interleaved_epochs_commit_in_non_decreasing_epoch_order() {
+    let db = TestDb::new();
+    drop(setup(&db));
+    const WRITERS: usize = 8;
+    const WRITES: usize = 40;
+    let barrier = Arc::new(Barrier::new(WRITERS));
+    let handles: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                barrier.wait();
+                let mut refused = 0;
+                for n in 0..WRITES {
+                    // Epochs climb overall but interleave between writers.
+                    let epoch = 1 + ((n * 3 + w * 7) % 11) as i64 + (n / 4) as i64;
+                    match fenced_write(
+                        &mut conn,
+                        "shared",
+                        &token("k", &format!("w{w}"), epoch),
+                        Check::Token,
+                    ) {
+                        Ok(()) => {}
+                        Err(FencedError::Guard(GuardError::StaleEpoch {
+                            presented,
+                            accepted,
+                            ..
+                        })) => {
+                            assert!(presented < accepted);
+                            refused += 1;
+                        }
+                        Err(other) => panic!("unexpected error {other:?}"),
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let refused: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let mut conn = db.conn();
+    let epochs: Vec<i64> = items(&mut conn)
+        .iter()
+        .map(|line| line.rsplit('|').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(epochs.len() + refused, WRITERS * WRITES);
+    assert!(
+        refused > 0 && !epochs.is_empty(),
+        "the mix must both admit and refuse ({} admitted, {refused} refused)",
+        epochs.len()
+    );
+    for pair in epochs.windows(2) {
+        assert!(
+            pair[0] <= pair[1],
+            "a write with epoch {} committed after epoch {}",
+            pair[1],
+            pair[0]
+        );
+    }
+    assert_eq!(
+        inspect_guard(&mut conn, "shared")
+            .unwrap()
+            .unwrap()
+            .accepted_epoch,
+        *epochs.last().unwrap()
+    );
+}
+
+/// Renew-plus-write racing a takeover: exactly one side writes.
+#[test]
+fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
+    let db = TestDb::new();
+    drop(setup(&db));
+    let mut conn = db.conn();
+    let mut holder_wins = 0;
+    for round in 0..12 {
+        let key = format!("k{round}");
+        let resource = format!("r{round}");
+        let lease = granted(acquire(&mut conn, &key, "a", Duration::from_millis(150)).unwrap());
+        let barrier = Arc::new(Barrier::new(2));
+        let holder = {
+            let (url, barrier, resource, token) = (
+                db.url.clone(),
+                barrier.clone(),
+                resource.clone(),
+                lease.token(),
+            );
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                barrier.wait();
+                // Heartbeat late, near expiry, varying per round.
+                std::thread::sleep(Duration::from_millis(110 + (round % 6) * 10));
+                fenced_write(
+                    &mut conn,
+                    &resource,
+                    &token,
+                    Check::RenewLease(Duration::from_secs(60)),
+                )
+                .is_ok()
+            })
+        };
+        let taker = {
+            let (url, barrier, resource, key, old_expiry) = (
+                db.url.clone(),
+                barrier.clone(),
+                resource.clone(),
+                key.clone(),
+                lease.expires_at(),
+            );
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap();
+                barrier.wait();
+                for _ in 0..10_000 {
+                    match acquire(&mut conn, &key, "b", TTL).unwrap() {
+                        leasehold::Acquisition::Granted(new) => {
+                            return fenced_write(
+                                &mut conn,
+                                &resource,
+                                &new.token(),
+                                Check::LeaseHeld,
+                            )
+                            .is_ok();
+                        }
+                        leasehold::Acquisition::Denied => {
+                            if let Some(LeaseState::Held { expires_at, .. }) =
+                                inspect(&mut conn, &key).unwrap()
+                            {
+                                if expires_at > old_expiry {
+                                    return false; // the holder renewed: it won
+                                }
+                            }
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                }
+                panic!("taker never resolved");
+            })
+        };
+        let (holder_won, taker_won) = (holder.join().unwrap(), taker.join().unwrap());
+        assert!(
+            holder_won ^ taker_won,
+            "round {round}: holder {holder_won}, taker {taker_won}"
+        );
+        let writers: Vec<String> = items(&mut conn)
+            .into_iter()
+            .filter(|l| l.starts_with(&format!("{resource}|")))
+            .collect();
+        assert_eq!(
+            writers,
+            [if holder_won {
+                format!("{resource}|a|1")
+            } else {
+                format!("{resource}|b|2")
+            }]
+        );
+        holder_wins += usize::from(holder_won);
+    }
+    eprintln!("holder won {holder_wins} of 12 rounds");
+}
+
+#[test]
+fn fenced_work_in_a_savepoint_rolls_back_alone_inside_an_outer_transaction() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "new", 2), Check::Token).unwrap();
+    conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        write(conn, "outer", "me", 0)?;
+        let refused = fenced_write(conn, "r", &token("k", "old", 1), Check::Token).unwrap_err();
+        assert!(matches!(
+            refused,
+            FencedError::Guard(GuardError::StaleEpoch { .. })
+        ));
+        fenced_write(conn, "r", &token("k", "new", 2), Check::Token).unwrap();
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(items(&mut conn), ["r|new|2", "outer|me|0", "r|new|2"]);
+}
+
+#[test]
+fn fenced_writes_work_through_the_pool_client() {
+    let db = TestDb::new();
+    drop(setup(&db));
+    let client = leasehold::LeaseClient::connect(&db.url, 2).unwrap();
+    let lease = client.acquire("k", "a", TTL).unwrap().granted().unwrap();
+    client
+        .run_fenced("r", &lease.token(), Check::LeaseHeld, |conn| {
+            write(conn, "r", "a", 1)
+        })
+        .unwrap();
+    let stale = client.run_fenced("r", &token("k", "z", 1), Check::Token, |conn| {
+        write(conn, "r", "z", 1)
+    });
+    assert!(stale.is_ok(), "equal epoch is admitted: {stale:?}");
+    assert_eq!(items(&mut db.conn()), ["r|a|1", "r|z|1"]);
+}
+
+#[test]
+fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_writes() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    let old = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap();
+    wait_until_server_time_passes(&mut conn, old.expires_at());
+    let counter = inspect(&mut conn, "k").unwrap().unwrap().epoch();
+    assert_eq!(fence(&mut conn, "r", "k", counter).unwrap(), counter + 1);
+    let error = fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap_err();
+    assert_eq!(stale(error), ("r".to_owned(), 1, 2));
+    let next = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    fenced_write(&mut conn, "r", &next.token(), Check::Token).unwrap();
+    // Fencing a brand-new resource registers it.
+    assert_eq!(fence(&mut conn, "fresh", "k", 7).unwrap(), 8);
+    assert_eq!(
+        inspect_guard(&mut conn, "fresh").unwrap(),
+        Some(GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: 8
+        })
+    );
+}
+
+#[test]
+fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
+    let error = admit(&mut conn, "", &token("k", "a", 1)).unwrap_err();
+    assert!(
+        matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty"]),
+        "{error:?}"
+    );
+    let error = fence(&mut conn, "", "", -1).unwrap_err();
+    assert!(
+        matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty", "key must not be empty", "up_to must not be negative"]),
+        "{error:?}"
+    );
+    for sql in [
+        "SELECT lease.admit(NULL, 'k', 1)",
+        "SELECT lease.admit('r', 'k', 0)",
+        "SELECT lease.admit_held('r', 'k', NULL, 1)",
+        "SELECT lease.renew_admit('r', 'k', 'a', 1, interval '0')",
+        "SELECT lease.fence('r', 'k', NULL)",
+        "SELECT * FROM lease.inspect_guard('')",
+    ] {
+        assert_eq!(sqlstate_of(&mut conn, sql), "22023", "{sql}");
+    }
+    assert_eq!(
+        inspect_guard(&mut conn, "r")
+            .unwrap()
+            .unwrap()
+            .accepted_epoch,
+        1
+    );
+    assert_eq!(items(&mut conn), ["r|a|1"]);
+}
+
+#[test]
+fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
+    let db = TestDb::new();
+    let role = format!("{}_guard_user", db.name);
+    db.conn()
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .unwrap();
+    {
+        let mut conn = db.conn_as(&role);
+        conn.batch_execute("BEGIN").unwrap();
+        admit(&mut conn, "r", &token("k", "a", 1)).unwrap();
+        conn.batch_execute("COMMIT").unwrap();
+        for sql in [
+            "SELECT * FROM lease.guards",
+            "UPDATE lease.guards SET accepted_epoch = 0",
+            "DELETE FROM lease.guards",
+        ] {
+            assert_eq!(sqlstate_of(&mut conn, sql), "42501", "{sql}");
+        }
+    }
+    db.conn()
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .unwrap();
+}
