@@ -28,7 +28,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
         &mut conn,
         "SELECT format('%s|%s|%s', p.proname, p.prosecdef, array_to_string(p.proconfig, ',')) AS line \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-         WHERE n.nspname = 'lease' AND p.proname NOT LIKE '\\_%' ORDER BY 1",
+         WHERE n.nspname = 'lease' AND p.proname NOT LIKE '\\_%' ORDER BY p.proname",
     );
     assert_eq!(
         functions,
