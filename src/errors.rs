@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use diesel::result::{DatabaseErrorInformation, Error as DieselError};
+use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error as DieselError};
 
 /// `CONSTRAINT` name carried by invalid-input errors (SQLSTATE 22023).
 pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
@@ -38,6 +38,20 @@ pub enum LeaseError {
         /// The wait bound that passed.
         wait: Duration,
     },
+    /// The connection broke while an autocommitted acquire, renew or release
+    /// was in flight, so it may or may not have committed. Neither success
+    /// nor failure may be assumed: re-read the key with `inspect` (or repeat
+    /// an acquire, which is idempotent for its owner) before acting.
+    #[error("the connection was lost while lease {operation} of key {key:?} was in flight; it may or may not have committed: re-read the key with inspect (or repeat the acquire, which is idempotent) before acting")]
+    OutcomeUnknown {
+        /// `"acquire"`, `"renew"` or `"release"`.
+        operation: &'static str,
+        /// The key concerned.
+        key: String,
+        /// The connection error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
     /// The database failed the call (connection lost, lease functions not
     /// installed, the caller's transaction already aborted, ...). The call's
     /// effect is undone with its transaction.
@@ -61,7 +75,18 @@ impl LeaseError {
         error: DieselError,
         key: &str,
         wait: Duration,
+        autocommit: bool,
     ) -> Self {
+        let mutates = operation != "inspect";
+        if let DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) = &error {
+            if autocommit && mutates {
+                return LeaseError::OutcomeUnknown {
+                    operation,
+                    key: key.to_owned(),
+                    source: error,
+                };
+            }
+        }
         if let DieselError::DatabaseError(_, info) = &error {
             match info.constraint_name() {
                 Some(INVALID_INPUT) => {

@@ -240,7 +240,7 @@ fn acquire_call(
     };
     let (acquired, epoch, expires_at) = call
         .get_result::<(bool, Option<i64>, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| LeaseError::from_diesel("acquire", error, key, wait))?;
+        .map_err(|error| map_error(conn, "acquire", error, key, wait))?;
     match (acquired, epoch, expires_at) {
         (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
             key: key.to_owned(),
@@ -282,7 +282,7 @@ pub fn renew(
     };
     let (status, expires_at) = call
         .get_result::<(String, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| LeaseError::from_diesel("renew", error, key, Duration::ZERO))?;
+        .map_err(|error| map_error(conn, "renew", error, key, Duration::ZERO))?;
     match (status.as_str(), expires_at) {
         ("ok", Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
         (other, _) => Ok(Renewal::Lost(unexpected_status("renew", other)?)),
@@ -308,7 +308,7 @@ pub fn release(
     };
     let status = call
         .get_result::<String>(conn)
-        .map_err(|error| LeaseError::from_diesel("release", error, key, Duration::ZERO))?;
+        .map_err(|error| map_error(conn, "release", error, key, Duration::ZERO))?;
     match status.as_str() {
         "ok" => Ok(Release::Released),
         other => Ok(Release::Lost(unexpected_status("release", other)?)),
@@ -327,7 +327,7 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
     };
     let row = call
         .get_results::<(bool, Option<String>, i64, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| LeaseError::from_diesel("inspect", error, key, Duration::ZERO))?
+        .map_err(|error| map_error(conn, "inspect", error, key, Duration::ZERO))?
         .into_iter()
         .next();
     Ok(row.map(
@@ -340,6 +340,22 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
             _ => LeaseState::Unowned { epoch },
         },
     ))
+}
+
+/// Maps a failed call's error; a broken connection outside any transaction
+/// diesel knows of means the autocommit may or may not have happened.
+fn map_error(
+    conn: &mut PgConnection,
+    operation: &'static str,
+    error: diesel::result::Error,
+    key: &str,
+    wait: Duration,
+) -> LeaseError {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    let depth = <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(conn)
+        .transaction_depth();
+    let autocommit = matches!(depth, Ok(None));
+    LeaseError::from_diesel(operation, error, key, wait, autocommit)
 }
 
 /// Maps a SQL status text to the lost-lease reason it names.
