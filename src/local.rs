@@ -211,7 +211,8 @@ pub enum LocalServerError {
     /// The server process exited while starting up.
     #[error(
         "the PostgreSQL server exited during startup ({status}); the cause is in the \
-         last lines of its log (a bad `setting`, a port in use, shared memory limits...):\n{log_tail}"
+         last lines of its log (a bad `setting`, a port in use, shared memory \
+         limits...):\n{log_tail}"
     )]
     StartFailed {
         /// The server's exit status.

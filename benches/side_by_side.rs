@@ -1,0 +1,477 @@
+//! leasehold side by side with the durable floor and with its peers, in one
+//! run, on one server.
+//!
+//! Run: `cargo bench --bench side_by_side` (full: 10 s per row) or
+//! `cargo bench --bench side_by_side -- --quick` (2 s per row). Options:
+//! `--seconds N`, `--clients 1,4,16`, `--no-scale`.
+//!
+//! Every SQL workload is driven by `pgbench -M prepared` with per-transaction
+//! latency logs (percentiles computed from the logs); the "Rust API" rows
+//! run the same operations through leasehold's client with the same number
+//! of connections, so the client's own overhead is visible. Peers are
+//! modelled as the SQL they send (see `peer_scripts`), each in its own table.
+//! The table goes to stdout and to `bench-results/<timestamp>.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::{Connection, PgConnection};
+use leasehold::local::LocalPostgres;
+
+struct Options {
+    seconds: u64,
+    clients: Vec<usize>,
+    scale: bool,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().collect();
+    let mut options = Options { seconds: 10, clients: vec![1, 4, 16], scale: true };
+    let mut i = 1;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--quick" => options.seconds = 2,
+            "--seconds" => {
+                i += 1;
+                options.seconds = args.get(i).and_then(|s| s.parse().ok()).unwrap_or(options.seconds);
+            }
+            "--clients" => {
+                i += 1;
+                if let Some(list) = args.get(i) {
+                    options.clients = list.split(',').filter_map(|c| c.parse().ok()).collect();
+                }
+            }
+            "--no-scale" => options.scale = false,
+            _ => {}
+        }
+        i += 1;
+    }
+    options
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    ops_per_sec: f64,
+    p50_us: f64,
+    p95_us: f64,
+    p99_us: f64,
+}
+
+fn stats_from(mut latencies_us: Vec<f64>, elapsed: Duration) -> Stats {
+    latencies_us.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        if latencies_us.is_empty() {
+            f64::NAN
+        } else {
+            latencies_us[((latencies_us.len() as f64 - 1.0) * q).round() as usize]
+        }
+    };
+    Stats {
+        ops_per_sec: latencies_us.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: pick(0.50),
+        p95_us: pick(0.95),
+        p99_us: pick(0.99),
+    }
+}
+
+/// One SQL workload: a pgbench script; setup SQL run once before.
+struct Workload {
+    group: &'static str,
+    name: &'static str,
+    /// How many lease operations one pgbench transaction performs (ops/s is
+    /// reported per operation-cycle as pgbench counts transactions).
+    script: String,
+}
+
+fn run_pgbench(bin: &Path, url: &str, dir: &Path, workload: &Workload, clients: usize, seconds: u64) -> Stats {
+    let script = dir.join(format!("{}.sql", workload.name.replace([' ', '/', '>', '(', ')', ','], "_")));
+    std::fs::write(&script, &workload.script).unwrap_or_else(|e| panic!("write script: {e}"));
+    let log_dir = dir.join(format!("log-{}-{clients}", workload.name.replace([' ', '/', '>', '(', ')', ','], "_")));
+    let _ = std::fs::remove_dir_all(&log_dir);
+    std::fs::create_dir_all(&log_dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let jobs = clients.min(2);
+    let started = Instant::now();
+    let output = Command::new(bin.join("pgbench"))
+        .current_dir(&log_dir)
+        .args(["-n", "-M", "prepared", "-l", "--log-prefix", "tx"])
+        .arg("-c")
+        .arg(clients.to_string())
+        .arg("-j")
+        .arg(jobs.to_string())
+        .arg("-T")
+        .arg(seconds.to_string())
+        .arg("-f")
+        .arg(&script)
+        .arg(url)
+        .output()
+        .unwrap_or_else(|e| panic!("run pgbench: {e}"));
+    let elapsed = started.elapsed();
+    if !output.status.success() {
+        panic!(
+            "pgbench failed for {}: {}\n{}",
+            workload.name,
+            String::from_utf8_lossy(&output.stderr),
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
+    let mut latencies = Vec::new();
+    let mut first = f64::MAX;
+    let mut last = 0.0_f64;
+    for entry in std::fs::read_dir(&log_dir).unwrap_or_else(|e| panic!("read logs: {e}")).flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            // client_id transaction_no time script_no time_epoch time_us
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() >= 6 {
+                if let (Ok(latency), Ok(epoch), Ok(us)) = (fields[2].parse::<f64>(), fields[4].parse::<f64>(), fields[5].parse::<f64>()) {
+                    latencies.push(latency);
+                    let end = epoch + us / 1e6;
+                    first = first.min(end - latency / 1e6);
+                    last = last.max(end);
+                }
+            }
+        }
+    }
+    let window = if last > first { Duration::from_secs_f64(last - first) } else { elapsed };
+    stats_from(latencies, window)
+}
+
+fn lease_scripts() -> Vec<Workload> {
+    vec![
+        Workload {
+            group: "floor",
+            name: "durable floor: 1-row PK UPDATE",
+            script: "UPDATE bench_floor SET n = n + 1 WHERE id = :client_id + 1;\n".into(),
+        },
+        Workload {
+            group: "leasehold",
+            name: "acquire (free key)",
+            // ttl of 1 µs: the grant is lapsed by the next call, so every
+            // call takes the free/lapsed acquire path on the client's key.
+            script: "SELECT acquired FROM lease.acquire('op-' || :client_id, 'o' || :client_id, interval '1 microsecond');\n".into(),
+        },
+        Workload {
+            group: "leasehold",
+            name: "renew",
+            script: "SELECT status FROM lease.renew('held-' || :client_id, 'o' || :client_id, 1, interval '1 hour');\n".into(),
+        },
+        Workload {
+            group: "leasehold",
+            name: "acquire -> release cycle",
+            script: "SELECT epoch AS e FROM lease.acquire('cyc-' || :client_id, 'o' || :client_id, interval '30s') \\gset\n\
+                     SELECT status FROM lease.release('cyc-' || :client_id, 'o' || :client_id, :e);\n"
+                .into(),
+        },
+        Workload {
+            group: "leasehold",
+            name: "W1-cycle (acq+renew+rel, 1 tx)",
+            script: "BEGIN;\n\
+                     SELECT epoch AS e FROM lease.acquire('w1-' || :client_id, 'o' || :client_id, interval '30s') \\gset\n\
+                     SELECT status FROM lease.renew('w1-' || :client_id, 'o' || :client_id, :e, interval '30s');\n\
+                     SELECT status FROM lease.release('w1-' || :client_id, 'o' || :client_id, :e);\n\
+                     END;\n"
+                .into(),
+        },
+        Workload {
+            group: "leasehold",
+            name: "W2-contend (4 shared keys)",
+            script: "\\set k random(1, 4)\n\
+                     SELECT acquired FROM lease.acquire('w2-' || :k, 'o' || :client_id, interval '1 millisecond');\n"
+                .into(),
+        },
+    ]
+}
+
+/// Peers, modelled as the SQL they send (each statement autocommits unless
+/// a transaction is written out).
+fn peer_scripts() -> Vec<Workload> {
+    vec![
+        // ShedLock, database-time variant.
+        Workload {
+            group: "ShedLock",
+            name: "ShedLock acquire -> unlock cycle",
+            script: "INSERT INTO shedlock (name, lock_until, locked_at, locked_by) \
+                     VALUES ('cyc-' || :client_id, now() + interval '30s', now(), 'host-' || :client_id) \
+                     ON CONFLICT (name) DO UPDATE SET lock_until = now() + interval '30s', locked_at = now(), locked_by = 'host-' || :client_id \
+                     WHERE shedlock.lock_until <= now();\n\
+                     UPDATE shedlock SET lock_until = GREATEST(locked_at + interval '0s', now()) \
+                     WHERE name = 'cyc-' || :client_id AND locked_by = 'host-' || :client_id;\n"
+                .into(),
+        },
+        Workload {
+            group: "ShedLock",
+            name: "ShedLock extend",
+            script: "UPDATE shedlock SET lock_until = now() + interval '1 hour' \
+                     WHERE name = 'held-' || :client_id AND locked_by = 'host-' || :client_id AND lock_until > now();\n"
+                .into(),
+        },
+        // Spring Integration JDBC lock repository.
+        Workload {
+            group: "Spring JDBC",
+            name: "Spring acquire -> release cycle",
+            script: "BEGIN;\n\
+                     WITH u AS (UPDATE int_lock SET client_id = 'c-' || :client_id, created_date = now() \
+                     WHERE region = 'DEFAULT' AND lock_key = 'cyc-' || :client_id \
+                     AND (client_id = 'c-' || :client_id OR created_date < now() - interval '10s') RETURNING 1) \
+                     SELECT count(*) AS updated FROM u \\gset\n\
+                     \\if :updated = 0\n\
+                     INSERT INTO int_lock (region, lock_key, client_id, created_date) VALUES ('DEFAULT', 'cyc-' || :client_id, 'c-' || :client_id, now());\n\
+                     \\endif\n\
+                     END;\n\
+                     DELETE FROM int_lock WHERE region = 'DEFAULT' AND lock_key = 'cyc-' || :client_id AND client_id = 'c-' || :client_id;\n"
+                .into(),
+        },
+        Workload {
+            group: "Spring JDBC",
+            name: "Spring renew",
+            script: "UPDATE int_lock SET created_date = now() WHERE region = 'DEFAULT' AND lock_key = 'held-' || :client_id AND client_id = 'c-' || :client_id;\n".into(),
+        },
+        // cirello pglock.
+        Workload {
+            group: "pglock",
+            name: "pglock acquire -> release cycle",
+            script: "SELECT nextval('locks_rvn') AS rvn \\gset\n\
+                     INSERT INTO locks (name, record_version_number, data, owner) VALUES ('cyc-' || :client_id, :rvn, NULL, 'o-' || :client_id) \
+                     ON CONFLICT (name) DO UPDATE SET record_version_number = :rvn, owner = 'o-' || :client_id \
+                     WHERE locks.record_version_number IS NULL;\n\
+                     DELETE FROM locks WHERE name = 'cyc-' || :client_id AND record_version_number = :rvn;\n"
+                .into(),
+        },
+        Workload {
+            group: "pglock",
+            name: "pglock heartbeat",
+            script: "SELECT record_version_number AS old FROM locks WHERE name = 'held-' || :client_id \\gset\n\
+                     SELECT nextval('locks_rvn') AS rvn \\gset\n\
+                     UPDATE locks SET record_version_number = :rvn WHERE name = 'held-' || :client_id AND record_version_number = :old;\n"
+                .into(),
+        },
+        // Advisory locks: a reference (not durable, no expiry, no fencing).
+        Workload {
+            group: "advisory (reference)",
+            name: "advisory session lock -> unlock",
+            script: "SELECT pg_try_advisory_lock(:client_id);\nSELECT pg_advisory_unlock(:client_id);\n".into(),
+        },
+        Workload {
+            group: "advisory (reference)",
+            name: "advisory xact lock (1 tx)",
+            script: "BEGIN;\nSELECT pg_try_advisory_xact_lock(:client_id);\nEND;\n".into(),
+        },
+    ]
+}
+
+const SETUP: &str = "
+DROP TABLE IF EXISTS bench_floor, shedlock, int_lock, locks;
+DROP SEQUENCE IF EXISTS locks_rvn;
+CREATE TABLE bench_floor (id int PRIMARY KEY, n bigint NOT NULL);
+INSERT INTO bench_floor SELECT g, 0 FROM generate_series(1, 64) g;
+CREATE TABLE shedlock (name varchar(64) PRIMARY KEY, lock_until timestamp NOT NULL, locked_at timestamp NOT NULL, locked_by varchar(255) NOT NULL);
+CREATE TABLE int_lock (lock_key char(36) NOT NULL, region varchar(100) NOT NULL, client_id char(36), created_date timestamp NOT NULL, PRIMARY KEY (lock_key, region));
+CREATE TABLE locks (name text PRIMARY KEY, record_version_number bigint, data bytea, owner text);
+CREATE SEQUENCE locks_rvn;
+INSERT INTO shedlock SELECT 'held-' || g, now() + interval '1 hour', now(), 'host-' || g FROM generate_series(0, 63) g;
+INSERT INTO int_lock SELECT 'held-' || g, 'DEFAULT', 'c-' || g, now() FROM generate_series(0, 63) g;
+INSERT INTO locks SELECT 'held-' || g, nextval('locks_rvn'), NULL, 'o-' || g FROM generate_series(0, 63) g;
+SELECT count(*) FROM (SELECT lease.acquire('held-' || g, 'o' || g, interval '100 years') FROM generate_series(0, 63) g) s;
+";
+
+/// The Rust-API rows: the same operations through leasehold's client.
+fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
+    let barrier = Arc::new(Barrier::new(clients));
+    let deadline = Duration::from_secs(seconds);
+    let handles: Vec<_> = (0..clients)
+        .map(|c| {
+            let (url, barrier, op) = (url.to_owned(), barrier.clone(), op.to_owned());
+            std::thread::spawn(move || {
+                let mut conn = PgConnection::establish(&url).unwrap_or_else(|e| panic!("{e}"));
+                let owner = format!("o{c}");
+                let (op_key, held_key, cyc_key) = (format!("op-{c}"), format!("held-{c}"), format!("rcyc-{c}"));
+                let mut samples = Vec::new();
+                barrier.wait();
+                let start = Instant::now();
+                while start.elapsed() < deadline {
+                    let t = Instant::now();
+                    match op.as_str() {
+                        "acquire" => {
+                            let _ = leasehold::acquire(&mut conn, &op_key, &owner, Duration::from_micros(1)).unwrap_or_else(|e| panic!("{e}"));
+                        }
+                        "renew" => {
+                            let _ = leasehold::renew(&mut conn, &held_key, &owner, 1, Duration::from_secs(3600)).unwrap_or_else(|e| panic!("{e}"));
+                        }
+                        _ => {
+                            if let Some(lease) = leasehold::acquire(&mut conn, &cyc_key, &owner, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}")).granted() {
+                                let _ = leasehold::release(&mut conn, &cyc_key, &owner, lease.epoch()).unwrap_or_else(|e| panic!("{e}"));
+                            }
+                        }
+                    }
+                    samples.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+                (samples, start.elapsed())
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut longest = Duration::ZERO;
+    for handle in handles {
+        let (samples, elapsed) = handle.join().unwrap_or_else(|_| panic!("client thread panicked"));
+        all.extend(samples);
+        longest = longest.max(elapsed);
+    }
+    stats_from(all, longest)
+}
+
+fn query_text(conn: &mut PgConnection, sql: &str) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Value {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        value: String,
+    }
+    diesel::RunQueryDsl::get_result::<Value>(diesel::sql_query(sql), conn).map(|v| v.value).unwrap_or_else(|e| format!("? ({e})"))
+}
+
+/// pgbench lives beside the server binaries; the directory found for those
+/// may hold only symlinks to them, so follow `initdb`'s link if needed.
+fn pgbench_dir(bin: &Path) -> PathBuf {
+    if bin.join("pgbench").exists() {
+        return bin.to_path_buf();
+    }
+    if let Some(real) = std::fs::canonicalize(bin.join("initdb")).ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+        if real.join("pgbench").exists() {
+            return real;
+        }
+    }
+    PathBuf::from("/usr/lib/postgresql/15/bin")
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| text.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options();
+    let (server, url) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = LocalPostgres::builder().setting("max_connections", "100").start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let bin: PathBuf = match &server {
+        Some(server) => server.bin_dir().to_path_buf(),
+        None => PathBuf::from(std::env::var("LEASEHOLD_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into())),
+    };
+    let bin = pgbench_dir(&bin);
+    let mut conn = PgConnection::establish(&url)?;
+    leasehold::install(&mut conn)?;
+    conn.batch_execute(SETUP)?;
+    let work_dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work_dir)?;
+
+    let mut report = String::new();
+    let timestamp = chrono::Utc::now().format("%Y-%m-%dT%H-%M-%SZ").to_string();
+    writeln!(report, "## Benchmark {timestamp}\n")?;
+    writeln!(
+        report,
+        "Environment: PostgreSQL {} ({}), fsync={}, synchronous_commit={}, wal_sync_method={}, shared_buffers={}; \
+         pgbench {}; CPU {} × {} cores; {} s per row; pgbench -M prepared -j min(clients,2); ratios are p50 and ops/s relative to the leasehold row named in `vs`.\n",
+        query_text(&mut conn, "SELECT current_setting('server_version') AS value"),
+        if server.is_some() { "embedded LocalPostgres, unix socket" } else { "DATABASE_URL" },
+        query_text(&mut conn, "SELECT current_setting('fsync') AS value"),
+        query_text(&mut conn, "SELECT current_setting('synchronous_commit') AS value"),
+        query_text(&mut conn, "SELECT current_setting('wal_sync_method') AS value"),
+        query_text(&mut conn, "SELECT current_setting('shared_buffers') AS value"),
+        Command::new(bin.join("pgbench")).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_else(|e| format!("? ({e}, {})", bin.display())),
+        cpu_model(),
+        std::thread::available_parallelism().map_or(0, |p| p.get()),
+        options.seconds,
+    )?;
+    writeln!(report, "| group | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | vs | p50 ratio | ops/s ratio |")?;
+    writeln!(report, "|---|---|---:|---:|---:|---:|---:|---|---:|---:|")?;
+    print!("{report}");
+
+    let mut results: BTreeMap<(String, usize), Stats> = BTreeMap::new();
+    let emit = |report: &mut String, group: &str, name: &str, clients: usize, stats: Stats, reference: Option<(&str, Stats)>| {
+        let (vs, p50_ratio, ops_ratio) = match reference {
+            Some((ref_name, r)) => (ref_name.to_owned(), stats.p50_us / r.p50_us, stats.ops_per_sec / r.ops_per_sec),
+            None => ("—".to_owned(), 1.0, 1.0),
+        };
+        let line = format!(
+            "| {group} | {name} | {clients} | {:.0} | {:.0} | {:.0} | {:.0} | {vs} | {p50_ratio:.2} | {ops_ratio:.2} |\n",
+            stats.ops_per_sec, stats.p50_us, stats.p95_us, stats.p99_us
+        );
+        print!("{line}");
+        report.push_str(&line);
+    };
+
+    let lease = lease_scripts();
+    let peers = peer_scripts();
+    for &clients in &options.clients {
+        for workload in &lease {
+            let stats = run_pgbench(&bin, &url, &work_dir, workload, clients, options.seconds);
+            results.insert((workload.name.to_owned(), clients), stats);
+            let reference = if workload.group == "floor" { None } else { results.get(&("durable floor: 1-row PK UPDATE".to_owned(), clients)).map(|s| ("durable floor", *s)) };
+            emit(&mut report, workload.group, workload.name, clients, stats, reference);
+        }
+        for (op, pgbench_name) in [("acquire", "acquire (free key)"), ("renew", "renew"), ("cycle", "acquire -> release cycle")] {
+            let stats = run_rust(&url, op, clients, options.seconds);
+            let reference = results.get(&(pgbench_name.to_owned(), clients)).map(|s| ("same SQL via pgbench", *s));
+            emit(&mut report, "Rust API", &format!("{pgbench_name} via leasehold client"), clients, stats, reference);
+        }
+        for workload in &peers {
+            let stats = run_pgbench(&bin, &url, &work_dir, workload, clients, options.seconds);
+            let reference_name = if workload.name.contains("cycle") || workload.name.contains("->") || workload.name.contains("1 tx") {
+                "acquire -> release cycle"
+            } else {
+                "renew"
+            };
+            let reference = results.get(&(reference_name.to_owned(), clients)).map(|s| (reference_name, *s));
+            emit(&mut report, workload.group, workload.name, clients, stats, reference);
+        }
+    }
+
+    if options.scale {
+        writeln!(report, "\n| keys present | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | p50 ratio to 1k |")?;
+        writeln!(report, "|---:|---|---:|---:|---:|---:|---:|---:|")?;
+        let scale_script = |keys: usize| Workload {
+            group: "scale",
+            name: "scale acquire",
+            script: format!(
+                "\\set k random(1, {keys})\nSELECT acquired FROM lease.acquire('scale-' || :k, 'o' || :client_id, interval '1 microsecond');\n"
+            ),
+        };
+        let mut baseline: Option<Stats> = None;
+        for keys in [1_000_usize, 1_000_000] {
+            conn.batch_execute(&format!(
+                "INSERT INTO lease.leases (key, owner, epoch, expires_at) \
+                 SELECT 'scale-' || g, NULL, 1, NULL FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
+            ))?;
+            conn.batch_execute("VACUUM ANALYZE lease.leases")?;
+            let stats = run_pgbench(&bin, &url, &work_dir, &scale_script(keys), 1, options.seconds);
+            let ratio = baseline.map_or(1.0, |b| stats.p50_us / b.p50_us);
+            baseline.get_or_insert(stats);
+            let line = format!(
+                "| {keys} | acquire of a random existing key | 1 | {:.0} | {:.0} | {:.0} | {:.0} | {ratio:.2} |\n",
+                stats.ops_per_sec, stats.p50_us, stats.p95_us, stats.p99_us
+            );
+            print!("{line}");
+            report.push_str(&line);
+        }
+    }
+
+    let results_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results");
+    std::fs::create_dir_all(&results_dir)?;
+    let path = results_dir.join(format!("{timestamp}.md"));
+    std::fs::write(&path, &report)?;
+    println!("\nwritten to {}", path.display());
+    let _ = std::fs::remove_dir_all(&work_dir);
+    drop(server);
+    Ok(())
+}
