@@ -119,15 +119,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "environment: {} | server: {} | cores: {} | samples per row: {n}",
         settings.join(" "),
-        if server.is_some() { "embedded LocalPostgres (unix socket)" } else { "DATABASE_URL" },
+        if server.is_some() {
+            "embedded LocalPostgres (unix socket)"
+        } else {
+            "DATABASE_URL"
+        },
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
-    println!("\n| operation (1 client, autocommit)   |  p50 (µs) |  p99 (µs) |     ops/s | vs floor |");
-    println!("|------------------------------------|-----------|-----------|-----------|----------|");
+    println!(
+        "\n| operation (1 client, autocommit)   |  p50 (µs) |  p99 (µs) |     ops/s | vs floor |"
+    );
+    println!(
+        "|------------------------------------|-----------|-----------|-----------|----------|"
+    );
 
     let ttl = Duration::from_secs(600);
     let floor = time_ops(n, |i| {
-        FloorUpdate { id: (i % 64) as i32 + 1 }.get_result::<i64>(&mut conn).map(|_| ()).unwrap_or_else(|e| panic!("{e}"));
+        FloorUpdate {
+            id: (i % 64) as i32 + 1,
+        }
+        .get_result::<i64>(&mut conn)
+        .map(|_| ())
+        .unwrap_or_else(|e| panic!("{e}"));
     });
     row("durable floor: 1-row PK UPDATE", &floor, &floor);
 
@@ -135,26 +148,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (one conditional UPDATE); release makes them free again.
     let keys: Vec<String> = (0..n).map(|i| format!("bench-key-{i}")).collect();
     let acquire_new = time_ops(n, |i| {
-        let _ = leasehold::acquire(&mut conn, &format!("fresh-{i}-{}", keys.len()), "bench", ttl).unwrap_or_else(|e| panic!("{e}"));
+        let _ = leasehold::acquire(
+            &mut conn,
+            &format!("fresh-{i}-{}", keys.len()),
+            "bench",
+            ttl,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     });
     let mut epochs = vec![0_i64; n];
     let acquire = time_ops(n, |i| {
-        let lease = leasehold::acquire(&mut conn, &keys[i], "bench", ttl).unwrap_or_else(|e| panic!("{e}"));
+        let lease =
+            leasehold::acquire(&mut conn, &keys[i], "bench", ttl).unwrap_or_else(|e| panic!("{e}"));
         epochs[i] = lease.granted().map_or(0, |l| l.epoch());
     });
     let renew = time_ops(n, |i| {
-        let _ = leasehold::renew(&mut conn, &keys[i], "bench", epochs[i], ttl).unwrap_or_else(|e| panic!("{e}"));
+        let _ = leasehold::renew(&mut conn, &keys[i], "bench", epochs[i], ttl)
+            .unwrap_or_else(|e| panic!("{e}"));
     });
     let inspect = time_ops(n, |i| {
         let _ = leasehold::inspect(&mut conn, &keys[i]).unwrap_or_else(|e| panic!("{e}"));
     });
     let release = time_ops(n, |i| {
-        let _ = leasehold::release(&mut conn, &keys[i], "bench", epochs[i]).unwrap_or_else(|e| panic!("{e}"));
+        let _ = leasehold::release(&mut conn, &keys[i], "bench", epochs[i])
+            .unwrap_or_else(|e| panic!("{e}"));
     });
     let cycle = time_ops(n, |i| {
         let key = &keys[i % 64];
-        if let Some(lease) = leasehold::acquire(&mut conn, key, "cycler", ttl).unwrap_or_else(|e| panic!("{e}")).granted() {
-            let _ = leasehold::release(&mut conn, key, "cycler", lease.epoch()).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(lease) = leasehold::acquire(&mut conn, key, "cycler", ttl)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .granted()
+        {
+            let _ = leasehold::release(&mut conn, key, "cycler", lease.epoch())
+                .unwrap_or_else(|e| panic!("{e}"));
         }
     });
     row("acquire (existing free key)", &acquire, &floor);
@@ -171,31 +197,60 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let token = lease.token();
     let plain = time_ops(n, |i| {
         conn.transaction::<_, diesel::result::Error, _>(|c| {
-            c.batch_execute(&format!("UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}", i % 64 + 1))
+            c.batch_execute(&format!(
+                "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
+                i % 64 + 1
+            ))
         })
         .unwrap_or_else(|e| panic!("{e}"));
     });
     let fenced = time_ops(n, |i| {
-        run_fenced(&mut conn, &format!("item-{}", i % 64), &token, Check::Token, |c| {
-            c.batch_execute(&format!("UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}", i % 64 + 1))
-        })
+        run_fenced(
+            &mut conn,
+            &format!("item-{}", i % 64),
+            &token,
+            Check::Token,
+            |c| {
+                c.batch_execute(&format!(
+                    "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
+                    i % 64 + 1
+                ))
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     });
     let held = time_ops(n, |i| {
-        run_fenced(&mut conn, &format!("item-{}", i % 64), &token, Check::LeaseHeld, |c| {
-            c.batch_execute(&format!("UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}", i % 64 + 1))
-        })
+        run_fenced(
+            &mut conn,
+            &format!("item-{}", i % 64),
+            &token,
+            Check::LeaseHeld,
+            |c| {
+                c.batch_execute(&format!(
+                    "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
+                    i % 64 + 1
+                ))
+            },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     });
-    println!("\n| write transaction (1 client)       |  p50 (µs) |  p99 (µs) |     ops/s | vs plain |");
-    println!("|------------------------------------|-----------|-----------|-----------|----------|");
+    println!(
+        "\n| write transaction (1 client)       |  p50 (µs) |  p99 (µs) |     ops/s | vs plain |"
+    );
+    println!(
+        "|------------------------------------|-----------|-----------|-----------|----------|"
+    );
     row("plain UPDATE in a transaction", &plain, &plain);
     row("fenced (Check::Token)", &fenced, &plain);
     row("fenced (Check::LeaseHeld)", &held, &plain);
 
     // 8 clients: throughput of plain vs fenced writes, each client its own rows.
-    println!("\n| write transaction (8 clients)      |  p50 (µs) |  p99 (µs) |     ops/s | vs plain |");
-    println!("|------------------------------------|-----------|-----------|-----------|----------|");
+    println!(
+        "\n| write transaction (8 clients)      |  p50 (µs) |  p99 (µs) |     ops/s | vs plain |"
+    );
+    println!(
+        "|------------------------------------|-----------|-----------|-----------|----------|"
+    );
     let run_clients = |fenced: bool| -> Stats {
         let per_client = n / 4;
         let start = Instant::now();
@@ -207,13 +262,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let mut samples = Vec::with_capacity(per_client);
                     for i in 0..per_client {
                         let id = c * 8 + i % 8 + 1;
-                        let sql = format!("UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {id}");
+                        let sql = format!(
+                            "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {id}"
+                        );
                         let t = Instant::now();
                         if fenced {
-                            run_fenced(&mut conn, &format!("item-{id}"), &token, Check::Token, |c| c.batch_execute(&sql))
-                                .unwrap_or_else(|e| panic!("{e}"));
+                            run_fenced(
+                                &mut conn,
+                                &format!("item-{id}"),
+                                &token,
+                                Check::Token,
+                                |c| c.batch_execute(&sql),
+                            )
+                            .unwrap_or_else(|e| panic!("{e}"));
                         } else {
-                            conn.transaction::<_, diesel::result::Error, _>(|c| c.batch_execute(&sql)).unwrap_or_else(|e| panic!("{e}"));
+                            conn.transaction::<_, diesel::result::Error, _>(|c| {
+                                c.batch_execute(&sql)
+                            })
+                            .unwrap_or_else(|e| panic!("{e}"));
                         }
                         samples.push(t.elapsed());
                     }
@@ -221,7 +287,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 })
             })
             .collect();
-        let mut samples: Vec<Duration> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+        let mut samples: Vec<Duration> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect();
         measure(&mut samples, start.elapsed())
     };
     let plain8 = run_clients(false);

@@ -31,14 +31,21 @@ struct Options {
 
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
-    let mut options = Options { seconds: 10, clients: vec![1, 4, 16], scale: true };
+    let mut options = Options {
+        seconds: 10,
+        clients: vec![1, 4, 16],
+        scale: true,
+    };
     let mut i = 1;
     while i < args.len() {
         match args[i].as_str() {
             "--quick" => options.seconds = 2,
             "--seconds" => {
                 i += 1;
-                options.seconds = args.get(i).and_then(|s| s.parse().ok()).unwrap_or(options.seconds);
+                options.seconds = args
+                    .get(i)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(options.seconds);
             }
             "--clients" => {
                 i += 1;
@@ -88,10 +95,23 @@ struct Workload {
     script: String,
 }
 
-fn run_pgbench(bin: &Path, url: &str, dir: &Path, workload: &Workload, clients: usize, seconds: u64) -> Stats {
-    let script = dir.join(format!("{}.sql", workload.name.replace([' ', '/', '>', '(', ')', ','], "_")));
+fn run_pgbench(
+    bin: &Path,
+    url: &str,
+    dir: &Path,
+    workload: &Workload,
+    clients: usize,
+    seconds: u64,
+) -> Stats {
+    let script = dir.join(format!(
+        "{}.sql",
+        workload.name.replace([' ', '/', '>', '(', ')', ','], "_")
+    ));
     std::fs::write(&script, &workload.script).unwrap_or_else(|e| panic!("write script: {e}"));
-    let log_dir = dir.join(format!("log-{}-{clients}", workload.name.replace([' ', '/', '>', '(', ')', ','], "_")));
+    let log_dir = dir.join(format!(
+        "log-{}-{clients}",
+        workload.name.replace([' ', '/', '>', '(', ')', ','], "_")
+    ));
     let _ = std::fs::remove_dir_all(&log_dir);
     std::fs::create_dir_all(&log_dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
     let jobs = clients.min(2);
@@ -122,13 +142,20 @@ fn run_pgbench(bin: &Path, url: &str, dir: &Path, workload: &Workload, clients: 
     let mut latencies = Vec::new();
     let mut first = f64::MAX;
     let mut last = 0.0_f64;
-    for entry in std::fs::read_dir(&log_dir).unwrap_or_else(|e| panic!("read logs: {e}")).flatten() {
+    for entry in std::fs::read_dir(&log_dir)
+        .unwrap_or_else(|e| panic!("read logs: {e}"))
+        .flatten()
+    {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
         for line in text.lines() {
             // client_id transaction_no time script_no time_epoch time_us
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() >= 6 {
-                if let (Ok(latency), Ok(epoch), Ok(us)) = (fields[2].parse::<f64>(), fields[4].parse::<f64>(), fields[5].parse::<f64>()) {
+                if let (Ok(latency), Ok(epoch), Ok(us)) = (
+                    fields[2].parse::<f64>(),
+                    fields[4].parse::<f64>(),
+                    fields[5].parse::<f64>(),
+                ) {
                     latencies.push(latency);
                     let end = epoch + us / 1e6;
                     first = first.min(end - latency / 1e6);
@@ -137,7 +164,11 @@ fn run_pgbench(bin: &Path, url: &str, dir: &Path, workload: &Workload, clients: 
             }
         }
     }
-    let window = if last > first { Duration::from_secs_f64(last - first) } else { elapsed };
+    let window = if last > first {
+        Duration::from_secs_f64(last - first)
+    } else {
+        elapsed
+    };
     stats_from(latencies, window)
 }
 
@@ -289,7 +320,8 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
             std::thread::spawn(move || {
                 let mut conn = PgConnection::establish(&url).unwrap_or_else(|e| panic!("{e}"));
                 let owner = format!("o{c}");
-                let (op_key, held_key, cyc_key) = (format!("op-{c}"), format!("held-{c}"), format!("rcyc-{c}"));
+                let (op_key, held_key, cyc_key) =
+                    (format!("op-{c}"), format!("held-{c}"), format!("rcyc-{c}"));
                 let mut samples = Vec::new();
                 barrier.wait();
                 let start = Instant::now();
@@ -297,14 +329,37 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
                     let t = Instant::now();
                     match op.as_str() {
                         "acquire" => {
-                            let _ = leasehold::acquire(&mut conn, &op_key, &owner, Duration::from_micros(1)).unwrap_or_else(|e| panic!("{e}"));
+                            let _ = leasehold::acquire(
+                                &mut conn,
+                                &op_key,
+                                &owner,
+                                Duration::from_micros(1),
+                            )
+                            .unwrap_or_else(|e| panic!("{e}"));
                         }
                         "renew" => {
-                            let _ = leasehold::renew(&mut conn, &held_key, &owner, 1, Duration::from_secs(3600)).unwrap_or_else(|e| panic!("{e}"));
+                            let _ = leasehold::renew(
+                                &mut conn,
+                                &held_key,
+                                &owner,
+                                1,
+                                Duration::from_secs(3600),
+                            )
+                            .unwrap_or_else(|e| panic!("{e}"));
                         }
                         _ => {
-                            if let Some(lease) = leasehold::acquire(&mut conn, &cyc_key, &owner, Duration::from_secs(30)).unwrap_or_else(|e| panic!("{e}")).granted() {
-                                let _ = leasehold::release(&mut conn, &cyc_key, &owner, lease.epoch()).unwrap_or_else(|e| panic!("{e}"));
+                            if let Some(lease) = leasehold::acquire(
+                                &mut conn,
+                                &cyc_key,
+                                &owner,
+                                Duration::from_secs(30),
+                            )
+                            .unwrap_or_else(|e| panic!("{e}"))
+                            .granted()
+                            {
+                                let _ =
+                                    leasehold::release(&mut conn, &cyc_key, &owner, lease.epoch())
+                                        .unwrap_or_else(|e| panic!("{e}"));
                             }
                         }
                     }
@@ -317,7 +372,9 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
     let mut all = Vec::new();
     let mut longest = Duration::ZERO;
     for handle in handles {
-        let (samples, elapsed) = handle.join().unwrap_or_else(|_| panic!("client thread panicked"));
+        let (samples, elapsed) = handle
+            .join()
+            .unwrap_or_else(|_| panic!("client thread panicked"));
         all.extend(samples);
         longest = longest.max(elapsed);
     }
@@ -330,7 +387,9 @@ fn query_text(conn: &mut PgConnection, sql: &str) -> String {
         #[diesel(sql_type = diesel::sql_types::Text)]
         value: String,
     }
-    diesel::RunQueryDsl::get_result::<Value>(diesel::sql_query(sql), conn).map(|v| v.value).unwrap_or_else(|e| format!("? ({e})"))
+    diesel::RunQueryDsl::get_result::<Value>(diesel::sql_query(sql), conn)
+        .map(|v| v.value)
+        .unwrap_or_else(|e| format!("? ({e})"))
 }
 
 /// pgbench lives beside the server binaries; the directory found for those
@@ -339,7 +398,10 @@ fn pgbench_dir(bin: &Path) -> PathBuf {
     if bin.join("pgbench").exists() {
         return bin.to_path_buf();
     }
-    if let Some(real) = std::fs::canonicalize(bin.join("initdb")).ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+    if let Some(real) = std::fs::canonicalize(bin.join("initdb"))
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
         if real.join("pgbench").exists() {
             return real;
         }
@@ -350,7 +412,11 @@ fn pgbench_dir(bin: &Path) -> PathBuf {
 fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|text| text.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_else(|| "unknown".into())
 }
 
@@ -359,14 +425,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (server, url) = match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => (None, url),
         _ => {
-            let server = LocalPostgres::builder().setting("max_connections", "100").start()?;
+            let server = LocalPostgres::builder()
+                .setting("max_connections", "100")
+                .start()?;
             let url = server.url();
             (Some(server), url)
         }
     };
     let bin: PathBuf = match &server {
         Some(server) => server.bin_dir().to_path_buf(),
-        None => PathBuf::from(std::env::var("LEASEHOLD_PG_BIN").unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into())),
+        None => PathBuf::from(
+            std::env::var("LEASEHOLD_PG_BIN")
+                .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()),
+        ),
     };
     let bin = pgbench_dir(&bin);
     let mut conn = PgConnection::establish(&url)?;
@@ -398,9 +469,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     print!("{report}");
 
     let mut results: BTreeMap<(String, usize), Stats> = BTreeMap::new();
-    let emit = |report: &mut String, group: &str, name: &str, clients: usize, stats: Stats, reference: Option<(&str, Stats)>| {
+    let emit = |report: &mut String,
+                group: &str,
+                name: &str,
+                clients: usize,
+                stats: Stats,
+                reference: Option<(&str, Stats)>| {
         let (vs, p50_ratio, ops_ratio) = match reference {
-            Some((ref_name, r)) => (ref_name.to_owned(), stats.p50_us / r.p50_us, stats.ops_per_sec / r.ops_per_sec),
+            Some((ref_name, r)) => (
+                ref_name.to_owned(),
+                stats.p50_us / r.p50_us,
+                stats.ops_per_sec / r.ops_per_sec,
+            ),
             None => ("—".to_owned(), 1.0, 1.0),
         };
         let line = format!(
@@ -417,35 +497,75 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for workload in &lease {
             let stats = run_pgbench(&bin, &url, &work_dir, workload, clients, options.seconds);
             results.insert((workload.name.to_owned(), clients), stats);
-            let reference = if workload.group == "floor" { None } else { results.get(&("durable floor: 1-row PK UPDATE".to_owned(), clients)).map(|s| ("durable floor", *s)) };
-            emit(&mut report, workload.group, workload.name, clients, stats, reference);
+            let reference = if workload.group == "floor" {
+                None
+            } else {
+                results
+                    .get(&("durable floor: 1-row PK UPDATE".to_owned(), clients))
+                    .map(|s| ("durable floor", *s))
+            };
+            emit(
+                &mut report,
+                workload.group,
+                workload.name,
+                clients,
+                stats,
+                reference,
+            );
         }
-        for (op, pgbench_name) in [("acquire", "acquire (free key)"), ("renew", "renew"), ("cycle", "acquire -> release cycle")] {
+        for (op, pgbench_name) in [
+            ("acquire", "acquire (free key)"),
+            ("renew", "renew"),
+            ("cycle", "acquire -> release cycle"),
+        ] {
             let stats = run_rust(&url, op, clients, options.seconds);
-            let reference = results.get(&(pgbench_name.to_owned(), clients)).map(|s| ("same SQL via pgbench", *s));
-            emit(&mut report, "Rust API", &format!("{pgbench_name} via leasehold client"), clients, stats, reference);
+            let reference = results
+                .get(&(pgbench_name.to_owned(), clients))
+                .map(|s| ("same SQL via pgbench", *s));
+            emit(
+                &mut report,
+                "Rust API",
+                &format!("{pgbench_name} via leasehold client"),
+                clients,
+                stats,
+                reference,
+            );
         }
         for workload in &peers {
             let stats = run_pgbench(&bin, &url, &work_dir, workload, clients, options.seconds);
-            let reference_name = if workload.name.contains("cycle") || workload.name.contains("->") || workload.name.contains("1 tx") {
+            let reference_name = if workload.name.contains("cycle")
+                || workload.name.contains("->")
+                || workload.name.contains("1 tx")
+            {
                 "acquire -> release cycle"
             } else {
                 "renew"
             };
-            let reference = results.get(&(reference_name.to_owned(), clients)).map(|s| (reference_name, *s));
-            emit(&mut report, workload.group, workload.name, clients, stats, reference);
+            let reference = results
+                .get(&(reference_name.to_owned(), clients))
+                .map(|s| (reference_name, *s));
+            emit(
+                &mut report,
+                workload.group,
+                workload.name,
+                clients,
+                stats,
+                reference,
+            );
         }
     }
 
     if options.scale {
         writeln!(report, "\n| keys present | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | p50 ratio to 1k |")?;
         writeln!(report, "|---:|---|---:|---:|---:|---:|---:|---:|")?;
-        let scale_script = |keys: usize| Workload {
+        let scale_script = |keys: usize| {
+            Workload {
             group: "scale",
             name: "scale acquire",
             script: format!(
                 "\\set k random(1, {keys})\nSELECT acquired FROM lease.acquire('scale-' || :k, 'o' || :client_id, interval '1 microsecond');\n"
             ),
+        }
         };
         let mut baseline: Option<Stats> = None;
         for keys in [1_000_usize, 1_000_000] {
@@ -454,7 +574,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                  SELECT 'scale-' || g, NULL, 1, NULL FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
             ))?;
             conn.batch_execute("VACUUM ANALYZE lease.leases")?;
-            let stats = run_pgbench(&bin, &url, &work_dir, &scale_script(keys), 1, options.seconds);
+            let stats = run_pgbench(
+                &bin,
+                &url,
+                &work_dir,
+                &scale_script(keys),
+                1,
+                options.seconds,
+            );
             let ratio = baseline.map_or(1.0, |b| stats.p50_us / b.p50_us);
             baseline.get_or_insert(stats);
             let line = format!(

@@ -28,7 +28,11 @@ impl Timeline {
     }
 }
 
-fn write_rows(conn: &mut PgConnection, writer: &str, epoch: i64) -> Result<(), diesel::result::Error> {
+fn write_rows(
+    conn: &mut PgConnection,
+    writer: &str,
+    epoch: i64,
+) -> Result<(), diesel::result::Error> {
     conn.batch_execute(&format!(
         "INSERT INTO report_lines (writer, epoch, line) VALUES \
          ('{writer}', {epoch}, 'total: 42'), ('{writer}', {epoch}, 'checked: yes')"
@@ -60,8 +64,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let Acquisition::Granted(lease_a) = leasehold::acquire(&mut a, KEY, "worker-a", ttl)? else {
         return Err("worker-a could not acquire the fresh key".into());
     };
-    t.say("worker-a", &format!("acquired {KEY} with epoch {} (ttl 800 ms)", lease_a.epoch()));
-    t.say("worker-a", "starts preparing its report... and pauses (GC, swap, network)");
+    t.say(
+        "worker-a",
+        &format!("acquired {KEY} with epoch {} (ttl 800 ms)", lease_a.epoch()),
+    );
+    t.say(
+        "worker-a",
+        "starts preparing its report... and pauses (GC, swap, network)",
+    );
 
     // B polls until A's grant lapses on the server clock, then takes over.
     let lease_b = loop {
@@ -70,11 +80,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Acquisition::Denied => std::thread::sleep(Duration::from_millis(50)),
         }
     };
-    t.say("worker-b", &format!("A's lease lapsed; took over with epoch {}", lease_b.epoch()));
+    t.say(
+        "worker-b",
+        &format!("A's lease lapsed; took over with epoch {}", lease_b.epoch()),
+    );
     run_fenced(&mut b, RESOURCE, &lease_b.token(), Check::Token, |conn| {
         write_rows(conn, "worker-b", lease_b.epoch())
     })?;
-    t.say("worker-b", &format!("fenced write committed; {RESOURCE} now admits epochs >= {}", lease_b.epoch()));
+    t.say(
+        "worker-b",
+        &format!(
+            "fenced write committed; {RESOURCE} now admits epochs >= {}",
+            lease_b.epoch()
+        ),
+    );
 
     t.say("worker-a", "wakes up and writes its (now stale) report");
     match run_fenced(&mut a, RESOURCE, &lease_a.token(), Check::Token, |conn| {
@@ -88,7 +107,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(other) => return Err(other.into()),
     }
     match leasehold::renew(&mut a, KEY, "worker-a", lease_a.epoch(), ttl)? {
-        leasehold::Renewal::Lost(why) => t.say("worker-a", &format!("renew says `{why}`: stops acting on {KEY}")),
+        leasehold::Renewal::Lost(why) => t.say(
+            "worker-a",
+            &format!("renew says `{why}`: stops acting on {KEY}"),
+        ),
         leasehold::Renewal::Renewed { .. } => return Err("a superseded holder renewed".into()),
     }
 
