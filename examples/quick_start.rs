@@ -38,7 +38,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     match leasehold::renew(&mut conn, "job-42", "worker-a1", lease.epoch(), ttl)? {
         Renewal::Renewed { expires_at } => {
-            println!("renew('job-42', 'worker-a1', {}, 30s) -> ok expires_at={expires_at}", lease.epoch())
+            println!(
+                "renew('job-42', 'worker-a1', {}, 30s) -> ok expires_at={expires_at}",
+                lease.epoch()
+            )
         }
         Renewal::Lost(why) => println!("renew -> {why}"),
     }
@@ -49,8 +52,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     match leasehold::inspect(&mut conn, "job-42")? {
-        Some(LeaseState::Held { owner, epoch, expires_at }) => {
-            println!("inspect('job-42') -> held=t owner={owner} epoch={epoch} expires_at={expires_at}")
+        Some(LeaseState::Held {
+            owner,
+            epoch,
+            expires_at,
+        }) => {
+            println!(
+                "inspect('job-42') -> held=t owner={owner} epoch={epoch} expires_at={expires_at}"
+            )
         }
         Some(LeaseState::Unowned { epoch }) => {
             println!("inspect('job-42') -> held=f owner=NULL epoch={epoch} expires_at=NULL")

@@ -29,21 +29,35 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod calls;
+mod cancel;
 mod client;
 mod errors;
 pub mod guards;
 mod install;
+mod keeper;
 mod leases;
+mod libpq;
+mod listener;
 #[cfg(feature = "local")]
 pub mod local;
+mod pooled;
 mod token;
+mod wait;
+mod worker;
 
+pub use cancel::CancelToken;
 pub use client::{LeaseClient, PgPool};
 pub use errors::{GuardError, InstallError, LeaseError};
 pub use guards::{run_fenced, Check, FencedError};
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
+pub use keeper::{Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss};
 pub use leases::{
     acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, Lease, LeaseState,
     LostLease, Release, Renewal,
 };
+pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
 pub use token::{FencingToken, TokenError};
+pub use wait::{
+    LeaseWaiter, LeaseWaiterBuilder, Wait, WaitError, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
+};
+pub use worker::{run_while_held, StopReason, WorkContext, WorkOutcome};

@@ -169,6 +169,18 @@ BEGIN
         v_now := clock_timestamp();
         IF FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > v_now THEN
             IF v_row.owner = p_owner THEN
+                -- Idempotent success. Lock the row as a grant would, so that
+                -- inside the caller's transaction this acquire also holds off
+                -- a takeover until commit, and so that lease rows are always
+                -- locked before guard rows (no lock-order deadlock with an
+                -- admit that follows).
+                SELECT l.owner, l.epoch, l.expires_at INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
+                   FOR NO KEY UPDATE;
+                IF NOT (v_row.owner = p_owner AND v_row.expires_at > clock_timestamp()) THEN
+                    CONTINUE;
+                END IF;
                 granted := true;
                 epoch := v_row.epoch;
                 expires_at := v_row.expires_at;
@@ -196,7 +208,7 @@ DECLARE
 BEGIN
     SELECT l.owner, l.epoch, l.expires_at, l.lapsed_owner INTO v_row
       FROM lease.leases AS l WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
-       FOR UPDATE;
+       FOR NO KEY UPDATE;
     IF NOT FOUND OR v_row.owner IS NULL THEN
         RETURN 'not_owner';
     END IF;

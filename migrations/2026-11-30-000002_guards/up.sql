@@ -117,9 +117,14 @@ BEGIN
 END;
 $$;
 
--- The lease is held right now by (owner, epoch); lock its row (FOR SHARE,
--- until the caller's transaction ends) so that no takeover, release or
--- renewal by anyone else can commit in between. Returns the expiry.
+-- The lease is held right now by (owner, epoch); lock its row until the
+-- caller's transaction ends so that no takeover, release or renewal by anyone
+-- else can commit in between. Returns the expiry.
+--
+-- FOR NO KEY UPDATE, the lock lease.renew and lease.release themselves take,
+-- rather than a share lock: two sessions holding a share lock that both go on
+-- to renew or release in the same transaction would deadlock on the upgrade.
+-- The price is that lease-checked transactions of one holder serialise.
 CREATE FUNCTION lease._check_held(p_key text, p_owner text, p_epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -133,7 +138,7 @@ BEGIN
       FROM lease.leases AS l
      WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
        AND l.owner = p_owner AND l.epoch = p_epoch AND l.expires_at > clock_timestamp()
-       FOR SHARE;
+       FOR NO KEY UPDATE;
     IF FOUND THEN
         RETURN v_expires;
     END IF;

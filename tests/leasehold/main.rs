@@ -3,6 +3,8 @@
 //! the one `DATABASE_URL` names).
 
 mod common;
+mod concurrency;
+mod holders;
 mod install;
 mod pool_client;
 mod security;

@@ -304,3 +304,27 @@ fn mixed_operations_from_many_sessions_never_deadlock_or_fail_to_serialize() {
     let grants: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert!(grants > 0);
 }
+
+/// A same-owner acquire inside a transaction locks the row like a grant, so
+/// a takeover after the grant lapses waits for that transaction; and lease
+/// rows are locked before guard rows, so acquire → admit → release cannot
+/// deadlock against a takeover that renews and admits.
+#[test]
+fn same_owner_reacquire_inside_a_transaction_holds_off_a_takeover_until_commit() {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut observer = db.conn();
+    let lease = granted(acquire(&mut holder, "k", "a", Duration::from_millis(300)).unwrap());
+    holder.batch_execute("BEGIN").unwrap();
+    assert_eq!(granted(acquire(&mut holder, "k", "a", TTL).unwrap()), lease);
+    wait_until_server_time_passes(&mut observer, lease.expires_at());
+    let url = db.url.clone();
+    let taker = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).unwrap();
+        acquire(&mut conn, "k", "b", TTL).unwrap()
+    });
+    wait_for_lock_waiter(&mut observer, &db.name);
+    holder.batch_execute("COMMIT").unwrap();
+    let taken = granted(taker.join().unwrap());
+    assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
+}

@@ -1,0 +1,49 @@
+//! A synchronous web backend handing out jobs under leases: claim a job,
+//! heartbeat it, submit its result fenced by the token, inspect it.
+//! The service itself is in `web_backend/service.rs` (shared with the
+//! integration test `tests/web_backend.rs`).
+//!
+//! Run: `cargo run --example web_backend` (a throwaway local PostgreSQL, or
+//! the server in `DATABASE_URL`; listens on `LISTEN`, default
+//! 127.0.0.1:8080; Enter stops it). Then, for example:
+//!
+//! ```text
+//! curl -s -X POST localhost:8080/jobs/job-7/claim -d '{"worker":"worker-b","ttl_ms":30000}'
+//! curl -s -X POST localhost:8080/jobs/job-7/heartbeat -H 'Fencing-Token: lh1.1.job-7.worker-b' -d '{"ttl_ms":30000}'
+//! curl -s -X PUT  localhost:8080/jobs/job-7/result -H 'Fencing-Token: lh1.1.job-7.worker-b' -d '{"result":{"rows":42}}'
+//! curl -s localhost:8080/jobs/job-7
+//! ```
+
+#[path = "web_backend/api_error.rs"]
+mod api_error;
+#[path = "web_backend/service.rs"]
+mod service;
+
+use leasehold::local::LocalPostgres;
+use leasehold::LeaseClient;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Keep the server alive for the whole run; it is removed on drop.
+    let (_server, url) = match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            eprintln!("no DATABASE_URL: starting a throwaway local PostgreSQL (deleted on exit)");
+            let server = LocalPostgres::start()?;
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
+    let client = LeaseClient::connect(&url, 8)?;
+    let service = service::Service::start(client, &listen, 4)?;
+    eprintln!(
+        "job service listening on http://{}; press Enter (or Ctrl-D) to stop",
+        service.addr()
+    );
+    // Serve until stdin ends a line or closes; then stop cleanly, so the
+    // pool and the throwaway server are closed in order.
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line)?;
+    service.shutdown();
+    Ok(())
+}

@@ -1,0 +1,110 @@
+//! The guard suite against `InMemory`, plus the store-refusal checks.
+
+mod common;
+
+use std::sync::Arc;
+
+use leasehold_object_store::object_store::local::LocalFileSystem;
+use leasehold_object_store::object_store::memory::InMemory;
+use leasehold_object_store::object_store::path::Path;
+use leasehold_object_store::{FenceError, FencedStore};
+
+fn store() -> FencedStore {
+    FencedStore::new(Arc::new(InMemory::new())).unwrap()
+}
+
+#[test]
+fn stale_epoch_is_rejected_and_object_untouched() {
+    common::stale_epoch_is_rejected_and_object_untouched(&store(), &Path::from("o"));
+}
+
+#[test]
+fn equal_and_higher_epochs_are_admitted() {
+    common::equal_and_higher_epochs_are_admitted(&store(), &Path::from("o"));
+}
+
+#[test]
+fn wrong_lease_key_is_rejected() {
+    common::wrong_lease_key_is_rejected(&store(), &Path::from("o"));
+}
+
+#[test]
+fn fence_raises_floor_without_changing_content() {
+    common::fence_raises_floor_without_changing_content(&store(), &Path::from("o"));
+}
+
+#[test]
+fn fence_record_round_trips_as_object_metadata() {
+    common::fence_record_round_trips_as_object_metadata(&store(), &Path::from("o"));
+}
+
+#[test]
+fn racing_writers_never_lose_updates_or_go_back() {
+    let store = Arc::new(store().with_max_attempts(100_000));
+    common::racing_writers_never_lose_updates_or_go_back(store, &Path::from("race"), 16, 50);
+}
+
+#[test]
+fn local_file_system_is_refused_at_construction() {
+    let dir = std::env::temp_dir().join(format!("leasehold-os-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let local = LocalFileSystem::new_with_prefix(&dir).unwrap();
+    let err = FencedStore::new(Arc::new(local)).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    match &err {
+        FenceError::UnsupportedStore { reason, .. } => {
+            assert!(reason.contains("If-None-Match"), "{reason}")
+        }
+        other => panic!("expected UnsupportedStore, got {other:?}"),
+    }
+    assert!(err.to_string().contains("conditional PUT"), "{err}");
+}
+
+#[test]
+fn calls_from_async_code_are_refused_not_panicking() {
+    let store = store();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let token = common::token("k", "o", 1);
+    let err = runtime
+        .block_on(async { store.write(&Path::from("o"), &token, "x") })
+        .unwrap_err();
+    assert!(matches!(err, FenceError::InsideAsyncRuntime), "{err:?}");
+    // Dropping the store inside async code must not panic either.
+    runtime.block_on(async move { drop(store) });
+}
+
+#[test]
+fn inconsistent_fence_record_is_reported_as_corrupt() {
+    use leasehold_object_store::object_store::{Attribute, PutOptions};
+    let store = store();
+    let path = Path::from("o");
+    store
+        .write(&path, &common::token("k", "a", 3), "x")
+        .unwrap();
+    // Rewrite around the guard: metadata says epoch 1, token says 3.
+    common::block(&store, |inner| {
+        let path = path.clone();
+        async move {
+            let mut options = PutOptions::default();
+            options.attributes.insert(
+                Attribute::Metadata(leasehold_object_store::META_EPOCH.into()),
+                "1".into(),
+            );
+            options.attributes.insert(
+                Attribute::Metadata(leasehold_object_store::META_TOKEN.into()),
+                "lh1.3.k.a".into(),
+            );
+            inner
+                .put_opts(&path, "lh1.3.k.a\ny".into(), options)
+                .await
+                .map(|_| ())
+        }
+    });
+    let err = store
+        .write(&path, &common::token("k", "a", 3), "z")
+        .unwrap_err();
+    assert!(matches!(err, FenceError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("disagrees"), "{err}");
+}

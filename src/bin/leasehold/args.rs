@@ -1,0 +1,142 @@
+//! The command line: subcommands, options and the help text (clap derive).
+//!
+//! Kept apart from the commands themselves so `--help` (including the
+//! exit-code table scripts rely on) reads as one page of source.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration;
+
+/// The exit-code table, shown at the end of `--help`. Must match
+/// [`crate::failure::Exit`].
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  ok
+  1  unexpected failure (e.g. the demo could not complete, stdout closed)
+  2  invalid input or usage (bad duration, empty key, zero ttl, ...)
+  3  denied: the key is held by another owner
+  4  lapsed: the caller's grant expired (and may have been taken over)
+  5  epoch mismatch: the caller holds the key under another epoch
+  6  not owner: unknown or free key, or another owner's grant
+  7  wait timed out: the key stayed held for the whole --wait
+  8  cannot connect, database error, or leasehold not installed
+  9  guard refusal: stale epoch, wrong lease key, or lease not held
+
+Without --database-url or DATABASE_URL every command runs against a
+throwaway local PostgreSQL that is deleted when the command exits: nothing
+persists between invocations. `leasehold demo` always uses its own.";
+
+/// Operator tool for leasehold: PostgreSQL leases with fencing epochs.
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// PostgreSQL URL, e.g. postgres://user@host/db. Without it (and without
+    /// DATABASE_URL) a throwaway local server is used for this one command.
+    #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// Print machine-readable JSON on stdout (one object per result; `watch`
+    /// prints one object per refresh). Errors are JSON objects too.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Install or upgrade the lease functions in the database (idempotent).
+    Install,
+    /// Acquire KEY for OWNER; prints the epoch, expiry and fencing token.
+    #[command(after_help = EXIT_CODES)]
+    Acquire {
+        /// The lease key, e.g. job-42.
+        key: String,
+        /// Who acquires it, e.g. worker-a1.
+        owner: String,
+        /// How long the grant lasts unless renewed (server clock).
+        #[arg(long, value_parser = duration::parse)]
+        ttl: Duration,
+        /// Wait up to this long while another owner holds the key (exit 7 on
+        /// timeout) instead of failing at once (exit 3).
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+    },
+    /// Extend the grant (KEY, OWNER, EPOCH) by --ttl from now.
+    #[command(after_help = EXIT_CODES)]
+    Renew {
+        /// The lease key.
+        key: String,
+        /// The owner of the grant.
+        owner: String,
+        /// The grant's epoch, as acquire printed it.
+        epoch: i64,
+        /// The new ttl, counted from now on the server clock.
+        #[arg(long, value_parser = duration::parse)]
+        ttl: Duration,
+    },
+    /// Release the grant (KEY, OWNER, EPOCH); its epoch becomes stale.
+    #[command(after_help = EXIT_CODES)]
+    Release {
+        /// The lease key.
+        key: String,
+        /// The owner of the grant.
+        owner: String,
+        /// The grant's epoch.
+        epoch: i64,
+    },
+    /// Show KEY's state: holder, epoch, expiry (advisory, may be stale).
+    #[command(after_help = EXIT_CODES)]
+    Inspect {
+        /// The lease key.
+        key: String,
+    },
+    /// List keys with holder, epoch and remaining time. Reads lease.leases
+    /// directly, so the role needs SELECT on it (superuser or the role that
+    /// installed leasehold).
+    #[command(after_help = EXIT_CODES)]
+    Ls(ListArgs),
+    /// Like `ls`, refreshed live until Ctrl-C (or --count refreshes).
+    /// Rows that changed since the previous refresh are marked with `*`.
+    #[command(after_help = EXIT_CODES)]
+    Watch {
+        /// Which keys.
+        #[command(flatten)]
+        list: ListArgs,
+        /// Time between refreshes.
+        #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+        interval: Duration,
+        /// Stop after this many refreshes (default: until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Raise RESOURCE's guard so it refuses every epoch up to --up-to of
+    /// lease --key (operator action after a holder lapsed or released).
+    #[command(after_help = EXIT_CODES)]
+    Fence {
+        /// The guarded resource's name, as the application uses it.
+        resource: String,
+        /// The lease key whose epochs fence the resource.
+        #[arg(long)]
+        key: String,
+        /// Refuse this epoch and every lower one from now on.
+        #[arg(long)]
+        up_to: i64,
+    },
+    /// A guided fencing scenario on its own throwaway server: two workers,
+    /// a stalled holder taken over, its stale write refused, a database
+    /// crash and restart with epochs intact. Takes a few seconds.
+    Demo,
+}
+
+/// Which keys `ls` and `watch` show.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys starting with this prefix (default: all keys).
+    pub prefix: Option<String>,
+}

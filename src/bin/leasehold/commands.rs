@@ -1,0 +1,269 @@
+//! The one-shot commands: install, acquire, renew, release, inspect, fence.
+//!
+//! Each is a thin layer over the library call of the same name: it prints
+//! the outcome the caller asked for, and turns every other outcome into a
+//! [`CliError`] so the exit code tells a script what happened.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::PgConnection;
+use leasehold::{Acquisition, Lease, LeaseState, Release, Renewal};
+
+use crate::duration;
+use crate::failure::CliError;
+use crate::json::Json;
+use crate::output::Printer;
+
+/// `leasehold install`.
+pub fn install(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
+    let report = leasehold::install(conn).map_err(|error| CliError::Database(error.to_string()))?;
+    let installed = leasehold::installed_versions(conn)
+        .map_err(|error| CliError::Database(error.to_string()))?;
+    let text = if report.applied.is_empty() {
+        format!(
+            "leasehold is already installed (versions {}); nothing to do",
+            installed.join(", ")
+        )
+    } else {
+        format!(
+            "installed leasehold migrations {}; the lease functions are ready",
+            report.applied.join(", ")
+        )
+    };
+    let strings = |list: &[String]| Json::Array(list.iter().map(Json::str).collect());
+    let json = Json::Object(vec![
+        ("applied", strings(&report.applied)),
+        ("installed", strings(&installed)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold acquire KEY OWNER --ttl T [--wait W]`.
+pub fn acquire(
+    conn: &mut PgConnection,
+    out: Printer,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    wait: Option<Duration>,
+) -> Result<(), CliError> {
+    check_names(key, owner)?;
+    let lease = match wait.filter(|w| !w.is_zero()) {
+        Some(wait) => leasehold::acquire_waiting_in_sql(conn, key, owner, ttl, wait)
+            .map_err(CliError::from_lease)?,
+        None => match leasehold::acquire(conn, key, owner, ttl).map_err(CliError::from_lease)? {
+            Acquisition::Granted(lease) => lease,
+            Acquisition::Denied => return Err(denied(conn, key)),
+        },
+    };
+    print_grant(out, &lease, ttl)
+}
+
+/// Builds the denial error, naming the holder if it is still there.
+fn denied(conn: &mut PgConnection, key: &str) -> CliError {
+    let holder = match leasehold::inspect(conn, key) {
+        Ok(Some(LeaseState::Held {
+            owner,
+            epoch,
+            expires_at,
+        })) => Some((owner, epoch, expires_at)),
+        _ => None,
+    };
+    CliError::Denied {
+        key: key.to_owned(),
+        holder,
+    }
+}
+
+fn print_grant(out: Printer, lease: &Lease, ttl: Duration) -> Result<(), CliError> {
+    let text = format!(
+        "acquired {} for {} at epoch {}, expires {} (ttl {})\ntoken: {}",
+        lease.key(),
+        lease.owner(),
+        lease.epoch(),
+        lease.expires_at(),
+        duration::format(ttl),
+        lease.token()
+    );
+    let json = Json::Object(vec![
+        ("acquired", Json::Bool(true)),
+        ("key", Json::str(lease.key())),
+        ("owner", Json::str(lease.owner())),
+        ("epoch", Json::Int(lease.epoch())),
+        ("expires_at", Json::time(Some(lease.expires_at()))),
+        ("token", Json::str(lease.token().to_string())),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold renew KEY OWNER EPOCH --ttl T`.
+pub fn renew(
+    conn: &mut PgConnection,
+    out: Printer,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    ttl: Duration,
+) -> Result<(), CliError> {
+    check_names(key, owner)?;
+    match leasehold::renew(conn, key, owner, epoch, ttl).map_err(CliError::from_lease)? {
+        Renewal::Renewed { expires_at } => {
+            let text = format!(
+                "renewed {key} for {owner} at epoch {epoch}, expires {expires_at} (ttl {})",
+                duration::format(ttl)
+            );
+            Ok(out.emit(&text, &status_json(key, owner, epoch, Some(expires_at)))?)
+        }
+        Renewal::Lost(why) => Err(CliError::Lost {
+            operation: "renew",
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            epoch,
+            why,
+        }),
+    }
+}
+
+/// `leasehold release KEY OWNER EPOCH`.
+pub fn release(
+    conn: &mut PgConnection,
+    out: Printer,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+) -> Result<(), CliError> {
+    check_names(key, owner)?;
+    match leasehold::release(conn, key, owner, epoch).map_err(CliError::from_lease)? {
+        Release::Released => {
+            let text = format!(
+                "released {key} (owner {owner}, epoch {epoch}); epoch {epoch} is stale from now on and the next grant gets a higher one"
+            );
+            Ok(out.emit(&text, &status_json(key, owner, epoch, None))?)
+        }
+        Release::Lost(why) => Err(CliError::Lost {
+            operation: "release",
+            key: key.to_owned(),
+            owner: owner.to_owned(),
+            epoch,
+            why,
+        }),
+    }
+}
+
+fn status_json(key: &str, owner: &str, epoch: i64, expires_at: Option<DateTime<Utc>>) -> Json {
+    let mut fields = vec![
+        ("status", Json::str("ok")),
+        ("key", Json::str(key)),
+        ("owner", Json::str(owner)),
+        ("epoch", Json::Int(epoch)),
+    ];
+    if expires_at.is_some() {
+        fields.push(("expires_at", Json::time(expires_at)));
+    }
+    Json::Object(fields)
+}
+
+/// `leasehold inspect KEY`. A never-leased key is a normal answer (exit 0).
+pub fn inspect(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), CliError> {
+    if key.is_empty() {
+        return Err(CliError::InvalidInput("KEY must not be empty".into()));
+    }
+    let state = leasehold::inspect(conn, key).map_err(CliError::from_lease)?;
+    let (text, json) = match state {
+        None => (
+            format!("{key} was never leased (no row); the first grant will be epoch 1"),
+            Json::Object(vec![
+                ("key", Json::str(key)),
+                ("exists", Json::Bool(false)),
+                ("held", Json::Bool(false)),
+                ("owner", Json::Null),
+                ("epoch", Json::Null),
+                ("expires_at", Json::Null),
+            ]),
+        ),
+        Some(LeaseState::Held {
+            owner,
+            epoch,
+            expires_at,
+        }) => (
+            crate::table::render(
+                &["KEY", "STATE", "HOLDER", "EPOCH", "EXPIRES_AT"],
+                &[vec![
+                    key.to_owned(),
+                    "held".into(),
+                    owner.clone(),
+                    epoch.to_string(),
+                    expires_at.to_string(),
+                ]],
+            ),
+            Json::Object(vec![
+                ("key", Json::str(key)),
+                ("exists", Json::Bool(true)),
+                ("held", Json::Bool(true)),
+                ("owner", Json::str(owner)),
+                ("epoch", Json::Int(epoch)),
+                ("expires_at", Json::time(Some(expires_at))),
+            ]),
+        ),
+        Some(LeaseState::Unowned { epoch }) => (
+            crate::table::render(
+                &["KEY", "STATE", "HOLDER", "EPOCH", "EXPIRES_AT"],
+                &[vec![
+                    key.to_owned(),
+                    "free".into(),
+                    "-".into(),
+                    epoch.to_string(),
+                    "-".into(),
+                ]],
+            ),
+            Json::Object(vec![
+                ("key", Json::str(key)),
+                ("exists", Json::Bool(true)),
+                ("held", Json::Bool(false)),
+                ("owner", Json::Null),
+                ("epoch", Json::Int(epoch)),
+                ("expires_at", Json::Null),
+            ]),
+        ),
+    };
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold fence RESOURCE --key KEY --up-to EPOCH`.
+pub fn fence(
+    conn: &mut PgConnection,
+    out: Printer,
+    resource: &str,
+    key: &str,
+    up_to: i64,
+) -> Result<(), CliError> {
+    let accepted = leasehold::guards::fence(conn, resource, key, up_to)?;
+    let text = format!(
+        "fenced {resource} (lease key {key}): epochs up to {} are refused, it admits epochs >= {accepted}",
+        accepted - 1
+    );
+    let json = Json::Object(vec![
+        ("resource", Json::str(resource)),
+        ("key", Json::str(key)),
+        ("accepted_epoch", Json::Int(accepted)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// Empty names are refused by the database too, but saying it here names
+/// the argument as the user typed it.
+fn check_names(key: &str, owner: &str) -> Result<(), CliError> {
+    let mut problems = Vec::new();
+    if key.is_empty() {
+        problems.push("KEY must not be empty");
+    }
+    if owner.is_empty() {
+        problems.push("OWNER must not be empty");
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::InvalidInput(problems.join("; ")))
+    }
+}

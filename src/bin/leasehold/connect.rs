@@ -1,0 +1,146 @@
+//! Where the commands run: the database named by `--database-url` /
+//! `DATABASE_URL`, or else a throwaway local server for this one command.
+//!
+//! The embedded default makes `leasehold acquire ...` work on a machine with
+//! nothing configured, but its state dies with the command, which would
+//! surprise anyone running two commands in a row. So it says so on stderr
+//! every time, and installs leasehold into it (it is always empty).
+
+use diesel::prelude::*;
+use diesel::sql_types::Bool;
+use diesel::PgConnection;
+use leasehold::local::LocalPostgres;
+
+use crate::failure::CliError;
+
+/// An open connection, and the local server behind it when there is one
+/// (kept alive, and removed on drop, with the connection).
+pub struct Session {
+    /// The connection the command uses. Declared first so it closes before
+    /// the server stops.
+    pub conn: PgConnection,
+    _server: Option<LocalPostgres>,
+}
+
+/// Whether the command needs leasehold installed already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Any database will do (`install`).
+    Nothing,
+    /// The lease functions must be there; say so clearly if not.
+    Installed,
+}
+
+/// Connects to `url`, or starts the embedded default when `url` is `None`.
+pub fn open(url: Option<&str>, needs: Needs) -> Result<Session, CliError> {
+    let Some(url) = url.filter(|u| !u.is_empty()) else {
+        return open_embedded();
+    };
+    let mut conn = establish(url)?;
+    if needs == Needs::Installed && !is_installed(&mut conn)? {
+        return Err(CliError::NotInstalled);
+    }
+    Ok(Session {
+        conn,
+        _server: None,
+    })
+}
+
+fn open_embedded() -> Result<Session, CliError> {
+    eprintln!(
+        "note: no --database-url or DATABASE_URL given: using a throwaway local PostgreSQL \
+         that is deleted when this command exits, so nothing persists between invocations; \
+         pass --database-url postgres://... to work on a real database"
+    );
+    let server = LocalPostgres::start()?;
+    let mut conn = establish(&server.url())?;
+    leasehold::install(&mut conn).map_err(|error| CliError::Database(error.to_string()))?;
+    Ok(Session {
+        conn,
+        _server: Some(server),
+    })
+}
+
+/// Opens a connection; the error names the URL without its password.
+pub fn establish(url: &str) -> Result<PgConnection, CliError> {
+    PgConnection::establish(url).map_err(|error| CliError::Connect {
+        url: redact(url),
+        message: error.to_string().trim().to_owned(),
+    })
+}
+
+#[derive(QueryableByName)]
+struct Flag {
+    #[diesel(sql_type = Bool)]
+    flag: bool,
+}
+
+/// Whether `lease.inspect(text)` exists: the cheapest sign of an install.
+fn is_installed(conn: &mut PgConnection) -> Result<bool, CliError> {
+    diesel::sql_query("SELECT to_regprocedure('lease.inspect(text)') IS NOT NULL AS flag")
+        .get_result::<Flag>(conn)
+        .map(|row| row.flag)
+        .map_err(|error| {
+            CliError::Database(format!(
+                "could not check whether leasehold is installed: {error}; check the connection"
+            ))
+        })
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, and
+/// `?password=secret` → `?password=***`.
+pub fn redact(url: &str) -> String {
+    let url = redact_userinfo(url);
+    match url.split_once('?') {
+        Some((base, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_owned(),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", query.join("&"))
+        }
+        None => url,
+    }
+}
+
+fn redact_userinfo(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme_end..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| scheme_end + i);
+    let authority = &url[scheme_end..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end],
+            &authority[..colon],
+            &url[scheme_end + at..]
+        ),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("postgres://u:p%40ss@h:5432/db?x=1"),
+            "postgres://u:***@h:5432/db?x=1"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("postgres://h:5432/db"), "postgres://h:5432/db");
+        assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(
+            redact("postgres://u@h/db?sslmode=require&password=x&a=b"),
+            "postgres://u@h/db?sslmode=require&password=***&a=b"
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! Everything a command can end with other than success, and its exit code.
+//!
+//! Ordinary lease outcomes that are not what the caller asked for (a denial,
+//! a lapsed grant) are failures *of the command*: a script running
+//! `leasehold renew ... || stop_work` must see them in the exit code. Each
+//! variant says what happened and what to do next, and carries the facts a
+//! script needs for the `--json` form.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use leasehold::local::LocalServerError;
+use leasehold::{GuardError, LeaseError, LostLease};
+
+use crate::duration;
+use crate::json::Json;
+
+/// Process exit codes; documented in `--help` (see `args::EXIT_CODES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: the command did what was asked.
+    Ok = 0,
+    /// 1: unexpected failure.
+    Unexpected = 1,
+    /// 2: invalid input or usage (also clap's own code for usage errors).
+    InvalidInput = 2,
+    /// 3: the key is held by another owner.
+    Denied = 3,
+    /// 4: the caller's grant lapsed.
+    Lapsed = 4,
+    /// 5: the caller holds the key under another epoch.
+    EpochMismatch = 5,
+    /// 6: the caller does not own the key.
+    NotOwner = 6,
+    /// 7: a `--wait` passed with the key held throughout.
+    WaitTimedOut = 7,
+    /// 8: connection, database, privilege or installation problem.
+    Database = 8,
+    /// 9: a guard refused.
+    GuardRefused = 9,
+}
+
+impl Exit {
+    /// The code handed to the operating system.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Why a command did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The arguments were refused (by the CLI or the database's rules).
+    #[error("invalid input: {0}; fix the arguments and run the command again (see --help)")]
+    InvalidInput(String),
+    /// Another owner holds the key.
+    #[error("lease {key:?} is held by {}; retry later, pass --wait <duration> to wait for it, or run `leasehold inspect {key}`", describe_holder(.holder))]
+    Denied {
+        /// The key.
+        key: String,
+        /// Holder, epoch and expiry, when a follow-up inspect still saw them.
+        holder: Option<(String, i64, DateTime<Utc>)>,
+    },
+    /// A renew or release found the grant gone.
+    #[error("{operation} of lease {key:?} by {owner:?} at epoch {epoch} refused: {}", explain_lost(*.why))]
+    Lost {
+        /// `"renew"` or `"release"`.
+        operation: &'static str,
+        /// The key.
+        key: String,
+        /// The owner presented.
+        owner: String,
+        /// The epoch presented.
+        epoch: i64,
+        /// Why.
+        why: LostLease,
+    },
+    /// `--wait` passed with the key held throughout.
+    #[error("timed out after waiting {} for lease {key:?}, which another owner held throughout; retry later, pass a longer --wait, or run `leasehold inspect {key}`", duration::format(*.wait))]
+    WaitTimedOut {
+        /// The key.
+        key: String,
+        /// The wait that passed.
+        wait: Duration,
+    },
+    /// A guard refused the write or fence.
+    #[error("{0}")]
+    Guard(GuardError),
+    /// No connection could be made.
+    #[error("cannot connect to {url}: {message}; check --database-url (or DATABASE_URL), that the server is running and that the role may log in")]
+    Connect {
+        /// The URL with any password removed.
+        url: String,
+        /// What libpq said.
+        message: String,
+    },
+    /// The embedded local server could not be started or restarted.
+    #[error("the embedded local PostgreSQL failed: {0}")]
+    LocalServer(#[from] LocalServerError),
+    /// The lease functions are missing from the database.
+    #[error("leasehold is not installed in this database; run `leasehold install` with the same --database-url first")]
+    NotInstalled,
+    /// The role may not read `lease.leases` (needed by ls and watch).
+    #[error("the role {role:?} may not read lease.leases, which ls and watch list (the table is closed to callers by design); connect as a superuser or as the role that ran `leasehold install`, or use `leasehold inspect KEY`, which needs no privilege")]
+    NoListPrivilege {
+        /// The connected role.
+        role: String,
+    },
+    /// The database failed the operation.
+    #[error("{0}")]
+    Database(String),
+    /// The demo could not complete.
+    #[error("the demo could not complete: {0}; run it again, and if it keeps failing, report the output above")]
+    Demo(String),
+    /// Writing the output failed (e.g. the reading end of a pipe closed).
+    #[error("could not write the output: {0}; check where stdout goes")]
+    Output(#[from] std::io::Error),
+}
+
+fn describe_holder(holder: &Option<(String, i64, DateTime<Utc>)>) -> String {
+    match holder {
+        Some((owner, epoch, expires_at)) => {
+            format!("{owner:?} (epoch {epoch}, expires {expires_at})")
+        }
+        None => "another owner".to_owned(),
+    }
+}
+
+fn explain_lost(why: LostLease) -> &'static str {
+    match why {
+        LostLease::Lapsed => "lapsed: the grant expired (and may have been taken over); stop acting on it and acquire the key again for a new epoch",
+        LostLease::EpochMismatch => "epoch_mismatch: the owner holds the key under another epoch; use the epoch the latest acquire printed (`leasehold inspect KEY` shows it)",
+        LostLease::NotOwner => "not_owner: the key is unknown, free, or held by another owner; check the key and owner, or acquire it",
+    }
+}
+
+impl CliError {
+    /// The exit code for this failure.
+    pub fn exit(&self) -> Exit {
+        match self {
+            CliError::InvalidInput(_) => Exit::InvalidInput,
+            CliError::Denied { .. } => Exit::Denied,
+            CliError::Lost { why, .. } => match why {
+                LostLease::Lapsed => Exit::Lapsed,
+                LostLease::EpochMismatch => Exit::EpochMismatch,
+                LostLease::NotOwner => Exit::NotOwner,
+            },
+            CliError::WaitTimedOut { .. } => Exit::WaitTimedOut,
+            CliError::Guard(GuardError::InvalidInput { .. }) => Exit::InvalidInput,
+            CliError::Guard(
+                GuardError::StaleEpoch { .. }
+                | GuardError::WrongLeaseKey { .. }
+                | GuardError::LeaseNotHeld { .. },
+            ) => Exit::GuardRefused,
+            CliError::Guard(_)
+            | CliError::Connect { .. }
+            | CliError::LocalServer(_)
+            | CliError::NotInstalled
+            | CliError::NoListPrivilege { .. }
+            | CliError::Database(_) => Exit::Database,
+            CliError::Demo(_) | CliError::Output(_) => Exit::Unexpected,
+        }
+    }
+
+    /// A stable machine-readable name for `--json`.
+    fn kind(&self) -> &'static str {
+        match self {
+            CliError::InvalidInput(_) | CliError::Guard(GuardError::InvalidInput { .. }) => {
+                "invalid_input"
+            }
+            CliError::Denied { .. } => "denied",
+            CliError::Lost { why, .. } => why.as_status(),
+            CliError::WaitTimedOut { .. } => "wait_timed_out",
+            CliError::Guard(GuardError::StaleEpoch { .. }) => "stale_epoch",
+            CliError::Guard(GuardError::WrongLeaseKey { .. }) => "wrong_lease_key",
+            CliError::Guard(GuardError::LeaseNotHeld { .. }) => "lease_not_held",
+            CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
+            CliError::NotInstalled => "not_installed",
+            CliError::NoListPrivilege { .. } => "no_privilege",
+            CliError::Guard(_) | CliError::Database(_) => "database",
+            CliError::Demo(_) => "demo_failed",
+            CliError::Output(_) => "output",
+        }
+    }
+
+    /// The `--json` form: kind, exit code, message, and the facts.
+    pub fn to_json(&self) -> Json {
+        let mut fields = vec![
+            ("error", Json::str(self.kind())),
+            ("exit_code", Json::Int(i64::from(self.exit().code()))),
+            ("message", Json::str(self.to_string())),
+        ];
+        match self {
+            CliError::Denied { key, holder } => {
+                fields.push(("key", Json::str(key)));
+                fields.push((
+                    "holder",
+                    Json::opt_str(holder.as_ref().map(|(owner, _, _)| owner.as_str())),
+                ));
+                fields.push(("epoch", Json::int(holder.as_ref().map(|h| h.1))));
+                fields.push(("expires_at", Json::time(holder.as_ref().map(|h| h.2))));
+            }
+            CliError::Lost {
+                key, owner, epoch, ..
+            } => {
+                fields.push(("key", Json::str(key)));
+                fields.push(("owner", Json::str(owner)));
+                fields.push(("epoch", Json::Int(*epoch)));
+            }
+            CliError::WaitTimedOut { key, wait } => {
+                fields.push(("key", Json::str(key)));
+                fields.push((
+                    "wait_ms",
+                    Json::Int(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
+                ));
+            }
+            CliError::Guard(GuardError::StaleEpoch {
+                resource,
+                presented,
+                accepted,
+            }) => {
+                fields.push(("resource", Json::str(resource)));
+                fields.push(("presented_epoch", Json::Int(*presented)));
+                fields.push(("accepted_epoch", Json::Int(*accepted)));
+            }
+            CliError::Guard(GuardError::WrongLeaseKey {
+                resource,
+                fenced_by,
+                presented,
+            }) => {
+                fields.push(("resource", Json::str(resource)));
+                fields.push(("fenced_by", Json::str(fenced_by)));
+                fields.push(("presented_key", Json::str(presented)));
+            }
+            _ => {}
+        }
+        Json::Object(fields)
+    }
+
+    /// Maps a library error of a lease operation.
+    pub fn from_lease(error: LeaseError) -> CliError {
+        match error {
+            LeaseError::InvalidInput { violations } => {
+                CliError::InvalidInput(violations.join("; "))
+            }
+            LeaseError::WaitTimedOut { key, wait } => CliError::WaitTimedOut { key, wait },
+            other => CliError::Database(other.to_string()),
+        }
+    }
+}
+
+impl From<GuardError> for CliError {
+    fn from(error: GuardError) -> Self {
+        CliError::Guard(error)
+    }
+}

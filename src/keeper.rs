@@ -1,0 +1,599 @@
+//! A heartbeat that keeps one grant alive and says, cheaply and on the
+//! client's own clock, until when the holder may safely act on it.
+//!
+//! # The deadline
+//!
+//! Expiry is decided by the server's clock alone, and the client's wall
+//! clock may be anywhere, so the keeper never compares the two. It records
+//! the client's monotonic [`Instant`] just *before* sending each renew. A
+//! successful renew set the server's expiry to (server time when it ran) +
+//! ttl, and the renew ran after it was sent, so the lease is held at least
+//! until `sent + ttl` as long as both clocks advance at the same rate. The
+//! keeper's [`Keeper::safe_until`] is `sent + ttl - margin`; the margin
+//! covers clock rate differences (NTP slewing is at most 0.05 %) and the time
+//! the holder needs to notice and stop. Default margin: ttl / 10.
+//!
+//! Only a `renew` gives such a bound: an acquire by an owner that already
+//! holds the key returns the old expiry, so [`Keeper::start`] renews once,
+//! synchronously, before it returns.
+//!
+//! # Loss
+//!
+//! The keeper reports loss once, and for good, when a renew answers anything
+//! but `ok` ([`LeaseLoss::Refused`]), or when `safe_until` passes without a
+//! successful renew, e.g. while the database is unreachable
+//! ([`LeaseLoss::DeadlinePassed`]). The second is detected by a separate
+//! monitor thread, so a renew stuck on a dead connection cannot delay it.
+//! [`Keeper::is_valid`] (one atomic load and a clock read) is false from
+//! the same instant.
+//!
+//! # Renewing
+//!
+//! A renew is sent every `renew_every` (default ttl / 3) after the previous
+//! successful one was sent. Failed renews (connection errors) are retried
+//! every `retry_every` (default ttl / 30) with a connection from the pool
+//! (r2d2 replaces broken connections), until they succeed or the deadline
+//! passes. [`Keeper::stop`] and drop release the lease.
+//!
+//! ```no_run
+//! # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! let keeper = leasehold::Keeper::start(pool, lease, Duration::from_secs(30))?;
+//! while keeper.is_valid() {
+//!     // ... one step of work, presenting keeper.token() to guards ...
+//!     # break;
+//! }
+//! keeper.stop()?; // releases
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use crate::client::PgPool;
+use crate::errors::LeaseError;
+use crate::leases::{self, Lease, LostLease, Release, Renewal};
+use crate::pooled::with_conn;
+use crate::token::FencingToken;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Why a keeper's lease is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseLoss {
+    /// A renew answered not_owner, lapsed or epoch_mismatch.
+    Refused(LostLease),
+    /// `safe_until` passed without a successful renew (database unreachable
+    /// or too slow). The server may still hold the grant for a little
+    /// longer, but the holder can no longer be sure.
+    DeadlinePassed {
+        /// The error of the last failed renew, if any.
+        last_error: Option<String>,
+    },
+}
+
+impl std::fmt::Display for LeaseLoss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LeaseLoss::Refused(why) => write!(f, "renew refused: {why}"),
+            LeaseLoss::DeadlinePassed { last_error: None } => {
+                f.write_str("no successful renew before the safe deadline")
+            }
+            LeaseLoss::DeadlinePassed {
+                last_error: Some(error),
+            } => write!(
+                f,
+                "no successful renew before the safe deadline (last error: {error})"
+            ),
+        }
+    }
+}
+
+/// What a keeper reports to [`KeeperBuilder::on_event`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeeperEvent {
+    /// A renew succeeded.
+    Renewed {
+        /// When the renew was sent (client monotonic clock).
+        sent_at: Instant,
+        /// The server's new expiry (server clock; for display only).
+        expires_at: DateTime<Utc>,
+        /// The new deadline: `sent_at + ttl - margin`.
+        safe_until: Instant,
+    },
+    /// A renew failed; it is retried until the deadline.
+    RenewFailed {
+        /// What went wrong.
+        error: String,
+    },
+    /// The lease is lost; reported once, then the keeper renews no more.
+    Lost(LeaseLoss),
+}
+
+/// Why a keeper could not be built or stopped cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeeperError {
+    /// The configuration cannot keep a lease alive.
+    #[error("invalid keeper configuration: {0}; fix the setting and start again")]
+    InvalidConfig(String),
+    /// The first renew found the lease already lost.
+    #[error(
+        "lease {key:?} is no longer held ({reason}); acquire it again before starting a keeper"
+    )]
+    NotHeld {
+        /// The lease key.
+        key: String,
+        /// What the renew answered.
+        reason: LostLease,
+    },
+    /// A renew or release call failed.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+type EventHandler = Box<dyn Fn(&KeeperEvent) + Send + Sync>;
+
+/// Configures a [`Keeper`]; see [`Keeper::builder`].
+#[must_use = "a builder does nothing until start() is called"]
+pub struct KeeperBuilder {
+    pool: PgPool,
+    lease: Lease,
+    ttl: Duration,
+    renew_every: Option<Duration>,
+    retry_every: Option<Duration>,
+    margin: Option<Duration>,
+    on_event: Option<EventHandler>,
+}
+
+impl std::fmt::Debug for KeeperBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeeperBuilder")
+            .field("lease", &self.lease)
+            .field("ttl", &self.ttl)
+            .field("renew_every", &self.renew_every)
+            .field("retry_every", &self.retry_every)
+            .field("margin", &self.margin)
+            .finish()
+    }
+}
+
+impl KeeperBuilder {
+    /// Time between renews (default ttl / 3). Must be shorter than
+    /// ttl - margin, or the lease would lapse between renews.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Time between retries of a failed renew (default ttl / 30).
+    pub fn retry_every(mut self, every: Duration) -> Self {
+        self.retry_every = Some(every);
+        self
+    }
+
+    /// How much earlier than `sent + ttl` the deadline lies (default
+    /// ttl / 10). Must be shorter than the ttl.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Called (on a keeper thread) for every renew, failed renew, and the
+    /// loss. Keep it short; it may call the keeper's methods.
+    pub fn on_event(mut self, handler: impl Fn(&KeeperEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Box::new(handler));
+        self
+    }
+
+    /// Validates, renews once (establishing the first deadline) and starts
+    /// the background threads.
+    pub fn start(self) -> Result<Keeper, KeeperError> {
+        let ttl = self.ttl;
+        if ttl.is_zero() {
+            return Err(KeeperError::InvalidConfig("ttl must be positive".into()));
+        }
+        let margin = self.margin.unwrap_or(ttl / 10);
+        if margin >= ttl {
+            return Err(KeeperError::InvalidConfig(format!(
+                "margin ({margin:?}) must be shorter than the ttl ({ttl:?})"
+            )));
+        }
+        let renew_every = self.renew_every.unwrap_or(ttl / 3);
+        if renew_every.is_zero() || renew_every >= ttl - margin {
+            return Err(KeeperError::InvalidConfig(format!(
+                "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
+                ttl - margin
+            )));
+        }
+        let retry_every = self
+            .retry_every
+            .unwrap_or(ttl / 30)
+            .max(Duration::from_millis(1));
+        let base = Instant::now();
+        let shared = Arc::new(Shared {
+            token: self.lease.token(),
+            lease: self.lease,
+            pool: self.pool,
+            ttl,
+            margin,
+            renew_every,
+            retry_every,
+            base,
+            valid_until: AtomicU64::new(0),
+            state: Mutex::new(State {
+                safe_until: base,
+                last_sent: base,
+                expires_at: None,
+                loss: None,
+                last_error: None,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            on_event: self.on_event,
+        });
+        // The first deadline comes from a renew sent now.
+        match shared.renew_once() {
+            Ok(RenewResult::Renewed(event)) => shared.emit(&event),
+            Ok(RenewResult::Ignored) => {}
+            Ok(RenewResult::Refused(reason)) => {
+                return Err(KeeperError::NotHeld {
+                    key: shared.lease.key().to_owned(),
+                    reason,
+                })
+            }
+            Err(error) => return Err(error.into()),
+        }
+        let renewer = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper", move || shared.renew_loop())?
+        };
+        let monitor = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper-deadline", move || shared.monitor_loop())?
+        };
+        Ok(Keeper {
+            shared,
+            threads: vec![renewer, monitor],
+        })
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, KeeperError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(body)
+        .map_err(|error| {
+            KeeperError::InvalidConfig(format!(
+                "cannot start a keeper thread ({error}); the process is out of threads"
+            ))
+        })
+}
+
+/// Keeps one grant alive in the background; see the module docs.
+pub struct Keeper {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("token", &self.shared.token)
+            .field("valid", &self.is_valid())
+            .field("loss", &self.loss())
+            .finish()
+    }
+}
+
+struct Shared {
+    pool: PgPool,
+    lease: Lease,
+    token: FencingToken,
+    ttl: Duration,
+    margin: Duration,
+    renew_every: Duration,
+    retry_every: Duration,
+    /// Origin of `valid_until`.
+    base: Instant,
+    /// Nanoseconds after `base` until which the lease is safe; 0 once lost
+    /// or stopped. Read without a lock by `is_valid`.
+    valid_until: AtomicU64,
+    state: Mutex<State>,
+    changed: Condvar,
+    on_event: Option<EventHandler>,
+}
+
+struct State {
+    safe_until: Instant,
+    last_sent: Instant,
+    expires_at: Option<DateTime<Utc>>,
+    loss: Option<LeaseLoss>,
+    last_error: Option<String>,
+    stopping: bool,
+}
+
+enum RenewResult {
+    Renewed(KeeperEvent),
+    Refused(LostLease),
+    /// Succeeded after the keeper gave up or began stopping: ignored, loss
+    /// is final.
+    Ignored,
+}
+
+impl Shared {
+    fn emit(&self, event: &KeeperEvent) {
+        if let Some(handler) = &self.on_event {
+            handler(event);
+        }
+    }
+
+    fn nanos_since_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends one renew and records a success.
+    fn renew_once(&self) -> Result<RenewResult, LeaseError> {
+        let sent_at = Instant::now();
+        let lease = &self.lease;
+        let renewal = with_conn(&self.pool, |conn| {
+            leases::renew(conn, lease.key(), lease.owner(), lease.epoch(), self.ttl)
+        })?;
+        match renewal {
+            Renewal::Renewed { expires_at } => {
+                let mut state = lock(&self.state);
+                if state.loss.is_some() || state.stopping {
+                    return Ok(RenewResult::Ignored);
+                }
+                let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+                state.safe_until = safe_until;
+                state.last_sent = sent_at;
+                state.expires_at = Some(expires_at);
+                state.last_error = None;
+                self.valid_until
+                    .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
+                self.changed.notify_all();
+                Ok(RenewResult::Renewed(KeeperEvent::Renewed {
+                    sent_at,
+                    expires_at,
+                    safe_until,
+                }))
+            }
+            Renewal::Lost(reason) => Ok(RenewResult::Refused(reason)),
+        }
+    }
+
+    /// Records the loss (first one wins) and reports it.
+    fn declare_lost(&self, loss: LeaseLoss) {
+        {
+            let mut state = lock(&self.state);
+            if state.loss.is_some() || state.stopping {
+                return;
+            }
+            state.loss = Some(loss.clone());
+            self.valid_until.store(0, Ordering::SeqCst);
+            self.changed.notify_all();
+        }
+        self.emit(&KeeperEvent::Lost(loss));
+    }
+
+    fn renew_loop(&self) {
+        let mut next = lock(&self.state).last_sent + self.renew_every;
+        loop {
+            {
+                let mut state = lock(&self.state);
+                loop {
+                    if state.stopping || state.loss.is_some() {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if now >= next {
+                        break;
+                    }
+                    state = self
+                        .changed
+                        .wait_timeout(state, next - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+            match self.renew_once() {
+                Ok(RenewResult::Renewed(event)) => {
+                    self.emit(&event);
+                    next = lock(&self.state).last_sent + self.renew_every;
+                }
+                Ok(RenewResult::Refused(reason)) => {
+                    self.declare_lost(LeaseLoss::Refused(reason));
+                    return;
+                }
+                Ok(RenewResult::Ignored) => return,
+                Err(error) => {
+                    let error = error.to_string();
+                    lock(&self.state).last_error = Some(error.clone());
+                    self.emit(&KeeperEvent::RenewFailed { error });
+                    next = Instant::now() + self.retry_every;
+                }
+            }
+        }
+    }
+
+    /// Declares the loss when the deadline passes without a renew, however
+    /// long a renew call may hang.
+    fn monitor_loop(&self) {
+        let mut state = lock(&self.state);
+        loop {
+            if state.stopping || state.loss.is_some() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= state.safe_until {
+                let last_error = state.last_error.clone();
+                drop(state);
+                self.declare_lost(LeaseLoss::DeadlinePassed { last_error });
+                return;
+            }
+            let left = state.safe_until - now;
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Stops the threads (they exit at their next wake-up) and releases the
+    /// lease unless a renew already said it is gone.
+    fn stop_and_release(&self) -> Result<Release, LeaseError> {
+        let refused = {
+            let mut state = lock(&self.state);
+            state.stopping = true;
+            self.valid_until.store(0, Ordering::SeqCst);
+            self.changed.notify_all();
+            match &state.loss {
+                Some(LeaseLoss::Refused(reason)) => Some(*reason),
+                _ => None,
+            }
+        };
+        if let Some(reason) = refused {
+            return Ok(Release::Lost(reason));
+        }
+        let lease = &self.lease;
+        with_conn(&self.pool, |conn| {
+            leases::release(conn, lease.key(), lease.owner(), lease.epoch())
+        })
+    }
+}
+
+impl Keeper {
+    /// Starts keeping `lease` (granted for `ttl`) alive with the default
+    /// settings; renews once before returning.
+    pub fn start(pool: PgPool, lease: Lease, ttl: Duration) -> Result<Keeper, KeeperError> {
+        Self::builder(pool, lease, ttl).start()
+    }
+
+    /// A builder to change intervals, margin, or observe events.
+    ///
+    /// ```no_run
+    /// # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), leasehold::KeeperError> {
+    /// use std::time::Duration;
+    /// let keeper = leasehold::Keeper::builder(pool, lease, Duration::from_secs(9))
+    ///     .renew_every(Duration::from_secs(2))
+    ///     .margin(Duration::from_secs(1))
+    ///     .on_event(|event| eprintln!("{event:?}"))
+    ///     .start()?;
+    /// # drop(keeper); Ok(()) }
+    /// ```
+    pub fn builder(pool: PgPool, lease: Lease, ttl: Duration) -> KeeperBuilder {
+        KeeperBuilder {
+            pool,
+            lease,
+            ttl,
+            renew_every: None,
+            retry_every: None,
+            margin: None,
+            on_event: None,
+        }
+    }
+
+    /// The fencing token of the kept grant, for guards.
+    pub fn token(&self) -> &FencingToken {
+        &self.shared.token
+    }
+
+    /// The kept grant as acquired.
+    pub fn lease(&self) -> &Lease {
+        &self.shared.lease
+    }
+
+    /// The ttl each renew asks for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The margin subtracted from `sent + ttl`.
+    pub fn margin(&self) -> Duration {
+        self.shared.margin
+    }
+
+    /// Until when the holder may act on the lease: the last successful
+    /// renew's send instant + ttl - margin (client monotonic clock).
+    pub fn safe_until(&self) -> Instant {
+        lock(&self.shared.state).safe_until
+    }
+
+    /// The server's expiry after the last successful renew (server clock,
+    /// for display; decide with [`Keeper::is_valid`]).
+    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
+        lock(&self.shared.state).expires_at
+    }
+
+    /// Whether the lease is safe to act on right now: not lost, not
+    /// stopped, and before `safe_until`. One atomic load and a clock read.
+    pub fn is_valid(&self) -> bool {
+        let until = self.shared.valid_until.load(Ordering::SeqCst);
+        until != 0 && self.shared.nanos_since_base(Instant::now()) < until
+    }
+
+    /// Why the lease is lost, if it is (including a deadline that passed
+    /// and is about to be reported).
+    pub fn loss(&self) -> Option<LeaseLoss> {
+        let state = lock(&self.shared.state);
+        if let Some(loss) = &state.loss {
+            return Some(loss.clone());
+        }
+        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
+            last_error: state.last_error.clone(),
+        })
+    }
+
+    /// Blocks until the lease is lost or `timeout` passes; returns the loss.
+    pub fn wait_for_loss(&self, timeout: Duration) -> Option<LeaseLoss> {
+        let until = Instant::now() + timeout;
+        let mut state = lock(&self.shared.state);
+        loop {
+            if let Some(loss) = &state.loss {
+                return Some(loss.clone());
+            }
+            let now = Instant::now();
+            if now >= until || state.stopping {
+                return None;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Stops renewing, waits for the keeper's threads, and releases the
+    /// lease. Returns what the release answered ([`Release::Lost`] when the
+    /// lease was already lost).
+    pub fn stop(mut self) -> Result<Release, KeeperError> {
+        let released = self.shared.stop_and_release();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        Ok(released?)
+    }
+}
+
+impl Drop for Keeper {
+    /// Stops renewing and releases (best effort; errors are ignored and the
+    /// lease then lapses at its expiry). Does not wait for a renew that is
+    /// in flight.
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            let _ = self.shared.stop_and_release();
+        }
+    }
+}

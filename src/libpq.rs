@@ -1,0 +1,249 @@
+//! A minimal libpq connection for the waiters' listener: connect, run a
+//! statement, expose the socket, read notifications.
+//!
+//! Why not a diesel connection? `PgConnection::notifications_iter()` only
+//! returns what libpq already buffered and never blocks, and diesel does not
+//! expose the socket, so waiting for a notification would mean polling.
+//! Why not the `postgres` crate? It brings an async runtime and some forty
+//! crates into a synchronous library. libpq itself is already linked (diesel
+//! uses it through `pq-sys`); this module uses the same `pq-sys` directly, so
+//! the listener can `poll(2)` its socket (see `crate::listener`) and wake
+//! within microseconds of a notification arriving, with no new dependency
+//! compiled.
+//!
+//! The unsafe code is confined here: every pointer returned by libpq is
+//! checked for NULL, results are freed by an RAII guard, and a [`PqConn`] is
+//! used by one thread at a time (`&mut self`), as libpq requires.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int};
+use std::ptr::{self, NonNull};
+
+use pq_sys as pq;
+
+/// One NOTIFY received on the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Notification {
+    /// The channel named in NOTIFY / pg_notify.
+    pub(crate) channel: String,
+    /// The payload ('' when none was given).
+    pub(crate) payload: String,
+}
+
+/// An open libpq connection. Closed (PQfinish) on drop.
+pub(crate) struct PqConn {
+    raw: NonNull<pq::PGconn>,
+}
+
+// SAFETY: libpq connections may move between threads; libpq only forbids
+// concurrent use of one connection, which `&mut self` on every call that
+// talks to the server rules out.
+unsafe impl Send for PqConn {}
+
+/// Frees a PGresult when it goes out of scope.
+struct PqResult(NonNull<pq::PGresult>);
+
+impl Drop for PqResult {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from PQexecParams and is freed only here.
+        unsafe { pq::PQclear(self.0.as_ptr()) }
+    }
+}
+
+fn c_string(what: &str, text: &str) -> Result<CString, String> {
+    CString::new(text).map_err(|_| format!("{what} contains a NUL byte"))
+}
+
+/// Copies a C string owned by libpq; NULL becomes "".
+///
+/// # Safety
+/// `text` must be NULL or point to a NUL-terminated string that stays valid
+/// for the duration of the call.
+unsafe fn copy_c_str(text: *const c_char) -> String {
+    if text.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-NULL and NUL-terminated per the caller's contract.
+    unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A libpq notice processor that drops the notice.
+unsafe extern "C" fn ignore_notice(_arg: *mut std::os::raw::c_void, _message: *const c_char) {}
+
+impl PqConn {
+    /// Connects to `url` (any libpq connection string or URI), naming the
+    /// session `application_name` so operators can find it in
+    /// pg_stat_activity. A `connect_timeout` in the URL wins over the
+    /// default of 10 seconds.
+    pub(crate) fn connect(url: &str, application_name: &str) -> Result<Self, String> {
+        let keys = [c"connect_timeout", c"dbname", c"application_name"];
+        let url = c_string("the database URL", url)?;
+        let name = c_string("the application name", application_name)?;
+        let values = [c"10", url.as_c_str(), name.as_c_str()];
+        let mut key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+        let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
+        key_ptrs.push(ptr::null());
+        value_ptrs.push(ptr::null());
+        // SAFETY: both arrays are NULL-terminated and their strings outlive
+        // the call; expand_dbname = 1 lets `dbname` carry a whole URL, whose
+        // settings override the earlier defaults and are overridden by the
+        // later application_name.
+        let raw = unsafe { pq::PQconnectdbParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 1) };
+        let raw =
+            NonNull::new(raw).ok_or_else(|| "libpq could not allocate a connection".to_owned())?;
+        let conn = PqConn { raw };
+        // SAFETY: `raw` is a live connection object.
+        if unsafe { pq::PQstatus(conn.raw.as_ptr()) } != pq::ConnStatusType::CONNECTION_OK {
+            return Err(conn.error_message());
+        }
+        // libpq prints server notices (and the FATAL a terminated session
+        // receives) to stderr by default; the listener reports its errors
+        // through its status instead.
+        // SAFETY: the processor ignores its arguments and never unwinds.
+        unsafe {
+            pq::PQsetNoticeProcessor(conn.raw.as_ptr(), Some(ignore_notice), ptr::null_mut());
+        }
+        Ok(conn)
+    }
+
+    /// libpq's last error message for this connection.
+    fn error_message(&self) -> String {
+        // SAFETY: the connection is live; the message is owned by it and
+        // copied before any other libpq call.
+        unsafe { copy_c_str(pq::PQerrorMessage(self.raw.as_ptr())) }
+            .trim_end()
+            .to_owned()
+    }
+
+    /// Whether libpq still considers the connection usable.
+    pub(crate) fn is_ok(&self) -> bool {
+        // SAFETY: the connection is live.
+        unsafe { pq::PQstatus(self.raw.as_ptr()) == pq::ConnStatusType::CONNECTION_OK }
+    }
+
+    /// Runs one statement with text parameters; returns its rows as text
+    /// (NULL as `None`). Notifications that arrive meanwhile stay buffered
+    /// for [`PqConn::take_notifications`].
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[&str],
+    ) -> Result<Vec<Vec<Option<String>>>, String> {
+        let sql = c_string("the statement", sql)?;
+        let params = params
+            .iter()
+            .map(|p| c_string("a statement parameter", p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let param_ptrs: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
+        let count = c_int::try_from(param_ptrs.len()).map_err(|_| "too many parameters")?;
+        // SAFETY: the statement and parameter strings outlive the call; NULL
+        // types/lengths/formats mean "infer, text"; result format 0 is text.
+        let result = unsafe {
+            pq::PQexecParams(
+                self.raw.as_ptr(),
+                sql.as_ptr(),
+                count,
+                ptr::null(),
+                if params.is_empty() {
+                    ptr::null()
+                } else {
+                    param_ptrs.as_ptr()
+                },
+                ptr::null(),
+                ptr::null(),
+                0,
+            )
+        };
+        let Some(result) = NonNull::new(result).map(PqResult) else {
+            return Err(self.error_message());
+        };
+        // SAFETY: `result` is a live PGresult until the guard drops.
+        let status = unsafe { pq::PQresultStatus(result.0.as_ptr()) };
+        match status {
+            pq::ExecStatusType::PGRES_COMMAND_OK => Ok(Vec::new()),
+            pq::ExecStatusType::PGRES_TUPLES_OK => {
+                // SAFETY: as above; indices stay within ntuples/nfields.
+                let rows = unsafe { pq::PQntuples(result.0.as_ptr()) };
+                let fields = unsafe { pq::PQnfields(result.0.as_ptr()) };
+                let mut out = Vec::new();
+                for row in 0..rows {
+                    let mut values = Vec::new();
+                    for field in 0..fields {
+                        // SAFETY: in range; the value is copied at once.
+                        let value = unsafe {
+                            if pq::PQgetisnull(result.0.as_ptr(), row, field) != 0 {
+                                None
+                            } else {
+                                Some(copy_c_str(pq::PQgetvalue(result.0.as_ptr(), row, field)))
+                            }
+                        };
+                        values.push(value);
+                    }
+                    out.push(values);
+                }
+                Ok(out)
+            }
+            _ => {
+                // SAFETY: as above.
+                let message = unsafe { copy_c_str(pq::PQresultErrorMessage(result.0.as_ptr())) };
+                Err(if message.trim().is_empty() {
+                    self.error_message()
+                } else {
+                    message.trim_end().to_owned()
+                })
+            }
+        }
+    }
+
+    /// The socket to poll for readability (-1 when there is none).
+    pub(crate) fn socket(&self) -> c_int {
+        // SAFETY: the connection is live.
+        unsafe { pq::PQsocket(self.raw.as_ptr()) }
+    }
+
+    /// The server process id of this session.
+    pub(crate) fn backend_pid(&self) -> i32 {
+        // SAFETY: the connection is live.
+        unsafe { pq::PQbackendPID(self.raw.as_ptr()) }
+    }
+
+    /// Reads whatever the server sent (call when the socket is readable).
+    /// An error means the connection is gone.
+    pub(crate) fn consume_input(&mut self) -> Result<(), String> {
+        // SAFETY: the connection is live and used by this thread only.
+        if unsafe { pq::PQconsumeInput(self.raw.as_ptr()) } == 0 || !self.is_ok() {
+            return Err(self.error_message());
+        }
+        Ok(())
+    }
+
+    /// The notifications libpq has buffered, oldest first.
+    pub(crate) fn take_notifications(&mut self) -> Vec<Notification> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: the connection is live; each returned PGnotify is
+            // copied and then freed with PQfreemem, as libpq requires.
+            let notify = unsafe { pq::PQnotifies(self.raw.as_ptr()) };
+            let Some(notify) = NonNull::new(notify) else {
+                return out;
+            };
+            unsafe {
+                let n = notify.as_ref();
+                out.push(Notification {
+                    channel: copy_c_str(n.relname),
+                    payload: copy_c_str(n.extra),
+                });
+                pq::PQfreemem(notify.as_ptr().cast());
+            }
+        }
+    }
+}
+
+impl Drop for PqConn {
+    fn drop(&mut self) {
+        // SAFETY: the connection is live and never used after this.
+        unsafe { pq::PQfinish(self.raw.as_ptr()) }
+    }
+}

@@ -1,0 +1,398 @@
+//! Client-side blocking acquire: wait for a key without holding a
+//! transaction or a connection, and wake as soon as it is released.
+//!
+//! [`crate::acquire_waiting_in_sql`] (the seed's `wait` argument) polls
+//! every 50 ms inside one statement, keeping a connection and a transaction
+//! open for the whole wait. A [`LeaseWaiter`] instead:
+//!
+//! 1. tries `lease.acquire` once on a pooled connection (returned at once);
+//! 2. if denied, registers interest in the key with the process's listener
+//!    (one dedicated session per database, shared by all waiters; see
+//!    `listener.rs`) and reads the holder's expiry with `lease.inspect`;
+//! 3. sleeps, holding nothing, until the first of: a release notification
+//!    for the key, the holder's expiry (a lapse sends no notification), the
+//!    wait's deadline, cancellation, or a periodic re-check; then tries
+//!    again.
+//!
+//! Notifications can be missed: the listener session may die or the server
+//! restart. The listener then wakes every waiter to re-check, and while it
+//! is disconnected waiters poll every [`LeaseWaiterBuilder::fallback_poll`].
+//! A slow re-check ([`LeaseWaiterBuilder::recheck_every`]) bounds the wait
+//! for anything else unforeseen.
+//!
+//! Semantics are exactly those of `lease.acquire`: each attempt is one
+//! autocommitted call; the grant is an ordinary grant. Nothing is queued:
+//! when several waiters wake, the first attempt to reach the server wins
+//! and the rest wait again (no fairness is promised).
+//!
+//! ```no_run
+//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use leasehold::{LeaseWaiter, Wait, WaitError};
+//! let waiter = LeaseWaiter::connect("postgres://localhost/app", 4)?;
+//! match waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5))) {
+//!     Ok(lease) => println!("got epoch {}", lease.epoch()),
+//!     Err(WaitError::TimedOut { .. }) => println!("still held by someone else"),
+//!     Err(other) => return Err(other.into()),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::pg::{Pg, PgConnection};
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::sql_types::{Bool, Double, Nullable, Text};
+use diesel::{QueryResult, RunQueryDsl};
+
+use crate::cancel::{CancelToken, Wake};
+use crate::client::PgPool;
+use crate::errors::LeaseError;
+use crate::leases::{self, Acquisition, Lease};
+use crate::listener::{Listener, ListenerStatus, Woken};
+use crate::pooled::{is_connection_error, with_conn};
+
+/// Default [`LeaseWaiterBuilder::fallback_poll`].
+pub const DEFAULT_FALLBACK_POLL: Duration = Duration::from_millis(100);
+/// Default [`LeaseWaiterBuilder::recheck_every`].
+pub const DEFAULT_RECHECK: Duration = Duration::from_secs(5);
+/// Added to a holder's remaining time before the lapse re-check, so the
+/// attempt reaches the server after the expiry rather than just before.
+const EXPIRY_SLACK: Duration = Duration::from_micros(300);
+
+/// How long a blocking acquire may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// Give up with [`WaitError::TimedOut`] after this long (zero: one
+    /// attempt).
+    AtMost(Duration),
+    /// Wait until granted or cancelled through a [`CancelToken`].
+    UntilCancelled,
+}
+
+impl From<Duration> for Wait {
+    fn from(wait: Duration) -> Self {
+        Wait::AtMost(wait)
+    }
+}
+
+/// Why a blocking acquire returned without a lease.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// Another owner held the key for the whole wait; nothing changed.
+    #[error("timed out after waiting {waited:?} for lease {key:?}, which another owner held throughout; retry later, wait longer, or inspect the key")]
+    TimedOut {
+        /// The key waited for.
+        key: String,
+        /// The wait bound that passed.
+        waited: Duration,
+    },
+    /// The wait was cancelled through its [`CancelToken`]; nothing changed.
+    #[error("waiting for lease {key:?} was cancelled; nothing was acquired")]
+    Cancelled {
+        /// The key waited for.
+        key: String,
+    },
+    /// An attempt failed (invalid input, database or pool error). Transient
+    /// connection failures after the first successful attempt are retried
+    /// instead; this is what remained.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+}
+
+/// Blocking acquire that waits on release notifications instead of polling.
+///
+/// Cheap to clone; all clones (and all waiters of the process for the same
+/// URL) share one listener session.
+#[derive(Clone)]
+pub struct LeaseWaiter {
+    pool: PgPool,
+    listener: Arc<Listener>,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+}
+
+impl std::fmt::Debug for LeaseWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseWaiter")
+            .field("listener", &self.listener.status())
+            .field("fallback_poll", &self.fallback_poll)
+            .field("recheck_every", &self.recheck_every)
+            .finish()
+    }
+}
+
+/// Configures a [`LeaseWaiter`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LeaseWaiterBuilder {
+    pool: PgPool,
+    listen_url: String,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+}
+
+impl LeaseWaiterBuilder {
+    /// Poll interval while the listener is disconnected (default 100 ms).
+    pub fn fallback_poll(mut self, every: Duration) -> Self {
+        self.fallback_poll = every;
+        self
+    }
+
+    /// Safety-net re-check interval while the listener is connected
+    /// (default 5 s). Waking is normally by notification or at the holder's
+    /// expiry; this bounds the wait should both ever fail to come.
+    pub fn recheck_every(mut self, every: Duration) -> Self {
+        self.recheck_every = every;
+        self
+    }
+
+    /// Builds the waiter; the listener connects in the background (see
+    /// [`LeaseWaiter::wait_until_listening`]). Zero intervals are raised to
+    /// one millisecond.
+    pub fn build(self) -> LeaseWaiter {
+        let floor = Duration::from_millis(1);
+        LeaseWaiter {
+            listener: Listener::for_url(&self.listen_url),
+            pool: self.pool,
+            fallback_poll: self.fallback_poll.max(floor),
+            recheck_every: self.recheck_every.max(floor),
+        }
+    }
+}
+
+impl LeaseWaiter {
+    /// A waiter taking attempt connections from `pool` and listening through
+    /// a dedicated session to `listen_url` (the pool's database; r2d2 does
+    /// not reveal the URL it connects to).
+    pub fn new(pool: PgPool, listen_url: &str) -> Self {
+        Self::builder(pool, listen_url).build()
+    }
+
+    /// A builder with non-default intervals.
+    pub fn builder(pool: PgPool, listen_url: &str) -> LeaseWaiterBuilder {
+        LeaseWaiterBuilder {
+            pool,
+            listen_url: listen_url.to_owned(),
+            fallback_poll: DEFAULT_FALLBACK_POLL,
+            recheck_every: DEFAULT_RECHECK,
+        }
+    }
+
+    /// A waiter over a new pool of up to `max_size` connections to
+    /// `database_url` (same pool settings as [`crate::LeaseClient::connect`]).
+    pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
+        let manager = diesel::r2d2::ConnectionManager::<PgConnection>::new(database_url);
+        let pool = diesel::r2d2::Pool::builder()
+            .max_size(max_size.max(1))
+            .test_on_check_out(false)
+            .build(manager)?;
+        Ok(Self::new(pool, database_url))
+    }
+
+    /// The pool attempts run on (also handy for a [`crate::Keeper`]).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The shared listener's state.
+    pub fn listener_status(&self) -> ListenerStatus {
+        self.listener.status()
+    }
+
+    /// Blocks until the listener session is up, or `timeout` passes;
+    /// returns whether it is up. Waiting works without it (by polling), so
+    /// this is for start-up checks, tests and benchmarks.
+    pub fn wait_until_listening(&self, timeout: Duration) -> bool {
+        self.listener.wait_connected(timeout)
+    }
+
+    /// How many waiters of this process are blocked on `key` with its
+    /// release notification armed (their next wake-up will be a release,
+    /// the holder's expiry, or a re-check). For tests and monitoring.
+    pub fn armed_waiters(&self, key: &str) -> usize {
+        self.listener.armed_waiters(key)
+    }
+
+    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.
+    ///
+    /// With [`Wait::UntilCancelled`] and no token this waits until granted;
+    /// use [`LeaseWaiter::acquire_cancellable`] to be able to stop it.
+    pub fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: impl Into<Wait>,
+    ) -> Result<Lease, WaitError> {
+        self.acquire_inner(key, owner, ttl, wait.into(), None)
+    }
+
+    /// Like [`LeaseWaiter::acquire`], returning [`WaitError::Cancelled`] as
+    /// soon as `cancel` is cancelled from any thread.
+    ///
+    /// ```no_run
+    /// # fn demo(waiter: leasehold::LeaseWaiter) {
+    /// use std::time::Duration;
+    /// let cancel = leasehold::CancelToken::new();
+    /// let stopper = cancel.clone();
+    /// std::thread::spawn(move || { std::thread::sleep(Duration::from_secs(1)); stopper.cancel() });
+    /// let result = waiter.acquire_cancellable("job-42", "w1", Duration::from_secs(30), leasehold::Wait::UntilCancelled, &cancel);
+    /// # let _ = result; }
+    /// ```
+    pub fn acquire_cancellable(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: impl Into<Wait>,
+        cancel: &CancelToken,
+    ) -> Result<Lease, WaitError> {
+        self.acquire_inner(key, owner, ttl, wait.into(), Some(cancel))
+    }
+
+    fn acquire_inner(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Wait,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Lease, WaitError> {
+        let started = Instant::now();
+        let deadline = match wait {
+            Wait::AtMost(limit) => Some(started + limit),
+            Wait::UntilCancelled => None,
+        };
+        let cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
+        let cancelled_error = || WaitError::Cancelled {
+            key: key.to_owned(),
+        };
+        let timed_out = || WaitError::TimedOut {
+            key: key.to_owned(),
+            waited: started.elapsed(),
+        };
+        if cancelled() {
+            return Err(cancelled_error());
+        }
+        // Fast path: a free key costs one round trip and no registration.
+        if let Acquisition::Granted(lease) = self.attempt(key, owner, ttl)? {
+            return Ok(lease);
+        }
+        let watch = self.listener.watch(key);
+        let slot = watch.slot().clone();
+        let waker: Arc<dyn Wake> = slot.clone();
+        let _registration = cancel.map(|c| c.register(Arc::downgrade(&waker)));
+        // Consecutive "free a moment ago, yet denied" rounds; bounded so a
+        // key that flips between holders cannot make this spin.
+        let mut immediate_retries = 0u32;
+        loop {
+            if cancelled() {
+                return Err(cancelled_error());
+            }
+            let seen = slot.seq();
+            let holder_left = match self.attempt_and_inspect(key, owner, ttl) {
+                Ok(Step::Granted(lease)) => return Ok(lease),
+                Ok(Step::Held { remaining }) => Some(remaining),
+                Ok(Step::Unowned) => Some(Duration::ZERO),
+                Err(error) if is_connection_error(&error) => None,
+                Err(error) => return Err(error.into()),
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(timed_out());
+            }
+            if holder_left == Some(Duration::ZERO) && immediate_retries < 3 {
+                // Free or lapsed a moment ago: try again at once.
+                immediate_retries += 1;
+                continue;
+            }
+            immediate_retries = 0;
+            let poll = if holder_left.is_some() && self.listener.is_connected() {
+                self.recheck_every
+            } else {
+                self.fallback_poll
+            };
+            let mut wake_at = now + poll;
+            if let Some(remaining) = holder_left {
+                wake_at = wake_at.min(now + remaining + EXPIRY_SLACK);
+            }
+            if let Some(deadline) = deadline {
+                wake_at = wake_at.min(deadline);
+            }
+            if slot.wait(seen, wake_at, cancel) == Woken::Cancelled {
+                return Err(cancelled_error());
+            }
+        }
+    }
+
+    fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Acquisition, LeaseError> {
+        with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
+    }
+
+    /// One attempt; when denied, the holder's remaining time on the
+    /// server's clock (same connection, no transaction).
+    fn attempt_and_inspect(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Step, LeaseError> {
+        with_conn(&self.pool, |conn| {
+            if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl)? {
+                return Ok(Step::Granted(lease));
+            }
+            let row = RemainingCall { key }
+                .get_results::<(bool, Option<f64>)>(conn)
+                .map_err(|source| LeaseError::Database {
+                    operation: "inspect",
+                    source,
+                })?
+                .into_iter()
+                .next();
+            Ok(match row {
+                Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
+                    remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
+                },
+                _ => Step::Unowned,
+            })
+        })
+    }
+}
+
+enum Step {
+    Granted(Lease),
+    Held { remaining: Duration },
+    Unowned,
+}
+
+/// `lease.inspect(key)` plus the holder's remaining time in seconds on the
+/// server's clock, as a prepared (cached) statement.
+struct RemainingCall<'a> {
+    key: &'a str,
+}
+
+impl QueryId for RemainingCall<'_> {
+    type QueryId = RemainingCall<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl QueryFragment<Pg> for RemainingCall<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        out.push_sql(
+            "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 \
+             FROM lease.inspect(",
+        );
+        out.push_bind_param::<Text, _>(&self.key)?;
+        out.push_sql(")");
+        Ok(())
+    }
+}
+
+impl Query for RemainingCall<'_> {
+    type SqlType = (Bool, Nullable<Double>);
+}
+
+impl<Conn> RunQueryDsl<Conn> for RemainingCall<'_> {}

@@ -1,0 +1,68 @@
+//! `leasehold demo` and the embedded default server.
+
+use crate::support::run;
+
+#[test]
+fn demo_timeline_shows_takeover_refused_stale_write_and_intact_epochs() {
+    let demo = run(&["demo"]);
+    assert_eq!(demo.code, 0, "{demo:?}");
+    let out = &demo.stdout;
+    // In order: takeover, refusal of the stale write, crash, intact epochs.
+    let positions: Vec<usize> = [
+        "worker-b  acquire job-7 -> denied",
+        "worker-b  acquire job-7 -> granted, epoch 2",
+        "worker-a  heartbeat: renew -> lapsed",
+        "REFUSED: stale epoch 1, job-7/result admits only epochs >= 2",
+        "REFUSED: lease not held at epoch 1 (lapsed)",
+        "inspect job-7 before the crash: held by worker-b at epoch 2",
+        "CRASH: SIGKILL",
+        "inspect job-7 after the restart: held by worker-b at epoch 2",
+        "epochs intact",
+        "release job-7 -> ok",
+    ]
+    .iter()
+    .map(|needle| {
+        out.find(needle)
+            .unwrap_or_else(|| panic!("timeline lacks {needle:?}:\n{out}"))
+    })
+    .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "out of order:\n{out}"
+    );
+    // Final state: only admitted writes, the guard record, the counter.
+    assert!(
+        out.contains("1      worker-a  partial result (40%)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2      worker-b  final result (100%)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("late result"),
+        "a refused write is visible:\n{out}"
+    );
+    assert!(
+        out.contains("guard job-7/result: fenced by lease key job-7, admits epochs >= 2"),
+        "{out}"
+    );
+    assert!(out.contains("epoch 2 before the crash, 2 after"), "{out}");
+}
+
+#[test]
+fn without_a_database_url_the_embedded_default_warns_that_nothing_persists() {
+    let inspect = run(&["inspect", "job-1"]);
+    assert_eq!(inspect.code, 0, "{inspect:?}");
+    assert!(
+        inspect.stderr.contains("throwaway local PostgreSQL"),
+        "{inspect:?}"
+    );
+    assert!(
+        inspect
+            .stderr
+            .contains("nothing persists between invocations"),
+        "{inspect:?}"
+    );
+    assert!(inspect.stdout.contains("never leased"), "{inspect:?}");
+}

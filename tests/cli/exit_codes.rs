@@ -1,0 +1,180 @@
+//! Every documented exit code, with the message saying what to do next and
+//! the `--json` error object scripts read.
+
+use crate::support::{run, time_of, wait_until_server_time_passes, Db};
+
+#[test]
+fn help_documents_every_exit_code() {
+    let help = run(&["--help"]);
+    assert_eq!(help.code, 0);
+    for line in [
+        "0  ok",
+        "2  invalid input",
+        "3  denied",
+        "4  lapsed",
+        "5  epoch mismatch",
+        "6  not owner",
+        "7  wait timed out",
+        "8  cannot connect",
+        "9  guard refusal",
+    ] {
+        assert!(
+            help.stdout.contains(line),
+            "--help lacks {line:?}:\n{}",
+            help.stdout
+        );
+    }
+}
+
+#[test]
+fn acquire_held_by_another_owner_exits_3_naming_the_holder() {
+    let db = Db::installed();
+    assert_eq!(
+        db.run(&["acquire", "k", "worker-a", "--ttl", "30s"]).code,
+        0
+    );
+    let denied = db.run(&["acquire", "k", "worker-b", "--ttl", "30s"]);
+    assert_eq!(denied.code, 3, "{denied:?}");
+    assert!(denied.stderr.contains("held by \"worker-a\""), "{denied:?}");
+    assert!(
+        denied.stderr.contains("--wait"),
+        "says what to do next: {denied:?}"
+    );
+    let (code, json) = db.json(&["acquire", "k", "worker-b", "--ttl", "30s"]);
+    assert_eq!(code, 3);
+    assert_eq!(json["error"], "denied");
+    assert_eq!(json["exit_code"], 3);
+    assert_eq!(json["holder"], "worker-a");
+    assert_eq!(json["epoch"], 1);
+}
+
+#[test]
+fn renew_after_takeover_exits_4_lapsed() {
+    let db = Db::installed();
+    let (code, grant) = db.json(&["acquire", "k", "worker-a", "--ttl", "250ms"]);
+    assert_eq!(code, 0, "{grant}");
+    wait_until_server_time_passes(&mut db.conn(), time_of(&grant["expires_at"]));
+    assert_eq!(
+        db.run(&["acquire", "k", "worker-b", "--ttl", "30s"]).code,
+        0
+    );
+    let lapsed = db.run(&["renew", "k", "worker-a", "1", "--ttl", "30s"]);
+    assert_eq!(lapsed.code, 4, "{lapsed:?}");
+    assert!(lapsed.stderr.contains("lapsed"), "{lapsed:?}");
+    assert!(
+        lapsed.stderr.contains("acquire the key again"),
+        "{lapsed:?}"
+    );
+    let (code, json) = db.json(&["release", "k", "worker-a", "1"]);
+    assert_eq!(code, 4);
+    assert_eq!(json["error"], "lapsed");
+}
+
+#[test]
+fn renew_with_another_epoch_exits_5_epoch_mismatch() {
+    let db = Db::installed();
+    assert_eq!(
+        db.run(&["acquire", "k", "worker-a", "--ttl", "30s"]).code,
+        0
+    );
+    let mismatch = db.run(&["renew", "k", "worker-a", "7", "--ttl", "30s"]);
+    assert_eq!(mismatch.code, 5, "{mismatch:?}");
+    assert!(mismatch.stderr.contains("epoch_mismatch"), "{mismatch:?}");
+}
+
+#[test]
+fn release_by_another_owner_exits_6_not_owner() {
+    let db = Db::installed();
+    assert_eq!(
+        db.run(&["acquire", "k", "worker-a", "--ttl", "30s"]).code,
+        0
+    );
+    let (code, json) = db.json(&["release", "k", "worker-b", "1"]);
+    assert_eq!(code, 6, "{json}");
+    assert_eq!(json["error"], "not_owner");
+    assert_eq!(json["owner"], "worker-b");
+    // Nothing changed.
+    let (_, state) = db.json(&["inspect", "k"]);
+    assert_eq!(state["owner"], "worker-a");
+}
+
+#[test]
+fn acquire_wait_timeout_exits_7() {
+    let db = Db::installed();
+    assert_eq!(db.run(&["acquire", "k", "worker-a", "--ttl", "1m"]).code, 0);
+    let timeout = db.run(&[
+        "acquire", "k", "worker-b", "--ttl", "30s", "--wait", "200ms",
+    ]);
+    assert_eq!(timeout.code, 7, "{timeout:?}");
+    assert!(
+        timeout.stderr.contains("timed out after waiting 200ms"),
+        "{timeout:?}"
+    );
+}
+
+#[test]
+fn invalid_input_exits_2_and_says_what_to_write() {
+    let db = Db::installed();
+    let no_unit = db.run(&["acquire", "k", "o", "--ttl", "30"]);
+    assert_eq!(no_unit.code, 2, "{no_unit:?}");
+    assert!(no_unit.stderr.contains("e.g. 30s"), "{no_unit:?}");
+    // A zero ttl passes the CLI's parser and is refused by the database.
+    let zero = db.run(&["acquire", "k", "o", "--ttl", "0s"]);
+    assert_eq!(zero.code, 2, "{zero:?}");
+    assert!(zero.stderr.contains("ttl"), "{zero:?}");
+    let (code, json) = db.json(&["acquire", "", "o", "--ttl", "1s"]);
+    assert_eq!(code, 2);
+    assert_eq!(json["error"], "invalid_input");
+    assert!(json["message"]
+        .as_str()
+        .unwrap()
+        .contains("KEY must not be empty"));
+    let missing = db.run(&["renew", "k", "o"]);
+    assert_eq!(missing.code, 2, "{missing:?}");
+}
+
+#[test]
+fn unreachable_database_exits_8_and_hides_the_password() {
+    let unreachable = run(&[
+        "--database-url",
+        "postgres://someone:secret@127.0.0.1:1/nowhere?connect_timeout=5",
+        "inspect",
+        "k",
+    ]);
+    assert_eq!(unreachable.code, 8, "{unreachable:?}");
+    assert!(
+        unreachable.stderr.contains("cannot connect"),
+        "{unreachable:?}"
+    );
+    assert!(
+        unreachable.stderr.contains("someone:***@"),
+        "{unreachable:?}"
+    );
+    assert!(!unreachable.stderr.contains("secret"), "{unreachable:?}");
+}
+
+#[test]
+fn database_without_leasehold_exits_8_and_says_install() {
+    let db = Db::empty();
+    let (code, json) = db.json(&["acquire", "k", "o", "--ttl", "1s"]);
+    assert_eq!(code, 8, "{json}");
+    assert_eq!(json["error"], "not_installed");
+    assert!(json["message"]
+        .as_str()
+        .unwrap()
+        .contains("leasehold install"));
+}
+
+#[test]
+fn fence_with_another_lease_key_exits_9() {
+    let db = Db::installed();
+    assert_eq!(
+        db.run(&["fence", "reports", "--key", "job-a", "--up-to", "1"])
+            .code,
+        0
+    );
+    let (code, json) = db.json(&["fence", "reports", "--key", "job-b", "--up-to", "5"]);
+    assert_eq!(code, 9, "{json}");
+    assert_eq!(json["error"], "wrong_lease_key");
+    assert_eq!(json["fenced_by"], "job-a");
+}

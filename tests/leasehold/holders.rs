@@ -1,0 +1,590 @@
+//! Holders that behave: client-side waiting woken by release notifications
+//! or the holder's expiry, the heartbeat keeper and its safe deadline, the
+//! worker loop.
+//!
+//! Every waiter here is configured so that only the mechanism under test can
+//! wake it in time (re-check and fallback intervals of a minute, waits of
+//! 20 s): a broken mechanism shows up as a timeout, not as a slow pass.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{ConnectionManager, Pool};
+use leasehold::local::{LocalPostgres, StopMode};
+use leasehold::{
+    run_while_held, CancelToken, Keeper, KeeperEvent, LeaseLoss, LeaseState, LeaseWaiter,
+    LostLease, PgPool, Release, Wait, WaitError, WorkOutcome,
+};
+
+use crate::common::*;
+
+const NEVER: Duration = Duration::from_secs(60);
+const LONG_WAIT: Duration = Duration::from_secs(20);
+
+fn pool(url: &str) -> PgPool {
+    Pool::builder()
+        .max_size(4)
+        .test_on_check_out(false)
+        .connection_timeout(Duration::from_secs(1))
+        .build(ConnectionManager::<PgConnection>::new(url))
+        .unwrap()
+}
+
+/// A waiter that wakes only by notification, expiry or reconnect.
+fn strict_waiter(db: &TestDb) -> LeaseWaiter {
+    let waiter = LeaseWaiter::builder(pool(&db.url), &db.url)
+        .recheck_every(NEVER)
+        .fallback_poll(NEVER)
+        .build();
+    assert!(
+        waiter.wait_until_listening(Duration::from_secs(10)),
+        "listener never connected: {:?}",
+        waiter.listener_status()
+    );
+    waiter
+}
+
+/// Blocks until `count` waiters of this process are armed on `key`.
+fn wait_armed(waiter: &LeaseWaiter, key: &str, count: usize) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while waiter.armed_waiters(key) != count {
+        assert!(Instant::now() < until, "waiters on {key} never armed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn held_by(conn: &mut PgConnection, key: &str) -> Option<(String, i64)> {
+    match leasehold::inspect(conn, key).unwrap() {
+        Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch)),
+        _ => None,
+    }
+}
+
+#[test]
+fn waiter_wakes_on_release_holding_no_connection_or_transaction_while_waiting() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let waiter = strict_waiter(&db);
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.acquire("k", "waiter", TTL, LONG_WAIT))
+    };
+    wait_armed(&waiter, "k", 1);
+
+    // While waiting: every pooled connection is back in the pool, and no
+    // session of the database (listener included) runs a statement or has
+    // a transaction open.
+    let pool_state = waiter.pool().state();
+    assert_eq!(pool_state.connections, pool_state.idle_connections);
+    let busy = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT format('%s %s', application_name, state) AS line FROM pg_stat_activity \
+             WHERE datname = '{}' AND pid <> pg_backend_pid() AND state <> 'idle'",
+            db.name
+        ),
+    );
+    assert_eq!(busy, Vec::<String>::new());
+
+    let released_at = Instant::now();
+    assert_eq!(
+        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        Release::Released
+    );
+    let lease = waiting.join().unwrap().unwrap();
+    assert!(released_at.elapsed() < Duration::from_secs(5));
+    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(
+        held_by(&mut conn, "k"),
+        Some(("waiter".into(), lease.epoch()))
+    );
+}
+
+#[test]
+fn waiter_wakes_at_the_holders_expiry_when_the_lease_lapses() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let short = Duration::from_millis(800);
+    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", short).unwrap());
+    let waiter = strict_waiter(&db);
+    let lease = waiter.acquire("k", "waiter", TTL, LONG_WAIT).unwrap();
+    // Server clock only: the new grant started (expires_at - ttl) after the
+    // lapse, and not long after it.
+    let granted_at = lease.expires_at() - chrono::Duration::from_std(TTL).unwrap();
+    assert!(
+        granted_at >= holder.expires_at(),
+        "granted before the lapse"
+    );
+    let late = (granted_at - holder.expires_at()).to_std().unwrap();
+    assert!(
+        late < Duration::from_secs(2),
+        "woke {late:?} after the lapse"
+    );
+    assert_eq!(lease.epoch(), holder.epoch() + 1);
+}
+
+#[test]
+fn waiter_recovers_a_release_notification_missed_during_a_listener_reconnect() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let waiter = strict_waiter(&db);
+    let first_pid = waiter.listener_status().backend_pid.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.acquire("k", "waiter", TTL, LONG_WAIT))
+    };
+    wait_armed(&waiter, "k", 1);
+    let started = Instant::now();
+
+    // One transaction: kill the listener's session (waiting until it is
+    // gone), and release. The lock on lease.waiters keeps the reconnecting
+    // listener from registering (and so from listening) until after the
+    // commit, so no session of this process can receive the notification:
+    // only the re-check after the reconnect can find the release.
+    conn.batch_execute(&format!(
+        "BEGIN;
+         LOCK TABLE lease.waiters IN EXCLUSIVE MODE;
+         SELECT pg_terminate_backend({first_pid}, 10000);
+         SELECT * FROM lease.release('k', 'holder', {});
+         COMMIT;",
+        holder.epoch()
+    ))
+    .unwrap();
+
+    let lease = waiting.join().unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "woke by the deadline, not the re-check"
+    );
+    assert_eq!(
+        held_by(&mut conn, "k"),
+        Some(("waiter".into(), lease.epoch()))
+    );
+    let status = waiter.listener_status();
+    assert!(status.sessions >= 2, "{status:?}");
+    assert_ne!(status.backend_pid, Some(first_pid));
+}
+
+#[test]
+fn waiter_can_be_cancelled_from_another_thread_and_changes_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let waiter = strict_waiter(&db);
+    let cancel = CancelToken::new();
+    let waiting = {
+        let (waiter, cancel) = (waiter.clone(), cancel.clone());
+        std::thread::spawn(move || {
+            waiter.acquire_cancellable("k", "waiter", TTL, Wait::UntilCancelled, &cancel)
+        })
+    };
+    wait_armed(&waiter, "k", 1);
+    let cancelled_at = Instant::now();
+    cancel.cancel();
+    let result = waiting.join().unwrap();
+    assert!(
+        matches!(&result, Err(WaitError::Cancelled { key }) if key == "k"),
+        "{result:?}"
+    );
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        held_by(&mut conn, "k"),
+        Some(("holder".into(), holder.epoch()))
+    );
+    // A cancelled token stops the next wait before it starts.
+    assert!(matches!(
+        waiter.acquire_cancellable("k", "waiter", TTL, LONG_WAIT, &cancel),
+        Err(WaitError::Cancelled { .. })
+    ));
+}
+
+#[test]
+fn waiter_timeout_is_a_typed_error_distinct_from_failures() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let waiter = strict_waiter(&db);
+    let started = Instant::now();
+    let wait = Duration::from_millis(300);
+    match waiter.acquire("k", "waiter", TTL, wait) {
+        Err(WaitError::TimedOut { key, waited }) => {
+            assert_eq!(key, "k");
+            assert!(waited >= wait && started.elapsed() >= wait);
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // Invalid input is a failure of another kind, reported at once.
+    assert!(matches!(
+        waiter.acquire("", "waiter", TTL, wait),
+        Err(WaitError::Lease(leasehold::LeaseError::InvalidInput { .. }))
+    ));
+    // Nobody waits any more: the registration is withdrawn.
+    let until = Instant::now() + Duration::from_secs(10);
+    while query_lines(
+        &mut conn,
+        "SELECT count(*)::text AS line FROM lease.waiters",
+    ) != ["0"]
+    {
+        assert!(Instant::now() < until, "registration never withdrawn");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn releases_notify_only_keys_somebody_waits_for() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("LISTEN lease_released").unwrap();
+    let a = granted(leasehold::acquire(&mut conn, "unwatched", "o", TTL).unwrap());
+    let _ = leasehold::release(&mut conn, "unwatched", "o", a.epoch()).unwrap();
+    let b = granted(leasehold::acquire(&mut conn, "watched", "o", TTL).unwrap());
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT lease._waiter_watch('watched')::text AS line"
+        ),
+        ["true"]
+    );
+    let _ = leasehold::release(&mut conn, "watched", "o", b.epoch()).unwrap();
+    let flags = "SELECT format('%s=%s', key, watched) AS line FROM lease.leases ORDER BY key";
+    assert_eq!(query_lines(&mut conn, flags), ["unwatched=f", "watched=t"]);
+    query_lines(&mut conn, "SELECT lease._waiter_unwatch('watched')::text AS line");
+    assert_eq!(query_lines(&mut conn, flags), ["unwatched=f", "watched=f"]);
+    let payloads: Vec<String> = conn
+        .notifications_iter()
+        .map(|n| n.unwrap().payload)
+        .collect();
+    assert_eq!(payloads, ["watched"]);
+}
+
+#[test]
+fn waiter_functions_are_security_definer_and_touch_only_the_callers_rows() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let functions = query_lines(
+        &mut conn,
+        "SELECT format('%s|%s|%s', p.proname, p.prosecdef, array_to_string(p.proconfig, ',')) AS line \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'lease' AND p.proname LIKE '\\_waiter%' ORDER BY p.proname",
+    );
+    assert_eq!(
+        functions,
+        [
+            "_waiter_reset|t|search_path=pg_catalog, pg_temp",
+            "_waiter_unflag|f|search_path=pg_catalog, pg_temp",
+            "_waiter_unwatch|t|search_path=pg_catalog, pg_temp",
+            "_waiter_watch|t|search_path=pg_catalog, pg_temp",
+        ]
+    );
+    let mut other = db.conn();
+    query_lines(&mut other, "SELECT lease._waiter_watch('k')::text AS line");
+    query_lines(&mut conn, "SELECT lease._waiter_watch('k')::text AS line");
+    // Reset removes the caller's rows and rows of dead sessions only.
+    query_lines(&mut conn, "SELECT lease._waiter_reset()::text AS line");
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT count(*)::text AS line FROM lease.waiters"
+        ),
+        ["1"]
+    );
+    drop(other);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        query_lines(&mut conn, "SELECT lease._waiter_reset()::text AS line");
+        if query_lines(
+            &mut conn,
+            "SELECT count(*)::text AS line FROM lease.waiters",
+        ) == ["0"]
+        {
+            break;
+        }
+        assert!(Instant::now() < until, "dead session's row never pruned");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn events(
+    builder: leasehold::KeeperBuilder,
+) -> (leasehold::KeeperBuilder, mpsc::Receiver<KeeperEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let builder = builder.on_event(move |event| {
+        let _ = tx.send(event.clone());
+    });
+    (builder, rx)
+}
+
+fn next_renewal(
+    rx: &mpsc::Receiver<KeeperEvent>,
+) -> (Instant, chrono::DateTime<chrono::Utc>, Instant) {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            KeeperEvent::Renewed {
+                sent_at,
+                expires_at,
+                safe_until,
+            } => return (sent_at, expires_at, safe_until),
+            KeeperEvent::RenewFailed { .. } => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn keeper_renews_in_the_background_and_releases_on_stop() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_millis(900);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let (builder, rx) = events(Keeper::builder(pool(&db.url), lease.clone(), ttl));
+    let keeper = builder.start().unwrap();
+    assert_eq!(keeper.token(), &lease.token());
+    // Renewals carry the lease past its original expiry, on the server's clock.
+    let mut last = next_renewal(&rx).1;
+    while last <= lease.expires_at() {
+        last = next_renewal(&rx).1;
+    }
+    wait_until_server_time_passes(&mut conn, lease.expires_at());
+    assert_eq!(held_by(&mut conn, "k"), Some(("a".into(), lease.epoch())));
+    assert!(keeper.is_valid());
+    assert_eq!(keeper.loss(), None);
+    assert_eq!(keeper.stop().unwrap(), Release::Released);
+    assert_eq!(
+        leasehold::inspect(&mut conn, "k").unwrap(),
+        Some(LeaseState::Unowned {
+            epoch: lease.epoch() + 1
+        })
+    );
+}
+
+#[test]
+fn keeper_releases_on_drop() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", TTL).unwrap());
+    drop(Keeper::start(pool(&db.url), lease.clone(), TTL).unwrap());
+    assert_eq!(
+        leasehold::inspect(&mut conn, "k").unwrap(),
+        Some(LeaseState::Unowned {
+            epoch: lease.epoch() + 1
+        })
+    );
+}
+
+#[test]
+fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_millis(900);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let (builder, rx) = events(Keeper::builder(pool(&db.url), lease.clone(), ttl));
+    let keeper = builder.start().unwrap();
+    // Someone else ends the grant and takes the key over.
+    let _ = leasehold::release(&mut conn, "k", "a", lease.epoch()).unwrap();
+    let b = granted(leasehold::acquire(&mut conn, "k", "b", TTL).unwrap());
+    assert_eq!(
+        keeper.wait_for_loss(Duration::from_secs(10)),
+        Some(LeaseLoss::Refused(LostLease::NotOwner))
+    );
+    assert!(!keeper.is_valid());
+    let lost = rx
+        .iter()
+        .find(|e| matches!(e, KeeperEvent::Lost(_)))
+        .unwrap();
+    assert_eq!(
+        lost,
+        KeeperEvent::Lost(LeaseLoss::Refused(LostLease::NotOwner))
+    );
+    // Stopping does not disturb the new holder.
+    assert_eq!(keeper.stop().unwrap(), Release::Lost(LostLease::NotOwner));
+    assert_eq!(held_by(&mut conn, "k"), Some(("b".into(), b.epoch())));
+}
+
+#[test]
+fn keeper_survives_a_terminated_connection() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_secs(3);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let (builder, rx) = events(
+        Keeper::builder(pool(&db.url), lease.clone(), ttl)
+            .renew_every(Duration::from_millis(200))
+            .retry_every(Duration::from_millis(20)),
+    );
+    let keeper = builder.start().unwrap();
+    next_renewal(&rx);
+    query_lines(
+        &mut conn,
+        &format!(
+            "SELECT pg_terminate_backend(pid, 10000)::text AS line FROM pg_stat_activity \
+             WHERE datname = '{}' AND pid <> pg_backend_pid()",
+            db.name
+        ),
+    );
+    // The next renew fails on the dead connection; the retry gets a new one.
+    loop {
+        match rx.recv_timeout(Duration::from_secs(10)).unwrap() {
+            KeeperEvent::RenewFailed { .. } => break,
+            KeeperEvent::Renewed { .. } => continue,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    next_renewal(&rx);
+    assert!(keeper.is_valid());
+    assert_eq!(keeper.stop().unwrap(), Release::Released);
+}
+
+#[test]
+fn keeper_safe_until_ends_before_the_servers_expiry() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_secs(2);
+    let margin = Duration::from_millis(300);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let (builder, rx) = events(
+        Keeper::builder(pool(&db.url), lease.clone(), ttl)
+            .renew_every(Duration::from_millis(300))
+            .margin(margin),
+    );
+    let before_start = Instant::now();
+    let keeper = builder.start().unwrap();
+    let after_start = Instant::now();
+    // Each deadline is the renew's send instant + ttl - margin.
+    let (sent_at, _, safe_until) = next_renewal(&rx);
+    assert!(before_start <= sent_at && sent_at <= after_start);
+    assert_eq!(safe_until, sent_at + ttl - margin);
+    for _ in 0..2 {
+        let (sent_at, _, safe_until) = next_renewal(&rx);
+        assert_eq!(safe_until, sent_at + ttl - margin);
+    }
+
+    // Freeze renewals: hold the lease row's lock, so every renew blocks.
+    let mut locker = db.conn();
+    locker
+        .batch_execute("BEGIN; SELECT 1 FROM lease.leases WHERE key = 'k' FOR UPDATE;")
+        .unwrap();
+    let frozen_deadline = {
+        // A renew in flight before the lock may still land: take the last.
+        wait_for_lock_waiter(&mut conn, &db.name);
+        keeper.safe_until()
+    };
+    assert!(keeper.is_valid());
+    while Instant::now() < frozen_deadline {
+        std::thread::sleep(frozen_deadline - Instant::now());
+    }
+    // The deadline has passed on the client's clock: the server, asked only
+    // now, must still report the grant held.
+    let state = leasehold::inspect(&mut conn, "k").unwrap();
+    assert!(
+        matches!(&state, Some(LeaseState::Held { owner, epoch, .. }) if owner == "a" && *epoch == lease.epoch()),
+        "{state:?}"
+    );
+    assert!(!keeper.is_valid());
+    assert!(matches!(
+        keeper.wait_for_loss(Duration::from_secs(10)),
+        Some(LeaseLoss::DeadlinePassed { .. })
+    ));
+    locker.batch_execute("ROLLBACK").unwrap();
+    drop(keeper);
+}
+
+#[test]
+fn keeper_reports_loss_when_the_server_goes_away() {
+    let server = LocalPostgres::builder().durable(false).start().unwrap();
+    let url = server.url();
+    let mut conn = PgConnection::establish(&url).unwrap();
+    leasehold::install(&mut conn).unwrap();
+    let ttl = Duration::from_millis(1500);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    drop(conn);
+    let (builder, rx) = events(
+        Keeper::builder(pool(&url), lease, ttl)
+            .renew_every(Duration::from_millis(300))
+            .retry_every(Duration::from_millis(50)),
+    );
+    let keeper = builder.start().unwrap();
+    next_renewal(&rx);
+    server.stop(StopMode::Immediate).unwrap();
+    let loss = keeper.wait_for_loss(Duration::from_secs(20));
+    let noticed = Instant::now();
+    assert!(
+        matches!(
+            &loss,
+            Some(LeaseLoss::DeadlinePassed {
+                last_error: Some(_)
+            })
+        ),
+        "{loss:?}"
+    );
+    assert!(noticed >= keeper.safe_until());
+    assert!(noticed - keeper.safe_until() < Duration::from_secs(2));
+    assert!(!keeper.is_valid());
+    assert!(rx
+        .try_iter()
+        .any(|e| matches!(e, KeeperEvent::Lost(LeaseLoss::DeadlinePassed { .. }))));
+    drop(keeper);
+}
+
+#[test]
+fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_millis(900);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let keeper = Keeper::start(pool(&db.url), lease.clone(), ttl).unwrap();
+    let cancel = CancelToken::new();
+    let (started_tx, started_rx) = mpsc::channel();
+    let worker = {
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            run_while_held(keeper, &cancel, |ctx| {
+                started_tx.send(ctx.token().clone()).unwrap();
+                while !ctx.should_stop() {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err::<(), _>(ctx.stop_reason())
+            })
+        })
+    };
+    assert_eq!(started_rx.recv().unwrap(), lease.token());
+    let _ = leasehold::release(&mut conn, "k", "a", lease.epoch()).unwrap();
+    granted(leasehold::acquire(&mut conn, "k", "b", TTL).unwrap());
+    match worker.join().unwrap() {
+        WorkOutcome::LeaseLost(LeaseLoss::Refused(LostLease::NotOwner)) => {}
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn worker_loop_reports_finished_cancelled_and_failed() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let start = |key: &str| {
+        let lease = granted(leasehold::acquire(&mut db.conn(), key, "a", TTL).unwrap());
+        Keeper::start(pool(&db.url), lease, TTL).unwrap()
+    };
+    let cancel = CancelToken::new();
+    let finished = run_while_held(start("f"), &cancel, |ctx| Ok::<_, ()>(ctx.token().epoch()));
+    assert!(matches!(finished, WorkOutcome::Finished(1)));
+    let failed = run_while_held(start("e"), &cancel, |_| Err::<(), _>("boom"));
+    assert!(matches!(failed, WorkOutcome::Failed("boom")));
+    let cancelled = run_while_held(start("c"), &cancel, |ctx| {
+        cancel.cancel();
+        if ctx.should_stop() {
+            return Err(());
+        }
+        Ok(())
+    });
+    assert!(matches!(cancelled, WorkOutcome::Cancelled));
+    // Every run released its lease.
+    for key in ["f", "e", "c"] {
+        assert_eq!(
+            leasehold::inspect(&mut conn, key).unwrap(),
+            Some(LeaseState::Unowned { epoch: 2 })
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! The web backend example, served on a loopback port against a real
+//! PostgreSQL and driven by real HTTP clients (ureq).
+#![cfg(feature = "local")]
+
+#[path = "../examples/web_backend/api_error.rs"]
+mod api_error;
+#[path = "../examples/web_backend/service.rs"]
+mod service;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text, Timestamptz};
+use leasehold::local::LocalPostgres;
+use leasehold::LeaseClient;
+use serde_json::{json, Value};
+
+fn server() -> &'static LocalPostgres {
+    static SERVER: OnceLock<LocalPostgres> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        LocalPostgres::builder()
+            .durable(false)
+            .start()
+            .unwrap_or_else(|error| panic!("cannot start the test server: {error}"))
+    })
+}
+
+/// A fresh database and the job service on a free loopback port.
+struct Fixture {
+    url: String,
+    base: String,
+    service: Option<service::Service>,
+}
+
+impl Fixture {
+    fn start() -> Fixture {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "web_{}_{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        );
+        PgConnection::establish(&server().url())
+            .and_then(|mut conn| {
+                conn.batch_execute(&format!("CREATE DATABASE {name}"))
+                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
+            })
+            .unwrap_or_else(|error| panic!("create database: {error}"));
+        let url = server().url_for(&name);
+        let client = LeaseClient::connect(&url, 4).expect("pool");
+        let service = service::Service::start(client, "127.0.0.1:0", 4).expect("start service");
+        assert!(service.addr().ip().is_loopback());
+        Fixture {
+            url,
+            base: format!("http://{}", service.addr()),
+            service: Some(service),
+        }
+    }
+
+    fn conn(&self) -> PgConnection {
+        PgConnection::establish(&self.url).expect("connect")
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if let Some(service) = self.service.take() {
+            service.shutdown();
+        }
+    }
+}
+
+/// One worker's HTTP client: its own agent (connection pool).
+struct Worker {
+    agent: ureq::Agent,
+    base: String,
+}
+
+impl Worker {
+    fn new(fixture: &Fixture) -> Worker {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Worker {
+            agent,
+            base: fixture.base.clone(),
+        }
+    }
+
+    fn finish(response: ureq::http::Response<ureq::Body>) -> (u16, Value) {
+        let status = response.status().as_u16();
+        let text = response
+            .into_body()
+            .read_to_string()
+            .expect("read response body");
+        let body = serde_json::from_str(&text)
+            .unwrap_or_else(|error| panic!("response is not JSON ({error}): {text}"));
+        (status, body)
+    }
+
+    fn send(&self, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+        let url = format!("{}{path}", self.base);
+        let response = match method {
+            "POST" => {
+                let mut request = self.agent.post(&url).content_type("application/json");
+                if let Some(token) = token {
+                    request = request.header("Fencing-Token", token);
+                }
+                request.send(body)
+            }
+            "PUT" => {
+                let mut request = self.agent.put(&url).content_type("application/json");
+                if let Some(token) = token {
+                    request = request.header("Fencing-Token", token);
+                }
+                request.send(body)
+            }
+            _ => self.agent.get(&url).call(),
+        }
+        .unwrap_or_else(|error| panic!("{method} {path}: {error}"));
+        Self::finish(response)
+    }
+
+    fn claim(&self, job: &str, worker: &str, ttl_ms: u64) -> (u16, Value) {
+        let body = json!({"worker": worker, "ttl_ms": ttl_ms}).to_string();
+        self.send("POST", &format!("/jobs/{job}/claim"), None, &body)
+    }
+
+    fn heartbeat(&self, job: &str, token: &str, ttl_ms: u64) -> (u16, Value) {
+        let body = json!({ "ttl_ms": ttl_ms }).to_string();
+        self.send(
+            "POST",
+            &format!("/jobs/{job}/heartbeat"),
+            Some(token),
+            &body,
+        )
+    }
+
+    fn submit(&self, job: &str, token: &str, result: Value) -> (u16, Value) {
+        let body = json!({ "result": result }).to_string();
+        self.send("PUT", &format!("/jobs/{job}/result"), Some(token), &body)
+    }
+
+    fn show(&self, job: &str) -> (u16, Value) {
+        self.send("GET", &format!("/jobs/{job}"), None, "")
+    }
+}
+
+fn time_of(value: &Value) -> DateTime<Utc> {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("not a time: {value}"));
+    DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|error| panic!("{text}: {error}"))
+        .with_timezone(&Utc)
+}
+
+#[derive(QueryableByName)]
+struct Now {
+    #[diesel(sql_type = Timestamptz)]
+    now: DateTime<Utc>,
+}
+
+/// The paused worker's "pause": block until the *server* clock is past its
+/// expiry, which is what decides that it lost the job.
+fn wait_until_server_time_passes(conn: &mut PgConnection, instant: DateTime<Utc>) {
+    for _ in 0..10_000 {
+        let now = diesel::sql_query("SELECT clock_timestamp() AS now")
+            .get_result::<Now>(conn)
+            .expect("server clock")
+            .now;
+        if now > instant {
+            return;
+        }
+        let remaining = (instant - now).to_std().unwrap_or_default();
+        std::thread::sleep(remaining.min(Duration::from_millis(50)) + Duration::from_micros(100));
+    }
+    panic!("server clock never passed {instant}");
+}
+
+#[derive(QueryableByName, Debug, PartialEq)]
+struct StoredRow {
+    #[diesel(sql_type = Text)]
+    worker: String,
+    #[diesel(sql_type = BigInt)]
+    epoch: i64,
+    #[diesel(sql_type = Text)]
+    result: String,
+}
+
+#[test]
+fn paused_worker_late_result_is_refused_with_409_and_the_successors_is_stored() {
+    let fixture = Fixture::start();
+    let a = Worker::new(&fixture);
+    let b = Worker::new(&fixture);
+
+    let (status, claim_a) = a.claim("job-7", "worker-a", 500);
+    assert_eq!(status, 200, "{claim_a}");
+    assert_eq!(claim_a["epoch"], 1);
+    let token_a = claim_a["token"].as_str().unwrap().to_owned();
+    assert_eq!(token_a, "lh1.1.job-7.worker-a");
+    let (status, beat) = a.heartbeat("job-7", &token_a, 500);
+    assert_eq!(status, 200, "{beat}");
+    let a_expires = time_of(&beat["expires_at"]);
+
+    // Held by worker-a: worker-b is told to go elsewhere.
+    let (status, locked) = b.claim("job-7", "worker-b", 30_000);
+    assert_eq!(status, 423, "{locked}");
+    assert_eq!(locked["error"], "locked");
+    assert_eq!(locked["holder"], "worker-a");
+
+    // worker-a pauses past its ttl.
+    wait_until_server_time_passes(&mut fixture.conn(), a_expires);
+
+    // Lapsed, not yet taken over: the lease check already refuses it.
+    let (status, early) = a.submit("job-7", &token_a, json!({"rows": 1}));
+    assert_eq!(status, 409, "{early}");
+    assert_eq!(early["reason"], "lapsed");
+    assert_eq!(early["presented_epoch"], 1);
+    assert_eq!(early["accepted_epoch"], Value::Null);
+
+    let (status, claim_b) = b.claim("job-7", "worker-b", 30_000);
+    assert_eq!(status, 200, "{claim_b}");
+    assert_eq!(claim_b["epoch"], 2);
+    let token_b = claim_b["token"].as_str().unwrap().to_owned();
+    assert_eq!(token_b, "lh1.2.job-7.worker-b");
+    let (status, stored) = b.submit("job-7", &token_b, json!({"rows": 42}));
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(stored["stored"], true);
+
+    // worker-a wakes and submits late: 409, naming both epochs.
+    let (status, late) = a.submit("job-7", &token_a, json!({"rows": 1}));
+    assert_eq!(status, 409, "{late}");
+    assert_eq!(late["error"], "stale_token");
+    assert_eq!(late["presented_epoch"], 1);
+    assert_eq!(late["accepted_epoch"], 2);
+    assert_eq!(late["token"], token_a);
+    assert!(
+        late["message"].as_str().unwrap().contains("claim it again"),
+        "{late}"
+    );
+    let (status, lost) = a.heartbeat("job-7", &token_a, 30_000);
+    assert_eq!(status, 409, "{lost}");
+    assert_eq!(lost["reason"], "lapsed");
+
+    // Only worker-b's result is there, through the API and in the table.
+    let (status, shown) = b.show("job-7");
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(shown["result"]["worker"], "worker-b");
+    assert_eq!(shown["result"]["epoch"], 2);
+    assert_eq!(shown["result"]["result"], json!({"rows": 42}));
+    assert_eq!(shown["lease"]["owner"], "worker-b");
+    let rows = diesel::sql_query("SELECT worker, epoch, result::text AS result FROM job_results")
+        .load::<StoredRow>(&mut fixture.conn())
+        .expect("read job_results");
+    assert_eq!(
+        rows,
+        vec![StoredRow {
+            worker: "worker-b".into(),
+            epoch: 2,
+            result: r#"{"rows": 42}"#.into(),
+        }]
+    );
+}
+
+#[test]
+fn a_token_fenced_out_by_an_operator_gets_409_stale_epoch() {
+    let fixture = Fixture::start();
+    let worker = Worker::new(&fixture);
+    let (status, claim) = worker.claim("job-9", "worker-a", 30_000);
+    assert_eq!(status, 200, "{claim}");
+    let token = claim["token"].as_str().unwrap().to_owned();
+    leasehold::guards::fence(&mut fixture.conn(), "job-results/job-9", "job-9", 1).expect("fence");
+    let (status, refused) = worker.submit("job-9", &token, json!("done"));
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["reason"], "stale_epoch");
+    assert_eq!(refused["presented_epoch"], 1);
+    assert_eq!(refused["accepted_epoch"], 2);
+}
+
+#[test]
+fn bad_input_gets_400_saying_what_was_wrong() {
+    let fixture = Fixture::start();
+    let worker = Worker::new(&fixture);
+    let cases: [(&str, &str, Option<&str>, &str, &str); 7] = [
+        (
+            "POST",
+            "/jobs/job-1/claim",
+            None,
+            "{\"worker\":\"w\"}",
+            "ttl_ms",
+        ),
+        (
+            "POST",
+            "/jobs/job-1/claim",
+            None,
+            "{\"worker\":\"w\",\"ttl_ms\":5}",
+            "out of range",
+        ),
+        (
+            "POST",
+            "/jobs/job-1/claim",
+            None,
+            "not json",
+            "not valid JSON",
+        ),
+        ("POST", "/jobs/job%201/claim", None, "{}", "not allowed"),
+        (
+            "PUT",
+            "/jobs/job-1/result",
+            None,
+            "{\"result\":1}",
+            "missing Fencing-Token",
+        ),
+        (
+            "PUT",
+            "/jobs/job-1/result",
+            Some("lh9.1.job-1.w"),
+            "{\"result\":1}",
+            "not a fencing token",
+        ),
+        (
+            "PUT",
+            "/jobs/job-1/result",
+            Some("lh1.1.job-2.w"),
+            "{\"result\":1}",
+            "is for job",
+        ),
+    ];
+    for (method, path, token, body, expected) in cases {
+        let (status, error) = worker.send(method, path, token, body);
+        assert_eq!(status, 400, "{method} {path} {body}: {error}");
+        assert_eq!(error["error"], "bad_request");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{method} {path}: {message}");
+    }
+    let (status, missing) = worker.send("GET", "/nothing", None, "");
+    assert_eq!(status, 404, "{missing}");
+}
