@@ -197,3 +197,32 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
     drop(conn);
     admin.batch_execute(&format!("DROP ROLE {role}")).unwrap();
 }
+
+/// Real processes, not threads: several `leasehold install` commands started
+/// together against one empty database all succeed, and exactly one of them
+/// applies the migrations.
+#[cfg(all(feature = "cli", feature = "local"))]
+#[test]
+fn installers_in_separate_processes_started_together_all_succeed_once() {
+    let db = TestDb::empty();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+                .args(["--database-url", &db.url, "--json", "install"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for output in &outputs {
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    }
+    let installing = outputs
+        .iter()
+        .filter(|o| !String::from_utf8_lossy(&o.stdout).contains("\"applied\":[]"))
+        .count();
+    assert_eq!(installing, 1, "{:?}", outputs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect::<Vec<_>>());
+    assert_eq!(installed_versions(&mut db.conn()).unwrap(), expected_versions());
+}
