@@ -570,8 +570,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut baseline: Option<Stats> = None;
         for keys in [1_000_usize, 1_000_000] {
             conn.batch_execute(&format!(
-                "INSERT INTO lease.leases (key, owner, epoch, expires_at) \
-                 SELECT 'scale-' || g, NULL, 1, NULL FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
+                "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at) \
+                 SELECT 'scale-' || g, lease._key_hash('scale-' || g), NULL, 1, NULL FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
             ))?;
             conn.batch_execute("VACUUM ANALYZE lease.leases")?;
             let stats = run_pgbench(

@@ -28,13 +28,16 @@ AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) $$;
 --          a grant exists (held or lapsed) and is one higher after a release.
 --   lapsed_owner: when the current grant took over a grant that had lapsed,
 --          that grant's owner, so it hears `lapsed` (SPEC §1.3 rule 2).
---   key_hash: SHA-256 of the key, the primary key. A btree entry is limited
---          to about 2.7 kB, so indexing the key itself would refuse long
---          keys; the digest keeps any key length working at a fixed index
---          width. Lookups compare the digest and then the key itself.
+--   key_hash: SHA-256 of the key (lease._key_hash), the primary key. A btree
+--          entry is limited to about 2.7 kB, so indexing the key itself would
+--          refuse long keys; the digest keeps any key length working at a
+--          fixed index width. Lookups compare the digest and then the key.
+--          A plain column set by the functions (the only writers), not a
+--          generated one: each call computes the digest once, and no UPDATE
+--          recomputes it.
 CREATE TABLE lease.leases (
     key          text        NOT NULL,
-    key_hash     bytea       GENERATED ALWAYS AS (lease._key_hash(key)) STORED PRIMARY KEY,
+    key_hash     bytea       PRIMARY KEY,
     owner        text,
     epoch        bigint      NOT NULL CHECK (epoch >= 1),
     expires_at   timestamptz,
@@ -43,7 +46,13 @@ CREATE TABLE lease.leases (
 );
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 
--- Validation shared by every function. Returns the violated constraints, each
+-- Internal helpers (names starting with `_`) are REVOKEd from PUBLIC and run
+-- only inside the API functions, whose pinned search_path they inherit; they
+-- carry no SET clause of their own because a per-call SET costs a GUC save
+-- and restore on every call.
+
+-- Validation shared by every function, called only when the API function's
+-- inline check found something wrong. Returns the violated constraints, each
 -- phrased as what the caller must do; an empty array means the input is fine.
 CREATE FUNCTION lease._violations(
     p_key text, p_check_owner boolean, p_owner text,
@@ -52,7 +61,6 @@ CREATE FUNCTION lease._violations(
     p_check_epoch boolean, p_epoch bigint)
 RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v text[] := '{}';
@@ -99,7 +107,6 @@ $$;
 CREATE FUNCTION lease._raise_invalid(p_function text, p_violations text[])
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION 'invalid input to lease.%: %', p_function, array_to_string(p_violations, '; ')
@@ -110,104 +117,19 @@ BEGIN
 END;
 $$;
 
--- One attempt to acquire. Returns granted=false when another owner holds a
--- live grant. Never takes a lock on a row it does not change, so a denied
--- caller never delays the holder.
-CREATE FUNCTION lease._try_acquire(p_key text, p_owner text, p_ttl interval,
-    OUT granted boolean, OUT epoch bigint, OUT expires_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    v_now timestamptz;
-    v_row record;
-    v_attempts integer := 0;
-BEGIN
-    LOOP
-        -- Each pass sees a newer state than the last; a key can only keep
-        -- changing under us for so long. The bound turns an impossible
-        -- endless loop into an error instead of a hung session.
-        v_attempts := v_attempts + 1;
-        IF v_attempts > 1000 THEN
-            RAISE EXCEPTION 'lease.acquire could not settle the state of key % after % attempts', p_key, v_attempts
-                USING ERRCODE = '40001', CONSTRAINT = 'lease_contention',
-                      HINT = 'Retry the call.';
-        END IF;
-        v_now := clock_timestamp();
-        -- Common path: the key exists and is FREE or LAPSED. The counter
-        -- moves on by one; a lapsed grant's owner is remembered for rule 2.
-        UPDATE lease.leases AS l
-           SET owner = p_owner,
-               epoch = l.epoch + 1,
-               expires_at = v_now + p_ttl,
-               lapsed_owner = l.owner
-         WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
-           AND (l.owner IS NULL OR l.expires_at <= v_now)
-        RETURNING l.epoch, l.expires_at INTO epoch, expires_at;
-        IF FOUND THEN
-            granted := true;
-            RETURN;
-        END IF;
-
-        -- Never-seen key: the first grant is epoch 1.
-        INSERT INTO lease.leases AS l (key, owner, epoch, expires_at, lapsed_owner)
-        VALUES (p_key, p_owner, 1, v_now + p_ttl, NULL)
-        ON CONFLICT (key_hash) DO NOTHING
-        RETURNING l.epoch, l.expires_at INTO epoch, expires_at;
-        IF FOUND THEN
-            granted := true;
-            RETURN;
-        END IF;
-
-        -- The key exists and was held when the UPDATE looked. Read it again
-        -- (a fresh snapshot): same owner and live means idempotent success;
-        -- another owner and live means denial; anything else changed under
-        -- us, so try again.
-        SELECT l.owner, l.epoch, l.expires_at INTO v_row
-          FROM lease.leases AS l
-     WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key;
-        v_now := clock_timestamp();
-        IF FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > v_now THEN
-            IF v_row.owner = p_owner THEN
-                -- Idempotent success. Lock the row as a grant would, so that
-                -- inside the caller's transaction this acquire also holds off
-                -- a takeover until commit, and so that lease rows are always
-                -- locked before guard rows (no lock-order deadlock with an
-                -- admit that follows).
-                SELECT l.owner, l.epoch, l.expires_at INTO v_row
-                  FROM lease.leases AS l
-                 WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
-                   FOR NO KEY UPDATE;
-                IF NOT (v_row.owner = p_owner AND v_row.expires_at > clock_timestamp()) THEN
-                    CONTINUE;
-                END IF;
-                granted := true;
-                epoch := v_row.epoch;
-                expires_at := v_row.expires_at;
-            ELSE
-                granted := false;
-                epoch := NULL;
-                expires_at := NULL;
-            END IF;
-            RETURN;
-        END IF;
-    END LOOP;
-END;
-$$;
-
 -- Status of a renew/release that did not apply, computed on the locked row,
 -- SPEC §1.3 precedence: not_owner, then lapsed, then epoch_mismatch. Returns
 -- 'ok' when the row (now locked) does match, so the caller can apply.
-CREATE FUNCTION lease._status_locked(p_key text, p_owner text, p_epoch bigint)
+CREATE FUNCTION lease._status_locked(p_hash bytea, p_key text, p_owner text, p_epoch bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row record;
 BEGIN
     SELECT l.owner, l.epoch, l.expires_at, l.lapsed_owner INTO v_row
-      FROM lease.leases AS l WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
+      FROM lease.leases AS l
+     WHERE l.key_hash = p_hash AND l.key = p_key
        FOR NO KEY UPDATE;
     IF NOT FOUND OR v_row.owner IS NULL THEN
         RETURN 'not_owner';
@@ -228,27 +150,106 @@ BEGIN
 END;
 $$;
 
+-- The same, by key (for callers that have not computed the digest).
+CREATE FUNCTION lease._status_locked(p_key text, p_owner text, p_epoch bigint)
+RETURNS text
+LANGUAGE sql VOLATILE
+AS $$ SELECT lease._status_locked(lease._key_hash(p_key), p_key, p_owner, p_epoch) $$;
+
 CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0')
 RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_violations text[];
+    v_hash bytea;
+    v_now timestamptz;
     v_deadline timestamptz;
-    v_try record;
+    v_row record;
+    v_attempts integer := 0;
 BEGIN
-    v_violations := lease._violations($1, true, $2, true, $3, true, $4, false, NULL);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('acquire', v_violations);
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = ''
+       OR $3 IS NULL OR $3 <= interval '0' OR $3 > interval '100 years'
+       OR $4 IS NULL OR $4 < interval '0' OR $4 > interval '100 years' THEN
+        PERFORM lease._raise_invalid('acquire', lease._violations($1, true, $2, true, $3, true, $4, false, NULL));
     END IF;
-    v_deadline := clock_timestamp() + $4;
+    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
+    IF $4 > interval '0' THEN
+        v_deadline := clock_timestamp() + $4;
+    END IF;
+    <<attempt>>
     LOOP
-        SELECT t.granted, t.epoch, t.expires_at INTO v_try FROM lease._try_acquire($1, $2, $3) AS t;
-        IF v_try.granted OR $4 = interval '0' THEN
-            acquired := v_try.granted;
-            epoch := v_try.epoch;
-            expires_at := v_try.expires_at;
+        -- Each pass sees a newer state than the last; a key cannot keep
+        -- changing under us for ever. The bound turns an impossible endless
+        -- loop into an error instead of a hung session.
+        v_attempts := v_attempts + 1;
+        IF v_attempts > 100000 THEN
+            RAISE EXCEPTION 'lease.acquire could not settle the state of key % after % attempts', $1, v_attempts
+                USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
+        END IF;
+        v_now := clock_timestamp();
+        -- Common path: the key exists and is FREE or LAPSED. The counter moves
+        -- on by one; a lapsed grant's owner is remembered for rule 2. Rows
+        -- that do not match are not locked: a denied caller never delays the
+        -- holder.
+        UPDATE lease.leases AS l
+           SET owner = $2,
+               epoch = l.epoch + 1,
+               expires_at = v_now + $3,
+               lapsed_owner = l.owner
+         WHERE l.key_hash = v_hash AND l.key = $1
+           AND (l.owner IS NULL OR l.expires_at <= v_now)
+        RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+        IF FOUND THEN
+            acquired := true;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+
+        -- Never-seen key: the first grant is epoch 1.
+        INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
+        VALUES ($1, v_hash, $2, 1, v_now + $3, NULL)
+        ON CONFLICT (key_hash) DO NOTHING
+        RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+        IF FOUND THEN
+            acquired := true;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+
+        -- The key exists and was held when the UPDATE looked. Read it again
+        -- (a fresh snapshot): the same owner and live means idempotent
+        -- success; another owner and live means denial (or, with a wait,
+        -- another round); anything else changed under us: try again.
+        SELECT l.owner, l.epoch, l.expires_at INTO v_row
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = $1;
+        IF NOT (FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp()) THEN
+            CONTINUE attempt;
+        END IF;
+        IF v_row.owner = $2 THEN
+            -- Idempotent success. Lock the row as a grant would, so that
+            -- inside the caller's transaction this acquire also holds off a
+            -- takeover until commit, and so that lease rows are always locked
+            -- before guard rows (no lock-order deadlock with an admit that
+            -- follows).
+            SELECT l.owner, l.epoch, l.expires_at INTO v_row
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = $1
+               FOR NO KEY UPDATE;
+            IF NOT (v_row.owner = $2 AND v_row.expires_at > clock_timestamp()) THEN
+                CONTINUE attempt;
+            END IF;
+            acquired := true;
+            epoch := v_row.epoch;
+            expires_at := v_row.expires_at;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        IF v_deadline IS NULL THEN
+            acquired := false;
+            epoch := NULL;
+            expires_at := NULL;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -272,30 +273,30 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_violations text[];
-    v_now timestamptz;
+    v_hash bytea;
 BEGIN
-    v_violations := lease._violations($1, true, $2, true, $4, false, NULL, true, $3);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('renew', v_violations);
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL
+       OR $4 IS NULL OR $4 <= interval '0' OR $4 > interval '100 years' THEN
+        PERFORM lease._raise_invalid('renew', lease._violations($1, true, $2, true, $4, false, NULL, true, $3));
     END IF;
-    v_now := clock_timestamp();
+    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
     UPDATE lease.leases AS l
-       SET expires_at = v_now + $4
-     WHERE l.key_hash = lease._key_hash($1) AND l.key = $1 AND l.owner = $2 AND l.epoch = $3 AND l.expires_at > v_now
+       SET expires_at = clock_timestamp() + $4
+     WHERE l.key_hash = v_hash AND l.key = $1 AND l.owner = $2 AND l.epoch = $3
+       AND l.expires_at > clock_timestamp()
     RETURNING l.expires_at INTO renew.expires_at;
     IF FOUND THEN
         status := 'ok';
         RETURN NEXT;
         RETURN;
     END IF;
-    status := lease._status_locked($1, $2, $3);
+    status := lease._status_locked(v_hash, $1, $2, $3);
     IF status = 'ok' THEN
         -- The row changed between the UPDATE and the lock (for example a
         -- concurrent same-owner acquire); it matches now and is locked.
         UPDATE lease.leases AS l
            SET expires_at = clock_timestamp() + $4
-         WHERE l.key_hash = lease._key_hash($1) AND l.key = $1
+         WHERE l.key_hash = v_hash AND l.key = $1
         RETURNING l.expires_at INTO renew.expires_at;
     ELSE
         renew.expires_at := NULL;
@@ -310,27 +311,26 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_violations text[];
-    v_now timestamptz;
+    v_hash bytea;
 BEGIN
-    v_violations := lease._violations($1, true, $2, false, NULL, false, NULL, true, $3);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('release', v_violations);
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL THEN
+        PERFORM lease._raise_invalid('release', lease._violations($1, true, $2, false, NULL, false, NULL, true, $3));
     END IF;
-    v_now := clock_timestamp();
+    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
     UPDATE lease.leases AS l
        SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-     WHERE l.key_hash = lease._key_hash($1) AND l.key = $1 AND l.owner = $2 AND l.epoch = $3 AND l.expires_at > v_now;
+     WHERE l.key_hash = v_hash AND l.key = $1 AND l.owner = $2 AND l.epoch = $3
+       AND l.expires_at > clock_timestamp();
     IF FOUND THEN
         status := 'ok';
         RETURN NEXT;
         RETURN;
     END IF;
-    status := lease._status_locked($1, $2, $3);
+    status := lease._status_locked(v_hash, $1, $2, $3);
     IF status = 'ok' THEN
         UPDATE lease.leases AS l
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-         WHERE l.key_hash = lease._key_hash($1) AND l.key = $1;
+         WHERE l.key_hash = v_hash AND l.key = $1;
     END IF;
     RETURN NEXT;
 END;
@@ -342,12 +342,10 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_violations text[];
     v_now timestamptz := clock_timestamp();
 BEGIN
-    v_violations := lease._violations($1, false, NULL, false, NULL, false, NULL, false, NULL);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('inspect', v_violations);
+    IF $1 IS NULL OR $1 = '' THEN
+        PERFORM lease._raise_invalid('inspect', lease._violations($1, false, NULL, false, NULL, false, NULL, false, NULL));
     END IF;
     RETURN QUERY
         SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
@@ -355,7 +353,7 @@ BEGIN
                l.epoch,
                CASE WHEN l.owner IS NOT NULL AND l.expires_at > v_now THEN l.expires_at END
           FROM lease.leases AS l
-         WHERE l.key_hash = lease._key_hash($1) AND l.key = $1;
+         WHERE l.key_hash = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) AND l.key = $1;
 END;
 $$;
 
@@ -363,7 +361,7 @@ $$;
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid(text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._try_acquire(text, text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._status_locked(bytea, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._status_locked(text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;

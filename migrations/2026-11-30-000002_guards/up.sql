@@ -10,14 +10,15 @@
 -- the caller's transaction ends, which is what serialises writers (G4) and
 -- holds off a takeover until a lease-checked write commits (G6).
 
--- One row per fenced resource.
+-- One row per fenced resource, keyed by the SHA-256 of its name (set by the
+-- functions, like lease.leases.key_hash, so any name length works).
 --   lease_key: the key whose epochs fence it (G5: other keys' tokens are a misuse).
 --   accepted_epoch: the record (G1): the highest epoch admitted, or one more
 --          than the epoch lease.fence fenced through, whichever is greater;
 --          0 before anything. Never decreases. Epochs below it are refused.
 CREATE TABLE lease.guards (
     resource       text        NOT NULL,
-    resource_hash  bytea       GENERATED ALWAYS AS (lease._key_hash(resource)) STORED PRIMARY KEY,
+    resource_hash  bytea       PRIMARY KEY,
     lease_key      text        NOT NULL,
     accepted_epoch bigint      NOT NULL CHECK (accepted_epoch >= 0),
     updated_at     timestamptz NOT NULL
@@ -28,7 +29,6 @@ REVOKE ALL ON TABLE lease.guards FROM PUBLIC;
 CREATE FUNCTION lease._raise_stale(p_resource text, p_presented bigint, p_accepted bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION 'stale fencing epoch % for resource %: it admits only epochs >= %', p_presented, p_resource, p_accepted
@@ -43,7 +43,6 @@ $$;
 CREATE FUNCTION lease._raise_wrong_key(p_resource text, p_fenced_by text, p_presented_key text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION 'resource % is fenced by lease key %, not by %', p_resource, p_fenced_by, p_presented_key
@@ -57,7 +56,6 @@ $$;
 CREATE FUNCTION lease._guard_violations(p_resource text, p_key text, p_epoch bigint, p_epoch_name text)
 RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v text[] := '{}';
@@ -89,13 +87,14 @@ $$;
 CREATE FUNCTION lease._admit(p_resource text, p_key text, p_epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_row record;
+    v_hash bytea;
 BEGIN
-    INSERT INTO lease.guards AS g (resource, lease_key, accepted_epoch, updated_at)
-    VALUES (p_resource, p_key, p_epoch, clock_timestamp())
+    v_hash := pg_catalog.sha256(pg_catalog.convert_to(p_resource, 'UTF8'));
+    INSERT INTO lease.guards AS g (resource, resource_hash, lease_key, accepted_epoch, updated_at)
+    VALUES (p_resource, v_hash, p_key, p_epoch, clock_timestamp())
     ON CONFLICT (resource_hash) DO UPDATE
        SET accepted_epoch = excluded.accepted_epoch,
            updated_at = excluded.updated_at
@@ -109,7 +108,7 @@ BEGIN
     -- read sees the state that refused us.
     SELECT g.lease_key, g.accepted_epoch INTO v_row
       FROM lease.guards AS g
-     WHERE g.resource_hash = lease._key_hash(p_resource) AND g.resource = p_resource;
+     WHERE g.resource_hash = v_hash AND g.resource = p_resource;
     IF v_row.lease_key <> p_key THEN
         PERFORM lease._raise_wrong_key(p_resource, v_row.lease_key, p_key);
     END IF;
@@ -128,25 +127,25 @@ $$;
 CREATE FUNCTION lease._check_held(p_key text, p_owner text, p_epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_expires timestamptz;
     v_status text;
+    v_hash bytea := pg_catalog.sha256(pg_catalog.convert_to(p_key, 'UTF8'));
 BEGIN
     SELECT l.expires_at INTO v_expires
       FROM lease.leases AS l
-     WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key
+     WHERE l.key_hash = v_hash AND l.key = p_key
        AND l.owner = p_owner AND l.epoch = p_epoch AND l.expires_at > clock_timestamp()
        FOR NO KEY UPDATE;
     IF FOUND THEN
         RETURN v_expires;
     END IF;
-    v_status := lease._status_locked(p_key, p_owner, p_epoch);
+    v_status := lease._status_locked(v_hash, p_key, p_owner, p_epoch);
     IF v_status = 'ok' THEN
         -- It became held between the two reads and is locked now.
         SELECT l.expires_at INTO v_expires FROM lease.leases AS l
-         WHERE l.key_hash = lease._key_hash(p_key) AND l.key = p_key;
+         WHERE l.key_hash = v_hash AND l.key = p_key;
         RETURN v_expires;
     END IF;
     RAISE EXCEPTION 'lease % is not held by % at epoch %: %', p_key, p_owner, p_epoch, v_status
@@ -165,8 +164,8 @@ AS $$
 DECLARE
     v_violations text[];
 BEGIN
-    v_violations := lease._guard_violations($1, $2, $3, 'epoch');
-    IF cardinality(v_violations) > 0 THEN
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL OR $3 < 1 THEN
+        v_violations := lease._guard_violations($1, $2, $3, 'epoch');
         PERFORM lease._raise_invalid('admit', v_violations);
     END IF;
     PERFORM lease._admit($1, $2, $3);
@@ -257,8 +256,8 @@ BEGIN
     IF cardinality(v_violations) > 0 THEN
         PERFORM lease._raise_invalid('fence', v_violations);
     END IF;
-    INSERT INTO lease.guards AS g (resource, lease_key, accepted_epoch, updated_at)
-    VALUES ($1, $2, $3 + 1, clock_timestamp())
+    INSERT INTO lease.guards AS g (resource, resource_hash, lease_key, accepted_epoch, updated_at)
+    VALUES ($1, pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')), $2, $3 + 1, clock_timestamp())
     ON CONFLICT (resource_hash) DO UPDATE
        SET accepted_epoch = GREATEST(g.accepted_epoch, excluded.accepted_epoch),
            updated_at = excluded.updated_at
@@ -266,7 +265,7 @@ BEGIN
     RETURNING g.accepted_epoch INTO v_row;
     IF NOT FOUND THEN
         SELECT g.lease_key INTO v_row FROM lease.guards AS g
-         WHERE g.resource_hash = lease._key_hash($1) AND g.resource = $1;
+         WHERE g.resource_hash = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) AND g.resource = $1;
         PERFORM lease._raise_wrong_key($1, v_row.lease_key, $2);
     END IF;
     RETURN v_row.accepted_epoch;
@@ -286,7 +285,7 @@ BEGIN
     RETURN QUERY
         SELECT g.lease_key, g.accepted_epoch
           FROM lease.guards AS g
-         WHERE g.resource_hash = lease._key_hash($1) AND g.resource = $1;
+         WHERE g.resource_hash = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) AND g.resource = $1;
 END;
 $$;
 
