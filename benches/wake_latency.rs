@@ -30,6 +30,8 @@ const REVERT_WAKE: &str = include_str!("../migrations/2026-11-30-000003_wake_on_
 const TTL: Duration = Duration::from_secs(30);
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+/// Maps a database name to its URL on the bench server.
+type UrlFor = Box<dyn Fn(&str) -> String>;
 
 struct Sizes {
     handovers: usize,
@@ -59,28 +61,25 @@ fn main() -> BenchResult<()> {
             releases_per_round: 500,
         }
     };
-    let (_server, admin_url, url_for): (
-        Option<LocalPostgres>,
-        String,
-        Box<dyn Fn(&str) -> String>,
-    ) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => {
-            let base = url.clone();
-            (None, url, Box::new(move |db| url_with_database(&base, db)))
-        }
-        _ => {
-            eprintln!("no DATABASE_URL: starting a durable throwaway PostgreSQL");
-            let server = LocalPostgres::builder()
-                .setting("max_connections", "50")
-                .start()?;
-            let admin = server.url();
-            let socket_url = {
-                let s = server.url_for("DBNAME");
-                move |db: &str| s.replace("DBNAME", db)
-            };
-            (Some(server), admin, Box::new(socket_url))
-        }
-    };
+    let (_server, admin_url, url_for): (Option<LocalPostgres>, String, UrlFor) =
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.is_empty() => {
+                let base = url.clone();
+                (None, url, Box::new(move |db| url_with_database(&base, db)))
+            }
+            _ => {
+                eprintln!("no DATABASE_URL: starting a durable throwaway PostgreSQL");
+                let server = LocalPostgres::builder()
+                    .setting("max_connections", "50")
+                    .start()?;
+                let admin = server.url();
+                let socket_url = {
+                    let s = server.url_for("DBNAME");
+                    move |db: &str| s.replace("DBNAME", db)
+                };
+                (Some(server), admin, Box::new(socket_url))
+            }
+        };
     let mut admin = PgConnection::establish(&admin_url)?;
     let new_db = "leasehold_bench_wake";
     let old_db = "leasehold_bench_nowake";
@@ -155,7 +154,7 @@ fn url_with_database(url: &str, database: &str) -> String {
 /// would in production, rather than right after it went to sleep.
 fn random_phase() -> Duration {
     use std::cell::Cell;
-    thread_local!(static STATE: Cell<u64> = Cell::new(0x9E37_79B9_7F4A_7C15));
+    thread_local!(static STATE: Cell<u64> = const { Cell::new(0x9E37_79B9_7F4A_7C15) });
     let x = STATE.with(|s| {
         let mut x = s.get();
         x ^= x << 13;

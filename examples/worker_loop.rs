@@ -33,9 +33,11 @@ const STEP: Duration = Duration::from_millis(150);
 const PAUSE: Duration = Duration::from_millis(2500);
 const JOBS: [&str; 2] = ["job-a", "job-b"];
 const WORKERS: [&str; 3] = ["w1", "w2", "w3"];
-/// The worker that stalls, at this step of its first job.
-const STALLER: &str = "w1";
+/// The first worker to hold this job stalls at this step.
+const STALLED_JOB: &str = "job-a";
 const STALL_AT_STEP: u32 = 3;
+/// Taken by the worker that stalls, so only one does.
+static STALL_PENDING: AtomicBool = AtomicBool::new(true);
 
 struct Timeline {
     start: Instant,
@@ -69,7 +71,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     waiter.wait_until_listening(Duration::from_secs(10));
 
     println!(
-        "ttl {TTL:?}; {} workers, jobs {JOBS:?}; {STALLER} stalls {PAUSE:?} at step {STALL_AT_STEP}\n",
+        "ttl {TTL:?}; {} workers, jobs {JOBS:?}; the first holder of {STALLED_JOB} stalls {PAUSE:?} at step {STALL_AT_STEP}\n",
         WORKERS.len()
     );
     let timeline = Arc::new(Timeline {
@@ -108,11 +110,10 @@ fn worker(
     index: usize,
     me: &'static str,
     waiter: &LeaseWaiter,
-    timeline: &Timeline,
+    timeline: &Arc<Timeline>,
     done: &Mutex<HashSet<String>>,
     cancel: &CancelToken,
 ) -> Result<(), String> {
-    let mut stalled_once = false;
     loop {
         // Next unfinished job, each worker starting at a different one.
         let job = {
@@ -144,22 +145,28 @@ fn worker(
         // A stop-the-world pause stalls the keeper's heartbeat too.
         let paused = Arc::new(AtomicBool::new(false));
         let keeper = {
-            let paused = paused.clone();
+            let (paused, timeline) = (paused.clone(), timeline.clone());
             Keeper::builder(waiter.pool().clone(), lease, TTL)
-                .on_event(move |event| {
-                    if matches!(event, KeeperEvent::Renewed { .. }) {
+                .on_event(move |event| match event {
+                    KeeperEvent::Renewed { .. } => {
                         while paused.load(Ordering::SeqCst) {
                             std::thread::sleep(Duration::from_millis(5));
                         }
                     }
+                    KeeperEvent::Lost(why) => {
+                        timeline.log(me, job, format!("keeper: lease lost ({why})"));
+                    }
+                    _ => {}
                 })
                 .start()
                 .map_err(|e| e.to_string())?
         };
         let outcome = run_while_held(keeper, cancel, |ctx| {
             for step in 1..=STEPS {
-                if me == STALLER && step == STALL_AT_STEP && !stalled_once {
-                    stalled_once = true;
+                if job == STALLED_JOB
+                    && step == STALL_AT_STEP
+                    && STALL_PENDING.swap(false, Ordering::SeqCst)
+                {
                     timeline.log(
                         me,
                         job,

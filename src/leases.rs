@@ -238,9 +238,10 @@ fn acquire_call(
         wait: interval("wait", wait)?,
         _borrow: std::marker::PhantomData,
     };
+    let autocommit = in_autocommit(conn);
     let (acquired, epoch, expires_at) = call
         .get_result::<(bool, Option<i64>, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| map_error(conn, "acquire", error, key, wait))?;
+        .map_err(|error| map_error(autocommit, "acquire", error, key, wait))?;
     match (acquired, epoch, expires_at) {
         (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
             key: key.to_owned(),
@@ -280,9 +281,10 @@ pub fn renew(
         ttl: interval("ttl", ttl)?,
         _borrow: std::marker::PhantomData,
     };
+    let autocommit = in_autocommit(conn);
     let (status, expires_at) = call
         .get_result::<(String, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| map_error(conn, "renew", error, key, Duration::ZERO))?;
+        .map_err(|error| map_error(autocommit, "renew", error, key, Duration::ZERO))?;
     match (status.as_str(), expires_at) {
         ("ok", Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
         (other, _) => Ok(Renewal::Lost(unexpected_status("renew", other)?)),
@@ -306,9 +308,10 @@ pub fn release(
         epoch,
         _borrow: std::marker::PhantomData,
     };
+    let autocommit = in_autocommit(conn);
     let status = call
         .get_result::<String>(conn)
-        .map_err(|error| map_error(conn, "release", error, key, Duration::ZERO))?;
+        .map_err(|error| map_error(autocommit, "release", error, key, Duration::ZERO))?;
     match status.as_str() {
         "ok" => Ok(Release::Released),
         other => Ok(Release::Lost(unexpected_status("release", other)?)),
@@ -325,9 +328,10 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
         key,
         _borrow: std::marker::PhantomData,
     };
+    let autocommit = in_autocommit(conn);
     let row = call
         .get_results::<(bool, Option<String>, i64, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| map_error(conn, "inspect", error, key, Duration::ZERO))?
+        .map_err(|error| map_error(autocommit, "inspect", error, key, Duration::ZERO))?
         .into_iter()
         .next();
     Ok(row.map(
@@ -342,19 +346,26 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
     ))
 }
 
+/// Whether the connection is outside any transaction diesel knows of, so a
+/// call autocommits. Read *before* the call: once a call fails on a broken
+/// connection, diesel marks its transaction manager broken and the depth
+/// can no longer be read.
+fn in_autocommit(conn: &mut PgConnection) -> bool {
+    use diesel::connection::{AnsiTransactionManager, TransactionManager};
+    let depth = <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(conn)
+        .transaction_depth();
+    matches!(depth, Ok(None))
+}
+
 /// Maps a failed call's error; a broken connection outside any transaction
 /// diesel knows of means the autocommit may or may not have happened.
 fn map_error(
-    conn: &mut PgConnection,
+    autocommit: bool,
     operation: &'static str,
     error: diesel::result::Error,
     key: &str,
     wait: Duration,
 ) -> LeaseError {
-    use diesel::connection::{AnsiTransactionManager, TransactionManager};
-    let depth = <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(conn)
-        .transaction_depth();
-    let autocommit = matches!(depth, Ok(None));
     LeaseError::from_diesel(operation, error, key, wait, autocommit)
 }
 

@@ -538,9 +538,12 @@ impl Session {
             return Err("the listener session has no socket".to_owned());
         }
         loop {
+            // Registrations first: notifications that arrive while their
+            // statements run are buffered by libpq, invisible to poll(2),
+            // and must be taken right after.
+            self.reconcile(shared, true)?;
             let notifications = self.conn.take_notifications();
             dispatch(shared, &notifications);
-            self.reconcile(shared, true)?;
             if lock(&shared.state).shutdown {
                 // Withdraw this session's registrations so releases stop
                 // notifying for us; failure only leaves rows to prune.

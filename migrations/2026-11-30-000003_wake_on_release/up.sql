@@ -3,21 +3,21 @@
 -- A process that waits for keys keeps one listener session (LISTEN
 -- lease_released) and registers, per key it waits for, one row in
 -- lease.waiters; while a key has registrations its lease row carries
--- `watched = true`. lease.release reads that flag from the row its UPDATE
--- already returns and calls pg_notify only when it is set: a release nobody
--- waits for does no extra statement, no extra table access, and never
--- touches the notification queue (whose commit-time lock serialises all
--- notifying transactions of the cluster).
+-- `watched = true`. A trigger on the release transition calls pg_notify
+-- only when that flag is set: a release nobody waits for does no extra
+-- statement, no extra table access, and never touches the notification
+-- queue (whose commit-time lock serialises all notifying transactions of
+-- the cluster).
 --
 -- Why a flag on the lease row rather than a look-up in lease.waiters: the
 -- row is what a release locks and updates, so a registration and a release
--- serialise on the row lock, and the UPDATE's RETURNING sees the flag of
--- the row version it actually replaced. A separate look-up would cost a
--- statement per release (measured: +15 % release latency) and would need
--- its own snapshot reasoning.
+-- serialise on the row lock, and the release sees the flag of the row
+-- version it actually replaced. A separate look-up would cost a statement
+-- per release (measured: +15 % release latency) and would need its own
+-- snapshot reasoning.
 --
--- The SQL API keeps the seed's semantics: acquire, renew, inspect are
--- untouched, and release changes nothing but sending the notification.
+-- The SQL API keeps the seed's semantics: no API function is redefined;
+-- the only addition to a release is the notification of a watched key.
 -- The `_waiter_*` functions are plumbing for the Rust client, granted to
 -- PUBLIC because every client role needs them; they only ever touch rows of
 -- the calling session.
@@ -151,54 +151,39 @@ BEGIN
 END;
 $$;
 
--- lease.release as in 2026-11-30-000001, plus the notification after a
--- successful release of a watched key. The payload is the key (keys too
--- long for a notification payload send '' = "re-check every key").
-CREATE OR REPLACE FUNCTION lease.release(key text, owner text, epoch bigint)
-RETURNS TABLE (status text)
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+-- The notification: a key goes from owned to FREE only by a release (an
+-- acquire always sets an owner; a lapse is no write at all), so a row
+-- trigger on exactly that transition, limited by its WHEN clause to
+-- watched rows, notifies on every successful release of a watched key and
+-- on nothing else. lease.release itself stays as 2026-11-30-000001 defines
+-- it. A WHEN clause that is false costs the release no function call and
+-- queues no trigger event. NEW is the row version the release wrote, built
+-- from the version it locked, so a registration that held the row lock is
+-- seen (see lease._waiter_watch). The payload is the key (keys too long for
+-- a notification payload send '' = "re-check every key").
+CREATE FUNCTION lease._notify_released()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_violations text[];
-    v_now timestamptz;
-    v_watched boolean;
 BEGIN
-    v_violations := lease._violations($1, true, $2, false, NULL, false, NULL, true, $3);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('release', v_violations);
-    END IF;
-    v_now := clock_timestamp();
-    -- RETURNING reads the flag of the row version this UPDATE replaced (after
-    -- waiting for any registration holding the row lock).
-    UPDATE lease.leases AS l
-       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-     WHERE l.key_hash = lease._key_hash($1) AND l.key = $1 AND l.owner = $2 AND l.epoch = $3 AND l.expires_at > v_now
-    RETURNING l.watched INTO v_watched;
-    IF NOT FOUND THEN
-        status := lease._status_locked($1, $2, $3);
-        IF status <> 'ok' THEN
-            RETURN NEXT;
-            RETURN;
-        END IF;
-        UPDATE lease.leases AS l
-           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-         WHERE l.key_hash = lease._key_hash($1) AND l.key = $1
-        RETURNING l.watched INTO v_watched;
-    END IF;
-    status := 'ok';
-    IF v_watched THEN
-        PERFORM pg_catalog.pg_notify('lease_released',
-            CASE WHEN pg_catalog.octet_length($1) < 7900 THEN $1 ELSE '' END);
-    END IF;
-    RETURN NEXT;
+    PERFORM pg_catalog.pg_notify('lease_released',
+        CASE WHEN pg_catalog.octet_length(NEW.key) < 7900 THEN NEW.key ELSE '' END);
+    RETURN NULL;
 END;
 $$;
+
+CREATE TRIGGER notify_released
+AFTER UPDATE OF owner ON lease.leases
+FOR EACH ROW
+WHEN (OLD.owner IS NOT NULL AND NEW.owner IS NULL AND NEW.watched)
+EXECUTE FUNCTION lease._notify_released();
 
 REVOKE ALL ON FUNCTION lease._waiter_watch(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._waiter_unwatch(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._waiter_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._waiter_unflag(bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._notify_released() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_unwatch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_reset() TO PUBLIC;

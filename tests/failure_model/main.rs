@@ -24,8 +24,8 @@ use diesel::sql_types::{Bool, Text, Timestamptz};
 use leasehold::guards::{run_fenced, Check};
 use leasehold::local::{LocalPostgres, StopMode};
 use leasehold::{
-    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencedError,
-    GuardError, Lease, LeaseError, LeaseState, LostLease, Release, Renewal,
+    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencedError, GuardError,
+    Lease, LeaseError, LeaseState, LostLease, Release, Renewal,
 };
 
 const TTL: Duration = Duration::from_secs(600);
@@ -257,7 +257,10 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
     let stale = leasehold::FencingToken::new("taken", "a", 1).unwrap();
     assert!(matches!(
         fenced_write(&mut conn, &stale, Check::Token),
-        Err(FencedError::Guard(GuardError::StaleEpoch { accepted: 2, .. }))
+        Err(FencedError::Guard(GuardError::StaleEpoch {
+            accepted: 2,
+            ..
+        }))
     ));
 }
 
@@ -480,7 +483,12 @@ impl HolderProcess {
     /// Starts the holder; it acquires `k` as `stalled` with `ttl`.
     fn start(cluster: &Cluster, ttl: Duration) -> (HolderProcess, i64, DateTime<Utc>, i32) {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["holder_process", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "holder_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HOLDER_ENV, cluster.url())
             .env(HOLDER_TTL_ENV, ttl.as_millis().to_string())
             .stdin(Stdio::piped())
@@ -508,8 +516,11 @@ impl HolderProcess {
             let mut line = String::new();
             let n = self.stdout.read_line(&mut line).unwrap();
             assert!(n > 0, "the holder exited before reporting {tag}");
-            if let Some(rest) = line.trim_end().strip_prefix(&format!("{tag} ")) {
-                return rest.to_owned();
+            // The child's test harness may have printed "test holder_process
+            // ... " without a newline first, so look anywhere in the line.
+            let line = line.trim_end();
+            if let Some(at) = line.find(&format!("{tag} ")) {
+                return line[at + tag.len() + 1..].to_owned();
             }
         }
     }
@@ -692,7 +703,11 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
             ..
         }))
     ));
-    assert_eq!(snapshot(&mut other), before, "the hasty holder changed something");
+    assert_eq!(
+        snapshot(&mut other),
+        before,
+        "the hasty holder changed something"
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -727,7 +742,8 @@ fn statement_timeout_during_a_blocking_acquire_changes_nothing() {
     // 57014 like the lease wait timeout, but the statement's timeout: a
     // database error, not the typed WaitTimedOut of the 60 s wait bound.
     assert!(
-        matches!(&error, LeaseError::Database { .. }) && error.to_string().contains("statement timeout"),
+        matches!(&error, LeaseError::Database { .. })
+            && error.to_string().contains("statement timeout"),
         "{error:?}"
     );
     assert_eq!(snapshot(&mut conn), before);
@@ -747,7 +763,9 @@ fn cancel_during_a_blocking_acquire_changes_nothing() {
     let error = waiter.join().unwrap().unwrap_err();
     assert!(
         matches!(&error, LeaseError::Database { .. })
-            && error.to_string().contains("canceling statement due to user request"),
+            && error
+                .to_string()
+                .contains("canceling statement due to user request"),
         "{error:?}"
     );
     assert_eq!(snapshot(&mut conn), before);
@@ -836,7 +854,13 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
     proxy.drop_next_request();
     let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: "acquire", .. }),
+        matches!(
+            &error,
+            LeaseError::OutcomeUnknown {
+                operation: "acquire",
+                ..
+            }
+        ),
         "{error:?}"
     );
     let mut direct = cluster.conn();
@@ -855,7 +879,13 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
     proxy.drop_next_answer();
     let error = renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: "renew", .. }),
+        matches!(
+            &error,
+            LeaseError::OutcomeUnknown {
+                operation: "renew",
+                ..
+            }
+        ),
         "{error:?}"
     );
     let Some(LeaseState::Held { expires_at, .. }) = inspect(&mut direct, "k").unwrap() else {
@@ -867,7 +897,13 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
     proxy.drop_next_answer();
     let error = release(&mut conn, "k", "a", lease.epoch()).unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: "release", .. }),
+        matches!(
+            &error,
+            LeaseError::OutcomeUnknown {
+                operation: "release",
+                ..
+            }
+        ),
         "{error:?}"
     );
     assert_eq!(
@@ -877,20 +913,21 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
     );
 }
 
-/// Inside the caller's transaction a broken connection is not "outcome
-/// unknown": nothing commits before the caller's COMMIT, so the call's
-/// effect is certainly gone with the transaction.
+/// Inside the caller's (diesel) transaction a broken connection is not
+/// "outcome unknown": nothing commits before the caller's COMMIT, so the
+/// call's effect is certainly gone with the transaction.
 #[test]
 fn a_lost_answer_inside_a_transaction_is_a_database_error_and_nothing_commits() {
     let cluster = tcp_cluster();
     let (proxy, mut conn) = proxied(&cluster.pg);
-    conn.batch_execute("BEGIN").unwrap();
-    proxy.drop_next_answer();
-    let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
-    assert!(
-        matches!(&error, LeaseError::Database { .. }),
-        "{error:?}"
-    );
+    let mut lease_error = None;
+    let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
+        proxy.drop_next_answer();
+        lease_error = acquire(conn, "k", "a", TTL).err();
+        Err(diesel::result::Error::RollbackTransaction)
+    });
+    let error = lease_error.expect("the acquire must fail");
+    assert!(matches!(&error, LeaseError::Database { .. }), "{error:?}");
     let mut direct = cluster.conn();
     wait_for(
         &mut direct,

@@ -85,7 +85,12 @@ fn relay(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>) {
                 Ok(n) => n,
             };
             if up_state
-                .compare_exchange(DROP_REQUEST_ARMED, DROPPED, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(
+                    DROP_REQUEST_ARMED,
+                    DROPPED,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
                 .is_ok()
             {
                 break;

@@ -258,7 +258,10 @@ fn release_races_acquire(commit: bool) {
     } else {
         releaser.batch_execute("ROLLBACK").unwrap();
         let error = racer.join().unwrap().unwrap_err();
-        assert!(matches!(error, LeaseError::WaitTimedOut { .. }), "{error:?}");
+        assert!(
+            matches!(error, LeaseError::WaitTimedOut { .. }),
+            "{error:?}"
+        );
         assert_eq!(holder(&mut observer), Some(("a".into(), 1)));
     }
 }
@@ -336,8 +339,8 @@ fn is_serialization_failure(error: &LeaseError) -> bool {
 /// 40001 (serialization_failure); nothing changes and the retry, in a new
 /// transaction, sees the new state.
 #[test]
-fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapshot_fail_with_40001(
-) {
+fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapshot_fail_with_40001()
+{
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         for operation in ["renew", "release"] {
             let db = TestDb::new();
@@ -356,7 +359,10 @@ fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapsho
             } else {
                 release(&mut snap, "k", "a", 1).unwrap_err()
             };
-            assert!(is_serialization_failure(&error), "{level} {operation}: {error:?}");
+            assert!(
+                is_serialization_failure(&error),
+                "{level} {operation}: {error:?}"
+            );
             snap.batch_execute("ROLLBACK").unwrap();
             assert_eq!(
                 inspect(&mut snap, "k").unwrap(),

@@ -252,7 +252,10 @@ fn releases_notify_only_keys_somebody_waits_for() {
     let _ = leasehold::release(&mut conn, "watched", "o", b.epoch()).unwrap();
     let flags = "SELECT format('%s=%s', key, watched) AS line FROM lease.leases ORDER BY key";
     assert_eq!(query_lines(&mut conn, flags), ["unwatched=f", "watched=t"]);
-    query_lines(&mut conn, "SELECT lease._waiter_unwatch('watched')::text AS line");
+    query_lines(
+        &mut conn,
+        "SELECT lease._waiter_unwatch('watched')::text AS line",
+    );
     assert_eq!(query_lines(&mut conn, flags), ["unwatched=f", "watched=f"]);
     let payloads: Vec<String> = conn
         .notifications_iter()

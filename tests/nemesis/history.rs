@@ -438,6 +438,11 @@ struct GrantView {
     maybe_released: bool,
     /// A release was acknowledged.
     released: bool,
+    /// The earliest server time at which a later call of the holder ran
+    /// (a renewal, a guarded write's transaction): the acquire had
+    /// committed by then. The grant's start is when its statement read
+    /// the clock, which can precede its commit by the commit's latency.
+    committed_by: Option<i64>,
 }
 
 impl GrantView {
@@ -507,6 +512,7 @@ pub fn check(events: &[Event]) -> Report {
                             last_alive: *start,
                             maybe_released: false,
                             released: false,
+                            committed_by: None,
                         },
                     );
                 }
@@ -536,6 +542,7 @@ pub fn check(events: &[Event]) -> Report {
                     if grant.owner == *owner {
                         grant.expiry = grant.expiry.max(*end);
                         grant.last_alive = grant.last_alive.max(*at);
+                        grant.committed_by = Some(grant.committed_by.map_or(*at, |t| t.min(*at)));
                     }
                 }
             }
@@ -628,6 +635,17 @@ pub fn check(events: &[Event]) -> Report {
     report.operations += cut_off_releases + cut_off_writes;
     report.unknown_outcomes += cut_off_releases + cut_off_writes;
 
+    // An acknowledged write's transaction began after the acquire was
+    // acknowledged, so the grant had committed by then.
+    for (op, (_, at)) in &acked_writes {
+        if let Some((_, key, owner, epoch, _)) = invokes.get(op) {
+            if let Some(grant) = grants.get_mut(&((*key).to_owned(), *epoch)) {
+                if grant.owner == *owner {
+                    grant.committed_by = Some(grant.committed_by.map_or(*at, |t| t.min(*at)));
+                }
+            }
+        }
+    }
     // A committed lease-checked write proves its grant live when its
     // transaction began.
     for (op, _, epoch, _, at) in &rows {
@@ -705,12 +723,13 @@ pub fn check(events: &[Event]) -> Report {
     // never below an epoch granted before, and later grants exceed it.
     for (key, before, after, held, counter) in &inspects {
         for grant in by_key.get(key).into_iter().flatten() {
-            if grant.start < *before && grant.epoch > *counter {
+            // Only grants provably committed before the inspect count.
+            if grant.committed_by.is_some_and(|t| t < *before) && grant.epoch > *counter {
                 report.violations.push(Violation {
                     kind: Kind::EpochRegressed,
                     detail: format!(
-                        "key {key}: inspect at {before} reported epoch {counter} (held={held}), below epoch {} granted at {}",
-                        grant.epoch, grant.start
+                        "key {key}: inspect at {before} reported epoch {counter} (held={held}), below epoch {} granted at {} and committed by {:?}",
+                        grant.epoch, grant.start, grant.committed_by
                     ),
                 });
             }
@@ -763,8 +782,7 @@ pub fn check(events: &[Event]) -> Report {
     for (op, (seq, _)) in &acked_writes {
         let expected_epoch = invokes.get(op).map(|i| i.3);
         match row_ops.get(op) {
-            Some((row_seq, row_epoch))
-                if row_seq == seq && Some(*row_epoch) == expected_epoch => {}
+            Some((row_seq, row_epoch)) if row_seq == seq && Some(*row_epoch) == expected_epoch => {}
             other => report.violations.push(Violation {
                 kind: Kind::LostWrite,
                 detail: format!(

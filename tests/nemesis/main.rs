@@ -60,7 +60,10 @@ fn nemesis_run_with_pauses_kills_and_crashes_violates_no_invariant() {
     eprintln!("{summary}");
     let report = &outcome.report;
     assert!(report.violations.is_empty(), "{summary}");
-    assert!(report.grants > 10, "too few grants to mean anything\n{summary}");
+    assert!(
+        report.grants > 10,
+        "too few grants to mean anything\n{summary}"
+    );
     assert!(report.takeovers > 0, "no takeover happened\n{summary}");
     assert!(report.committed_writes > 0, "no write committed\n{summary}");
     assert!(outcome.pauses > 0 && outcome.crashes > 1, "{summary}");
@@ -292,9 +295,17 @@ fn checker_catches_an_epoch_counter_that_regressed_across_a_crash() {
         held: false,
         epoch,
     };
-    // Granted epoch 5 before; after the crash the counter says 3.
-    let history = [grant("k", "a", 5, 0, 100), inspect(3)];
+    // Granted epoch 5 (proven committed by the renewal at 50) before;
+    // after the crash the counter says 3.
+    let history = [
+        grant("k", "a", 5, 0, 100),
+        renew("k", "a", 5, 50, 150),
+        inspect(3),
+    ];
     assert_eq!(kinds_of(&history), [Kind::EpochRegressed]);
+    // Without proof that the grant had committed (its statement read the
+    // clock at 0 but may have committed after the inspect), no verdict.
+    assert_eq!(kinds_of(&[grant("k", "a", 5, 0, 100), inspect(3)]), []);
     // The counter says 7 after the crash; a later grant reuses epoch 7.
     let history = [
         grant("k", "a", 5, 0, 100),

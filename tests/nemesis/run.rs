@@ -485,7 +485,8 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
     let url = server.url_for(DATABASE);
     let mut conn = PgConnection::establish(&url).expect("connect to the nemesis database");
     leasehold::install(&mut conn).expect("install leasehold");
-    conn.batch_execute(SCHEMA).expect("create the guarded table");
+    conn.batch_execute(SCHEMA)
+        .expect("create the guarded table");
 
     let history_dir = std::env::temp_dir().join(format!(
         "leasehold-nemesis-{}-{}",
@@ -575,9 +576,7 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
         loop {
             match child.try_wait() {
                 Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < grace => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
+                Ok(None) if Instant::now() < grace => std::thread::sleep(Duration::from_millis(20)),
                 _ => {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -588,7 +587,9 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
     }
     // One last crash: everything acknowledged must survive it too.
     drop(conn);
-    server.kill_postmaster().expect("final kill of the postmaster");
+    server
+        .kill_postmaster()
+        .expect("final kill of the postmaster");
     server.restart().expect("final restart");
     crashes += 1;
     driver.record(&Event::Nemesis {
@@ -603,7 +604,11 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
         let text = fs::read_to_string(&path).expect("read a history file");
         events.extend(history::parse_history(&text));
     }
-    events.extend(final_rows(&mut conn));
+    let rows = final_rows(&mut conn);
+    // Keep the table next to the histories, so a kept run can be re-checked.
+    let table: String = rows.iter().map(|e| e.to_line() + "\n").collect();
+    fs::write(history_dir.join("table.log"), table).expect("write table.log");
+    events.extend(rows);
     let report = history::check(&events);
     if report.violations.is_empty() {
         let _ = fs::remove_dir_all(&history_dir);
