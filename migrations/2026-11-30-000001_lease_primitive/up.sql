@@ -167,6 +167,9 @@ DECLARE
     v_deadline timestamptz;
     v_row record;
     v_attempts integer := 0;
+    v_outcome text;
+    v_epoch bigint;
+    v_expires timestamptz;
 BEGIN
     IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = ''
        OR $3 IS NULL OR $3 <= interval '0' OR $3 > interval '100 years'
@@ -187,64 +190,81 @@ BEGIN
             RAISE EXCEPTION 'lease.acquire could not settle the state of key % after % attempts', $1, v_attempts
                 USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
         END IF;
-        v_now := clock_timestamp();
-        -- Common path: the key exists and is FREE or LAPSED. The counter moves
-        -- on by one; a lapsed grant's owner is remembered for rule 2. Rows
-        -- that do not match are not locked: a denied caller never delays the
-        -- holder.
-        UPDATE lease.leases AS l
-           SET owner = $2,
-               epoch = l.epoch + 1,
-               expires_at = v_now + $3,
-               lapsed_owner = l.owner
-         WHERE l.key_hash = v_hash AND l.key = $1
-           AND (l.owner IS NULL OR l.expires_at <= v_now)
-        RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
-        IF FOUND THEN
-            acquired := true;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-
-        -- Never-seen key: the first grant is epoch 1.
-        INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
-        VALUES ($1, v_hash, $2, 1, v_now + $3, NULL)
-        ON CONFLICT (key_hash) DO NOTHING
-        RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
-        IF FOUND THEN
-            acquired := true;
-            RETURN NEXT;
-            RETURN;
-        END IF;
-
-        -- The key exists and was held when the UPDATE looked. Read it again
-        -- (a fresh snapshot): the same owner and live means idempotent
-        -- success; another owner and live means denial (or, with a wait,
-        -- another round); anything else changed under us: try again.
-        SELECT l.owner, l.epoch, l.expires_at INTO v_row
-          FROM lease.leases AS l
-         WHERE l.key_hash = v_hash AND l.key = $1;
-        IF NOT (FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp()) THEN
-            CONTINUE attempt;
-        END IF;
-        IF v_row.owner = $2 THEN
-            -- Idempotent success. Lock the row as a grant would, so that
-            -- inside the caller's transaction this acquire also holds off a
-            -- takeover until commit, and so that lease rows are always locked
-            -- before guard rows (no lock-order deadlock with an admit that
-            -- follows).
-            SELECT l.owner, l.epoch, l.expires_at INTO v_row
-              FROM lease.leases AS l
+        v_outcome := NULL;
+        -- One attempt runs in a subtransaction that is rolled back when it
+        -- does not grant. Why: when the UPDATE below meets a row another
+        -- transaction is changing, PostgreSQL waits, locks the newest version
+        -- and re-checks the condition; if the re-check fails, that lock would
+        -- otherwise stay until the caller's transaction ends, so a denied
+        -- acquire (or a waiting one, for its whole wait) could block the
+        -- holder's renew and release. Rolling back the attempt releases it.
+        BEGIN
+            v_now := clock_timestamp();
+            -- Common path: the key exists and is FREE or LAPSED. The counter
+            -- moves on by one; a lapsed grant's owner is remembered for rule 2.
+            UPDATE lease.leases AS l
+               SET owner = $2,
+                   epoch = l.epoch + 1,
+                   expires_at = v_now + $3,
+                   lapsed_owner = l.owner
              WHERE l.key_hash = v_hash AND l.key = $1
-               FOR NO KEY UPDATE;
-            IF NOT (v_row.owner = $2 AND v_row.expires_at > clock_timestamp()) THEN
-                CONTINUE attempt;
+               AND (l.owner IS NULL OR l.expires_at <= v_now)
+            RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+            IF FOUND THEN
+                v_outcome := 'granted';
+            ELSE
+                -- Never-seen key: the first grant is epoch 1.
+                INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
+                VALUES ($1, v_hash, $2, 1, v_now + $3, NULL)
+                ON CONFLICT (key_hash) DO NOTHING
+                RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+                IF FOUND THEN
+                    v_outcome := 'granted';
+                END IF;
             END IF;
+            IF v_outcome IS NULL THEN
+                -- The key exists and was held when the UPDATE looked. Read it
+                -- again (a fresh snapshot): the same owner and live means
+                -- idempotent success; another owner and live means denial;
+                -- anything else changed under us: try again.
+                SELECT l.owner, l.epoch, l.expires_at INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = $1;
+                IF FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp() THEN
+                    IF v_row.owner = $2 THEN
+                        -- Idempotent success. Lock the row as a grant would,
+                        -- so that inside the caller's transaction this acquire
+                        -- also holds off a takeover until commit, and so that
+                        -- lease rows are always locked before guard rows.
+                        SELECT l.owner, l.epoch, l.expires_at INTO v_row
+                          FROM lease.leases AS l
+                         WHERE l.key_hash = v_hash AND l.key = $1
+                           FOR NO KEY UPDATE;
+                        IF v_row.owner = $2 AND v_row.expires_at > clock_timestamp() THEN
+                            v_outcome := 'granted';
+                            v_epoch := v_row.epoch;
+                            v_expires := v_row.expires_at;
+                        END IF;
+                    ELSE
+                        v_outcome := 'denied';
+                    END IF;
+                END IF;
+            END IF;
+            IF v_outcome IS DISTINCT FROM 'granted' THEN
+                RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the attempt back
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;   -- the attempt's locks are gone with it
+        END;
+        IF v_outcome = 'granted' THEN
             acquired := true;
-            epoch := v_row.epoch;
-            expires_at := v_row.expires_at;
+            epoch := v_epoch;
+            expires_at := v_expires;
             RETURN NEXT;
             RETURN;
+        END IF;
+        IF v_outcome IS NULL THEN
+            CONTINUE attempt;   -- the state changed under us
         END IF;
         IF v_deadline IS NULL THEN
             acquired := false;

@@ -164,6 +164,13 @@ fn waiter_recovers_a_release_notification_missed_during_a_listener_reconnect() {
         held_by(&mut conn, "k"),
         Some(("waiter".into(), lease.epoch()))
     );
+    // The wake may come from the poll while the listener is down or from
+    // the re-check after it is back; either way the listener must come back
+    // on a new session.
+    let reconnected = Instant::now();
+    while waiter.listener_status().sessions < 2 && reconnected.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let status = waiter.listener_status();
     assert!(status.sessions >= 2, "{status:?}");
     assert_ne!(status.backend_pid, Some(first_pid));
