@@ -328,3 +328,38 @@ fn same_owner_reacquire_inside_a_transaction_holds_off_a_takeover_until_commit()
     let taken = granted(taker.join().unwrap());
     assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
 }
+
+/// An acquire that waited on a concurrent takeover and was then denied keeps
+/// no lock on the key, even inside an open transaction: the new holder's
+/// renew and release go through at once.
+#[test]
+fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
+    let db = TestDb::new();
+    let mut taker = db.conn();
+    let mut observer = db.conn();
+    let old = granted(acquire(&mut taker, "k", "old", Duration::from_millis(200)).unwrap());
+    wait_until_server_time_passes(&mut observer, old.expires_at());
+    taker.batch_execute("BEGIN").unwrap();
+    let new = granted(acquire(&mut taker, "k", "new", TTL).unwrap());
+    let url = db.url.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let loser = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).unwrap();
+        conn.batch_execute("BEGIN").unwrap();
+        let outcome = acquire(&mut conn, "k", "loser", TTL).unwrap();
+        tx.send(outcome).unwrap();
+        // Keep the transaction open until the holder has renewed and released.
+        done_rx.recv().unwrap();
+        conn.batch_execute("COMMIT").unwrap();
+    });
+    wait_for_lock_waiter(&mut observer, &db.name);
+    taker.batch_execute("COMMIT").unwrap();
+    assert_eq!(rx.recv().unwrap(), Acquisition::Denied);
+    // Were the loser still holding the row lock, these would hit the timeout.
+    observer.batch_execute("SET lock_timeout = '3s'").unwrap();
+    assert!(matches!(renew(&mut observer, "k", "new", new.epoch(), TTL).unwrap(), Renewal::Renewed { .. }));
+    assert_eq!(release(&mut observer, "k", "new", new.epoch()).unwrap(), Release::Released);
+    done_tx.send(()).unwrap();
+    loser.join().unwrap();
+}
