@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, Pool, PooledConnection};
+use diesel::r2d2::{ConnectionManager, Pool};
 
 use crate::errors::LeaseError;
 use crate::leases::{self, Acquisition, Lease, LeaseState, Release, Renewal};
@@ -48,9 +48,9 @@ impl LeaseClient {
     /// Builds a pool of up to `max_size` connections to `database_url`.
     ///
     /// The pool skips r2d2's `SELECT 1` check on every checkout (a full
-    /// round trip per operation); a broken connection shows up as a
-    /// [`LeaseError::Database`] on the call that used it, and r2d2 discards
-    /// connections that report themselves broken.
+    /// round trip per operation); a connection found dead by a call is
+    /// discarded instead of being returned to the pool, so only that call
+    /// fails and the next one gets a fresh connection.
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
         let manager = ConnectionManager::<PgConnection>::new(database_url);
         let pool = Pool::builder()
@@ -65,10 +65,6 @@ impl LeaseClient {
         &self.pool
     }
 
-    fn conn(&self) -> Result<PooledConnection<ConnectionManager<PgConnection>>, LeaseError> {
-        Ok(self.pool.get()?)
-    }
-
     /// [`leases::acquire`] on a pooled connection.
     pub fn acquire(
         &self,
@@ -76,7 +72,7 @@ impl LeaseClient {
         owner: &str,
         ttl: Duration,
     ) -> Result<Acquisition, LeaseError> {
-        leases::acquire(&mut *self.conn()?, key, owner, ttl)
+        crate::pooled::with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
     }
 
     /// [`leases::acquire_waiting_in_sql`] on a pooled connection (held for
@@ -88,7 +84,7 @@ impl LeaseClient {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
-        leases::acquire_waiting_in_sql(&mut *self.conn()?, key, owner, ttl, wait)
+        crate::pooled::with_conn(&self.pool, |conn| leases::acquire_waiting_in_sql(conn, key, owner, ttl, wait))
     }
 
     /// [`leases::renew`] on a pooled connection.
@@ -99,12 +95,12 @@ impl LeaseClient {
         epoch: i64,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
-        leases::renew(&mut *self.conn()?, key, owner, epoch, ttl)
+        crate::pooled::with_conn(&self.pool, |conn| leases::renew(conn, key, owner, epoch, ttl))
     }
 
     /// [`leases::release`] on a pooled connection.
     pub fn release(&self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
-        leases::release(&mut *self.conn()?, key, owner, epoch)
+        crate::pooled::with_conn(&self.pool, |conn| leases::release(conn, key, owner, epoch))
     }
 
     /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced
@@ -128,6 +124,6 @@ impl LeaseClient {
 
     /// [`leases::inspect`] on a pooled connection.
     pub fn inspect(&self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        leases::inspect(&mut *self.conn()?, key)
+        crate::pooled::with_conn(&self.pool, |conn| leases::inspect(conn, key))
     }
 }

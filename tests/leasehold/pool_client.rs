@@ -42,3 +42,24 @@ fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
         .to_string()
         .contains("check that the database is reachable"));
 }
+
+#[test]
+fn pool_client_discards_a_connection_whose_session_died_and_recovers_on_the_next_call() {
+    use diesel::connection::SimpleConnection;
+    let db = TestDb::new();
+    let client = LeaseClient::connect(&db.url, 1).unwrap();
+    let lease = client.acquire("k", "a", TTL).unwrap().granted().unwrap();
+    // Kill the pool's only session from outside.
+    let mut admin = db.conn();
+    admin
+        .batch_execute(&format!(
+            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity \
+             WHERE datname = '{}' AND pid <> pg_backend_pid()",
+            db.name
+        ))
+        .unwrap();
+    let first = client.renew("k", "a", lease.epoch(), TTL);
+    assert!(first.is_err(), "a call on the dead session must fail: {first:?}");
+    // The dead connection was discarded: the next call gets a fresh one.
+    assert!(matches!(client.renew("k", "a", lease.epoch(), TTL).unwrap(), Renewal::Renewed { .. }));
+}
