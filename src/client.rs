@@ -84,7 +84,9 @@ impl LeaseClient {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| leases::acquire_waiting_in_sql(conn, key, owner, ttl, wait))
+        crate::pooled::with_conn(&self.pool, |conn| {
+            leases::acquire_waiting_in_sql(conn, key, owner, ttl, wait)
+        })
     }
 
     /// [`leases::renew`] on a pooled connection.
@@ -95,7 +97,9 @@ impl LeaseClient {
         epoch: i64,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| leases::renew(conn, key, owner, epoch, ttl))
+        crate::pooled::with_conn(&self.pool, |conn| {
+            leases::renew(conn, key, owner, epoch, ttl)
+        })
     }
 
     /// [`leases::release`] on a pooled connection.

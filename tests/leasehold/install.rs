@@ -215,14 +215,32 @@ fn installers_in_separate_processes_started_together_all_succeed_once() {
                 .unwrap()
         })
         .collect();
-    let outputs: Vec<_> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
     for output in &outputs {
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let installing = outputs
         .iter()
         .filter(|o| !String::from_utf8_lossy(&o.stdout).contains("\"applied\":[]"))
         .count();
-    assert_eq!(installing, 1, "{:?}", outputs.iter().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).collect::<Vec<_>>());
-    assert_eq!(installed_versions(&mut db.conn()).unwrap(), expected_versions());
+    assert_eq!(
+        installing,
+        1,
+        "{:?}",
+        outputs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        installed_versions(&mut db.conn()).unwrap(),
+        expected_versions()
+    );
 }

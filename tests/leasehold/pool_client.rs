@@ -59,7 +59,13 @@ fn pool_client_discards_a_connection_whose_session_died_and_recovers_on_the_next
         ))
         .unwrap();
     let first = client.renew("k", "a", lease.epoch(), TTL);
-    assert!(first.is_err(), "a call on the dead session must fail: {first:?}");
+    assert!(
+        first.is_err(),
+        "a call on the dead session must fail: {first:?}"
+    );
     // The dead connection was discarded: the next call gets a fresh one.
-    assert!(matches!(client.renew("k", "a", lease.epoch(), TTL).unwrap(), Renewal::Renewed { .. }));
+    assert!(matches!(
+        client.renew("k", "a", lease.epoch(), TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
 }

@@ -358,8 +358,14 @@ fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
     assert_eq!(rx.recv().unwrap(), Acquisition::Denied);
     // Were the loser still holding the row lock, these would hit the timeout.
     observer.batch_execute("SET lock_timeout = '3s'").unwrap();
-    assert!(matches!(renew(&mut observer, "k", "new", new.epoch(), TTL).unwrap(), Renewal::Renewed { .. }));
-    assert_eq!(release(&mut observer, "k", "new", new.epoch()).unwrap(), Release::Released);
+    assert!(matches!(
+        renew(&mut observer, "k", "new", new.epoch(), TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(
+        release(&mut observer, "k", "new", new.epoch()).unwrap(),
+        Release::Released
+    );
     done_tx.send(()).unwrap();
     loser.join().unwrap();
 }
