@@ -20,7 +20,7 @@ CREATE TABLE lease.guards (
     resource       text        NOT NULL,
     resource_hash  bytea       PRIMARY KEY,
     lease_key      text        NOT NULL,
-    accepted_epoch bigint      NOT NULL CHECK (accepted_epoch >= 0),
+    accepted_epoch bigint      NOT NULL,   -- >= 0, kept by the functions (no CHECK: see lease.leases)
     updated_at     timestamptz NOT NULL
 );
 REVOKE ALL ON TABLE lease.guards FROM PUBLIC;
