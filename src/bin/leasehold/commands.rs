@@ -42,6 +42,7 @@ pub fn install(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
 /// `leasehold acquire KEY OWNER --ttl T [--wait W]`.
 pub fn acquire(
     conn: &mut PgConnection,
+    url: &str,
     out: Printer,
     key: &str,
     owner: &str,
@@ -50,8 +51,20 @@ pub fn acquire(
 ) -> Result<(), CliError> {
     check_names(key, owner)?;
     let lease = match wait.filter(|w| !w.is_zero()) {
-        Some(wait) => leasehold::acquire_waiting_in_sql(conn, key, owner, ttl, wait)
-            .map_err(CliError::from_lease)?,
+        // Wake on release (LISTEN/NOTIFY) or at the holder's expiry, holding
+        // no transaction while waiting, instead of the SQL 50 ms poll.
+        Some(wait) => {
+            let waiter = leasehold::LeaseWaiter::connect(url, 1).map_err(CliError::from_lease)?;
+            waiter
+                .acquire(key, owner, ttl, leasehold::Wait::AtMost(wait))
+                .map_err(|error| match error {
+                    leasehold::WaitError::TimedOut { key, .. } => {
+                        CliError::WaitTimedOut { key, wait }
+                    }
+                    leasehold::WaitError::Lease(error) => CliError::from_lease(error),
+                    other => CliError::Database(other.to_string()),
+                })?
+        }
         None => match leasehold::acquire(conn, key, owner, ttl).map_err(CliError::from_lease)? {
             Acquisition::Granted(lease) => lease,
             Acquisition::Denied => return Err(denied(conn, key)),

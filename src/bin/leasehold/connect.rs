@@ -19,6 +19,9 @@ pub struct Session {
     /// The connection the command uses. Declared first so it closes before
     /// the server stops.
     pub conn: PgConnection,
+    /// The URL `conn` was opened with, for commands that need more
+    /// connections (a waiting acquire opens a listener).
+    pub url: String,
     _server: Option<LocalPostgres>,
 }
 
@@ -42,6 +45,7 @@ pub fn open(url: Option<&str>, needs: Needs) -> Result<Session, CliError> {
     }
     Ok(Session {
         conn,
+        url: url.to_owned(),
         _server: None,
     })
 }
@@ -53,10 +57,12 @@ fn open_embedded() -> Result<Session, CliError> {
          pass --database-url postgres://... to work on a real database"
     );
     let server = LocalPostgres::start()?;
-    let mut conn = establish(&server.url())?;
+    let url = server.url();
+    let mut conn = establish(&url)?;
     leasehold::install(&mut conn).map_err(|error| CliError::Database(error.to_string()))?;
     Ok(Session {
         conn,
+        url,
         _server: Some(server),
     })
 }

@@ -62,6 +62,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
         _ => Needs::Installed,
     };
     let mut session = connect::open(url, needs)?;
+    let session_url = session.url.clone();
     let conn = &mut session.conn;
     match cli.command {
         Command::Install => commands::install(conn, out),
@@ -70,7 +71,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             owner,
             ttl,
             wait,
-        } => commands::acquire(conn, out, &key, &owner, ttl, wait),
+        } => commands::acquire(conn, &session_url, out, &key, &owner, ttl, wait),
         Command::Renew {
             key,
             owner,
