@@ -543,6 +543,19 @@ impl HolderProcess {
         let rest = stat.rsplit_once(')').unwrap().1;
         rest.trim_start().chars().next().unwrap()
     }
+
+    /// Waits (bounded) until the process shows `state` in /proc: a signal is
+    /// delivered asynchronously, so `kill` returning does not mean the
+    /// process has stopped yet.
+    fn wait_for_state(&self, state: char) -> char {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut seen = self.state();
+        while seen != state && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+            seen = self.state();
+        }
+        seen
+    }
 }
 
 impl Drop for HolderProcess {
@@ -648,7 +661,11 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     let (mut holder, epoch, expires_at, _) =
         HolderProcess::start(&cluster, Duration::from_millis(800));
     holder.signal("-STOP");
-    assert_eq!(holder.state(), 'T', "the holder must be stopped");
+    assert_eq!(
+        holder.wait_for_state('T'),
+        'T',
+        "the holder must be stopped"
+    );
     wait_until_server_time_passes(&mut conn, expires_at);
     let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), epoch + 1);
