@@ -32,6 +32,7 @@ mod calls;
 mod cancel;
 mod client;
 mod errors;
+pub mod field_text;
 pub mod guards;
 mod install;
 mod keeper;

@@ -4,7 +4,6 @@ DROP FUNCTION IF EXISTS lease.inspect(text);
 DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
-DROP FUNCTION IF EXISTS lease._status_locked(text, text, bigint);
 DROP FUNCTION IF EXISTS lease._status_locked(bytea, text, text, bigint);
 DROP FUNCTION IF EXISTS lease._raise_invalid(text, text[]);
 DROP FUNCTION IF EXISTS lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint);

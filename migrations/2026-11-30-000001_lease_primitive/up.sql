@@ -153,12 +153,6 @@ BEGIN
 END;
 $$;
 
--- The same, by key (for callers that have not computed the digest).
-CREATE FUNCTION lease._status_locked(p_key text, p_owner text, p_epoch bigint)
-RETURNS text
-LANGUAGE sql VOLATILE
-AS $$ SELECT lease._status_locked(lease._key_hash(p_key), p_key, p_owner, p_epoch) $$;
-
 CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0')
 RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -385,7 +379,6 @@ REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._status_locked(bytea, text, text, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._status_locked(text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;

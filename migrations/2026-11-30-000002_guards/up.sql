@@ -180,8 +180,8 @@ AS $$
 DECLARE
     v_violations text[];
 BEGIN
-    v_violations := lease._violations($1, true, $2, false, NULL, false, NULL, true, $3);
-    IF cardinality(v_violations) > 0 THEN
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL THEN
+        v_violations := lease._violations($1, true, $2, false, NULL, false, NULL, true, $3);
         PERFORM lease._raise_invalid('check_held', v_violations);
     END IF;
     RETURN lease._check_held($1, $2, $3);
@@ -197,10 +197,11 @@ DECLARE
     v_violations text[];
     v_expires timestamptz;
 BEGIN
-    v_violations := lease._guard_violations($1, $2, $4, 'epoch')
-                 || lease._violations($2, true, $3, false, NULL, false, NULL, false, NULL);
-    v_violations := ARRAY(SELECT t.v FROM unnest(v_violations) WITH ORDINALITY AS t(v, n) GROUP BY t.v ORDER BY min(t.n));
-    IF cardinality(v_violations) > 0 THEN
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL OR $3 = '' OR $4 IS NULL OR $4 < 1 THEN
+        v_violations := lease._guard_violations($1, $2, $4, 'epoch')
+                     || lease._violations($2, true, $3, false, NULL, false, NULL, false, NULL);
+        -- key is checked by both lists; name each violation once.
+        v_violations := ARRAY(SELECT t.v FROM unnest(v_violations) WITH ORDINALITY AS t(v, n) GROUP BY t.v ORDER BY min(t.n));
         PERFORM lease._raise_invalid('admit_held', v_violations);
     END IF;
     v_expires := lease._check_held($2, $3, $4);
@@ -218,10 +219,12 @@ DECLARE
     v_violations text[];
     v_renewal record;
 BEGIN
-    v_violations := lease._guard_violations($1, $2, $4, 'epoch')
-                 || lease._violations($2, true, $3, true, $5, false, NULL, false, NULL);
-    v_violations := ARRAY(SELECT t.v FROM unnest(v_violations) WITH ORDINALITY AS t(v, n) GROUP BY t.v ORDER BY min(t.n));
-    IF cardinality(v_violations) > 0 THEN
+    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL OR $3 = '' OR $4 IS NULL OR $4 < 1
+       OR $5 IS NULL OR $5 <= interval '0' OR $5 > interval '100 years' THEN
+        v_violations := lease._guard_violations($1, $2, $4, 'epoch')
+                     || lease._violations($2, true, $3, true, $5, false, NULL, false, NULL);
+        -- key is checked by both lists; name each violation once.
+        v_violations := ARRAY(SELECT t.v FROM unnest(v_violations) WITH ORDINALITY AS t(v, n) GROUP BY t.v ORDER BY min(t.n));
         PERFORM lease._raise_invalid('renew_admit', v_violations);
     END IF;
     -- The renewal's UPDATE locks the lease row until the caller's

@@ -123,6 +123,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use leasehold::field_text::{decode as percent_decode, encode as percent_encode};
+
 pub use leasehold::FencingToken;
 
 /// Version tag that opens every header.
@@ -733,57 +735,6 @@ pub mod hooks {
         if let Some(hook) = HOOK.get() {
             hook(phase, path, epoch);
         }
-    }
-}
-
-/// Bytes that pass through unencoded (as in the token text form): RFC 3986
-/// unreserved characters minus `.`.
-fn is_plain(byte: u8) -> bool {
-    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~')
-}
-
-fn percent_encode(text: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(text.len());
-    for &byte in text.as_bytes() {
-        if is_plain(byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-    }
-    out
-}
-
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        let byte = bytes[index];
-        if byte == b'%' {
-            let high = hex_value(*bytes.get(index + 1)?)?;
-            let low = hex_value(*bytes.get(index + 2)?)?;
-            out.push(high << 4 | low);
-            index += 3;
-        } else if is_plain(byte) {
-            out.push(byte);
-            index += 1;
-        } else {
-            return None;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn hex_value(byte: u8) -> Option<u8> {
-    match byte {
-        b'0'..=b'9' => Some(byte - b'0'),
-        b'A'..=b'F' => Some(byte - b'A' + 10),
-        b'a'..=b'f' => Some(byte - b'a' + 10),
-        _ => None,
     }
 }
 
