@@ -7,13 +7,11 @@
 use std::time::Duration;
 
 use diesel::pg::PgConnection;
-use diesel::r2d2::{ConnectionManager, Pool};
 
 use crate::errors::LeaseError;
-use crate::leases::{self, Acquisition, Lease, LeaseState, Release, Renewal};
-
-/// The pool type leasehold works with.
-pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+use crate::leases;
+use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
+use crate::pool::{self, with_conn, PgPool};
 
 /// Lease operations over a connection pool.
 ///
@@ -52,12 +50,9 @@ impl LeaseClient {
     /// discarded instead of being returned to the pool, so only that call
     /// fails and the next one gets a fresh connection.
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
-        let manager = ConnectionManager::<PgConnection>::new(database_url);
-        let pool = Pool::builder()
-            .max_size(max_size.max(1))
-            .test_on_check_out(false)
-            .build(manager)?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool: pool::build(database_url, max_size)?,
+        })
     }
 
     /// The underlying pool, for the caller's own queries.
@@ -72,20 +67,20 @@ impl LeaseClient {
         owner: &str,
         ttl: Duration,
     ) -> Result<Acquisition, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
+        with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
     }
 
-    /// [`leases::acquire_waiting_in_sql`] on a pooled connection (held for
-    /// the whole wait).
-    pub fn acquire_waiting_in_sql(
+    /// [`leases::acquire_waiting`] on a pooled connection (held for the
+    /// whole wait).
+    pub fn acquire_waiting(
         &self,
         key: &str,
         owner: &str,
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| {
-            leases::acquire_waiting_in_sql(conn, key, owner, ttl, wait)
+        with_conn(&self.pool, |conn| {
+            leases::acquire_waiting(conn, key, owner, ttl, wait)
         })
     }
 
@@ -97,14 +92,14 @@ impl LeaseClient {
         epoch: i64,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| {
+        with_conn(&self.pool, |conn| {
             leases::renew(conn, key, owner, epoch, ttl)
         })
     }
 
     /// [`leases::release`] on a pooled connection.
     pub fn release(&self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| leases::release(conn, key, owner, epoch))
+        with_conn(&self.pool, |conn| leases::release(conn, key, owner, epoch))
     }
 
     /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced
@@ -128,6 +123,6 @@ impl LeaseClient {
 
     /// [`leases::inspect`] on a pooled connection.
     pub fn inspect(&self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        crate::pooled::with_conn(&self.pool, |conn| leases::inspect(conn, key))
+        with_conn(&self.pool, |conn| leases::inspect(conn, key))
     }
 }

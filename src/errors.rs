@@ -1,51 +1,110 @@
 //! Typed errors, one enum per family of operations.
 //!
 //! Callers match on meaning, never on message text: the SQL functions put a
-//! stable machine-readable name in the error's `CONSTRAINT` field (diesel
-//! does not expose SQLSTATE, but it does expose that field), and this module
-//! turns those names into variants. Every message says what went wrong and
-//! what to do about it.
+//! stable name in the error's `CONSTRAINT` field (see [`crate::sql::names`]),
+//! and this module turns those names into variants. Messages are one line
+//! that says what happened; the underlying error is kept and reachable
+//! through [`std::error::Error::source`], never flattened into text. What to
+//! do about each error is in the variant's documentation.
 
+use std::fmt;
 use std::time::Duration;
 
-use diesel::result::{DatabaseErrorInformation, DatabaseErrorKind, Error as DieselError};
+use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-/// `CONSTRAINT` name carried by invalid-input errors (SQLSTATE 22023).
-pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
-/// `CONSTRAINT` name carried by blocking-acquire timeouts (SQLSTATE 57014).
-pub(crate) const WAIT_TIMEOUT: &str = "lease_wait_timeout";
+use crate::outcome::Refusal;
+use crate::sql::decode::{self, Status};
+use crate::sql::names;
+
+/// The library call an error came from, for matching and reporting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// `lease.acquire` (also each attempt of a waiter).
+    Acquire,
+    /// `lease.renew`.
+    Renew,
+    /// `lease.release`.
+    Release,
+    /// `lease.inspect`.
+    Inspect,
+    /// `lease.admit`: a token-checked guard.
+    Admit,
+    /// `lease.check_held`: the lease is held right now.
+    CheckHeld,
+    /// `lease.admit_held`: admit, checking the lease is held.
+    AdmitHeld,
+    /// `lease.renew_admit`: renew and admit together.
+    RenewAndAdmit,
+    /// `lease.fence`: raise a resource's record by hand.
+    Fence,
+    /// `lease.inspect_guard`.
+    InspectGuard,
+}
+
+impl Operation {
+    /// Whether the call can change state, so that a connection lost while
+    /// it autocommits leaves its outcome unknown.
+    fn mutates(self) -> bool {
+        !matches!(self, Operation::Inspect | Operation::InspectGuard)
+    }
+
+    /// The operation's name, as the SQL function is called.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Acquire => "acquire",
+            Operation::Renew => "renew",
+            Operation::Release => "release",
+            Operation::Inspect => "inspect",
+            Operation::Admit => "admit",
+            Operation::CheckHeld => "check_held",
+            Operation::AdmitHeld => "admit_held",
+            Operation::RenewAndAdmit => "renew_admit",
+            Operation::Fence => "fence",
+            Operation::InspectGuard => "inspect_guard",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Errors of the lease operations: acquire, renew, release and inspect.
 ///
 /// A refused acquire, a lapsed lease or an epoch mismatch are *not* errors:
 /// they are ordinary outcomes ([`crate::Acquisition::Denied`],
-/// [`crate::LostLease`]). These variants are failures of the call itself.
+/// [`crate::Refusal`]). These variants are failures of the call itself.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The arguments broke the lease functions' input rules; nothing changed.
-    #[error("invalid lease input: {}; nothing was changed, fix the arguments and call again", .violations.join("; "))]
+    /// The arguments broke the lease functions' input rules; nothing
+    /// changed. Fix the arguments; calling again unchanged fails again.
+    #[error("invalid lease input: {}", .violations.join("; "))]
     InvalidInput {
         /// Every violated rule, e.g. `"key must not be empty"`.
         violations: Vec<String>,
     },
-    /// A blocking acquire gave up because another owner held the key for the
-    /// whole wait; nothing changed.
-    #[error("timed out after waiting {wait:?} for lease {key:?}, which another owner held throughout; retry later, wait longer, or inspect the key")]
-    WaitTimedOut {
+    /// A blocking acquire gave up because another owner held the key for
+    /// the whole wait; nothing changed. Retry later, wait longer, or
+    /// inspect the key.
+    #[error("timed out after {waited:?} waiting for lease {key:?}")]
+    TimedOut {
         /// The key waited for.
         key: String,
-        /// The wait bound that passed.
-        wait: Duration,
+        /// How long the call waited (at least its wait bound).
+        waited: Duration,
     },
     /// The connection broke while an autocommitted acquire, renew or release
     /// was in flight, so it may or may not have committed. Neither success
     /// nor failure may be assumed: re-read the key with `inspect` (or repeat
     /// an acquire, which is idempotent for its owner) before acting.
-    #[error("the connection was lost while lease {operation} of key {key:?} was in flight; it may or may not have committed: re-read the key with inspect (or repeat the acquire, which is idempotent) before acting")]
+    #[error("connection lost during lease {operation} of key {key:?}: the outcome is unknown")]
     OutcomeUnknown {
-        /// `"acquire"`, `"renew"` or `"release"`.
-        operation: &'static str,
+        /// The call in flight: acquire, renew or release.
+        operation: Operation,
         /// The key concerned.
         key: String,
         /// The connection error as diesel reported it.
@@ -54,32 +113,35 @@ pub enum LeaseError {
     },
     /// The database failed the call (connection lost, lease functions not
     /// installed, the caller's transaction already aborted, ...). The call's
-    /// effect is undone with its transaction.
-    #[error("lease {operation} failed in the database: {source}; check the connection and that leasehold::install has run on this database")]
+    /// effect is undone with its transaction. Check the connection and that
+    /// [`crate::install`] has run on this database.
+    #[error("lease {operation} failed in the database")]
     Database {
-        /// `"acquire"`, `"renew"`, `"release"` or `"inspect"`.
-        operation: &'static str,
+        /// The failed call.
+        operation: Operation,
         /// The database error as diesel reported it.
         #[source]
         source: DieselError,
     },
-    /// No connection could be taken from the pool.
-    #[error("could not get a database connection from the pool: {0}; check that the database is reachable and the pool is large enough")]
+    /// No connection could be taken from the pool: the database is
+    /// unreachable or the pool is too small for the load.
+    #[error("no database connection available from the pool")]
     Pool(#[from] r2d2::Error),
 }
 
 impl LeaseError {
     /// Maps a diesel error raised by a lease function to its typed meaning.
+    /// `autocommit` says whether the call ran outside any transaction of
+    /// the caller's (read before the call; see `crate::leases`).
     pub(crate) fn from_diesel(
-        operation: &'static str,
+        operation: Operation,
         error: DieselError,
         key: &str,
         wait: Duration,
         autocommit: bool,
     ) -> Self {
-        let mutates = operation != "inspect";
         if let DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _) = &error {
-            if autocommit && mutates {
+            if autocommit && operation.mutates() {
                 return LeaseError::OutcomeUnknown {
                     operation,
                     key: key.to_owned(),
@@ -89,15 +151,15 @@ impl LeaseError {
         }
         if let DieselError::DatabaseError(_, info) = &error {
             match info.constraint_name() {
-                Some(INVALID_INPUT) => {
+                Some(names::INVALID_INPUT) => {
                     return LeaseError::InvalidInput {
-                        violations: split_detail(info.as_ref()),
+                        violations: decode::violations(info.as_ref()),
                     }
                 }
-                Some(WAIT_TIMEOUT) => {
-                    return LeaseError::WaitTimedOut {
+                Some(names::WAIT_TIMEOUT) => {
+                    return LeaseError::TimedOut {
                         key: key.to_owned(),
-                        wait,
+                        waited: wait,
                     }
                 }
                 _ => {}
@@ -108,13 +170,12 @@ impl LeaseError {
             source: error,
         }
     }
-}
 
-/// The DETAIL of an invalid-input error lists violations separated by `; `.
-fn split_detail(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> Vec<String> {
-    match info.details() {
-        Some(detail) if !detail.is_empty() => detail.split("; ").map(str::to_owned).collect(),
-        _ => vec![info.message().to_owned()],
+    /// An input rule broken before the call was sent.
+    pub(crate) fn invalid(violation: String) -> Self {
+        LeaseError::InvalidInput {
+            violations: vec![violation],
+        }
     }
 }
 
@@ -122,28 +183,26 @@ fn split_detail(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> Vec<Stri
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InstallError {
-    /// A migration's SQL failed; the whole install was rolled back.
-    #[error("leasehold migration {version} failed and the install was rolled back: {message}; the role needs CREATE on the database (GRANT CREATE ON DATABASE <db> TO <role>)")]
+    /// A migration's SQL failed; the whole install was rolled back. The
+    /// installing role needs CREATE on the database
+    /// (`GRANT CREATE ON DATABASE <db> TO <role>`).
+    #[error("leasehold migration {version} failed; the install was rolled back")]
     Migration {
         /// The failing migration's version.
         version: String,
-        /// What the database said.
-        message: String,
+        /// What the migration harness reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The install bookkeeping could not be read or written.
-    #[error("leasehold install bookkeeping failed: {0}; check the connection and that the role may create schema `lease` (GRANT CREATE ON DATABASE <db> TO <role>)")]
+    /// The install bookkeeping (schema `lease`, its version table, the
+    /// install lock) could not be read or written.
+    #[error("leasehold install bookkeeping failed")]
     Database(#[from] DieselError),
-    /// The embedded migrations could not be listed (a build problem).
-    #[error("the embedded leasehold migrations could not be read: {0}; rebuild the crate")]
-    Embedded(String),
+    /// The migrations embedded in the crate could not be listed: a build
+    /// problem, fixed by rebuilding the crate.
+    #[error("the embedded leasehold migrations could not be read")]
+    Embedded(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
-
-/// `CONSTRAINT` name of a refused stale epoch (SQLSTATE 55000).
-pub(crate) const GUARD_STALE: &str = "lease_guard_stale_epoch";
-/// `CONSTRAINT` name of a token of the wrong lease key (SQLSTATE 22023).
-pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
-/// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
-pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
 /// Errors of the guard operations. A refusal rolls back the caller's
 /// transaction (or savepoint): nothing of the refused write is visible.
@@ -151,8 +210,9 @@ pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 #[non_exhaustive]
 pub enum GuardError {
     /// The presented epoch is below the resource's record: a newer holder
-    /// has written (or an operator fenced this epoch out).
-    #[error("stale fencing epoch {presented} for resource {resource:?}: it admits only epochs >= {accepted}; stop acting on this lease and re-acquire it for a new epoch if needed")]
+    /// has written (or an operator fenced this epoch out). Stop acting on
+    /// this lease; re-acquire it for a new epoch if needed.
+    #[error("stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}")]
     StaleEpoch {
         /// The guarded resource.
         resource: String,
@@ -163,7 +223,7 @@ pub enum GuardError {
     },
     /// The token belongs to another lease key than the one fencing the
     /// resource: a programming error, refused rather than ignored.
-    #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, but a token of key {presented:?} was presented; present a token of {fenced_by:?}")]
+    #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}")]
     WrongLeaseKey {
         /// The guarded resource.
         resource: String,
@@ -173,8 +233,8 @@ pub enum GuardError {
         presented: String,
     },
     /// A lease-checked write found the lease not held by the token's owner
-    /// and epoch.
-    #[error("lease {key:?} is not held by {owner:?} at epoch {epoch} ({reason}); stop acting on it and re-acquire it for a new epoch if needed")]
+    /// and epoch. Stop acting on it; re-acquire it for a new epoch if needed.
+    #[error("lease {key:?} is not held by {owner:?} at epoch {epoch}: {reason}")]
     LeaseNotHeld {
         /// The lease key.
         key: String,
@@ -183,31 +243,32 @@ pub enum GuardError {
         /// The presented epoch.
         epoch: i64,
         /// Why: not_owner, lapsed or epoch_mismatch.
-        reason: crate::LostLease,
+        reason: Refusal,
     },
     /// The arguments broke the guard functions' input rules; nothing changed.
-    #[error("invalid guard input: {}; nothing was changed, fix the arguments and call again", .violations.join("; "))]
+    #[error("invalid guard input: {}", .violations.join("; "))]
     InvalidInput {
         /// Every violated rule.
         violations: Vec<String>,
     },
-    /// The database failed the call; the caller's transaction is rolled back.
-    #[error("guard {operation} failed in the database: {source}; check the connection and that leasehold::install has run on this database")]
+    /// The database failed the call; the caller's transaction is rolled
+    /// back. Check the connection and that [`crate::install`] has run.
+    #[error("guard {operation} failed in the database")]
     Database {
-        /// The guard operation.
-        operation: &'static str,
+        /// The failed call.
+        operation: Operation,
         /// The database error as diesel reported it.
         #[source]
         source: DieselError,
     },
     /// No connection could be taken from the pool.
-    #[error("could not get a database connection from the pool: {0}; check that the database is reachable and the pool is large enough")]
+    #[error("no database connection available from the pool")]
     Pool(#[from] r2d2::Error),
 }
 
 /// What a guard call was about, so a refusal can be reported with its facts.
 pub(crate) struct GuardContext<'a> {
-    pub(crate) operation: &'static str,
+    pub(crate) operation: Operation,
     pub(crate) resource: &'a str,
     pub(crate) key: &'a str,
     pub(crate) owner: &'a str,
@@ -219,14 +280,14 @@ impl GuardError {
         if let DieselError::DatabaseError(_, info) = &error {
             let detail = info.details().unwrap_or("");
             match info.constraint_name() {
-                Some(INVALID_INPUT) => {
+                Some(names::INVALID_INPUT) => {
                     return GuardError::InvalidInput {
-                        violations: split_detail(info.as_ref()),
+                        violations: decode::violations(info.as_ref()),
                     }
                 }
-                Some(GUARD_STALE) => {
+                Some(names::GUARD_STALE) => {
                     if let Some(accepted) =
-                        detail_field(detail, "accepted").and_then(|v| v.parse().ok())
+                        decode::detail_field(detail, "accepted").and_then(|v| v.parse().ok())
                     {
                         return GuardError::StaleEpoch {
                             resource: context.resource.to_owned(),
@@ -235,8 +296,8 @@ impl GuardError {
                         };
                     }
                 }
-                Some(GUARD_WRONG_KEY) => {
-                    if let Some(fenced_by) = detail.strip_prefix("fenced_by=") {
+                Some(names::GUARD_WRONG_KEY) => {
+                    if let Some(fenced_by) = decode::fenced_by(detail) {
                         return GuardError::WrongLeaseKey {
                             resource: context.resource.to_owned(),
                             fenced_by: fenced_by.to_owned(),
@@ -244,10 +305,11 @@ impl GuardError {
                         };
                     }
                 }
-                Some(GUARD_NOT_HELD) => {
-                    if let Some(reason) =
-                        detail_field(detail, "reason").and_then(crate::leases::lost_from_status)
-                    {
+                Some(names::GUARD_NOT_HELD) => {
+                    let reason = decode::detail_field(detail, "reason")
+                        .and_then(Status::parse)
+                        .and_then(Refusal::from_status);
+                    if let Some(reason) = reason {
                         return GuardError::LeaseNotHeld {
                             key: context.key.to_owned(),
                             owner: context.owner.to_owned(),
@@ -264,12 +326,11 @@ impl GuardError {
             source: error,
         }
     }
-}
 
-/// The value of `name=` in a DETAIL of space-separated fields; fields are
-/// written by our own SQL, and the values read this way never hold spaces.
-fn detail_field<'d>(detail: &'d str, name: &str) -> Option<&'d str> {
-    detail
-        .split(' ')
-        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+    /// An input rule broken before the call was sent.
+    pub(crate) fn invalid(violation: String) -> Self {
+        GuardError::InvalidInput {
+            violations: vec![violation],
+        }
+    }
 }

@@ -15,7 +15,7 @@ fn is_plain(byte: u8) -> bool {
 /// spaces or line breaks.
 ///
 /// ```
-/// assert_eq!(leasehold::field_text::encode("a.b c"), "a%2Eb%20c");
+/// assert_eq!(leasehold::__private::field_text::encode("a.b c"), "a%2Eb%20c");
 /// ```
 pub fn encode(text: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";

@@ -1,4 +1,4 @@
-//! Guards: fenced database writes (SPEC §2).
+//! Guards: fenced database writes (docs/SPECIFICATION.md §2).
 //!
 //! A guard protects a *resource* — any name the application picks, such as a
 //! table, a row set or a job's output — with the epochs of one lease key. It
@@ -19,7 +19,7 @@
 //! - [`Check::LeaseHeld`]: additionally the lease must be held right now by
 //!   the token's owner and epoch, and stays so until commit: a takeover
 //!   issued meanwhile waits for the transaction to end (G6).
-//! - [`Check::RenewLease`]: the same, renewing the lease in the same
+//! - [`Check::RenewAndAdmit`]: the same, renewing the lease in the same
 //!   transaction, so heartbeat and write commit together or not at all.
 //!
 //! The run-a-closure form is [`run_fenced`]; the single calls ([`admit`],
@@ -32,15 +32,16 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::{Connection, RunQueryDsl};
 
-use crate::calls::{
+use crate::errors::{GuardContext, GuardError, Operation};
+use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
 };
-use crate::errors::{GuardContext, GuardError};
-use crate::leases::interval;
+use crate::sql::input;
 use crate::token::FencingToken;
 
 /// How strictly [`run_fenced`] checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Check {
     /// Compare the token's epoch with the resource's record (G1–G5).
     Token,
@@ -48,12 +49,13 @@ pub enum Check {
     /// from being taken over until commit (G6).
     LeaseHeld,
     /// Renew the lease by this ttl in the same transaction (G6, and the
-    /// heartbeat commits only with the write).
-    RenewLease(Duration),
+    /// heartbeat commits only with the write): [`renew_and_admit`].
+    RenewAndAdmit(Duration),
 }
 
 /// A resource's guard record, as [`inspect_guard`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
     pub lease_key: String,
@@ -65,18 +67,19 @@ pub struct GuardRecord {
 /// Error of [`run_fenced`]: the guard refused, the caller's work failed, or
 /// the transaction itself failed. In every case everything was rolled back.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FencedError<E> {
     /// The guard refused the write; nothing of it is visible.
     #[error(transparent)]
     Guard(GuardError),
     /// The caller's closure returned an error; its writes were rolled back
     /// and the guard record was not raised.
-    #[error("the fenced work failed and was rolled back: {0}")]
-    Work(E),
+    #[error("the fenced work failed; it was rolled back")]
+    Work(#[source] E),
     /// Beginning or committing the transaction failed. After a failed COMMIT
     /// the outcome is unknown only if the connection broke mid-commit;
     /// re-read the resource to find out.
-    #[error("the fenced transaction failed: {0}; it was rolled back (if the connection broke during COMMIT, re-read the data to learn the outcome)")]
+    #[error("the fenced transaction failed; it was rolled back")]
     Transaction(#[from] diesel::result::Error),
 }
 
@@ -91,7 +94,7 @@ impl<E> FencedError<E> {
 }
 
 fn context<'a>(
-    operation: &'static str,
+    operation: Operation,
     resource: &'a str,
     token: &'a FencingToken,
 ) -> GuardContext<'a> {
@@ -105,12 +108,7 @@ fn context<'a>(
 }
 
 fn check_resource(resource: &str) -> Result<(), GuardError> {
-    if resource.contains('\0') {
-        return Err(GuardError::InvalidInput {
-            violations: vec!["resource must not contain NUL characters".into()],
-        });
-    }
-    Ok(())
+    input::text("resource", resource).map_err(GuardError::invalid)
 }
 
 /// Admits `token` for `resource` in the caller's current transaction: raises
@@ -125,7 +123,7 @@ fn check_resource(resource: &str) -> Result<(), GuardError> {
 /// # fn demo(conn: &mut diesel::PgConnection, token: &leasehold::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel::Connection;
 /// conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
-///     leasehold::guards::admit(conn, "invoices", token)?;
+///     leasehold::admit(conn, "invoices", token)?;
 ///     // ... the writes the token protects ...
 ///     Ok(())
 /// })?;
@@ -145,7 +143,7 @@ pub fn admit(
     }
     .get_result::<bool>(conn)
     .map(|_| ())
-    .map_err(|error| GuardError::from_diesel(&context("admit", resource, token), error))
+    .map_err(|error| GuardError::from_diesel(&context(Operation::Admit, resource, token), error))
 }
 
 /// Checks that the token's lease is held right now by its owner and epoch,
@@ -162,7 +160,7 @@ pub fn check_held(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
-    .map_err(|error| GuardError::from_diesel(&context("check_held", "", token), error))
+    .map_err(|error| GuardError::from_diesel(&context(Operation::CheckHeld, "", token), error))
 }
 
 /// [`check_held`] and [`admit`] in one call. Returns the lease's expiry.
@@ -180,7 +178,7 @@ pub fn admit_held(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
-    .map_err(|error| GuardError::from_diesel(&context("admit_held", resource, token), error))
+    .map_err(|error| GuardError::from_diesel(&context(Operation::AdmitHeld, resource, token), error))
 }
 
 /// Renews the token's lease by `ttl` and admits the token for `resource`, in
@@ -192,9 +190,7 @@ pub fn renew_and_admit(
     ttl: Duration,
 ) -> Result<DateTime<Utc>, GuardError> {
     check_resource(resource)?;
-    let ttl = interval("ttl", ttl).map_err(|_| GuardError::InvalidInput {
-        violations: vec!["ttl must be at most 100 years".into()],
-    })?;
+    let ttl = input::interval("ttl", ttl).map_err(GuardError::invalid)?;
     RenewAdmitCall {
         resource,
         key: token.key(),
@@ -204,7 +200,10 @@ pub fn renew_and_admit(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
-    .map_err(|error| GuardError::from_diesel(&context("renew_and_admit", resource, token), error))
+    .map_err(|error| GuardError::from_diesel(
+            &context(Operation::RenewAndAdmit, resource, token),
+            error,
+        ))
 }
 
 /// Operator action: refuses every epoch up to and including `up_to` for
@@ -232,7 +231,7 @@ pub fn fence(
     .map_err(|error| {
         GuardError::from_diesel(
             &GuardContext {
-                operation: "fence",
+                operation: Operation::Fence,
                 resource,
                 key: lease_key,
                 owner: "",
@@ -258,7 +257,7 @@ pub fn inspect_guard(
     .map_err(|error| {
         GuardError::from_diesel(
             &GuardContext {
-                operation: "inspect_guard",
+                operation: Operation::InspectGuard,
                 resource,
                 key: "",
                 owner: "",
@@ -286,7 +285,7 @@ pub fn inspect_guard(
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel::connection::SimpleConnection;
-/// use leasehold::guards::{run_fenced, Check};
+/// use leasehold::{run_fenced, Check};
 /// let token = lease.token();
 /// run_fenced(conn, "report-2026-11", &token, Check::LeaseHeld, |conn| {
 ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
@@ -307,7 +306,7 @@ where
         match check {
             Check::Token => admit(conn, resource, token).map(|_| ()),
             Check::LeaseHeld => admit_held(conn, resource, token).map(|_| ()),
-            Check::RenewLease(ttl) => renew_and_admit(conn, resource, token, ttl).map(|_| ()),
+            Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl).map(|_| ()),
         }
         .map_err(FencedError::Guard)?;
         work(conn).map_err(FencedError::Work)

@@ -79,9 +79,9 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
             }
             migration
                 .run(conn)
-                .map_err(|error| InstallError::Migration {
+                .map_err(|source| InstallError::Migration {
                     version: version.clone(),
-                    message: error.to_string(),
+                    source,
                 })?;
             diesel::sql_query(
                 "INSERT INTO lease.schema_migrations (version, name) VALUES ($1, $2)",
@@ -112,9 +112,9 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
             }
             migration
                 .revert(conn)
-                .map_err(|error| InstallError::Migration {
+                .map_err(|source| InstallError::Migration {
                     version: version.clone(),
-                    message: error.to_string(),
+                    source,
                 })?;
         }
         diesel::sql_query("DROP SCHEMA IF EXISTS lease RESTRICT").execute(conn)?;
@@ -147,7 +147,7 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, Instal
 
 fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallError> {
     let mut migrations = MigrationSource::<Pg>::migrations(&MIGRATIONS)
-        .map_err(|error| InstallError::Embedded(error.to_string()))?;
+        .map_err(InstallError::Embedded)?;
     migrations.sort_by_key(|migration| migration.name().version().to_string());
     Ok(migrations)
 }

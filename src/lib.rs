@@ -6,7 +6,7 @@
 //!
 //! The SQL side lives in `migrations/` (schema `lease`, the functions
 //! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
-//! installed by [`install`]. The Rust side is a thin, synchronous, typed layer
+//! installed by [`install()`]. The Rust side is a thin, synchronous, typed layer
 //! over diesel: every operation takes `&mut PgConnection` and so composes with
 //! the caller's own transactions; [`LeaseClient`] does the same over an r2d2
 //! pool.
@@ -25,40 +25,71 @@
 //! }
 //! # Ok(()) }
 //! ```
+//!
+//! # Map
+//!
+//! Every public item is exported here, at the crate root; the modules
+//! behind them are private and each does one job:
+//!
+//! | module | job |
+//! |---|---|
+//! | `sql` | the only place with SQL text, constraint names and answer decoding |
+//! | `outcome` | grants, refusals and observed states, as values |
+//! | `leases` | acquire, renew, release, inspect on a caller's connection |
+//! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
+//! | `token` | the fencing token and its text form |
+//! | `errors` | typed errors that keep their sources |
+//! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
+//! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
+//! | `holding` | [`Keeper`], [`run_while_held`], [`CancelToken`] |
+//! | `install` | the embedded migrations and their installer |
+//! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-mod calls;
-mod cancel;
 mod client;
 mod errors;
-pub mod field_text;
-pub mod guards;
+mod field_text;
+mod guards;
+mod holding;
 mod install;
-mod keeper;
 mod leases;
+#[allow(unsafe_code)]
 mod libpq;
-mod listener;
-#[cfg(feature = "local")]
-pub mod local;
-mod pooled;
+mod outcome;
+mod pool;
+mod sql;
 mod token;
-mod wait;
-mod worker;
+mod waiting;
 
-pub use cancel::CancelToken;
-pub use client::{LeaseClient, PgPool};
-pub use errors::{GuardError, InstallError, LeaseError};
-pub use guards::{run_fenced, Check, FencedError};
+pub use client::LeaseClient;
+pub use errors::{GuardError, InstallError, LeaseError, Operation};
+pub use guards::{
+    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
+    FencedError, GuardRecord,
+};
+pub use holding::{
+    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss,
+    StopReason, WorkContext, WorkOutcome,
+};
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
-pub use keeper::{Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss};
-pub use leases::{
-    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, Lease, LeaseState,
-    LostLease, Release, Renewal,
-};
-pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
+pub use leases::{acquire, acquire_waiting, inspect, release, renew};
+pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+pub use pool::PgPool;
 pub use token::{FencingToken, TokenError};
-pub use wait::{
-    LeaseWaiter, LeaseWaiterBuilder, Wait, WaitError, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
+pub use waiting::{
+    LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, Wait, WaitError, DEFAULT_FALLBACK_POLL,
+    DEFAULT_RECHECK, LISTENER_APPLICATION_NAME,
 };
-pub use worker::{run_while_held, StopReason, WorkContext, WorkOutcome};
+
+/// Plumbing shared with the adapter crates in `guards/` (not a public API:
+/// it may change in any release).
+#[doc(hidden)]
+pub mod __private {
+    /// The percent-encoding of token fields, also used by fenced files'
+    /// headers so both spell a key the same way.
+    pub mod field_text {
+        pub use crate::field_text::{decode, encode};
+    }
+}

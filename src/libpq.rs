@@ -11,13 +11,16 @@
 //! within microseconds of a notification arriving, with no new dependency
 //! compiled.
 //!
-//! The unsafe code is confined here: every pointer returned by libpq is
+//! All of the crate's unsafe code is confined here (the crate root denies
+//! it everywhere else): every pointer returned by libpq is
 //! checked for NULL, results are freed by an RAII guard, and a [`PqConn`] is
 //! used by one thread at a time (`&mut self`), as libpq requires.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int};
 use std::ptr::{self, NonNull};
+use std::time::Duration;
+use std::io::ErrorKind;
 
 use pq_sys as pq;
 
@@ -245,5 +248,42 @@ impl Drop for PqConn {
     fn drop(&mut self) {
         // SAFETY: the connection is live and never used after this.
         unsafe { pq::PQfinish(self.raw.as_ptr()) }
+    }
+}
+
+/// Polls `fds` (the session's socket and the listener's wake-up socket)
+/// for readability; `Ok(readable flags)`, one per fd. `poll(2)` is plain
+/// libc FFI, kept here so that this module is the only one with unsafe
+/// code.
+pub(crate) fn wait_readable(fds: &[i32], timeout: Option<Duration>) -> Result<Vec<bool>, String> {
+    let mut pollfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout_ms = timeout.map_or(-1, |t| {
+        // Round up so a sub-millisecond timeout does not spin.
+        let ms = t.as_micros().div_ceil(1000);
+        libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+    });
+    loop {
+        // SAFETY: `pollfds` is a valid array of `pollfds.len()` entries.
+        let n = unsafe {
+            libc::poll(
+                pollfds.as_mut_ptr(),
+                pollfds.len() as libc::nfds_t,
+                timeout_ms,
+            )
+        };
+        if n >= 0 {
+            return Ok(pollfds.iter().map(|p| p.revents != 0).collect());
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != ErrorKind::Interrupted {
+            return Err(format!("poll failed: {error}"));
+        }
     }
 }

@@ -123,7 +123,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use leasehold::field_text::{decode as percent_decode, encode as percent_encode};
+use leasehold::__private::field_text::{decode as percent_decode, encode as percent_encode};
 
 pub use leasehold::FencingToken;
 

@@ -1,12 +1,13 @@
-//! One lease call on a pooled connection, discarding the connection when
-//! the call found it dead.
+//! The connection pool every pooled part of the library uses: its type,
+//! its one construction, and running one call on a pooled connection while
+//! discarding the connection when the call found it dead.
 //!
 //! r2d2 asks diesel whether a returned connection is broken, and diesel
 //! answers from its transaction manager only: an autocommit connection
 //! whose server session died (terminated backend, server restart) looks
 //! healthy and would be handed out again and again, failing each time,
 //! unless the pool tests connections on checkout (an extra round trip per
-//! call, which [`crate::LeaseClient::connect`] turns off). The waiter and the
+//! call, which [`build`] turns off). The waiter and the
 //! keeper retry after such failures, so they mark the connection broken
 //! first: r2d2 then drops it and the retry gets a fresh one.
 
@@ -14,8 +15,23 @@ use diesel::connection::{AnsiTransactionManager, TransactionManager};
 use diesel::pg::PgConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use crate::client::PgPool;
+use diesel::r2d2::{ConnectionManager, Pool};
+
 use crate::errors::LeaseError;
+
+/// The pool type leasehold works with.
+pub type PgPool = Pool<ConnectionManager<PgConnection>>;
+
+/// A pool of up to `max_size` connections to `database_url`, without r2d2's
+/// `SELECT 1` on every checkout (a full round trip per operation): a
+/// connection found dead by a call is discarded by [`with_conn`] instead,
+/// so only that call fails and the next one gets a fresh connection.
+pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, r2d2::Error> {
+    Pool::builder()
+        .max_size(max_size.max(1))
+        .test_on_check_out(false)
+        .build(ConnectionManager::<PgConnection>::new(database_url))
+}
 
 /// Whether `error` says the connection (not the request) failed.
 pub(crate) fn is_connection_error(error: &LeaseError) -> bool {

@@ -38,7 +38,7 @@
 //! ```no_run
 //! # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! let keeper = leasehold::Keeper::start(pool, lease, Duration::from_secs(30))?;
+//! let keeper = leasehold::Keeper::start(pool, lease)?; // renews for lease.ttl()
 //! while keeper.is_valid() {
 //!     // ... one step of work, presenting keeper.token() to guards ...
 //!     # break;
@@ -54,10 +54,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use crate::client::PgPool;
 use crate::errors::LeaseError;
-use crate::leases::{self, Lease, LostLease, Release, Renewal};
-use crate::pooled::with_conn;
+use crate::leases;
+use crate::outcome::{Lease, Refusal, Release, Renewal};
+use crate::pool::{with_conn, PgPool};
 use crate::token::FencingToken;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -65,17 +65,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Why a keeper's lease is lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum LeaseLoss {
     /// A renew answered not_owner, lapsed or epoch_mismatch.
-    Refused(LostLease),
+    Refused(Refusal),
     /// `safe_until` passed without a successful renew (database unreachable
     /// or too slow). The server may still hold the grant for a little
     /// longer, but the holder can no longer be sure.
     DeadlinePassed {
         /// The error of the last failed renew, if any.
-        last_error: Option<String>,
+        last_error: Option<Arc<LeaseError>>,
     },
 }
 
@@ -87,17 +87,14 @@ impl std::fmt::Display for LeaseLoss {
                 f.write_str("no successful renew before the safe deadline")
             }
             LeaseLoss::DeadlinePassed {
-                last_error: Some(error),
-            } => write!(
-                f,
-                "no successful renew before the safe deadline (last error: {error})"
-            ),
+                last_error: Some(_),
+            } => f.write_str("no successful renew before the safe deadline (renews failed)"),
         }
     }
 }
 
 /// What a keeper reports to [`KeeperBuilder::on_event`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum KeeperEvent {
     /// A renew succeeded.
@@ -111,8 +108,9 @@ pub enum KeeperEvent {
     },
     /// A renew failed; it is retried until the deadline.
     RenewFailed {
-        /// What went wrong.
-        error: String,
+        /// What went wrong (shared: the same error is kept as the loss's
+        /// `last_error` should the deadline pass).
+        error: Arc<LeaseError>,
     },
     /// The lease is lost; reported once, then the keeper renews no more.
     Lost(LeaseLoss),
@@ -122,21 +120,27 @@ pub enum KeeperEvent {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KeeperError {
-    /// The configuration cannot keep a lease alive.
-    #[error("invalid keeper configuration: {0}; fix the setting and start again")]
-    InvalidConfig(String),
+    /// The configuration cannot keep a lease alive; fix the setting and
+    /// start again.
+    #[error("invalid keeper configuration: {reason}")]
+    InvalidConfig {
+        /// Which rule the settings broke.
+        reason: String,
+    },
+    /// A keeper thread could not be started (the process is out of
+    /// threads or memory).
+    #[error("cannot start a keeper thread")]
+    Spawn(#[source] std::io::Error),
     /// The first renew found the lease already lost.
-    #[error(
-        "lease {key:?} is no longer held ({reason}); acquire it again before starting a keeper"
-    )]
+    #[error("lease {key:?} is no longer held: {reason}")]
     NotHeld {
         /// The lease key.
         key: String,
         /// What the renew answered.
-        reason: LostLease,
+        reason: Refusal,
     },
     /// A renew or release call failed.
-    #[error(transparent)]
+    #[error("a keeper's lease call failed")]
     Lease(#[from] LeaseError),
 }
 
@@ -167,6 +171,13 @@ impl std::fmt::Debug for KeeperBuilder {
 }
 
 impl KeeperBuilder {
+    /// The ttl each renew asks for (default: the lease's own
+    /// [`Lease::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
     /// Time between renews (default ttl / 3). Must be shorter than
     /// ttl - margin, or the lease would lapse between renews.
     pub fn renew_every(mut self, every: Duration) -> Self {
@@ -199,20 +210,24 @@ impl KeeperBuilder {
     pub fn start(self) -> Result<Keeper, KeeperError> {
         let ttl = self.ttl;
         if ttl.is_zero() {
-            return Err(KeeperError::InvalidConfig("ttl must be positive".into()));
+            return Err(KeeperError::InvalidConfig {
+                reason: "ttl must be positive".into(),
+            });
         }
         let margin = self.margin.unwrap_or(ttl / 10);
         if margin >= ttl {
-            return Err(KeeperError::InvalidConfig(format!(
-                "margin ({margin:?}) must be shorter than the ttl ({ttl:?})"
-            )));
+            return Err(KeeperError::InvalidConfig {
+                reason: format!("margin ({margin:?}) must be shorter than the ttl ({ttl:?})"),
+            });
         }
         let renew_every = self.renew_every.unwrap_or(ttl / 3);
         if renew_every.is_zero() || renew_every >= ttl - margin {
-            return Err(KeeperError::InvalidConfig(format!(
-                "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
-                ttl - margin
-            )));
+            return Err(KeeperError::InvalidConfig {
+                reason: format!(
+                    "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
+                    ttl - margin
+                ),
+            });
         }
         let retry_every = self
             .retry_every
@@ -271,11 +286,7 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(body)
-        .map_err(|error| {
-            KeeperError::InvalidConfig(format!(
-                "cannot start a keeper thread ({error}); the process is out of threads"
-            ))
-        })
+        .map_err(KeeperError::Spawn)
 }
 
 /// Keeps one grant alive in the background; see the module docs.
@@ -317,13 +328,13 @@ struct State {
     last_sent: Instant,
     expires_at: Option<DateTime<Utc>>,
     loss: Option<LeaseLoss>,
-    last_error: Option<String>,
+    last_error: Option<Arc<LeaseError>>,
     stopping: bool,
 }
 
 enum RenewResult {
     Renewed(KeeperEvent),
-    Refused(LostLease),
+    Refused(Refusal),
     /// Succeeded after the keeper gave up or began stopping: ignored, loss
     /// is final.
     Ignored,
@@ -367,7 +378,7 @@ impl Shared {
                     safe_until,
                 }))
             }
-            Renewal::Lost(reason) => Ok(RenewResult::Refused(reason)),
+            Renewal::Refused(reason) => Ok(RenewResult::Refused(reason)),
         }
     }
 
@@ -416,7 +427,7 @@ impl Shared {
                 }
                 Ok(RenewResult::Ignored) => return,
                 Err(error) => {
-                    let error = error.to_string();
+                    let error = Arc::new(error);
                     lock(&self.state).last_error = Some(error.clone());
                     self.emit(&KeeperEvent::RenewFailed { error });
                     next = Instant::now() + self.retry_every;
@@ -463,7 +474,7 @@ impl Shared {
             }
         };
         if let Some(reason) = refused {
-            return Ok(Release::Lost(reason));
+            return Ok(Release::Refused(reason));
         }
         let lease = &self.lease;
         with_conn(&self.pool, |conn| {
@@ -473,10 +484,10 @@ impl Shared {
 }
 
 impl Keeper {
-    /// Starts keeping `lease` (granted for `ttl`) alive with the default
-    /// settings; renews once before returning.
-    pub fn start(pool: PgPool, lease: Lease, ttl: Duration) -> Result<Keeper, KeeperError> {
-        Self::builder(pool, lease, ttl).start()
+    /// Starts keeping `lease` alive with the default settings, renewing it
+    /// for its own [`Lease::ttl`]; renews once before returning.
+    pub fn start(pool: PgPool, lease: Lease) -> Result<Keeper, KeeperError> {
+        Self::builder(pool, lease).start()
     }
 
     /// A builder to change intervals, margin, or observe events.
@@ -484,18 +495,19 @@ impl Keeper {
     /// ```no_run
     /// # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), leasehold::KeeperError> {
     /// use std::time::Duration;
-    /// let keeper = leasehold::Keeper::builder(pool, lease, Duration::from_secs(9))
+    /// let keeper = leasehold::Keeper::builder(pool, lease)
+    ///     .ttl(Duration::from_secs(9))
     ///     .renew_every(Duration::from_secs(2))
     ///     .margin(Duration::from_secs(1))
     ///     .on_event(|event| eprintln!("{event:?}"))
     ///     .start()?;
     /// # drop(keeper); Ok(()) }
     /// ```
-    pub fn builder(pool: PgPool, lease: Lease, ttl: Duration) -> KeeperBuilder {
+    pub fn builder(pool: PgPool, lease: Lease) -> KeeperBuilder {
         KeeperBuilder {
             pool,
+            ttl: lease.ttl(),
             lease,
-            ttl,
             renew_every: None,
             retry_every: None,
             margin: None,
@@ -576,7 +588,7 @@ impl Keeper {
     }
 
     /// Stops renewing, waits for the keeper's threads, and releases the
-    /// lease. Returns what the release answered ([`Release::Lost`] when the
+    /// lease. Returns what the release answered ([`Release::Refused`] when the
     /// lease was already lost).
     pub fn stop(mut self) -> Result<Release, KeeperError> {
         let released = self.shared.stop_and_release();

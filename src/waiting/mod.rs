@@ -1,14 +1,14 @@
 //! Client-side blocking acquire: wait for a key without holding a
 //! transaction or a connection, and wake as soon as it is released.
 //!
-//! [`crate::acquire_waiting_in_sql`] (the seed's `wait` argument) polls
+//! [`crate::acquire_waiting`] (the SQL function's `wait` argument) polls
 //! every 50 ms inside one statement, keeping a connection and a transaction
 //! open for the whole wait. A [`LeaseWaiter`] instead:
 //!
 //! 1. tries `lease.acquire` once on a pooled connection (returned at once);
 //! 2. if denied, registers interest in the key with the process's listener
 //!    (one dedicated session per database, shared by all waiters; see
-//!    `listener.rs`) and reads the holder's expiry with `lease.inspect`;
+//!    `waiting/listener.rs`) and reads the holder's expiry with `lease.inspect`;
 //! 3. sleeps, holding nothing, until the first of: a release notification
 //!    for the key, the holder's expiry (a lapse sends no notification), the
 //!    wait's deadline, cancellation, or a periodic re-check; then tries
@@ -41,17 +41,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::pg::{Pg, PgConnection};
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{Bool, Double, Nullable, Text};
-use diesel::{QueryResult, RunQueryDsl};
+use diesel::RunQueryDsl;
 
-use crate::cancel::{CancelToken, Wake};
-use crate::client::PgPool;
-use crate::errors::LeaseError;
-use crate::leases::{self, Acquisition, Lease};
-use crate::listener::{Listener, ListenerStatus, Woken};
-use crate::pooled::{is_connection_error, with_conn};
+use crate::errors::{LeaseError, Operation};
+use crate::holding::cancel::{CancelToken, Wake};
+use crate::leases;
+use crate::outcome::{Acquisition, Lease};
+use crate::pool::{self, is_connection_error, with_conn, PgPool};
+use crate::sql::calls::RemainingCall;
+
+mod listener;
+mod session;
+mod slot;
+
+pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
+use listener::Listener;
+use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
 pub const DEFAULT_FALLBACK_POLL: Duration = Duration::from_millis(100);
@@ -184,12 +189,7 @@ impl LeaseWaiter {
     /// A waiter over a new pool of up to `max_size` connections to
     /// `database_url` (same pool settings as [`crate::LeaseClient::connect`]).
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
-        let manager = diesel::r2d2::ConnectionManager::<PgConnection>::new(database_url);
-        let pool = diesel::r2d2::Pool::builder()
-            .max_size(max_size.max(1))
-            .test_on_check_out(false)
-            .build(manager)?;
-        Ok(Self::new(pool, database_url))
+        Ok(Self::new(pool::build(database_url, max_size)?, database_url))
     }
 
     /// The pool attempts run on (also handy for a [`crate::Keeper`]).
@@ -344,12 +344,15 @@ impl LeaseWaiter {
             if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl)? {
                 return Ok(Step::Granted(lease));
             }
-            let row = RemainingCall { key }
-                .get_results::<(bool, Option<f64>)>(conn)
-                .map_err(|source| LeaseError::Database {
-                    operation: "inspect",
-                    source,
-                })?
+            let row = RemainingCall {
+                key,
+                _borrow: std::marker::PhantomData,
+            }
+            .get_results::<(bool, Option<f64>)>(conn)
+            .map_err(|source| LeaseError::Database {
+                operation: Operation::Inspect,
+                source,
+            })?
                 .into_iter()
                 .next();
             Ok(match row {
@@ -367,32 +370,3 @@ enum Step {
     Held { remaining: Duration },
     Unowned,
 }
-
-/// `lease.inspect(key)` plus the holder's remaining time in seconds on the
-/// server's clock, as a prepared (cached) statement.
-struct RemainingCall<'a> {
-    key: &'a str,
-}
-
-impl QueryId for RemainingCall<'_> {
-    type QueryId = RemainingCall<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl QueryFragment<Pg> for RemainingCall<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        out.push_sql(
-            "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 \
-             FROM lease.inspect(",
-        );
-        out.push_bind_param::<Text, _>(&self.key)?;
-        out.push_sql(")");
-        Ok(())
-    }
-}
-
-impl Query for RemainingCall<'_> {
-    type SqlType = (Bool, Nullable<Double>);
-}
-
-impl<Conn> RunQueryDsl<Conn> for RemainingCall<'_> {}

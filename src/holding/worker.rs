@@ -32,12 +32,12 @@
 
 use std::time::Instant;
 
-use crate::cancel::CancelToken;
-use crate::keeper::{Keeper, LeaseLoss};
+use super::cancel::CancelToken;
+use super::keeper::{Keeper, LeaseLoss};
 use crate::token::FencingToken;
 
 /// Why work should stop now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum StopReason {
     /// The lease is lost (or its safe deadline passed).

@@ -1,5 +1,6 @@
-//! The SQL calls behind the lease API, as prepared-statement-cacheable
-//! queries.
+//! Every statement the library sends: the lease and guard calls as
+//! prepared-statement-cacheable queries, and the listener session's
+//! statements as text.
 //!
 //! Why hand-written query fragments? `diesel::sql_query` is never cached, so
 //! each call would be parsed and planned again (and, in diesel, cost an extra
@@ -10,7 +11,7 @@
 use diesel::pg::data_types::PgInterval;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Bool, Interval, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Bool, Double, Interval, Nullable, Text, Timestamptz};
 use diesel::{QueryResult, RunQueryDsl};
 
 /// Declares one cacheable call: its struct, static query id, SQL text and
@@ -127,4 +128,27 @@ lease_call! {
     InspectGuardCall { resource: &'a str => Text }
     sql = "SELECT lease_key, accepted_epoch FROM lease.inspect_guard";
     row = (Text, BigInt);
+}
+
+lease_call! {
+    /// `lease.inspect(key)` plus the holder's remaining time in seconds on
+    /// the server's clock, so a waiter can sleep until the holder's expiry
+    /// without comparing clocks.
+    RemainingCall { key: &'a str => Text }
+    sql = "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect";
+    row = (Bool, Nullable<Double>);
+}
+
+/// The listener session's statements. It talks to libpq directly (see
+/// `crate::libpq`), so these are plain text with `$n` parameters.
+pub(crate) mod listener {
+    /// Drops every waiter registration of this session (after a reconnect,
+    /// the server may still hold rows of an earlier backend).
+    pub(crate) const RESET: &str = "SELECT lease._waiter_reset()";
+    /// Registers interest in `$1`; answers whether it took effect cleanly.
+    pub(crate) const WATCH: &str = "SELECT lease._waiter_watch($1)::text";
+    /// Withdraws the registration of `$1`.
+    pub(crate) const UNWATCH: &str = "SELECT lease._waiter_unwatch($1)";
+    /// Probes an idle session.
+    pub(crate) const PROBE: &str = "SELECT 1";
 }

@@ -1,0 +1,13 @@
+//! Holding a lease over time: the heartbeat that keeps a grant alive and
+//! says until when its holder may act ([`Keeper`]), the worker loop that
+//! stops the work when the lease is lost ([`run_while_held`]), and the
+//! cancellation both (and the waiters) can be stopped with
+//! ([`CancelToken`]).
+
+pub(crate) mod cancel;
+mod keeper;
+mod worker;
+
+pub use cancel::CancelToken;
+pub use keeper::{Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss};
+pub use worker::{run_while_held, StopReason, WorkContext, WorkOutcome};

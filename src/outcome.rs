@@ -1,0 +1,178 @@
+//! What the lease operations return: grants, refusals and observed
+//! states, as values. Ordinary outcomes are values, not errors: a key held
+//! by someone else is [`Acquisition::Denied`]; a renew or release that
+//! finds the lease gone is [`Refusal`].
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::sql::decode::Status;
+use crate::token::FencingToken;
+
+/// A grant: exclusive ownership of `key` by `owner` until `expires_at`
+/// (server time), fenced by `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) epoch: i64,
+    pub(crate) expires_at: DateTime<Utc>,
+    pub(crate) ttl: Duration,
+}
+
+impl Lease {
+    /// The leased key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The owner the grant was made to.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The grant's fencing epoch: present it to guards with every write.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// When the grant lapses unless renewed, on the server's clock.
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.expires_at
+    }
+
+    /// The ttl the grant was made (or last renewed) with: what
+    /// [`Lease::renew`] and a [`crate::Keeper`] renew it for.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The fencing token of this grant, for guards and other services.
+    pub fn token(&self) -> FencingToken {
+        FencingToken::from_grant(&self.key, &self.owner, self.epoch)
+    }
+}
+
+/// Outcome of [`crate::acquire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a denied acquire does not grant the lease"]
+pub enum Acquisition {
+    /// The caller holds the lease. For a caller that already held it, this is
+    /// the same grant (same epoch, same expiry).
+    Granted(Lease),
+    /// Another owner holds a live grant.
+    Denied,
+}
+
+impl Acquisition {
+    /// The lease, if granted.
+    pub fn granted(self) -> Option<Lease> {
+        match self {
+            Acquisition::Granted(lease) => Some(lease),
+            Acquisition::Denied => None,
+        }
+    }
+}
+
+/// Why a renew, release or lease-checked write was refused: the caller no
+/// longer holds the grant it presented. Stop acting on the lease at once;
+/// re-acquire if needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The key is unknown, free, or held (or last held) by someone else.
+    NotOwner,
+    /// The caller's grant expired (and may have been taken over).
+    Lapsed,
+    /// The caller holds the key, but under a different epoch.
+    EpochMismatch,
+}
+
+impl Refusal {
+    /// The SQL status text: `not_owner`, `lapsed` or `epoch_mismatch`.
+    pub fn as_status(self) -> &'static str {
+        match self {
+            Refusal::NotOwner => "not_owner",
+            Refusal::Lapsed => "lapsed",
+            Refusal::EpochMismatch => "epoch_mismatch",
+        }
+    }
+
+    /// The refusal a SQL status names; `None` for `ok`.
+    pub(crate) fn from_status(status: Status) -> Option<Self> {
+        match status {
+            Status::Ok => None,
+            Status::NotOwner => Some(Refusal::NotOwner),
+            Status::Lapsed => Some(Refusal::Lapsed),
+            Status::EpochMismatch => Some(Refusal::EpochMismatch),
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_status())
+    }
+}
+
+/// Outcome of [`crate::renew`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a refused renewal must stop the holder"]
+#[non_exhaustive]
+pub enum Renewal {
+    /// Extended; the epoch is unchanged.
+    Renewed {
+        /// The new expiry, server time.
+        expires_at: DateTime<Utc>,
+    },
+    /// Not extended, and nothing changed.
+    Refused(Refusal),
+}
+
+/// Outcome of [`crate::release`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a refused release did nothing"]
+#[non_exhaustive]
+pub enum Release {
+    /// The key is free and its fencing counter moved past the released epoch.
+    Released,
+    /// Nothing changed.
+    Refused(Refusal),
+}
+
+/// A key's observable state, as [`crate::inspect`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// A live grant.
+    Held {
+        /// The holder.
+        owner: String,
+        /// The grant's epoch.
+        epoch: i64,
+        /// Server-time expiry.
+        expires_at: DateTime<Utc>,
+    },
+    /// Free or lapsed: nobody holds it and anyone may acquire it.
+    Unowned {
+        /// The fencing counter: every epoch up to and including this one is
+        /// stale, and the next grant is strictly greater.
+        epoch: i64,
+    },
+}
+
+impl LeaseState {
+    /// The epoch reported: the holder's, or the counter when unowned.
+    pub fn epoch(&self) -> i64 {
+        match self {
+            LeaseState::Held { epoch, .. } | LeaseState::Unowned { epoch } => *epoch,
+        }
+    }
+
+    /// Whether a live grant exists.
+    pub fn is_held(&self) -> bool {
+        matches!(self, LeaseState::Held { .. })
+    }
+}
+

@@ -1,0 +1,23 @@
+//! How this crate talks to the SQL side: the one place that knows the SQL
+//! text, the machine-readable names the functions raise, and how their
+//! answers are encoded.
+//!
+//! Everything above this module (lease operations, guards, waiting,
+//! holding) works with typed values; nothing else in the crate writes SQL
+//! or parses an error's DETAIL. This module depends on nothing else in the
+//! crate, so it can be read and changed on its own.
+//!
+//! - [`calls`]: every statement the library sends, as prepared-statement
+//!   cacheable queries (one round trip per call once prepared).
+//! - [`names`]: the stable names the SQL functions put in an error's
+//!   `CONSTRAINT` field (diesel does not expose SQLSTATE, but it does expose
+//!   that field) and the status texts of renew and release.
+//! - [`decode`]: reading those answers back: statuses, DETAIL fields,
+//!   violation lists.
+//! - [`input`]: the checks made before a call is sent, in the same terms as
+//!   the server's own validation.
+
+pub(crate) mod calls;
+pub(crate) mod decode;
+pub(crate) mod input;
+pub(crate) mod names;

@@ -1,0 +1,16 @@
+//! Names the SQL functions raise and return, shared by the migrations and
+//! this crate. Changing one here means changing it in `migrations/` too.
+
+/// `CONSTRAINT` name of invalid-input errors (SQLSTATE 22023).
+pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
+/// `CONSTRAINT` name of blocking-acquire timeouts (SQLSTATE 57014).
+pub(crate) const WAIT_TIMEOUT: &str = "lease_wait_timeout";
+/// `CONSTRAINT` name of a refused stale epoch (SQLSTATE 55000).
+pub(crate) const GUARD_STALE: &str = "lease_guard_stale_epoch";
+/// `CONSTRAINT` name of a token of the wrong lease key (SQLSTATE 22023).
+pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
+/// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
+pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
+
+/// The channel `lease.release` notifies waiters on.
+pub(crate) const RELEASE_CHANNEL: &str = "lease_released";

@@ -1,0 +1,113 @@
+//! The per-key wake-up point waiters block on: a sequence number that
+//! moves whenever the waiters of a key should look at it again, plus a
+//! condvar. The listener moves it; waiters read it before an attempt and
+//! sleep until it moves after.
+
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::holding::cancel::{CancelToken, Wake};
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Why [`Slot::wait`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The sequence moved: look at the key again.
+    Changed,
+    /// The time limit passed.
+    TimedOut,
+    /// The cancel token fired.
+    Cancelled,
+}
+
+#[derive(Default)]
+struct SlotState {
+    seq: u64,
+    /// The `seq` value set when the key's registration last completed
+    /// cleanly in the current session; `None` while not (yet) armed.
+    armed_at: Option<u64>,
+    /// Waiters blocked after an attempt that followed the armed
+    /// registration: a release will wake them by notification.
+    armed_sleepers: usize,
+}
+
+/// The per-key wake-up point waiters block on.
+#[derive(Default)]
+pub(crate) struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+impl Slot {
+    /// The current sequence number; read it before an attempt, wait for it
+    /// to move after.
+    pub(crate) fn seq(&self) -> u64 {
+        lock(&self.state).seq
+    }
+
+    pub(super) fn bump(&self, armed: Option<bool>) {
+        let mut state = lock(&self.state);
+        state.seq += 1;
+        match armed {
+            Some(true) => state.armed_at = Some(state.seq),
+            Some(false) => state.armed_at = None,
+            None => {}
+        }
+        self.changed.notify_all();
+    }
+
+    /// Blocks until the sequence moves past `seen`, `until` passes, or
+    /// `cancel` fires.
+    pub(crate) fn wait(&self, seen: u64, until: Instant, cancel: Option<&CancelToken>) -> Woken {
+        let mut state = lock(&self.state);
+        let armed = state.armed_at.is_some_and(|at| seen >= at);
+        if armed {
+            state.armed_sleepers += 1;
+        }
+        let woken = loop {
+            if cancel.is_some_and(CancelToken::is_cancelled) {
+                break Woken::Cancelled;
+            }
+            if state.seq != seen {
+                break Woken::Changed;
+            }
+            let now = Instant::now();
+            if now >= until {
+                break Woken::TimedOut;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        };
+        if armed {
+            state.armed_sleepers -= 1;
+        }
+        woken
+    }
+}
+
+impl Wake for Slot {
+    fn wake(&self) {
+        let _state = lock(&self.state);
+        self.changed.notify_all();
+    }
+}
+
+impl Slot {
+    /// Waiters blocked after an attempt that followed the key's completed
+    /// registration (a release will wake them by notification); 0 while
+    /// the key is not armed.
+    pub(super) fn armed_sleepers(&self) -> usize {
+        let state = lock(&self.state);
+        if state.armed_at.is_some() {
+            state.armed_sleepers
+        } else {
+            0
+        }
+    }
+}
