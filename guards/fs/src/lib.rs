@@ -44,7 +44,7 @@
 //!   [`FenceError::WrongLeaseKey`]: it is a misuse, never silently accepted.
 //!
 //! The first write (or [`FencedFile::create`]) fences the file to the key of
-//! that token. [`FencedFile::fence_up_to`] lets an operator raise the floor
+//! that token. [`FencedFile::fence`] lets an operator raise the floor
 //! without writing content, e.g. to the epoch `lease.inspect` reports after
 //! a lapse, so that no holder up to and including it can write any more.
 //!
@@ -150,7 +150,7 @@ pub struct FenceRecord {
     /// The highest epoch whose write was accepted: the epoch of the current
     /// payload. `0` if the file was created or fenced but never written.
     pub epoch: i64,
-    /// The floor raised by [`FencedFile::fence_up_to`]: every epoch up to and
+    /// The floor raised by [`FencedFile::fence`]: every epoch up to and
     /// including this one is refused. `0` if never raised.
     pub fenced_through: i64,
 }
@@ -188,13 +188,13 @@ pub enum FenceError {
         reason: &'static str,
     },
     /// An empty lease key was given to [`FencedFile::create`] or
-    /// [`FencedFile::fence_up_to`].
+    /// [`FencedFile::fence`].
     #[error("lease key for {resource:?} must not be empty; pass the key of the lease that guards this file")]
     EmptyKey {
         /// The fenced file.
         resource: PathBuf,
     },
-    /// A negative epoch was given to [`FencedFile::fence_up_to`].
+    /// A negative epoch was given to [`FencedFile::fence`].
     #[error("cannot fence {resource:?} up to epoch {epoch}: epochs are never negative; pass the epoch the lease reports (e.g. lease.inspect)")]
     NegativeEpoch {
         /// The fenced file.
@@ -213,19 +213,19 @@ pub enum FenceError {
         presented: i64,
         /// The highest epoch the file has accepted.
         accepted: i64,
-        /// The floor set by [`FencedFile::fence_up_to`] (`0` if none).
+        /// The floor set by [`FencedFile::fence`] (`0` if none).
         fenced_through: i64,
     },
     /// G5: the token belongs to a different lease than the one fencing the
     /// file. This is a misuse (wrong file or wrong lease), not a race.
-    #[error("{resource:?} is fenced by lease key {expected_key:?} but the token is for key {presented_key:?}; present a token of the lease that guards this file (or use a different file for this lease)")]
+    #[error("{resource:?} is fenced by lease key {fenced_by:?} but the token is for key {presented:?}; present a token of the lease that guards this file (or use a different file for this lease)")]
     WrongLeaseKey {
         /// The fenced file.
         resource: PathBuf,
         /// The lease key the file is fenced by.
-        expected_key: String,
+        fenced_by: String,
         /// The key of the presented token.
-        presented_key: String,
+        presented: String,
     },
     /// The file does not exist yet, so there is nothing to read.
     #[error("{resource:?} does not exist, so it is not fenced yet; write to it with a token or call FencedFile::create first")]
@@ -234,7 +234,7 @@ pub enum FenceError {
         resource: PathBuf,
     },
     /// The file exists but is not a valid fenced file. Nothing was changed.
-    #[error("{resource:?} is not a valid fenced file ({reason}); nothing was changed. Restore it from a backup, or if its contents are expendable remove it and call fence_up_to with the lease's current epoch before writing again")]
+    #[error("{resource:?} is not a valid fenced file ({reason}); nothing was changed. Restore it from a backup, or if its contents are expendable remove it and call fence with the lease's current epoch before writing again")]
     Corrupt {
         /// The fenced file.
         resource: PathBuf,
@@ -436,13 +436,13 @@ impl FencedFile {
     /// let file = FencedFile::new(dir.join("data"))?;
     /// file.write(&FencingToken::new("k", "a", 5)?, b"v5")?;
     /// // The lease of epoch 5 lapsed: fence it out before anyone re-acquires.
-    /// file.fence_up_to("k", 5)?;
+    /// file.fence("k", 5)?;
     /// assert!(file.write(&FencingToken::new("k", "a", 5)?, b"late").unwrap_err().is_stale());
     /// assert_eq!(file.read()?, (5, b"v5".to_vec())); // content unchanged
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn fence_up_to(&self, key: &str, epoch: i64) -> Result<FenceRecord, FenceError> {
+    pub fn fence(&self, key: &str, epoch: i64) -> Result<FenceRecord, FenceError> {
         if key.is_empty() {
             return Err(FenceError::EmptyKey {
                 resource: self.path.clone(),
@@ -518,8 +518,8 @@ impl FencedFile {
         } else {
             Err(FenceError::WrongLeaseKey {
                 resource: self.path.clone(),
-                expected_key: record.key.clone(),
-                presented_key: presented.to_owned(),
+                fenced_by: record.key.clone(),
+                presented: presented.to_owned(),
             })
         }
     }

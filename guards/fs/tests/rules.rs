@@ -96,12 +96,12 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
     match &error {
         FenceError::WrongLeaseKey {
             resource,
-            expected_key,
-            presented_key,
+            fenced_by,
+            presented,
         } => {
             assert_eq!(resource, &path);
             assert_eq!(
-                (expected_key.as_str(), presented_key.as_str()),
+                (fenced_by.as_str(), presented.as_str()),
                 ("orders", "invoices")
             );
         }
@@ -111,7 +111,7 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
     assert_eq!(fingerprint(&path), before);
     // Operator methods check the key too.
     assert!(matches!(
-        file.fence_up_to("invoices", 50),
+        file.fence("invoices", 50),
         Err(FenceError::WrongLeaseKey { .. })
     ));
     assert!(matches!(
@@ -136,14 +136,14 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
 }
 
 #[test]
-fn fence_up_to_refuses_every_epoch_up_to_and_including_the_floor() {
+fn fence_refuses_every_epoch_up_to_and_including_the_floor() {
     let dir = scratch("fence");
     let path = dir.join("f");
     let file = FencedFile::new(&path).unwrap();
     file.write(&token("k", 3), b"three").unwrap();
 
     assert_eq!(
-        file.fence_up_to("k", 7).unwrap(),
+        file.fence("k", 7).unwrap(),
         FenceRecord::new("k", 3, 7)
     );
     let before = fingerprint(&path);
@@ -163,7 +163,7 @@ fn fence_up_to_refuses_every_epoch_up_to_and_including_the_floor() {
     assert_eq!(file.read().unwrap(), (3, b"three".to_vec()));
     // A lower floor changes nothing; the floor never goes down.
     assert_eq!(
-        file.fence_up_to("k", 2).unwrap(),
+        file.fence("k", 2).unwrap(),
         FenceRecord::new("k", 3, 7)
     );
     assert!(file.write(&token("k", 7), b"x").unwrap_err().is_stale());
@@ -173,18 +173,18 @@ fn fence_up_to_refuses_every_epoch_up_to_and_including_the_floor() {
     // Fencing a file that does not exist yet creates it, fenced to the key.
     let fresh = FencedFile::new(dir.join("fresh")).unwrap();
     assert_eq!(
-        fresh.fence_up_to("k", 4).unwrap(),
+        fresh.fence("k", 4).unwrap(),
         FenceRecord::new("k", 0, 4)
     );
     assert!(fresh.write(&token("k", 4), b"x").unwrap_err().is_stale());
     fresh.write(&token("k", 5), b"y").unwrap();
 
     assert!(matches!(
-        file.fence_up_to("k", -1),
+        file.fence("k", -1),
         Err(FenceError::NegativeEpoch { epoch: -1, .. })
     ));
     assert!(matches!(
-        file.fence_up_to("", 9),
+        file.fence("", 9),
         Err(FenceError::EmptyKey { .. })
     ));
     fs::remove_dir_all(dir).unwrap();
@@ -203,7 +203,7 @@ fn record_never_decreases_under_mixed_operations() {
         seed ^= seed << 17;
         let epoch = (seed % 40) as i64 + step / 10;
         if seed.is_multiple_of(5) {
-            let got = file.fence_up_to("k", epoch).unwrap();
+            let got = file.fence("k", epoch).unwrap();
             if epoch > model.fenced_through && epoch >= model.epoch {
                 model.fenced_through = epoch;
             }
@@ -297,13 +297,13 @@ fn corrupt_files_are_reported_and_never_overwritten() {
             file.write(&token("k", 50), b"new").unwrap_err(),
             file.read().unwrap_err(),
             file.record().unwrap_err(),
-            file.fence_up_to("k", 60).unwrap_err(),
+            file.fence("k", 60).unwrap_err(),
         ] {
             match &error {
                 FenceError::Corrupt { reason, .. } => assert!(!reason.is_empty()),
                 other => panic!("{name}: expected Corrupt, got {other:?}"),
             }
-            assert!(error.to_string().contains("fence_up_to"), "{error}");
+            assert!(error.to_string().contains("fence"), "{error}");
         }
         assert_eq!(
             fs::read(&path).unwrap(),

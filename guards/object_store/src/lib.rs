@@ -58,7 +58,7 @@
 //!
 //! Why the header: S3 (and MinIO, moto, ...) derive the ETag from the body
 //! bytes only, not from metadata. Without the header, an operator
-//! [`FencedStore::fence`] (same content, higher epoch) would keep the ETag, and
+//! [`FencedStore::admit`] (same content, higher epoch) would keep the ETag, and
 //! a stale writer that had read the object before the fence would pass its
 //! `If-Match` and land its lower epoch after the higher one (an ABA). With the
 //! token in the body, two states with the same ETag have the same epoch and
@@ -156,14 +156,14 @@ pub enum FenceError {
     },
     /// The token belongs to a different lease than the one the object is
     /// fenced by. This is a programming or configuration error.
-    #[error("wrong lease key for {resource}: token is for lease {presented_key:?} but the object is fenced by lease {fenced_key:?}; present a token of the lease that guards this object")]
+    #[error("wrong lease key for {resource}: token is for lease {presented:?} but the object is fenced by lease {fenced_by:?}; present a token of the lease that guards this object")]
     WrongLeaseKey {
         /// The object path.
         resource: String,
         /// The lease key of the refused token.
-        presented_key: String,
+        presented: String,
         /// The lease key recorded on the object.
-        fenced_key: String,
+        fenced_by: String,
     },
     /// Every compare-and-swap attempt lost a race with another writer.
     #[error("gave up on {resource} after {attempts} compare-and-swap attempts lost races with other writers; retry later, or raise FencedStore::with_max_attempts if this many concurrent writers are expected")]
@@ -175,14 +175,14 @@ pub enum FenceError {
     },
     /// The object exists but carries no leasehold metadata: it was written
     /// around the guard.
-    #[error("{resource} exists but was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata); find out who wrote it, then delete it or adopt it with FencedStore::fence")]
+    #[error("{resource} exists but was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata); find out who wrote it, then delete it or adopt it with FencedStore::admit")]
     NotFenced {
         /// The object path.
         resource: String,
     },
     /// The object's leasehold metadata or header line is unreadable or
     /// inconsistent.
-    #[error("fence record of {resource} is corrupt ({reason}); it was modified outside leasehold; inspect it, then re-fence it with FencedStore::fence")]
+    #[error("fence record of {resource} is corrupt ({reason}); it was modified outside leasehold; inspect it, then re-admit it with FencedStore::admit")]
     Corrupt {
         /// The object path.
         resource: String,
@@ -463,8 +463,10 @@ impl FencedStore {
         })?
     }
 
-    /// Raises the object's floor to `token`'s epoch without changing its
-    /// content, so holders of lower epochs are refused from now on.
+    /// Admits `token` without writing: raises the object's record to the
+    /// token's epoch and keeps its content, so holders of lower epochs are
+    /// refused from now on (the same as `leasehold::admit` for a database
+    /// resource).
     ///
     /// This is the operator's (or a new holder's) move after a takeover:
     /// fence first, then whatever the old holder still has in flight bounces.
@@ -482,13 +484,13 @@ impl FencedStore {
     /// let store = FencedStore::new(Arc::new(InMemory::new()))?;
     /// let path = Path::from("state");
     /// store.write(&path, &FencingToken::new("k", "a", 1)?, "v1")?;
-    /// store.fence(&path, &FencingToken::new("k", "operator", 5)?)?;
+    /// store.admit(&path, &FencingToken::new("k", "operator", 5)?)?;
     /// let late = store.write(&path, &FencingToken::new("k", "b", 4)?, "v2");
     /// assert!(matches!(late, Err(FenceError::StaleEpoch { accepted: 5, .. })));
     /// assert_eq!(store.read(&path)?.content, "v1");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn fence(&self, location: &Path, token: &FencingToken) -> Result<WriteReceipt, FenceError> {
+    pub fn admit(&self, location: &Path, token: &FencingToken) -> Result<WriteReceipt, FenceError> {
         self.block_on(async {
             let mut attempt = 0;
             while attempt < self.max_attempts {
@@ -680,8 +682,8 @@ fn admit(location: &Path, state: &FenceState, token: &FencingToken) -> Result<()
     if state.key() != token.key() {
         return Err(FenceError::WrongLeaseKey {
             resource: location.to_string(),
-            presented_key: token.key().to_owned(),
-            fenced_key: state.key().to_owned(),
+            presented: token.key().to_owned(),
+            fenced_by: state.key().to_owned(),
         });
     }
     if token.epoch() < state.epoch() {

@@ -29,8 +29,8 @@ fn wrong_lease_key_is_rejected() {
 }
 
 #[test]
-fn fence_raises_floor_without_changing_content() {
-    common::fence_raises_floor_without_changing_content(&store(), &Path::from("o"));
+fn admit_raises_the_floor_without_changing_content() {
+    common::admit_raises_the_floor_without_changing_content(&store(), &Path::from("o"));
 }
 
 #[test]

@@ -145,11 +145,11 @@ fn s3_wrong_lease_key_is_rejected() {
 }
 
 #[test]
-fn s3_fence_raises_floor_without_changing_content() {
+fn s3_admit_raises_the_floor_without_changing_content() {
     let Some((store, _moto)) = fenced() else {
         return;
     };
-    common::fence_raises_floor_without_changing_content(&store, &Path::from("o"));
+    common::admit_raises_the_floor_without_changing_content(&store, &Path::from("o"));
 }
 
 #[test]

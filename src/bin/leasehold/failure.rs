@@ -230,7 +230,7 @@ impl CliError {
             }) => {
                 fields.push(("resource", Json::str(resource)));
                 fields.push(("fenced_by", Json::str(fenced_by)));
-                fields.push(("presented_key", Json::str(presented)));
+                fields.push(("presented", Json::str(presented)));
             }
             _ => {}
         }

@@ -81,16 +81,16 @@ pub fn wrong_lease_key_is_rejected(store: &FencedStore, path: &Path) {
         .unwrap_err();
     match err {
         FenceError::WrongLeaseKey {
-            presented_key,
-            fenced_key,
+            presented,
+            fenced_by,
             ..
         } => {
-            assert_eq!(presented_key, "lease-b");
-            assert_eq!(fenced_key, "lease-a");
+            assert_eq!(presented, "lease-b");
+            assert_eq!(fenced_by, "lease-a");
         }
         other => panic!("expected WrongLeaseKey, got {other:?}"),
     }
-    let err = store.fence(path, &token("lease-b", "op", 100)).unwrap_err();
+    let err = store.admit(path, &token("lease-b", "op", 100)).unwrap_err();
     assert!(matches!(err, FenceError::WrongLeaseKey { .. }), "{err:?}");
     let read = store.read(path).unwrap();
     assert_eq!(read.content, "a's data");
@@ -100,9 +100,9 @@ pub fn wrong_lease_key_is_rejected(store: &FencedStore, path: &Path) {
 /// The operator fence raises the floor, keeps the content, refuses going
 /// down, and also works on a missing object (created empty) and adopts an
 /// object written around the guard.
-pub fn fence_raises_floor_without_changing_content(store: &FencedStore, path: &Path) {
+pub fn admit_raises_the_floor_without_changing_content(store: &FencedStore, path: &Path) {
     store.write(path, &token("k", "a", 1), "payload").unwrap();
-    let receipt = store.fence(path, &token("k", "operator", 7)).unwrap();
+    let receipt = store.admit(path, &token("k", "operator", 7)).unwrap();
     let replaced = receipt.replaced.clone().unwrap();
     assert_eq!(replaced.epoch(), 1);
     // Same content, but the version must change: on stores whose ETag hashes
@@ -145,7 +145,7 @@ pub fn fence_raises_floor_without_changing_content(store: &FencedStore, path: &P
         ),
         "{err:?}"
     );
-    let err = store.fence(path, &token("k", "operator", 3)).unwrap_err();
+    let err = store.admit(path, &token("k", "operator", 3)).unwrap_err();
     assert!(matches!(err, FenceError::StaleEpoch { .. }), "{err:?}");
     store.write(path, &token("k", "b", 7), "b at 7").unwrap();
     assert_eq!(store.read(path).unwrap().content, "b at 7");
@@ -153,7 +153,7 @@ pub fn fence_raises_floor_without_changing_content(store: &FencedStore, path: &P
     // Fencing a path nobody wrote yet creates it empty, so a stale holder
     // cannot create it later.
     let missing = Path::from(format!("{path}-missing"));
-    store.fence(&missing, &token("k", "operator", 4)).unwrap();
+    store.admit(&missing, &token("k", "operator", 4)).unwrap();
     assert_eq!(store.read(&missing).unwrap().content, "");
     let err = store.write(&missing, &token("k", "a", 3), "x").unwrap_err();
     assert!(matches!(err, FenceError::StaleEpoch { .. }), "{err:?}");
@@ -166,7 +166,7 @@ pub fn fence_raises_floor_without_changing_content(store: &FencedStore, path: &P
     });
     let err = store.write(&foreign, &token("k", "a", 9), "x").unwrap_err();
     assert!(matches!(err, FenceError::NotFenced { .. }), "{err:?}");
-    store.fence(&foreign, &token("k", "operator", 2)).unwrap();
+    store.admit(&foreign, &token("k", "operator", 2)).unwrap();
     let read = store.read(&foreign).unwrap();
     assert_eq!(read.content, "plain bytes");
     assert_eq!(read.state.epoch(), 2);
