@@ -180,7 +180,7 @@ impl FenceRecord {
 #[non_exhaustive]
 pub enum FenceError {
     /// The path cannot name a fenced file.
-    #[error("invalid fenced-file path {path:?}: {reason}; pass the path of a regular file (not a directory or symlink) in an existing directory")]
+    #[error("invalid fenced-file path {path:?}: {reason}")]
     InvalidPath {
         /// The path as given.
         path: PathBuf,
@@ -189,13 +189,13 @@ pub enum FenceError {
     },
     /// An empty lease key was given to [`FencedFile::create`] or
     /// [`FencedFile::fence`].
-    #[error("lease key for {resource:?} must not be empty; pass the key of the lease that guards this file")]
+    #[error("lease key for {resource:?} must not be empty")]
     EmptyKey {
         /// The fenced file.
         resource: PathBuf,
     },
     /// A negative epoch was given to [`FencedFile::fence`].
-    #[error("cannot fence {resource:?} up to epoch {epoch}: epochs are never negative; pass the epoch the lease reports (e.g. lease.inspect)")]
+    #[error("cannot fence {resource:?} up to epoch {epoch}: epochs are never negative")]
     NegativeEpoch {
         /// The fenced file.
         resource: PathBuf,
@@ -205,7 +205,7 @@ pub enum FenceError {
     /// G2: the token's epoch is below what the file has accepted (or at or
     /// below the fenced floor). The holder was superseded; the file is
     /// untouched.
-    #[error("write to {resource:?} refused: epoch {presented} is stale (the file has accepted epoch {accepted} and is fenced through epoch {fenced_through}); this holder was superseded, stop writing and re-acquire the lease for a newer epoch")]
+    #[error("stale epoch {presented} for {resource:?}: it accepted epoch {accepted} and is fenced through epoch {fenced_through}")]
     StaleEpoch {
         /// The fenced file.
         resource: PathBuf,
@@ -218,7 +218,7 @@ pub enum FenceError {
     },
     /// G5: the token belongs to a different lease than the one fencing the
     /// file. This is a misuse (wrong file or wrong lease), not a race.
-    #[error("{resource:?} is fenced by lease key {fenced_by:?} but the token is for key {presented:?}; present a token of the lease that guards this file (or use a different file for this lease)")]
+    #[error("{resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}")]
     WrongLeaseKey {
         /// The fenced file.
         resource: PathBuf,
@@ -228,13 +228,13 @@ pub enum FenceError {
         presented: String,
     },
     /// The file does not exist yet, so there is nothing to read.
-    #[error("{resource:?} does not exist, so it is not fenced yet; write to it with a token or call FencedFile::create first")]
+    #[error("{resource:?} does not exist, so it is not fenced yet")]
     NotFenced {
         /// The fenced file.
         resource: PathBuf,
     },
     /// The file exists but is not a valid fenced file. Nothing was changed.
-    #[error("{resource:?} is not a valid fenced file ({reason}); nothing was changed. Restore it from a backup, or if its contents are expendable remove it and call fence with the lease's current epoch before writing again")]
+    #[error("{resource:?} is not a valid fenced file: {reason}")]
     Corrupt {
         /// The fenced file.
         resource: PathBuf,
@@ -242,7 +242,7 @@ pub enum FenceError {
         reason: String,
     },
     /// The operating system refused an operation.
-    #[error("could not {action} for fenced file {resource:?}: {source}; check that the directory exists, is writable and is on a local file system")]
+    #[error("could not {action} for fenced file {resource:?}")]
     Io {
         /// The fenced file.
         resource: PathBuf,

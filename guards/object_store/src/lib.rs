@@ -145,7 +145,7 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
 pub enum FenceError {
     /// The token's epoch is below the one the object already accepted: the
     /// lease was taken over. The object was not modified.
-    #[error("stale epoch for {resource}: presented {presented}, but epoch {accepted} was already accepted; this holder was superseded, stop writing and re-acquire the lease")]
+    #[error("stale epoch {presented} for {resource}: it accepts only epochs >= {accepted}")]
     StaleEpoch {
         /// The object path.
         resource: String,
@@ -156,7 +156,7 @@ pub enum FenceError {
     },
     /// The token belongs to a different lease than the one the object is
     /// fenced by. This is a programming or configuration error.
-    #[error("wrong lease key for {resource}: token is for lease {presented:?} but the object is fenced by lease {fenced_by:?}; present a token of the lease that guards this object")]
+    #[error("{resource} is fenced by lease key {fenced_by:?}, not {presented:?}")]
     WrongLeaseKey {
         /// The object path.
         resource: String,
@@ -166,7 +166,7 @@ pub enum FenceError {
         fenced_by: String,
     },
     /// Every compare-and-swap attempt lost a race with another writer.
-    #[error("gave up on {resource} after {attempts} compare-and-swap attempts lost races with other writers; retry later, or raise FencedStore::with_max_attempts if this many concurrent writers are expected")]
+    #[error("gave up on {resource} after {attempts} compare-and-swap attempts lost races")]
     Contended {
         /// The object path.
         resource: String,
@@ -175,14 +175,14 @@ pub enum FenceError {
     },
     /// The object exists but carries no leasehold metadata: it was written
     /// around the guard.
-    #[error("{resource} exists but was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata); find out who wrote it, then delete it or adopt it with FencedStore::admit")]
+    #[error("{resource} was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata)")]
     NotFenced {
         /// The object path.
         resource: String,
     },
     /// The object's leasehold metadata or header line is unreadable or
     /// inconsistent.
-    #[error("fence record of {resource} is corrupt ({reason}); it was modified outside leasehold; inspect it, then re-admit it with FencedStore::admit")]
+    #[error("fence record of {resource} is corrupt: {reason}")]
     Corrupt {
         /// The object path.
         resource: String,
@@ -190,22 +190,27 @@ pub enum FenceError {
         reason: String,
     },
     /// The object does not exist.
-    #[error("{resource} does not exist; write it first with FencedStore::write")]
+    #[error("{resource} does not exist")]
     NotFound {
         /// The object path.
         resource: String,
     },
     /// The store cannot enforce fencing (found by the construction probe or
     /// at run time).
-    #[error("store {store} cannot be fenced: {reason}; use a store with conditional PUT (If-Match / If-None-Match) and user metadata, e.g. S3 with S3ConditionalPut::ETagMatch, or InMemory")]
+    /// Use a store with conditional PUT (If-Match / If-None-Match) and user
+    /// metadata, e.g. S3 with `S3ConditionalPut::ETagMatch`, or `InMemory`.
+    #[error("store {store} cannot be fenced: {reason}")]
     UnsupportedStore {
         /// The store's `Display` form.
         store: String,
         /// Which capability is missing.
         reason: String,
+        /// The store's own error, when the probe or a write got one.
+        #[source]
+        source: Option<object_store::Error>,
     },
     /// The store failed for another reason (network, permissions, ...).
-    #[error("object store error on {resource}: {source}; check the store's connectivity, credentials and permissions, then retry")]
+    #[error("object store error on {resource}")]
     Store {
         /// The object path (or what was being configured).
         resource: String,
@@ -214,7 +219,7 @@ pub enum FenceError {
         source: object_store::Error,
     },
     /// The internal tokio runtime could not be created.
-    #[error("could not start the adapter's tokio runtime: {source}; check the process's thread and file-descriptor limits")]
+    #[error("could not start the adapter's tokio runtime")]
     Runtime {
         /// The underlying error.
         #[source]
@@ -222,7 +227,7 @@ pub enum FenceError {
     },
     /// A blocking method was called from inside an async runtime, where
     /// blocking would stall (or panic) the caller's executor.
-    #[error("FencedStore was called from inside an async runtime; it blocks, so call it via tokio::task::spawn_blocking or from a plain thread")]
+    #[error("FencedStore was called from inside an async runtime")]
     InsideAsyncRuntime,
 }
 
@@ -638,6 +643,7 @@ impl FencedStore {
                             "it reported neither an ETag nor a version for {location}, \
                              so there is nothing to compare-and-swap on"
                         ),
+                        source: None,
                     });
                 }
                 PutMode::Update(version)
@@ -670,7 +676,8 @@ impl FencedStore {
                 | object_store::Error::NotSupported { .. }),
             ) => Err(FenceError::UnsupportedStore {
                 store: self.store.to_string(),
-                reason: source.to_string(),
+                reason: "conditional PUT refused".to_owned(),
+                source: Some(source),
             }),
             Err(source) => Err(store_error(location, source)),
         }
@@ -808,10 +815,15 @@ async fn probe_steps(store: &dyn ObjectStore, location: &Path) -> Result<(), Fen
     let unsupported = |reason: String| FenceError::UnsupportedStore {
         store: store.to_string(),
         reason,
+        source: None,
     };
     let classify = |step: &str, error: object_store::Error| match error {
         object_store::Error::NotImplemented { .. } | object_store::Error::NotSupported { .. } => {
-            unsupported(format!("{step} failed: {error}"))
+            FenceError::UnsupportedStore {
+                store: store.to_string(),
+                reason: format!("{step} failed"),
+                source: Some(error),
+            }
         }
         other => store_error(location, other),
     };

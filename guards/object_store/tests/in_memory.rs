@@ -57,7 +57,7 @@ fn local_file_system_is_refused_at_construction() {
         }
         other => panic!("expected UnsupportedStore, got {other:?}"),
     }
-    assert!(err.to_string().contains("conditional PUT"), "{err}");
+    assert!(err.to_string().contains("cannot be fenced"), "{err}");
 }
 
 #[test]
