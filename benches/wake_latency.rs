@@ -301,7 +301,7 @@ fn handover_sql(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration
             .map_err(|e| e.to_string())?;
         pid_tx.send(pid.pid).map_err(|e| e.to_string())?;
         for _ in go_rx {
-            let lease = leasehold::acquire_waiting_in_sql(
+            let lease = leasehold::acquire_waiting(
                 &mut conn,
                 "handover-sql",
                 "waiter",
@@ -374,7 +374,7 @@ fn lapse(url: &str, n: usize, client: bool) -> BenchResult<Vec<Duration>> {
         let lease = if client {
             waiter.acquire(key, "waiter", TTL, Duration::from_secs(10))?
         } else {
-            leasehold::acquire_waiting_in_sql(
+            leasehold::acquire_waiting(
                 &mut sql_waiter,
                 key,
                 "waiter",

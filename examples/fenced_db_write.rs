@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::guards::{run_fenced, Check};
 use leasehold::local::LocalPostgres;
+use leasehold::{run_fenced, Check};
 use leasehold::{Acquisition, FencedError, GuardError};
 
 const KEY: &str = "report-2026-11";
@@ -107,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(other) => return Err(other.into()),
     }
     match leasehold::renew(&mut a, KEY, "worker-a", lease_a.epoch(), ttl)? {
-        leasehold::Renewal::Lost(why) => t.say(
+        leasehold::Renewal::Refused(why) => t.say(
             "worker-a",
             &format!("renew says `{why}`: stops acting on {KEY}"),
         ),

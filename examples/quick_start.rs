@@ -43,12 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 lease.epoch()
             )
         }
-        Renewal::Lost(why) => println!("renew -> {why}"),
+        Renewal::Refused(why) => println!("renew -> {why}"),
     }
 
     match leasehold::release(&mut conn, "job-42", "worker-a1", lease.epoch())? {
         Release::Released => println!("release('job-42', 'worker-a1', {}) -> ok", lease.epoch()),
-        Release::Lost(why) => println!("release -> {why}"),
+        Release::Refused(why) => println!("release -> {why}"),
     }
 
     match leasehold::inspect(&mut conn, "job-42")? {

@@ -146,7 +146,7 @@ fn worker(
         let paused = Arc::new(AtomicBool::new(false));
         let keeper = {
             let (paused, timeline) = (paused.clone(), timeline.clone());
-            Keeper::builder(waiter.pool().clone(), lease, TTL)
+            Keeper::builder(waiter.pool().clone(), lease)
                 .on_event(move |event| match event {
                     KeeperEvent::Renewed { .. } => {
                         while paused.load(Ordering::SeqCst) {

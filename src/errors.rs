@@ -212,7 +212,9 @@ pub enum GuardError {
     /// The presented epoch is below the resource's record: a newer holder
     /// has written (or an operator fenced this epoch out). Stop acting on
     /// this lease; re-acquire it for a new epoch if needed.
-    #[error("stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}")]
+    #[error(
+        "stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}"
+    )]
     StaleEpoch {
         /// The guarded resource.
         resource: String,

@@ -55,7 +55,6 @@ pub enum Check {
 
 /// A resource's guard record, as [`inspect_guard`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
     pub lease_key: String,
@@ -178,7 +177,9 @@ pub fn admit_held(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
-    .map_err(|error| GuardError::from_diesel(&context(Operation::AdmitHeld, resource, token), error))
+    .map_err(|error| {
+        GuardError::from_diesel(&context(Operation::AdmitHeld, resource, token), error)
+    })
 }
 
 /// Renews the token's lease by `ttl` and admits the token for `resource`, in
@@ -200,10 +201,9 @@ pub fn renew_and_admit(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
-    .map_err(|error| GuardError::from_diesel(
-            &context(Operation::RenewAndAdmit, resource, token),
-            error,
-        ))
+    .map_err(|error| {
+        GuardError::from_diesel(&context(Operation::RenewAndAdmit, resource, token), error)
+    })
 }
 
 /// Operator action: refuses every epoch up to and including `up_to` for

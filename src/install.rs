@@ -146,8 +146,8 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, Instal
 }
 
 fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallError> {
-    let mut migrations = MigrationSource::<Pg>::migrations(&MIGRATIONS)
-        .map_err(InstallError::Embedded)?;
+    let mut migrations =
+        MigrationSource::<Pg>::migrations(&MIGRATIONS).map_err(InstallError::Embedded)?;
     migrations.sort_by_key(|migration| migration.name().version().to_string());
     Ok(migrations)
 }

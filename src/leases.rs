@@ -86,7 +86,9 @@ fn acquire_call(
     let autocommit = in_autocommit(conn);
     let (acquired, epoch, expires_at) = call
         .get_result::<(bool, Option<i64>, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit))?;
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit)
+        })?;
     match (acquired, epoch, expires_at) {
         (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
             key: key.to_owned(),
@@ -158,11 +160,9 @@ pub fn release(
         _borrow: std::marker::PhantomData,
     };
     let autocommit = in_autocommit(conn);
-    let status = call
-        .get_result::<String>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
-        })?;
+    let status = call.get_result::<String>(conn).map_err(|error| {
+        LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
+    })?;
     match refusal(Operation::Release, &status)? {
         None => Ok(Release::Released),
         Some(refusal) => Ok(Release::Refused(refusal)),

@@ -17,10 +17,10 @@
 //! used by one thread at a time (`&mut self`), as libpq requires.
 
 use std::ffi::{CStr, CString};
+use std::io::ErrorKind;
 use std::os::raw::{c_char, c_int};
 use std::ptr::{self, NonNull};
 use std::time::Duration;
-use std::io::ErrorKind;
 
 use pq_sys as pq;
 

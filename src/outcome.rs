@@ -2,6 +2,10 @@
 //! states, as values. Ordinary outcomes are values, not errors: a key held
 //! by someone else is [`Acquisition::Denied`]; a renew or release that
 //! finds the lease gone is [`Refusal`].
+//!
+//! These enums are closed on purpose (no `#[non_exhaustive]`): they mirror
+//! the SQL functions' fixed set of answers, and a caller must handle each
+//! one; a new answer would be a breaking change of the SQL API too.
 
 use std::time::Duration;
 
@@ -79,7 +83,6 @@ impl Acquisition {
 /// longer holds the grant it presented. Stop acting on the lease at once;
 /// re-acquire if needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Refusal {
     /// The key is unknown, free, or held (or last held) by someone else.
     NotOwner,
@@ -119,7 +122,6 @@ impl std::fmt::Display for Refusal {
 /// Outcome of [`crate::renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder"]
-#[non_exhaustive]
 pub enum Renewal {
     /// Extended; the epoch is unchanged.
     Renewed {
@@ -133,7 +135,6 @@ pub enum Renewal {
 /// Outcome of [`crate::release`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused release did nothing"]
-#[non_exhaustive]
 pub enum Release {
     /// The key is free and its fencing counter moved past the released epoch.
     Released,
@@ -143,7 +144,6 @@ pub enum Release {
 
 /// A key's observable state, as [`crate::inspect`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum LeaseState {
     /// A live grant.
     Held {
@@ -175,4 +175,3 @@ impl LeaseState {
         matches!(self, LeaseState::Held { .. })
     }
 }
-

@@ -39,10 +39,10 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::guards::{Check, FencedError};
 use leasehold::{
-    Acquisition, FencingToken, GuardError, LeaseClient, LeaseError, LeaseState, LostLease, Renewal,
+    Acquisition, FencingToken, GuardError, LeaseClient, LeaseError, LeaseState, Refusal, Renewal,
 };
+use leasehold::{Check, FencedError};
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -393,7 +393,7 @@ fn heartbeat(
             "epoch": token.epoch(),
             "expires_at": time(expires_at),
         })),
-        Renewal::Lost(why) => Err(stale(client, job, token, why.as_status(), None)?),
+        Renewal::Refused(why) => Err(stale(client, job, token, why.as_status(), None)?),
     }
 }
 
@@ -430,9 +430,9 @@ fn submit(
         )?),
         Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
             let reason = match reason {
-                LostLease::Lapsed => "lapsed",
-                LostLease::EpochMismatch => "epoch_mismatch",
-                LostLease::NotOwner => "not_owner",
+                Refusal::Lapsed => "lapsed",
+                Refusal::EpochMismatch => "epoch_mismatch",
+                Refusal::NotOwner => "not_owner",
             };
             Err(stale(client, job, token, reason, None)?)
         }

@@ -291,4 +291,3 @@ impl Drop for Listener {
         self.shared.poke();
     }
 }
-

@@ -54,8 +54,8 @@ mod listener;
 mod session;
 mod slot;
 
-pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
 use listener::Listener;
+pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
 use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
@@ -189,7 +189,10 @@ impl LeaseWaiter {
     /// A waiter over a new pool of up to `max_size` connections to
     /// `database_url` (same pool settings as [`crate::LeaseClient::connect`]).
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
-        Ok(Self::new(pool::build(database_url, max_size)?, database_url))
+        Ok(Self::new(
+            pool::build(database_url, max_size)?,
+            database_url,
+        ))
     }
 
     /// The pool attempts run on (also handy for a [`crate::Keeper`]).
@@ -353,8 +356,8 @@ impl LeaseWaiter {
                 operation: Operation::Inspect,
                 source,
             })?
-                .into_iter()
-                .next();
+            .into_iter()
+            .next();
             Ok(match row {
                 Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
                     remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),

@@ -90,12 +90,9 @@ impl Session {
             .conn
             .query("SET lock_timeout = '5s'", &[])
             .map_err(|e| format!("listener setup failed: {e}"))?;
-        session
-            .conn
-            .query(statements::RESET, &[])
-            .map_err(|e| {
-                format!("listener setup failed: {e}; has leasehold::install run on this database?")
-            })?;
+        session.conn.query(statements::RESET, &[]).map_err(|e| {
+            format!("listener setup failed: {e}; has leasehold::install run on this database?")
+        })?;
         {
             let mut state = lock(&shared.state);
             let keys: Vec<String> = state

@@ -1,6 +1,5 @@
 //! The successful path of every one-shot subcommand, in text and JSON.
 
-use leasehold::guards;
 use leasehold::GuardError;
 
 use crate::support::{time_of, Db};
@@ -118,7 +117,7 @@ fn fence_raises_the_guard_floor() {
 
     let mut conn = db.conn();
     let stale = leasehold::FencingToken::new("job-4", "worker-a", 3).unwrap();
-    match guards::admit(&mut conn, "reports", &stale) {
+    match leasehold::admit(&mut conn, "reports", &stale) {
         Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }

@@ -21,12 +21,12 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text, Timestamptz};
-use leasehold::guards::{run_fenced, Check};
 use leasehold::local::{LocalPostgres, StopMode};
 use leasehold::{
-    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencedError, GuardError,
-    Lease, LeaseError, LeaseState, LostLease, Release, Renewal,
+    acquire, acquire_waiting, inspect, release, renew, Acquisition, FencedError, GuardError, Lease,
+    LeaseError, LeaseState, Refusal, Release, Renewal,
 };
+use leasehold::{run_fenced, Check};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -251,7 +251,7 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
     );
     assert_eq!(
         renew(&mut conn, "taken", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed),
+        Renewal::Refused(Refusal::Lapsed),
         "the taken-over holder must still hear lapsed"
     );
     let stale = leasehold::FencingToken::new("taken", "a", 1).unwrap();
@@ -414,7 +414,7 @@ fn downtime_past_expiry(crash: bool) {
     assert!(server_now(&mut conn) > lease.expires_at());
     assert_eq!(
         renew(&mut conn, "k", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
 }
 
@@ -592,7 +592,7 @@ fn holder_process() {
     std::io::stdin().read_line(&mut line).unwrap();
     let renewal = match renew(&mut conn, "k", "stalled", lease.epoch(), TTL).unwrap() {
         Renewal::Renewed { .. } => "renewed".to_owned(),
-        Renewal::Lost(why) => why.to_string(),
+        Renewal::Refused(why) => why.to_string(),
     };
     say(format!("RENEW {renewal}"));
     let describe = |result: Result<(), FencedError<diesel::result::Error>>| match result {
@@ -703,11 +703,11 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     let before = snapshot(&mut other);
     assert_eq!(
         renew(&mut hasty, "k", "hasty", lease.epoch(), TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         release(&mut hasty, "k", "hasty", lease.epoch()).unwrap(),
-        Release::Lost(LostLease::Lapsed)
+        Release::Refused(Refusal::Lapsed)
     );
     assert!(matches!(
         fenced_write(&mut hasty, &lease.token(), Check::Token),
@@ -716,7 +716,7 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     assert!(matches!(
         fenced_write(&mut hasty, &lease.token(), Check::LeaseHeld),
         Err(FencedError::Guard(GuardError::LeaseNotHeld {
-            reason: LostLease::Lapsed,
+            reason: Refusal::Lapsed,
             ..
         }))
     ));
@@ -742,7 +742,7 @@ fn blocked_waiter(
     conn.batch_execute(setup).unwrap();
     let pid = backend_pid(&mut conn);
     let waiter = std::thread::spawn(move || {
-        acquire_waiting_in_sql(&mut conn, "k", "b", TTL, Duration::from_secs(60))
+        acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(60))
     });
     wait_until_polling(observer, pid);
     (pid, waiter)
@@ -757,7 +757,7 @@ fn statement_timeout_during_a_blocking_acquire_changes_nothing() {
     let (_, waiter) = blocked_waiter(&cluster, &mut conn, "SET statement_timeout = '400ms'");
     let error = waiter.join().unwrap().unwrap_err();
     // 57014 like the lease wait timeout, but the statement's timeout: a
-    // database error, not the typed WaitTimedOut of the 60 s wait bound.
+    // database error, not the typed TimedOut of the 60 s wait bound.
     assert!(
         matches!(&error, LeaseError::Database { .. })
             && error.to_string().contains("statement timeout"),
@@ -808,7 +808,7 @@ fn terminated_backend_during_a_blocking_acquire_reports_outcome_unknown_and_chan
     ));
     let error = waiter.join().unwrap().unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: "acquire", key, .. } if key == "k"),
+        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::Operation::Acquire, key, .. } if key == "k"),
         "{error:?}"
     );
     // Resolution: the re-read shows the holder unchanged.
@@ -843,7 +843,7 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
     proxy.drop_next_answer();
     let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: "acquire", key, .. } if key == "k"),
+        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::Operation::Acquire, key, .. } if key == "k"),
         "{error:?}"
     );
     assert!(proxy.answer_was_dropped(), "the proxy never saw the answer");
@@ -874,7 +874,7 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: "acquire",
+                operation: leasehold::Operation::Acquire,
                 ..
             }
         ),
@@ -899,7 +899,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: "renew",
+                operation: leasehold::Operation::Renew,
                 ..
             }
         ),
@@ -917,7 +917,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: "release",
+                operation: leasehold::Operation::Release,
                 ..
             }
         ),

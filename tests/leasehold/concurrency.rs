@@ -13,11 +13,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use leasehold::guards::{admit, admit_held, renew_and_admit};
 use leasehold::{
-    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencingToken,
-    GuardError, LeaseError, LeaseState, LostLease, Release, Renewal,
+    acquire, acquire_waiting, inspect, release, renew, Acquisition, FencingToken, GuardError,
+    LeaseError, LeaseState, Refusal, Release, Renewal,
 };
+use leasehold::{admit, admit_held, renew_and_admit};
 
 use crate::common::*;
 
@@ -171,7 +171,7 @@ fn renewal_races_takeover(commit: bool) {
         assert_eq!(granted(outcome).epoch(), 2);
         assert_eq!(
             renew(&mut holder_conn, "k", "a", 1, TTL).unwrap(),
-            Renewal::Lost(LostLease::Lapsed)
+            Renewal::Refused(Refusal::Lapsed)
         );
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
     }
@@ -208,8 +208,8 @@ fn stale_holder_races_takeover(commit: bool) {
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
         .unwrap();
     let (renewal, released) = racer.join().unwrap();
-    assert_eq!(renewal, Renewal::Lost(LostLease::Lapsed));
-    assert_eq!(released, Release::Lost(LostLease::Lapsed));
+    assert_eq!(renewal, Renewal::Refused(Refusal::Lapsed));
+    assert_eq!(released, Release::Refused(Refusal::Lapsed));
     if commit {
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
     } else {
@@ -234,7 +234,7 @@ fn lapsed_holders_renew_and_release_waiting_on_a_takeover_that_rolls_back_report
 
 /// An uncommitted release frees nothing: a blocking acquire keeps waiting
 /// (polling, or queued on the row lock) until the release commits — then it wins with the next
-/// epoch — or, after a rollback, times out with WaitTimedOut (57014).
+/// epoch — or, after a rollback, times out with TimedOut (57014).
 fn release_races_acquire(commit: bool) {
     let db = TestDb::new();
     let (mut releaser, _) = session(&db);
@@ -247,9 +247,7 @@ fn release_races_acquire(commit: bool) {
         Release::Released
     );
     let wait = Duration::from_secs(if commit { 30 } else { 1 });
-    let racer = in_thread(waiter, move |c| {
-        acquire_waiting_in_sql(c, "k", "b", TTL, wait)
-    });
+    let racer = in_thread(waiter, move |c| acquire_waiting(c, "k", "b", TTL, wait));
     wait_until_waiting(&mut observer, pid);
     if commit {
         releaser.batch_execute("COMMIT").unwrap();
@@ -258,10 +256,7 @@ fn release_races_acquire(commit: bool) {
     } else {
         releaser.batch_execute("ROLLBACK").unwrap();
         let error = racer.join().unwrap().unwrap_err();
-        assert!(
-            matches!(error, LeaseError::WaitTimedOut { .. }),
-            "{error:?}"
-        );
+        assert!(matches!(error, LeaseError::TimedOut { .. }), "{error:?}");
         assert_eq!(holder(&mut observer), Some(("a".into(), 1)));
     }
 }
@@ -295,8 +290,7 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
             let holding = holding.clone();
             in_thread(conn, move |c| {
                 let owner = format!("w{i}");
-                let lease =
-                    acquire_waiting_in_sql(c, "k", &owner, TTL, Duration::from_secs(60)).unwrap();
+                let lease = acquire_waiting(c, "k", &owner, TTL, Duration::from_secs(60)).unwrap();
                 let previous = holding.lock().unwrap().replace(owner.clone());
                 assert_eq!(previous, None, "{owner} granted while another held the key");
                 assert_eq!(holder(c), Some((owner.clone(), lease.epoch())));
@@ -548,8 +542,8 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     assert_eq!(inspect(&mut one, "k").unwrap().unwrap().epoch(), 2);
     one.batch_execute("COMMIT").unwrap();
     let (first, second, third) = racer.join().unwrap().unwrap();
-    assert_eq!(first, Renewal::Lost(LostLease::Lapsed));
+    assert_eq!(first, Renewal::Refused(Refusal::Lapsed));
     assert_eq!(second, Acquisition::Denied);
-    assert_eq!(third, Release::Lost(LostLease::NotOwner));
+    assert_eq!(third, Release::Refused(Refusal::NotOwner));
     assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
 }

@@ -115,11 +115,11 @@ fn shadowing_functions_and_operators_in_public_change_nothing() {
     );
     assert_eq!(
         renew(&mut conn, "k", "thief", 1, TTL).unwrap(),
-        Renewal::Lost(leasehold::LostLease::NotOwner)
+        Renewal::Refused(leasehold::Refusal::NotOwner)
     );
     assert_eq!(
         release(&mut conn, "k", "thief", 1).unwrap(),
-        Release::Lost(leasehold::LostLease::NotOwner)
+        Release::Refused(leasehold::Refusal::NotOwner)
     );
     assert!(inspect(&mut conn, "k").unwrap().unwrap().is_held());
     assert_eq!(

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use leasehold::{
-    acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, LeaseError, LeaseState,
-    LostLease, Release, Renewal,
+    acquire, acquire_waiting, inspect, release, renew, Acquisition, LeaseError, LeaseState,
+    Refusal, Release, Renewal,
 };
 
 use crate::common::*;
@@ -49,10 +49,9 @@ fn blocking_acquire_times_out_with_sqlstate_57014_and_a_distinct_error() {
     let db = TestDb::new();
     let mut conn = db.conn();
     granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    let error =
-        acquire_waiting_in_sql(&mut conn, "k", "b", TTL, Duration::from_millis(150)).unwrap_err();
+    let error = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_millis(150)).unwrap_err();
     assert!(
-        matches!(error, LeaseError::WaitTimedOut { ref key, wait } if key == "k" && wait == Duration::from_millis(150)),
+        matches!(error, LeaseError::TimedOut { ref key, waited } if key == "k" && waited == Duration::from_millis(150)),
         "{error:?}"
     );
     assert_eq!(
@@ -75,7 +74,7 @@ fn blocking_acquire_takes_over_when_the_holder_lapses_during_the_wait() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let held = granted(acquire(&mut conn, "k", "a", Duration::from_millis(400)).unwrap());
-    let lease = acquire_waiting_in_sql(&mut conn, "k", "b", TTL, Duration::from_secs(20)).unwrap();
+    let lease = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(20)).unwrap();
     assert_eq!(lease.epoch(), 2);
     assert!(server_now(&mut conn) > held.expires_at());
 }
@@ -88,7 +87,7 @@ fn blocking_acquire_wakes_after_a_release() {
     let url = db.url.clone();
     let waiter = std::thread::spawn(move || {
         let mut conn = diesel::Connection::establish(&url).unwrap();
-        acquire_waiting_in_sql(&mut conn, "k", "b", TTL, Duration::from_secs(20))
+        acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(20))
     });
     // Synchronise on the waiter really polling inside the SQL function.
     let sql = format!(
@@ -140,11 +139,11 @@ fn renew_and_release_of_an_unknown_key_report_not_owner() {
     let mut conn = db.conn();
     assert_eq!(
         renew(&mut conn, "nope", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
         release(&mut conn, "nope", "a", 1).unwrap(),
-        Release::Lost(LostLease::NotOwner)
+        Release::Refused(Refusal::NotOwner)
     );
     assert_eq!(
         inspect(&mut conn, "nope").unwrap(),
@@ -161,11 +160,11 @@ fn renew_and_release_of_a_free_key_report_not_owner_even_for_the_last_holder() {
     assert_eq!(release(&mut conn, "k", "a", 1).unwrap(), Release::Released);
     assert_eq!(
         renew(&mut conn, "k", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
         release(&mut conn, "k", "a", 1).unwrap(),
-        Release::Lost(LostLease::NotOwner)
+        Release::Refused(Refusal::NotOwner)
     );
 }
 
@@ -176,11 +175,11 @@ fn renew_and_release_by_a_different_owner_report_not_owner() {
     granted(acquire(&mut conn, "k", "a", TTL).unwrap());
     assert_eq!(
         renew(&mut conn, "k", "b", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
         release(&mut conn, "k", "b", 1).unwrap(),
-        Release::Lost(LostLease::NotOwner)
+        Release::Refused(Refusal::NotOwner)
     );
     assert!(inspect(&mut conn, "k").unwrap().unwrap().is_held());
 }
@@ -192,11 +191,11 @@ fn renew_and_release_of_an_expired_own_grant_report_lapsed() {
     let lease = lapse(&mut conn, "k", "a");
     assert_eq!(
         renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         release(&mut conn, "k", "a", lease.epoch()).unwrap(),
-        Release::Lost(LostLease::Lapsed)
+        Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         inspect(&mut conn, "k").unwrap(),
@@ -213,16 +212,16 @@ fn renew_after_takeover_reports_lapsed_to_the_lapsed_owner() {
     assert_eq!(new.epoch(), 2);
     assert_eq!(
         renew(&mut conn, "k", "a", old.epoch(), TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         release(&mut conn, "k", "a", old.epoch()).unwrap(),
-        Release::Lost(LostLease::Lapsed)
+        Release::Refused(Refusal::Lapsed)
     );
     // A bystander hears not_owner.
     assert_eq!(
         renew(&mut conn, "k", "c", 2, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
     // The new holder is untouched.
     assert_eq!(
@@ -244,11 +243,11 @@ fn takeover_history_is_one_grant_deep() {
     granted(acquire(&mut conn, "k", "c", TTL).unwrap());
     assert_eq!(
         renew(&mut conn, "k", "b", 2, TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         renew(&mut conn, "k", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
 }
 
@@ -261,7 +260,7 @@ fn released_then_regranted_key_tells_the_releaser_not_owner() {
     granted(acquire(&mut conn, "k", "b", TTL).unwrap());
     assert_eq!(
         renew(&mut conn, "k", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
 }
 
@@ -274,15 +273,15 @@ fn renew_and_release_with_a_stale_epoch_report_epoch_mismatch() {
     assert_eq!(current.epoch(), 2);
     assert_eq!(
         renew(&mut conn, "k", "a", 1, TTL).unwrap(),
-        Renewal::Lost(LostLease::EpochMismatch)
+        Renewal::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
         release(&mut conn, "k", "a", 1).unwrap(),
-        Release::Lost(LostLease::EpochMismatch)
+        Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
         release(&mut conn, "k", "a", 99).unwrap(),
-        Release::Lost(LostLease::EpochMismatch)
+        Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
         inspect(&mut conn, "k").unwrap(),
@@ -302,22 +301,22 @@ fn status_precedence_is_not_owner_then_lapsed_then_epoch_mismatch() {
     lapse(&mut conn, "k", "a");
     assert_eq!(
         renew(&mut conn, "k", "b", 7, TTL).unwrap(),
-        Renewal::Lost(LostLease::NotOwner)
+        Renewal::Refused(Refusal::NotOwner)
     );
     // Right owner, expired AND wrong epoch: lapsed wins.
     assert_eq!(
         renew(&mut conn, "k", "a", 7, TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         release(&mut conn, "k", "a", 7).unwrap(),
-        Release::Lost(LostLease::Lapsed)
+        Release::Refused(Refusal::Lapsed)
     );
     // Right owner, live, wrong epoch: epoch_mismatch.
     granted(acquire(&mut conn, "k", "a", TTL).unwrap());
     assert_eq!(
         renew(&mut conn, "k", "a", 7, TTL).unwrap(),
-        Renewal::Lost(LostLease::EpochMismatch)
+        Renewal::Refused(Refusal::EpochMismatch)
     );
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{acquire, acquire_waiting_in_sql, inspect, release, renew, LeaseError};
+use leasehold::{acquire, acquire_waiting, inspect, release, renew, LeaseError};
 
 use crate::common::*;
 
@@ -180,8 +180,7 @@ fn timeout_error_changes_nothing() {
     let mut conn = db.conn();
     granted(acquire(&mut conn, "k", "a", TTL).unwrap());
     let before = table_snapshot(&mut conn);
-    let error =
-        acquire_waiting_in_sql(&mut conn, "k", "b", TTL, Duration::from_millis(60)).unwrap_err();
-    assert!(matches!(error, LeaseError::WaitTimedOut { .. }));
+    let error = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_millis(60)).unwrap_err();
+    assert!(matches!(error, LeaseError::TimedOut { .. }));
     assert_eq!(table_snapshot(&mut conn), before);
 }

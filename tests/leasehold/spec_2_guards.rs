@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::guards::{
+use leasehold::{acquire, inspect, FencedError, FencingToken, GuardError, LeaseState, Refusal};
+use leasehold::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
     GuardRecord,
 };
-use leasehold::{acquire, inspect, FencedError, FencingToken, GuardError, LeaseState, LostLease};
 
 use crate::common::*;
 
@@ -205,7 +205,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         matches!(
             lapsed.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: LostLease::Lapsed,
+                reason: Refusal::Lapsed,
                 epoch: 1,
                 ..
             })
@@ -214,12 +214,12 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     );
     let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
     let superseded =
-        fenced_write(&mut conn, "r", &old.token(), Check::RenewLease(TTL)).unwrap_err();
+        fenced_write(&mut conn, "r", &old.token(), Check::RenewAndAdmit(TTL)).unwrap_err();
     assert!(
         matches!(
             superseded.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: LostLease::Lapsed,
+                reason: Refusal::Lapsed,
                 ..
             })
         ),
@@ -230,7 +230,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         matches!(
             stranger.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: LostLease::NotOwner,
+                reason: Refusal::NotOwner,
                 ..
             })
         ),
@@ -313,7 +313,7 @@ fn renew_and_write_commit_together_or_not_at_all() {
         &mut conn,
         "r",
         &lease.token(),
-        Check::RenewLease(Duration::from_secs(3_600)),
+        Check::RenewAndAdmit(Duration::from_secs(3_600)),
     )
     .unwrap();
     let LeaseState::Held { expires_at, .. } = inspect(&mut conn, "k").unwrap().unwrap() else {
@@ -422,7 +422,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
                     &mut conn,
                     &resource,
                     &token,
-                    Check::RenewLease(Duration::from_secs(60)),
+                    Check::RenewAndAdmit(Duration::from_secs(60)),
                 )
                 .is_ok()
             })

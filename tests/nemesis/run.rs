@@ -27,8 +27,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::guards::{admit, admit_held};
 use leasehold::local::LocalPostgres;
+use leasehold::{admit, admit_held};
 use leasehold::{Acquisition, GuardError, LeaseError, LeaseState, Release, Renewal};
 
 use crate::history::{self, Event, Report};
@@ -342,7 +342,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     at: expires_at.timestamp_micros() - ttl_us,
                     end: expires_at.timestamp_micros(),
                 }),
-                Ok(Renewal::Lost(why)) => {
+                Ok(Renewal::Refused(why)) => {
                     out.record(&Event::RenewLost {
                         key: key.clone(),
                         owner: owner.clone(),
@@ -378,7 +378,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     owner: owner.clone(),
                     epoch,
                 }),
-                Ok(Release::Lost(why)) => out.record(&Event::ReleaseLost {
+                Ok(Release::Refused(why)) => out.record(&Event::ReleaseLost {
                     key: key.clone(),
                     owner: owner.clone(),
                     epoch,

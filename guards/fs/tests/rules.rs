@@ -47,7 +47,9 @@ fn stale_token_is_refused_and_file_bytes_untouched() {
         let message = error.to_string();
         // One line naming the file and both epochs; the cause is the variant.
         assert!(
-            message.contains("data.bin") && message.contains(&stale.to_string()) && !message.contains('\n'),
+            message.contains("data.bin")
+                && message.contains(&stale.to_string())
+                && !message.contains('\n'),
             "{message}"
         );
         assert_eq!(
@@ -143,10 +145,7 @@ fn fence_refuses_every_epoch_up_to_and_including_the_floor() {
     let file = FencedFile::new(&path).unwrap();
     file.write(&token("k", 3), b"three").unwrap();
 
-    assert_eq!(
-        file.fence("k", 7).unwrap(),
-        FenceRecord::new("k", 3, 7)
-    );
+    assert_eq!(file.fence("k", 7).unwrap(), FenceRecord::new("k", 3, 7));
     let before = fingerprint(&path);
     for epoch in 1..=7 {
         match file.write(&token("k", epoch), b"late").unwrap_err() {
@@ -163,20 +162,14 @@ fn fence_refuses_every_epoch_up_to_and_including_the_floor() {
     // Content is unchanged by fencing.
     assert_eq!(file.read().unwrap(), (3, b"three".to_vec()));
     // A lower floor changes nothing; the floor never goes down.
-    assert_eq!(
-        file.fence("k", 2).unwrap(),
-        FenceRecord::new("k", 3, 7)
-    );
+    assert_eq!(file.fence("k", 2).unwrap(), FenceRecord::new("k", 3, 7));
     assert!(file.write(&token("k", 7), b"x").unwrap_err().is_stale());
     file.write(&token("k", 8), b"eight").unwrap();
     assert_eq!(file.record().unwrap(), Some(FenceRecord::new("k", 8, 7)));
 
     // Fencing a file that does not exist yet creates it, fenced to the key.
     let fresh = FencedFile::new(dir.join("fresh")).unwrap();
-    assert_eq!(
-        fresh.fence("k", 4).unwrap(),
-        FenceRecord::new("k", 0, 4)
-    );
+    assert_eq!(fresh.fence("k", 4).unwrap(), FenceRecord::new("k", 0, 4));
     assert!(fresh.write(&token("k", 4), b"x").unwrap_err().is_stale());
     fresh.write(&token("k", 5), b"y").unwrap();
 
@@ -264,7 +257,10 @@ fn bad_input_gets_typed_errors_that_say_what_to_do() {
     assert!(matches!(error, FenceError::Io { .. }), "{error:?}");
     // The I/O error is kept as the source, not repeated in the message.
     let source = std::error::Error::source(&error).expect("the I/O error is kept");
-    assert!(source.downcast_ref::<std::io::Error>().is_some(), "{source:?}");
+    assert!(
+        source.downcast_ref::<std::io::Error>().is_some(),
+        "{source:?}"
+    );
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -306,7 +302,10 @@ fn corrupt_files_are_reported_and_never_overwritten() {
                 FenceError::Corrupt { reason, .. } => assert!(!reason.is_empty()),
                 other => panic!("{name}: expected Corrupt, got {other:?}"),
             }
-            assert!(error.to_string().contains("not a valid fenced file"), "{error}");
+            assert!(
+                error.to_string().contains("not a valid fenced file"),
+                "{error}"
+            );
         }
         assert_eq!(
             fs::read(&path).unwrap(),

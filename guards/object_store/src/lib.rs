@@ -175,7 +175,9 @@ pub enum FenceError {
     },
     /// The object exists but carries no leasehold metadata: it was written
     /// around the guard.
-    #[error("{resource} was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata)")]
+    #[error(
+        "{resource} was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata)"
+    )]
     NotFenced {
         /// The object path.
         resource: String,

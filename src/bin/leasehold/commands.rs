@@ -128,7 +128,7 @@ pub fn renew(
             );
             Ok(out.emit(&text, &status_json(key, owner, epoch, Some(expires_at)))?)
         }
-        Renewal::Lost(why) => Err(CliError::Lost {
+        Renewal::Refused(why) => Err(CliError::Lost {
             operation: "renew",
             key: key.to_owned(),
             owner: owner.to_owned(),
@@ -154,7 +154,7 @@ pub fn release(
             );
             Ok(out.emit(&text, &status_json(key, owner, epoch, None))?)
         }
-        Release::Lost(why) => Err(CliError::Lost {
+        Release::Refused(why) => Err(CliError::Lost {
             operation: "release",
             key: key.to_owned(),
             owner: owner.to_owned(),
@@ -251,7 +251,7 @@ pub fn fence(
     key: &str,
     up_to: i64,
 ) -> Result<(), CliError> {
-    let accepted = leasehold::guards::fence(conn, resource, key, up_to)?;
+    let accepted = leasehold::fence(conn, resource, key, up_to)?;
     let text = format!(
         "fenced {resource} (lease key {key}): epochs up to {} are refused, it admits epochs >= {accepted}",
         accepted - 1

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use leasehold::local::LocalServerError;
-use leasehold::{GuardError, LeaseError, LostLease};
+use leasehold::{GuardError, LeaseError, Refusal};
 
 use crate::duration;
 use crate::json::Json;
@@ -73,7 +73,7 @@ pub enum CliError {
         /// The epoch presented.
         epoch: i64,
         /// Why.
-        why: LostLease,
+        why: Refusal,
     },
     /// `--wait` passed with the key held throughout.
     #[error("timed out after waiting {} for lease {key:?}, which another owner held throughout; retry later, pass a longer --wait, or run `leasehold inspect {key}`", duration::format(*.wait))]
@@ -126,11 +126,11 @@ fn describe_holder(holder: &Option<(String, i64, DateTime<Utc>)>) -> String {
     }
 }
 
-fn explain_lost(why: LostLease) -> &'static str {
+fn explain_lost(why: Refusal) -> &'static str {
     match why {
-        LostLease::Lapsed => "lapsed: the grant expired (and may have been taken over); stop acting on it and acquire the key again for a new epoch",
-        LostLease::EpochMismatch => "epoch_mismatch: the owner holds the key under another epoch; use the epoch the latest acquire printed (`leasehold inspect KEY` shows it)",
-        LostLease::NotOwner => "not_owner: the key is unknown, free, or held by another owner; check the key and owner, or acquire it",
+        Refusal::Lapsed => "lapsed: the grant expired (and may have been taken over); stop acting on it and acquire the key again for a new epoch",
+        Refusal::EpochMismatch => "epoch_mismatch: the owner holds the key under another epoch; use the epoch the latest acquire printed (`leasehold inspect KEY` shows it)",
+        Refusal::NotOwner => "not_owner: the key is unknown, free, or held by another owner; check the key and owner, or acquire it",
     }
 }
 
@@ -141,9 +141,9 @@ impl CliError {
             CliError::InvalidInput(_) => Exit::InvalidInput,
             CliError::Denied { .. } => Exit::Denied,
             CliError::Lost { why, .. } => match why {
-                LostLease::Lapsed => Exit::Lapsed,
-                LostLease::EpochMismatch => Exit::EpochMismatch,
-                LostLease::NotOwner => Exit::NotOwner,
+                Refusal::Lapsed => Exit::Lapsed,
+                Refusal::EpochMismatch => Exit::EpochMismatch,
+                Refusal::NotOwner => Exit::NotOwner,
             },
             CliError::WaitTimedOut { .. } => Exit::WaitTimedOut,
             CliError::Guard(GuardError::InvalidInput { .. }) => Exit::InvalidInput,
@@ -243,7 +243,7 @@ impl CliError {
             LeaseError::InvalidInput { violations } => {
                 CliError::InvalidInput(violations.join("; "))
             }
-            LeaseError::WaitTimedOut { key, wait } => CliError::WaitTimedOut { key, wait },
+            LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
             other => CliError::Database(other.to_string()),
         }
     }

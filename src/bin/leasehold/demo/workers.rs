@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::PgConnection;
-use leasehold::guards::{run_fenced, Check, FencedError};
+use leasehold::{run_fenced, Check, FencedError};
 use leasehold::{Acquisition, FencingToken, GuardError, Lease, LeaseState, Release, Renewal};
 
 use super::timeline::Timeline;
@@ -112,7 +112,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
     );
     match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL).map_err(lease_error)? {
         Renewal::Renewed { .. } => timeline.log(ME, "heartbeat: renew -> ok (same epoch)"),
-        Renewal::Lost(why) => return Err(demo_error(format!("{ME}'s first renew said {why}"))),
+        Renewal::Refused(why) => return Err(demo_error(format!("{ME}'s first renew said {why}"))),
     }
     let token = lease.token();
     fenced_write(&mut conn, &token, Check::LeaseHeld, "partial result (40%)")
@@ -147,7 +147,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
         ),
     );
     match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL).map_err(lease_error)? {
-        Renewal::Lost(why) => timeline.log(
+        Renewal::Refused(why) => timeline.log(
             ME,
             format!("heartbeat: renew -> {why} (a careful worker would stop here)"),
         ),
@@ -276,7 +276,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
                 lease.epoch()
             ),
         ),
-        Renewal::Lost(why) => return Err(demo_error(format!("{ME}'s heartbeat said {why}"))),
+        Renewal::Refused(why) => return Err(demo_error(format!("{ME}'s heartbeat said {why}"))),
     }
     channels
         .to_demo
@@ -297,7 +297,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
                 lease.epoch()
             ),
         ),
-        Renewal::Lost(why) => {
+        Renewal::Refused(why) => {
             return Err(demo_error(format!(
                 "{ME}'s heartbeat after the restart said {why}"
             )))
@@ -311,7 +311,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
                 lease.epoch()
             ),
         ),
-        Release::Lost(why) => return Err(demo_error(format!("{ME}'s release said {why}"))),
+        Release::Refused(why) => return Err(demo_error(format!("{ME}'s release said {why}"))),
     }
     Ok(())
 }
