@@ -13,7 +13,7 @@ use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Integer};
 use diesel::{Connection, PgConnection, QueryResult, RunQueryDsl};
 use leasehold::guards::{run_fenced, Check};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 
 /// `UPDATE bench_floor SET n = n + 1 WHERE id = $1 RETURNING n`, prepared
 /// and cached exactly like the lease calls: the floor one durable write

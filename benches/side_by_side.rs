@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 
 struct Options {
     seconds: u64,

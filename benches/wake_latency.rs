@@ -23,7 +23,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
+use leasehold_test_support::url_with_database;
 use leasehold::{Acquisition, LeaseWaiter, Wait};
 
 const REVERT_WAKE: &str = include_str!("../migrations/2026-11-30-000003_wake_on_release/down.sql");
@@ -130,23 +131,6 @@ fn main() -> BenchResult<()> {
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))?;
     }
     Ok(())
-}
-
-fn url_with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut out = format!("{}/{}", &base[..path_start], database);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 /// A uniformly random delay below 50 ms (the SQL poll interval), so each

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guards::{run_fenced, Check};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, FencedError, GuardError};
 
 const KEY: &str = "report-2026-11";

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, LeaseState, Release, Renewal};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

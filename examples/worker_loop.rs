@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 use leasehold::{
     run_while_held, CancelToken, Keeper, KeeperEvent, LeaseWaiter, Wait, WaitError, WorkOutcome,
 };

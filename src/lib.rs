@@ -39,8 +39,6 @@ mod keeper;
 mod leases;
 mod libpq;
 mod listener;
-#[cfg(feature = "local")]
-pub mod local;
 mod pooled;
 mod token;
 mod wait;

@@ -22,7 +22,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text, Timestamptz};
 use leasehold::guards::{run_fenced, Check};
-use leasehold::local::{LocalPostgres, StopMode};
+use leasehold_local::{LocalPostgres, StopMode};
 use leasehold::{
     acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencedError, GuardError,
     Lease, LeaseError, LeaseState, LostLease, Release, Renewal,
@@ -47,7 +47,7 @@ impl Cluster {
         Self::from(LocalPostgres::builder().durable(durable))
     }
 
-    fn from(builder: leasehold::local::LocalPostgresBuilder) -> Cluster {
+    fn from(builder: leasehold_local::LocalPostgresBuilder) -> Cluster {
         let pg = builder
             .start()
             .unwrap_or_else(|e| panic!("start a throwaway server: {e}"));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use leasehold::local::{LocalPostgres, StopMode};
+use leasehold_local::{LocalPostgres, StopMode};
 use leasehold::{
     run_while_held, CancelToken, Keeper, KeeperEvent, LeaseLoss, LeaseState, LeaseWaiter,
     LostLease, PgPool, Release, Wait, WaitError, WorkOutcome,

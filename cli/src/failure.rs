@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::local::LocalServerError;
+use leasehold_local::LocalServerError;
 use leasehold::{GuardError, LeaseError, LostLease};
 
 use crate::duration;

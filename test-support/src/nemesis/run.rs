@@ -4,8 +4,7 @@
 //! everything they recorded.
 //!
 //! Shared by `tests/nemesis/main.rs` (a short run in the default test
-//! suite) and `examples/nemesis.rs` (the long run) via `#[path]` includes;
-//! each provides the command that starts a worker process (the test binary
+//! suite) and `examples/nemesis.rs` (the long run); each provides the command that starts a worker process (the test binary
 //! or the example re-executing itself), because only a real process can be
 //! stopped and killed without taking the run down with it.
 //!
@@ -28,10 +27,11 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::guards::{admit, admit_held};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, GuardError, LeaseError, LeaseState, Release, Renewal};
 
-use crate::history::{self, Event, Report};
+use super::history::{self, Event, Report};
+use crate::clock::{server_now, try_server_now};
 
 /// Environment variable carrying a worker's configuration to the child
 /// process; its presence selects the worker role.
@@ -177,18 +177,6 @@ impl Recorder {
 }
 
 #[derive(QueryableByName)]
-struct Clock {
-    #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
-}
-
-fn server_now(conn: &mut PgConnection) -> QueryResult<DateTime<Utc>> {
-    diesel::sql_query("SELECT clock_timestamp() AS now")
-        .get_result::<Clock>(conn)
-        .map(|c| c.now)
-}
-
-#[derive(QueryableByName)]
 struct Seq {
     #[diesel(sql_type = BigInt)]
     seq: i64,
@@ -296,7 +284,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     held,
                 });
                 let result = c.transaction::<_, WriteError, _>(|c| {
-                    let at = server_now(c)?;
+                    let at = try_server_now(c)?;
                     if held {
                         admit_held(c, &resource, &token)?;
                     } else {
@@ -627,9 +615,9 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
 fn inspect_all(conn: &mut PgConnection, keys: usize, out: &mut Recorder) {
     for k in 0..keys {
         let key = format!("k{k}");
-        let before = server_now(conn).expect("server clock");
+        let before = server_now(conn);
         let state = leasehold::inspect(conn, &key).expect("inspect after a crash");
-        let after = server_now(conn).expect("server clock");
+        let after = server_now(conn);
         if let Some(state) = state {
             out.record(&Event::Inspect {
                 key,

@@ -24,7 +24,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel::PgConnection;
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 use leasehold::LeaseState;
 
 use crate::connect::establish;
