@@ -23,9 +23,9 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
+use leasehold::{Acquisition, LeaseWaiter, Wait};
 use leasehold_local::LocalPostgres;
 use leasehold_test_support::url_with_database;
-use leasehold::{Acquisition, LeaseWaiter, Wait};
 
 const REVERT_WAKE: &str = include_str!("../migrations/2026-11-30-000003_wake_on_release/down.sql");
 const TTL: Duration = Duration::from_secs(30);

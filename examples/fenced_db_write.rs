@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guards::{run_fenced, Check};
-use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, FencedError, GuardError};
+use leasehold_local::LocalPostgres;
 
 const KEY: &str = "report-2026-11";
 const RESOURCE: &str = "reports";

@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
-use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, LeaseState, Release, Renewal};
+use leasehold_local::LocalPostgres;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Keep the server alive for the whole run; it is removed on drop.

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::{Connection, PgConnection};
-use leasehold_local::LocalPostgres;
 use leasehold::{
     run_while_held, CancelToken, Keeper, KeeperEvent, LeaseWaiter, Wait, WaitError, WorkOutcome,
 };
+use leasehold_local::LocalPostgres;
 
 const TTL: Duration = Duration::from_secs(1);
 const STEPS: u32 = 6;

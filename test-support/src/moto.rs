@@ -46,7 +46,9 @@ impl fmt::Display for MotoError {
                 "moto_server is not installed; the S3 tests need it: pip install 'moto[server]' \
                  (or set LEASEHOLD_SKIP_S3=1 to skip them)",
             ),
-            MotoError::Exited(status) => write!(f, "moto_server exited during startup with {status}"),
+            MotoError::Exited(status) => {
+                write!(f, "moto_server exited during startup with {status}")
+            }
             MotoError::NoAnswer(port) => write!(
                 f,
                 "moto_server did not answer on 127.0.0.1:{port} within {STARTUP_TIMEOUT:?}"

@@ -22,11 +22,11 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text, Timestamptz};
 use leasehold::guards::{run_fenced, Check};
-use leasehold_local::{LocalPostgres, StopMode};
 use leasehold::{
     acquire, acquire_waiting_in_sql, inspect, release, renew, Acquisition, FencedError, GuardError,
     Lease, LeaseError, LeaseState, LostLease, Release, Renewal,
 };
+use leasehold_local::{LocalPostgres, StopMode};
 
 const TTL: Duration = Duration::from_secs(600);
 

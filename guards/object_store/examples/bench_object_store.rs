@@ -85,11 +85,13 @@ fn s3_builder(
 ) -> std::io::Result<leasehold_object_store::object_store::aws::AmazonS3Builder> {
     use leasehold_test_support::moto;
     moto.create_bucket(bucket)?;
-    Ok(leasehold_object_store::object_store::aws::AmazonS3Builder::new()
-        .with_endpoint(moto.endpoint())
-        .with_allow_http(true)
-        .with_bucket_name(bucket)
-        .with_region(moto::REGION)
-        .with_access_key_id(moto::ACCESS_KEY_ID)
-        .with_secret_access_key(moto::SECRET_ACCESS_KEY))
+    Ok(
+        leasehold_object_store::object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(moto.endpoint())
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .with_region(moto::REGION)
+            .with_access_key_id(moto::ACCESS_KEY_ID)
+            .with_secret_access_key(moto::SECRET_ACCESS_KEY),
+    )
 }

@@ -27,8 +27,8 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::guards::{admit, admit_held};
-use leasehold_local::LocalPostgres;
 use leasehold::{Acquisition, GuardError, LeaseError, LeaseState, Release, Renewal};
+use leasehold_local::LocalPostgres;
 
 use super::history::{self, Event, Report};
 use crate::clock::{server_now, try_server_now};
