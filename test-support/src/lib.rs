@@ -14,11 +14,9 @@ pub mod moto;
 pub mod nemesis;
 pub mod server;
 pub mod sql;
-pub mod url;
 
 pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
 pub use database::TestDb;
 pub use json::time_of;
 pub use server::TestServer;
 pub use sql::{query_bool, query_lines, quote};
-pub use url::url_with_database;

@@ -5,9 +5,7 @@ use std::sync::{Mutex, OnceLock};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use leasehold_local::LocalPostgres;
-
-use crate::url::url_with_database;
+use leasehold_local::{DatabaseServer, LocalPostgres, DATABASE_URL_ENV};
 
 /// The server a test binary's databases live on.
 ///
@@ -16,7 +14,7 @@ use crate::url::url_with_database;
 /// watchdog removes it when the process exits).
 #[derive(Debug)]
 pub struct TestServer {
-    location: Location,
+    server: DatabaseServer,
     /// The database with leasehold installed that [`crate::TestDb::new`]
     /// copies, created on first use.
     pub(crate) template: OnceLock<String>,
@@ -25,21 +23,15 @@ pub struct TestServer {
     pub(crate) create: Mutex<()>,
 }
 
-#[derive(Debug)]
-enum Location {
-    Local(Box<LocalPostgres>),
-    External(String),
-}
-
 impl TestServer {
     /// The server `DATABASE_URL` names when it is set and not empty (its
     /// role needs CREATEDB, and CREATEROLE for tests that create roles),
     /// otherwise the same throwaway server as [`TestServer::local`].
     pub fn from_env() -> &'static TestServer {
         static EXTERNAL: OnceLock<TestServer> = OnceLock::new();
-        match std::env::var("DATABASE_URL") {
+        match std::env::var(DATABASE_URL_ENV) {
             Ok(url) if !url.is_empty() => {
-                EXTERNAL.get_or_init(|| TestServer::at(Location::External(url)))
+                EXTERNAL.get_or_init(|| TestServer::on(DatabaseServer::External(url)))
             }
             _ => TestServer::local(),
         }
@@ -57,13 +49,13 @@ impl TestServer {
                 .setting("max_connections", "200")
                 .start()
                 .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
-            TestServer::at(Location::Local(Box::new(server)))
+            TestServer::on(DatabaseServer::Local(Box::new(server)))
         })
     }
 
-    fn at(location: Location) -> TestServer {
+    fn on(server: DatabaseServer) -> TestServer {
         TestServer {
-            location,
+            server,
             template: OnceLock::new(),
             create: Mutex::new(()),
         }
@@ -72,27 +64,12 @@ impl TestServer {
     /// The URL of the administrative database (`postgres` on a local
     /// server, `DATABASE_URL` itself on an external one).
     pub fn admin_url(&self) -> String {
-        match &self.location {
-            Location::Local(server) => server.url(),
-            Location::External(url) => url.clone(),
-        }
+        self.server.url()
     }
 
     /// The URL of `database` on this server, as the admin user.
     pub fn url_for(&self, database: &str) -> String {
-        match &self.location {
-            Location::Local(server) => server.url_for(database),
-            Location::External(url) => url_with_database(url, database),
-        }
-    }
-
-    /// The local server, when this is one (for tests that stop or inspect
-    /// it); `None` for `DATABASE_URL`'s.
-    pub fn local_server(&self) -> Option<&LocalPostgres> {
-        match &self.location {
-            Location::Local(server) => Some(server),
-            Location::External(_) => None,
-        }
+        self.server.url_for(database)
     }
 
     /// Runs `sql` (one or more statements) in the administrative database.

@@ -12,16 +12,10 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 pub use leasehold_test_support::{
-    query_bool, query_lines, quote, server_now, url_with_database, wait_until_server_time_passes,
-    TestDb, TestServer,
+    query_bool, query_lines, quote, server_now, wait_until_server_time_passes, TestDb, TestServer,
 };
 
 pub const TTL: Duration = Duration::from_secs(30);
-
-/// The admin connection URL (database `postgres` on local servers).
-pub fn admin_url() -> String {
-    TestServer::from_env().admin_url()
-}
 
 /// Waits until some backend of database `db` waits on a lock (observable in
 /// pg_stat_activity), i.e. a competitor is really blocked.

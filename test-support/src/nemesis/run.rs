@@ -77,7 +77,7 @@ impl Rng {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -90,7 +90,7 @@ impl Rng {
         if high <= low {
             return low;
         }
-        low + self.next() % (high - low)
+        low + self.next_u64() % (high - low)
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
