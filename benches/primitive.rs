@@ -12,8 +12,8 @@ use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Integer};
 use diesel::{Connection, PgConnection, QueryResult, RunQueryDsl};
-use leasehold::local::LocalPostgres;
 use leasehold::{run_fenced, Check};
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 /// `UPDATE bench_floor SET n = n + 1 WHERE id = $1 RETURNING n`, prepared
 /// and cached exactly like the lease calls: the floor one durable write
@@ -85,14 +85,8 @@ fn row(name: &str, stats: &Stats, floor: &Stats) {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = std::env::args().any(|a| a == "--quick");
     let n = if quick { 300 } else { 3_000 };
-    let (server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = LocalPostgres::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let server = DatabaseServer::from_env_or_start(LocalPostgres::builder())?;
+    let url = server.url();
     let mut conn = PgConnection::establish(&url)?;
     leasehold::install(&mut conn)?;
     conn.batch_execute(
@@ -119,7 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "environment: {} | server: {} | cores: {} | samples per row: {n}",
         settings.join(" "),
-        if server.is_some() {
+        if server.local().is_some() {
             "embedded LocalPostgres (unix socket)"
         } else {
             "DATABASE_URL"

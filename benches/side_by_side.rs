@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 struct Options {
     seconds: u64,
@@ -424,18 +424,12 @@ fn cpu_model() -> String {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = options();
-    let (server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = LocalPostgres::builder()
-                .setting("max_connections", "100")
-                .start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
-    let bin: PathBuf = match &server {
-        Some(server) => server.bin_dir().to_path_buf(),
+    let server = DatabaseServer::from_env_or_start(
+        LocalPostgres::builder().setting("max_connections", "100"),
+    )?;
+    let url = server.url();
+    let bin: PathBuf = match server.local() {
+        Some(local) => local.bin_dir().to_path_buf(),
         None => PathBuf::from(
             std::env::var("LEASEHOLD_PG_BIN")
                 .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()),
@@ -456,7 +450,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Environment: PostgreSQL {} ({}), fsync={}, synchronous_commit={}, wal_sync_method={}, shared_buffers={}; \
          pgbench {}; CPU {} × {} cores; {} s per row; pgbench -M prepared, one thread per client; ratios are p50 and ops/s relative to the leasehold row named in `vs`.\n",
         query_text(&mut conn, "SELECT current_setting('server_version') AS value"),
-        if server.is_some() { "embedded LocalPostgres, unix socket" } else { "DATABASE_URL" },
+        if server.local().is_some() { "embedded LocalPostgres, unix socket" } else { "DATABASE_URL" },
         query_text(&mut conn, "SELECT current_setting('fsync') AS value"),
         query_text(&mut conn, "SELECT current_setting('synchronous_commit') AS value"),
         query_text(&mut conn, "SELECT current_setting('wal_sync_method') AS value"),

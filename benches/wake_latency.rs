@@ -23,15 +23,13 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
-use leasehold::local::LocalPostgres;
 use leasehold::{Acquisition, LeaseWaiter, Wait};
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const REVERT_WAKE: &str = include_str!("../migrations/2026-11-30-000003_wake_on_release/down.sql");
 const TTL: Duration = Duration::from_secs(30);
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
-/// Maps a database name to its URL on the bench server.
-type UrlFor = Box<dyn Fn(&str) -> String>;
 
 struct Sizes {
     handovers: usize,
@@ -61,25 +59,13 @@ fn main() -> BenchResult<()> {
             releases_per_round: 500,
         }
     };
-    let (_server, admin_url, url_for): (Option<LocalPostgres>, String, UrlFor) =
-        match std::env::var("DATABASE_URL") {
-            Ok(url) if !url.is_empty() => {
-                let base = url.clone();
-                (None, url, Box::new(move |db| url_with_database(&base, db)))
-            }
-            _ => {
-                eprintln!("no DATABASE_URL: starting a durable throwaway PostgreSQL");
-                let server = LocalPostgres::builder()
-                    .setting("max_connections", "50")
-                    .start()?;
-                let admin = server.url();
-                let socket_url = {
-                    let s = server.url_for("DBNAME");
-                    move |db: &str| s.replace("DBNAME", db)
-                };
-                (Some(server), admin, Box::new(socket_url))
-            }
-        };
+    let server = DatabaseServer::from_env_or_start(
+        LocalPostgres::builder().setting("max_connections", "50"),
+    )?;
+    if server.local().is_some() {
+        eprintln!("no DATABASE_URL: using a durable throwaway PostgreSQL");
+    }
+    let admin_url = server.url();
     let mut admin = PgConnection::establish(&admin_url)?;
     let new_db = "leasehold_bench_wake";
     let old_db = "leasehold_bench_nowake";
@@ -87,8 +73,8 @@ fn main() -> BenchResult<()> {
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))?;
         admin.batch_execute(&format!("CREATE DATABASE {db}"))?;
     }
-    let new_url = url_for(new_db);
-    let old_url = url_for(old_db);
+    let new_url = server.url_for(new_db);
+    let old_url = server.url_for(old_db);
     leasehold::install(&mut PgConnection::establish(&new_url)?)?;
     {
         let mut old = PgConnection::establish(&old_url)?;
@@ -99,10 +85,10 @@ fn main() -> BenchResult<()> {
     println!(
         "leasehold wake_latency ({}; server {})\n",
         if quick { "quick" } else { "full" },
-        if std::env::var("DATABASE_URL").is_ok_and(|u| !u.is_empty()) {
-            "DATABASE_URL"
-        } else {
+        if server.local().is_some() {
             "LocalPostgres, durable"
+        } else {
+            "DATABASE_URL"
         }
     );
 
@@ -130,23 +116,6 @@ fn main() -> BenchResult<()> {
         admin.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"))?;
     }
     Ok(())
-}
-
-fn url_with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut out = format!("{}/{}", &base[..path_start], database);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 /// A uniformly random delay below 50 ms (the SQL poll interval), so each

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
 use leasehold::{run_fenced, Check};
 use leasehold::{Acquisition, FencedError, GuardError};
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const KEY: &str = "report-2026-11";
 const RESOURCE: &str = "reports";
@@ -40,14 +40,9 @@ fn write_rows(
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = LocalPostgres::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // DATABASE_URL's server, or a throwaway one removed when this is dropped.
+    let server = DatabaseServer::from_env_or_start(LocalPostgres::builder())?;
+    let url = server.url();
     let t = Timeline(Instant::now());
     let mut setup = PgConnection::establish(&url)?;
     leasehold::install(&mut setup)?;

@@ -18,13 +18,10 @@
 //! keeping the history files for inspection. Needs the PostgreSQL server
 //! binaries, like the tests.
 
-#[path = "../tests/nemesis/history.rs"]
-mod history;
-#[path = "../tests/nemesis/run.rs"]
-mod run;
-
 use std::process::{Command, ExitCode};
 use std::time::Duration;
+
+use leasehold_test_support::nemesis::run;
 
 fn main() -> ExitCode {
     if let Some(spec) = run::worker_spec_from_env() {

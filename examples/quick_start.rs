@@ -7,20 +7,17 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
 use leasehold::{Acquisition, LeaseState, Release, Renewal};
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Keep the server alive for the whole run; it is removed on drop.
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            println!("no DATABASE_URL: starting a throwaway local PostgreSQL");
-            let server = LocalPostgres::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // DATABASE_URL's server, or a throwaway one kept for the whole run and
+    // removed when `server` is dropped.
+    let server = DatabaseServer::from_env_or_start(LocalPostgres::builder())?;
+    if server.local().is_some() {
+        println!("no DATABASE_URL: using a throwaway local PostgreSQL");
+    }
+    let url = server.url();
     let mut conn = PgConnection::establish(&url)?;
     let report = leasehold::install(&mut conn)?;
     println!("install: applied {:?}", report.applied);

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = LocalPostgres::builder()

@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::{Connection, PgConnection};
-use leasehold::local::LocalPostgres;
 use leasehold::{
     run_while_held, CancelToken, Keeper, KeeperEvent, LeaseWaiter, Wait, WaitError, WorkOutcome,
 };
+use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const TTL: Duration = Duration::from_secs(1);
 const STEPS: u32 = 6;
@@ -53,15 +53,12 @@ impl Timeline {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            println!("no DATABASE_URL: starting a throwaway local PostgreSQL");
-            let server = LocalPostgres::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // DATABASE_URL's server, or a throwaway one removed when this is dropped.
+    let server = DatabaseServer::from_env_or_start(LocalPostgres::builder())?;
+    if server.local().is_some() {
+        println!("no DATABASE_URL: using a throwaway local PostgreSQL");
+    }
+    let url = server.url();
     leasehold::install(&mut PgConnection::establish(&url)?)?;
     let pool = Pool::builder()
         .max_size(8)

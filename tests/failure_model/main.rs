@@ -21,12 +21,12 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Text, Timestamptz};
-use leasehold::local::{LocalPostgres, StopMode};
 use leasehold::{
     acquire, acquire_waiting, inspect, release, renew, Acquisition, FencedError, GuardError, Lease,
     LeaseError, LeaseState, Refusal, Release, Renewal,
 };
 use leasehold::{run_fenced, Check};
+use leasehold_local::{LocalPostgres, StopMode};
 
 const TTL: Duration = Duration::from_secs(600);
 
@@ -47,7 +47,7 @@ impl Cluster {
         Self::from(LocalPostgres::builder().durable(durable))
     }
 
-    fn from(builder: leasehold::local::LocalPostgresBuilder) -> Cluster {
+    fn from(builder: leasehold_local::LocalPostgresBuilder) -> Cluster {
         let pg = builder
             .start()
             .unwrap_or_else(|e| panic!("start a throwaway server: {e}"));

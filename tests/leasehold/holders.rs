@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
-use leasehold::local::{LocalPostgres, StopMode};
 use leasehold::{
     run_while_held, CancelToken, Keeper, KeeperEvent, LeaseLoss, LeaseState, LeaseWaiter, PgPool,
     Refusal, Release, Wait, WaitError, WorkOutcome,
 };
+use leasehold_local::{LocalPostgres, StopMode};
 
 use crate::common::*;
 

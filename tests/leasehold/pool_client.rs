@@ -31,7 +31,7 @@ fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
 
 #[test]
 fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
-    let url = url_with_database(&admin_url(), "leasehold_no_such_database");
+    let url = TestServer::from_env().url_for("leasehold_no_such_database");
     let manager = diesel::r2d2::ConnectionManager::<diesel::PgConnection>::new(url);
     let pool = diesel::r2d2::Pool::builder()
         .connection_timeout(std::time::Duration::from_millis(300))

@@ -7,13 +7,11 @@
 //! with `LEASEHOLD_NEMESIS_SECS` (default 45) and its seed with
 //! `LEASEHOLD_NEMESIS_SEED`.
 
-mod history;
-mod run;
-
 use std::process::Command;
 use std::time::Duration;
 
-use history::{check, Event, Kind};
+use leasehold_test_support::nemesis::history::{self, check, Event, Kind};
+use leasehold_test_support::nemesis::run;
 
 /// Not a test on its own: the worker role of the nemesis run, selected by
 /// the environment when the run re-executes this test binary.

@@ -24,12 +24,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("InMemory", &memory)?;
 
     #[cfg(feature = "s3")]
-    match moto::start() {
-        Some(moto) => {
-            let s3 = FencedStore::s3(moto.builder()?)?;
+    match leasehold_test_support::moto::MotoServer::start() {
+        Ok(moto) => {
+            let s3 = FencedStore::s3(s3_builder(&moto, "leasehold-bench")?)?;
             report("S3 (moto on loopback)", &s3)?;
         }
-        None => println!("S3: moto_server not found (pip install 'moto[server]'), skipped"),
+        Err(why) => println!("S3: skipped ({why})"),
     }
     #[cfg(not(feature = "s3"))]
     println!("S3: build with --features s3 to measure it");
@@ -77,74 +77,21 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// A fenced-store builder for a fresh bucket on `moto`.
 #[cfg(feature = "s3")]
-mod moto {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
-
-    use leasehold_object_store::object_store::aws::AmazonS3Builder;
-
-    pub struct Moto {
-        child: Child,
-        port: u16,
-    }
-
-    impl Drop for Moto {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    pub fn start() -> Option<Moto> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .ok()?
-            .port();
-        let child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let moto = Moto { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while http(port, "GET", "/").is_err() {
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(moto)
-    }
-
-    impl Moto {
-        pub fn builder(&self) -> std::io::Result<AmazonS3Builder> {
-            let status = http(self.port, "PUT", "/leasehold-bench")?;
-            if !status.contains(" 200 ") {
-                return Err(std::io::Error::other(format!("creating bucket: {status}")));
-            }
-            Ok(AmazonS3Builder::new()
-                .with_endpoint(format!("http://127.0.0.1:{}", self.port))
-                .with_allow_http(true)
-                .with_bucket_name("leasehold-bench")
-                .with_region("us-east-1")
-                .with_access_key_id("testing")
-                .with_secret_access_key("testing"))
-        }
-    }
-
-    fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-        )?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        Ok(response.lines().next().unwrap_or_default().to_owned())
-    }
+fn s3_builder(
+    moto: &leasehold_test_support::moto::MotoServer,
+    bucket: &str,
+) -> std::io::Result<leasehold_object_store::object_store::aws::AmazonS3Builder> {
+    use leasehold_test_support::moto;
+    moto.create_bucket(bucket)?;
+    Ok(
+        leasehold_object_store::object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(moto.endpoint())
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .with_region(moto::REGION)
+            .with_access_key_id(moto::ACCESS_KEY_ID)
+            .with_secret_access_key(moto::SECRET_ACCESS_KEY),
+    )
 }

@@ -9,114 +9,53 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
 
 use leasehold_object_store::object_store::aws::AmazonS3Builder;
 use leasehold_object_store::object_store::path::Path;
 use leasehold_object_store::FencedStore;
-
-/// A running moto_server; killed on drop.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use leasehold_test_support::moto::{self, MotoServer};
 
 /// One server shared by the tests that run concurrently; started again if
 /// all previous users are gone.
-fn moto() -> Arc<Moto> {
-    static SHARED: Mutex<Weak<Moto>> = Mutex::new(Weak::new());
+fn shared_moto() -> Arc<MotoServer> {
+    static SHARED: Mutex<Weak<MotoServer>> = Mutex::new(Weak::new());
     let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(moto) = slot.upgrade() {
         return moto;
     }
-    let moto = Arc::new(start_moto());
+    let moto = Arc::new(MotoServer::start().unwrap_or_else(|why| panic!("{why}")));
     *slot = Arc::downgrade(&moto);
     moto
 }
 
-fn start_moto() -> Moto {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("no free loopback port")
-        .port();
-    let child = match Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-            "moto_server is not installed; the S3 tests need it: \
-             pip install 'moto[server]' (or set LEASEHOLD_SKIP_S3=1 to skip them)"
-        ),
-        Err(e) => panic!("could not start moto_server: {e}"),
-    };
-    let mut moto = Moto { child, port };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(Some(status)) = moto.child.try_wait() {
-            panic!("moto_server exited during startup with {status}");
-        }
-        if http(port, "GET", "/").is_ok() {
-            return moto;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "moto_server did not answer on 127.0.0.1:{port} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// A minimal HTTP/1.1 request; returns the status line.
-fn http(port: u16, method: &str, path: &str) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    Ok(response.lines().next().unwrap_or_default().to_owned())
+/// A builder for `bucket`, created on `moto` first.
+fn s3_builder(moto: &MotoServer, bucket: &str) -> AmazonS3Builder {
+    moto.create_bucket(bucket).unwrap_or_else(|e| panic!("{e}"));
+    AmazonS3Builder::new()
+        .with_endpoint(moto.endpoint())
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region(moto::REGION)
+        .with_access_key_id(moto::ACCESS_KEY_ID)
+        .with_secret_access_key(moto::SECRET_ACCESS_KEY)
 }
 
 /// A fenced store on a fresh bucket, or `None` when S3 tests are skipped.
-fn fenced() -> Option<(FencedStore, Arc<Moto>)> {
+fn fenced() -> Option<(FencedStore, Arc<MotoServer>)> {
     if std::env::var("LEASEHOLD_SKIP_S3").as_deref() == Ok("1") {
         eprintln!("LEASEHOLD_SKIP_S3=1: skipping S3 test");
         return None;
     }
     static BUCKETS: AtomicUsize = AtomicUsize::new(0);
-    let moto = moto();
+    let moto = shared_moto();
     let bucket = format!(
         "leasehold-{}-{}",
         std::process::id(),
         BUCKETS.fetch_add(1, Ordering::Relaxed)
     );
-    let status = http(moto.port, "PUT", &format!("/{bucket}")).expect("bucket creation request");
-    assert!(status.contains(" 200 "), "creating bucket: {status}");
-    let builder = AmazonS3Builder::new()
-        .with_endpoint(format!("http://127.0.0.1:{}", moto.port))
-        .with_allow_http(true)
-        .with_bucket_name(bucket)
-        .with_region("us-east-1")
-        .with_access_key_id("testing")
-        .with_secret_access_key("testing");
+    let builder = s3_builder(&moto, &bucket);
     Some((FencedStore::s3(builder).unwrap(), moto))
 }
 
@@ -174,15 +113,7 @@ fn s3_without_conditional_put_is_refused_at_construction() {
     let Some((_store, moto)) = fenced() else {
         return;
     };
-    let status = http(moto.port, "PUT", "/leasehold-plain").unwrap();
-    assert!(status.contains(" 200 "), "creating bucket: {status}");
-    let plain = AmazonS3Builder::new()
-        .with_endpoint(format!("http://127.0.0.1:{}", moto.port))
-        .with_allow_http(true)
-        .with_bucket_name("leasehold-plain")
-        .with_region("us-east-1")
-        .with_access_key_id("testing")
-        .with_secret_access_key("testing")
+    let plain = s3_builder(&moto, "leasehold-plain")
         .with_conditional_put(leasehold_object_store::object_store::aws::S3ConditionalPut::Disabled)
         .build()
         .unwrap();

@@ -19,7 +19,7 @@ pub enum ApiError {
     #[error("{0}")]
     BadRequest(String),
     /// No such route.
-    #[error("no route for {method} {path}; see the routes in examples/web_backend.rs")]
+    #[error("no route for {method} {path}; see the routes in examples/web_backend/src/service.rs")]
     NotFound {
         /// The method asked for.
         method: String,

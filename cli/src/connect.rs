@@ -9,7 +9,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::Bool;
 use diesel::PgConnection;
-use leasehold::local::LocalPostgres;
+use leasehold_local::LocalPostgres;
 
 use crate::failure::CliError;
 

@@ -1,8 +1,7 @@
 //! The history of a nemesis run, and the checker that judges it.
 //!
 //! Shared by the nemesis test (`tests/nemesis/main.rs`) and the long-run
-//! command (`examples/nemesis.rs`) through `#[path]` includes, so that both
-//! judge runs with exactly the same rules. It is test tooling, not library
+//! command (`examples/nemesis.rs`), so that both judge runs with exactly the same rules. It is test tooling, not library
 //! API: it knows the record format the nemesis workers write and nothing
 //! else.
 //!

@@ -2,7 +2,7 @@
 
 use leasehold::GuardError;
 
-use crate::support::{time_of, Db};
+use crate::support::{command, time_of, Db};
 
 #[test]
 fn install_is_idempotent_and_reports_versions() {
@@ -121,4 +121,50 @@ fn fence_raises_the_guard_floor() {
         Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }
+}
+
+/// Real processes, not threads: several `leasehold install` commands started
+/// together against one empty database all succeed, exactly one of them
+/// applies the migrations, and the result is what a library install gives.
+#[test]
+fn installers_in_separate_processes_started_together_all_succeed_once() {
+    let db = Db::empty();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            command(&["--database-url", &db.url, "--json", "install"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for output in &outputs {
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let installing = outputs
+        .iter()
+        .filter(|o| !String::from_utf8_lossy(&o.stdout).contains("\"applied\":[]"))
+        .count();
+    assert_eq!(
+        installing,
+        1,
+        "{:?}",
+        outputs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .collect::<Vec<_>>()
+    );
+    let reference = Db::installed();
+    assert_eq!(
+        leasehold::installed_versions(&mut db.conn()).unwrap(),
+        leasehold::installed_versions(&mut reference.conn()).unwrap()
+    );
 }

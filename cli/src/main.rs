@@ -4,10 +4,11 @@
 //! and watch keys, fence a guarded resource, and run a guided demo of the
 //! fencing story. See `leasehold --help` for usage and the exit codes.
 //!
-//! This binary is not part of the library's API: it lives behind the `cli`
-//! feature (default on; `default-features = false` drops clap) and uses only
-//! the library's public functions, except `ls`/`watch`, which read the lease
-//! table directly (see `listing.rs` for why).
+//! This binary is the crate `leasehold-cli`, kept out of the library so
+//! that depending on `leasehold` pulls neither clap nor a server supervisor.
+//! It uses only the library's public functions, except `ls`/`watch`, which
+//! read the lease table directly (see `listing.rs` for why), and
+//! `leasehold-local` for the embedded default database and the demo.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod args;

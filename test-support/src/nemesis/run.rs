@@ -4,8 +4,7 @@
 //! everything they recorded.
 //!
 //! Shared by `tests/nemesis/main.rs` (a short run in the default test
-//! suite) and `examples/nemesis.rs` (the long run) via `#[path]` includes;
-//! each provides the command that starts a worker process (the test binary
+//! suite) and `examples/nemesis.rs` (the long run); each provides the command that starts a worker process (the test binary
 //! or the example re-executing itself), because only a real process can be
 //! stopped and killed without taking the run down with it.
 //!
@@ -27,11 +26,12 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::local::LocalPostgres;
 use leasehold::{admit, admit_held};
 use leasehold::{Acquisition, GuardError, LeaseError, LeaseState, Release, Renewal};
+use leasehold_local::LocalPostgres;
 
-use crate::history::{self, Event, Report};
+use super::history::{self, Event, Report};
+use crate::clock::{server_now, try_server_now};
 
 /// Environment variable carrying a worker's configuration to the child
 /// process; its presence selects the worker role.
@@ -77,7 +77,7 @@ impl Rng {
         Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -90,7 +90,7 @@ impl Rng {
         if high <= low {
             return low;
         }
-        low + self.next() % (high - low)
+        low + self.next_u64() % (high - low)
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
@@ -174,18 +174,6 @@ impl Recorder {
             .write_all(line.as_bytes())
             .unwrap_or_else(|e| panic!("write history: {e}"));
     }
-}
-
-#[derive(QueryableByName)]
-struct Clock {
-    #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
-}
-
-fn server_now(conn: &mut PgConnection) -> QueryResult<DateTime<Utc>> {
-    diesel::sql_query("SELECT clock_timestamp() AS now")
-        .get_result::<Clock>(conn)
-        .map(|c| c.now)
 }
 
 #[derive(QueryableByName)]
@@ -296,7 +284,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     held,
                 });
                 let result = c.transaction::<_, WriteError, _>(|c| {
-                    let at = server_now(c)?;
+                    let at = try_server_now(c)?;
                     if held {
                         admit_held(c, &resource, &token)?;
                     } else {
@@ -627,9 +615,9 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
 fn inspect_all(conn: &mut PgConnection, keys: usize, out: &mut Recorder) {
     for k in 0..keys {
         let key = format!("k{k}");
-        let before = server_now(conn).expect("server clock");
+        let before = server_now(conn);
         let state = leasehold::inspect(conn, &key).expect("inspect after a crash");
-        let after = server_now(conn).expect("server clock");
+        let after = server_now(conn);
         if let Some(state) = state {
             out.record(&Event::Inspect {
                 key,

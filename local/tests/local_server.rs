@@ -1,5 +1,4 @@
-//! Tests of `leasehold::local`, against real PostgreSQL servers.
-#![cfg(feature = "local")]
+//! Tests of `leasehold-local`, against real PostgreSQL servers.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -10,7 +9,7 @@ use diesel::pg::PgConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::Text;
-use leasehold::local::{LocalPostgres, LocalServerError, StopMode};
+use leasehold_local::{LocalPostgres, LocalServerError, StopMode};
 
 /// Set in the child process of `watchdog_cleans_up_after_owner_is_sigkilled`.
 const HELPER_ENV: &str = "LEASEHOLD_LOCAL_WATCHDOG_HELPER";

@@ -1,68 +1,39 @@
 //! The web backend example, served on a loopback port against a real
 //! PostgreSQL and driven by real HTTP clients (ureq).
-#![cfg(feature = "local")]
 
-#[path = "../examples/web_backend/api_error.rs"]
-mod api_error;
-#[path = "../examples/web_backend/service.rs"]
-mod service;
-
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::local::LocalPostgres;
+use diesel::sql_types::{BigInt, Text};
 use leasehold::LeaseClient;
+use leasehold_test_support::{time_of, wait_until_server_time_passes, TestDb, TestServer};
 use serde_json::{json, Value};
-
-fn server() -> &'static LocalPostgres {
-    static SERVER: OnceLock<LocalPostgres> = OnceLock::new();
-    SERVER.get_or_init(|| {
-        LocalPostgres::builder()
-            .durable(false)
-            .start()
-            .unwrap_or_else(|error| panic!("cannot start the test server: {error}"))
-    })
-}
+use web_backend::service;
 
 /// A fresh database and the job service on a free loopback port.
 struct Fixture {
-    url: String,
+    db: TestDb,
     base: String,
     service: Option<service::Service>,
 }
 
 impl Fixture {
     fn start() -> Fixture {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "web_{}_{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        PgConnection::establish(&server().url())
-            .and_then(|mut conn| {
-                conn.batch_execute(&format!("CREATE DATABASE {name}"))
-                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
-            })
-            .unwrap_or_else(|error| panic!("create database: {error}"));
-        let url = server().url_for(&name);
-        let client = LeaseClient::connect(&url, 4).expect("pool");
+        // The service installs leasehold itself, into an empty database on
+        // a throwaway local server.
+        let db = TestDb::empty_on(TestServer::local());
+        let client = LeaseClient::connect(&db.url, 4).expect("pool");
         let service = service::Service::start(client, "127.0.0.1:0", 4).expect("start service");
         assert!(service.addr().ip().is_loopback());
         Fixture {
-            url,
+            db,
             base: format!("http://{}", service.addr()),
             service: Some(service),
         }
     }
 
     fn conn(&self) -> PgConnection {
-        PgConnection::establish(&self.url).expect("connect")
+        self.db.conn()
     }
 }
 
@@ -150,38 +121,6 @@ impl Worker {
     fn show(&self, job: &str) -> (u16, Value) {
         self.send("GET", &format!("/jobs/{job}"), None, "")
     }
-}
-
-fn time_of(value: &Value) -> DateTime<Utc> {
-    let text = value
-        .as_str()
-        .unwrap_or_else(|| panic!("not a time: {value}"));
-    DateTime::parse_from_rfc3339(text)
-        .unwrap_or_else(|error| panic!("{text}: {error}"))
-        .with_timezone(&Utc)
-}
-
-#[derive(QueryableByName)]
-struct Now {
-    #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
-}
-
-/// The paused worker's "pause": block until the *server* clock is past its
-/// expiry, which is what decides that it lost the job.
-fn wait_until_server_time_passes(conn: &mut PgConnection, instant: DateTime<Utc>) {
-    for _ in 0..10_000 {
-        let now = diesel::sql_query("SELECT clock_timestamp() AS now")
-            .get_result::<Now>(conn)
-            .expect("server clock")
-            .now;
-        if now > instant {
-            return;
-        }
-        let remaining = (instant - now).to_std().unwrap_or_default();
-        std::thread::sleep(remaining.min(Duration::from_millis(50)) + Duration::from_micros(100));
-    }
-    panic!("server clock never passed {instant}");
 }
 
 #[derive(QueryableByName, Debug, PartialEq)]

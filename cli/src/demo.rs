@@ -24,8 +24,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use diesel::PgConnection;
-use leasehold::local::LocalPostgres;
 use leasehold::LeaseState;
+use leasehold_local::LocalPostgres;
 
 use crate::connect::establish;
 use crate::duration;

@@ -1,9 +1,9 @@
 //! A synchronous web backend handing out jobs under leases: claim a job,
 //! heartbeat it, submit its result fenced by the token, inspect it.
-//! The service itself is in `web_backend/service.rs` (shared with the
-//! integration test `tests/web_backend.rs`).
+//! The service itself is this crate's library (`src/service.rs`, shared
+//! with the integration test `tests/web_backend.rs`).
 //!
-//! Run: `cargo run --example web_backend` (a throwaway local PostgreSQL, or
+//! Run: `cargo run -p leasehold-example-web-backend` (a throwaway local PostgreSQL, or
 //! the server in `DATABASE_URL`; listens on `LISTEN`, default
 //! 127.0.0.1:8080; Enter stops it). Then, for example:
 //!
@@ -14,25 +14,18 @@
 //! curl -s localhost:8080/jobs/job-7
 //! ```
 
-#[path = "web_backend/api_error.rs"]
-mod api_error;
-#[path = "web_backend/service.rs"]
-mod service;
-
-use leasehold::local::LocalPostgres;
 use leasehold::LeaseClient;
+use leasehold_local::{DatabaseServer, LocalPostgres};
+use web_backend::service;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // Keep the server alive for the whole run; it is removed on drop.
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            eprintln!("no DATABASE_URL: starting a throwaway local PostgreSQL (deleted on exit)");
-            let server = LocalPostgres::start()?;
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // DATABASE_URL's server, or a throwaway one kept for the whole run and
+    // removed when `server` is dropped.
+    let server = DatabaseServer::from_env_or_start(LocalPostgres::builder())?;
+    if server.local().is_some() {
+        eprintln!("no DATABASE_URL: using a throwaway local PostgreSQL (deleted on exit)");
+    }
+    let url = server.url();
     let listen = std::env::var("LISTEN").unwrap_or_else(|_| "127.0.0.1:8080".to_owned());
     let client = LeaseClient::connect(&url, 8)?;
     let service = service::Service::start(client, &listen, 4)?;

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::local::LocalServerError;
 use leasehold::{GuardError, LeaseError, Refusal};
+use leasehold_local::LocalServerError;
 
 use crate::duration;
 use crate::json::Json;

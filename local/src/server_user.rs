@@ -1,0 +1,33 @@
+//! Which user the server runs as: this process's own, or `postgres` when
+//! this process is root (PostgreSQL refuses to run as root).
+
+use std::fs;
+
+use crate::error::{io_err, LocalServerError};
+use crate::procfs::effective_uid;
+
+/// The system user the server runs as when this process is root; the
+/// `postgresql` packages create it.
+pub(crate) const SERVER_USER: &str = "postgres";
+
+/// `Some((uid, gid))` of [`SERVER_USER`] when running as root, `None` when
+/// the server can run as the current user.
+pub(crate) fn server_identity() -> Result<Option<(u32, u32)>, LocalServerError> {
+    if effective_uid() != Some(0) {
+        return Ok(None);
+    }
+    let passwd = fs::read_to_string("/etc/passwd").map_err(io_err("read /etc/passwd"))?;
+    passwd
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split(':');
+            if fields.next()? != SERVER_USER {
+                return None;
+            }
+            let _password = fields.next()?;
+            let uid = fields.next()?.parse().ok()?;
+            let gid = fields.next()?.parse().ok()?;
+            Some(Some((uid, gid)))
+        })
+        .ok_or(LocalServerError::NoServerUser)
+}

@@ -1,0 +1,22 @@
+//! What leasehold's test binaries, benches and examples share, so that each
+//! helper exists once: a PostgreSQL server per test binary and a database
+//! per test ([`TestServer`], [`TestDb`]), waits on the *server's* clock,
+//! small query helpers, and the nemesis run with its history checker.
+//!
+//! Test tooling, not library code: helpers panic with a message saying what
+//! failed instead of returning errors, because a failed setup step is a
+//! failed test. Never published (`publish = false`).
+
+pub mod clock;
+pub mod database;
+pub mod json;
+pub mod moto;
+pub mod nemesis;
+pub mod server;
+pub mod sql;
+
+pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
+pub use database::TestDb;
+pub use json::time_of;
+pub use server::TestServer;
+pub use sql::{query_bool, query_lines, quote};

@@ -1,0 +1,82 @@
+//! One PostgreSQL server per test binary: the one `DATABASE_URL` names, or a
+//! throwaway local one started on first use.
+
+use std::sync::{Mutex, OnceLock};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use leasehold_local::{DatabaseServer, LocalPostgres, DATABASE_URL_ENV};
+
+/// The server a test binary's databases live on.
+///
+/// Obtained through [`TestServer::from_env`] or [`TestServer::local`], which
+/// start it once per process and keep it in a `static` (the local server's
+/// watchdog removes it when the process exits).
+#[derive(Debug)]
+pub struct TestServer {
+    server: DatabaseServer,
+    /// The database with leasehold installed that [`crate::TestDb::new`]
+    /// copies, created on first use.
+    pub(crate) template: OnceLock<String>,
+    /// Serialises `CREATE DATABASE`: copying a template needs it free of
+    /// other copiers' connections.
+    pub(crate) create: Mutex<()>,
+}
+
+impl TestServer {
+    /// The server `DATABASE_URL` names when it is set and not empty (its
+    /// role needs CREATEDB, and CREATEROLE for tests that create roles),
+    /// otherwise the same throwaway server as [`TestServer::local`].
+    pub fn from_env() -> &'static TestServer {
+        static EXTERNAL: OnceLock<TestServer> = OnceLock::new();
+        match std::env::var(DATABASE_URL_ENV) {
+            Ok(url) if !url.is_empty() => {
+                EXTERNAL.get_or_init(|| TestServer::on(DatabaseServer::External(url)))
+            }
+            _ => TestServer::local(),
+        }
+    }
+
+    /// A throwaway local server, whatever `DATABASE_URL` says: for tests
+    /// whose subject must not be pointed at another server by accident.
+    /// Not durable (fsync off: the tests prove semantics, not durability),
+    /// with room for 200 connections (concurrency tests open many).
+    pub fn local() -> &'static TestServer {
+        static LOCAL: OnceLock<TestServer> = OnceLock::new();
+        LOCAL.get_or_init(|| {
+            let server = LocalPostgres::builder()
+                .durable(false)
+                .setting("max_connections", "200")
+                .start()
+                .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
+            TestServer::on(DatabaseServer::Local(Box::new(server)))
+        })
+    }
+
+    fn on(server: DatabaseServer) -> TestServer {
+        TestServer {
+            server,
+            template: OnceLock::new(),
+            create: Mutex::new(()),
+        }
+    }
+
+    /// The URL of the administrative database (`postgres` on a local
+    /// server, `DATABASE_URL` itself on an external one).
+    pub fn admin_url(&self) -> String {
+        self.server.url()
+    }
+
+    /// The URL of `database` on this server, as the admin user.
+    pub fn url_for(&self, database: &str) -> String {
+        self.server.url_for(database)
+    }
+
+    /// Runs `sql` (one or more statements) in the administrative database.
+    pub fn admin_exec(&self, sql: &str) {
+        let mut conn = PgConnection::establish(&self.admin_url())
+            .unwrap_or_else(|error| panic!("connect to the admin database: {error}"));
+        conn.batch_execute(sql)
+            .unwrap_or_else(|error| panic!("{sql}: {error}"));
+    }
+}
