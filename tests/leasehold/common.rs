@@ -18,6 +18,12 @@ use leasehold::local::LocalPostgres;
 
 pub const TTL: Duration = Duration::from_secs(30);
 
+/// A ttl for a grant that a test needs held for its next step or two, and
+/// then lapsed (it waits for the lapse on the server's clock). Long enough
+/// that a machine busy with other suites cannot let it run out between two
+/// consecutive calls; short enough to wait for.
+pub const STILL_HELD_NEXT_STEP: Duration = Duration::from_secs(2);
+
 enum Server {
     Local(Box<LocalPostgres>),
     External(String),
