@@ -1,4 +1,4 @@
-//! SPEC §1.6, the failure model: every check runs against its own
+//! docs/SPECIFICATION.md §1.6, the failure model: every check runs against its own
 //! throwaway cluster, because most of them stop, crash or break it.
 //!
 //! Nothing here waits for time to pass on hope. Expiry is awaited on the

@@ -1,4 +1,4 @@
-//! SPEC §1.5 under interleavings: several real sessions racing on one key,
+//! docs/SPECIFICATION.md §1.5 under interleavings: several real sessions racing on one key,
 //! made deterministic by holding the row lock in an open transaction on one
 //! session, starting the competitor, *observing* it wait (pg_stat_activity
 //! wait events, pg_locks), then committing or rolling back. Complements
@@ -511,7 +511,7 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
 /// Two sessions each running acquire, renew, inspect and release of ONE
 /// key inside their own transactions, interleaved so that each transaction
 /// holds the row lock while the other waits: never a deadlock, whatever
-/// the order (SPEC §1.5 promises this for one key; across keys in one
+/// the order (docs/SPECIFICATION.md §1.5 promises this for one key; across keys in one
 /// application transaction, lock ordering is the application's business).
 #[test]
 fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {

@@ -1,4 +1,4 @@
-//! leasehold's integration tests: one binary, modules mirroring SPEC.md.
+//! leasehold's integration tests: one binary, modules mirroring docs/SPECIFICATION.md.
 //! Every test runs against a real PostgreSQL (a throwaway local server, or
 //! the one `DATABASE_URL` names).
 

@@ -1,4 +1,4 @@
-//! SPEC §1.1: states per key (absent, FREE, HELD, LAPSED) and lazy expiry.
+//! docs/SPECIFICATION.md §1.1: states per key (absent, FREE, HELD, LAPSED) and lazy expiry.
 
 use leasehold::{acquire, inspect, release, LeaseState};
 

@@ -1,4 +1,4 @@
-//! SPEC §1.2: the fencing counter (I2, I3).
+//! docs/SPECIFICATION.md §1.2: the fencing counter (I2, I3).
 
 use std::time::Duration;
 

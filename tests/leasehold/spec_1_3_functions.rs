@@ -1,4 +1,4 @@
-//! SPEC §1.3: acquire, renew, release, inspect; statuses and precedence
+//! docs/SPECIFICATION.md §1.3: acquire, renew, release, inspect; statuses and precedence
 //! (I4, I5, I10).
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! SPEC §1.4: invalid input raises 22023 naming every violation, and every
+//! docs/SPECIFICATION.md §1.4: invalid input raises 22023 naming every violation, and every
 //! error changes nothing (I9).
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! SPEC §1.5: atomic, transactional with the caller, single winner, distinct
+//! docs/SPECIFICATION.md §1.5: atomic, transactional with the caller, single winner, distinct
 //! keys independent (I1, I8, I12), and the documented REPEATABLE READ
 //! behaviour.
 

@@ -1,4 +1,4 @@
-//! SPEC §2: guards, G1–G6, against real transactions.
+//! docs/SPECIFICATION.md §2: guards, G1–G6, against real transactions.
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;

@@ -348,7 +348,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The invariant's name in SPEC §3 (or "durability").
+    /// The invariant's name in docs/SPECIFICATION.md §3 (or "durability").
     pub fn invariant(self) -> &'static str {
         match self {
             Kind::Overlap | Kind::DoubleGrant => "I1",
