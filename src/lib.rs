@@ -93,3 +93,9 @@ pub mod __private {
         pub use crate::field_text::{decode, encode};
     }
 }
+
+/// Compiles the Rust examples of README.md as doc-tests, so the README
+/// cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -17,9 +17,10 @@ use crate::output::Printer;
 
 /// `leasehold install`.
 pub fn install(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
-    let report = leasehold::install(conn).map_err(|error| CliError::Database(error.to_string()))?;
+    let report = leasehold::install(conn)
+        .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
     let installed = leasehold::installed_versions(conn)
-        .map_err(|error| CliError::Database(error.to_string()))?;
+        .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
     let text = if report.applied.is_empty() {
         format!(
             "leasehold is already installed (versions {}); nothing to do",
@@ -62,7 +63,7 @@ pub fn acquire(
                         CliError::WaitTimedOut { key, wait }
                     }
                     leasehold::WaitError::Lease(error) => CliError::from_lease(error),
-                    other => CliError::Database(other.to_string()),
+                    other => CliError::Database(crate::failure::report(&other)),
                 })?
         }
         None => match leasehold::acquire(conn, key, owner, ttl).map_err(CliError::from_lease)? {

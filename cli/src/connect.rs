@@ -59,7 +59,8 @@ fn open_embedded() -> Result<Session, CliError> {
     let server = LocalPostgres::start()?;
     let url = server.url();
     let mut conn = establish(&url)?;
-    leasehold::install(&mut conn).map_err(|error| CliError::Database(error.to_string()))?;
+    leasehold::install(&mut conn)
+        .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
     Ok(Session {
         conn,
         url,

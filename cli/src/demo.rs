@@ -53,7 +53,8 @@ pub fn run(out: Printer) -> Result<(), CliError> {
     let server = LocalPostgres::start()?;
     let url = server.url();
     let mut conn = establish(&url)?;
-    leasehold::install(&mut conn).map_err(|error| CliError::Demo(error.to_string()))?;
+    leasehold::install(&mut conn)
+        .map_err(|error| CliError::Demo(crate::failure::report(&error)))?;
     conn.batch_execute(
         "CREATE TABLE demo_results (epoch bigint NOT NULL, worker text NOT NULL, body text NOT NULL)",
     )
@@ -178,7 +179,7 @@ fn crash_and_restart(
 
 fn inspect(conn: &mut PgConnection) -> Result<LeaseState, CliError> {
     leasehold::inspect(conn, KEY)
-        .map_err(|error| CliError::Demo(error.to_string()))?
+        .map_err(|error| CliError::Demo(crate::failure::report(&error)))?
         .ok_or_else(|| CliError::Demo(format!("{KEY} vanished")))
 }
 
@@ -217,7 +218,7 @@ fn final_state(
         .load::<ResultRow>(conn)
         .map_err(|error| CliError::Demo(format!("could not read demo_results: {error}")))?;
     let guard = leasehold::inspect_guard(conn, RESOURCE)
-        .map_err(|error| CliError::Demo(error.to_string()))?
+        .map_err(|error| CliError::Demo(crate::failure::report(&error)))?
         .ok_or_else(|| CliError::Demo(format!("no guard record for {RESOURCE}")))?;
     let lease = inspect(conn)?;
     timeline.log("demo", "done");

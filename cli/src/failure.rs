@@ -244,9 +244,23 @@ impl CliError {
                 CliError::InvalidInput(violations.join("; "))
             }
             LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
-            other => CliError::Database(other.to_string()),
+            other => CliError::Database(report(&other)),
         }
     }
+}
+
+/// An error and its causes on one line (`what happened: because: because`):
+/// the library's messages say only what happened and keep the cause as
+/// their source; a command line is where the whole chain is shown.
+pub fn report(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(inner.to_string().trim());
+        cause = inner.source();
+    }
+    text
 }
 
 impl From<GuardError> for CliError {

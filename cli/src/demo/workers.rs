@@ -61,7 +61,7 @@ fn demo_error(what: impl Into<String>) -> CliError {
 }
 
 fn lease_error(error: leasehold::LeaseError) -> CliError {
-    demo_error(error.to_string())
+    demo_error(crate::failure::report(&error))
 }
 
 fn hand_off_failed(peer: &str) -> CliError {
