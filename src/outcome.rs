@@ -16,7 +16,12 @@ use crate::token::FencingToken;
 
 /// A grant: exclusive ownership of `key` by `owner` until `expires_at`
 /// (server time), fenced by `epoch`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two `Lease` values are equal when they are the same grant: same key,
+/// owner, epoch and expiry. The ttl is this handle's renewal setting, not
+/// part of the grant (an idempotent re-acquire with another ttl returns the
+/// same grant), so it is left out of the comparison.
+#[derive(Debug, Clone)]
 pub struct Lease {
     pub(crate) key: String,
     pub(crate) owner: String,
@@ -46,8 +51,8 @@ impl Lease {
         self.expires_at
     }
 
-    /// The ttl the grant was made (or last renewed) with: what
-    /// [`Lease::renew`] and a [`crate::Keeper`] renew it for.
+    /// The ttl passed to the acquire that returned this handle: what
+    /// [`Lease::renew`] and a [`crate::Keeper`] renew the grant for.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -57,6 +62,15 @@ impl Lease {
         FencingToken::from_grant(&self.key, &self.owner, self.epoch)
     }
 }
+
+impl PartialEq for Lease {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.key, &self.owner, self.epoch, self.expires_at)
+            == (&other.key, &other.owner, other.epoch, other.expires_at)
+    }
+}
+
+impl Eq for Lease {}
 
 /// Outcome of [`crate::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
