@@ -1,0 +1,176 @@
+//! Restarts and crashes: the last committed state stands (I11).
+
+use crate::common::*;
+
+/// Builds a state with every kind of key (held, free, lapsed, taken over)
+/// and a guard record, and returns its exact snapshot.
+fn committed_state(cluster: &Cluster) -> Vec<String> {
+    let mut conn = cluster.conn();
+    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    let free = granted(acquire(&mut conn, "free", "a", TTL).unwrap());
+    assert_eq!(
+        release(&mut conn, "free", "a", free.epoch()).unwrap(),
+        Release::Released
+    );
+    let old = granted(acquire(&mut conn, "taken", "a", Duration::from_millis(100)).unwrap());
+    wait_until_server_time_passes(&mut conn, old.expires_at());
+    let new = granted(acquire(&mut conn, "taken", "b", TTL).unwrap());
+    fenced_write(&mut conn, &new.token(), Check::LeaseHeld).unwrap();
+    snapshot(&mut conn)
+}
+
+/// After the restart: the same rows, and they still act as they did.
+fn assert_state_stands(cluster: &Cluster, before: &[String]) {
+    let mut conn = cluster.conn();
+    assert_eq!(snapshot(&mut conn), before, "the committed state changed");
+    assert_eq!(
+        acquire(&mut conn, "held", "x", TTL).unwrap(),
+        Acquisition::Denied,
+        "a held lease must stay held"
+    );
+    assert!(matches!(
+        renew(&mut conn, "held", "a", 1, TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(
+        granted(acquire(&mut conn, "free", "x", TTL).unwrap()).epoch(),
+        3,
+        "the released key's counter (2) must stand"
+    );
+    assert_eq!(
+        renew(&mut conn, "taken", "a", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::Lapsed),
+        "the taken-over holder must still hear lapsed"
+    );
+    let stale = leasehold::FencingToken::new("taken", "a", 1).unwrap();
+    assert!(matches!(
+        fenced_write(&mut conn, &stale, Check::Token),
+        Err(FencedError::Guard(GuardError::StaleEpoch {
+            accepted: 2,
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn clean_restart_keeps_the_last_committed_state_and_epochs() {
+    let cluster = Cluster::start(true);
+    let before = committed_state(&cluster);
+    cluster.pg.stop(StopMode::Fast).unwrap();
+    cluster.pg.restart().unwrap();
+    assert_state_stands(&cluster, &before);
+}
+
+#[test]
+fn immediate_shutdown_keeps_the_last_committed_state_and_epochs() {
+    let cluster = Cluster::start(true);
+    let before = committed_state(&cluster);
+    cluster.pg.stop(StopMode::Immediate).unwrap();
+    cluster.pg.restart().unwrap();
+    assert!(
+        cluster.pg.log_tail(200).contains("not properly shut down"),
+        "the restart must have run crash recovery"
+    );
+    assert_state_stands(&cluster, &before);
+}
+
+#[test]
+fn postmaster_sigkill_keeps_the_last_committed_state_and_epochs() {
+    let cluster = Cluster::start(true);
+    let before = committed_state(&cluster);
+    cluster.crash_and_recover();
+    assert!(cluster.pg.log_tail(200).contains("not properly shut down"));
+    assert_state_stands(&cluster, &before);
+}
+
+/// An acquire (a first grant and a takeover) and a release inside a
+/// transaction that never committed when the server died leave no trace:
+/// the next grants get exactly the epochs they would have got anyway.
+#[test]
+fn uncommitted_calls_in_flight_at_a_crash_leave_no_trace() {
+    let cluster = Cluster::start(true);
+    let mut conn = cluster.conn();
+    let old = granted(acquire(&mut conn, "old", "a", TTL).unwrap());
+    assert_eq!(
+        release(&mut conn, "old", "a", old.epoch()).unwrap(),
+        Release::Released
+    );
+    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    let before = snapshot(&mut conn);
+    let mut in_flight = cluster.conn();
+    in_flight.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        granted(acquire(&mut in_flight, "new", "b", TTL).unwrap()).epoch(),
+        1
+    );
+    assert_eq!(
+        granted(acquire(&mut in_flight, "old", "b", TTL).unwrap()).epoch(),
+        3
+    );
+    assert_eq!(
+        release(&mut in_flight, "held", "a", 1).unwrap(),
+        Release::Released
+    );
+    cluster.crash_and_recover();
+    let mut conn = cluster.conn();
+    assert_eq!(snapshot(&mut conn), before);
+    assert_eq!(inspect(&mut conn, "new").unwrap(), None);
+    assert_eq!(
+        granted(acquire(&mut conn, "old", "c", TTL).unwrap()).epoch(),
+        3
+    );
+    assert!(inspect(&mut conn, "held").unwrap().unwrap().is_held());
+}
+
+/// Epochs granted before each of several crashes stay below every epoch
+/// granted after it, and the counter inspect reports never goes back.
+#[test]
+fn epochs_never_regress_across_repeated_crashes() {
+    let cluster = Cluster::start(true);
+    let mut highest = 0;
+    for round in 0..3 {
+        let mut conn = cluster.conn();
+        for _ in 0..3 {
+            let lease = granted(acquire(&mut conn, "k", &format!("w{round}"), TTL).unwrap());
+            assert!(lease.epoch() > highest, "round {round}: {lease:?}");
+            highest = lease.epoch();
+            assert_eq!(
+                release(&mut conn, "k", lease.owner(), lease.epoch()).unwrap(),
+                Release::Released
+            );
+        }
+        let counter = inspect(&mut conn, "k").unwrap().unwrap().epoch();
+        drop(conn);
+        cluster.crash_and_recover();
+        let mut conn = cluster.conn();
+        assert_eq!(
+            inspect(&mut conn, "k").unwrap().unwrap().epoch(),
+            counter,
+            "round {round}: the counter moved across the crash"
+        );
+        highest = counter;
+    }
+}
+
+/// G1 across a crash: the guard record stands, so a stale writer stays
+/// refused after recovery.
+#[test]
+fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
+    let cluster = Cluster::start(true);
+    let mut conn = cluster.conn();
+    let new = leasehold::FencingToken::new("k", "b", 3).unwrap();
+    fenced_write(&mut conn, &new, Check::Token).unwrap();
+    drop(conn);
+    cluster.crash_and_recover();
+    let mut conn = cluster.conn();
+    let stale = leasehold::FencingToken::new("k", "a", 2).unwrap();
+    assert!(matches!(
+        fenced_write(&mut conn, &stale, Check::Token),
+        Err(FencedError::Guard(GuardError::StaleEpoch {
+            presented: 2,
+            accepted: 3,
+            ..
+        }))
+    ));
+    assert_eq!(writes(&mut conn), ["b@3"]);
+}
