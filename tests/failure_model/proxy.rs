@@ -9,7 +9,12 @@
 //!   forwarding the client's next request (so nothing reaches the server).
 //!
 //! Arm it only while the connection is idle: the server-to-client stream is
-//! then at a message boundary, which is where message parsing starts.
+//! then at a message boundary, which is where message parsing starts, and
+//! the next bytes the client sends are the request the drop is meant for.
+//! Arming is a plain store that completes before the arming call returns,
+//! and the relay thread switches to "hold the answer" before it forwards
+//! the request, so the drop applies to exactly that request's answer no
+//! matter how the threads are scheduled.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -95,15 +100,19 @@ fn relay(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>) {
             {
                 break;
             }
-            if to.write_all(&buf[..n]).is_err() {
-                break;
-            }
+            // Start holding answers *before* the request can reach the
+            // server: if this happened after the write, a fast answer could
+            // be relayed while this thread is still descheduled between the
+            // write and the state change (seen on a loaded machine).
             let _ = up_state.compare_exchange(
                 DROP_ANSWER_ARMED,
                 AWAITING_ANSWER,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             );
+            if to.write_all(&buf[..n]).is_err() {
+                break;
+            }
         }
         let _ = from.shutdown(Shutdown::Both);
         let _ = to.shutdown(Shutdown::Both);

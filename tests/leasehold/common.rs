@@ -17,6 +17,12 @@ pub use leasehold_test_support::{
 
 pub const TTL: Duration = Duration::from_secs(30);
 
+/// A ttl for a grant that a test needs held for its next step or two, and
+/// then lapsed (it waits for the lapse on the server's clock). Long enough
+/// that a machine busy with other suites cannot let it run out between two
+/// consecutive calls; short enough to wait for.
+pub const STILL_HELD_NEXT_STEP: Duration = Duration::from_secs(2);
+
 /// Waits until some backend of database `db` waits on a lock (observable in
 /// pg_stat_activity), i.e. a competitor is really blocked.
 pub fn wait_for_lock_waiter(conn: &mut PgConnection, db: &str) {

@@ -314,7 +314,7 @@ fn same_owner_reacquire_inside_a_transaction_holds_off_a_takeover_until_commit()
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", Duration::from_millis(300)).unwrap());
+    let lease = granted(acquire(&mut holder, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
     assert_eq!(granted(acquire(&mut holder, "k", "a", TTL).unwrap()), lease);
     wait_until_server_time_passes(&mut observer, lease.expires_at());
