@@ -128,10 +128,7 @@ fn waiter_wakes_at_the_holders_expiry_when_the_lease_lapses() {
         "granted before the lapse"
     );
     let late = (granted_at - holder.expires_at()).to_std().unwrap();
-    assert!(
-        late < IN_TIME,
-        "woke {late:?} after the lapse"
-    );
+    assert!(late < IN_TIME, "woke {late:?} after the lapse");
     assert_eq!(lease.epoch(), holder.epoch() + 1);
 }
 
