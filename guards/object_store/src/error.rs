@@ -1,0 +1,122 @@
+//! The adapter's one error type and the constructors its modules share.
+
+use object_store::path::Path;
+
+use crate::{META_EPOCH, META_TOKEN};
+
+/// Why a fenced operation was refused or failed.
+///
+/// The first three variants are the guard doing its job; the rest are
+/// configuration or infrastructure problems.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceError {
+    /// The token's epoch is below the one the object already accepted: the
+    /// lease was taken over. The object was not modified.
+    #[error("stale epoch {presented} for {resource}: it accepts only epochs >= {accepted}")]
+    StaleEpoch {
+        /// The object path.
+        resource: String,
+        /// The epoch of the refused token.
+        presented: i64,
+        /// The highest epoch the object has accepted.
+        accepted: i64,
+    },
+    /// The token belongs to a different lease than the one the object is
+    /// fenced by. This is a programming or configuration error.
+    #[error("{resource} is fenced by lease key {fenced_by:?}, not {presented:?}")]
+    WrongLeaseKey {
+        /// The object path.
+        resource: String,
+        /// The lease key of the refused token.
+        presented: String,
+        /// The lease key recorded on the object.
+        fenced_by: String,
+    },
+    /// Every compare-and-swap attempt lost a race with another writer.
+    #[error("gave up on {resource} after {attempts} compare-and-swap attempts lost races")]
+    Contended {
+        /// The object path.
+        resource: String,
+        /// How many attempts were made.
+        attempts: u32,
+    },
+    /// The object exists but carries no leasehold metadata: it was written
+    /// around the guard.
+    #[error(
+        "{resource} was not written through leasehold (no {META_EPOCH}/{META_TOKEN} metadata)"
+    )]
+    NotFenced {
+        /// The object path.
+        resource: String,
+    },
+    /// The object's leasehold metadata or header line is unreadable or
+    /// inconsistent.
+    #[error("fence record of {resource} is corrupt: {reason}")]
+    Corrupt {
+        /// The object path.
+        resource: String,
+        /// What exactly is wrong.
+        reason: String,
+    },
+    /// The object does not exist.
+    #[error("{resource} does not exist")]
+    NotFound {
+        /// The object path.
+        resource: String,
+    },
+    /// The store cannot enforce fencing (found by the construction probe or
+    /// at run time).
+    /// Use a store with conditional PUT (If-Match / If-None-Match) and user
+    /// metadata, e.g. S3 with `S3ConditionalPut::ETagMatch`, or `InMemory`.
+    #[error("store {store} cannot be fenced: {reason}")]
+    UnsupportedStore {
+        /// The store's `Display` form.
+        store: String,
+        /// Which capability is missing.
+        reason: String,
+        /// The store's own error, when the probe or a write got one.
+        #[source]
+        source: Option<object_store::Error>,
+    },
+    /// The store failed for another reason (network, permissions, ...).
+    #[error("object store error on {resource}")]
+    Store {
+        /// The object path (or what was being configured).
+        resource: String,
+        /// The underlying error.
+        #[source]
+        source: object_store::Error,
+    },
+    /// The internal tokio runtime could not be created.
+    #[error("could not start the adapter's tokio runtime")]
+    Runtime {
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blocking method was called from inside an async runtime, where
+    /// blocking would stall (or panic) the caller's executor.
+    #[error("FencedStore was called from inside an async runtime")]
+    InsideAsyncRuntime,
+}
+
+pub(crate) fn not_fenced(location: &Path) -> FenceError {
+    FenceError::NotFenced {
+        resource: location.to_string(),
+    }
+}
+
+pub(crate) fn contended(location: &Path, attempts: u32) -> FenceError {
+    FenceError::Contended {
+        resource: location.to_string(),
+        attempts,
+    }
+}
+
+pub(crate) fn store_error(location: &Path, source: object_store::Error) -> FenceError {
+    FenceError::Store {
+        resource: location.to_string(),
+        source,
+    }
+}
