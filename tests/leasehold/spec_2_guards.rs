@@ -197,7 +197,8 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
 fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_reason() {
     let db = TestDb::new();
     let mut conn = setup(&db);
-    let old = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    // Held for the first write even on a busy machine; lapsed after the wait.
+    let old = granted(acquire(&mut conn, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
     fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let lapsed = fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap_err();
@@ -247,7 +248,7 @@ fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
     let db = TestDb::new();
     let mut holder = setup(&db);
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", Duration::from_millis(300)).unwrap());
+    let lease = granted(acquire(&mut holder, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
     admit_held(&mut holder, "r", &lease.token()).unwrap();
     // The lease lapses while the transaction is open.
