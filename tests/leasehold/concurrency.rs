@@ -589,12 +589,12 @@ fn call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed
         let status = if renewing {
             match renew(&mut txn, "k", "a", 2, TTL).unwrap() {
                 Renewal::Renewed { .. } => "ok".to_owned(),
-                Renewal::Lost(why) => why.as_status().to_owned(),
+                Renewal::Refused(why) => why.as_status().to_owned(),
             }
         } else {
             match release(&mut txn, "k", "a", 2).unwrap() {
                 Release::Released => "ok".to_owned(),
-                Release::Lost(why) => why.as_status().to_owned(),
+                Release::Refused(why) => why.as_status().to_owned(),
             }
         };
         (status, txn)
@@ -697,7 +697,7 @@ fn same_owner_acquire_racing(change: Change) -> (Acquisition, Option<LeaseState>
     let mut observer = db.conn();
     let lease = granted(acquire(&mut holding, "k", "a", TTL).unwrap());
     holding.batch_execute("BEGIN").unwrap();
-    leasehold::guards::check_held(&mut holding, &lease.token()).unwrap();
+    leasehold::check_held(&mut holding, &lease.token()).unwrap();
     let racer = in_thread(again, |c| acquire(c, "k", "a", TTL));
     wait_until_blocked_on_lock(&mut observer, pid);
     assert_eq!(

@@ -553,9 +553,17 @@ fn keeper_reports_loss_when_the_server_goes_away() {
     // attempt or the 20 s wait: the slack is thread scheduling only.
     assert!(noticed - keeper.safe_until() < Duration::from_secs(5));
     assert!(!keeper.is_valid());
-    assert!(rx
-        .try_iter()
-        .any(|e| matches!(e, KeeperEvent::Lost(LeaseLoss::DeadlinePassed { .. }))));
+    // The loss is recorded (waking wait_for_loss) before the event handler
+    // runs on the keeper's thread: wait for the event, do not peek.
+    let lost = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|e| matches!(e, KeeperEvent::Lost(_)));
+    assert!(
+        matches!(
+            lost,
+            Some(KeeperEvent::Lost(LeaseLoss::DeadlinePassed { .. }))
+        ),
+        "{lost:?}"
+    );
     drop(keeper);
 }
 

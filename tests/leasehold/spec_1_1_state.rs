@@ -7,7 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::sql_types::Timestamptz;
 use diesel::{PgConnection, QueryableByName, RunQueryDsl};
 use leasehold::{
-    acquire, inspect, release, renew, Acquisition, LeaseState, LostLease, Release, Renewal,
+    acquire, inspect, release, renew, Acquisition, LeaseState, Refusal, Release, Renewal,
 };
 
 use crate::common::*;
@@ -182,7 +182,7 @@ fn release_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let before = table_snapshot(&mut conn);
     assert_eq!(
         release(&mut conn, "k", "a", lease.epoch()).unwrap(),
-        Release::Lost(LostLease::Lapsed)
+        Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         table_snapshot(&mut conn),
@@ -206,7 +206,7 @@ fn renew_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let before = table_snapshot(&mut conn);
     assert_eq!(
         renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
-        Renewal::Lost(LostLease::Lapsed)
+        Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         table_snapshot(&mut conn),
