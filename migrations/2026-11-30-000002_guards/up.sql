@@ -2,6 +2,8 @@
 -- name the application chooses) with the epochs of one lease key.
 --
 -- The rules of 2026-11-30-000001 apply (security, names, hot paths first).
+-- Input violations are listed resource, key, epoch (or up_to), then owner
+-- and ttl: the order the guard functions' messages have always used.
 --
 -- Everything here runs inside the caller's transaction: an admission takes
 -- effect only if the caller commits, and the row locks it takes last until
