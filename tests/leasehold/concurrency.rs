@@ -553,3 +553,229 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     assert_eq!(third, Release::Lost(LostLease::NotOwner));
     assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
 }
+
+// ---- expiry on the clock at the call, on the path where the row changed (I6, I7) ----
+
+/// `a`'s grant of `k` lapsed; `txn` opens a transaction first, then `other`
+/// re-grants `k` to `a` (epoch 2) with `ttl` in a transaction it leaves
+/// open. A renew or release of epoch 2 in `txn` then finds no matching row
+/// in its snapshot (epoch 1 is committed) and waits for `other`'s row lock:
+/// it decides on the row that changed under it. Returns the new grant and
+/// `txn`'s start.
+fn regrant_in_an_open_transaction_after_txn_began(
+    txn: &mut PgConnection,
+    other: &mut PgConnection,
+    ttl: Duration,
+) -> (leasehold::Lease, chrono::DateTime<chrono::Utc>) {
+    lapsed_grant(other);
+    txn.batch_execute("BEGIN").unwrap();
+    let started = crate::spec_1_1_state::transaction_start(txn);
+    other.batch_execute("BEGIN").unwrap();
+    let lease = granted(acquire(other, "k", "a", ttl).unwrap());
+    assert_eq!(lease.epoch(), 2);
+    assert!(started < lease.expires_at());
+    (lease, started)
+}
+
+/// Renew (or release) of a grant that lapsed after the caller's transaction
+/// began, reached on the path where the row changed between the caller's
+/// first look and its row lock: `lapsed`, nothing changed.
+fn call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(renewing: bool) {
+    let db = TestDb::new();
+    let (mut txn, pid) = session(&db);
+    let (mut other, _) = session(&db);
+    let mut observer = db.conn();
+    let (lease, started) = regrant_in_an_open_transaction_after_txn_began(
+        &mut txn,
+        &mut other,
+        Duration::from_millis(200),
+    );
+    wait_until_server_time_passes(&mut observer, lease.expires_at());
+    let racer = std::thread::spawn(move || {
+        let status = if renewing {
+            match renew(&mut txn, "k", "a", 2, TTL).unwrap() {
+                Renewal::Renewed { .. } => "ok".to_owned(),
+                Renewal::Lost(why) => why.as_status().to_owned(),
+            }
+        } else {
+            match release(&mut txn, "k", "a", 2).unwrap() {
+                Release::Released => "ok".to_owned(),
+                Release::Lost(why) => why.as_status().to_owned(),
+            }
+        };
+        (status, txn)
+    });
+    wait_until_blocked_on_lock(&mut observer, pid);
+    other.batch_execute("COMMIT").unwrap();
+    let expected = table_snapshot(&mut observer);
+    let (status, mut txn) = racer.join().unwrap();
+    assert_eq!(
+        crate::spec_1_1_state::transaction_start(&mut txn),
+        started,
+        "still the same transaction"
+    );
+    txn.batch_execute("COMMIT").unwrap();
+    assert_eq!(status, "lapsed");
+    assert_eq!(table_snapshot(&mut observer), expected, "nothing changed");
+    assert_eq!(
+        inspect(&mut observer, "k").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+}
+
+#[test]
+fn renew_of_a_row_changed_under_it_inside_a_transaction_begun_before_expiry_reports_lapsed() {
+    call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(true);
+}
+
+#[test]
+fn release_of_a_row_changed_under_it_inside_a_transaction_begun_before_expiry_reports_lapsed() {
+    call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(false);
+}
+
+/// A renew inside a long transaction that reaches its grant only after the
+/// row changed under it sets the expiry from the clock at the call, never
+/// from the transaction start.
+#[test]
+fn renew_of_a_row_changed_under_it_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call(
+) {
+    let db = TestDb::new();
+    let (mut txn, pid) = session(&db);
+    let (mut other, _) = session(&db);
+    let mut observer = db.conn();
+    let (_, started) = regrant_in_an_open_transaction_after_txn_began(&mut txn, &mut other, TTL);
+    wait_until_server_time_passes(&mut observer, started + chrono::Duration::milliseconds(300));
+    let racer = std::thread::spawn(move || {
+        let before = server_now(&mut txn);
+        let renewal = renew(&mut txn, "k", "a", 2, TTL).unwrap();
+        let after = server_now(&mut txn);
+        txn.batch_execute("COMMIT").unwrap();
+        (before, renewal, after)
+    });
+    wait_until_blocked_on_lock(&mut observer, pid);
+    other.batch_execute("COMMIT").unwrap();
+    let (before, renewal, after) = racer.join().unwrap();
+    let Renewal::Renewed { expires_at } = renewal else {
+        panic!("renew of a live grant failed: {renewal:?}");
+    };
+    let ttl = chrono::Duration::from_std(TTL).unwrap();
+    assert!(
+        expires_at >= before + ttl,
+        "expiry {expires_at} earlier than the call's clock {before} + ttl (transaction began {started})"
+    );
+    assert!(
+        expires_at <= after + ttl,
+        "expiry later than server now + ttl"
+    );
+    assert_eq!(
+        inspect(&mut observer, "k").unwrap(),
+        Some(LeaseState::Held {
+            owner: "a".into(),
+            epoch: 2,
+            expires_at
+        })
+    );
+}
+
+// ---- idempotent acquire re-checks under the lock (I1, I5) ----
+
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// The grant runs out (a renewal to a tiny ttl), nothing else.
+    Lapse,
+    /// The grant runs out and `b` takes the key over.
+    Takeover,
+    /// The holder releases.
+    Release,
+}
+
+/// `a` holds `k` (epoch 1, live for 30 s) and keeps its row locked in an
+/// open transaction (a lease check, which writes nothing). A same-owner
+/// acquire from another session sees the live grant, so it goes for the
+/// row lock and waits (observed in pg_locks). Only then does the holding
+/// transaction change the grant — `change` — and commit, so the acquire
+/// gets the lock on a row other than the one it first looked at. Returns
+/// its outcome.
+fn same_owner_acquire_racing(change: Change) -> (Acquisition, Option<LeaseState>) {
+    let db = TestDb::new();
+    let (mut holding, _) = session(&db);
+    let (again, pid) = session(&db);
+    let mut observer = db.conn();
+    let lease = granted(acquire(&mut holding, "k", "a", TTL).unwrap());
+    holding.batch_execute("BEGIN").unwrap();
+    leasehold::guards::check_held(&mut holding, &lease.token()).unwrap();
+    let racer = in_thread(again, |c| acquire(c, "k", "a", TTL));
+    wait_until_blocked_on_lock(&mut observer, pid);
+    assert_eq!(
+        raw_row(&mut observer, "k").unwrap(),
+        "a|1|t|",
+        "the row is unchanged"
+    );
+    match change {
+        Change::Lapse | Change::Takeover => {
+            let Renewal::Renewed { expires_at } =
+                renew(&mut holding, "k", "a", 1, Duration::from_millis(1)).unwrap()
+            else {
+                panic!("renew failed");
+            };
+            wait_until_server_time_passes(&mut observer, expires_at);
+            if let Change::Takeover = change {
+                let taken = granted(acquire(&mut holding, "k", "b", TTL).unwrap());
+                assert_eq!(taken.epoch(), 2);
+            }
+        }
+        Change::Release => assert_eq!(
+            release(&mut holding, "k", "a", 1).unwrap(),
+            Release::Released
+        ),
+    }
+    holding.batch_execute("COMMIT").unwrap();
+    let outcome = racer.join().unwrap().unwrap();
+    (outcome, inspect(&mut observer, "k").unwrap())
+}
+
+/// The grant lapsed and was taken over while the acquire waited for the
+/// lock: it must not report b's grant as its own (two holders).
+#[test]
+fn same_owner_acquire_of_a_grant_taken_over_before_it_got_the_row_lock_is_denied() {
+    let (outcome, state) = same_owner_acquire_racing(Change::Takeover);
+    assert_eq!(outcome, Acquisition::Denied);
+    assert!(
+        matches!(&state, Some(LeaseState::Held { owner, epoch: 2, .. }) if owner == "b"),
+        "{state:?}"
+    );
+}
+
+/// The grant was released while the acquire waited for the lock: the
+/// acquire must not return the released epoch; it gets a new grant.
+#[test]
+fn same_owner_acquire_of_a_grant_released_before_it_got_the_row_lock_gets_a_new_grant() {
+    let (outcome, state) = same_owner_acquire_racing(Change::Release);
+    let lease = granted(outcome);
+    assert_eq!((lease.owner(), lease.epoch()), ("a", 3));
+    assert_eq!(
+        state,
+        Some(LeaseState::Held {
+            owner: "a".into(),
+            epoch: 3,
+            expires_at: lease.expires_at()
+        })
+    );
+}
+
+/// The grant lapsed while the acquire waited for the lock: the acquire must
+/// not return the lapsed grant as live; it takes the key with a new epoch.
+#[test]
+fn same_owner_acquire_of_a_grant_that_lapsed_before_it_got_the_row_lock_gets_a_new_epoch() {
+    let (outcome, state) = same_owner_acquire_racing(Change::Lapse);
+    let lease = granted(outcome);
+    assert_eq!((lease.owner(), lease.epoch()), ("a", 2));
+    assert_eq!(
+        state,
+        Some(LeaseState::Held {
+            owner: "a".into(),
+            epoch: 2,
+            expires_at: lease.expires_at()
+        })
+    );
+}

@@ -336,3 +336,130 @@ fn refused_renew_and_release_change_nothing() {
     let _ = acquire(&mut conn, "held", "b", TTL).unwrap();
     assert_eq!(table_snapshot(&mut conn), before);
 }
+
+// ---- waits end on time (I7) ----
+
+/// The wait every timing test below asks for.
+const WAIT: Duration = Duration::from_secs(1);
+/// The documented poll interval of a waiting acquire (README: "polls every
+/// 50 ms").
+const POLL: Duration = Duration::from_millis(50);
+/// Allowance on top of one poll interval for a loaded machine: between its
+/// last poll and raising, a backend may be descheduled (2 busy cores, the
+/// whole workspace's tests in parallel). Measured on the server, so client
+/// scheduling does not count; observed lateness under that load was under
+/// 10 ms, so this is generous, yet it still fails a poll that oversleeps
+/// the deadline by a second, and it is far below the `statement_timeout`
+/// that stops a wait which never ends.
+const SCHEDULING_SLACK: Duration = Duration::from_millis(500);
+/// Stops a broken wait that would never end; the test then fails on the
+/// elapsed time and on the missing `lease_wait_timeout` constraint.
+const RUNAWAY_STOP: Duration = Duration::from_secs(20);
+
+/// Runs `lease.acquire(key, owner, 30s, wait)` and times it on the server:
+/// `clock_timestamp()` right before and right after the call, inside one
+/// statement, so client round trips do not count. Returns the SQLSTATE
+/// ("00000" if it returned), the error's CONSTRAINT name and the elapsed
+/// server time. Works inside an open transaction (the error is caught in a
+/// subtransaction).
+fn timed_blocking_acquire(
+    conn: &mut diesel::PgConnection,
+    key: &str,
+    owner: &str,
+    wait: Duration,
+) -> (String, String, Duration) {
+    use diesel::connection::SimpleConnection;
+    conn.batch_execute(&format!(
+        "SET statement_timeout = '{}ms';
+         CREATE OR REPLACE FUNCTION pg_temp.timed_acquire(p_key text, p_owner text, p_wait interval)
+         RETURNS text LANGUAGE plpgsql AS $f$
+         DECLARE
+             t0 timestamptz;
+             state text := '00000';
+             cons text := '';
+         BEGIN
+             t0 := clock_timestamp();
+             BEGIN
+                 PERFORM * FROM lease.acquire(p_key, p_owner, interval '30s', p_wait);
+             EXCEPTION WHEN OTHERS OR query_canceled THEN
+                 GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, cons = CONSTRAINT_NAME;
+             END;
+             RETURN format('%s|%s|%s', state, cons,
+                 floor(extract(epoch FROM clock_timestamp() - t0) * 1000000)::bigint);
+         END $f$;",
+        (WAIT + RUNAWAY_STOP).as_millis()
+    ))
+    .expect("create pg_temp.timed_acquire");
+    let line = query_lines(
+        conn,
+        &format!(
+            "SELECT pg_temp.timed_acquire({}, {}, interval '{} microseconds') AS line",
+            quote(key),
+            quote(owner),
+            wait.as_micros()
+        ),
+    )
+    .remove(0);
+    let mut parts = line.split('|');
+    let state = parts.next().unwrap().to_owned();
+    let constraint = parts.next().unwrap().to_owned();
+    let micros: u64 = parts.next().unwrap().parse().unwrap();
+    (state, constraint, Duration::from_micros(micros))
+}
+
+/// The wait raised the documented timeout, lasted at least the whole wait
+/// (counted from the call) and ended no later than one poll interval after
+/// it, plus the allowance for load.
+fn assert_wait_ended_on_time(outcome: (String, String, Duration), wait: Duration) {
+    let (state, constraint, elapsed) = outcome;
+    assert_eq!(
+        (state.as_str(), constraint.as_str()),
+        ("57014", "lease_wait_timeout"),
+        "after {elapsed:?}"
+    );
+    assert!(
+        elapsed >= wait,
+        "the wait ended after {elapsed:?}, before the {wait:?} it was given"
+    );
+    assert!(
+        elapsed <= wait + POLL + SCHEDULING_SLACK,
+        "the wait of {wait:?} ended only after {elapsed:?} (allowed: one {POLL:?} poll + {SCHEDULING_SLACK:?} slack)"
+    );
+}
+
+#[test]
+fn blocking_acquire_raises_57014_no_later_than_one_poll_interval_after_the_wait() {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut waiter = db.conn();
+    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    let before = table_snapshot(&mut holder);
+    assert_wait_ended_on_time(timed_blocking_acquire(&mut waiter, "k", "b", WAIT), WAIT);
+    assert_eq!(table_snapshot(&mut holder), before);
+}
+
+/// The wait is counted from the call on the server clock, not from the
+/// transaction start: inside a transaction that began more than the wait
+/// before the call, the acquire still waits its whole wait, then raises.
+#[test]
+fn blocking_acquire_inside_a_transaction_begun_long_before_waits_the_whole_wait_then_raises_57014()
+{
+    use diesel::connection::SimpleConnection;
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    let mut waiter = db.conn();
+    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    let before = table_snapshot(&mut holder);
+    waiter.batch_execute("BEGIN").unwrap();
+    let started = crate::spec_1_1_state::transaction_start(&mut waiter);
+    let long_before = chrono::Duration::from_std(WAIT * 2).unwrap();
+    wait_until_server_time_passes(&mut waiter, started + long_before);
+    assert_wait_ended_on_time(timed_blocking_acquire(&mut waiter, "k", "b", WAIT), WAIT);
+    assert_eq!(
+        crate::spec_1_1_state::transaction_start(&mut waiter),
+        started,
+        "still the same transaction"
+    );
+    waiter.batch_execute("COMMIT").unwrap();
+    assert_eq!(table_snapshot(&mut holder), before);
+}

@@ -606,3 +606,73 @@ fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
         .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .unwrap();
 }
+
+// ---- fence bounds (G1) ----
+
+/// `up_to = 0` is a valid fence that refuses nothing new: epochs start at 1,
+/// so a fresh resource's record becomes 1 (every real epoch is admitted) and
+/// an existing record stays where it is.
+#[test]
+fn fence_up_to_zero_is_accepted_and_refuses_nothing_new() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    assert_eq!(fence(&mut conn, "fresh", "k", 0).unwrap(), 1);
+    assert_eq!(
+        inspect_guard(&mut conn, "fresh").unwrap(),
+        Some(GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: 1
+        })
+    );
+    fenced_write(&mut conn, "fresh", &token("k", "a", 1), Check::Token).unwrap();
+    fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap();
+    assert_eq!(
+        fence(&mut conn, "r", "k", 0).unwrap(),
+        2,
+        "fencing through 0 must not move a record"
+    );
+    fenced_write(&mut conn, "r", &token("k", "b", 2), Check::Token).unwrap();
+    assert_eq!(
+        sqlstate_of(&mut conn, "SELECT lease.fence('r', 'k', 0)"),
+        "00000"
+    );
+    assert_eq!(items(&mut conn), ["fresh|a|1", "r|a|2", "r|b|2"]);
+}
+
+/// A negative `up_to` is invalid input: 22023 naming `up_to`, and nothing
+/// is registered or moved.
+#[test]
+fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
+    let db = TestDb::new();
+    let mut conn = setup(&db);
+    fenced_write(&mut conn, "r", &token("k", "a", 3), Check::Token).unwrap();
+    for up_to in [-1, i64::MIN] {
+        for resource in ["r", "fresh"] {
+            let error = fence(&mut conn, resource, "k", up_to).unwrap_err();
+            assert!(
+                matches!(&error, GuardError::InvalidInput { violations } if violations == &["up_to must not be negative"]),
+                "{resource} {up_to}: {error:?}"
+            );
+            assert_eq!(
+                sqlstate_of(
+                    &mut conn,
+                    &format!(
+                        "SELECT lease.fence({}, 'k', CAST({up_to} AS bigint))",
+                        quote(resource)
+                    )
+                ),
+                "22023",
+                "{resource} {up_to}"
+            );
+        }
+    }
+    assert_eq!(inspect_guard(&mut conn, "fresh").unwrap(), None);
+    assert_eq!(
+        inspect_guard(&mut conn, "r").unwrap(),
+        Some(GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: 3
+        })
+    );
+    fenced_write(&mut conn, "r", &token("k", "b", 3), Check::Token).unwrap();
+}
