@@ -6,7 +6,10 @@ DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
 DROP FUNCTION IF EXISTS lease._status_locked(bytea, text, text, bigint);
 DROP FUNCTION IF EXISTS lease._raise_invalid(text, text[]);
-DROP FUNCTION IF EXISTS lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint);
+DROP FUNCTION IF EXISTS lease._epoch_violations(text, bigint, bigint);
+DROP FUNCTION IF EXISTS lease._wait_violations(interval);
+DROP FUNCTION IF EXISTS lease._ttl_violations(interval);
+DROP FUNCTION IF EXISTS lease._text_violations(text, text);
 DROP TABLE IF EXISTS lease.leases;
 DROP FUNCTION IF EXISTS lease._key_hash(text);
 -- The schema goes only when nothing else lives in it (leasehold's own install

@@ -1,40 +1,56 @@
--- leasehold v1: the lease primitive (schema `lease`).
+-- leasehold: the lease primitive, schema `lease` (docs/SPECIFICATION.md §1).
 --
--- Behaviour: SPEC §1. Every function is SECURITY DEFINER with
--- search_path pinned to pg_catalog then pg_temp (pg_temp named last so it can
--- never shadow anything; left out, PostgreSQL would search it first), and every
--- object reference is schema-qualified, so objects a caller creates in
--- `public` or in a temporary schema cannot hijack the functions.
+-- The rules every leasehold migration follows:
 --
--- Common paths are one row-level write statement (a conditional UPDATE, or an
--- INSERT for a never-seen key); the reason for a refusal is looked up only
--- when the write did not apply.
+-- * Security. API functions are granted to PUBLIC, SECURITY DEFINER, and
+--   pin `SET search_path = pg_catalog, pg_temp`: pg_catalog first, so the
+--   built-ins they call unqualified cannot be shadowed by a caller's objects,
+--   and pg_temp named last (left out, PostgreSQL would search it first).
+--   Leasehold's own objects are always written `lease.`-qualified: an
+--   unqualified table name would fall through to pg_temp, where any caller can
+--   create a table. Tables are REVOKEd from PUBLIC; the functions are their
+--   only writers.
+-- * Internal helpers (names starting with `_`) are REVOKEd from PUBLIC and run
+--   only inside the API functions, whose pinned search_path they inherit. They
+--   carry no SET clause: a SET clause costs a GUC save and restore on every
+--   call. The waiting protocol (2026-11-30-000003) documents the only
+--   exceptions.
+-- * Names, not positions. Parameters are used by name. In a statement that
+--   reads or writes a table every column carries its table's alias (`l.key`)
+--   and every parameter its function's name (`acquire.key`), so neither can
+--   be mistaken for the other. Local variables start with `v_`.
+-- * Hot paths first. A call's common path is one row-level write statement (a
+--   conditional UPDATE, or an INSERT for a never-seen key) after an inline
+--   input check. The list of input violations, and the reason a write did not
+--   apply, are computed only on those error paths.
 
 CREATE SCHEMA IF NOT EXISTS lease;
 REVOKE ALL ON SCHEMA lease FROM PUBLIC;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
--- The digest that indexes a key (see lease.leases.key_hash). convert_to is
--- marked STABLE only because encoding conversions are catalog objects; a
--- database's encoding never changes, so the digest of a key never does.
+-- The digest that indexes a lease key (lease.leases.key_hash) or a guarded
+-- resource name (lease.guards.resource_hash). STABLE, like convert_to, so the
+-- planner inlines it into every caller: an IMMUTABLE SQL function whose body
+-- calls a STABLE one is never inlined and would cost a SQL-function call each
+-- time. The digest of a name never changes: a database's encoding is fixed.
 CREATE FUNCTION lease._key_hash(key text)
 RETURNS bytea
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-AS $$ SELECT pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) $$;
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+AS $$ SELECT sha256(convert_to(key, 'UTF8')) $$;
 
 -- One row per key ever leased.
 --   owner/expires_at: the current or last grant; both NULL when FREE (released).
 --   epoch: the key's fencing counter. It equals the current grant's epoch while
 --          a grant exists (held or lapsed) and is one higher after a release.
 --   lapsed_owner: when the current grant took over a grant that had lapsed,
---          that grant's owner, so it hears `lapsed` (SPEC §1.3 rule 2).
---   key_hash: SHA-256 of the key (lease._key_hash), the primary key. A btree
---          entry is limited to about 2.7 kB, so indexing the key itself would
---          refuse long keys; the digest keeps any key length working at a
---          fixed index width. Lookups compare the digest and then the key.
---          A plain column set by the functions (the only writers), not a
---          generated one: each call computes the digest once, and no UPDATE
---          recomputes it.
+--          that grant's owner, so it hears `lapsed` (docs/SPECIFICATION.md
+--          §1.3, rule 2).
+--   key_hash: lease._key_hash(key), the primary key. A btree entry is limited
+--          to about 2.7 kB, so indexing the key itself would refuse long keys;
+--          the digest keeps any key length working at a fixed index width.
+--          Lookups compare the digest and then the key. A plain column set by
+--          the functions, not a generated one: each call computes the digest
+--          once, and no UPDATE recomputes it.
 CREATE TABLE lease.leases (
     key          text        NOT NULL,
     key_hash     bytea       PRIMARY KEY,
@@ -43,87 +59,92 @@ CREATE TABLE lease.leases (
     expires_at   timestamptz,
     lapsed_owner text
 );
--- Invariants kept by the functions, the table's only writers: epoch >= 1,
--- and owner and expires_at are both NULL or both set. They are not CHECK
--- constraints because PostgreSQL re-reads and re-plans a table's CHECK
--- expressions on every UPDATE execution, measurably slowing every call.
+-- Invariants kept by the functions: epoch >= 1, and owner and expires_at are
+-- both NULL or both set. They are not CHECK constraints because PostgreSQL
+-- re-reads and re-plans a table's CHECK expressions on every UPDATE, which
+-- measurably slows every call.
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 
--- Internal helpers (names starting with `_`) are REVOKEd from PUBLIC and run
--- only inside the API functions, whose pinned search_path they inherit; they
--- carry no SET clause of their own because a per-call SET costs a GUC save
--- and restore on every call.
+-- Input violations (docs/SPECIFICATION.md §1.4), used only on the error path:
+-- each returns the violated rules of one argument, phrased as what the caller
+-- must do, or an empty array. A function lists its arguments in the order its
+-- messages have always named them: key, owner, ttl, wait, epoch.
 
--- Validation shared by every function, called only when the API function's
--- inline check found something wrong. Returns the violated constraints, each
--- phrased as what the caller must do; an empty array means the input is fine.
-CREATE FUNCTION lease._violations(
-    p_key text, p_check_owner boolean, p_owner text,
-    p_check_ttl boolean, p_ttl interval,
-    p_check_wait boolean, p_wait interval,
-    p_check_epoch boolean, p_epoch bigint)
+-- A name (key, owner, resource): not NULL, not empty.
+CREATE FUNCTION lease._text_violations(argument text, value text)
 RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE sql IMMUTABLE
 AS $$
-DECLARE
-    v text[] := '{}';
-BEGIN
-    IF p_key IS NULL THEN
-        v := v || 'key must not be NULL'::text;
-    ELSIF p_key = '' THEN
-        v := v || 'key must not be empty'::text;
-    END IF;
-    IF p_check_owner THEN
-        IF p_owner IS NULL THEN
-            v := v || 'owner must not be NULL'::text;
-        ELSIF p_owner = '' THEN
-            v := v || 'owner must not be empty'::text;
-        END IF;
-    END IF;
-    IF p_check_ttl THEN
-        IF p_ttl IS NULL THEN
-            v := v || 'ttl must not be NULL'::text;
-        ELSIF p_ttl <= interval '0' THEN
-            v := v || 'ttl must be positive'::text;
-        ELSIF p_ttl > interval '100 years' THEN
-            v := v || 'ttl must be at most 100 years'::text;
-        END IF;
-    END IF;
-    IF p_check_wait THEN
-        IF p_wait IS NULL THEN
-            v := v || 'wait must not be NULL'::text;
-        ELSIF p_wait < interval '0' THEN
-            v := v || 'wait must not be negative'::text;
-        ELSIF p_wait > interval '100 years' THEN
-            v := v || 'wait must be at most 100 years'::text;
-        END IF;
-    END IF;
-    IF p_check_epoch AND p_epoch IS NULL THEN
-        v := v || 'epoch must not be NULL'::text;
-    END IF;
-    RETURN v;
-END;
+    SELECT CASE
+        WHEN value IS NULL THEN ARRAY[argument || ' must not be NULL']
+        WHEN value = '' THEN ARRAY[argument || ' must not be empty']
+        ELSE ARRAY[]::text[]
+    END
+$$;
+
+-- A ttl: not NULL, positive, at most 100 years.
+CREATE FUNCTION lease._ttl_violations(ttl interval)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN ttl IS NULL THEN ARRAY['ttl must not be NULL']
+        WHEN ttl <= interval '0' THEN ARRAY['ttl must be positive']
+        WHEN ttl > interval '100 years' THEN ARRAY['ttl must be at most 100 years']
+        ELSE ARRAY[]::text[]
+    END
+$$;
+
+-- A wait: not NULL, not negative, at most 100 years.
+CREATE FUNCTION lease._wait_violations(wait interval)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN wait IS NULL THEN ARRAY['wait must not be NULL']
+        WHEN wait < interval '0' THEN ARRAY['wait must not be negative']
+        WHEN wait > interval '100 years' THEN ARRAY['wait must be at most 100 years']
+        ELSE ARRAY[]::text[]
+    END
+$$;
+
+-- An epoch: not NULL and, when `minimum` is given, at least `minimum`
+-- (phrased "must not be negative" for a minimum of 0). A NULL minimum means
+-- any value is valid input (renew, release and check_held answer a wrong
+-- epoch with a status or an error of their own).
+CREATE FUNCTION lease._epoch_violations(argument text, value bigint, minimum bigint)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN value IS NULL THEN ARRAY[argument || ' must not be NULL']
+        WHEN value < minimum AND minimum = 0 THEN ARRAY[argument || ' must not be negative']
+        WHEN value < minimum THEN ARRAY[argument || ' must be at least ' || minimum::text]
+        ELSE ARRAY[]::text[]
+    END
 $$;
 
 -- Raises invalid_input (SQLSTATE 22023) naming every violation; the stable
 -- machine-readable name travels in the CONSTRAINT field.
-CREATE FUNCTION lease._raise_invalid(p_function text, p_violations text[])
+CREATE FUNCTION lease._raise_invalid(caller text, violations text[])
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
-    RAISE EXCEPTION 'invalid input to lease.%: %', p_function, array_to_string(p_violations, '; ')
+    RAISE EXCEPTION 'invalid input to lease.%: %', caller, array_to_string(violations, '; ')
         USING ERRCODE = '22023',
               CONSTRAINT = 'lease_invalid_input',
-              DETAIL = array_to_string(p_violations, '; '),
+              DETAIL = array_to_string(violations, '; '),
               HINT = 'Pass a non-empty key and owner, a positive ttl, a non-negative wait and a non-NULL epoch.';
 END;
 $$;
 
--- Status of a renew/release that did not apply, computed on the locked row,
--- SPEC §1.3 precedence: not_owner, then lapsed, then epoch_mismatch. Returns
--- 'ok' when the row (now locked) does match, so the caller can apply.
-CREATE FUNCTION lease._status_locked(p_hash bytea, p_key text, p_owner text, p_epoch bigint)
+-- Why a renew, release or lease check for (key, owner, epoch) did not apply,
+-- read from the key's row after locking it FOR NO KEY UPDATE (the lock stays
+-- until the caller's transaction ends). Precedence as in docs/SPECIFICATION.md
+-- §1.3: not_owner, then lapsed, then epoch_mismatch. Returns 'ok' when the
+-- locked row does match after all, so the caller can apply.
+CREATE FUNCTION lease._status_locked(key_hash bytea, key text, owner text, epoch bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -132,13 +153,13 @@ DECLARE
 BEGIN
     SELECT l.owner, l.epoch, l.expires_at, l.lapsed_owner INTO v_row
       FROM lease.leases AS l
-     WHERE l.key_hash = p_hash AND l.key = p_key
+     WHERE l.key_hash = _status_locked.key_hash AND l.key = _status_locked.key
        FOR NO KEY UPDATE;
     IF NOT FOUND OR v_row.owner IS NULL THEN
         RETURN 'not_owner';
     END IF;
-    IF v_row.owner <> p_owner THEN
-        IF v_row.lapsed_owner = p_owner THEN
+    IF v_row.owner <> owner THEN
+        IF v_row.lapsed_owner = owner THEN
             RETURN 'lapsed';
         END IF;
         RETURN 'not_owner';
@@ -146,13 +167,17 @@ BEGIN
     IF v_row.expires_at <= clock_timestamp() THEN
         RETURN 'lapsed';
     END IF;
-    IF v_row.epoch <> p_epoch THEN
+    IF v_row.epoch <> epoch THEN
         RETURN 'epoch_mismatch';
     END IF;
     RETURN 'ok';
 END;
 $$;
 
+-- Grants `key` to `owner` for `ttl` when it is FREE, LAPSED or never seen
+-- (docs/SPECIFICATION.md §1.3), waiting up to `wait` for it by polling. A
+-- grant locks the key's row until the caller's transaction ends; a denied or
+-- waiting attempt keeps no lock (each attempt is a subtransaction).
 CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0')
 RETURNS TABLE (acquired boolean, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -168,14 +193,16 @@ DECLARE
     v_epoch bigint;
     v_expires timestamptz;
 BEGIN
-    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = ''
-       OR $3 IS NULL OR $3 <= interval '0' OR $3 > interval '100 years'
-       OR $4 IS NULL OR $4 < interval '0' OR $4 > interval '100 years' THEN
-        PERFORM lease._raise_invalid('acquire', lease._violations($1, true, $2, true, $3, true, $4, false, NULL));
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = ''
+       OR ttl IS NULL OR ttl <= interval '0' OR ttl > interval '100 years'
+       OR wait IS NULL OR wait < interval '0' OR wait > interval '100 years' THEN
+        PERFORM lease._raise_invalid('acquire',
+            lease._text_violations('key', key) || lease._text_violations('owner', owner)
+            || lease._ttl_violations(ttl) || lease._wait_violations(wait));
     END IF;
-    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
-    IF $4 > interval '0' THEN
-        v_deadline := clock_timestamp() + $4;
+    v_hash := lease._key_hash(key);
+    IF wait > interval '0' THEN
+        v_deadline := clock_timestamp() + wait;
     END IF;
     <<attempt>>
     LOOP
@@ -184,7 +211,7 @@ BEGIN
         -- loop into an error instead of a hung session.
         v_attempts := v_attempts + 1;
         IF v_attempts > 100000 THEN
-            RAISE EXCEPTION 'lease.acquire could not settle the state of key % after % attempts', $1, v_attempts
+            RAISE EXCEPTION 'lease.acquire could not settle the state of key % after % attempts', key, v_attempts
                 USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
         END IF;
         v_outcome := NULL;
@@ -198,13 +225,13 @@ BEGIN
         BEGIN
             v_now := clock_timestamp();
             -- Common path: the key exists and is FREE or LAPSED. The counter
-            -- moves on by one; a lapsed grant's owner is remembered for rule 2.
+            -- moves on by one; a lapsed grant's owner is remembered (rule 2).
             UPDATE lease.leases AS l
-               SET owner = $2,
+               SET owner = acquire.owner,
                    epoch = l.epoch + 1,
-                   expires_at = v_now + $3,
+                   expires_at = v_now + acquire.ttl,
                    lapsed_owner = l.owner
-             WHERE l.key_hash = v_hash AND l.key = $1
+             WHERE l.key_hash = v_hash AND l.key = acquire.key
                AND (l.owner IS NULL OR l.expires_at <= v_now)
             RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
             IF FOUND THEN
@@ -212,7 +239,7 @@ BEGIN
             ELSE
                 -- Never-seen key: the first grant is epoch 1.
                 INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
-                VALUES ($1, v_hash, $2, 1, v_now + $3, NULL)
+                VALUES (acquire.key, v_hash, acquire.owner, 1, v_now + acquire.ttl, NULL)
                 ON CONFLICT (key_hash) DO NOTHING
                 RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
                 IF FOUND THEN
@@ -226,18 +253,18 @@ BEGIN
                 -- anything else changed under us: try again.
                 SELECT l.owner, l.epoch, l.expires_at INTO v_row
                   FROM lease.leases AS l
-                 WHERE l.key_hash = v_hash AND l.key = $1;
+                 WHERE l.key_hash = v_hash AND l.key = acquire.key;
                 IF FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp() THEN
-                    IF v_row.owner = $2 THEN
+                    IF v_row.owner = owner THEN
                         -- Idempotent success. Lock the row as a grant would,
                         -- so that inside the caller's transaction this acquire
                         -- also holds off a takeover until commit, and so that
                         -- lease rows are always locked before guard rows.
                         SELECT l.owner, l.epoch, l.expires_at INTO v_row
                           FROM lease.leases AS l
-                         WHERE l.key_hash = v_hash AND l.key = $1
+                         WHERE l.key_hash = v_hash AND l.key = acquire.key
                            FOR NO KEY UPDATE;
-                        IF v_row.owner = $2 AND v_row.expires_at > clock_timestamp() THEN
+                        IF v_row.owner = owner AND v_row.expires_at > clock_timestamp() THEN
                             v_outcome := 'granted';
                             v_epoch := v_row.epoch;
                             v_expires := v_row.expires_at;
@@ -271,19 +298,22 @@ BEGIN
             RETURN;
         END IF;
         IF clock_timestamp() >= v_deadline THEN
-            RAISE EXCEPTION 'lease wait timed out: key % stayed held by another owner for the whole wait of %', $1, $4
+            RAISE EXCEPTION 'lease wait timed out: key % stayed held by another owner for the whole wait of %', key, wait
                 USING ERRCODE = '57014',
                       CONSTRAINT = 'lease_wait_timeout',
-                      DETAIL = format('key=%s wait=%s', $1, $4),
+                      DETAIL = format('key=%s wait=%s', key, wait),
                       HINT = 'Retry later, wait longer, or inspect the key to see who holds it and until when.';
         END IF;
         -- Poll: the seed's 50 ms interval, never sleeping past the deadline.
-        PERFORM pg_catalog.pg_sleep(LEAST(0.05,
+        PERFORM pg_sleep(LEAST(0.05,
             GREATEST(0, EXTRACT(epoch FROM v_deadline - clock_timestamp()))::double precision));
     END LOOP;
 END;
 $$;
 
+-- Extends the grant (key, owner, epoch) to now + ttl while it is live
+-- (docs/SPECIFICATION.md §1.3); otherwise answers why not. Locks the key's
+-- row until the caller's transaction ends, applied or not.
 CREATE FUNCTION lease.renew(key text, owner text, epoch bigint, ttl interval)
 RETURNS TABLE (status text, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -292,14 +322,16 @@ AS $$
 DECLARE
     v_hash bytea;
 BEGIN
-    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL
-       OR $4 IS NULL OR $4 <= interval '0' OR $4 > interval '100 years' THEN
-        PERFORM lease._raise_invalid('renew', lease._violations($1, true, $2, true, $4, false, NULL, true, $3));
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR ttl IS NULL OR ttl <= interval '0' OR ttl > interval '100 years' THEN
+        PERFORM lease._raise_invalid('renew',
+            lease._text_violations('key', key) || lease._text_violations('owner', owner)
+            || lease._ttl_violations(ttl) || lease._epoch_violations('epoch', epoch, NULL));
     END IF;
-    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
+    v_hash := lease._key_hash(key);
     UPDATE lease.leases AS l
-       SET expires_at = clock_timestamp() + $4
-     WHERE l.key_hash = v_hash AND l.key = $1 AND l.owner = $2 AND l.epoch = $3
+       SET expires_at = clock_timestamp() + renew.ttl
+     WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
        AND l.expires_at > clock_timestamp()
     RETURNING l.expires_at INTO renew.expires_at;
     IF FOUND THEN
@@ -307,21 +339,24 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    status := lease._status_locked(v_hash, $1, $2, $3);
+    status := lease._status_locked(v_hash, key, owner, epoch);
     IF status = 'ok' THEN
         -- The row changed between the UPDATE and the lock (for example a
         -- concurrent same-owner acquire); it matches now and is locked.
         UPDATE lease.leases AS l
-           SET expires_at = clock_timestamp() + $4
-         WHERE l.key_hash = v_hash AND l.key = $1
+           SET expires_at = clock_timestamp() + renew.ttl
+         WHERE l.key_hash = v_hash AND l.key = renew.key
         RETURNING l.expires_at INTO renew.expires_at;
     ELSE
-        renew.expires_at := NULL;
+        expires_at := NULL;
     END IF;
     RETURN NEXT;
 END;
 $$;
 
+-- Ends the grant (key, owner, epoch) while it is live: the key becomes FREE
+-- and its counter moves on by one (docs/SPECIFICATION.md §1.3); otherwise
+-- answers why not. Locks the key's row until the caller's transaction ends.
 CREATE FUNCTION lease.release(key text, owner text, epoch bigint)
 RETURNS TABLE (status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -330,29 +365,33 @@ AS $$
 DECLARE
     v_hash bytea;
 BEGIN
-    IF $1 IS NULL OR $1 = '' OR $2 IS NULL OR $2 = '' OR $3 IS NULL THEN
-        PERFORM lease._raise_invalid('release', lease._violations($1, true, $2, false, NULL, false, NULL, true, $3));
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL THEN
+        PERFORM lease._raise_invalid('release',
+            lease._text_violations('key', key) || lease._text_violations('owner', owner)
+            || lease._epoch_violations('epoch', epoch, NULL));
     END IF;
-    v_hash := pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8'));
+    v_hash := lease._key_hash(key);
     UPDATE lease.leases AS l
        SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-     WHERE l.key_hash = v_hash AND l.key = $1 AND l.owner = $2 AND l.epoch = $3
+     WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
        AND l.expires_at > clock_timestamp();
     IF FOUND THEN
         status := 'ok';
         RETURN NEXT;
         RETURN;
     END IF;
-    status := lease._status_locked(v_hash, $1, $2, $3);
+    status := lease._status_locked(v_hash, key, owner, epoch);
     IF status = 'ok' THEN
         UPDATE lease.leases AS l
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-         WHERE l.key_hash = v_hash AND l.key = $1;
+         WHERE l.key_hash = v_hash AND l.key = release.key;
     END IF;
     RETURN NEXT;
 END;
 $$;
 
+-- The key's state as of the call (docs/SPECIFICATION.md §1.3): no row for a
+-- never-seen key; owner and expiry only while a grant is live. Locks nothing.
 CREATE FUNCTION lease.inspect(key text)
 RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -361,8 +400,8 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    IF $1 IS NULL OR $1 = '' THEN
-        PERFORM lease._raise_invalid('inspect', lease._violations($1, false, NULL, false, NULL, false, NULL, false, NULL));
+    IF key IS NULL OR key = '' THEN
+        PERFORM lease._raise_invalid('inspect', lease._text_violations('key', key));
     END IF;
     RETURN QUERY
         SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
@@ -370,13 +409,15 @@ BEGIN
                l.epoch,
                CASE WHEN l.owner IS NOT NULL AND l.expires_at > v_now THEN l.expires_at END
           FROM lease.leases AS l
-         WHERE l.key_hash = pg_catalog.sha256(pg_catalog.convert_to($1, 'UTF8')) AND l.key = $1;
+         WHERE l.key_hash = lease._key_hash(inspect.key) AND l.key = inspect.key;
 END;
 $$;
 
--- Internal helpers are not part of the API.
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._violations(text, boolean, text, boolean, interval, boolean, interval, boolean, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._text_violations(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._ttl_violations(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._wait_violations(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._epoch_violations(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid(text, text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._status_locked(bytea, text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;

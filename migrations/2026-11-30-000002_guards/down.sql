@@ -8,7 +8,7 @@ DROP FUNCTION IF EXISTS lease.check_held(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.admit(text, text, bigint);
 DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
 DROP FUNCTION IF EXISTS lease._admit(text, text, bigint);
-DROP FUNCTION IF EXISTS lease._guard_violations(text, text, bigint, text);
+DROP FUNCTION IF EXISTS lease._raise_not_held(text, text, bigint, text);
 DROP FUNCTION IF EXISTS lease._raise_wrong_key(text, text, text);
 DROP FUNCTION IF EXISTS lease._raise_stale(text, bigint, bigint);
 DROP TABLE IF EXISTS lease.guards;

@@ -1,37 +1,48 @@
--- leasehold v1: wake-on-release for client-side waiters (README "Waiting").
+-- leasehold: wake-on-release for client-side waiters (README.md, "Waiting for
+-- a lease, keeping it, and stopping when it is gone").
 --
 -- A process that waits for keys keeps one listener session (LISTEN
 -- lease_released) and registers, per key it waits for, one row in
 -- lease.waiters; while a key has registrations its lease row carries
--- `watched = true`. A trigger on the release transition calls pg_notify
--- only when that flag is set: a release nobody waits for does no extra
--- statement, no extra table access, and never touches the notification
--- queue (whose commit-time lock serialises all notifying transactions of
--- the cluster).
+-- `watched = true`. A trigger on the release transition calls pg_notify only
+-- when that flag is set: a release nobody waits for does no extra statement,
+-- no extra table access, and never touches the notification queue (whose
+-- commit-time lock serialises all notifying transactions of the cluster).
 --
--- Why a flag on the lease row rather than a look-up in lease.waiters: the
--- row is what a release locks and updates, so a registration and a release
--- serialise on the row lock, and the release sees the flag of the row
--- version it actually replaced. A separate look-up would cost a statement
--- per release (measured: +15 % release latency) and would need its own
--- snapshot reasoning.
+-- Why a flag on the lease row rather than a look-up in lease.waiters: the row
+-- is what a release locks and updates, so a registration and a release
+-- serialise on the row lock, and the release sees the flag of the row version
+-- it actually replaced. A separate look-up would cost a statement per release
+-- (measured: +15 % release latency) and would need its own snapshot
+-- reasoning.
 --
--- The SQL API keeps the seed's semantics: no API function is redefined;
--- the only addition to a release is the notification of a watched key.
--- The `_waiter_*` functions are plumbing for the Rust client, granted to
--- PUBLIC because every client role needs them; they only ever touch rows of
--- the calling session.
+-- No API function is redefined; the only addition to a release is the
+-- notification of a watched key.
 --
--- Same security rules as the other migrations: SECURITY DEFINER,
--- search_path pinned to pg_catalog then pg_temp, every reference
--- schema-qualified, the table closed to callers.
+-- The rules of 2026-11-30-000001 apply, with these documented exceptions:
+-- * lease._waiter_watch, lease._waiter_unwatch and lease._waiter_reset are
+--   the waiting protocol's entry points, called by the Rust client's listener
+--   session under the application's role. They keep the `_` of plumbing that
+--   is not part of the SQL API, but are granted to PUBLIC and built like API
+--   functions (SECURITY DEFINER, pinned search_path), as
+--   docs/SPECIFICATION.md §4 states. They change only the calling session's
+--   registrations and the `watched` flag of the keys concerned.
+-- * lease._waiter_unflag, an internal helper, pins the search_path too
+--   although its callers already do: it runs only on unwatch and reset, never
+--   on a lease call's path, so the SET costs nothing that matters.
+-- * lease._notify_released is a trigger function: it fires for any UPDATE of
+--   lease.leases, including one an administrator runs by hand outside the API
+--   functions, so it cannot rely on a caller's pinned search_path and pins
+--   its own.
 
--- One row per (key, listener session) with interest in the key's release.
---   backend_pid/backend_start: the registering session; rows of sessions
---   that no longer exist are pruned by lease._waiter_reset (a stale row only
---   costs an unneeded notification, never correctness).
+-- Whether anybody waits for the key's release (see above). Kept by the
+-- `_waiter_*` functions; read by the trigger's WHEN clause.
 ALTER TABLE lease.leases ADD COLUMN watched boolean NOT NULL DEFAULT false;
 
+-- One row per (key, listener session) with interest in the key's release.
+--   backend_pid/backend_start: the registering session; rows of sessions that
+--   no longer exist are pruned by lease._waiter_reset (a stale row only costs
+--   an unneeded notification, never correctness).
 CREATE TABLE lease.waiters (
     key_hash      bytea       NOT NULL,
     backend_pid   integer     NOT NULL,
@@ -40,8 +51,9 @@ CREATE TABLE lease.waiters (
 );
 REVOKE ALL ON TABLE lease.waiters FROM PUBLIC;
 
--- Registers the calling session's interest in releases of `key` and flags
--- the key's row.
+-- Registers the calling session's interest in releases of `key` and flags the
+-- key's row, taking its row lock only if nobody holds it (SKIP LOCKED), until
+-- the caller's transaction ends.
 --
 -- Returns false when the row is locked by an uncommitted writer (acquire,
 -- renew, release, or a lease-checked guard write): the flag could not be set
@@ -56,51 +68,55 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_violations text[];
     v_hash bytea;
 BEGIN
-    v_violations := lease._violations($1, false, NULL, false, NULL, false, NULL, false, NULL);
-    IF cardinality(v_violations) > 0 THEN
-        PERFORM lease._raise_invalid('_waiter_watch', v_violations);
+    IF key IS NULL OR key = '' THEN
+        PERFORM lease._raise_invalid('_waiter_watch', lease._text_violations('key', key));
     END IF;
-    v_hash := lease._key_hash($1);
+    v_hash := lease._key_hash(key);
     INSERT INTO lease.waiters (key_hash, backend_pid, backend_start)
     SELECT v_hash, a.pid, a.backend_start
-      FROM pg_catalog.pg_stat_activity AS a
-     WHERE a.pid = pg_catalog.pg_backend_pid()
+      FROM pg_stat_activity AS a
+     WHERE a.pid = pg_backend_pid()
     ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM lease.leases AS l
-     WHERE l.key_hash = v_hash AND l.key = $1
-       FOR UPDATE SKIP LOCKED;
+    PERFORM 1
+       FROM lease.leases AS l
+      WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key
+        FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
-        UPDATE lease.leases AS l SET watched = true
-         WHERE l.key_hash = v_hash AND l.key = $1 AND NOT l.watched;
+        UPDATE lease.leases AS l
+           SET watched = true
+         WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key AND NOT l.watched;
         RETURN true;
     END IF;
-    -- Nothing locked: the key does not exist (a waiter is only ever denied
-    -- by an existing row, so there is nothing to release), or a writer
-    -- holds its row.
-    RETURN NOT EXISTS (SELECT 1 FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = $1);
+    -- Nothing locked: the key does not exist (a waiter is only ever denied by
+    -- an existing row, so there is nothing to release), or a writer holds its
+    -- row.
+    RETURN NOT EXISTS (SELECT 1 FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key);
 END;
 $$;
 
--- Clears the flag of `p_hash`'s row when no registration is left. Never
--- waits: a row locked by a writer keeps its flag (a stale flag costs one
--- unneeded notification, and the next unwatch or reset clears it). Lock
+-- Clears the flag of the row with `key_hash` when no registration is left.
+-- Never waits: a row locked by a writer keeps its flag (a stale flag costs
+-- one unneeded notification, and the next unwatch or reset clears it). Lock
 -- and check are separate statements, so the check's snapshot is taken after
--- the lock and sees every registration committed before it.
-CREATE FUNCTION lease._waiter_unflag(p_hash bytea)
+-- the lock and sees every registration committed before it. The row lock
+-- lasts until the caller's transaction ends.
+CREATE FUNCTION lease._waiter_unflag(key_hash bytea)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM 1 FROM lease.leases AS l WHERE l.key_hash = p_hash AND l.watched
-       FOR UPDATE SKIP LOCKED;
+    PERFORM 1
+       FROM lease.leases AS l
+      WHERE l.key_hash = _waiter_unflag.key_hash AND l.watched
+        FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
-        UPDATE lease.leases AS l SET watched = false
-         WHERE l.key_hash = p_hash
-           AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = p_hash);
+        UPDATE lease.leases AS l
+           SET watched = false
+         WHERE l.key_hash = _waiter_unflag.key_hash
+           AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _waiter_unflag.key_hash);
     END IF;
 END;
 $$;
@@ -112,20 +128,20 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_hash bytea := lease._key_hash($1);
+    v_hash bytea := lease._key_hash(key);
 BEGIN
     DELETE FROM lease.waiters AS w
-     WHERE w.key_hash = v_hash AND w.backend_pid = pg_catalog.pg_backend_pid();
+     WHERE w.key_hash = v_hash AND w.backend_pid = pg_backend_pid();
     IF FOUND THEN
         PERFORM lease._waiter_unflag(v_hash);
     END IF;
 END;
 $$;
 
--- Called by a listener session when it (re)connects and when it stops:
--- drops rows left by an earlier session with the same pid and rows of
--- sessions that are gone, and unflags keys nobody waits for any more.
--- Returns how many registrations it removed.
+-- Called by a listener session when it (re)connects and when it stops: drops
+-- rows left by an earlier session with the same pid and rows of sessions that
+-- are gone, and unflags keys nobody waits for any more. Returns how many
+-- registrations it removed.
 CREATE FUNCTION lease._waiter_reset()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -138,8 +154,8 @@ BEGIN
     FOR v_hash IN
         WITH gone AS (
             DELETE FROM lease.waiters AS w
-             WHERE w.backend_pid = pg_catalog.pg_backend_pid()
-                OR NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity AS a
+             WHERE w.backend_pid = pg_backend_pid()
+                OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a
                                 WHERE a.pid = w.backend_pid AND a.backend_start = w.backend_start)
             RETURNING w.key_hash)
         SELECT g.key_hash FROM gone AS g
@@ -152,23 +168,21 @@ END;
 $$;
 
 -- The notification: a key goes from owned to FREE only by a release (an
--- acquire always sets an owner; a lapse is no write at all), so a row
--- trigger on exactly that transition, limited by its WHEN clause to
--- watched rows, notifies on every successful release of a watched key and
--- on nothing else. lease.release itself stays as 2026-11-30-000001 defines
--- it. A WHEN clause that is false costs the release no function call and
--- queues no trigger event. NEW is the row version the release wrote, built
--- from the version it locked, so a registration that held the row lock is
--- seen (see lease._waiter_watch). The payload is the key (keys too long for
--- a notification payload send '' = "re-check every key").
+-- acquire always sets an owner; a lapse is no write at all), so a row trigger
+-- on exactly that transition, limited by its WHEN clause to watched rows,
+-- notifies on every successful release of a watched key and on nothing else.
+-- A WHEN clause that is false costs the release no function call and queues
+-- no trigger event. NEW is the row version the release wrote, built from the
+-- version it locked, so a registration that held the row lock is seen (see
+-- lease._waiter_watch). The payload is the key (keys too long for a
+-- notification payload send '' = "re-check every key").
 CREATE FUNCTION lease._notify_released()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM pg_catalog.pg_notify('lease_released',
-        CASE WHEN pg_catalog.octet_length(NEW.key) < 7900 THEN NEW.key ELSE '' END);
+    PERFORM pg_notify('lease_released', CASE WHEN octet_length(NEW.key) < 7900 THEN NEW.key ELSE '' END);
     RETURN NULL;
 END;
 $$;
@@ -179,9 +193,6 @@ FOR EACH ROW
 WHEN (OLD.owner IS NOT NULL AND NEW.owner IS NULL AND NEW.watched)
 EXECUTE FUNCTION lease._notify_released();
 
-REVOKE ALL ON FUNCTION lease._waiter_watch(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._waiter_unwatch(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._waiter_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._waiter_unflag(bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._notify_released() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
