@@ -27,9 +27,6 @@
 --   functions (SECURITY DEFINER, pinned search_path), as
 --   docs/SPECIFICATION.md §4 states. They change only the calling session's
 --   registrations and the `watched` flag of the keys concerned.
--- * lease._waiter_unflag, an internal helper, pins the search_path too
---   although its callers already do: it runs only on unwatch and reset, never
---   on a lease call's path, so the SET costs nothing that matters.
 -- * lease._notify_released is a trigger function: it fires for any UPDATE of
 --   lease.leases, including one an administrator runs by hand outside the API
 --   functions, so it cannot rely on a caller's pinned search_path and pins
@@ -105,7 +102,6 @@ $$;
 CREATE FUNCTION lease._waiter_unflag(key_hash bytea)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM 1

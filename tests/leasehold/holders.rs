@@ -291,7 +291,7 @@ fn waiter_functions_are_security_definer_and_touch_only_the_callers_rows() {
         functions,
         [
             "_waiter_reset|t|search_path=pg_catalog, pg_temp",
-            "_waiter_unflag|f|search_path=pg_catalog, pg_temp",
+            "_waiter_unflag|f|",
             "_waiter_unwatch|t|search_path=pg_catalog, pg_temp",
             "_waiter_watch|t|search_path=pg_catalog, pg_temp",
         ]
