@@ -45,21 +45,20 @@ pub struct FencingToken {
 #[non_exhaustive]
 pub enum TokenError {
     /// The key or owner was empty; grants never have empty names.
-    #[error("fencing token {field} must not be empty; pass the {field} of the grant")]
+    #[error("fencing token {field} must not be empty")]
     EmptyField {
         /// `"key"` or `"owner"`.
         field: &'static str,
     },
     /// Epochs start at 1; zero or negative epochs are never granted.
-    #[error(
-        "fencing token epoch must be at least 1 (got {epoch}); use the epoch a grant returned"
-    )]
+    #[error("fencing token epoch must be at least 1 (got {epoch})")]
     NonPositiveEpoch {
         /// The rejected epoch.
         epoch: i64,
     },
-    /// The text is not of the form `lh1.<epoch>.<key>.<owner>`.
-    #[error("malformed fencing token text ({reason}); expected lh1.<epoch>.<key>.<owner> as produced by FencingToken::to_string")]
+    /// The text is not of the form `lh1.<epoch>.<key>.<owner>`, as
+    /// `FencingToken`'s `Display` writes it.
+    #[error("malformed fencing token text: {reason}")]
     Malformed {
         /// What exactly did not match.
         reason: String,

@@ -68,6 +68,7 @@ const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 
 /// How long a blocking acquire may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Wait {
     /// Give up with [`WaitError::TimedOut`] after this long (zero: one
     /// attempt).
@@ -87,7 +88,7 @@ impl From<Duration> for Wait {
 #[non_exhaustive]
 pub enum WaitError {
     /// Another owner held the key for the whole wait; nothing changed.
-    #[error("timed out after waiting {waited:?} for lease {key:?}, which another owner held throughout; retry later, wait longer, or inspect the key")]
+    #[error("timed out after {waited:?} waiting for lease {key:?}")]
     TimedOut {
         /// The key waited for.
         key: String,
@@ -95,7 +96,7 @@ pub enum WaitError {
         waited: Duration,
     },
     /// The wait was cancelled through its [`CancelToken`]; nothing changed.
-    #[error("waiting for lease {key:?} was cancelled; nothing was acquired")]
+    #[error("waiting for lease {key:?} was cancelled")]
     Cancelled {
         /// The key waited for.
         key: String,
