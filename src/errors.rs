@@ -194,6 +194,17 @@ pub enum InstallError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// Schema `lease` already exists and another role owns it; nothing was
+    /// installed or changed. Whoever owns the schema could replace
+    /// leasehold's functions and run code as their owner, so leasehold never
+    /// installs into a schema it did not create. Have `owner` (or a
+    /// superuser) drop the schema, or install as `owner` if that role is
+    /// meant to own leasehold.
+    #[error("schema lease already exists and is owned by role {owner:?}, not by the installing role; leasehold installs only into a schema the installing role owns")]
+    SchemaNotOwned {
+        /// The role that owns the existing schema `lease`.
+        owner: String,
+    },
     /// The install bookkeeping (schema `lease`, its version table, the
     /// install lock) could not be read or written.
     #[error("leasehold install bookkeeping failed")]
@@ -202,6 +213,22 @@ pub enum InstallError {
     /// problem, fixed by rebuilding the crate.
     #[error("the embedded leasehold migrations could not be read")]
     Embedded(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl InstallError {
+    /// Maps a diesel error of the install bookkeeping to its typed meaning.
+    pub(crate) fn from_diesel(error: DieselError) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::SCHEMA_NOT_OWNED) {
+                if let Some(owner) = info.details().and_then(decode::schema_owner) {
+                    return InstallError::SchemaNotOwned {
+                        owner: owner.to_owned(),
+                    };
+                }
+            }
+        }
+        InstallError::Database(error)
+    }
 }
 
 /// Errors of the guard operations. A refusal rolls back the caller's

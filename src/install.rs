@@ -13,7 +13,10 @@
 //! - the whole install is one transaction holding a transaction-level
 //!   advisory lock, so concurrent installers queue, the first installs and
 //!   the rest find everything done; a failure leaves nothing behind;
-//! - it needs only CREATE on the database (for schema `lease`).
+//! - it needs only CREATE on the database (for schema `lease`);
+//! - it never adopts a schema `lease` another role owns
+//!   ([`InstallError::SchemaNotOwned`]): that role could replace leasehold's
+//!   functions and run code as the installer.
 //!
 //! Version naming: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`;
 //! its version is the digits. Upgrades are new directories with later
@@ -152,13 +155,42 @@ fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallE
     Ok(migrations)
 }
 
+/// Refuses a schema `lease` that exists and is not owned by the installing
+/// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
+/// `lease_schema_not_owned`, DETAIL `owner=<role>`. The same block opens
+/// migration 1, so that `diesel migration run` with the vendored migrations
+/// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
+/// EXISTS`, so a schema created concurrently is judged as well.
+const SCHEMA_OWNER_CHECK: &str = "DO $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace AS n
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
+       AND n.nspowner OPERATOR(pg_catalog.<>)
+           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_schema_not_owned',
+                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
+                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
+    END IF;
+END
+$$";
+
 fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     diesel::sql_query("SELECT pg_catalog.pg_advisory_xact_lock($1)")
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)?;
+    // The ownership check comes before the bookkeeping table: a schema
+    // owned by someone else is never written to.
+    conn.batch_execute("CREATE SCHEMA IF NOT EXISTS lease")?;
+    conn.batch_execute(SCHEMA_OWNER_CHECK)
+        .map_err(InstallError::from_diesel)?;
     conn.batch_execute(
-        "CREATE SCHEMA IF NOT EXISTS lease;
-         CREATE TABLE IF NOT EXISTS lease.schema_migrations (
+        "CREATE TABLE IF NOT EXISTS lease.schema_migrations (
              version      text        PRIMARY KEY,
              name         text        NOT NULL,
              installed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
@@ -176,4 +208,14 @@ fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, Install
             .map(|row| row.version)
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// The check `install` runs is the one migration 1 opens with.
+    #[test]
+    fn the_schema_owner_check_is_the_one_migration_1_runs() {
+        let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
+        assert!(up.contains(&format!("{};", super::SCHEMA_OWNER_CHECK)));
+    }
 }

@@ -25,6 +25,30 @@
 --   apply, are computed only on those error paths.
 
 CREATE SCHEMA IF NOT EXISTS lease;
+-- docs/SPECIFICATION.md §4: never adopt a schema `lease` that another role
+-- created. Its owner could replace any function in it, an internal helper
+-- included, and the next SECURITY DEFINER call would run that code as the
+-- installer. The check follows the CREATE, so a schema created concurrently
+-- is judged too; refusing rolls the whole migration back. leasehold::install
+-- runs the same check before its own bookkeeping (src/install.rs).
+DO $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace AS n
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
+       AND n.nspowner OPERATOR(pg_catalog.<>)
+           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_schema_not_owned',
+                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
+                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
+    END IF;
+END
+$$;
 REVOKE ALL ON SCHEMA lease FROM PUBLIC;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
@@ -82,29 +106,93 @@ AS $$
     END
 $$;
 
--- A ttl: not NULL, positive, at most 100 years.
+-- A ttl or wait is judged by the time it adds to the clock now
+-- (docs/SPECIFICATION.md §1.3), not by interval ordering, which counts a
+-- month as 30 days and a day as 24 hours: '-1 year 361 days' orders above
+-- zero yet moves the clock back. The functions' inline check accepts only
+-- what ordering judges exactly: a plain span (no months, no days) above zero
+-- (or at least zero, for a wait) and at most 100 years; the Rust client
+-- always sends one. Anything else, NULL included, goes to the error path,
+-- where the helpers below judge it by the time it adds and return no
+-- violation when it is fine after all.
+
+-- The inline check of a ttl, for a non-NULL ttl. A SQL function the planner
+-- inlines into the caller's expression.
+CREATE FUNCTION lease._plain_ttl(ttl interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ttl > interval '0' AND ttl <= interval '100 years'
+       AND date_part('day', ttl) = 0 AND date_part('month', ttl) = 0 AND date_part('year', ttl) = 0
+$$;
+
+-- The inline check of a wait, for a non-NULL wait.
+CREATE FUNCTION lease._plain_wait(wait interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT wait >= interval '0' AND wait <= interval '100 years'
+       AND date_part('day', wait) = 0 AND date_part('month', wait) = 0 AND date_part('year', wait) = 0
+$$;
+
+-- What a non-NULL interval does to the clock now (in the session's time
+-- zone, as the grant's own `now + ttl` does): 'negative', 'zero', 'ok' (at
+-- most 100 years ahead), 'over' (more), or 'overflow' when PostgreSQL cannot
+-- add it to now at all (for example '-2000000 mon 60000001 days': its months
+-- alone reach before 4713 BC). Only ever called on the error path, so its
+-- exception block costs the hot path nothing.
+CREATE FUNCTION lease._span_effect(span interval)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_end timestamptz;
+BEGIN
+    v_end := v_now + span;
+    IF v_end < v_now THEN
+        RETURN 'negative';
+    ELSIF v_end = v_now THEN
+        RETURN 'zero';
+    ELSIF v_end > v_now + interval '100 years' THEN
+        RETURN 'over';
+    END IF;
+    RETURN 'ok';
+EXCEPTION WHEN datetime_field_overflow OR interval_field_overflow THEN
+    RETURN 'overflow';
+END;
+$$;
+
+-- A ttl: not NULL; now + ttl after now and at most now + 100 years.
 CREATE FUNCTION lease._ttl_violations(ttl interval)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
         WHEN ttl IS NULL THEN ARRAY['ttl must not be NULL']
-        WHEN ttl <= interval '0' THEN ARRAY['ttl must be positive']
-        WHEN ttl > interval '100 years' THEN ARRAY['ttl must be at most 100 years']
-        ELSE ARRAY[]::text[]
+        ELSE CASE lease._span_effect(ttl)
+            WHEN 'negative' THEN ARRAY['ttl must be positive']
+            WHEN 'zero' THEN ARRAY['ttl must be positive']
+            WHEN 'over' THEN ARRAY['ttl must be at most 100 years']
+            WHEN 'overflow' THEN ARRAY['ttl must not overflow when added to the current time']
+            ELSE ARRAY[]::text[]
+        END
     END
 $$;
 
--- A wait: not NULL, not negative, at most 100 years.
+-- A wait: not NULL; now + wait not before now and at most now + 100 years.
 CREATE FUNCTION lease._wait_violations(wait interval)
 RETURNS text[]
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
         WHEN wait IS NULL THEN ARRAY['wait must not be NULL']
-        WHEN wait < interval '0' THEN ARRAY['wait must not be negative']
-        WHEN wait > interval '100 years' THEN ARRAY['wait must be at most 100 years']
-        ELSE ARRAY[]::text[]
+        ELSE CASE lease._span_effect(wait)
+            WHEN 'negative' THEN ARRAY['wait must not be negative']
+            WHEN 'over' THEN ARRAY['wait must be at most 100 years']
+            WHEN 'overflow' THEN ARRAY['wait must not overflow when added to the current time']
+            ELSE ARRAY[]::text[]
+        END
     END
 $$;
 
@@ -125,12 +213,17 @@ AS $$
 $$;
 
 -- Raises invalid_input (SQLSTATE 22023) naming every violation; the stable
--- machine-readable name travels in the CONSTRAINT field.
+-- machine-readable name travels in the CONSTRAINT field. Returns without
+-- raising when there is none: an interval the inline check sent to the error
+-- path can turn out fine by the time it adds.
 CREATE FUNCTION lease._raise_invalid(caller text, violations text[])
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 AS $$
 BEGIN
+    IF cardinality(violations) = 0 THEN
+        RETURN;
+    END IF;
     RAISE EXCEPTION 'invalid input to lease.%: %', caller, array_to_string(violations, '; ')
         USING ERRCODE = '22023',
               CONSTRAINT = 'lease_invalid_input',
@@ -194,15 +287,18 @@ DECLARE
     v_expires timestamptz;
 BEGIN
     IF key IS NULL OR key = '' OR owner IS NULL OR owner = ''
-       OR ttl IS NULL OR ttl <= interval '0' OR ttl > interval '100 years'
-       OR wait IS NULL OR wait < interval '0' OR wait > interval '100 years' THEN
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl)
+       OR wait IS NULL OR NOT lease._plain_wait(wait) THEN
         PERFORM lease._raise_invalid('acquire',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl) || lease._wait_violations(wait));
     END IF;
     v_hash := lease._key_hash(key);
-    IF wait > interval '0' THEN
-        v_deadline := clock_timestamp() + wait;
+    -- Judged by the time it adds, like the input check: '1 mon -30 days'
+    -- orders as zero but waits a day at the end of a 31-day month.
+    v_now := clock_timestamp();
+    IF v_now + wait > v_now THEN
+        v_deadline := v_now + wait;
     END IF;
     <<attempt>>
     LOOP
@@ -281,6 +377,12 @@ BEGIN
             NULL;   -- the attempt's locks are gone with it
         END;
         IF v_outcome = 'granted' THEN
+            -- §1.4: the grant is durable at commit whatever the caller's
+            -- session asked for. Raised for this transaction only, and only
+            -- from below `on`; remote_write and remote_apply stay.
+            IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
             acquired := true;
             epoch := v_epoch;
             expires_at := v_expires;
@@ -323,7 +425,7 @@ DECLARE
     v_hash bytea;
 BEGIN
     IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
-       OR ttl IS NULL OR ttl <= interval '0' OR ttl > interval '100 years' THEN
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
         PERFORM lease._raise_invalid('renew',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl) || lease._epoch_violations('epoch', epoch, NULL));
@@ -335,6 +437,10 @@ BEGIN
        AND l.expires_at > clock_timestamp()
     RETURNING l.expires_at INTO renew.expires_at;
     IF FOUND THEN
+        -- §1.4: durable at commit (see lease.acquire).
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
         status := 'ok';
         RETURN NEXT;
         RETURN;
@@ -347,6 +453,9 @@ BEGIN
            SET expires_at = clock_timestamp() + renew.ttl
          WHERE l.key_hash = v_hash AND l.key = renew.key
         RETURNING l.expires_at INTO renew.expires_at;
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
     ELSE
         expires_at := NULL;
     END IF;
@@ -376,6 +485,10 @@ BEGIN
      WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
        AND l.expires_at > clock_timestamp();
     IF FOUND THEN
+        -- §1.4: durable at commit (see lease.acquire).
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
         status := 'ok';
         RETURN NEXT;
         RETURN;
@@ -385,6 +498,9 @@ BEGIN
         UPDATE lease.leases AS l
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
          WHERE l.key_hash = v_hash AND l.key = release.key;
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
     END IF;
     RETURN NEXT;
 END;
@@ -415,6 +531,9 @@ $$;
 
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._text_violations(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._plain_ttl(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._plain_wait(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._span_effect(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._ttl_violations(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._wait_violations(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._epoch_violations(text, bigint, bigint) FROM PUBLIC;

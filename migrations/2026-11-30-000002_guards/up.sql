@@ -91,6 +91,11 @@ BEGIN
        AND g.lease_key = excluded.lease_key
        AND g.accepted_epoch <= excluded.accepted_epoch;
     IF FOUND THEN
+        -- docs/SPECIFICATION.md §1.4: durable at commit whatever the
+        -- caller's session asked for (see lease.acquire).
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
         RETURN;
     END IF;
     -- ON CONFLICT locked the row even though it did not update it, so this
@@ -214,7 +219,7 @@ DECLARE
 BEGIN
     IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR owner IS NULL OR owner = ''
        OR epoch IS NULL OR epoch < 1
-       OR ttl IS NULL OR ttl <= interval '0' OR ttl > interval '100 years' THEN
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
         PERFORM lease._raise_invalid('renew_admit',
             lease._text_violations('resource', resource) || lease._text_violations('key', key)
             || lease._epoch_violations('epoch', epoch, 1) || lease._text_violations('owner', owner)
@@ -263,6 +268,10 @@ BEGIN
           FROM lease.guards AS g
          WHERE g.resource_hash = v_hash AND g.resource = fence.resource;
         PERFORM lease._raise_wrong_key(resource, v_fenced_by, key);
+    END IF;
+    -- §1.4: durable at commit (see lease.acquire).
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
     END IF;
     RETURN v_accepted;
 END;

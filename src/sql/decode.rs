@@ -54,3 +54,9 @@ pub(crate) fn detail_field<'d>(detail: &'d str, name: &str) -> Option<&'d str> {
 pub(crate) fn fenced_by(detail: &str) -> Option<&str> {
     detail.strip_prefix("fenced_by=")
 }
+
+/// The role named by a refused install's DETAIL (`owner=<role>`; a role
+/// name may hold spaces, so it is everything after the prefix).
+pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
+    detail.strip_prefix("owner=")
+}

@@ -12,5 +12,9 @@ pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
 /// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
+/// `CONSTRAINT` name of an install refused because schema `lease` exists
+/// and another role owns it (SQLSTATE 42501).
+pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
+
 /// The channel `lease.release` notifies waiters on.
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";

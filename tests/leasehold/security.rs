@@ -2,7 +2,11 @@
 //! closed to callers, no hijacking through `public`, awkward names.
 
 use diesel::connection::SimpleConnection;
-use leasehold::{acquire, inspect, release, renew, Acquisition, LeaseState, Release, Renewal};
+use diesel_migrations::MigrationHarness;
+use leasehold::{
+    acquire, inspect, install, installed_versions, release, renew, Acquisition, InstallError,
+    LeaseState, Release, Renewal,
+};
 
 use crate::common::*;
 
@@ -193,4 +197,87 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
     let b = format!("{}b", "x".repeat(10_000));
     granted(acquire(&mut conn, &a, "one", TTL).unwrap());
     granted(acquire(&mut conn, &b, "two", TTL).unwrap());
+}
+
+/// The objects in schema `lease` (tables, sequences, functions), as seen by
+/// the superuser: what "nothing was created" compares.
+fn objects_in_lease(conn: &mut diesel::PgConnection) -> Vec<String> {
+    query_lines(
+        conn,
+        "SELECT c.relname::text AS line FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'lease' \
+         UNION ALL SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'lease' \
+         ORDER BY 1",
+    )
+}
+
+/// §4: a role with only CREATE on the database creates schema `lease`
+/// before the database owner installs. Adopting it would let that role
+/// replace an internal helper and run code as the installer through the
+/// next SECURITY DEFINER call, so every install path refuses, naming the
+/// schema's owner, and creates nothing. Once the schema is gone, the
+/// installer installs, and installs again idempotently.
+#[test]
+fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_creates_nothing() {
+    let db = TestDb::empty();
+    let installer = format!("{}_installer", db.name);
+    let squatter = format!("{}_squatter", db.name);
+    let mut admin = db.conn();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {installer} LOGIN; CREATE ROLE {squatter} LOGIN;
+             ALTER DATABASE {db} OWNER TO {installer};
+             GRANT CREATE ON DATABASE {db} TO {squatter};",
+            db = db.name
+        ))
+        .unwrap();
+    // The squatter opens its schema to everybody, so that without the rule
+    // the installer could create leasehold's objects in it.
+    db.conn_as(&squatter)
+        .batch_execute("CREATE SCHEMA lease; GRANT ALL ON SCHEMA lease TO PUBLIC;")
+        .unwrap();
+    let mut conn = db.conn_as(&installer);
+
+    // leasehold::install: a typed refusal naming the owner.
+    let error = install(&mut conn).unwrap_err();
+    match &error {
+        InstallError::SchemaNotOwned { owner } => assert_eq!(owner, &squatter),
+        other => panic!("expected SchemaNotOwned, got {other:?}"),
+    }
+    assert!(error.to_string().contains(&squatter), "{error}");
+    assert!(installed_versions(&mut conn).unwrap().is_empty());
+
+    // Migration 1's up.sql run as plain SQL (the vendored path): 42501 with
+    // the stable constraint name and the owner in the message.
+    let up = include_str!("../../migrations/2026-11-30-000001_lease_primitive/up.sql");
+    assert_eq!(sqlstate_of(&mut conn, up), "42501");
+    let error = conn.batch_execute(up).unwrap_err();
+    let diesel::result::Error::DatabaseError(_, info) = &error else {
+        panic!("{error:?}")
+    };
+    assert_eq!(info.constraint_name(), Some("lease_schema_not_owned"));
+    assert!(info.message().contains(&squatter), "{}", info.message());
+
+    // diesel's own harness with the vendored migrations.
+    assert!(conn.run_pending_migrations(leasehold::MIGRATIONS).is_err());
+
+    assert_eq!(objects_in_lease(&mut admin), Vec::<String>::new());
+    assert_eq!(
+        query_lines(
+            &mut admin,
+            "SELECT pg_get_userbyid(nspowner)::text AS line FROM pg_namespace WHERE nspname = 'lease'"
+        ),
+        [squatter.as_str()]
+    );
+
+    // Without the squatter's schema the same installer installs, and again.
+    admin.batch_execute("DROP SCHEMA lease").unwrap();
+    assert!(!install(&mut conn).unwrap().applied.is_empty());
+    assert!(install(&mut conn).unwrap().applied.is_empty());
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    drop(conn);
+    let _ = admin.batch_execute(&format!(
+        "DROP SCHEMA IF EXISTS lease CASCADE; ALTER DATABASE {db} OWNER TO CURRENT_USER;
+         DROP OWNED BY {installer}; DROP OWNED BY {squatter}; DROP ROLE {installer}; DROP ROLE {squatter};",
+        db = db.name
+    ));
 }

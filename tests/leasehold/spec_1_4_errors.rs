@@ -184,3 +184,178 @@ fn timeout_error_changes_nothing() {
     assert!(matches!(error, LeaseError::TimedOut { .. }));
     assert_eq!(table_snapshot(&mut conn), before);
 }
+
+/// Intervals that interval ordering (a month counts as 30 days) judges
+/// fine but that add no time, too much time, or cannot be added to the
+/// current time at all; each with the violation it must be named by, for a
+/// ttl and for a wait.
+const ODD_INTERVALS: &[(&str, &str, &str)] = &[
+    // 12 months are 365 or 366 days: now + this is about 4 days ago.
+    (
+        "-1 year 361 days",
+        "ttl must be positive",
+        "wait must not be negative",
+    ),
+    // Orders as 1 day; adds about 2,400 years.
+    (
+        "2000000 mon -59999999 days",
+        "ttl must be at most 100 years",
+        "wait must be at most 100 years",
+    ),
+    // Orders as 1 day; now - 2,000,000 months is before 4713 BC.
+    (
+        "-2000000 mon 60000001 days",
+        "ttl must not overflow when added to the current time",
+        "wait must not overflow when added to the current time",
+    ),
+];
+
+/// Every lease and guard row, for "nothing changed" checks.
+fn lease_and_guard_snapshot(conn: &mut diesel::PgConnection) -> Vec<String> {
+    let mut rows = table_snapshot(conn);
+    rows.extend(query_lines(
+        conn,
+        "SELECT format('%s|%s|%s', resource, lease_key, accepted_epoch) AS line FROM lease.guards ORDER BY resource",
+    ));
+    rows
+}
+
+/// §1.3, §1.4: ttl and wait are judged by the time they add at the call,
+/// in acquire, renew and renew_admit; each odd interval raises 22023 naming
+/// its violation, and nothing changes (I9).
+#[test]
+fn ttl_and_wait_are_judged_by_the_time_they_add_not_by_interval_ordering() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lease = granted(acquire(&mut conn, "k", "o", TTL).unwrap());
+    let epoch = lease.epoch();
+    let before = lease_and_guard_snapshot(&mut conn);
+    for (interval, ttl_violation, wait_violation) in ODD_INTERVALS {
+        let cases = [
+            (
+                format!("SELECT * FROM lease.acquire('fresh', 'o', interval '{interval}')"),
+                ttl_violation,
+            ),
+            (
+                format!("SELECT * FROM lease.acquire('fresh', 'o', interval '1s', interval '{interval}')"),
+                wait_violation,
+            ),
+            (
+                format!("SELECT * FROM lease.renew('k', 'o', {epoch}, interval '{interval}')"),
+                ttl_violation,
+            ),
+            (
+                format!("SELECT lease.renew_admit('r', 'k', 'o', {epoch}, interval '{interval}')"),
+                ttl_violation,
+            ),
+        ];
+        for (sql, violation) in &cases {
+            assert_eq!(sqlstate_of(&mut conn, sql), "22023", "{sql}");
+            let error = diesel::RunQueryDsl::execute(diesel::sql_query(sql.as_str()), &mut conn)
+                .unwrap_err();
+            let diesel::result::Error::DatabaseError(_, info) = &error else {
+                panic!("{sql}: {error:?}")
+            };
+            assert_eq!(info.constraint_name(), Some("lease_invalid_input"), "{sql}");
+            assert_eq!(info.details(), Some(**violation), "{sql}");
+            assert_eq!(lease_and_guard_snapshot(&mut conn), before, "{sql}");
+        }
+    }
+    // Intervals that mix units but add a sensible time are accepted.
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT acquired::text AS line FROM lease.acquire('mixed2', 'o', interval '1 mon -1 day', interval '1 day -1 hour')"
+        ),
+        ["true"]
+    );
+}
+
+/// §1.4: a call that writes raises `synchronous_commit` from `off` or
+/// `local` to `on` for its own transaction, so its commit waits for the WAL
+/// flush (the crash tests are in tests/failure_model/durability.rs). Calls
+/// that change nothing leave the caller's setting alone, and so do writing
+/// calls under remote_write and remote_apply.
+#[test]
+fn writing_calls_raise_synchronous_commit_to_on_for_their_transaction_only() {
+    use diesel::connection::SimpleConnection;
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let setting = |conn: &mut diesel::PgConnection| {
+        query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
+    };
+    let held = granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    // (call, whether it writes)
+    let calls: Vec<(String, bool)> = vec![
+        ("SELECT * FROM lease.inspect('held')".into(), false),
+        (
+            "SELECT * FROM lease.acquire('held', 'b', interval '30s')".into(),
+            false,
+        ),
+        (
+            format!(
+                "SELECT * FROM lease.renew('held', 'b', {}, interval '30s')",
+                held.epoch()
+            ),
+            false,
+        ),
+        (
+            format!("SELECT * FROM lease.release('held', 'b', {})", held.epoch()),
+            false,
+        ),
+        ("SELECT * FROM lease.inspect_guard('r')".into(), false),
+        (
+            "SELECT * FROM lease.acquire('k', 'a', interval '30s')".into(),
+            true,
+        ),
+        (
+            "SELECT * FROM lease.acquire('k', 'a', interval '30s', interval '1 day -1 hour')"
+                .into(),
+            true,
+        ),
+        (
+            format!(
+                "SELECT * FROM lease.renew('held', 'a', {}, interval '30s')",
+                held.epoch()
+            ),
+            true,
+        ),
+        (
+            format!("SELECT * FROM lease.release('held', 'a', {})", held.epoch()),
+            true,
+        ),
+        (
+            format!("SELECT lease.admit('r', 'held', {})", held.epoch()),
+            true,
+        ),
+        (
+            format!(
+                "SELECT lease.renew_admit('r', 'held', 'a', {}, interval '30s')",
+                held.epoch()
+            ),
+            true,
+        ),
+        ("SELECT lease.fence('r2', 'held', 0)".into(), true),
+    ];
+    for (call, writes) in &calls {
+        for (caller, after_a_write) in [
+            ("off", "on"),
+            ("local", "on"),
+            ("remote_write", "remote_write"),
+            ("remote_apply", "remote_apply"),
+            ("on", "on"),
+        ] {
+            conn.batch_execute(&format!(
+                "BEGIN; SET LOCAL synchronous_commit = {caller}; {call}"
+            ))
+            .unwrap_or_else(|e| panic!("{call}: {e}"));
+            let expected = if *writes { after_a_write } else { caller };
+            assert_eq!(setting(&mut conn), expected, "{call} under {caller}");
+            conn.batch_execute("ROLLBACK").unwrap();
+        }
+    }
+    // The raise ends with the transaction.
+    conn.batch_execute("SET synchronous_commit = off").unwrap();
+    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    assert_eq!(setting(&mut conn), "off");
+}
