@@ -33,6 +33,7 @@ use diesel::sql_types::Text;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 
 use crate::errors::InstallError;
+use crate::sql::install;
 
 /// The migration files under `migrations/`, compiled into the crate.
 ///
@@ -86,12 +87,10 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
                     version: version.clone(),
                     source,
                 })?;
-            diesel::sql_query(
-                "INSERT INTO lease.schema_migrations (version, name) VALUES ($1, $2)",
-            )
-            .bind::<Text, _>(&version)
-            .bind::<Text, _>(migration.name().to_string())
-            .execute(conn)?;
+            diesel::sql_query(install::RECORD_VERSION)
+                .bind::<Text, _>(&version)
+                .bind::<Text, _>(migration.name().to_string())
+                .execute(conn)?;
             applied.push(version);
         }
         Ok(InstallReport { applied })
@@ -107,7 +106,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
     conn.transaction(|conn| {
         lock_and_prepare(conn)?;
         let done = recorded_versions(conn)?;
-        diesel::sql_query("DROP TABLE lease.schema_migrations").execute(conn)?;
+        diesel::sql_query(install::DROP_BOOKKEEPING).execute(conn)?;
         for migration in migrations.iter().rev() {
             let version = migration.name().version().to_string();
             if !done.contains(&version) {
@@ -120,7 +119,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
                     source,
                 })?;
         }
-        diesel::sql_query("DROP SCHEMA IF EXISTS lease RESTRICT").execute(conn)?;
+        diesel::sql_query(install::DROP_SCHEMA).execute(conn)?;
         Ok(())
     })
 }
@@ -132,18 +131,15 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, Instal
         #[diesel(sql_type = diesel::sql_types::Bool)]
         present: bool,
     }
-    let present: Present =
-        diesel::sql_query("SELECT to_regclass('lease.schema_migrations') IS NOT NULL AS present")
-            .get_result(conn)?;
+    let present: Present = diesel::sql_query(install::BOOKKEEPING_PRESENT).get_result(conn)?;
     if !present.present {
         return Ok(Vec::new());
     }
-    let mut versions: Vec<String> =
-        diesel::sql_query("SELECT version FROM lease.schema_migrations")
-            .load::<VersionRow>(conn)?
-            .into_iter()
-            .map(|row| row.version)
-            .collect();
+    let mut versions: Vec<String> = diesel::sql_query(install::RECORDED_VERSIONS)
+        .load::<VersionRow>(conn)?
+        .into_iter()
+        .map(|row| row.version)
+        .collect();
     versions.sort();
     Ok(versions)
 }
@@ -155,59 +151,25 @@ fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallE
     Ok(migrations)
 }
 
-/// Refuses a schema `lease` that exists and is not owned by the installing
-/// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
-/// `lease_schema_not_owned`, DETAIL `owner=<role>`. The same block opens
-/// migration 1, so that `diesel migration run` with the vendored migrations
-/// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
-/// EXISTS`, so a schema created concurrently is judged as well.
-const SCHEMA_OWNER_CHECK: &str = "DO $$
-DECLARE
-    v_owner text;
-BEGIN
-    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
-      FROM pg_catalog.pg_namespace AS n
-     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
-       AND n.nspowner OPERATOR(pg_catalog.<>)
-           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
-    IF v_owner IS NOT NULL THEN
-        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
-            USING ERRCODE = '42501',
-                  CONSTRAINT = 'lease_schema_not_owned',
-                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
-                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
-    END IF;
-END
-$$";
-
 fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
-    diesel::sql_query("SELECT pg_catalog.pg_advisory_xact_lock($1)")
+    diesel::sql_query(install::LOCK)
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)?;
     // The ownership check comes before the bookkeeping table: a schema
     // owned by someone else is never written to.
-    conn.batch_execute("CREATE SCHEMA IF NOT EXISTS lease")?;
-    conn.batch_execute(SCHEMA_OWNER_CHECK)
+    conn.batch_execute(install::CREATE_SCHEMA)?;
+    conn.batch_execute(install::SCHEMA_OWNER_CHECK)
         .map_err(InstallError::from_diesel)?;
-    conn.batch_execute(
-        "CREATE TABLE IF NOT EXISTS lease.schema_migrations (
-             version      text        PRIMARY KEY,
-             name         text        NOT NULL,
-             installed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
-         );
-         REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;",
-    )?;
+    conn.batch_execute(install::CREATE_BOOKKEEPING)?;
     Ok(())
 }
 
 fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, InstallError> {
-    Ok(
-        diesel::sql_query("SELECT version FROM lease.schema_migrations")
-            .load::<VersionRow>(conn)?
-            .into_iter()
-            .map(|row| row.version)
-            .collect(),
-    )
+    Ok(diesel::sql_query(install::RECORDED_VERSIONS)
+        .load::<VersionRow>(conn)?
+        .into_iter()
+        .map(|row| row.version)
+        .collect())
 }
 
 #[cfg(test)]
@@ -216,6 +178,6 @@ mod tests {
     #[test]
     fn the_schema_owner_check_is_the_one_migration_1_runs() {
         let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
-        assert!(up.contains(&format!("{};", super::SCHEMA_OWNER_CHECK)));
+        assert!(up.contains(&format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK)));
     }
 }

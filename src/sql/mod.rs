@@ -16,8 +16,11 @@
 //!   violation lists.
 //! - [`input`]: the checks made before a call is sent, in the same terms as
 //!   the server's own validation.
+//! - [`install`]: the installer's lock, bookkeeping and schema-ownership
+//!   check.
 
 pub(crate) mod calls;
 pub(crate) mod decode;
 pub(crate) mod input;
+pub(crate) mod install;
 pub(crate) mod names;

@@ -1,0 +1,60 @@
+//! The installer's statements: its lock, its bookkeeping table (versions
+//! go into `lease.schema_migrations`, never into the application's own
+//! diesel table), and the schema-ownership check it shares with
+//! migration 1.
+
+/// Serialises installers of one database (`$1`: the lock key).
+pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
+
+/// The schema the migrations install into.
+pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
+
+/// Refuses a schema `lease` that exists and is not owned by the installing
+/// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
+/// `lease_schema_not_owned`, DETAIL `owner=<role>`. The same block opens
+/// migration 1, so that `diesel migration run` with the vendored migrations
+/// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
+/// EXISTS`, so a schema created concurrently is judged as well.
+pub(crate) const SCHEMA_OWNER_CHECK: &str = "DO $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace AS n
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
+       AND n.nspowner OPERATOR(pg_catalog.<>)
+           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_schema_not_owned',
+                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
+                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
+    END IF;
+END
+$$";
+
+/// The bookkeeping table, readable by nobody but its owner.
+pub(crate) const CREATE_BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS lease.schema_migrations (
+     version      text        PRIMARY KEY,
+     name         text        NOT NULL,
+     installed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+ );
+ REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;";
+
+/// Records one applied migration: `$1` version, `$2` name.
+pub(crate) const RECORD_VERSION: &str =
+    "INSERT INTO lease.schema_migrations (version, name) VALUES ($1, $2)";
+
+/// Whether the bookkeeping table exists (column `present`).
+pub(crate) const BOOKKEEPING_PRESENT: &str =
+    "SELECT to_regclass('lease.schema_migrations') IS NOT NULL AS present";
+
+/// The recorded versions (column `version`).
+pub(crate) const RECORDED_VERSIONS: &str = "SELECT version FROM lease.schema_migrations";
+
+/// Uninstall: the bookkeeping table, then (after the migrations' own
+/// `down.sql`) the schema, which must be empty by then.
+pub(crate) const DROP_BOOKKEEPING: &str = "DROP TABLE lease.schema_migrations";
+/// See [`DROP_BOOKKEEPING`].
+pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS lease RESTRICT";
