@@ -14,6 +14,9 @@ DROP FUNCTION IF EXISTS lease._plain_wait(interval);
 DROP FUNCTION IF EXISTS lease._plain_ttl(interval);
 DROP FUNCTION IF EXISTS lease._text_violations(text, text);
 DROP TABLE IF EXISTS lease.leases;
+DROP FUNCTION IF EXISTS lease._raise_forbidden(text, text, text);
+DROP FUNCTION IF EXISTS lease._allowed(text);
+DROP TABLE IF EXISTS lease.namespaces;
 DROP FUNCTION IF EXISTS lease._key_hash(text);
 -- The schema goes only when nothing else lives in it (leasehold's own install
 -- bookkeeping is dropped by the installer after the last down migration).

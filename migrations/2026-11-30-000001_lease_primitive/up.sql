@@ -89,6 +89,58 @@ CREATE TABLE lease.leases (
 -- measurably slows every call.
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 
+-- Key namespaces (docs/SPECIFICATION.md §4): an operator binds a prefix of
+-- key and resource names to a database role. A name is governed by the rule
+-- with the longest prefix it starts with, and only members of that rule's
+-- role (and superusers) may act on it. Without rules every role may act on
+-- every name, as the seed's model has it. Rules are written only by the
+-- operator functions of 2026-11-30-000004.
+--   prefix: not empty, at most 1024 bytes (a btree key).
+--   role_oid: the bound role. A rule whose role was dropped admits nobody
+--          but superusers: it fails closed.
+CREATE TABLE lease.namespaces (
+    prefix     text        PRIMARY KEY,
+    role_oid   oid         NOT NULL,
+    created_at timestamptz NOT NULL
+);
+REVOKE ALL ON TABLE lease.namespaces FROM PUBLIC;
+
+-- Whether the calling session may act on `name` (a key or a resource). The
+-- caller is session_user, the role that logged in: inside a SECURITY
+-- DEFINER function current_user is the function's owner, and session_user
+-- cannot be changed by an ordinary role (SET ROLE changes current_user
+-- only). Membership counts as pg_has_role(..., 'MEMBER') reports it, so a
+-- login role acts with every role it may SET ROLE to. Inlined by the
+-- planner; with no rules it is one look-up in an empty table.
+CREATE FUNCTION lease._allowed(name text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT COALESCE(
+        (SELECT pg_has_role(session_user, n.role_oid, 'MEMBER')
+           FROM lease.namespaces AS n
+          WHERE starts_with(_allowed.name, n.prefix)
+          ORDER BY octet_length(n.prefix) DESC
+          LIMIT 1),
+        true)
+$$;
+
+-- Raised when the caller may not act on `name` (docs/SPECIFICATION.md §4).
+-- Names the caller's own argument and role, never the rule's role or
+-- anything about the key's state.
+CREATE FUNCTION lease._raise_forbidden(caller text, argument text, name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'permission denied for lease.%: role % may not act on % %', caller, session_user, argument, name
+        USING ERRCODE = '42501',
+              CONSTRAINT = 'lease_namespace_denied',
+              DETAIL = format('%s=%s role=%s', argument, name, session_user),
+              HINT = 'An operator bound this name''s prefix to another role; connect as a member of that role.';
+END;
+$$;
+
 -- Input violations (docs/SPECIFICATION.md §1.4), used only on the error path:
 -- each returns the violated rules of one argument, phrased as what the caller
 -- must do, or an empty array. A function lists its arguments in the order its
@@ -530,6 +582,8 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._allowed(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_forbidden(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._text_violations(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._plain_ttl(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._plain_wait(interval) FROM PUBLIC;

@@ -9,6 +9,7 @@
 
 pub mod clock;
 pub mod database;
+pub mod deployment;
 pub mod json;
 pub mod moto;
 pub mod nemesis;
@@ -17,6 +18,7 @@ pub mod sql;
 
 pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
 pub use database::TestDb;
+pub use deployment::Deployment;
 pub use json::time_of;
 pub use server::TestServer;
 pub use sql::{query_bool, query_lines, quote};
