@@ -16,6 +16,13 @@ use crate::outcome::Refusal;
 use crate::sql::decode::{self, Status};
 use crate::sql::names;
 
+/// How long a call without a wait (`acquire`, and `acquire_waiting` with a
+/// zero wait) waits at most for a row lock another transaction holds on its
+/// key before it gives up with [`LeaseError::TimedOut`]: an uncommitted
+/// grant, or a transaction that checked the lease (docs/SPECIFICATION.md
+/// §1.5). A call with a wait waits for locks within that wait.
+pub const LOCK_WAIT_BOUND: Duration = Duration::from_secs(1);
+
 /// The library call an error came from, for matching and reporting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -87,14 +94,18 @@ pub enum LeaseError {
         /// Every violated rule, e.g. `"key must not be empty"`.
         violations: Vec<String>,
     },
-    /// A blocking acquire gave up because another owner held the key for
-    /// the whole wait; nothing changed. Retry later, wait longer, or
+    /// An acquire gave up; nothing changed. Either another owner held the
+    /// key for the whole wait, or another transaction kept the key's row
+    /// locked for the whole wait — for a call without a wait, for
+    /// [`LOCK_WAIT_BOUND`] (an uncommitted grant, or a transaction that
+    /// checked the lease and has not ended). Retry later, wait longer, or
     /// inspect the key.
     #[error("timed out after {waited:?} waiting for lease {key:?}")]
     TimedOut {
         /// The key waited for.
         key: String,
-        /// How long the call waited (at least its wait bound).
+        /// How long the call waited: its wait bound, or
+        /// [`LOCK_WAIT_BOUND`] for a call without a wait.
         waited: Duration,
     },
     /// The connection broke while an autocommitted acquire, renew or release
@@ -159,7 +170,11 @@ impl LeaseError {
                 Some(names::WAIT_TIMEOUT) => {
                     return LeaseError::TimedOut {
                         key: key.to_owned(),
-                        waited: wait,
+                        waited: if wait.is_zero() {
+                            LOCK_WAIT_BOUND
+                        } else {
+                            wait
+                        },
                     }
                 }
                 _ => {}
@@ -261,6 +276,24 @@ pub enum GuardError {
         /// The key of the presented token.
         presented: String,
     },
+    /// The presented epoch was never granted for the key: above its counter,
+    /// or any epoch of a key never leased in this database. A forged or
+    /// mistaken token, refused so that nobody can fence out the key's real
+    /// holders with it (G7); nothing changed. From [`crate::fence`], the
+    /// `up_to` was above the counter.
+    #[error(
+        "epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}"
+    )]
+    EpochNotGranted {
+        /// The guarded resource.
+        resource: String,
+        /// The lease key of the token.
+        key: String,
+        /// The epoch presented (for `fence`, its `up_to`).
+        presented: i64,
+        /// The key's counter: the highest epoch it has granted or passed.
+        counter: i64,
+    },
     /// A lease-checked write found the lease not held by the token's owner
     /// and epoch. Stop acting on it; re-acquire it for a new epoch if needed.
     #[error("lease {key:?} is not held by {owner:?} at epoch {epoch}: {reason}")]
@@ -331,6 +364,18 @@ impl GuardError {
                             resource: context.resource.to_owned(),
                             fenced_by: fenced_by.to_owned(),
                             presented: context.key.to_owned(),
+                        };
+                    }
+                }
+                Some(names::GUARD_EPOCH_NOT_GRANTED) => {
+                    if let Some(counter) =
+                        decode::detail_field(detail, "counter").and_then(|v| v.parse().ok())
+                    {
+                        return GuardError::EpochNotGranted {
+                            resource: context.resource.to_owned(),
+                            key: context.key.to_owned(),
+                            presented: context.epoch,
+                            counter,
                         };
                     }
                 }

@@ -64,7 +64,7 @@ mod token;
 mod waiting;
 
 pub use client::LeaseClient;
-pub use errors::{GuardError, InstallError, LeaseError, Operation};
+pub use errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
 pub use guards::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
     FencedError, GuardRecord,

@@ -146,7 +146,8 @@ $$;
 -- must do, or an empty array. A function lists its arguments in the order its
 -- messages have always named them: key, owner, ttl, wait, epoch.
 
--- A name (key, owner, resource): not NULL, not empty.
+-- A name (key, owner, resource): not NULL, not empty, at most 16 KiB
+-- (docs/SPECIFICATION.md §1.3: names are stored, so their size is capped).
 CREATE FUNCTION lease._text_violations(argument text, value text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
@@ -154,6 +155,7 @@ AS $$
     SELECT CASE
         WHEN value IS NULL THEN ARRAY[argument || ' must not be NULL']
         WHEN value = '' THEN ARRAY[argument || ' must not be empty']
+        WHEN octet_length(value) > 16384 THEN ARRAY[argument || ' must be at most 16384 bytes']
         ELSE ARRAY[]::text[]
     END
 $$;
@@ -285,11 +287,12 @@ END;
 $$;
 
 -- Why a renew, release or lease check for (key, owner, epoch) did not apply,
--- read from the key's row after locking it FOR NO KEY UPDATE (the lock stays
--- until the caller's transaction ends). Precedence as in docs/SPECIFICATION.md
--- §1.3: not_owner, then lapsed, then epoch_mismatch. Returns 'ok' when the
--- locked row does match after all, so the caller can apply.
-CREATE FUNCTION lease._status_locked(key_hash bytea, key text, owner text, epoch bigint)
+-- read from the key's row as committed now (a fresh snapshot, no lock: a
+-- caller that is refused keeps nothing). Precedence as in
+-- docs/SPECIFICATION.md §1.3: not_owner, then lapsed, then epoch_mismatch.
+-- Returns 'ok' when the row does match after all (a change committed after
+-- the caller's write looked), so the caller tries its write again.
+CREATE FUNCTION lease._status(key_hash bytea, key text, owner text, epoch bigint)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 AS $$
@@ -298,8 +301,7 @@ DECLARE
 BEGIN
     SELECT l.owner, l.epoch, l.expires_at, l.lapsed_owner INTO v_row
       FROM lease.leases AS l
-     WHERE l.key_hash = _status_locked.key_hash AND l.key = _status_locked.key
-       FOR NO KEY UPDATE;
+     WHERE l.key_hash = _status.key_hash AND l.key = _status.key;
     IF NOT FOUND OR v_row.owner IS NULL THEN
         RETURN 'not_owner';
     END IF;
@@ -319,6 +321,51 @@ BEGIN
 END;
 $$;
 
+-- The lock_timeout, in milliseconds, for one blocking attempt of
+-- lease.acquire to lock a key's row: what is `left` of the wait, or, for a
+-- call without a wait (`left` NULL), the fixed bound of 1 second that
+-- docs/SPECIFICATION.md §1.5 states. Never 0, which would mean "no limit".
+CREATE FUNCTION lease._lock_budget("left" interval)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN "left" IS NULL THEN '1000'
+        ELSE GREATEST(1, ceil(EXTRACT(epoch FROM "left") * 1000))::bigint::text
+    END
+$$;
+
+-- Raised when lease.acquire's wait ran out (SQLSTATE 57014). `reason` says
+-- whether another owner held the key or another transaction kept its row
+-- locked for the whole bound.
+CREATE FUNCTION lease._raise_wait_timeout(key text, wait interval, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'lease wait timed out: key % %', key, reason
+        USING ERRCODE = '57014',
+              CONSTRAINT = 'lease_wait_timeout',
+              DETAIL = format('key=%s wait=%s', key, wait),
+              HINT = 'Retry later, wait longer, or inspect the key to see who holds it and until when.';
+END;
+$$;
+
+-- Row locks on lease.leases (docs/SPECIFICATION.md §1.5). The modes are
+-- chosen so that nothing a non-holder can do holds up a holder's renew:
+-- * renew and release update the row and so take FOR NO KEY UPDATE: they
+--   wait only for another renew, release or grant of the same key.
+-- * A grant to a new owner (a FREE or LAPSED key) first locks the row FOR
+--   UPDATE, the one mode that conflicts with FOR KEY SHARE, so it waits for
+--   every transaction that checked the lease (G6) before it takes over.
+-- * Checks that change nothing (an idempotent same-owner acquire,
+--   check_held, admit_held, admit, fence) take FOR KEY SHARE, which a
+--   renew or release does not wait for.
+-- * A refused call keeps no lock: refusals read without locking, or lock
+--   in a subtransaction that is rolled back.
+-- Every lock lease.acquire waits for is bounded by its wait (1 second when
+-- there is none); see lease._lock_budget.
+
 -- Grants `key` to `owner` for `ttl` when it is FREE, LAPSED or never seen
 -- (docs/SPECIFICATION.md §1.3), waiting up to `wait` for it by polling. A
 -- grant locks the key's row until the caller's transaction ends; a denied or
@@ -337,13 +384,23 @@ DECLARE
     v_outcome text;
     v_epoch bigint;
     v_expires timestamptz;
+    -- Whether attempts lock with a bounded wait (after one met a locked row
+    -- with NOWAIT), and the caller's lock_timeout to put back after a grant.
+    v_blocking boolean := false;
+    v_saved_lock_timeout text;
+    -- Whether the current attempt waits within a lock_timeout budget.
+    v_budgeted boolean;
 BEGIN
     IF key IS NULL OR key = '' OR owner IS NULL OR owner = ''
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384
        OR ttl IS NULL OR NOT lease._plain_ttl(ttl)
        OR wait IS NULL OR NOT lease._plain_wait(wait) THEN
         PERFORM lease._raise_invalid('acquire',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl) || lease._wait_violations(wait));
+    END IF;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('acquire', 'key', key);
     END IF;
     v_hash := lease._key_hash(key);
     -- Judged by the time it adds, like the input check: '1 mon -30 days'
@@ -363,72 +420,132 @@ BEGIN
                 USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
         END IF;
         v_outcome := NULL;
+        v_budgeted := false;
         -- One attempt runs in a subtransaction that is rolled back when it
-        -- does not grant. Why: when the UPDATE below meets a row another
-        -- transaction is changing, PostgreSQL waits, locks the newest version
-        -- and re-checks the condition; if the re-check fails, that lock would
-        -- otherwise stay until the caller's transaction ends, so a denied
-        -- acquire (or a waiting one, for its whole wait) could block the
-        -- holder's renew and release. Rolling back the attempt releases it.
+        -- does not grant, so a denied or waiting acquire keeps no lock (and
+        -- a lock_timeout set for the attempt goes with it).
         BEGIN
-            v_now := clock_timestamp();
-            -- Common path: the key exists and is FREE or LAPSED. The counter
-            -- moves on by one; a lapsed grant's owner is remembered (rule 2).
-            UPDATE lease.leases AS l
-               SET owner = acquire.owner,
-                   epoch = l.epoch + 1,
-                   expires_at = v_now + acquire.ttl,
-                   lapsed_owner = l.owner
-             WHERE l.key_hash = v_hash AND l.key = acquire.key
-               AND (l.owner IS NULL OR l.expires_at <= v_now)
-            RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+            IF v_blocking THEN
+                IF v_saved_lock_timeout IS NULL THEN
+                    v_saved_lock_timeout := current_setting('lock_timeout');
+                END IF;
+                PERFORM set_config('lock_timeout', lease._lock_budget(v_deadline - clock_timestamp()), true);
+                v_budgeted := true;
+            END IF;
+            -- Common path: the key exists and is FREE or LAPSED. Lock it FOR
+            -- UPDATE (see the lock modes above), which re-checks the
+            -- condition on the newest version once any lock it waited for
+            -- is gone. The first attempt does not wait at all (NOWAIT).
+            IF v_blocking THEN
+                SELECT l.owner INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = acquire.key
+                   AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                   FOR UPDATE;
+            ELSE
+                SELECT l.owner INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = acquire.key
+                   AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                   FOR UPDATE NOWAIT;
+            END IF;
             IF FOUND THEN
+                -- The clock is read after every wait, so the grant is never
+                -- expired on arrival. The counter moves on by one; a lapsed
+                -- grant's owner is remembered (rule 2).
+                UPDATE lease.leases AS l
+                   SET owner = acquire.owner,
+                       epoch = l.epoch + 1,
+                       expires_at = clock_timestamp() + acquire.ttl,
+                       lapsed_owner = l.owner
+                 WHERE l.key_hash = v_hash AND l.key = acquire.key
+                RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
                 v_outcome := 'granted';
             ELSE
-                -- Never-seen key: the first grant is epoch 1.
-                INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
-                VALUES (acquire.key, v_hash, acquire.owner, 1, v_now + acquire.ttl, NULL)
-                ON CONFLICT (key_hash) DO NOTHING
-                RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
-                IF FOUND THEN
-                    v_outcome := 'granted';
-                END IF;
-            END IF;
-            IF v_outcome IS NULL THEN
-                -- The key exists and was held when the UPDATE looked. Read it
-                -- again (a fresh snapshot): the same owner and live means
-                -- idempotent success; another owner and live means denial;
-                -- anything else changed under us: try again.
                 SELECT l.owner, l.epoch, l.expires_at INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key;
-                IF FOUND AND v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp() THEN
+                IF NOT FOUND THEN
+                    -- Never-seen key: the first grant is epoch 1. A
+                    -- concurrent first grant that has not committed makes
+                    -- the insert wait for it, so it always waits bounded.
+                    IF NOT v_budgeted THEN
+                        v_saved_lock_timeout := COALESCE(v_saved_lock_timeout, current_setting('lock_timeout'));
+                        PERFORM set_config('lock_timeout', lease._lock_budget(v_deadline - clock_timestamp()), true);
+                        v_budgeted := true;
+                    END IF;
+                    INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
+                    VALUES (acquire.key, v_hash, acquire.owner, 1, clock_timestamp() + acquire.ttl, NULL)
+                    ON CONFLICT (key_hash) DO NOTHING
+                    RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+                    IF FOUND THEN
+                        v_outcome := 'granted';
+                    END IF;
+                ELSIF v_row.owner IS NOT NULL AND v_row.expires_at > clock_timestamp() THEN
                     IF v_row.owner = owner THEN
-                        -- Idempotent success. Lock the row as a grant would,
-                        -- so that inside the caller's transaction this acquire
-                        -- also holds off a takeover until commit, and so that
-                        -- lease rows are always locked before guard rows.
-                        SELECT l.owner, l.epoch, l.expires_at INTO v_row
-                          FROM lease.leases AS l
-                         WHERE l.key_hash = v_hash AND l.key = acquire.key
-                           FOR NO KEY UPDATE;
-                        IF v_row.owner = owner AND v_row.expires_at > clock_timestamp() THEN
+                        -- Idempotent success. FOR KEY SHARE holds off a
+                        -- takeover until the caller commits (G6: a write in
+                        -- the same transaction is checked) without holding
+                        -- up the holder's renew.
+                        IF v_blocking THEN
+                            SELECT l.epoch, l.expires_at INTO v_row
+                              FROM lease.leases AS l
+                             WHERE l.key_hash = v_hash AND l.key = acquire.key
+                               AND l.owner = acquire.owner AND l.expires_at > clock_timestamp()
+                               FOR KEY SHARE;
+                        ELSE
+                            SELECT l.epoch, l.expires_at INTO v_row
+                              FROM lease.leases AS l
+                             WHERE l.key_hash = v_hash AND l.key = acquire.key
+                               AND l.owner = acquire.owner AND l.expires_at > clock_timestamp()
+                               FOR KEY SHARE NOWAIT;
+                        END IF;
+                        IF FOUND THEN
                             v_outcome := 'granted';
                             v_epoch := v_row.epoch;
                             v_expires := v_row.expires_at;
                         END IF;
                     ELSE
+                        -- Under REPEATABLE READ or SERIALIZABLE the snapshot
+                        -- can show a grant that has ended since: a locking
+                        -- read of a row changed after the snapshot raises
+                        -- 40001 instead of a denial from the past
+                        -- (docs/SPECIFICATION.md §1.5). The attempt's
+                        -- rollback drops the lock.
+                        IF current_setting('transaction_isolation') <> 'read committed' THEN
+                            IF v_blocking THEN
+                                PERFORM 1 FROM lease.leases AS l
+                                 WHERE l.key_hash = v_hash AND l.key = acquire.key FOR SHARE;
+                            ELSE
+                                PERFORM 1 FROM lease.leases AS l
+                                 WHERE l.key_hash = v_hash AND l.key = acquire.key FOR SHARE NOWAIT;
+                            END IF;
+                        END IF;
                         v_outcome := 'denied';
                     END IF;
                 END IF;
+                -- Otherwise the key became acquirable after the lock
+                -- attempt looked: try again.
             END IF;
             IF v_outcome IS DISTINCT FROM 'granted' THEN
                 RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the attempt back
             END IF;
-        EXCEPTION WHEN SQLSTATE 'LH001' THEN
-            NULL;   -- the attempt's locks are gone with it
+        EXCEPTION
+            WHEN SQLSTATE 'LH001' THEN
+                NULL;   -- the attempt's locks are gone with it
+            WHEN lock_not_available THEN
+                -- A row lock did not come within NOWAIT or the budget.
+                IF v_budgeted AND v_deadline IS NULL THEN
+                    PERFORM lease._raise_wait_timeout(key, wait,
+                        'stayed locked by another transaction for 1 second (the bound of a call without a wait)');
+                END IF;
+                v_blocking := true;
+                v_outcome := 'busy';
         END;
         IF v_outcome = 'granted' THEN
+            IF v_saved_lock_timeout IS NOT NULL THEN
+                PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
+            END IF;
             -- §1.4: the grant is durable at commit whatever the caller's
             -- session asked for. Raised for this transaction only, and only
             -- from below `on`; remote_write and remote_apply stay.
@@ -441,6 +558,13 @@ BEGIN
             RETURN NEXT;
             RETURN;
         END IF;
+        IF v_outcome = 'busy' THEN
+            IF v_deadline IS NOT NULL AND clock_timestamp() >= v_deadline THEN
+                PERFORM lease._raise_wait_timeout(key, wait,
+                    format('stayed locked by another transaction for the whole wait of %s', wait));
+            END IF;
+            CONTINUE attempt;   -- lock again, now waiting within the budget
+        END IF;
         IF v_outcome IS NULL THEN
             CONTINUE attempt;   -- the state changed under us
         END IF;
@@ -452,11 +576,8 @@ BEGIN
             RETURN;
         END IF;
         IF clock_timestamp() >= v_deadline THEN
-            RAISE EXCEPTION 'lease wait timed out: key % stayed held by another owner for the whole wait of %', key, wait
-                USING ERRCODE = '57014',
-                      CONSTRAINT = 'lease_wait_timeout',
-                      DETAIL = format('key=%s wait=%s', key, wait),
-                      HINT = 'Retry later, wait longer, or inspect the key to see who holds it and until when.';
+            PERFORM lease._raise_wait_timeout(key, wait,
+                format('stayed held by another owner for the whole wait of %s', wait));
         END IF;
         -- Poll: the seed's 50 ms interval, never sleeping past the deadline.
         PERFORM pg_sleep(LEAST(0.05,
@@ -466,8 +587,8 @@ END;
 $$;
 
 -- Extends the grant (key, owner, epoch) to now + ttl while it is live
--- (docs/SPECIFICATION.md §1.3); otherwise answers why not. Locks the key's
--- row until the caller's transaction ends, applied or not.
+-- (docs/SPECIFICATION.md §1.3); otherwise answers why not. A renewal locks
+-- the key's row until the caller's transaction ends; a refusal locks nothing.
 CREATE FUNCTION lease.renew(key text, owner text, epoch bigint, ttl interval)
 RETURNS TABLE (status text, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -477,47 +598,49 @@ DECLARE
     v_hash bytea;
 BEGIN
     IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384
        OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
         PERFORM lease._raise_invalid('renew',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl) || lease._epoch_violations('epoch', epoch, NULL));
     END IF;
-    v_hash := lease._key_hash(key);
-    UPDATE lease.leases AS l
-       SET expires_at = clock_timestamp() + renew.ttl
-     WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
-       AND l.expires_at > clock_timestamp()
-    RETURNING l.expires_at INTO renew.expires_at;
-    IF FOUND THEN
-        -- §1.4: durable at commit (see lease.acquire).
-        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
-        END IF;
-        status := 'ok';
-        RETURN NEXT;
-        RETURN;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('renew', 'key', key);
     END IF;
-    status := lease._status_locked(v_hash, key, owner, epoch);
-    IF status = 'ok' THEN
-        -- The row changed between the UPDATE and the lock (for example a
-        -- concurrent same-owner acquire); it matches now and is locked.
+    v_hash := lease._key_hash(key);
+    -- A second pass only when a change committed between the UPDATE's
+    -- snapshot and the status read made the grant match.
+    FOR v_pass IN 1..100 LOOP
         UPDATE lease.leases AS l
            SET expires_at = clock_timestamp() + renew.ttl
-         WHERE l.key_hash = v_hash AND l.key = renew.key
+         WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
+           AND l.expires_at > clock_timestamp()
         RETURNING l.expires_at INTO renew.expires_at;
-        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
+        IF FOUND THEN
+            -- §1.4: durable at commit (see lease.acquire).
+            IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
+            status := 'ok';
+            RETURN NEXT;
+            RETURN;
         END IF;
-    ELSE
-        expires_at := NULL;
-    END IF;
-    RETURN NEXT;
+        status := lease._status(v_hash, key, owner, epoch);
+        IF status <> 'ok' THEN
+            expires_at := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'lease.renew could not settle the state of key %', key
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
 END;
 $$;
 
 -- Ends the grant (key, owner, epoch) while it is live: the key becomes FREE
 -- and its counter moves on by one (docs/SPECIFICATION.md §1.3); otherwise
--- answers why not. Locks the key's row until the caller's transaction ends.
+-- answers why not. A release locks the key's row until the caller's
+-- transaction ends; a refusal locks nothing.
 CREATE FUNCTION lease.release(key text, owner text, epoch bigint)
 RETURNS TABLE (status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -526,40 +649,44 @@ AS $$
 DECLARE
     v_hash bytea;
 BEGIN
-    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL THEN
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384 THEN
         PERFORM lease._raise_invalid('release',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._epoch_violations('epoch', epoch, NULL));
     END IF;
-    v_hash := lease._key_hash(key);
-    UPDATE lease.leases AS l
-       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-     WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
-       AND l.expires_at > clock_timestamp();
-    IF FOUND THEN
-        -- §1.4: durable at commit (see lease.acquire).
-        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
-        END IF;
-        status := 'ok';
-        RETURN NEXT;
-        RETURN;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('release', 'key', key);
     END IF;
-    status := lease._status_locked(v_hash, key, owner, epoch);
-    IF status = 'ok' THEN
+    v_hash := lease._key_hash(key);
+    FOR v_pass IN 1..100 LOOP
         UPDATE lease.leases AS l
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-         WHERE l.key_hash = v_hash AND l.key = release.key;
-        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
+         WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
+           AND l.expires_at > clock_timestamp();
+        IF FOUND THEN
+            -- §1.4: durable at commit (see lease.acquire).
+            IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
+            status := 'ok';
+            RETURN NEXT;
+            RETURN;
         END IF;
-    END IF;
-    RETURN NEXT;
+        status := lease._status(v_hash, key, owner, epoch);
+        IF status <> 'ok' THEN
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'lease.release could not settle the state of key %', key
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
 END;
 $$;
 
 -- The key's state as of the call (docs/SPECIFICATION.md §1.3): no row for a
 -- never-seen key; owner and expiry only while a grant is live. Locks nothing.
+-- A key under another role's namespace is refused, not shown (§4).
 CREATE FUNCTION lease.inspect(key text)
 RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -568,8 +695,11 @@ AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
 BEGIN
-    IF key IS NULL OR key = '' THEN
+    IF key IS NULL OR key = '' OR octet_length(key) > 16384 THEN
         PERFORM lease._raise_invalid('inspect', lease._text_violations('key', key));
+    END IF;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('inspect', 'key', key);
     END IF;
     RETURN QUERY
         SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
@@ -592,7 +722,9 @@ REVOKE ALL ON FUNCTION lease._ttl_violations(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._wait_violations(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._epoch_violations(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_invalid(text, text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._status_locked(bytea, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._status(bytea, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._lock_budget(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_wait_timeout(text, interval, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;

@@ -70,10 +70,47 @@ BEGIN
 END;
 $$;
 
--- Admits (resource, key, epoch) without input checks (G1, G2, G5): one upsert
--- on the common path, which locks the guard row until the caller's
--- transaction ends. The reason for a refusal is read only when it did not
--- apply.
+-- Raised when a presented epoch was never granted: above the key's counter,
+-- or any epoch of a key that was never leased in this database (G7).
+CREATE FUNCTION lease._raise_not_granted(resource text, key text, presented bigint, counter bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    RAISE EXCEPTION 'epoch % of lease key % was never granted, so it cannot fence resource %', presented, key, resource
+        USING ERRCODE = '22023',
+              CONSTRAINT = 'lease_guard_epoch_not_granted',
+              DETAIL = format('counter=%s presented=%s', counter, presented),
+              HINT = 'Present the epoch of a grant of this key; lease.inspect reports the key''s counter.';
+END;
+$$;
+
+-- Locks the key's row FOR KEY SHARE (the lease row before the guard row,
+-- always: see below) and returns the key's counter, or 0 for a key never
+-- leased. FOR KEY SHARE does not hold up the holder's renew or release; it
+-- holds off a grant to a new owner until the caller's transaction ends.
+CREATE FUNCTION lease._share_key(key text)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT COALESCE(
+        (SELECT l.epoch
+           FROM lease.leases AS l
+          WHERE l.key_hash = lease._key_hash(_share_key.key) AND l.key = _share_key.key
+            FOR KEY SHARE),
+        0)
+$$;
+
+-- Lock order (docs/SPECIFICATION.md §1.5): every call that touches a guard
+-- row locks the lease key's row first, so two calls of one key never wait
+-- for each other's rows in opposite orders. The lease row modes are those of
+-- 2026-11-30-000001: admit, fence, check_held and admit_held take FOR KEY
+-- SHARE; renew_admit takes FOR NO KEY UPDATE (it renews).
+
+-- Admits (resource, key, epoch) without input checks (G1, G2, G5), the
+-- key's row already locked by the caller: one upsert on the common path,
+-- which locks the guard row until the caller's transaction ends. The reason
+-- for a refusal is read only when it did not apply.
 CREATE FUNCTION lease._admit(resource text, key text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -104,21 +141,27 @@ BEGIN
       FROM lease.guards AS g
      WHERE g.resource_hash = v_hash AND g.resource = _admit.resource;
     IF v_row.lease_key <> key THEN
-        PERFORM lease._raise_wrong_key(resource, v_row.lease_key, key);
+        PERFORM lease._raise_wrong_key(resource, lease._shown_key(v_row.lease_key), key);
     END IF;
     PERFORM lease._raise_stale(resource, epoch, v_row.accepted_epoch);
 END;
 $$;
 
+-- A key name as an error message may show it to the caller: hidden when the
+-- key is under a namespace the caller may not act on (§4).
+CREATE FUNCTION lease._shown_key(key text)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN lease._allowed(_shown_key.key) THEN _shown_key.key ELSE '(a key of another role)' END
+$$;
+
 -- Checks without input checks that the lease is held right now by (owner,
 -- epoch) (G6) and returns its expiry; raises lease_guard_lease_not_held
--- otherwise. Locks the key's row until the caller's transaction ends, so no
--- takeover, release or renewal by anyone else can commit in between.
---
--- FOR NO KEY UPDATE, the lock lease.renew and lease.release themselves take,
--- rather than a share lock: two sessions holding a share lock that both go on
--- to renew or release in the same transaction would deadlock on the upgrade.
--- The price is that lease-checked transactions of one holder serialise.
+-- otherwise. Locks the key's row FOR KEY SHARE until the caller's
+-- transaction ends: no grant to anybody else can commit in between, while
+-- the holder's own renew and release are not held up (and neither is the
+-- holder's renew held up when somebody else presents its owner and epoch).
 CREATE FUNCTION lease._check_held(key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
@@ -128,64 +171,84 @@ DECLARE
     v_expires timestamptz;
     v_status text;
 BEGIN
-    SELECT l.expires_at INTO v_expires
-      FROM lease.leases AS l
-     WHERE l.key_hash = v_hash AND l.key = _check_held.key
-       AND l.owner = _check_held.owner AND l.epoch = _check_held.epoch
-       AND l.expires_at > clock_timestamp()
-       FOR NO KEY UPDATE;
-    IF FOUND THEN
-        RETURN v_expires;
-    END IF;
-    v_status := lease._status_locked(v_hash, key, owner, epoch);
-    IF v_status <> 'ok' THEN
-        PERFORM lease._raise_not_held(key, owner, epoch, v_status);
-    END IF;
-    -- It became held between the two reads and is locked now.
-    SELECT l.expires_at INTO v_expires
-      FROM lease.leases AS l
-     WHERE l.key_hash = v_hash AND l.key = _check_held.key;
-    RETURN v_expires;
+    -- A second pass only when a change committed after the first look made
+    -- the grant match.
+    FOR v_pass IN 1..100 LOOP
+        SELECT l.expires_at INTO v_expires
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = _check_held.key
+           AND l.owner = _check_held.owner AND l.epoch = _check_held.epoch
+           AND l.expires_at > clock_timestamp()
+           FOR KEY SHARE;
+        IF FOUND THEN
+            RETURN v_expires;
+        END IF;
+        v_status := lease._status(v_hash, key, owner, epoch);
+        IF v_status <> 'ok' THEN
+            PERFORM lease._raise_not_held(key, owner, epoch, v_status);
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'lease check could not settle the state of key %', key
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
 END;
 $$;
 
 -- Admits (resource, key, epoch) for a write in the caller's transaction (G1,
--- G2, G5). Locks the guard row until the caller's transaction ends.
+-- G2, G5), refusing an epoch the key never granted (G7). Locks the key's row
+-- FOR KEY SHARE and the guard row until the caller's transaction ends.
 CREATE FUNCTION lease.admit(resource text, key text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_counter bigint;
 BEGIN
-    IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR epoch IS NULL OR epoch < 1 THEN
+    IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR epoch IS NULL OR epoch < 1
+       OR octet_length(resource) > 16384 OR octet_length(key) > 16384 THEN
         PERFORM lease._raise_invalid('admit',
             lease._text_violations('resource', resource) || lease._text_violations('key', key)
             || lease._epoch_violations('epoch', epoch, 1));
+    END IF;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('admit', 'key', key);
+    END IF;
+    IF NOT lease._allowed(resource) THEN
+        PERFORM lease._raise_forbidden('admit', 'resource', resource);
+    END IF;
+    v_counter := lease._share_key(key);
+    IF epoch > v_counter THEN
+        PERFORM lease._raise_not_granted(resource, key, epoch, v_counter);
     END IF;
     PERFORM lease._admit(resource, key, epoch);
 END;
 $$;
 
 -- lease._check_held for clients (G6): the lease is held by (owner, epoch);
--- returns its expiry. Locks the key's row until the caller's transaction ends.
+-- returns its expiry. Locks the key's row FOR KEY SHARE until the caller's
+-- transaction ends.
 CREATE FUNCTION lease.check_held(key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL THEN
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384 THEN
         PERFORM lease._raise_invalid('check_held',
             lease._text_violations('key', key) || lease._text_violations('owner', owner)
             || lease._epoch_violations('epoch', epoch, NULL));
+    END IF;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('check_held', 'key', key);
     END IF;
     RETURN lease._check_held(key, owner, epoch);
 END;
 $$;
 
 -- Checks the lease is held (G6), then admits (G1, G2, G5); returns the
--- lease's expiry. Locks the key's row, then the guard row, until the caller's
--- transaction ends.
+-- lease's expiry. Locks the key's row FOR KEY SHARE, then the guard row,
+-- until the caller's transaction ends.
 CREATE FUNCTION lease.admit_held(resource text, key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -195,10 +258,17 @@ DECLARE
     v_expires timestamptz;
 BEGIN
     IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR owner IS NULL OR owner = ''
-       OR epoch IS NULL OR epoch < 1 THEN
+       OR epoch IS NULL OR epoch < 1
+       OR octet_length(resource) > 16384 OR octet_length(key) > 16384 OR octet_length(owner) > 16384 THEN
         PERFORM lease._raise_invalid('admit_held',
             lease._text_violations('resource', resource) || lease._text_violations('key', key)
             || lease._epoch_violations('epoch', epoch, 1) || lease._text_violations('owner', owner));
+    END IF;
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('admit_held', 'key', key);
+    END IF;
+    IF NOT lease._allowed(resource) THEN
+        PERFORM lease._raise_forbidden('admit_held', 'resource', resource);
     END IF;
     v_expires := lease._check_held(key, owner, epoch);
     PERFORM lease._admit(resource, key, epoch);
@@ -207,8 +277,8 @@ END;
 $$;
 
 -- Renews the lease (G6; the heartbeat commits only together with the write),
--- then admits (G1, G2, G5); returns the new expiry. Locks the key's row, then
--- the guard row, until the caller's transaction ends.
+-- then admits (G1, G2, G5); returns the new expiry. Locks the key's row FOR
+-- NO KEY UPDATE, then the guard row, until the caller's transaction ends.
 CREATE FUNCTION lease.renew_admit(resource text, key text, owner text, epoch bigint, ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -219,12 +289,17 @@ DECLARE
 BEGIN
     IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR owner IS NULL OR owner = ''
        OR epoch IS NULL OR epoch < 1
+       OR octet_length(resource) > 16384 OR octet_length(key) > 16384 OR octet_length(owner) > 16384
        OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
         PERFORM lease._raise_invalid('renew_admit',
             lease._text_violations('resource', resource) || lease._text_violations('key', key)
             || lease._epoch_violations('epoch', epoch, 1) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl));
     END IF;
+    IF NOT lease._allowed(resource) THEN
+        PERFORM lease._raise_forbidden('renew_admit', 'resource', resource);
+    END IF;
+    -- lease.renew checks the key's namespace.
     SELECT r.status, r.expires_at INTO v_renewal
       FROM lease.renew(renew_admit.key, renew_admit.owner, renew_admit.epoch, renew_admit.ttl) AS r;
     IF v_renewal.status <> 'ok' THEN
@@ -235,11 +310,15 @@ BEGIN
 END;
 $$;
 
--- Raises a resource's floor without writing: every epoch <= up_to is refused
--- from now on (for example the counter lease.inspect reports after a release
--- or lapse). Registers the resource if it is new. Returns the new record: the
--- lowest epoch the resource now admits. Locks the guard row until the
--- caller's transaction ends.
+-- An operator action (G7; granted to nobody by default, see README
+-- "Security model"): raises a resource's floor without writing, so every
+-- epoch <= up_to is refused from now on (for example the counter
+-- lease.inspect reports after a release or lapse). Refuses an up_to above
+-- the key's counter: an epoch never granted fences nothing. Registers the
+-- resource if it is new. Returns the new record: the lowest epoch the
+-- resource now admits. Locks the key's row FOR KEY SHARE and the guard row
+-- until the caller's transaction ends. Namespace rules do not apply to
+-- operators: whoever may run this may run it on every resource.
 CREATE FUNCTION lease.fence(resource text, key text, up_to bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -247,13 +326,22 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_hash bytea;
+    v_counter bigint;
     v_accepted bigint;
     v_fenced_by text;
 BEGIN
-    IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR up_to IS NULL OR up_to < 0 THEN
+    IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR up_to IS NULL OR up_to < 0
+       OR up_to = 9223372036854775807
+       OR octet_length(resource) > 16384 OR octet_length(key) > 16384 THEN
         PERFORM lease._raise_invalid('fence',
             lease._text_violations('resource', resource) || lease._text_violations('key', key)
-            || lease._epoch_violations('up_to', up_to, 0));
+            || lease._epoch_violations('up_to', up_to, 0)
+            || CASE WHEN up_to = 9223372036854775807 THEN ARRAY['up_to must be below 9223372036854775807']
+                    ELSE ARRAY[]::text[] END);
+    END IF;
+    v_counter := lease._share_key(key);
+    IF up_to > v_counter THEN
+        PERFORM lease._raise_not_granted(resource, key, up_to, v_counter);
     END IF;
     v_hash := lease._key_hash(resource);
     INSERT INTO lease.guards AS g (resource, resource_hash, lease_key, accepted_epoch, updated_at)
@@ -278,31 +366,49 @@ END;
 $$;
 
 -- The resource's guard record: no row for a resource never admitted or
--- fenced. Locks nothing.
+-- fenced. Locks nothing. Refused when the resource, or the key that fences
+-- it, is under a namespace the caller may not act on (§4).
 CREATE FUNCTION lease.inspect_guard(resource text)
 RETURNS TABLE (lease_key text, accepted_epoch bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_row record;
 BEGIN
-    IF resource IS NULL OR resource = '' THEN
+    IF resource IS NULL OR resource = '' OR octet_length(resource) > 16384 THEN
         PERFORM lease._raise_invalid('inspect_guard', lease._text_violations('resource', resource));
     END IF;
-    RETURN QUERY
-        SELECT g.lease_key, g.accepted_epoch
-          FROM lease.guards AS g
-         WHERE g.resource_hash = lease._key_hash(inspect_guard.resource) AND g.resource = inspect_guard.resource;
+    IF NOT lease._allowed(resource) THEN
+        PERFORM lease._raise_forbidden('inspect_guard', 'resource', resource);
+    END IF;
+    SELECT g.lease_key, g.accepted_epoch INTO v_row
+      FROM lease.guards AS g
+     WHERE g.resource_hash = lease._key_hash(inspect_guard.resource) AND g.resource = inspect_guard.resource;
+    IF FOUND THEN
+        IF NOT lease._allowed(v_row.lease_key) THEN
+            PERFORM lease._raise_forbidden('inspect_guard', 'resource', resource);
+        END IF;
+        lease_key := v_row.lease_key;
+        accepted_epoch := v_row.accepted_epoch;
+        RETURN NEXT;
+    END IF;
 END;
 $$;
 
 REVOKE ALL ON FUNCTION lease._raise_stale(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_wrong_key(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_not_held(text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_not_granted(text, text, bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._share_key(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._admit(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._shown_key(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_held(text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.admit(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.check_held(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.admit_held(text, text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew_admit(text, text, text, bigint, interval) TO PUBLIC;
-GRANT EXECUTE ON FUNCTION lease.fence(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.inspect_guard(text) TO PUBLIC;
+-- lease.fence is an operator action: PUBLIC keeps the EXECUTE it gets by
+-- default only until this REVOKE (G7).
+REVOKE ALL ON FUNCTION lease.fence(text, text, bigint) FROM PUBLIC;

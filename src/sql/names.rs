@@ -9,6 +9,9 @@ pub(crate) const WAIT_TIMEOUT: &str = "lease_wait_timeout";
 pub(crate) const GUARD_STALE: &str = "lease_guard_stale_epoch";
 /// `CONSTRAINT` name of a token of the wrong lease key (SQLSTATE 22023).
 pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
+/// `CONSTRAINT` name of an epoch above the key's counter, never granted
+/// (SQLSTATE 22023).
+pub(crate) const GUARD_EPOCH_NOT_GRANTED: &str = "lease_guard_epoch_not_granted";
 /// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 

@@ -158,7 +158,21 @@ fn epochs_never_regress_across_repeated_crashes() {
 fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
     let cluster = Cluster::start(true);
     let mut conn = cluster.conn();
-    let new = leasehold::FencingToken::new("k", "b", 3).unwrap();
+    // Real grants up to epoch 3: guards admit only epochs a key granted.
+    let first = leasehold::acquire(&mut conn, "k", "a", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert_eq!(
+        leasehold::release(&mut conn, "k", "a", first.epoch()).unwrap(),
+        leasehold::Release::Released
+    );
+    let new = leasehold::acquire(&mut conn, "k", "b", TTL)
+        .unwrap()
+        .granted()
+        .unwrap()
+        .token();
+    assert_eq!(new.epoch(), 3);
     fenced_write(&mut conn, &new, Check::Token).unwrap();
     drop(conn);
     cluster.crash_and_recover();

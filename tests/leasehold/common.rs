@@ -88,3 +88,25 @@ pub fn table_snapshot(conn: &mut PgConnection) -> Vec<String> {
          FROM lease.leases ORDER BY key",
     )
 }
+
+/// Raises `key`'s counter to at least `epoch` (a FREE key if it was never
+/// leased), as if that many grants had come and gone, so that a guard test
+/// can present epochs up to it: guards refuse epochs a key never granted
+/// (G7). Raw SQL as the superuser; for tests whose subject is the guard,
+/// not the grants.
+pub fn pretend_granted(conn: &mut PgConnection, key: &str, epoch: i64) {
+    let covered = format!(
+        "SELECT EXISTS (SELECT 1 FROM lease.leases WHERE key = {} AND epoch >= {epoch}) AS flag",
+        quote(key)
+    );
+    if query_bool(conn, &covered) {
+        return; // no write, so no lock for concurrent tests to queue on
+    }
+    conn.batch_execute(&format!(
+        "INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner) \
+         VALUES ({k}, lease._key_hash({k}), NULL, {epoch}, NULL, NULL) \
+         ON CONFLICT (key_hash) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)",
+        k = quote(key)
+    ))
+    .expect("raise the key's counter");
+}

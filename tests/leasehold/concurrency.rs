@@ -187,31 +187,37 @@ fn takeover_racing_a_renewal_wins_when_the_renewal_rolls_back() {
     renewal_races_takeover(false);
 }
 
-/// The lapsed holder's renew and release wait behind an uncommitted
-/// takeover; whichever way it ends they answer `lapsed` — a status, never
-/// an error — and never disturb the new holder.
+/// The lapsed holder's renew and release do not wait for an uncommitted
+/// takeover: a refusal reads the committed state and locks nothing
+/// (docs/SPECIFICATION.md §1.5), and that state already says `lapsed`.
+/// They answer `lapsed` — a status, never an error — while the takeover is
+/// still open, and whichever way it ends they never disturb it.
 fn stale_holder_races_takeover(commit: bool) {
     let db = TestDb::new();
     let (mut taker, _) = session(&db);
-    let (stale, pid) = session(&db);
+    let (mut stale, _) = session(&db);
     let mut observer = db.conn();
     lapsed_grant(&mut taker);
     taker.batch_execute("BEGIN").unwrap();
     granted(acquire(&mut taker, "k", "b", TTL).unwrap());
-    let racer = in_thread(stale, |c| {
-        let renewal = renew(c, "k", "a", 1, TTL).unwrap();
-        let release = release(c, "k", "a", 1).unwrap();
-        (renewal, release)
-    });
-    wait_until_blocked_on_lock(&mut observer, pid);
+    stale.batch_execute("SET lock_timeout = '10s'").unwrap();
+    assert_eq!(
+        renew(&mut stale, "k", "a", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::Lapsed)
+    );
+    assert_eq!(
+        release(&mut stale, "k", "a", 1).unwrap(),
+        Release::Refused(Refusal::Lapsed)
+    );
     taker
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
         .unwrap();
-    let (renewal, released) = racer.join().unwrap();
-    assert_eq!(renewal, Renewal::Refused(Refusal::Lapsed));
-    assert_eq!(released, Release::Refused(Refusal::Lapsed));
     if commit {
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
+        assert_eq!(
+            renew(&mut stale, "k", "a", 1, TTL).unwrap(),
+            Renewal::Refused(Refusal::Lapsed)
+        );
     } else {
         assert_eq!(
             inspect(&mut observer, "k").unwrap(),
@@ -221,12 +227,12 @@ fn stale_holder_races_takeover(commit: bool) {
 }
 
 #[test]
-fn lapsed_holders_renew_and_release_waiting_on_a_takeover_that_commits_report_lapsed() {
+fn lapsed_holders_renew_and_release_answer_lapsed_without_waiting_for_a_takeover_that_commits() {
     stale_holder_races_takeover(true);
 }
 
 #[test]
-fn lapsed_holders_renew_and_release_waiting_on_a_takeover_that_rolls_back_report_lapsed() {
+fn lapsed_holders_renew_and_release_answer_lapsed_without_waiting_for_a_takeover_that_rolls_back() {
     stale_holder_races_takeover(false);
 }
 
@@ -548,14 +554,11 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
 }
 
-// ---- expiry on the clock at the call, on the path where the row changed (I6, I7) ----
+// ---- a refusal reads the committed state; expiry on the clock at the call (I6, I7, I14) ----
 
 /// `a`'s grant of `k` lapsed; `txn` opens a transaction first, then `other`
 /// re-grants `k` to `a` (epoch 2) with `ttl` in a transaction it leaves
-/// open. A renew or release of epoch 2 in `txn` then finds no matching row
-/// in its snapshot (epoch 1 is committed) and waits for `other`'s row lock:
-/// it decides on the row that changed under it. Returns the new grant and
-/// `txn`'s start.
+/// open. Returns the new grant and `txn`'s start.
 fn regrant_in_an_open_transaction_after_txn_began(
     txn: &mut PgConnection,
     other: &mut PgConnection,
@@ -571,12 +574,15 @@ fn regrant_in_an_open_transaction_after_txn_began(
     (lease, started)
 }
 
-/// Renew (or release) of a grant that lapsed after the caller's transaction
-/// began, reached on the path where the row changed between the caller's
-/// first look and its row lock: `lapsed`, nothing changed.
-fn call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(renewing: bool) {
+/// Renew (or release) of epoch 2, inside a transaction begun before the
+/// uncommitted re-grant, after that re-grant's expiry: the call does not
+/// wait for the re-grant's row lock (a refusal locks nothing and waits for
+/// nothing, I14); the committed state says `a`'s grant lapsed, so it
+/// answers `lapsed`. After the re-grant commits the answer is the same, and
+/// nothing changed.
+fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(renewing: bool) {
     let db = TestDb::new();
-    let (mut txn, pid) = session(&db);
+    let (mut txn, _) = session(&db);
     let (mut other, _) = session(&db);
     let mut observer = db.conn();
     let (lease, started) = regrant_in_an_open_transaction_after_txn_began(
@@ -585,31 +591,32 @@ fn call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed
         Duration::from_millis(200),
     );
     wait_until_server_time_passes(&mut observer, lease.expires_at());
-    let racer = std::thread::spawn(move || {
-        let status = if renewing {
-            match renew(&mut txn, "k", "a", 2, TTL).unwrap() {
+    // Were the call to wait for `other`, this would fail it instead of
+    // hanging the test.
+    txn.batch_execute("SET LOCAL lock_timeout = '10s'").unwrap();
+    let call = |txn: &mut PgConnection| {
+        if renewing {
+            match renew(txn, "k", "a", 2, TTL).unwrap() {
                 Renewal::Renewed { .. } => "ok".to_owned(),
                 Renewal::Refused(why) => why.as_status().to_owned(),
             }
         } else {
-            match release(&mut txn, "k", "a", 2).unwrap() {
+            match release(txn, "k", "a", 2).unwrap() {
                 Release::Released => "ok".to_owned(),
                 Release::Refused(why) => why.as_status().to_owned(),
             }
-        };
-        (status, txn)
-    });
-    wait_until_blocked_on_lock(&mut observer, pid);
+        }
+    };
+    assert_eq!(call(&mut txn), "lapsed", "while the re-grant is open");
     other.batch_execute("COMMIT").unwrap();
     let expected = table_snapshot(&mut observer);
-    let (status, mut txn) = racer.join().unwrap();
+    assert_eq!(call(&mut txn), "lapsed", "after the re-grant committed");
     assert_eq!(
         crate::spec_1_1_state::transaction_start(&mut txn),
         started,
         "still the same transaction"
     );
     txn.batch_execute("COMMIT").unwrap();
-    assert_eq!(status, "lapsed");
     assert_eq!(table_snapshot(&mut observer), expected, "nothing changed");
     assert_eq!(
         inspect(&mut observer, "k").unwrap(),
@@ -618,37 +625,32 @@ fn call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed
 }
 
 #[test]
-fn renew_of_a_row_changed_under_it_inside_a_transaction_begun_before_expiry_reports_lapsed() {
-    call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(true);
+fn renew_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed_without_waiting() {
+    call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(true);
 }
 
 #[test]
-fn release_of_a_row_changed_under_it_inside_a_transaction_begun_before_expiry_reports_lapsed() {
-    call_on_a_changed_row_inside_a_transaction_begun_before_expiry_reports_lapsed(false);
+fn release_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed_without_waiting()
+{
+    call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(false);
 }
 
-/// A renew inside a long transaction that reaches its grant only after the
-/// row changed under it sets the expiry from the clock at the call, never
+/// A renew inside a long transaction, of a grant committed after that
+/// transaction began, sets the expiry from the clock at the call, never
 /// from the transaction start.
 #[test]
-fn renew_of_a_row_changed_under_it_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call(
-) {
+fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     let db = TestDb::new();
-    let (mut txn, pid) = session(&db);
+    let (mut txn, _) = session(&db);
     let (mut other, _) = session(&db);
     let mut observer = db.conn();
     let (_, started) = regrant_in_an_open_transaction_after_txn_began(&mut txn, &mut other, TTL);
-    wait_until_server_time_passes(&mut observer, started + chrono::Duration::milliseconds(300));
-    let racer = std::thread::spawn(move || {
-        let before = server_now(&mut txn);
-        let renewal = renew(&mut txn, "k", "a", 2, TTL).unwrap();
-        let after = server_now(&mut txn);
-        txn.batch_execute("COMMIT").unwrap();
-        (before, renewal, after)
-    });
-    wait_until_blocked_on_lock(&mut observer, pid);
     other.batch_execute("COMMIT").unwrap();
-    let (before, renewal, after) = racer.join().unwrap();
+    wait_until_server_time_passes(&mut observer, started + chrono::Duration::milliseconds(300));
+    let before = server_now(&mut txn);
+    let renewal = renew(&mut txn, "k", "a", 2, TTL).unwrap();
+    let after = server_now(&mut txn);
+    txn.batch_execute("COMMIT").unwrap();
     let Renewal::Renewed { expires_at } = renewal else {
         panic!("renew of a live grant failed: {renewal:?}");
     };
@@ -671,68 +673,63 @@ fn renew_of_a_row_changed_under_it_inside_a_long_transaction_sets_expiry_from_th
     );
 }
 
-// ---- idempotent acquire re-checks under the lock (I1, I5) ----
+// ---- idempotent acquire (I1, I5, I14) ----
 
-#[derive(Clone, Copy, Debug)]
-enum Change {
-    /// The grant runs out (a renewal to a tiny ttl), nothing else.
-    Lapse,
-    /// The grant runs out and `b` takes the key over.
-    Takeover,
-    /// The holder releases.
-    Release,
-}
-
-/// `a` holds `k` (epoch 1, live for 30 s) and keeps its row locked in an
-/// open transaction (a lease check, which writes nothing). A same-owner
-/// acquire from another session sees the live grant, so it goes for the
-/// row lock and waits (observed in pg_locks). Only then does the holding
-/// transaction change the grant — `change` — and commit, so the acquire
-/// gets the lock on a row other than the one it first looked at. Returns
-/// its outcome.
-fn same_owner_acquire_racing(change: Change) -> (Acquisition, Option<LeaseState>) {
+/// `a` holds `k` (epoch 1, live for 30 s) and keeps a lease-checked
+/// transaction open (check_held: FOR KEY SHARE on the row). A same-owner
+/// acquire from another session does not wait for it: it is idempotent at
+/// once (same epoch and expiry), and so is the holder's renew. Neither
+/// takes a lock the other waits for (docs/SPECIFICATION.md §1.5).
+#[test]
+fn same_owner_acquire_and_renew_do_not_wait_for_the_holders_open_lease_checked_transaction() {
     let db = TestDb::new();
     let (mut holding, _) = session(&db);
-    let (again, pid) = session(&db);
-    let mut observer = db.conn();
+    let (mut again, _) = session(&db);
     let lease = granted(acquire(&mut holding, "k", "a", TTL).unwrap());
     holding.batch_execute("BEGIN").unwrap();
     leasehold::check_held(&mut holding, &lease.token()).unwrap();
+    again.batch_execute("SET lock_timeout = '10s'").unwrap();
+    let same = granted(acquire(&mut again, "k", "a", TTL).unwrap());
+    assert_eq!(
+        (same.epoch(), same.expires_at()),
+        (1, lease.expires_at()),
+        "idempotent"
+    );
+    assert!(matches!(
+        renew(&mut again, "k", "a", 1, TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    holding.batch_execute("COMMIT").unwrap();
+}
+
+/// `a`'s grant lapsed and `b` is taking `k` over in an open transaction. A
+/// same-owner acquire by `a` sees its lapsed grant, goes for the row lock
+/// of a new grant and waits (observed in pg_locks). Commit: `a` is denied —
+/// it must not report b's grant as its own. Rollback: `a` takes the key
+/// with a new epoch — never the lapsed grant as live.
+fn same_owner_acquire_racing_a_takeover(commit: bool) -> (Acquisition, Option<LeaseState>) {
+    let db = TestDb::new();
+    let (mut taker, _) = session(&db);
+    let (again, pid) = session(&db);
+    let mut observer = db.conn();
+    lapsed_grant(&mut taker);
+    taker.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        granted(acquire(&mut taker, "k", "b", TTL).unwrap()).epoch(),
+        2
+    );
     let racer = in_thread(again, |c| acquire(c, "k", "a", TTL));
     wait_until_blocked_on_lock(&mut observer, pid);
-    assert_eq!(
-        raw_row(&mut observer, "k").unwrap(),
-        "a|1|t|",
-        "the row is unchanged"
-    );
-    match change {
-        Change::Lapse | Change::Takeover => {
-            let Renewal::Renewed { expires_at } =
-                renew(&mut holding, "k", "a", 1, Duration::from_millis(1)).unwrap()
-            else {
-                panic!("renew failed");
-            };
-            wait_until_server_time_passes(&mut observer, expires_at);
-            if let Change::Takeover = change {
-                let taken = granted(acquire(&mut holding, "k", "b", TTL).unwrap());
-                assert_eq!(taken.epoch(), 2);
-            }
-        }
-        Change::Release => assert_eq!(
-            release(&mut holding, "k", "a", 1).unwrap(),
-            Release::Released
-        ),
-    }
-    holding.batch_execute("COMMIT").unwrap();
+    taker
+        .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
+        .unwrap();
     let outcome = racer.join().unwrap().unwrap();
     (outcome, inspect(&mut observer, "k").unwrap())
 }
 
-/// The grant lapsed and was taken over while the acquire waited for the
-/// lock: it must not report b's grant as its own (two holders).
 #[test]
-fn same_owner_acquire_of_a_grant_taken_over_before_it_got_the_row_lock_is_denied() {
-    let (outcome, state) = same_owner_acquire_racing(Change::Takeover);
+fn same_owner_acquire_of_a_lapsed_grant_taken_over_while_it_waited_is_denied() {
+    let (outcome, state) = same_owner_acquire_racing_a_takeover(true);
     assert_eq!(outcome, Acquisition::Denied);
     assert!(
         matches!(&state, Some(LeaseState::Held { owner, epoch: 2, .. }) if owner == "b"),
@@ -740,28 +737,9 @@ fn same_owner_acquire_of_a_grant_taken_over_before_it_got_the_row_lock_is_denied
     );
 }
 
-/// The grant was released while the acquire waited for the lock: the
-/// acquire must not return the released epoch; it gets a new grant.
 #[test]
-fn same_owner_acquire_of_a_grant_released_before_it_got_the_row_lock_gets_a_new_grant() {
-    let (outcome, state) = same_owner_acquire_racing(Change::Release);
-    let lease = granted(outcome);
-    assert_eq!((lease.owner(), lease.epoch()), ("a", 3));
-    assert_eq!(
-        state,
-        Some(LeaseState::Held {
-            owner: "a".into(),
-            epoch: 3,
-            expires_at: lease.expires_at()
-        })
-    );
-}
-
-/// The grant lapsed while the acquire waited for the lock: the acquire must
-/// not return the lapsed grant as live; it takes the key with a new epoch.
-#[test]
-fn same_owner_acquire_of_a_grant_that_lapsed_before_it_got_the_row_lock_gets_a_new_epoch() {
-    let (outcome, state) = same_owner_acquire_racing(Change::Lapse);
+fn same_owner_acquire_of_a_lapsed_grant_whose_takeover_rolled_back_gets_a_new_epoch() {
+    let (outcome, state) = same_owner_acquire_racing_a_takeover(false);
     let lease = granted(outcome);
     assert_eq!((lease.owner(), lease.epoch()), ("a", 2));
     assert_eq!(

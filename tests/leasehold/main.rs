@@ -2,6 +2,7 @@
 //! Every test runs against a real PostgreSQL (a throwaway local server, or
 //! the one `DATABASE_URL` names).
 
+mod attacks;
 mod common;
 mod concurrency;
 mod holders;

@@ -54,6 +54,9 @@ fn fenced_write(
 ) -> Result<(), FencedError<diesel::result::Error>> {
     let writer = token.owner().to_owned();
     let epoch = token.epoch();
+    // These tests present epochs of their choosing; guards admit only
+    // epochs the key has granted (G7, tested on its own).
+    pretend_granted(conn, token.key(), epoch);
     run_fenced(conn, resource, token, check, |conn| {
         write(conn, resource, &writer, epoch)
     })
@@ -119,6 +122,7 @@ fn g3_a_write_rolled_back_by_the_callers_own_error_does_not_raise_the_record() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
+    pretend_granted(&mut conn, "k", 5);
     let result: Result<(), FencedError<&str>> =
         run_fenced(&mut conn, "r", &token("k", "b", 5), Check::Token, |conn| {
             write(conn, "r", "b", 5).unwrap();
@@ -327,9 +331,10 @@ fn renew_and_write_commit_together_or_not_at_all() {
 #[test]
 fn g4_concurrent_writers_with_interleaved_epochs_commit_in_non_decreasing_epoch_order() {
     let db = TestDb::new();
-    drop(setup(&db));
     const WRITERS: usize = 8;
     const WRITES: usize = 40;
+    // Every epoch below is one the key "granted" before the writers start.
+    pretend_granted(&mut setup(&db), "k", 1 + 10 + (WRITES / 4) as i64);
     let barrier = Arc::new(Barrier::new(WRITERS));
     let handles: Vec<_> = (0..WRITERS)
         .map(|w| {
@@ -535,12 +540,13 @@ fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_write
     let next = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
     fenced_write(&mut conn, "r", &next.token(), Check::Token).unwrap();
     // Fencing a brand-new resource registers it.
-    assert_eq!(fence(&mut conn, "fresh", "k", 7).unwrap(), 8);
+    assert_eq!(next.epoch(), 2);
+    assert_eq!(fence(&mut conn, "fresh", "k", 2).unwrap(), 3);
     assert_eq!(
         inspect_guard(&mut conn, "fresh").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 8
+            accepted_epoch: 3
         })
     );
 }
@@ -587,6 +593,7 @@ fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
     db.conn()
         .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
         .unwrap();
+    pretend_granted(&mut db.conn(), "k", 1);
     {
         let mut conn = db.conn_as(&role);
         conn.batch_execute("BEGIN").unwrap();
@@ -614,6 +621,7 @@ fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
 fn fence_up_to_zero_is_accepted_and_refuses_nothing_new() {
     let db = TestDb::new();
     let mut conn = setup(&db);
+    pretend_granted(&mut conn, "k", 2);
     assert_eq!(fence(&mut conn, "fresh", "k", 0).unwrap(), 1);
     assert_eq!(
         inspect_guard(&mut conn, "fresh").unwrap(),

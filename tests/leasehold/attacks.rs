@@ -1,0 +1,368 @@
+//! Attacks from other roles on a shared deployment (docs/SPECIFICATION.md
+//! §1.3–§1.5, G7): a non-superuser database owner installed leasehold, the
+//! application holds leases, and an attacker with nothing but CONNECT and
+//! what `inspect` tells everyone tries to stall, outwait or fence it out.
+//! One test per hole the security review found; each failed before the fix.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::PgConnection;
+use leasehold::{
+    acquire, acquire_waiting, admit, admit_held, check_held, fence, inspect, inspect_guard,
+    release, renew, renew_and_admit, Acquisition, FencingToken, GuardError, GuardRecord,
+    LeaseError, LeaseState, Refusal, Release, Renewal, LOCK_WAIT_BOUND,
+};
+use leasehold_test_support::Deployment;
+
+use crate::common::*;
+
+fn pid_of(conn: &mut PgConnection) -> i32 {
+    query_lines(conn, "SELECT pg_backend_pid()::text AS line")[0]
+        .parse()
+        .expect("a pid")
+}
+
+/// Waits until backend `pid` waits for a lock another transaction holds.
+fn wait_until_blocked(observer: &mut PgConnection, pid: i32) {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock') AS flag"
+    );
+    for _ in 0..4_000 {
+        if query_bool(observer, &sql) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("backend {pid} never waited on a lock");
+}
+
+/// Runs `call` on its own thread and returns its result, failing the test
+/// (instead of hanging it) if the call has not returned after a minute: for
+/// calls that must return while another transaction keeps a lock.
+fn returns<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(call());
+    });
+    receiver
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the call did not return while another transaction kept the row locked")
+}
+
+/// What anybody learns from `inspect`: enough to present the holder's token.
+fn public_token(conn: &mut PgConnection, key: &str) -> FencingToken {
+    match inspect(conn, key).unwrap() {
+        Some(LeaseState::Held { owner, epoch, .. }) => {
+            FencingToken::new(key, &owner, epoch).unwrap()
+        }
+        other => panic!("expected a held key, got {other:?}"),
+    }
+}
+
+/// Hole 2 (§1.5, I14): calls that check the lease or are refused, made by
+/// somebody who does not hold it and kept in an open transaction, do not
+/// hold up the holder's renew or release.
+#[test]
+fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "jobs/1", "app-1", TTL).unwrap());
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    let token = public_token(&mut attacker, "jobs/1");
+    attacker.batch_execute("BEGIN").unwrap();
+    check_held(&mut attacker, &token).unwrap();
+    admit_held(&mut attacker, "attacker/resource", &token).unwrap();
+    let again = granted(acquire(&mut attacker, "jobs/1", "app-1", TTL).unwrap());
+    assert_eq!(
+        again.epoch(),
+        lease.epoch(),
+        "a same-owner acquire is idempotent"
+    );
+    assert_eq!(
+        renew(&mut attacker, "jobs/1", "nobody", lease.epoch(), TTL).unwrap(),
+        Renewal::Refused(Refusal::NotOwner)
+    );
+    assert_eq!(
+        release(&mut attacker, "jobs/1", "nobody", lease.epoch()).unwrap(),
+        Release::Refused(Refusal::NotOwner)
+    );
+    // Were the holder's calls to wait for the attacker, lock_timeout would
+    // fail them instead of hanging the test.
+    app.batch_execute("SET lock_timeout = '10s'").unwrap();
+    assert!(matches!(
+        renew(&mut app, "jobs/1", "app-1", lease.epoch(), TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(
+        release(&mut app, "jobs/1", "app-1", lease.epoch()).unwrap(),
+        Release::Released
+    );
+    attacker.batch_execute("ROLLBACK").unwrap();
+}
+
+/// Hole 3 (§1.3, §1.5, I14): a row another transaction keeps locked — here
+/// the holder's lease-checked transaction, still open after its grant
+/// lapsed — never keeps an acquire past its wait, nor one without a wait
+/// past LOCK_WAIT_BOUND. Both give up with TimedOut (57014) while the lock
+/// is still held; after it ends, the key is granted.
+#[test]
+fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "jobs/2", "app-1", STILL_HELD_NEXT_STEP).unwrap());
+    app.batch_execute("BEGIN").unwrap();
+    check_held(&mut app, &lease.token()).unwrap();
+    wait_until_server_time_passes(&mut app, lease.expires_at());
+
+    let url = deployment.url_as(&deployment.worker);
+    let (no_wait, with_wait, sqlstate) = returns(move || {
+        let mut worker = diesel::Connection::establish(&url).unwrap();
+        let no_wait = acquire(&mut worker, "jobs/2", "worker-1", TTL);
+        let with_wait = acquire_waiting(
+            &mut worker,
+            "jobs/2",
+            "worker-1",
+            TTL,
+            Duration::from_secs(1),
+        );
+        let sqlstate = sqlstate_of(
+            &mut worker,
+            "SELECT * FROM lease.acquire('jobs/2', 'worker-1', '1 min', '300 ms')",
+        );
+        (no_wait, with_wait, sqlstate)
+    });
+    match no_wait {
+        Err(LeaseError::TimedOut { key, waited }) => {
+            assert_eq!((key.as_str(), waited), ("jobs/2", LOCK_WAIT_BOUND))
+        }
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    match with_wait {
+        Err(LeaseError::TimedOut { waited, .. }) => assert_eq!(waited, Duration::from_secs(1)),
+        other => panic!("expected TimedOut, got {other:?}"),
+    }
+    assert_eq!(sqlstate, "57014");
+
+    app.batch_execute("COMMIT").unwrap();
+    let mut worker = deployment.conn_as(&deployment.worker);
+    assert_eq!(
+        granted(acquire(&mut worker, "jobs/2", "worker-1", TTL).unwrap()).epoch(),
+        2
+    );
+}
+
+/// Hole 4 (§1.3): the expiry of a grant that had to wait for a row lock is
+/// computed from the clock after the wait, so with a ttl shorter than the
+/// wait the grant is still live on arrival.
+#[test]
+fn a_grant_that_waited_for_a_row_lock_is_not_expired_on_arrival() {
+    let deployment = Deployment::new();
+    let mut admin = deployment.admin();
+    let mut app = deployment.conn_as(&deployment.app);
+    let first = granted(acquire(&mut app, "jobs/3", "app-1", Duration::from_millis(200)).unwrap());
+    wait_until_server_time_passes(&mut admin, first.expires_at());
+    // The worker takes the lapsed key over in a transaction it keeps open.
+    let mut taker = deployment.conn_as(&deployment.worker);
+    taker.batch_execute("BEGIN").unwrap();
+    granted(acquire(&mut taker, "jobs/3", "worker-1", TTL).unwrap());
+
+    let mut waiter = deployment.conn_as(&deployment.app);
+    let pid = pid_of(&mut waiter);
+    let ttl = Duration::from_secs(1);
+    let racer = std::thread::spawn(move || {
+        acquire_waiting(&mut waiter, "jobs/3", "app-2", ttl, Duration::from_secs(30))
+    });
+    wait_until_blocked(&mut admin, pid);
+    let blocked_at = server_now(&mut admin);
+    // Keep it waiting for longer than its ttl, then give the key up.
+    wait_until_server_time_passes(
+        &mut admin,
+        blocked_at + chrono::Duration::milliseconds(1_500),
+    );
+    let rolled_back_at = server_now(&mut admin);
+    taker.batch_execute("ROLLBACK").unwrap();
+    let lease = racer.join().unwrap().unwrap();
+    assert_eq!(lease.epoch(), 2);
+    assert!(
+        lease.expires_at() >= rolled_back_at + chrono::Duration::from_std(ttl).unwrap(),
+        "grant expires at {} although the wait ended after {rolled_back_at}",
+        lease.expires_at()
+    );
+}
+
+/// Hole 6 (G7): an epoch the key never granted fences nothing — not above
+/// the counter, not for a key never leased — so nobody can make a resource
+/// refuse its real holders; `fence` is an operator action PUBLIC cannot
+/// run, and refuses an `up_to` that would overflow or was never granted.
+#[test]
+fn forged_epochs_cannot_fence_out_the_real_holders() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "jobs/4", "app-1", TTL).unwrap());
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    for (key, epoch, counter) in [
+        ("jobs/4", i64::MAX, 1),
+        ("jobs/4", 2, 1),
+        ("jobs/never-leased", 1, 0),
+    ] {
+        let forged = FencingToken::new(key, "app-1", epoch).unwrap();
+        match admit(&mut attacker, "orders", &forged) {
+            Err(GuardError::EpochNotGranted {
+                presented,
+                counter: reported,
+                ..
+            }) => assert_eq!((presented, reported), (epoch, counter)),
+            other => panic!("{key} {epoch}: expected EpochNotGranted, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        sqlstate_of(&mut attacker, "SELECT lease.fence('orders', 'jobs/4', 1)"),
+        "42501",
+        "fence is not granted to PUBLIC"
+    );
+    assert!(matches!(
+        fence(&mut attacker, "orders", "jobs/4", 1),
+        Err(GuardError::Database { .. })
+    ));
+    assert_eq!(inspect_guard(&mut attacker, "orders").unwrap(), None);
+
+    // The real holder writes.
+    admit(&mut app, "orders", &lease.token()).unwrap();
+
+    // An operator the owner granted fence to: overflow and never-granted
+    // epochs are refused; the counter itself fences.
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease.fence(text, text, bigint) TO {}",
+            deployment.operator
+        ))
+        .unwrap();
+    let mut operator = deployment.conn_as(&deployment.operator);
+    match fence(&mut operator, "orders", "jobs/4", i64::MAX) {
+        Err(GuardError::InvalidInput { violations }) => {
+            assert_eq!(violations, ["up_to must be below 9223372036854775807"])
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    assert!(matches!(
+        fence(&mut operator, "orders", "jobs/4", 2),
+        Err(GuardError::EpochNotGranted { counter: 1, .. })
+    ));
+    assert_eq!(fence(&mut operator, "orders", "jobs/4", 1).unwrap(), 2);
+    assert_eq!(
+        inspect_guard(&mut app, "orders").unwrap(),
+        Some(GuardRecord {
+            lease_key: "jobs/4".into(),
+            accepted_epoch: 2
+        })
+    );
+}
+
+/// Hole 7 (§1.5): `fence` then `admit_held` in one transaction, against a
+/// concurrent `renew_and_admit` of the same key and resource, used to lock
+/// guard row then lease row on one side and the reverse on the other, and
+/// deadlock. Now the lease row is always locked first, in modes that let
+/// the renewal through: the renewal waits for the guard row and completes
+/// after the commit.
+#[test]
+fn fence_then_admit_held_against_a_concurrent_renew_and_admit_does_not_deadlock() {
+    let deployment = Deployment::new();
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease.fence(text, text, bigint) TO {}",
+            deployment.operator
+        ))
+        .unwrap();
+    let mut admin = deployment.admin();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "jobs/5", "app-1", TTL).unwrap());
+    let mut operator = deployment.conn_as(&deployment.operator);
+    operator.batch_execute("BEGIN").unwrap();
+    assert_eq!(fence(&mut operator, "orders", "jobs/5", 0).unwrap(), 1);
+
+    let pid = pid_of(&mut app);
+    let token = lease.token();
+    let renewing = std::thread::spawn(move || renew_and_admit(&mut app, "orders", &token, TTL));
+    wait_until_blocked(&mut admin, pid);
+    admit_held(&mut operator, "orders", &lease.token()).unwrap();
+    operator.batch_execute("COMMIT").unwrap();
+    renewing.join().unwrap().unwrap();
+    assert_eq!(
+        inspect_guard(&mut admin, "orders")
+            .unwrap()
+            .unwrap()
+            .accepted_epoch,
+        1
+    );
+}
+
+/// Hole 9 (§1.3): keys, owners and resource names are capped at 16 KiB
+/// (16384 bytes, counted in UTF-8); a name one byte longer, or a 20 MiB one,
+/// is refused with 22023 naming the cap, and nothing is stored.
+#[test]
+fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
+    let deployment = Deployment::new();
+    let mut admin = deployment.admin();
+    let mut app = deployment.conn_as(&deployment.app);
+    let longest = "k".repeat(16_384);
+    let lease = granted(acquire(&mut app, &longest, &"o".repeat(16_384), TTL).unwrap());
+    admit(&mut app, &"r".repeat(16_384), &lease.token()).unwrap();
+    assert!(inspect(&mut app, &longest).unwrap().unwrap().is_held());
+    let before = table_snapshot(&mut admin);
+
+    let too_long = "k".repeat(16_385);
+    let multibyte = "é".repeat(8_193); // 16386 bytes in 8193 characters
+    let huge = "k".repeat(20 << 20);
+    for key in [&too_long, &multibyte, &huge] {
+        match acquire(&mut app, key, "o", TTL) {
+            Err(LeaseError::InvalidInput { violations }) => {
+                assert_eq!(violations, ["key must be at most 16384 bytes"])
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+    match acquire(&mut app, "k", &too_long, TTL) {
+        Err(LeaseError::InvalidInput { violations }) => {
+            assert_eq!(violations, ["owner must be at most 16384 bytes"])
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    match admit(&mut app, &too_long, &lease.token()) {
+        Err(GuardError::InvalidInput { violations }) => {
+            assert_eq!(violations, ["resource must be at most 16384 bytes"])
+        }
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+    assert_eq!(table_snapshot(&mut admin), before, "nothing stored");
+}
+
+/// Hole 12, the decision (docs/SPECIFICATION.md §1.2): a grant made inside
+/// a transaction that rolls back never happened, so the next grant gets the
+/// same epoch — and an admission made with it in the same transaction rolls
+/// back with it. A token is a token only once its grant committed: the
+/// library's `acquire` on a connection outside a transaction commits before
+/// it returns; inside one, use the token only for writes in that same
+/// transaction (the guards in the database), never for files or objects
+/// before the commit.
+#[test]
+fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admissions_with_it() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    app.batch_execute("BEGIN").unwrap();
+    let uncommitted = granted(acquire(&mut app, "jobs/6", "app-1", TTL).unwrap());
+    admit(&mut app, "orders", &uncommitted.token()).unwrap();
+    app.batch_execute("ROLLBACK").unwrap();
+
+    let mut worker = deployment.conn_as(&deployment.worker);
+    let next = granted(acquire(&mut worker, "jobs/6", "worker-1", TTL).unwrap());
+    assert_eq!(next.epoch(), uncommitted.epoch(), "the epoch is reused");
+    assert_eq!(inspect_guard(&mut worker, "orders").unwrap(), None);
+    assert_eq!(
+        acquire(&mut app, "jobs/6", "app-1", TTL).unwrap(),
+        Acquisition::Denied
+    );
+}
