@@ -22,7 +22,8 @@ Exit codes:
   6  not owner: unknown or free key, or another owner's grant
   7  wait timed out: the key stayed held for the whole --wait
   8  cannot connect, database error, or leasehold not installed
-  9  guard refusal: stale epoch, wrong lease key, or lease not held
+  9  guard refusal: stale epoch, wrong lease key, epoch never granted,
+     or lease not held
 
 Without --database-url or DATABASE_URL every command runs against a
 throwaway local PostgreSQL that is deleted when the command exits: nothing

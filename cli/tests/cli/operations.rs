@@ -105,6 +105,10 @@ fn acquire_with_wait_gets_the_key_once_the_holder_lapses() {
 #[test]
 fn fence_raises_the_guard_floor() {
     let db = Db::installed();
+    // Grants up to epoch 3 (a fence may only go up to granted epochs).
+    assert_eq!(db.run(&["acquire", "job-4", "w", "--ttl", "30s"]).code, 0);
+    assert_eq!(db.run(&["release", "job-4", "w", "1"]).code, 0);
+    assert_eq!(db.run(&["acquire", "job-4", "w", "--ttl", "30s"]).code, 0);
     let (code, fenced) = db.json(&["fence", "reports", "--key", "job-4", "--up-to", "3"]);
     assert_eq!(code, 0, "{fenced}");
     assert_eq!(fenced["accepted_epoch"], 4);
