@@ -225,9 +225,8 @@ impl Session {
                         }
                     }
                     Err(error) => {
-                        let reason = refusal(&error, self.conn.is_ok()).ok_or_else(|| {
-                            format!("registering a waiter failed: {error}")
-                        })?;
+                        let reason = refusal(&error, self.conn.is_ok())
+                            .ok_or_else(|| format!("registering a waiter failed: {error}"))?;
                         self.busy.remove(&key);
                         let mut state = lock(&shared.state);
                         state.status.failed_registrations += 1;

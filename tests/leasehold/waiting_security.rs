@@ -112,9 +112,7 @@ fn waiter_registration_never_waits_for_a_release_in_flight() {
     let d = Deployment::new();
     let mut holder = d.conn_as(&d.app);
     let mut registrant = d.conn_as(&d.attacker);
-    registrant
-        .batch_execute("SET lock_timeout = '3s'")
-        .unwrap();
+    registrant.batch_execute("SET lock_timeout = '3s'").unwrap();
     let lease = granted(leasehold::acquire(&mut holder, "k", "holder", TTL).unwrap());
     holder.batch_execute("BEGIN").unwrap();
     assert_eq!(
@@ -407,11 +405,7 @@ fn waiter_reset_by_any_role_prunes_dead_sessions_rows_and_keeps_live_ones() {
     watch(&mut app, "a");
     watch(&mut worker, "w");
     let count = |conn: &mut PgConnection| {
-        query_lines(
-            conn,
-            "SELECT count(*)::text AS line FROM lease.waiters",
-        )
-        .remove(0)
+        query_lines(conn, "SELECT count(*)::text AS line FROM lease.waiters").remove(0)
     };
     // A stale pg_stat_activity copy of the caller's transaction must not
     // make live sessions look gone.
@@ -426,7 +420,10 @@ fn waiter_reset_by_any_role_prunes_dead_sessions_rows_and_keeps_live_ones() {
     drop(worker);
     let until = Instant::now() + Duration::from_secs(10);
     while count(&mut d.admin()) != "2" {
-        assert!(Instant::now() < until, "the dead session's row was never pruned");
+        assert!(
+            Instant::now() < until,
+            "the dead session's row was never pruned"
+        );
         query_lines(&mut attacker, "SELECT lease._waiter_reset()::text AS line");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -458,7 +455,7 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
         .notifications_iter()
         .map(|n| n.unwrap().payload)
         .collect();
-    assert_eq!(payloads, [digest.clone()]);
+    assert_eq!(payloads, [digest]);
 
     // Nobody registered: a READ COMMITTED release stays silent, a
     // REPEATABLE READ one notifies.
