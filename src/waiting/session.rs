@@ -320,3 +320,38 @@ fn refusal(error: &PqError, connection_ok: bool) -> Option<PollingReason> {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(sqlstate: Option<&str>, constraint: Option<&str>) -> PqError {
+        PqError {
+            message: "m".to_owned(),
+            sqlstate: sqlstate.map(str::to_owned),
+            constraint: constraint.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn refusals_are_told_from_lost_sessions_and_classified() {
+        assert_eq!(
+            refusal(&error(Some("22023"), Some(WAITER_LIMIT)), true),
+            Some(PollingReason::WaiterLimit)
+        );
+        assert_eq!(
+            refusal(&error(Some("42501"), Some(NAMESPACE_DENIED)), true),
+            Some(PollingReason::NamespaceDenied)
+        );
+        assert_eq!(
+            refusal(&error(Some("42501"), None), true),
+            Some(PollingReason::RegistrationFailed {
+                sqlstate: "42501".to_owned(),
+                message: "m".to_owned()
+            })
+        );
+        // No answer from the server on a dead connection: the session is
+        // lost, not the key refused.
+        assert_eq!(refusal(&error(None, None), false), None);
+    }
+}
