@@ -16,3 +16,4 @@ mod spec_1_3_functions;
 mod spec_1_4_errors;
 mod spec_1_5_transactions;
 mod spec_2_guards;
+mod waiting_security;
