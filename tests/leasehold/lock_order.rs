@@ -732,24 +732,21 @@ fn single_call_matrix(state: State, calls: &[Call], table: &[&str]) {
             );
         }
     }
-    let mismatches: Vec<String> = calls
-        .iter()
-        .enumerate()
-        .flat_map(|(i, a)| {
-            let (expected, observed) = (&expected, &observed);
-            calls.iter().enumerate().filter_map(move |(j, b)| {
-                (expected[i][j] != observed[i][j]).then(|| {
-                    format!(
-                        "A = {}, B = {}: expected {}, observed {}",
-                        a.name(),
-                        b.name(),
-                        if expected[i][j] { "a wait" } else { "no wait" },
-                        if observed[i][j] { "a wait" } else { "no wait" }
-                    )
-                })
-            })
-        })
-        .collect();
+    let mut mismatches = Vec::new();
+    for (i, a) in calls.iter().enumerate() {
+        for (j, b) in calls.iter().enumerate() {
+            if expected[i][j] != observed[i][j] {
+                let says = |waits: bool| if waits { "a wait" } else { "no wait" };
+                mismatches.push(format!(
+                    "A = {}, B = {}: expected {}, observed {}",
+                    a.name(),
+                    b.name(),
+                    says(expected[i][j]),
+                    says(observed[i][j])
+                ));
+            }
+        }
+    }
     assert!(mismatches.is_empty(), "{state:?}: {mismatches:#?}");
 }
 
