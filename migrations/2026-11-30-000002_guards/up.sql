@@ -89,16 +89,20 @@ $$;
 -- always: see below) and returns the key's counter, or 0 for a key never
 -- leased. FOR KEY SHARE does not hold up the holder's renew or release; it
 -- holds off a grant to a new owner until the caller's transaction ends.
+-- PL/pgSQL so that the plan is kept (see lease._allowed).
 CREATE FUNCTION lease._share_key(key text)
 RETURNS bigint
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $$
-    SELECT COALESCE(
-        (SELECT l.epoch
-           FROM lease.leases AS l
-          WHERE l.key_hash = lease._key_hash(_share_key.key) AND l.key = _share_key.key
-            FOR KEY SHARE),
-        0)
+DECLARE
+    v_counter bigint;
+BEGIN
+    SELECT l.epoch INTO v_counter
+      FROM lease.leases AS l
+     WHERE l.key_hash = lease._key_hash(_share_key.key) AND l.key = _share_key.key
+       FOR KEY SHARE;
+    RETURN COALESCE(v_counter, 0);
+END;
 $$;
 
 -- Lock order (docs/SPECIFICATION.md §1.5): every call that touches a guard
