@@ -66,13 +66,13 @@ BEGIN
             lease._prefix_violations(prefix)
             || CASE
                    WHEN role IS NULL OR role = '' THEN lease._text_violations('role', role)
-                   WHEN v_role IS NULL THEN ARRAY[format('role must name an existing role (there is no role %s)', role)]
+                   WHEN v_role IS NULL THEN ARRAY[format('role must name an existing role (there is no role %L)', role)]
                    ELSE ARRAY[]::text[]
                END);
     END IF;
     INSERT INTO lease.namespaces AS n (prefix, role_oid, created_at)
     VALUES (bind_namespace.prefix, v_role, clock_timestamp())
-    ON CONFLICT (prefix) DO UPDATE
+    ON CONFLICT ON CONSTRAINT namespaces_pkey DO UPDATE
        SET role_oid = excluded.role_oid,
            created_at = excluded.created_at;
     IF current_setting('synchronous_commit') IN ('off', 'local') THEN

@@ -7,6 +7,7 @@ mod common;
 mod concurrency;
 mod holders;
 mod install;
+mod namespaces;
 mod pool_client;
 mod security;
 mod seed_examples;
