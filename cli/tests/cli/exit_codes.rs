@@ -17,6 +17,7 @@ fn help_documents_every_exit_code() {
         "7  wait timed out",
         "8  cannot connect",
         "9  guard refusal",
+        "10  permission denied",
     ] {
         assert!(
             help.stdout.contains(line),
