@@ -705,7 +705,7 @@ fn membership_counts_and_set_role_does_not_change_who_acts() {
         .unwrap();
     assert_eq!(
         query_lines(&mut app, "SELECT current_user::text AS line"),
-        [deployment.attacker.clone()]
+        [deployment.attacker.as_str()]
     );
     assert!(is_granted(acquire(&mut app, "billing/a", "a", TTL)));
 
