@@ -143,7 +143,9 @@ pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, Na
 /// token-checked guard. A key that was already free keeps its counter.
 ///
 /// Acts on every key, whatever the namespace rules say: only the grant of
-/// EXECUTE on `lease.force_release(text)` limits who may call it.
+/// EXECUTE on `lease.force_release(text)` limits who may call it. A role
+/// without it gets [`LeaseError::Database`], whose source is PostgreSQL's
+/// "permission denied for function force_release".
 pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
     check_text("key", key)?;
     let call = ForceReleaseCall {
