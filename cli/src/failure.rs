@@ -175,6 +175,7 @@ impl CliError {
             CliError::Guard(
                 GuardError::StaleEpoch { .. }
                 | GuardError::WrongLeaseKey { .. }
+                | GuardError::EpochNotGranted { .. }
                 | GuardError::LeaseNotHeld { .. },
             ) => Exit::GuardRefused,
             CliError::Guard(_)
@@ -200,6 +201,7 @@ impl CliError {
             CliError::Guard(GuardError::StaleEpoch { .. }) => "stale_epoch",
             CliError::Guard(GuardError::WrongLeaseKey { .. }) => "wrong_lease_key",
             CliError::Guard(GuardError::LeaseNotHeld { .. }) => "lease_not_held",
+            CliError::Guard(GuardError::EpochNotGranted { .. }) => "epoch_not_granted",
             CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
             CliError::NotInstalled => "not_installed",
             CliError::NoListPrivilege { .. } => "no_privilege",
@@ -259,6 +261,17 @@ impl CliError {
                 fields.push(("resource", Json::str(resource)));
                 fields.push(("fenced_by", Json::str(fenced_by)));
                 fields.push(("presented", Json::str(presented)));
+            }
+            CliError::Guard(GuardError::EpochNotGranted {
+                resource,
+                key,
+                presented,
+                counter,
+            }) => {
+                fields.push(("resource", Json::str(resource)));
+                fields.push(("key", Json::str(key)));
+                fields.push(("presented_epoch", Json::Int(*presented)));
+                fields.push(("counter", Json::Int(*counter)));
             }
             CliError::NotGranted { role, function } => {
                 fields.push(("role", Json::str(role)));

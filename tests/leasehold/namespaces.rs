@@ -225,12 +225,16 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
     for role in [&deployment.app, &deployment.attacker, &deployment.operator] {
         let mut conn = deployment.conn_as(role);
         assert_eq!(
-            sqlstate_of(&mut conn, "SELECT lease.fence('r', 'k', 100)"),
+            sqlstate_of(&mut conn, "SELECT lease.fence('r', 'k', 0)"),
             "42501",
             "{role} may fence"
         );
     }
     assert_eq!(whole_state(&deployment), Vec::<String>::new());
+    // G7: a fence reaches at most the key's counter (2 after a release).
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "k", "a", TTL).unwrap());
+    assert_eq!(lease.release(&mut app).unwrap(), Release::Released);
     deployment
         .conn_as(&deployment.owner)
         .batch_execute(&format!(
@@ -239,7 +243,7 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(leasehold::fence(&mut operator, "r", "k", 100).unwrap(), 101);
+    assert_eq!(leasehold::fence(&mut operator, "r", "k", 2).unwrap(), 3);
 }
 
 // ---------------------------------------------------------------------------
@@ -522,11 +526,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
             Some(("key", "billing/k")),
             role,
         );
-        // The waiter registration, and the waiter that uses it.
-        assert_eq!(
-            sqlstate_of(conn, "SELECT lease._waiter_watch('billing/k')"),
-            "42501"
-        );
+        // A waiter: its first attempt is an acquire.
         let pool = Pool::builder()
             .max_size(1)
             .build(ConnectionManager::<PgConnection>::new(
@@ -928,4 +928,29 @@ fn an_application_role_can_wait_for_a_key_with_lease_waiter() {
         query_lines(&mut app, "SELECT lease._waiter_watch('job')::text AS line"),
         ["true"]
     );
+}
+
+/// I15 for the waiting protocol: registering interest in a key of another
+/// role's namespace is refused too (a registration flags the key's row and
+/// earns its release notifications). Needs the namespace check in
+/// `lease._waiter_watch` (migration 000003), which the "namespace checks"
+/// rewrite did not add yet.
+#[test]
+fn the_waiter_registration_refuses_keys_of_another_roles_namespace() {
+    let deployment = Deployment::new();
+    bind(&deployment, "billing/", &deployment.app);
+    let mut app = deployment.conn_as(&deployment.app);
+    granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    let before = whole_state(&deployment);
+    for role in [&deployment.worker, &deployment.attacker] {
+        let mut conn = deployment.conn_as(role);
+        for key in ["billing/k", "billing/none"] {
+            assert_eq!(
+                sqlstate_of(&mut conn, &format!("SELECT lease._waiter_watch('{key}')")),
+                "42501",
+                "{role} registered for {key}"
+            );
+        }
+    }
+    assert_eq!(whole_state(&deployment), before);
 }

@@ -190,6 +190,29 @@ fn operator_commands_without_the_grant_exit_10_naming_the_grant() {
 #[test]
 fn fence_without_the_grant_exits_10() {
     let deployment = deployment();
+    // G7: a fence reaches at most the key's counter (5 after this).
+    for _ in 0..3 {
+        let run = run_as(
+            &deployment,
+            &deployment.app,
+            &["acquire", "k", "a", "--ttl", "30s"],
+        );
+        assert_eq!(run.code, 0, "{run:?}");
+        let epoch = run
+            .stdout
+            .split("at epoch ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .unwrap()
+            .to_owned();
+        if epoch == "5" {
+            break;
+        }
+        assert_eq!(
+            run_as(&deployment, &deployment.app, &["release", "k", "a", &epoch]).code,
+            0
+        );
+    }
     let run = run_as(
         &deployment,
         &deployment.app,
