@@ -5,7 +5,7 @@
 -- The rules of 2026-11-30-000001 apply (security, names, hot paths first),
 -- with one difference: these functions are granted to nobody. The role that
 -- installed leasehold owns them and may run them; it grants EXECUTE to the
--- roles that operate the deployment (README.md, "Operator actions"), e.g.
+-- roles that operate the deployment (README.md, "Security model"), e.g.
 --
 --   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.bind_namespace(text, text),
 --         lease.unbind_namespace(text), lease.list_namespaces() TO ops;
@@ -125,9 +125,13 @@ $$;
 -- of 2026-11-30-000003 (it fires on owner -> NULL). Returns the counter after
 -- the call: every epoch at or below it is stale, which is the `up_to` to
 -- fence resources with. A FREE key is left as it is (its counter returned);
--- a never-leased key has no counter: NULL, and nothing is written. Waits for
--- the key's row lock like a release (a holder's open lease-checked write
--- finishes first), and keeps it until the caller's transaction ends.
+-- a never-leased key has no counter: NULL, and nothing is written. Locks the
+-- row as a release does (FOR NO KEY UPDATE, until the caller's transaction
+-- ends): it waits for a renew, release or grant of the key in progress, not
+-- for a holder's open lease-checked transaction (FOR KEY SHARE). Such a
+-- transaction may still commit its write after the forced release, as after
+-- the holder's own release, but no new grant commits before it ends (G6).
+-- The operator bounds the wait with its own lock_timeout if it wants one.
 CREATE FUNCTION lease.force_release(key text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
