@@ -875,6 +875,26 @@ fn force_release_acts_on_keys_of_any_namespace() {
     );
 }
 
+/// A forced release locks like a release: a holder's open lease-checked
+/// transaction (FOR KEY SHARE) does not hold it up. (If it did, the
+/// operator's lock_timeout would fail the call.)
+#[test]
+fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    app.batch_execute("BEGIN").unwrap();
+    check_held(&mut app, &lease.token()).unwrap();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    owner.batch_execute("SET lock_timeout = '10s'").unwrap();
+    assert_eq!(force_release(&mut owner, "job").unwrap(), Some(2));
+    app.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        inspect(&mut app, "job").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+}
+
 /// A forced release wakes waiters like a release: the waiter below can be
 /// woken only by the notification (no re-check, no polling, holder's ttl a
 /// minute), so a missing notification is a timeout.
