@@ -124,7 +124,7 @@ pub enum LeaseError {
         waited: Duration,
     },
     /// An operator bound the key's prefix to a role the connected login role
-    /// is not a member of (docs/SPECIFICATION.md §4, SQLSTATE 42501,
+    /// is not a member of (docs/SPECIFICATION.md §4.2, SQLSTATE 42501,
     /// constraint `lease_namespace_denied`); nothing changed and nothing
     /// about the key's state was revealed. Calling again as the same login
     /// role fails again, whatever `SET ROLE` says: connect as a member of
@@ -347,7 +347,7 @@ pub enum GuardError {
     },
     /// An operator bound the prefix of the resource or of the token's key to
     /// a role the connected login role is not a member of
-    /// (docs/SPECIFICATION.md §4, SQLSTATE 42501, constraint
+    /// (docs/SPECIFICATION.md §4.2, SQLSTATE 42501, constraint
     /// `lease_namespace_denied`). Nothing was admitted, and the caller's
     /// transaction (or savepoint) is rolled back. Connect as a member of the
     /// bound role; `SET ROLE` does not change who the guard sees.
