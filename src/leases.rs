@@ -22,7 +22,16 @@ use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::sql::decode::Status;
 use crate::sql::input;
 
-/// Tries to acquire `key` for `owner` for `ttl`, without waiting.
+/// Tries to acquire `key` for `owner` for `ttl`, without waiting for
+/// another owner. It may still wait up to [`crate::LOCK_WAIT_BOUND`] for a
+/// row lock another transaction holds on the key (an uncommitted grant, or
+/// an open lease-checked write), and returns [`LeaseError::TimedOut`] if
+/// that lock outlasts the bound.
+///
+/// On a connection outside a transaction the grant commits before this
+/// returns. Inside a transaction it commits with it, and a rollback gives
+/// its epoch to the next grant: use its token only for guard writes in the
+/// same transaction, never for files or objects before the commit.
 ///
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {

@@ -86,8 +86,8 @@ pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::PgPool;
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
-    LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, Wait, WaitError, DEFAULT_FALLBACK_POLL,
-    DEFAULT_RECHECK, LISTENER_APPLICATION_NAME,
+    LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,
+    DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, WAITER_LIMIT,
 };
 
 /// Plumbing shared with the adapter crates in `guards/` (not a public API:

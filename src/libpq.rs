@@ -33,6 +33,37 @@ pub(crate) struct Notification {
     pub(crate) payload: String,
 }
 
+/// Why a statement failed: the server's message, and when the server
+/// answered with an error (rather than the connection failing), its
+/// SQLSTATE and `CONSTRAINT` field, so the caller can tell a refusal of one
+/// statement from the loss of the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PqError {
+    /// The error message, without its trailing newline.
+    pub(crate) message: String,
+    /// The SQLSTATE of a server error; `None` when the statement never got
+    /// an answer (connection lost, or a client-side problem).
+    pub(crate) sqlstate: Option<String>,
+    /// The `CONSTRAINT` field of a server error, when set.
+    pub(crate) constraint: Option<String>,
+}
+
+impl PqError {
+    fn client(message: String) -> Self {
+        PqError {
+            message,
+            sqlstate: None,
+            constraint: None,
+        }
+    }
+}
+
+impl std::fmt::Display for PqError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// An open libpq connection. Closed (PQfinish) on drop.
 pub(crate) struct PqConn {
     raw: NonNull<pq::PGconn>,
@@ -133,14 +164,16 @@ impl PqConn {
         &mut self,
         sql: &str,
         params: &[&str],
-    ) -> Result<Vec<Vec<Option<String>>>, String> {
-        let sql = c_string("the statement", sql)?;
+    ) -> Result<Vec<Vec<Option<String>>>, PqError> {
+        let sql = c_string("the statement", sql).map_err(PqError::client)?;
         let params = params
             .iter()
             .map(|p| c_string("a statement parameter", p))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(PqError::client)?;
         let param_ptrs: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
-        let count = c_int::try_from(param_ptrs.len()).map_err(|_| "too many parameters")?;
+        let count = c_int::try_from(param_ptrs.len())
+            .map_err(|_| PqError::client("too many parameters".to_owned()))?;
         // SAFETY: the statement and parameter strings outlive the call; NULL
         // types/lengths/formats mean "infer, text"; result format 0 is text.
         let result = unsafe {
@@ -160,7 +193,7 @@ impl PqConn {
             )
         };
         let Some(result) = NonNull::new(result).map(PqResult) else {
-            return Err(self.error_message());
+            return Err(PqError::client(self.error_message()));
         };
         // SAFETY: `result` is a live PGresult until the guard drops.
         let status = unsafe { pq::PQresultStatus(result.0.as_ptr()) };
@@ -189,12 +222,33 @@ impl PqConn {
                 Ok(out)
             }
             _ => {
-                // SAFETY: as above.
-                let message = unsafe { copy_c_str(pq::PQresultErrorMessage(result.0.as_ptr())) };
-                Err(if message.trim().is_empty() {
+                // SAFETY: as above; the fields are copied before the result
+                // is freed.
+                let (message, sqlstate, constraint) = unsafe {
+                    let raw = result.0.as_ptr();
+                    let field = |code: u8| {
+                        let value = pq::PQresultErrorField(raw, c_int::from(code));
+                        (!value.is_null()).then(|| copy_c_str(value))
+                    };
+                    (
+                        copy_c_str(pq::PQresultErrorMessage(raw)),
+                        field(pq::PG_DIAG_SQLSTATE),
+                        field(pq::PG_DIAG_CONSTRAINT_NAME),
+                    )
+                };
+                let message = if message.trim().is_empty() {
                     self.error_message()
                 } else {
                     message.trim_end().to_owned()
+                };
+                // libpq fills SQLSTATE in for errors it makes up itself
+                // (a lost connection reads as 08006 and the like): only an
+                // answer on a still-usable connection is the server's.
+                let sqlstate = sqlstate.filter(|_| self.is_ok());
+                Err(PqError {
+                    message,
+                    sqlstate,
+                    constraint,
                 })
             }
         }

@@ -22,8 +22,8 @@ Exit codes:
   6  not owner: unknown or free key, or another owner's grant
   7  wait timed out: the key stayed held for the whole --wait
   8  cannot connect, database error, or leasehold not installed
-  9  guard refusal: stale epoch, wrong lease key, lease not held, or an
-     epoch never granted (a fence above the key's counter)
+  9  guard refusal: stale epoch, wrong lease key, epoch never granted,
+     or lease not held
  10  permission denied: the role was not granted this operator action, or
      an operator bound the key's (or resource's) prefix to another role
 

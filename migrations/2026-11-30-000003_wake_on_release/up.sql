@@ -1,23 +1,67 @@
 -- leasehold: wake-on-release for client-side waiters (README.md, "Waiting for
--- a lease, keeping it, and stopping when it is gone").
+-- a lease, keeping it, and stopping when it is gone"; docs/SPECIFICATION.md
+-- §1.5 and §4).
 --
 -- A process that waits for keys keeps one listener session (LISTEN
 -- lease_released) and registers, per key it waits for, one row in
--- lease.waiters; while a key has registrations its lease row carries
--- `watched = true`. A trigger on the release transition calls pg_notify only
--- when that flag is set: a release nobody waits for does no extra statement,
--- no extra table access, and never touches the notification queue (whose
--- commit-time lock serialises all notifying transactions of the cluster).
+-- lease.waiters. A trigger on the release transition notifies when a
+-- registration for the key exists, with the key's digest (never its name) as
+-- the payload.
 --
--- Why a flag on the lease row rather than a look-up in lease.waiters: the row
--- is what a release locks and updates, so a registration and a release
--- serialise on the row lock, and the release sees the flag of the row version
--- it actually replaced. A separate look-up would cost a statement per release
--- (measured: +15 % release latency) and would need its own snapshot
--- reasoning.
+-- What registration must never do: hold up a holder. docs/SPECIFICATION.md
+-- §1.5 says a call by a caller that does not hold the lease takes no lock
+-- that outlives the call, and `lease._waiter_watch` is granted to PUBLIC and
+-- may be called inside a transaction the caller keeps open. So registration
+-- takes no lock on the lease row at all. Registrations and releases of a key
+-- meet on a per-key advisory lock instead, and only ever *try* it, so
+-- neither side can wait for the other:
 --
--- No API function is redefined; the only addition to a release is the
--- notification of a watched key.
+-- * a registration takes the key's advisory lock SHARED (try): on success it
+--   inserts its row, and the lock lasts until the registration's transaction
+--   ends, i.e. until the row is committed (or rolled back);
+-- * the release trigger takes the same lock EXCLUSIVE (try): on success it
+--   notifies iff a registration row for the key exists; on failure (some
+--   registration is in flight) it notifies anyway.
+--
+-- Why no release can be missed. Take a registration R that returned a
+-- digest (success) and a release X that commits. X's exclusive lock, once
+-- taken, is held until X's transaction ends; R's shared lock until R's
+-- transaction ends. Two holders of conflicting modes cannot overlap, so
+-- exactly one of these is true:
+--   1. R's transaction ended before X took the lock. A transaction's
+--      commit is visible to every snapshot taken after its locks are
+--      released (PostgreSQL marks it committed before releasing its locks),
+--      and the trigger's EXISTS takes its snapshot after the lock (READ
+--      COMMITTED: a new snapshot per statement). So X sees R's row and
+--      notifies. Under REPEATABLE READ or SERIALIZABLE the trigger would read
+--      the transaction's older snapshot, so it notifies unconditionally.
+--   2. R took its lock after X's transaction ended. R's try can only succeed
+--      then (before, X's exclusive lock refuses it), so X committed before R
+--      returned, and the waiter's next acquire, which the client always makes
+--      after a successful registration, sees the key free.
+--   3. R held its lock when X tried: X's try fails and X notifies.
+-- A registration that cannot take its lock (a release of the key, or of a
+-- key whose 32-bit lock id collides, is in flight) returns NULL and the
+-- client re-checks the key and calls again, as it did when the old design
+-- met a locked row.
+--
+-- What a hostile role can do with the advisory lock (any role may take
+-- advisory locks): hold the key's id shared, which makes every release of
+-- the key notify (extra wake-ups, each a re-check by the waiters), or hold it
+-- exclusive, which makes registrations of the key return NULL, so the
+-- client polls that key (LeaseWaiterBuilder::fallback_poll) instead of
+-- being notified. Both cost liveness (latency, extra work), never safety:
+-- whether a waiter gets a lease is decided by lease.acquire alone.
+--
+-- Cost: a release now calls the trigger function (one try-lock and one
+-- index probe of lease.waiters). benches/primitive.rs measures it; README.md
+-- reports it.
+--
+-- Storage: a session may hold at most 10 000 registrations
+-- (lease_waiter_limit); rows of sessions that are gone are pruned by
+-- lease._waiter_reset.
+--
+-- No API function is redefined.
 --
 -- The rules of 2026-11-30-000001 apply, with these documented exceptions:
 -- * lease._waiter_watch, lease._waiter_unwatch and lease._waiter_reset are
@@ -26,94 +70,97 @@
 --   is not part of the SQL API, but are granted to PUBLIC and built like API
 --   functions (SECURITY DEFINER, pinned search_path), as
 --   docs/SPECIFICATION.md §4 states. They change only the calling session's
---   registrations and the `watched` flag of the keys concerned.
+--   registrations (and _waiter_reset also rows of sessions that are gone).
 -- * lease._notify_released is a trigger function: it fires for any UPDATE of
 --   lease.leases, including one an administrator runs by hand outside the API
 --   functions, so it cannot rely on a caller's pinned search_path and pins
 --   its own.
 
--- Whether anybody waits for the key's release (see above). Kept by the
--- `_waiter_*` functions; read by the trigger's WHEN clause.
-ALTER TABLE lease.leases ADD COLUMN watched boolean NOT NULL DEFAULT false;
-
 -- One row per (key, listener session) with interest in the key's release.
---   backend_pid/backend_start: the registering session; rows of sessions that
---   no longer exist are pruned by lease._waiter_reset (a stale row only costs
---   an unneeded notification, never correctness).
+--   backend_pid: the registering session. Sessions are identified by pid
+--   only: pg_stat_activity shows every role the pid of every session, but
+--   other columns (backend_start) only to the session's own role, and these
+--   functions run as the installing role. A stale row (its session gone, or
+--   its pid reused) only costs an unneeded notification; lease._waiter_reset
+--   prunes rows whose pid no longer runs in this database, and a listener's
+--   own reset drops rows an earlier session with its pid left behind.
 CREATE TABLE lease.waiters (
-    key_hash      bytea       NOT NULL,
-    backend_pid   integer     NOT NULL,
-    backend_start timestamptz NOT NULL,
+    key_hash    bytea   NOT NULL,
+    backend_pid integer NOT NULL,
     PRIMARY KEY (key_hash, backend_pid)
 );
+-- For the per-session cap and the per-session deletes.
+CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid);
 REVOKE ALL ON TABLE lease.waiters FROM PUBLIC;
 
--- Registers the calling session's interest in releases of `key` and flags the
--- key's row, taking its row lock only if nobody holds it (SKIP LOCKED), until
--- the caller's transaction ends.
+-- The per-key advisory lock of the waiting protocol, two-int form: a fixed
+-- class id (0x6c68776b, "lhwk", so it cannot meet another leasehold lock: the
+-- installer's lock uses the one-bigint form) and the first four bytes of the
+-- key's digest. Different keys may share an id; that only makes a release
+-- notify conservatively or a registration retry. Inlined by the planner.
+CREATE FUNCTION lease._waiter_lock_id(key_hash bytea)
+RETURNS integer
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT ('x' || encode(substring(key_hash FROM 1 FOR 4), 'hex'))::bit(32)::integer $$;
+
+-- How many registrations one session may hold (docs/SPECIFICATION.md §4;
+-- the Rust client's WAITER_LIMIT). Inlined by the planner.
+CREATE FUNCTION lease._waiter_limit()
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT 10000 $$;
+
+-- Registers the calling session's interest in releases of `key`. Returns the
+-- key's digest (hex of lease._key_hash(key), the payload its release
+-- notification will carry) when registered; NULL when a release of the key
+-- is in flight right now, so the registration could not be made safely: the
+-- caller re-checks the key and calls again.
 --
--- Returns false when the row is locked by an uncommitted writer (acquire,
--- renew, release, or a lease-checked guard write): the flag could not be set
--- now, and such a release may not notify. The caller re-checks the key and
--- calls again until it gets true. True means: every release that commits
--- from now on finds the flag (it must wait for this transaction's row lock,
--- then updates the flagged row version), and every release committed before
--- is visible to the caller's next acquire.
+-- Takes no lock on the lease row; the only lock that outlives the call is
+-- the key's advisory lock in SHARE mode until the caller's transaction ends,
+-- which nothing ever waits for (everybody only tries it). See the top of
+-- this file for why no release is missed.
+--
+-- Refuses with 42501 lease_namespace_denied when the caller may not act on
+-- the key (§4) and with 22023 lease_waiter_limit when the session already
+-- holds lease._waiter_limit() registrations.
 CREATE FUNCTION lease._waiter_watch(key text)
-RETURNS boolean
+RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_hash bytea;
+    v_pid integer := pg_backend_pid();
 BEGIN
-    IF key IS NULL OR key = '' THEN
-        PERFORM lease._raise_invalid('_waiter_watch', lease._text_violations('key', key));
+    -- Every input rule of a key (not a hot path: the same check the API
+    -- functions run on their error path, so new rules apply here too).
+    PERFORM lease._raise_invalid('_waiter_watch', lease._text_violations('key', key));
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden('_waiter_watch', 'key', key);
     END IF;
     v_hash := lease._key_hash(key);
-    INSERT INTO lease.waiters (key_hash, backend_pid, backend_start)
-    SELECT v_hash, a.pid, a.backend_start
-      FROM pg_stat_activity AS a
-     WHERE a.pid = pg_backend_pid()
-    ON CONFLICT DO NOTHING;
-    PERFORM 1
-       FROM lease.leases AS l
-      WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key
-        FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE lease.leases AS l
-           SET watched = true
-         WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key AND NOT l.watched;
-        RETURN true;
+    IF NOT pg_try_advisory_xact_lock_shared(1818785643, lease._waiter_lock_id(v_hash)) THEN
+        RETURN NULL;
     END IF;
-    -- Nothing locked: the key does not exist (a waiter is only ever denied by
-    -- an existing row, so there is nothing to release), or a writer holds its
-    -- row.
-    RETURN NOT EXISTS (SELECT 1 FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = _waiter_watch.key);
-END;
-$$;
-
--- Clears the flag of the row with `key_hash` when no registration is left.
--- Never waits: a row locked by a writer keeps its flag (a stale flag costs
--- one unneeded notification, and the next unwatch or reset clears it). Lock
--- and check are separate statements, so the check's snapshot is taken after
--- the lock and sees every registration committed before it. The row lock
--- lasts until the caller's transaction ends.
-CREATE FUNCTION lease._waiter_unflag(key_hash bytea)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-AS $$
-BEGIN
-    PERFORM 1
-       FROM lease.leases AS l
-      WHERE l.key_hash = _waiter_unflag.key_hash AND l.watched
-        FOR UPDATE SKIP LOCKED;
-    IF FOUND THEN
-        UPDATE lease.leases AS l
-           SET watched = false
-         WHERE l.key_hash = _waiter_unflag.key_hash
-           AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _waiter_unflag.key_hash);
+    IF NOT EXISTS (SELECT 1 FROM lease.waiters AS w
+                    WHERE w.key_hash = v_hash AND w.backend_pid = v_pid) THEN
+        -- The cap: counting stops at the cap, so a registration costs at
+        -- most that many index entries.
+        IF (SELECT count(*) FROM (SELECT 1 FROM lease.waiters AS w
+                                    WHERE w.backend_pid = v_pid
+                                    LIMIT lease._waiter_limit()) AS s) >= lease._waiter_limit() THEN
+            RAISE EXCEPTION 'lease._waiter_watch: this session already holds % waiter registrations, the limit', lease._waiter_limit()
+                USING ERRCODE = '22023',
+                      CONSTRAINT = 'lease_waiter_limit',
+                      DETAIL = format('limit=%s', lease._waiter_limit()),
+                      HINT = 'Withdraw registrations (lease._waiter_unwatch) or wait from more sessions.';
+        END IF;
+        INSERT INTO lease.waiters AS w (key_hash, backend_pid)
+        VALUES (v_hash, v_pid)
+        ON CONFLICT DO NOTHING;
     END IF;
+    RETURN encode(v_hash, 'hex');
 END;
 $$;
 
@@ -123,62 +170,62 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_hash bytea := lease._key_hash(key);
 BEGIN
     DELETE FROM lease.waiters AS w
-     WHERE w.key_hash = v_hash AND w.backend_pid = pg_backend_pid();
-    IF FOUND THEN
-        PERFORM lease._waiter_unflag(v_hash);
-    END IF;
+     WHERE w.key_hash = lease._key_hash(_waiter_unwatch.key) AND w.backend_pid = pg_backend_pid();
 END;
 $$;
 
 -- Called by a listener session when it (re)connects and when it stops: drops
--- rows left by an earlier session with the same pid and rows of sessions that
--- are gone, and unflags keys nobody waits for any more. Returns how many
--- registrations it removed.
+-- the rows of the calling session's pid (an earlier session with the same pid
+-- may have left them) and the rows of pids that no longer run a session in
+-- this database. Returns how many registrations it removed.
+--
+-- pg_stat_clear_snapshot first: a session reads pg_stat_activity once per
+-- transaction and keeps that copy, so a caller that read it earlier in an
+-- open transaction would otherwise make this function prune the rows of
+-- every session started since.
 CREATE FUNCTION lease._waiter_reset()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_removed integer := 0;
-    v_hash bytea;
+    v_removed integer;
 BEGIN
-    FOR v_hash IN
-        WITH gone AS (
-            DELETE FROM lease.waiters AS w
-             WHERE w.backend_pid = pg_backend_pid()
-                OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a
-                                WHERE a.pid = w.backend_pid AND a.backend_start = w.backend_start)
-            RETURNING w.key_hash)
-        SELECT g.key_hash FROM gone AS g
-    LOOP
-        v_removed := v_removed + 1;
-        PERFORM lease._waiter_unflag(v_hash);
-    END LOOP;
+    PERFORM pg_stat_clear_snapshot();
+    DELETE FROM lease.waiters AS w
+     WHERE w.backend_pid = pg_backend_pid()
+        OR NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a
+                        WHERE a.pid = w.backend_pid AND a.datname = current_database());
+    GET DIAGNOSTICS v_removed = ROW_COUNT;
     RETURN v_removed;
 END;
 $$;
 
 -- The notification: a key goes from owned to FREE only by a release (an
 -- acquire always sets an owner; a lapse is no write at all), so a row trigger
--- on exactly that transition, limited by its WHEN clause to watched rows,
--- notifies on every successful release of a watched key and on nothing else.
--- A WHEN clause that is false costs the release no function call and queues
--- no trigger event. NEW is the row version the release wrote, built from the
--- version it locked, so a registration that held the row lock is seen (see
--- lease._waiter_watch). The payload is the key (keys too long for a
--- notification payload send '' = "re-check every key").
+-- on exactly that transition notifies on every successful release and on
+-- nothing else; the function decides whether anybody may be waiting (see the
+-- top of this file). The payload is
+-- the hex digest of the key: every session that LISTENs on the channel
+-- receives it, whatever keys it may act on, and a digest names a key only to
+-- whoever already knows (or guesses) the key.
 CREATE FUNCTION lease._notify_released()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM pg_notify('lease_released', CASE WHEN octet_length(NEW.key) < 7900 THEN NEW.key ELSE '' END);
+    -- Two statements, in this order: the look-up must take its snapshot
+    -- after the lock is held (one statement would share one snapshot, taken
+    -- before the lock).
+    IF current_setting('transaction_isolation') <> 'read committed'
+       OR NOT pg_try_advisory_xact_lock(1818785643, lease._waiter_lock_id(NEW.key_hash)) THEN
+        PERFORM pg_notify('lease_released', encode(NEW.key_hash, 'hex'));
+    ELSIF EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = NEW.key_hash) THEN
+        PERFORM pg_notify('lease_released', encode(NEW.key_hash, 'hex'));
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -186,10 +233,11 @@ $$;
 CREATE TRIGGER notify_released
 AFTER UPDATE OF owner ON lease.leases
 FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND NEW.owner IS NULL AND NEW.watched)
+WHEN (OLD.owner IS NOT NULL AND NEW.owner IS NULL)
 EXECUTE FUNCTION lease._notify_released();
 
-REVOKE ALL ON FUNCTION lease._waiter_unflag(bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._waiter_lock_id(bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._waiter_limit() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._notify_released() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_unwatch(text) TO PUBLIC;

@@ -176,8 +176,10 @@ pub(crate) mod listener {
     /// Drops every waiter registration of this session (after a reconnect,
     /// the server may still hold rows of an earlier backend).
     pub(crate) const RESET: &str = "SELECT lease._waiter_reset()";
-    /// Registers interest in `$1`; answers whether it took effect cleanly.
-    pub(crate) const WATCH: &str = "SELECT lease._waiter_watch($1)::text";
+    /// Registers interest in `$1`; answers the key's digest (the payload
+    /// of its release notifications), or NULL when a release of the key was
+    /// in flight and the call must be repeated.
+    pub(crate) const WATCH: &str = "SELECT lease._waiter_watch($1)";
     /// Withdraws the registration of `$1`.
     pub(crate) const UNWATCH: &str = "SELECT lease._waiter_unwatch($1)";
     /// Probes an idle session.

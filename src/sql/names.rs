@@ -24,5 +24,12 @@ pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// and another role owns it (SQLSTATE 42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
-/// The channel `lease.release` notifies waiters on.
+/// `CONSTRAINT` name of a key the caller may not act on (SQLSTATE 42501).
+pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
+/// `CONSTRAINT` name of a waiter registration beyond the session's cap
+/// (SQLSTATE 22023).
+pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";
+
+/// The channel `lease.release` notifies waiters on (payload: the hex
+/// SHA-256 digest of the released key).
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";

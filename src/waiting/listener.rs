@@ -4,19 +4,35 @@
 //! One background thread per database URL owns one dedicated session
 //! (`crate::libpq::PqConn`) that runs `LISTEN lease_released` and registers,
 //! in `lease.waiters`, every key some waiter of this process waits for (one
-//! row per key, however many waiters share it). `lease.release` notifies only
-//! for registered keys, so releases nobody waits for cost no notification.
+//! row per key, however many waiters share it). A release notifies only
+//! when a registration for its key exists, and the payload is the key's
+//! digest (hex SHA-256), never its name: every session that listens on the
+//! channel receives it. The server answers each registration with that
+//! digest, and the session maps digests back to the keys it registered, so
+//! the client never computes a digest itself (it could not differ from the
+//! trigger's, and needs no hashing crate).
 //!
 //! Waiters block on a per-key [`Slot`]: a sequence number that moves whenever
 //! the waiter should look at the key again, plus a condvar. It moves when
 //!
-//! - a notification names the key (or is the "every key" payload `''`);
-//! - the key's registration completed cleanly (a release that raced with the
+//! - a notification carries the key's digest (a forged one only costs a
+//!   re-check: the attempt is an ordinary `lease.acquire`);
+//! - the key's registration completed (a release that raced with the
 //!   registration is then visible to the next attempt, see
 //!   `lease._waiter_watch`);
 //! - the session was lost or re-established: notifications may have been
-//!   missed, so every waiter re-checks, and while disconnected waiters poll
-//!   on their own (the fallback).
+//!   missed, so every waiter re-checks.
+//!
+//! A waiter relies on notifications only while its key is *armed*
+//! (registered in the current session before its last attempt); otherwise
+//! it polls every `fallback_poll`. Keys are not armed while the session is
+//! down, while a registration keeps meeting a release in flight, and when
+//! the server refused the registration (the session's registration cap,
+//! a key namespace of another role, `EXECUTE` on `lease._waiter_watch`
+//! revoked, ...). A refused key is not retried while it has waiters, so a
+//! permanent refusal costs one call per wait, not a loop. [`ListenerStatus`]
+//! says which of these applies ([`WakeMode`]) and counts refusals and
+//! notification wake-ups, so a degraded listener is visible.
 //!
 //! The thread sleeps in `poll(2)` on the session's socket and on a wake-up
 //! socket pair that waiters write to when they need a registration, so it
@@ -47,7 +63,7 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListenerStatus {
-    /// The session is up, listening, and its registrations are in place.
+    /// The session is up and listening.
     pub connected: bool,
     /// The session's server process id while connected.
     pub backend_pid: Option<i32>,
@@ -56,12 +72,82 @@ pub struct ListenerStatus {
     pub sessions: u64,
     /// The last connection or query error, if any.
     pub last_error: Option<String>,
+    /// How the waiters of this process are woken right now.
+    pub wake_mode: WakeMode,
+    /// Keys waited for whose waiters poll instead of being notified (all of
+    /// them while disconnected).
+    pub polled_keys: usize,
+    /// Registrations the server refused since the listener started (each
+    /// one left a key polled for the rest of its waits).
+    pub failed_registrations: u64,
+    /// Release notifications that carried the digest of a key waited for,
+    /// and so woke that key's waiters.
+    pub notification_wakeups: u64,
+    /// Notifications on the release channel that matched no key waited for
+    /// (releases other processes wait for, late ones, or forged ones).
+    pub unmatched_notifications: u64,
+}
+
+/// How waiters are woken (see [`ListenerStatus::wake_mode`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WakeMode {
+    /// Every key waited for is registered (or none is waited for): a
+    /// release wakes its waiters by notification.
+    Notifications,
+    /// Some or all waiters poll every
+    /// [`crate::LeaseWaiterBuilder::fallback_poll`] (and still wake at the
+    /// holder's expiry). Waiting works; it is slower and costs a query per
+    /// poll.
+    Polling(PollingReason),
+}
+
+/// Why waiters poll instead of being notified (see [`WakeMode::Polling`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PollingReason {
+    /// The listener session is down (see [`ListenerStatus::last_error`]);
+    /// it reconnects on its own.
+    Disconnected,
+    /// A release of the key was in flight at each registration attempt
+    /// (or a session holds the key's advisory lock); the listener keeps
+    /// retrying.
+    RegistrationBusy,
+    /// The listener session holds [`crate::WAITER_LIMIT`] registrations
+    /// already (SQLSTATE 22023, constraint `lease_waiter_limit`).
+    WaiterLimit,
+    /// The key's namespace is bound to a role the application's role is
+    /// not a member of (SQLSTATE 42501, constraint `lease_namespace_denied`);
+    /// the waiter's own acquire is refused as well.
+    NamespaceDenied,
+    /// The server refused the registration otherwise, for example because
+    /// `EXECUTE` on `lease._waiter_watch` was revoked from the role.
+    RegistrationFailed {
+        /// The error's SQLSTATE.
+        sqlstate: String,
+        /// The server's message.
+        message: String,
+    },
+}
+
+/// Where a key's registration stands in the current session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Registration {
+    /// Not registered yet: the thread is on it.
+    Pending,
+    /// Registered: a release of the key notifies.
+    Registered,
+    /// The last attempt met a release in flight; retried with back-off.
+    Busy,
+    /// The server refused it; polled while the key has waiters.
+    Refused(PollingReason),
 }
 
 pub(super) struct KeyEntry {
     /// Live [`Watch`] guards for the key.
     pub(super) refs: usize,
     pub(super) slot: Arc<Slot>,
+    pub(super) registration: Registration,
 }
 
 #[derive(Default)]
@@ -79,6 +165,59 @@ pub(super) struct Status {
     pub(super) backend_pid: Option<i32>,
     pub(super) sessions: u64,
     pub(super) last_error: Option<String>,
+    pub(super) failed_registrations: u64,
+    pub(super) notification_wakeups: u64,
+    pub(super) unmatched_notifications: u64,
+    /// The reason of the most recent refusal, reported while some key is
+    /// refused.
+    pub(super) last_refusal: Option<PollingReason>,
+}
+
+impl State {
+    pub(super) fn set_registration(&mut self, key: &str, registration: Registration) {
+        if let Some(entry) = self.keys.get_mut(key) {
+            entry.registration = registration;
+        }
+    }
+
+    fn public_status(&self) -> ListenerStatus {
+        let waited = self.keys.values().filter(|e| e.refs > 0);
+        let (mut refused, mut busy, mut total) = (0usize, 0usize, 0usize);
+        for entry in waited {
+            total += 1;
+            match entry.registration {
+                Registration::Refused(_) => refused += 1,
+                Registration::Busy => busy += 1,
+                Registration::Pending | Registration::Registered => {}
+            }
+        }
+        let (wake_mode, polled_keys) = if !self.status.connected {
+            (WakeMode::Polling(PollingReason::Disconnected), total)
+        } else if refused > 0 {
+            let reason = self.status.last_refusal.clone().unwrap_or_else(|| {
+                PollingReason::RegistrationFailed {
+                    sqlstate: String::new(),
+                    message: "refused".to_owned(),
+                }
+            });
+            (WakeMode::Polling(reason), refused + busy)
+        } else if busy > 0 {
+            (WakeMode::Polling(PollingReason::RegistrationBusy), busy)
+        } else {
+            (WakeMode::Notifications, 0)
+        };
+        ListenerStatus {
+            connected: self.status.connected,
+            backend_pid: self.status.backend_pid,
+            sessions: self.status.sessions,
+            last_error: self.status.last_error.clone(),
+            wake_mode,
+            polled_keys,
+            failed_registrations: self.status.failed_registrations,
+            notification_wakeups: self.status.notification_wakeups,
+            unmatched_notifications: self.status.unmatched_notifications,
+        }
+    }
 }
 
 pub(super) struct Shared {
@@ -220,6 +359,7 @@ impl Listener {
                 .or_insert_with(|| KeyEntry {
                     refs: 0,
                     slot: Arc::new(Slot::default()),
+                    registration: Registration::Pending,
                 });
             entry.refs += 1;
             let first = entry.refs == 1;
@@ -239,20 +379,9 @@ impl Listener {
         }
     }
 
-    /// Whether the session is up: waiters may then rely on notifications.
-    pub(crate) fn is_connected(&self) -> bool {
-        lock(&self.shared.state).status.connected
-    }
-
     /// The listener's state.
     pub(crate) fn status(&self) -> ListenerStatus {
-        let state = lock(&self.shared.state);
-        ListenerStatus {
-            connected: state.status.connected,
-            backend_pid: state.status.backend_pid,
-            sessions: state.status.sessions,
-            last_error: state.status.last_error.clone(),
-        }
+        lock(&self.shared.state).public_status()
     }
 
     /// Blocks until the session is up or `timeout` passes.
@@ -277,7 +406,8 @@ impl Listener {
     }
 
     /// Waiters of `key` blocked after an attempt that followed the key's
-    /// completed registration (they will be woken by a release).
+    /// completed registration and not woken since (a release will wake
+    /// them by notification).
     pub(crate) fn armed_waiters(&self, key: &str) -> usize {
         self.shared
             .slot_of(key)

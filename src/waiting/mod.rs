@@ -15,10 +15,14 @@
 //!    again.
 //!
 //! Notifications can be missed: the listener session may die or the server
-//! restart. The listener then wakes every waiter to re-check, and while it
-//! is disconnected waiters poll every [`LeaseWaiterBuilder::fallback_poll`].
-//! A slow re-check ([`LeaseWaiterBuilder::recheck_every`]) bounds the wait
-//! for anything else unforeseen.
+//! restart. The listener then wakes every waiter to re-check, and while a
+//! waiter's key is not registered in the current session (listener down,
+//! registration refused or still meeting a release in flight) the waiter
+//! polls every [`LeaseWaiterBuilder::fallback_poll`];
+//! [`ListenerStatus::wake_mode`] says so and why. A slow re-check
+//! ([`LeaseWaiterBuilder::recheck_every`]) bounds the wait for anything else
+//! unforeseen. A notification only ever makes a waiter try again, so a
+//! forged one (any role may `NOTIFY lease_released`) costs one attempt.
 //!
 //! Semantics are exactly those of `lease.acquire`: each attempt is one
 //! autocommitted call; the grant is an ordinary grant. Nothing is queued:
@@ -55,13 +59,18 @@ mod session;
 mod slot;
 
 use listener::Listener;
-pub use listener::{ListenerStatus, LISTENER_APPLICATION_NAME};
+pub use listener::{ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME};
 use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
 pub const DEFAULT_FALLBACK_POLL: Duration = Duration::from_millis(100);
 /// Default [`LeaseWaiterBuilder::recheck_every`].
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(5);
+/// How many keys one listener session may register (the server's
+/// `lease._waiter_limit()`, SQLSTATE 22023 `lease_waiter_limit` beyond it):
+/// a bound on the rows one session can make the server store. Keys beyond it
+/// are waited for by polling ([`PollingReason::WaiterLimit`]).
+pub const WAITER_LIMIT: usize = 10_000;
 /// Added to a holder's remaining time before the lapse re-check, so the
 /// attempt reaches the server after the expiry rather than just before.
 const EXPIRY_SLACK: Duration = Duration::from_micros(300);
@@ -314,7 +323,9 @@ impl LeaseWaiter {
                 continue;
             }
             immediate_retries = 0;
-            let poll = if holder_left.is_some() && self.listener.is_connected() {
+            // Only an armed key is woken by its release; any other waiter
+            // (listener down, registration pending, busy or refused) polls.
+            let poll = if holder_left.is_some() && slot.is_armed(seen) {
                 self.recheck_every
             } else {
                 self.fallback_poll

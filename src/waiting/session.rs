@@ -2,18 +2,18 @@
 //! keys waited for, LISTEN, and turn notifications and losses of the session
 //! into wake-ups of the waiters.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::listener::{lock, Shared, LISTENER_APPLICATION_NAME};
+use super::listener::{lock, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME};
 use super::slot::Slot;
-use crate::libpq::{wait_readable, Notification, PqConn};
+use crate::libpq::{wait_readable, Notification, PqConn, PqError};
 use crate::sql::calls::listener as statements;
-use crate::sql::names::RELEASE_CHANNEL;
+use crate::sql::names::{NAMESPACE_DENIED, RELEASE_CHANNEL, WAITER_LIMIT};
 
 /// How often an idle session is probed with a trivial statement.
 const IDLE_PROBE: Duration = Duration::from_secs(10);
@@ -46,6 +46,11 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
             state.status.connected = false;
             state.status.backend_pid = None;
             state.status.last_error = Some(error);
+            // Every registration went with the session; refused keys get
+            // one new attempt in the next session.
+            for entry in state.keys.values_mut() {
+                entry.registration = Registration::Pending;
+            }
             shared.status_changed.notify_all();
         }
         // Whatever was registered went with the session: waiters re-check
@@ -67,8 +72,11 @@ fn drain(stream: &mut UnixStream) {
 /// One database session of the listener.
 struct Session {
     conn: PqConn,
-    /// Keys registered in this session.
-    registered: HashSet<String>,
+    /// Keys registered in this session, with their digests (hex).
+    registered: HashMap<String, String>,
+    /// The keys of `registered` by digest: release notifications carry the
+    /// digest only.
+    by_digest: HashMap<String, String>,
     /// Keys whose registration met an in-flight writer: retry at the time
     /// given, with the back-off after it.
     busy: HashMap<String, (Instant, Duration)>,
@@ -82,7 +90,8 @@ impl Session {
         let conn = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)?;
         let mut session = Session {
             conn,
-            registered: HashSet::new(),
+            registered: HashMap::new(),
+            by_digest: HashMap::new(),
             busy: HashMap::new(),
         };
         // Never wait long on a lock: the listener serves every waiter.
@@ -115,15 +124,14 @@ impl Session {
             state.status.sessions += 1;
             shared.status_changed.notify_all();
         }
-        // Slots of cleanly registered keys become armed.
-        let slots: Vec<(String, Arc<Slot>)> = lock(&shared.state)
+        // Slots of registered keys become armed.
+        let slots: Vec<(Arc<Slot>, bool)> = lock(&shared.state)
             .keys
-            .iter()
-            .map(|(k, e)| (k.clone(), e.slot.clone()))
+            .values()
+            .map(|e| (e.slot.clone(), e.registration == Registration::Registered))
             .collect();
-        for (key, slot) in slots {
-            let clean = session.registered.contains(&key) && !session.busy.contains_key(&key);
-            slot.bump(Some(clean));
+        for (slot, registered) in slots {
+            slot.bump(Some(registered));
         }
         Ok(session)
     }
@@ -140,7 +148,7 @@ impl Session {
             // and must be taken right after.
             self.reconcile(shared, true)?;
             let notifications = self.conn.take_notifications();
-            dispatch(shared, &notifications);
+            self.dispatch(shared, &notifications);
             if lock(&shared.state).shutdown {
                 // Withdraw this session's registrations so releases stop
                 // notifying for us; failure only leaves rows to prune.
@@ -184,7 +192,9 @@ impl Session {
 
     /// Brings the registrations of dirty keys in line with the waiters:
     /// watch keys waited for, unwatch keys nobody waits for any more.
-    /// `bump` wakes a key's waiters when its registration completes cleanly.
+    /// `bump` wakes a key's waiters when its registration completes.
+    /// `Err` only when the session is lost: a refusal by the server is the
+    /// key's state, not the session's.
     fn reconcile(&mut self, shared: &Arc<Shared>, bump: bool) -> Result<(), String> {
         let work: Vec<(String, bool)> = {
             let mut state = lock(&shared.state);
@@ -192,42 +202,49 @@ impl Session {
             dirty
                 .into_iter()
                 .map(|key| {
-                    let wanted = state.keys.get(&key).is_some_and(|e| e.refs > 0);
+                    let wanted = state.keys.get(&key).is_some_and(|e| {
+                        e.refs > 0 && !matches!(e.registration, Registration::Refused(_))
+                    });
                     (key, wanted)
                 })
                 .collect()
         };
         for (key, wanted) in work {
             if wanted {
-                let rows = self
-                    .conn
-                    .query(statements::WATCH, &[&key])
-                    .map_err(|e| format!("registering a waiter failed: {e}"))?;
-                let clean = rows
-                    .first()
-                    .and_then(|r| r.first())
-                    .is_some_and(|v| v.as_deref() == Some("true"));
-                self.registered.insert(key.clone());
-                if clean {
-                    self.busy.remove(&key);
-                    if bump {
-                        if let Some(slot) = shared.slot_of(&key) {
-                            slot.bump(Some(true));
+                if self.registered.contains_key(&key) {
+                    // Still registered (its waiters left and came back
+                    // before the thread got to it): nothing to do.
+                    continue;
+                }
+                match self.conn.query(statements::WATCH, &[&key]) {
+                    Ok(rows) => {
+                        let digest = rows.into_iter().next().and_then(|r| r.into_iter().next());
+                        match digest.flatten() {
+                            Some(digest) => self.registered_now(shared, &key, digest, bump),
+                            None => self.busy_now(shared, key),
                         }
                     }
-                } else {
-                    let backoff = self
-                        .busy
-                        .get(&key)
-                        .map_or(BUSY_RETRY_MIN, |(_, b)| (*b * 2).min(BUSY_RETRY_MAX));
-                    self.busy.insert(key, (Instant::now() + backoff, backoff));
+                    Err(error) => {
+                        let reason = refusal(&error, self.conn.is_ok())
+                            .ok_or_else(|| format!("registering a waiter failed: {error}"))?;
+                        self.busy.remove(&key);
+                        let mut state = lock(&shared.state);
+                        state.status.failed_registrations += 1;
+                        state.status.last_refusal = Some(reason.clone());
+                        state.set_registration(&key, Registration::Refused(reason));
+                    }
                 }
             } else {
                 self.busy.remove(&key);
-                if self.registered.remove(&key) {
-                    self.conn
-                        .query(statements::UNWATCH, &[&key])
-                        .map_err(|e| format!("withdrawing a waiter failed: {e}"))?;
+                if let Some(digest) = self.registered.remove(&key) {
+                    self.by_digest.remove(&digest);
+                    if let Err(error) = self.conn.query(statements::UNWATCH, &[&key]) {
+                        // A refused withdrawal leaves a row that costs
+                        // unneeded notifications until the next reset.
+                        if refusal(&error, self.conn.is_ok()).is_none() {
+                            return Err(format!("withdrawing a waiter failed: {error}"));
+                        }
+                    }
                 }
                 let mut state = lock(&shared.state);
                 if state.keys.get(&key).is_some_and(|e| e.refs == 0) {
@@ -237,18 +254,104 @@ impl Session {
         }
         Ok(())
     }
+
+    fn registered_now(&mut self, shared: &Arc<Shared>, key: &str, digest: String, bump: bool) {
+        self.busy.remove(key);
+        self.by_digest.insert(digest.clone(), key.to_owned());
+        self.registered.insert(key.to_owned(), digest);
+        let slot = {
+            let mut state = lock(&shared.state);
+            state.set_registration(key, Registration::Registered);
+            state.keys.get(key).map(|e| e.slot.clone())
+        };
+        if bump {
+            if let Some(slot) = slot {
+                slot.bump(Some(true));
+            }
+        }
+    }
+
+    fn busy_now(&mut self, shared: &Arc<Shared>, key: String) {
+        let backoff = self
+            .busy
+            .get(&key)
+            .map_or(BUSY_RETRY_MIN, |(_, b)| (*b * 2).min(BUSY_RETRY_MAX));
+        lock(&shared.state).set_registration(&key, Registration::Busy);
+        self.busy.insert(key, (Instant::now() + backoff, backoff));
+    }
+
+    /// Wakes the waiters of the keys whose digests `notifications` carry.
+    fn dispatch(&self, shared: &Shared, notifications: &[Notification]) {
+        for notification in notifications {
+            if notification.channel != RELEASE_CHANNEL {
+                continue;
+            }
+            let slot = self
+                .by_digest
+                .get(&notification.payload)
+                .and_then(|key| shared.slot_of(key));
+            let mut state = lock(&shared.state);
+            match slot {
+                Some(slot) => {
+                    state.status.notification_wakeups += 1;
+                    drop(state);
+                    slot.bump(None);
+                }
+                None => state.status.unmatched_notifications += 1,
+            }
+        }
+    }
 }
 
-/// Wakes the waiters of the keys named in `notifications`.
-fn dispatch(shared: &Shared, notifications: &[Notification]) {
-    for notification in notifications {
-        if notification.channel != RELEASE_CHANNEL {
-            continue;
+/// Whether a failed registration was refused (and why), as opposed to a
+/// lost session (`None`): the server answered with an error, or the call
+/// failed before it was sent while the connection is still usable.
+fn refusal(error: &PqError, connection_ok: bool) -> Option<PollingReason> {
+    if error.sqlstate.is_none() && !connection_ok {
+        return None;
+    }
+    let sqlstate = error.sqlstate.clone().unwrap_or_default();
+    Some(match error.constraint.as_deref() {
+        Some(WAITER_LIMIT) => PollingReason::WaiterLimit,
+        Some(NAMESPACE_DENIED) => PollingReason::NamespaceDenied,
+        _ => PollingReason::RegistrationFailed {
+            sqlstate,
+            message: error.message.clone(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(sqlstate: Option<&str>, constraint: Option<&str>) -> PqError {
+        PqError {
+            message: "m".to_owned(),
+            sqlstate: sqlstate.map(str::to_owned),
+            constraint: constraint.map(str::to_owned),
         }
-        if notification.payload.is_empty() {
-            shared.bump_all(None);
-        } else if let Some(slot) = shared.slot_of(&notification.payload) {
-            slot.bump(None);
-        }
+    }
+
+    #[test]
+    fn refusals_are_told_from_lost_sessions_and_classified() {
+        assert_eq!(
+            refusal(&error(Some("22023"), Some(WAITER_LIMIT)), true),
+            Some(PollingReason::WaiterLimit)
+        );
+        assert_eq!(
+            refusal(&error(Some("42501"), Some(NAMESPACE_DENIED)), true),
+            Some(PollingReason::NamespaceDenied)
+        );
+        assert_eq!(
+            refusal(&error(Some("42501"), None), true),
+            Some(PollingReason::RegistrationFailed {
+                sqlstate: "42501".to_owned(),
+                message: "m".to_owned()
+            })
+        );
+        // No answer from the server on a dead connection: the session is
+        // lost, not the key refused.
+        assert_eq!(refusal(&error(None, None), false), None);
     }
 }

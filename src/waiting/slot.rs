@@ -30,7 +30,11 @@ struct SlotState {
     /// cleanly in the current session; `None` while not (yet) armed.
     armed_at: Option<u64>,
     /// Waiters blocked after an attempt that followed the armed
-    /// registration: a release will wake them by notification.
+    /// registration, and not woken since: a release will wake them by
+    /// notification. Counted for the current `seq` only (every bump zeroes
+    /// it), so a reader never counts a waiter that was woken but has not
+    /// run yet: after a wake-up it reads 0 until the waiter has made its
+    /// attempt and sleeps again.
     armed_sleepers: usize,
 }
 
@@ -42,6 +46,13 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Whether an attempt made after reading `seen` followed the key's
+    /// registration in the current listener session, so that a release
+    /// will wake its waiter by notification.
+    pub(crate) fn is_armed(&self, seen: u64) -> bool {
+        lock(&self.state).armed_at.is_some_and(|at| seen >= at)
+    }
+
     /// The current sequence number; read it before an attempt, wait for it
     /// to move after.
     pub(crate) fn seq(&self) -> u64 {
@@ -51,6 +62,7 @@ impl Slot {
     pub(super) fn bump(&self, armed: Option<bool>) {
         let mut state = lock(&self.state);
         state.seq += 1;
+        state.armed_sleepers = 0;
         match armed {
             Some(true) => state.armed_at = Some(state.seq),
             Some(false) => state.armed_at = None,
@@ -63,7 +75,7 @@ impl Slot {
     /// `cancel` fires.
     pub(crate) fn wait(&self, seen: u64, until: Instant, cancel: Option<&CancelToken>) -> Woken {
         let mut state = lock(&self.state);
-        let armed = state.armed_at.is_some_and(|at| seen >= at);
+        let armed = state.seq == seen && state.armed_at.is_some_and(|at| seen >= at);
         if armed {
             state.armed_sleepers += 1;
         }
@@ -84,8 +96,9 @@ impl Slot {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         };
-        if armed {
-            state.armed_sleepers -= 1;
+        // A bump since zeroed the count already.
+        if armed && state.seq == seen {
+            state.armed_sleepers = state.armed_sleepers.saturating_sub(1);
         }
         woken
     }

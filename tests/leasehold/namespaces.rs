@@ -44,7 +44,7 @@ fn whole_state(deployment: &Deployment) -> Vec<String> {
     let mut admin = deployment.admin();
     let mut lines = query_lines(
         &mut admin,
-        "SELECT format('lease %s|%s|%s|%s|%s|%s', key, owner, epoch, expires_at, lapsed_owner, watched) AS line \
+        "SELECT format('lease %s|%s|%s|%s|%s', key, owner, epoch, expires_at, lapsed_owner) AS line \
          FROM lease.leases ORDER BY key",
     );
     lines.extend(query_lines(
@@ -903,9 +903,7 @@ fn force_release_wakes_a_waiter_like_a_release() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     let holder = granted(acquire(&mut app, "job", "holder", Duration::from_secs(60)).unwrap());
-    // The waiter logs in as the owner: a waiter of another role cannot arm
-    // yet (see `an_application_role_can_wait_for_a_key_with_lease_waiter`).
-    let url = deployment.url_as(&deployment.owner);
+    let url = deployment.url_as(&deployment.worker);
     let pool = Pool::builder()
         .max_size(2)
         .build(ConnectionManager::<PgConnection>::new(url.clone()))
@@ -933,28 +931,9 @@ fn force_release_wakes_a_waiter_like_a_release() {
     assert_eq!(lease.epoch(), holder.epoch() + 2);
 }
 
-/// Waiting is for application roles, not only for the owner. Fails while
-/// `lease._waiter_watch` reads the caller's `backend_start` from
-/// pg_stat_activity: inside a SECURITY DEFINER function owned by a
-/// non-superuser, PostgreSQL shows another role's `backend_start` as NULL,
-/// and the registration's NOT NULL column refuses it (migration 000003).
-#[test]
-fn an_application_role_can_wait_for_a_key_with_lease_waiter() {
-    let deployment = Deployment::new();
-    let mut owner = deployment.conn_as(&deployment.owner);
-    granted(acquire(&mut owner, "job", "holder", Duration::from_secs(60)).unwrap());
-    let mut app = deployment.conn_as(&deployment.app);
-    assert_eq!(
-        query_lines(&mut app, "SELECT lease._waiter_watch('job')::text AS line"),
-        ["true"]
-    );
-}
-
 /// I15 for the waiting protocol: registering interest in a key of another
-/// role's namespace is refused too (a registration flags the key's row and
-/// earns its release notifications). Needs the namespace check in
-/// `lease._waiter_watch` (migration 000003), which the "namespace checks"
-/// rewrite did not add yet.
+/// role's namespace is refused too (a registration earns the key's release
+/// notifications), whether the key exists or not, and changes nothing.
 #[test]
 fn the_waiter_registration_refuses_keys_of_another_roles_namespace() {
     let deployment = Deployment::new();

@@ -105,27 +105,10 @@ fn acquire_with_wait_gets_the_key_once_the_holder_lapses() {
 #[test]
 fn fence_raises_the_guard_floor() {
     let db = Db::installed();
-    // G7: a fence reaches at most the key's counter; take it to 3.
-    let mut conn = db.conn();
-    let first = match leasehold::acquire(
-        &mut conn,
-        "job-4",
-        "worker-a",
-        std::time::Duration::from_secs(30),
-    )
-    .unwrap()
-    {
-        leasehold::Acquisition::Granted(lease) => lease,
-        leasehold::Acquisition::Denied => panic!("job-4 is free"),
-    };
-    assert_eq!(
-        first.release(&mut conn).unwrap(),
-        leasehold::Release::Released
-    );
-    assert!(matches!(
-        leasehold::acquire(&mut conn, "job-4", "worker-a", std::time::Duration::from_secs(30)).unwrap(),
-        leasehold::Acquisition::Granted(lease) if lease.epoch() == 3
-    ));
+    // Grants up to epoch 3 (a fence may only go up to granted epochs).
+    assert_eq!(db.run(&["acquire", "job-4", "w", "--ttl", "30s"]).code, 0);
+    assert_eq!(db.run(&["release", "job-4", "w", "1"]).code, 0);
+    assert_eq!(db.run(&["acquire", "job-4", "w", "--ttl", "30s"]).code, 0);
     let (code, fenced) = db.json(&["fence", "reports", "--key", "job-4", "--up-to", "3"]);
     assert_eq!(code, 0, "{fenced}");
     assert_eq!(fenced["accepted_epoch"], 4);
@@ -136,6 +119,7 @@ fn fence_raises_the_guard_floor() {
         "a fence never lowers the floor: {text:?}"
     );
 
+    let mut conn = db.conn();
     let stale = leasehold::FencingToken::new("job-4", "worker-a", 3).unwrap();
     match leasehold::admit(&mut conn, "reports", &stale) {
         Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
