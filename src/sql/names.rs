@@ -24,8 +24,6 @@ pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// and another role owns it (SQLSTATE 42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
-/// `CONSTRAINT` name of a key the caller may not act on (SQLSTATE 42501).
-pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// `CONSTRAINT` name of a waiter registration beyond the session's cap
 /// (SQLSTATE 22023).
 pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";
