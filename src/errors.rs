@@ -47,13 +47,24 @@ pub enum Operation {
     Fence,
     /// `lease.inspect_guard`.
     InspectGuard,
+    /// `lease.force_release`: an operator frees a key whatever its state.
+    ForceRelease,
+    /// `lease.bind_namespace`: an operator binds a key prefix to a role.
+    BindNamespace,
+    /// `lease.unbind_namespace`: an operator removes a prefix's rule.
+    UnbindNamespace,
+    /// `lease.list_namespaces`: an operator lists the rules.
+    ListNamespaces,
 }
 
 impl Operation {
     /// Whether the call can change state, so that a connection lost while
     /// it autocommits leaves its outcome unknown.
     fn mutates(self) -> bool {
-        !matches!(self, Operation::Inspect | Operation::InspectGuard)
+        !matches!(
+            self,
+            Operation::Inspect | Operation::InspectGuard | Operation::ListNamespaces
+        )
     }
 
     /// The operation's name, as the SQL function is called.
@@ -69,6 +80,10 @@ impl Operation {
             Operation::RenewAndAdmit => "renew_admit",
             Operation::Fence => "fence",
             Operation::InspectGuard => "inspect_guard",
+            Operation::ForceRelease => "force_release",
+            Operation::BindNamespace => "bind_namespace",
+            Operation::UnbindNamespace => "unbind_namespace",
+            Operation::ListNamespaces => "list_namespaces",
         }
     }
 }
@@ -107,6 +122,21 @@ pub enum LeaseError {
         /// How long the call waited: its wait bound, or
         /// [`LOCK_WAIT_BOUND`] for a call without a wait.
         waited: Duration,
+    },
+    /// An operator bound the key's prefix to a role the connected login role
+    /// is not a member of (docs/SPECIFICATION.md §4.2, SQLSTATE 42501,
+    /// constraint `lease_namespace_denied`); nothing changed and nothing
+    /// about the key's state was revealed. Calling again as the same login
+    /// role fails again, whatever `SET ROLE` says: connect as a member of
+    /// the role the prefix is bound to, or ask an operator to change the rule.
+    #[error("role {role:?} may not {operation} key {key:?}: an operator bound its prefix to another role")]
+    Forbidden {
+        /// The refused call.
+        operation: Operation,
+        /// The key refused.
+        key: String,
+        /// The login role (`session_user`) that was refused.
+        role: String,
     },
     /// The connection broke while an autocommitted acquire, renew or release
     /// was in flight, so it may or may not have committed. Neither success
@@ -176,6 +206,14 @@ impl LeaseError {
                             wait
                         },
                     }
+                }
+                Some(names::NAMESPACE_DENIED) => {
+                    let refused = info.details().and_then(decode::forbidden);
+                    return LeaseError::Forbidden {
+                        operation,
+                        key: refused.as_ref().map_or(key, |r| r.name).to_owned(),
+                        role: refused.map_or_else(String::new, |r| r.role.to_owned()),
+                    };
                 }
                 _ => {}
             }
@@ -307,6 +345,23 @@ pub enum GuardError {
         /// Why: not_owner, lapsed or epoch_mismatch.
         reason: Refusal,
     },
+    /// An operator bound the prefix of the resource or of the token's key to
+    /// a role the connected login role is not a member of
+    /// (docs/SPECIFICATION.md §4.2, SQLSTATE 42501, constraint
+    /// `lease_namespace_denied`). Nothing was admitted, and the caller's
+    /// transaction (or savepoint) is rolled back. Connect as a member of the
+    /// bound role; `SET ROLE` does not change who the guard sees.
+    #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role")]
+    Forbidden {
+        /// The refused call.
+        operation: Operation,
+        /// Which name was refused: `"key"` or `"resource"`.
+        argument: String,
+        /// The refused key or resource name.
+        name: String,
+        /// The login role (`session_user`) that was refused.
+        role: String,
+    },
     /// The arguments broke the guard functions' input rules; nothing changed.
     #[error("invalid guard input: {}", .violations.join("; "))]
     InvalidInput {
@@ -379,6 +434,22 @@ impl GuardError {
                         };
                     }
                 }
+                Some(names::NAMESPACE_DENIED) => {
+                    let refused = decode::forbidden(detail);
+                    let (argument, name) = match &refused {
+                        Some(refused) => (refused.argument, refused.name),
+                        // A DETAIL this client cannot read: the resource is
+                        // the name a guard call is about.
+                        None if context.resource.is_empty() => ("key", context.key),
+                        None => ("resource", context.resource),
+                    };
+                    return GuardError::Forbidden {
+                        operation: context.operation,
+                        argument: argument.to_owned(),
+                        name: name.to_owned(),
+                        role: refused.map_or_else(String::new, |r| r.role.to_owned()),
+                    };
+                }
                 Some(names::GUARD_NOT_HELD) => {
                     let reason = decode::detail_field(detail, "reason")
                         .and_then(Status::parse)
@@ -404,6 +475,60 @@ impl GuardError {
     /// An input rule broken before the call was sent.
     pub(crate) fn invalid(violation: String) -> Self {
         GuardError::InvalidInput {
+            violations: vec![violation],
+        }
+    }
+}
+
+/// Errors of the namespace operator actions: [`crate::bind_namespace`],
+/// [`crate::unbind_namespace`] and [`crate::list_namespaces`].
+///
+/// A role that was not granted EXECUTE on the operator function gets
+/// [`NamespaceError::Database`], whose source is PostgreSQL's own
+/// "permission denied for function ..." (SQLSTATE 42501, which diesel does
+/// not expose); the `leasehold` command tells that case apart by asking
+/// the server whether the role holds the privilege.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NamespaceError {
+    /// The arguments broke the rules (empty or over-long prefix, a role
+    /// that does not exist); nothing changed. Every violation is listed.
+    #[error("invalid namespace input: {}", .violations.join("; "))]
+    InvalidInput {
+        /// Every violated rule, e.g. `"prefix must not be empty"`.
+        violations: Vec<String>,
+    },
+    /// The database failed the call, or the role may not run it (see the
+    /// type's documentation). Nothing changed.
+    #[error("{operation} failed in the database")]
+    Database {
+        /// The failed call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+}
+
+impl NamespaceError {
+    /// Maps a diesel error raised by a namespace operator function.
+    pub(crate) fn from_diesel(operation: Operation, error: DieselError) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::INVALID_INPUT) {
+                return NamespaceError::InvalidInput {
+                    violations: decode::violations(info.as_ref()),
+                };
+            }
+        }
+        NamespaceError::Database {
+            operation,
+            source: error,
+        }
+    }
+
+    /// An input rule broken before the call was sent.
+    pub(crate) fn invalid(violation: String) -> Self {
+        NamespaceError::InvalidInput {
             violations: vec![violation],
         }
     }

@@ -212,7 +212,7 @@ pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
 /// call autocommits. Read *before* the call: once a call fails on a broken
 /// connection, diesel marks its transaction manager broken and the depth
 /// can no longer be read.
-fn in_autocommit(conn: &mut PgConnection) -> bool {
+pub(crate) fn in_autocommit(conn: &mut PgConnection) -> bool {
     use diesel::connection::{AnsiTransactionManager, TransactionManager};
     let depth = <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(conn)
         .transaction_depth();

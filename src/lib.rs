@@ -37,6 +37,7 @@
 //! | `outcome` | grants, refusals and observed states, as values |
 //! | `leases` | acquire, renew, release, inspect on a caller's connection |
 //! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
+//! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...) and [`force_release`] |
 //! | `token` | the fencing token and its text form |
 //! | `errors` | typed errors that keep their sources |
 //! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
@@ -57,6 +58,7 @@ mod install;
 mod leases;
 #[allow(unsafe_code)]
 mod libpq;
+mod operator;
 mod outcome;
 mod pool;
 mod sql;
@@ -64,7 +66,9 @@ mod token;
 mod waiting;
 
 pub use client::LeaseClient;
-pub use errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
+pub use errors::{
+    GuardError, InstallError, LeaseError, NamespaceError, Operation, LOCK_WAIT_BOUND,
+};
 pub use guards::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
     FencedError, GuardRecord,
@@ -75,6 +79,9 @@ pub use holding::{
 };
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
+pub use operator::{
+    bind_namespace, force_release, list_namespaces, unbind_namespace, BoundRole, NamespaceRule,
+};
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::PgPool;
 pub use token::{FencingToken, TokenError};

@@ -24,6 +24,8 @@ Exit codes:
   8  cannot connect, database error, or leasehold not installed
   9  guard refusal: stale epoch, wrong lease key, epoch never granted,
      or lease not held
+ 10  permission denied: the role was not granted this operator action, or
+     an operator bound the key's (or resource's) prefix to another role
 
 Without --database-url or DATABASE_URL every command runs against a
 throwaway local PostgreSQL that is deleted when the command exits: nothing
@@ -129,10 +131,52 @@ pub enum Command {
         #[arg(long)]
         up_to: i64,
     },
+    /// Operator: bind key prefixes to roles, so that only a role's members
+    /// may use the keys and resources under a prefix. Needs EXECUTE on the
+    /// lease.*_namespace functions (granted to nobody by default).
+    #[command(after_help = EXIT_CODES)]
+    Namespace {
+        /// What to do with the rules.
+        #[command(subcommand)]
+        action: NamespaceCommand,
+    },
+    /// Operator: free KEY whatever its state, as if its holder released it;
+    /// prints the counter: every epoch up to it is stale from now on. Needs
+    /// EXECUTE on lease.force_release(text) (granted to nobody by default).
+    #[command(after_help = EXIT_CODES)]
+    ForceRelease {
+        /// The lease key.
+        key: String,
+    },
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database
     /// crash and restart with epochs intact. Takes a few seconds.
     Demo,
+}
+
+/// `leasehold namespace ...`.
+#[derive(Debug, Subcommand)]
+pub enum NamespaceCommand {
+    /// Bind PREFIX to ROLE (or rebind it): from now on only members of ROLE
+    /// (and superusers) may act on keys and resources whose longest bound
+    /// prefix is PREFIX.
+    #[command(after_help = EXIT_CODES)]
+    Bind {
+        /// The prefix of key and resource names, e.g. billing/.
+        prefix: String,
+        /// The role's name as stored in PostgreSQL (no quotes; case matters).
+        role: String,
+    },
+    /// Remove the rule for exactly PREFIX (names under it fall to the next
+    /// longest bound prefix, or to no rule: every role may act).
+    #[command(after_help = EXIT_CODES)]
+    Unbind {
+        /// The bound prefix.
+        prefix: String,
+    },
+    /// List the rules: prefix, role, when bound.
+    #[command(after_help = EXIT_CODES)]
+    Ls,
 }
 
 /// Which keys `ls` and `watch` show.

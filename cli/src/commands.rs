@@ -252,7 +252,19 @@ pub fn fence(
     key: &str,
     up_to: i64,
 ) -> Result<(), CliError> {
-    let accepted = leasehold::fence(conn, resource, key, up_to)?;
+    let accepted = match leasehold::fence(conn, resource, key, up_to) {
+        Ok(accepted) => accepted,
+        // An operator action since security part 2: say when the role was
+        // not granted it (see `operator::explain`).
+        Err(error @ leasehold::GuardError::Database { .. }) => {
+            return Err(crate::operator::explain(
+                conn,
+                crate::operator::FENCE,
+                CliError::Database(crate::failure::report(&error)),
+            ))
+        }
+        Err(error) => return Err(error.into()),
+    };
     let text = format!(
         "fenced {resource} (lease key {key}): epochs up to {} are refused, it admits epochs >= {accepted}",
         accepted - 1

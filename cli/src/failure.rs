@@ -38,6 +38,9 @@ pub enum Exit {
     Database = 8,
     /// 9: a guard refused.
     GuardRefused = 9,
+    /// 10: the role may not do this: an operator action it was not granted,
+    /// or a key or resource whose namespace is bound to another role.
+    PermissionDenied = 10,
 }
 
 impl Exit {
@@ -86,6 +89,28 @@ pub enum CliError {
     /// A guard refused the write or fence.
     #[error("{0}")]
     Guard(GuardError),
+    /// The role lacks EXECUTE on an operator function (PostgreSQL's own
+    /// "permission denied for function", SQLSTATE 42501).
+    #[error("role {role:?} may not run {function}: operator actions are granted to nobody by default; run the command as the role that installed leasehold, or have that role run `GRANT EXECUTE ON FUNCTION {function} TO {role}`")]
+    NotGranted {
+        /// The connected role (`current_user`).
+        role: String,
+        /// The function's signature, e.g. `lease.force_release(text)`.
+        function: &'static str,
+    },
+    /// An operator bound the name's prefix to a role the connected login
+    /// role is not a member of (`lease_namespace_denied`).
+    #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role; connect as a member of that role (SET ROLE does not count), or ask an operator (`leasehold namespace ls` shows the rules)")]
+    Forbidden {
+        /// The refused call, as the SQL function is named.
+        operation: String,
+        /// `key` or `resource`.
+        argument: String,
+        /// The refused name.
+        name: String,
+        /// The login role refused.
+        role: String,
+    },
     /// No connection could be made.
     #[error("cannot connect to {url}: {message}; check --database-url (or DATABASE_URL), that the server is running and that the role may log in")]
     Connect {
@@ -159,6 +184,7 @@ impl CliError {
             | CliError::NotInstalled
             | CliError::NoListPrivilege { .. }
             | CliError::Database(_) => Exit::Database,
+            CliError::NotGranted { .. } | CliError::Forbidden { .. } => Exit::PermissionDenied,
             CliError::Demo(_) | CliError::Output(_) => Exit::Unexpected,
         }
     }
@@ -179,6 +205,8 @@ impl CliError {
             CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
             CliError::NotInstalled => "not_installed",
             CliError::NoListPrivilege { .. } => "no_privilege",
+            CliError::NotGranted { .. } => "not_granted",
+            CliError::Forbidden { .. } => "namespace_denied",
             CliError::Guard(_) | CliError::Database(_) => "database",
             CliError::Demo(_) => "demo_failed",
             CliError::Output(_) => "output",
@@ -245,6 +273,21 @@ impl CliError {
                 fields.push(("presented_epoch", Json::Int(*presented)));
                 fields.push(("counter", Json::Int(*counter)));
             }
+            CliError::NotGranted { role, function } => {
+                fields.push(("role", Json::str(role)));
+                fields.push(("function", Json::str(*function)));
+            }
+            CliError::Forbidden {
+                operation,
+                argument,
+                name,
+                role,
+            } => {
+                fields.push(("operation", Json::str(operation)));
+                fields.push(("argument", Json::str(argument)));
+                fields.push(("name", Json::str(name)));
+                fields.push(("role", Json::str(role)));
+            }
             _ => {}
         }
         Json::Object(fields)
@@ -257,6 +300,16 @@ impl CliError {
                 CliError::InvalidInput(violations.join("; "))
             }
             LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
+            LeaseError::Forbidden {
+                operation,
+                key,
+                role,
+            } => CliError::Forbidden {
+                operation: operation.to_string(),
+                argument: "key".to_owned(),
+                name: key,
+                role,
+            },
             other => CliError::Database(report(&other)),
         }
     }
@@ -278,6 +331,19 @@ pub fn report(error: &dyn std::error::Error) -> String {
 
 impl From<GuardError> for CliError {
     fn from(error: GuardError) -> Self {
-        CliError::Guard(error)
+        match error {
+            GuardError::Forbidden {
+                operation,
+                argument,
+                name,
+                role,
+            } => CliError::Forbidden {
+                operation: operation.to_string(),
+                argument,
+                name,
+                role,
+            },
+            other => CliError::Guard(other),
+        }
     }
 }

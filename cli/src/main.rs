@@ -1,8 +1,8 @@
 //! `leasehold`: the operator command for leasehold's PostgreSQL leases.
 //!
 //! Install the SQL side, acquire / renew / release / inspect leases, list
-//! and watch keys, fence a guarded resource, and run a guided demo of the
-//! fencing story. See `leasehold --help` for usage and the exit codes.
+//! and watch keys, fence a guarded resource, bind key namespaces to roles,
+//! force a release, and run a guided demo of the fencing story. See `leasehold --help` for usage and the exit codes.
 //!
 //! This binary is the crate `leasehold-cli`, kept out of the library so
 //! that depending on `leasehold` pulls neither clap nor a server supervisor.
@@ -19,6 +19,7 @@ mod duration;
 mod failure;
 mod json;
 mod listing;
+mod operator;
 mod output;
 mod table;
 
@@ -26,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, NamespaceCommand};
 use crate::connect::Needs;
 use crate::failure::{CliError, Exit};
 use crate::output::Printer;
@@ -92,6 +93,12 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             key,
             up_to,
         } => commands::fence(conn, out, &resource, &key, up_to),
+        Command::Namespace { action } => match action {
+            NamespaceCommand::Bind { prefix, role } => operator::bind(conn, out, &prefix, &role),
+            NamespaceCommand::Unbind { prefix } => operator::unbind(conn, out, &prefix),
+            NamespaceCommand::Ls => operator::list(conn, out),
+        },
+        Command::ForceRelease { key } => operator::force_release(conn, out, &key),
         Command::Demo => demo::run(out),
     }
 }

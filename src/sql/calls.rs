@@ -35,6 +35,8 @@ macro_rules! lease_call {
         }
 
         impl QueryFragment<Pg> for $name<'_> {
+            // A call without arguments never reassigns `first`.
+            #[allow(unused_mut)]
             fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
                 let mut first = true;
                 out.push_sql($sql);
@@ -137,6 +139,35 @@ lease_call! {
     RemainingCall { key: &'a str => Text }
     sql = "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect";
     row = (Bool, Nullable<Double>);
+}
+
+lease_call! {
+    /// `lease.force_release(key)`: the counter after the call, NULL for a
+    /// never-leased key.
+    ForceReleaseCall { key: &'a str => Text }
+    sql = "SELECT lease.force_release";
+    row = Nullable<BigInt>;
+}
+
+lease_call! {
+    /// `lease.bind_namespace(prefix, role)`.
+    BindNamespaceCall { prefix: &'a str => Text, role: &'a str => Text }
+    sql = "SELECT true AS bound FROM lease.bind_namespace";
+    row = Bool;
+}
+
+lease_call! {
+    /// `lease.unbind_namespace(prefix)`: whether a rule was removed.
+    UnbindNamespaceCall { prefix: &'a str => Text }
+    sql = "SELECT lease.unbind_namespace";
+    row = Bool;
+}
+
+lease_call! {
+    /// `lease.list_namespaces()`: every rule, by prefix.
+    ListNamespacesCall {}
+    sql = "SELECT prefix, role, created_at FROM lease.list_namespaces";
+    row = (Text, Text, Timestamptz);
 }
 
 /// The listener session's statements. It talks to libpq directly (see

@@ -60,3 +60,73 @@ pub(crate) fn fenced_by(detail: &str) -> Option<&str> {
 pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
     detail.strip_prefix("owner=")
 }
+
+/// What a namespace refusal's DETAIL names: the argument (`key` or
+/// `resource`), the name refused, and the session user refused. Written by
+/// `lease._raise_forbidden` as `<argument>=<name> role=<role>`: the argument
+/// never holds `=`, and the role is after the last ` role=`, so a name may
+/// hold spaces and `=`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Forbidden<'d> {
+    /// `key` or `resource`.
+    pub(crate) argument: &'d str,
+    /// The refused key or resource name.
+    pub(crate) name: &'d str,
+    /// The session user that was refused.
+    pub(crate) role: &'d str,
+}
+
+/// Reads a namespace refusal's DETAIL (see [`Forbidden`]).
+pub(crate) fn forbidden(detail: &str) -> Option<Forbidden<'_>> {
+    let (argument, rest) = detail.split_once('=')?;
+    let (name, role) = rest.rsplit_once(" role=")?;
+    Some(Forbidden {
+        argument,
+        name,
+        role,
+    })
+}
+
+/// The oid in `lease.list_namespaces`' label of a dropped role
+/// (`pg_dropped_role(<oid>)`), or `None` for a real role's name. No real
+/// role can have that name: PostgreSQL reserves names starting with `pg_`.
+pub(crate) fn dropped_role(label: &str) -> Option<u32> {
+    label
+        .strip_prefix("pg_dropped_role(")?
+        .strip_suffix(')')?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_detail_keeps_spaces_and_equals_signs_in_the_name() {
+        assert_eq!(
+            forbidden("key=billing/a b=c role=attacker"),
+            Some(Forbidden {
+                argument: "key",
+                name: "billing/a b=c",
+                role: "attacker",
+            })
+        );
+        assert_eq!(
+            forbidden("resource=r role=x role=app"),
+            Some(Forbidden {
+                argument: "resource",
+                name: "r role=x",
+                role: "app",
+            })
+        );
+        assert_eq!(forbidden("no fields"), None);
+    }
+
+    #[test]
+    fn dropped_role_labels_are_told_from_role_names() {
+        assert_eq!(dropped_role("pg_dropped_role(16390)"), Some(16390));
+        assert_eq!(dropped_role("app"), None);
+        assert_eq!(dropped_role("pg_dropped_role(x)"), None);
+    }
+}

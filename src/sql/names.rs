@@ -15,12 +15,15 @@ pub(crate) const GUARD_EPOCH_NOT_GRANTED: &str = "lease_guard_epoch_not_granted"
 /// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
+/// `CONSTRAINT` name of a call refused because an operator bound the key's
+/// or resource's prefix to a role the caller is not a member of (SQLSTATE
+/// 42501; DETAIL `<argument>=<name> role=<session user>`).
+pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
+
 /// `CONSTRAINT` name of an install refused because schema `lease` exists
 /// and another role owns it (SQLSTATE 42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
-/// `CONSTRAINT` name of a key the caller may not act on (SQLSTATE 42501).
-pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// `CONSTRAINT` name of a waiter registration beyond the session's cap
 /// (SQLSTATE 22023).
 pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";

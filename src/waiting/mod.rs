@@ -364,9 +364,8 @@ impl LeaseWaiter {
                 _borrow: std::marker::PhantomData,
             }
             .get_results::<(bool, Option<f64>)>(conn)
-            .map_err(|source| LeaseError::Database {
-                operation: Operation::Inspect,
-                source,
+            .map_err(|error| {
+                LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
             })?
             .into_iter()
             .next();

@@ -8,6 +8,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 
 use crate::database::TestDb;
+use crate::server::TestServer;
 
 /// One database and five login roles (see the module documentation). The
 /// roles are cluster-wide, so their names start with the database's name;
@@ -34,7 +35,14 @@ impl Deployment {
     // Not `Default`: it creates a database and roles.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Deployment {
-        let deployment = Deployment::uninstalled();
+        Deployment::new_on(TestServer::from_env())
+    }
+
+    /// A fresh deployment with leasehold installed, on `server` (the CLI's
+    /// tests use [`TestServer::local`], never the server `DATABASE_URL`
+    /// names).
+    pub fn new_on(server: &'static TestServer) -> Deployment {
+        let deployment = Deployment::uninstalled_on(server);
         let mut owner = deployment.conn_as(&deployment.owner);
         leasehold::install(&mut owner)
             .unwrap_or_else(|error| panic!("install as the database owner: {error}"));
@@ -43,7 +51,12 @@ impl Deployment {
 
     /// The same roles and database, leasehold not installed yet.
     pub fn uninstalled() -> Deployment {
-        let db = TestDb::empty();
+        Deployment::uninstalled_on(TestServer::from_env())
+    }
+
+    /// [`Deployment::uninstalled`] on `server`.
+    pub fn uninstalled_on(server: &'static TestServer) -> Deployment {
+        let db = TestDb::empty_on(server);
         let role = |suffix: &str| format!("{}_{suffix}", db.name);
         let deployment = Deployment {
             owner: role("owner"),

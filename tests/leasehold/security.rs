@@ -40,13 +40,17 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "acquire|t|search_path=pg_catalog, pg_temp",
             "admit|t|search_path=pg_catalog, pg_temp",
             "admit_held|t|search_path=pg_catalog, pg_temp",
+            "bind_namespace|t|search_path=pg_catalog, pg_temp",
             "check_held|t|search_path=pg_catalog, pg_temp",
             "fence|t|search_path=pg_catalog, pg_temp",
+            "force_release|t|search_path=pg_catalog, pg_temp",
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
+            "list_namespaces|t|search_path=pg_catalog, pg_temp",
             "release|t|search_path=pg_catalog, pg_temp",
             "renew|t|search_path=pg_catalog, pg_temp",
             "renew_admit|t|search_path=pg_catalog, pg_temp",
+            "unbind_namespace|t|search_path=pg_catalog, pg_temp",
         ]
     );
 }

@@ -5,4 +5,5 @@ mod demo;
 mod exit_codes;
 mod listing;
 mod operations;
+mod operator;
 mod support;

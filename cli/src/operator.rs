@@ -1,0 +1,185 @@
+//! The operator commands: `namespace bind | unbind | ls` and
+//! `force-release`, and how a refused operator action is explained.
+//!
+//! Operator functions are granted to nobody by default, so "you were not
+//! granted this" is their most common failure, and it deserves a message
+//! that says which GRANT fixes it. PostgreSQL reports it as SQLSTATE 42501
+//! "permission denied for function", but diesel exposes neither the
+//! SQLSTATE nor anything else stable about it, and message text is never
+//! parsed here. So when an operator call fails, the command asks the server
+//! whether the role holds EXECUTE on the function (`has_function_privilege`)
+//! and says so; otherwise the failure is reported as it came.
+
+use diesel::prelude::*;
+use diesel::sql_types::{Bool, Nullable, Text};
+use diesel::PgConnection;
+use leasehold::{BoundRole, NamespaceError, NamespaceRule};
+
+use crate::failure::{report, CliError};
+use crate::json::Json;
+use crate::output::Printer;
+use crate::table;
+
+/// The SQL signatures of the operator functions, as a GRANT names them.
+pub const FENCE: &str = "lease.fence(text, text, bigint)";
+const FORCE_RELEASE: &str = "lease.force_release(text)";
+const BIND: &str = "lease.bind_namespace(text, text)";
+const UNBIND: &str = "lease.unbind_namespace(text)";
+const LIST: &str = "lease.list_namespaces()";
+
+/// `leasehold namespace bind PREFIX ROLE`.
+pub fn bind(
+    conn: &mut PgConnection,
+    out: Printer,
+    prefix: &str,
+    role: &str,
+) -> Result<(), CliError> {
+    leasehold::bind_namespace(conn, prefix, role)
+        .map_err(|error| namespace_failure(conn, BIND, error))?;
+    let text = format!(
+        "bound prefix {prefix:?} to role {role:?}: from now on only members of {role:?} (and superusers) may act on keys and resources under it, unless a longer bound prefix governs them"
+    );
+    let json = Json::Object(vec![
+        ("prefix", Json::str(prefix)),
+        ("role", Json::str(role)),
+        ("bound", Json::Bool(true)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold namespace unbind PREFIX`. Removing a rule that is not there
+/// is not an error (the state asked for holds), but the text says so.
+pub fn unbind(conn: &mut PgConnection, out: Printer, prefix: &str) -> Result<(), CliError> {
+    let removed = leasehold::unbind_namespace(conn, prefix)
+        .map_err(|error| namespace_failure(conn, UNBIND, error))?;
+    let text = if removed {
+        format!("removed the rule for prefix {prefix:?}; names under it fall to the next longest bound prefix, or to no rule")
+    } else {
+        format!("no rule for prefix {prefix:?} (it must match exactly; `leasehold namespace ls` lists the rules); nothing changed")
+    };
+    let json = Json::Object(vec![
+        ("prefix", Json::str(prefix)),
+        ("removed", Json::Bool(removed)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold namespace ls`.
+pub fn list(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
+    let rules =
+        leasehold::list_namespaces(conn).map_err(|error| namespace_failure(conn, LIST, error))?;
+    let text = if rules.is_empty() {
+        "no namespace rules: every role may act on every key and resource".to_owned()
+    } else {
+        let rows: Vec<Vec<String>> = rules
+            .iter()
+            .map(|rule| {
+                vec![
+                    rule.prefix.clone(),
+                    rule.role.to_string(),
+                    rule.created_at.to_string(),
+                ]
+            })
+            .collect();
+        table::render(&["PREFIX", "ROLE", "CREATED_AT"], &rows)
+    };
+    let json = Json::Object(vec![(
+        "namespaces",
+        Json::Array(rules.iter().map(rule_json).collect()),
+    )]);
+    Ok(out.emit(&text, &json)?)
+}
+
+fn rule_json(rule: &NamespaceRule) -> Json {
+    let (role, dropped_oid) = match &rule.role {
+        BoundRole::Role(name) => (Json::str(name), Json::Null),
+        BoundRole::Dropped { oid } => (Json::Null, Json::Int(i64::from(*oid))),
+        // BoundRole is non_exhaustive; a future kind shows as text.
+        other => (Json::str(other.to_string()), Json::Null),
+    };
+    Json::Object(vec![
+        ("prefix", Json::str(&rule.prefix)),
+        ("role", role),
+        (
+            "role_dropped",
+            Json::Bool(!matches!(dropped_oid, Json::Null)),
+        ),
+        ("dropped_role_oid", dropped_oid),
+        ("created_at", Json::time(Some(rule.created_at))),
+    ])
+}
+
+/// `leasehold force-release KEY`.
+pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), CliError> {
+    if key.is_empty() {
+        return Err(CliError::InvalidInput("KEY must not be empty".into()));
+    }
+    let counter = match leasehold::force_release(conn, key) {
+        Ok(counter) => counter,
+        Err(error @ leasehold::LeaseError::Database { .. }) => {
+            return Err(explain(
+                conn,
+                FORCE_RELEASE,
+                CliError::Database(report(&error)),
+            ))
+        }
+        Err(error) => return Err(CliError::from_lease(error)),
+    };
+    let text = match counter {
+        Some(counter) => format!(
+            "{key} is free; its counter is {counter}: every epoch up to {counter} is stale from now on (fence guarded resources with `leasehold fence RESOURCE --key {key} --up-to {counter}`)"
+        ),
+        None => format!("{key} was never leased; nothing changed"),
+    };
+    let json = Json::Object(vec![
+        ("key", Json::str(key)),
+        ("exists", Json::Bool(counter.is_some())),
+        ("epoch", Json::int(counter)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+fn namespace_failure(
+    conn: &mut PgConnection,
+    function: &'static str,
+    error: NamespaceError,
+) -> CliError {
+    match error {
+        NamespaceError::InvalidInput { violations } => {
+            CliError::InvalidInput(violations.join("; "))
+        }
+        other => explain(conn, function, CliError::Database(report(&other))),
+    }
+}
+
+#[derive(QueryableByName)]
+struct Privilege {
+    #[diesel(sql_type = Nullable<Bool>)]
+    allowed: Option<bool>,
+    #[diesel(sql_type = Text)]
+    role: String,
+}
+
+/// The error to show for a failed call of operator function `function`:
+/// [`CliError::NotGranted`] when the role lacks EXECUTE on it, a note that
+/// the installed leasehold predates it when it does not exist, else
+/// `failure` as it is.
+pub fn explain(conn: &mut PgConnection, function: &'static str, failure: CliError) -> CliError {
+    let privilege = diesel::sql_query(
+        "SELECT has_function_privilege(to_regprocedure($1), 'EXECUTE') AS allowed, current_user::text AS role",
+    )
+    .bind::<Text, _>(function)
+    .get_result::<Privilege>(conn);
+    match privilege {
+        Ok(Privilege {
+            allowed: Some(false),
+            role,
+        }) => CliError::NotGranted { role, function },
+        Ok(Privilege { allowed: None, .. }) => CliError::Database(format!(
+            "{function} does not exist in this database: the installed leasehold is older than this command; run `leasehold install` as the role that installed it"
+        )),
+        // Granted after all (or the check itself failed): the call failed
+        // for another reason, which `failure` tells.
+        _ => failure,
+    }
+}

@@ -1,0 +1,170 @@
+-- leasehold: operator actions (docs/SPECIFICATION.md §4): binding key
+-- namespaces to roles, listing and removing those bindings, and freeing a
+-- key whatever its state.
+--
+-- The rules of 2026-11-30-000001 apply (security, names, hot paths first),
+-- with one difference: these functions are granted to nobody. The role that
+-- installed leasehold owns them and may run them; it grants EXECUTE to the
+-- roles that operate the deployment (README.md, "Security model"), e.g.
+--
+--   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.bind_namespace(text, text),
+--         lease.unbind_namespace(text), lease.list_namespaces() TO ops;
+--
+-- Operator actions do not obey namespace rules: an operator acts on every
+-- name. Why: the rules say which application roles may use which keys; the
+-- operator is the one who writes those rules, and must be able to repair any
+-- key (a forced release of a key bound to a role that was dropped, say)
+-- without first joining the role that owns it. What limits an operator is
+-- the explicit GRANT, nothing else.
+--
+-- Every function that writes raises synchronous_commit from off or local to
+-- on for its own transaction (docs/SPECIFICATION.md §1.4), as the lease
+-- functions do: a namespace rule or a forced release that was acknowledged
+-- survives a crash whatever the caller's session set.
+
+-- The violations of a namespace prefix: not NULL, not empty, at most 1024
+-- bytes (lease.namespaces.prefix is a btree key).
+CREATE FUNCTION lease._prefix_violations(prefix text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN octet_length(prefix) > 1024 THEN ARRAY['prefix must be at most 1024 bytes']
+        ELSE lease._text_violations('prefix', prefix)
+    END
+$$;
+
+-- How lease.list_namespaces shows a rule whose role was dropped. PostgreSQL
+-- reserves role names starting with `pg_` for its own roles (CREATE ROLE and
+-- ALTER ROLE ... RENAME refuse them), and none of those holds parentheses,
+-- so this text can never be the name of a real role.
+CREATE FUNCTION lease._dropped_role_label(role_oid oid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT 'pg_dropped_role(' || role_oid::text || ')'
+$$;
+
+-- Binds `prefix` to the existing role named `role` (its name as stored in
+-- pg_roles, not an SQL identifier: no quotes, case matters). A prefix that
+-- is bound already is rebound, and its created_at becomes now. From the
+-- commit on, every key and resource name whose longest bound prefix is this
+-- one may be used only by members of `role` (and superusers).
+CREATE FUNCTION lease.bind_namespace(prefix text, role text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_role oid;
+BEGIN
+    IF role IS NOT NULL AND role <> '' THEN
+        SELECT r.oid INTO v_role FROM pg_catalog.pg_roles AS r WHERE r.rolname = bind_namespace.role;
+    END IF;
+    IF prefix IS NULL OR prefix = '' OR octet_length(prefix) > 1024 OR v_role IS NULL THEN
+        PERFORM lease._raise_invalid('bind_namespace',
+            lease._prefix_violations(prefix)
+            || CASE
+                   WHEN role IS NULL OR role = '' THEN lease._text_violations('role', role)
+                   WHEN v_role IS NULL THEN ARRAY[format('role must name an existing role (there is no role %L)', role)]
+                   ELSE ARRAY[]::text[]
+               END);
+    END IF;
+    INSERT INTO lease.namespaces AS n (prefix, role_oid, created_at)
+    VALUES (bind_namespace.prefix, v_role, clock_timestamp())
+    ON CONFLICT ON CONSTRAINT namespaces_pkey DO UPDATE
+       SET role_oid = excluded.role_oid,
+           created_at = excluded.created_at;
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+END;
+$$;
+
+-- Removes the rule for exactly `prefix`; answers whether there was one.
+-- Names it governed fall to the next-longest bound prefix, or to no rule.
+CREATE FUNCTION lease.unbind_namespace(prefix text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF prefix IS NULL OR prefix = '' THEN
+        PERFORM lease._raise_invalid('unbind_namespace', lease._text_violations('prefix', prefix));
+    END IF;
+    DELETE FROM lease.namespaces AS n WHERE n.prefix = unbind_namespace.prefix;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    RETURN true;
+END;
+$$;
+
+-- Every rule, by prefix. `role` is the bound role's name, or, for a role
+-- that was dropped (its rule admits nobody but superusers),
+-- lease._dropped_role_label(oid): `pg_dropped_role(<oid>)`.
+CREATE FUNCTION lease.list_namespaces()
+RETURNS TABLE (prefix text, role text, created_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT n.prefix,
+           COALESCE(r.rolname::text, lease._dropped_role_label(n.role_oid)),
+           n.created_at
+      FROM lease.namespaces AS n
+      LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = n.role_oid
+     ORDER BY n.prefix COLLATE "C"
+$$;
+
+-- Frees `key` whatever its state: a held or lapsed grant ends as a release
+-- would end it (owner cleared, counter + 1, so the grant's epoch and every
+-- lower one are stale), and a waiter is notified through the release trigger
+-- of 2026-11-30-000003 (it fires on owner -> NULL). Returns the counter after
+-- the call: every epoch at or below it is stale, which is the `up_to` to
+-- fence resources with. A FREE key is left as it is (its counter returned);
+-- a never-leased key has no counter: NULL, and nothing is written. Locks the
+-- row as a release does (FOR NO KEY UPDATE, until the caller's transaction
+-- ends): it waits for a renew, release or grant of the key in progress, not
+-- for a holder's open lease-checked transaction (FOR KEY SHARE). Such a
+-- transaction may still commit its write after the forced release, as after
+-- the holder's own release, but no new grant commits before it ends (G6).
+-- The operator bounds the wait with its own lock_timeout if it wants one.
+CREATE FUNCTION lease.force_release(key text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hash bytea;
+    v_epoch bigint;
+BEGIN
+    IF key IS NULL OR key = '' THEN
+        PERFORM lease._raise_invalid('force_release', lease._text_violations('key', key));
+    END IF;
+    v_hash := lease._key_hash(key);
+    UPDATE lease.leases AS l
+       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+     WHERE l.key_hash = v_hash AND l.key = force_release.key AND l.owner IS NOT NULL
+    RETURNING l.epoch INTO v_epoch;
+    IF FOUND THEN
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
+        RETURN v_epoch;
+    END IF;
+    SELECT l.epoch INTO v_epoch
+      FROM lease.leases AS l
+     WHERE l.key_hash = v_hash AND l.key = force_release.key;
+    RETURN v_epoch;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION lease._prefix_violations(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._dropped_role_label(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.bind_namespace(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.unbind_namespace(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;

@@ -1,0 +1,955 @@
+//! §4 and I15: operator actions granted to nobody, key namespaces bound to
+//! roles, and the forced release. Every test runs in a [`Deployment`]: a
+//! non-superuser owner installed leasehold, and the application, a worker,
+//! an operator and an attacker log in as roles of their own.
+//!
+//! The refusals inside the API functions (acquire ... inspect_guard, the
+//! waiter registration) and `fence` leaving PUBLIC come with the rewrite of
+//! migrations 000001/000002 ("namespace checks"); the operator functions
+//! themselves are migration 000004.
+
+use std::time::{Duration, Instant};
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::r2d2::{ConnectionManager, Pool};
+use leasehold::{
+    acquire, admit, admit_held, bind_namespace, check_held, force_release, inspect, inspect_guard,
+    list_namespaces, release, renew, renew_and_admit, unbind_namespace, BoundRole, GuardError,
+    LeaseError, LeaseState, LeaseWaiter, NamespaceError, Operation, Refusal, Release, Renewal,
+};
+use leasehold_test_support::Deployment;
+
+use crate::common::*;
+
+/// The GRANT an owner runs to make a role an operator (README.md,
+/// "Security model"), without `fence`, which has its own test.
+fn grant_namespace_and_release_actions(deployment: &Deployment, to: &str) {
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.bind_namespace(text, text), \
+             lease.unbind_namespace(text), lease.list_namespaces() TO {to}"
+        ))
+        .unwrap();
+}
+
+/// Binds as the owner, who owns the operator functions and so may run them.
+fn bind(deployment: &Deployment, prefix: &str, role: &str) {
+    bind_namespace(&mut deployment.conn_as(&deployment.owner), prefix, role).unwrap();
+}
+
+/// Everything leasehold stores, as the superuser sees it.
+fn whole_state(deployment: &Deployment) -> Vec<String> {
+    let mut admin = deployment.admin();
+    let mut lines = query_lines(
+        &mut admin,
+        "SELECT format('lease %s|%s|%s|%s|%s', key, owner, epoch, expires_at, lapsed_owner) AS line \
+         FROM lease.leases ORDER BY key",
+    );
+    lines.extend(query_lines(
+        &mut admin,
+        "SELECT format('guard %s|%s|%s|%s', resource, lease_key, accepted_epoch, updated_at) AS line \
+         FROM lease.guards ORDER BY resource",
+    ));
+    lines.extend(query_lines(
+        &mut admin,
+        "SELECT format('rule %s|%s|%s', prefix, role_oid, created_at) AS line \
+         FROM lease.namespaces ORDER BY prefix",
+    ));
+    lines.extend(query_lines(
+        &mut admin,
+        "SELECT format('waiter %s', key_hash) AS line FROM lease.waiters ORDER BY key_hash",
+    ));
+    lines
+}
+
+#[track_caller]
+fn assert_lease_forbidden<T: std::fmt::Debug>(
+    result: Result<T, LeaseError>,
+    operation: Operation,
+    key: &str,
+    role: &str,
+) {
+    match result {
+        Err(LeaseError::Forbidden {
+            operation: refused,
+            key: name,
+            role: who,
+        }) => {
+            assert_eq!(
+                (refused, name.as_str(), who.as_str()),
+                (operation, key, role)
+            );
+        }
+        other => panic!("{operation} of {key} by {role}: expected Forbidden, got {other:?}"),
+    }
+}
+
+/// A guard refusal by namespace; `argument` is checked when given (a call
+/// whose key and resource are both protected may name either).
+#[track_caller]
+fn assert_guard_forbidden<T: std::fmt::Debug>(
+    result: Result<T, GuardError>,
+    operation: Operation,
+    refused: Option<(&str, &str)>,
+    role: &str,
+) {
+    match result {
+        Err(GuardError::Forbidden {
+            operation: op,
+            argument,
+            name,
+            role: who,
+        }) => {
+            assert_eq!((op, who.as_str()), (operation, role));
+            if let Some(expected) = refused {
+                assert_eq!((argument.as_str(), name.as_str()), expected);
+            }
+        }
+        other => panic!("{operation} by {role}: expected Forbidden, got {other:?}"),
+    }
+}
+
+fn is_granted(acquisition: Result<leasehold::Acquisition, LeaseError>) -> bool {
+    matches!(acquisition, Ok(leasehold::Acquisition::Granted(_)))
+}
+
+// ---------------------------------------------------------------------------
+// Operator actions are granted to nobody
+// ---------------------------------------------------------------------------
+
+#[test]
+fn operator_functions_are_security_definer_with_a_pinned_search_path_and_granted_to_nobody() {
+    let deployment = Deployment::new();
+    let mut admin = deployment.admin();
+    let functions = query_lines(
+        &mut admin,
+        "SELECT format('%s|%s|%s|%s', p.proname, p.prosecdef, array_to_string(p.proconfig, ','), \
+                (SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END, ',') \
+                   FROM aclexplode(p.proacl) AS a WHERE a.privilege_type = 'EXECUTE')) AS line \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = 'lease' AND p.proname IN ('bind_namespace', 'unbind_namespace', 'list_namespaces', 'force_release') \
+         ORDER BY p.proname",
+    );
+    let owner = &deployment.owner;
+    assert_eq!(
+        functions,
+        [
+            format!("bind_namespace|t|search_path=pg_catalog, pg_temp|{owner}"),
+            format!("force_release|t|search_path=pg_catalog, pg_temp|{owner}"),
+            format!("list_namespaces|t|search_path=pg_catalog, pg_temp|{owner}"),
+            format!("unbind_namespace|t|search_path=pg_catalog, pg_temp|{owner}"),
+        ]
+    );
+}
+
+#[test]
+fn app_worker_attacker_and_an_ungranted_operator_cannot_run_operator_actions() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    let before = whole_state(&deployment);
+    for role in [
+        &deployment.app,
+        &deployment.worker,
+        &deployment.attacker,
+        &deployment.operator,
+    ] {
+        let mut conn = deployment.conn_as(role);
+        for sql in [
+            format!("SELECT lease.bind_namespace('job', {})", quote(role)),
+            "SELECT lease.bind_namespace('', '')".to_owned(),
+            "SELECT lease.unbind_namespace('job')".to_owned(),
+            "SELECT * FROM lease.list_namespaces()".to_owned(),
+            "SELECT lease.force_release('job')".to_owned(),
+        ] {
+            assert_eq!(sqlstate_of(&mut conn, &sql), "42501", "{role}: {sql}");
+        }
+        assert!(matches!(
+            bind_namespace(&mut conn, "job", role),
+            Err(NamespaceError::Database {
+                operation: Operation::BindNamespace,
+                ..
+            })
+        ));
+        assert!(matches!(
+            unbind_namespace(&mut conn, "job"),
+            Err(NamespaceError::Database {
+                operation: Operation::UnbindNamespace,
+                ..
+            })
+        ));
+        assert!(matches!(
+            list_namespaces(&mut conn),
+            Err(NamespaceError::Database {
+                operation: Operation::ListNamespaces,
+                ..
+            })
+        ));
+        assert!(matches!(
+            force_release(&mut conn, "job"),
+            Err(LeaseError::Database {
+                operation: Operation::ForceRelease,
+                ..
+            })
+        ));
+    }
+    assert_eq!(whole_state(&deployment), before);
+}
+
+#[test]
+fn operator_actions_work_once_the_owner_grants_them() {
+    let deployment = Deployment::new();
+    grant_namespace_and_release_actions(&deployment, &deployment.operator);
+    let mut operator = deployment.conn_as(&deployment.operator);
+    bind_namespace(&mut operator, "billing/", &deployment.app).unwrap();
+    let rules = list_namespaces(&mut operator).unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].prefix, "billing/");
+    assert_eq!(rules[0].role, BoundRole::Role(deployment.app.clone()));
+    assert!(unbind_namespace(&mut operator, "billing/").unwrap());
+    assert_eq!(list_namespaces(&mut operator).unwrap(), []);
+    assert_eq!(force_release(&mut operator, "never-leased").unwrap(), None);
+    // Still nobody else.
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    assert!(list_namespaces(&mut attacker).is_err());
+}
+
+/// G7 / §4: `fence` raises a record above every real epoch, so it is an
+/// operator action too. Needs the rewrite of migration 000002 that revokes
+/// it from PUBLIC ("namespace checks").
+#[test]
+fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
+    let deployment = Deployment::new();
+    for role in [&deployment.app, &deployment.attacker, &deployment.operator] {
+        let mut conn = deployment.conn_as(role);
+        assert_eq!(
+            sqlstate_of(&mut conn, "SELECT lease.fence('r', 'k', 0)"),
+            "42501",
+            "{role} may fence"
+        );
+    }
+    assert_eq!(whole_state(&deployment), Vec::<String>::new());
+    // G7: a fence reaches at most the key's counter (2 after a release).
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "k", "a", TTL).unwrap());
+    assert_eq!(lease.release(&mut app).unwrap(), Release::Released);
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease.fence(text, text, bigint) TO {}",
+            deployment.operator
+        ))
+        .unwrap();
+    let mut operator = deployment.conn_as(&deployment.operator);
+    assert_eq!(leasehold::fence(&mut operator, "r", "k", 2).unwrap(), 3);
+}
+
+// ---------------------------------------------------------------------------
+// The rules themselves
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bind_namespace_names_every_violation_and_changes_nothing() {
+    let deployment = Deployment::new();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    let violations = |result: Result<(), NamespaceError>| match result {
+        Err(NamespaceError::InvalidInput { violations }) => violations,
+        other => panic!("expected invalid input, got {other:?}"),
+    };
+    assert_eq!(
+        violations(bind_namespace(&mut owner, "", "no_such_role")),
+        [
+            "prefix must not be empty",
+            "role must name an existing role (there is no role 'no_such_role')",
+        ]
+    );
+    assert_eq!(
+        violations(bind_namespace(&mut owner, &"p".repeat(1025), "")),
+        [
+            "prefix must be at most 1024 bytes",
+            "role must not be empty"
+        ]
+    );
+    // 1024 bytes of a two-byte character: 512 characters, at the limit.
+    bind_namespace(&mut owner, &"é".repeat(512), &deployment.app).unwrap();
+    assert_eq!(
+        violations(bind_namespace(
+            &mut owner,
+            &"é".repeat(513),
+            &deployment.app
+        )),
+        ["prefix must be at most 1024 bytes"]
+    );
+    assert_eq!(
+        violations(bind_namespace(&mut owner, "a\0b", &deployment.app)),
+        ["prefix must not contain NUL characters"]
+    );
+    // Role names are matched as stored: case matters, no identifier folding.
+    assert_eq!(
+        violations(bind_namespace(
+            &mut owner,
+            "x/",
+            &deployment.app.to_uppercase()
+        )),
+        [format!(
+            "role must name an existing role (there is no role '{}')",
+            deployment.app.to_uppercase()
+        )]
+    );
+    assert_eq!(
+        violations(unbind_namespace(&mut owner, "").map(|_| ())),
+        ["prefix must not be empty"]
+    );
+    let mut admin = deployment.admin();
+    assert_eq!(
+        query_lines(
+            &mut admin,
+            "SELECT format('%s', octet_length(prefix)) AS line FROM lease.namespaces"
+        ),
+        ["1024"]
+    );
+}
+
+#[test]
+fn rebinding_a_prefix_moves_it_and_unbind_says_whether_a_rule_was_removed() {
+    let deployment = Deployment::new();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    bind_namespace(&mut owner, "billing/", &deployment.app).unwrap();
+    bind_namespace(&mut owner, "audit/", &deployment.worker).unwrap();
+    let first = list_namespaces(&mut owner).unwrap();
+    bind_namespace(&mut owner, "billing/", &deployment.worker).unwrap();
+    let rules = list_namespaces(&mut owner).unwrap();
+    let described: Vec<(String, BoundRole)> = rules
+        .iter()
+        .map(|rule| (rule.prefix.clone(), rule.role.clone()))
+        .collect();
+    assert_eq!(
+        described,
+        [
+            (
+                "audit/".to_owned(),
+                BoundRole::Role(deployment.worker.clone())
+            ),
+            (
+                "billing/".to_owned(),
+                BoundRole::Role(deployment.worker.clone())
+            ),
+        ]
+    );
+    assert!(
+        rules[1].created_at > first[1].created_at,
+        "rebinding records when"
+    );
+    assert!(unbind_namespace(&mut owner, "billing/").unwrap());
+    assert!(!unbind_namespace(&mut owner, "billing/").unwrap());
+    assert!(
+        !unbind_namespace(&mut owner, "audit").unwrap(),
+        "exact prefixes only"
+    );
+    assert_eq!(list_namespaces(&mut owner).unwrap().len(), 1);
+}
+
+#[test]
+fn operator_writes_are_durable_at_commit_whatever_the_session_set() {
+    let deployment = Deployment::new();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    granted(acquire(&mut owner, "held", "a", TTL).unwrap());
+    let setting = |conn: &mut PgConnection| {
+        query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
+    };
+    let app = quote(&deployment.app);
+    for (call, writes) in [
+        (format!("SELECT lease.bind_namespace('p/', {app})"), true),
+        ("SELECT lease.unbind_namespace('none/')".to_owned(), false),
+        ("SELECT * FROM lease.list_namespaces()".to_owned(), false),
+        ("SELECT lease.force_release('held')".to_owned(), true),
+        ("SELECT lease.force_release('unknown')".to_owned(), false),
+    ] {
+        for caller in ["off", "local"] {
+            owner
+                .batch_execute(&format!(
+                    "BEGIN; SET LOCAL synchronous_commit = {caller}; {call}"
+                ))
+                .unwrap_or_else(|e| panic!("{call}: {e}"));
+            let expected = if writes { "on" } else { caller };
+            assert_eq!(setting(&mut owner), expected, "{call} under {caller}");
+            owner.batch_execute("ROLLBACK").unwrap();
+        }
+    }
+    owner
+        .batch_execute(&format!(
+            "SELECT lease.bind_namespace('p/', {app}); BEGIN; SET LOCAL synchronous_commit = off; \
+             SELECT lease.unbind_namespace('p/')"
+        ))
+        .unwrap();
+    assert_eq!(
+        setting(&mut owner),
+        "on",
+        "an unbind that removes a rule writes"
+    );
+    owner.batch_execute("ROLLBACK").unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// I15: refusals (need the "namespace checks" rewrite of migrations 1 and 2)
+// ---------------------------------------------------------------------------
+
+/// I15: after `billing/` is bound to the application's role, the worker and
+/// the attacker are refused on every lease and guard call for keys and
+/// resources under it, with the typed error, and the refusal changes
+/// nothing; the application goes on as before.
+#[test]
+fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_nothing() {
+    let deployment = Deployment::new();
+    bind(&deployment, "billing/", &deployment.app);
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    let token = lease.token();
+    admit(&mut app, "billing/invoices", &token).unwrap();
+    // Each other role gets a lease of its own outside the namespace, for
+    // the calls that present an allowed key to a protected resource.
+    let mut others = Vec::new();
+    for role in [&deployment.worker, &deployment.attacker] {
+        let mut conn = deployment.conn_as(role);
+        let own = granted(acquire(&mut conn, &format!("open/{role}"), role, TTL).unwrap());
+        others.push((role.clone(), conn, own));
+    }
+    let before = whole_state(&deployment);
+
+    for (role, conn, own) in &mut others {
+        let role = role.as_str();
+        let epoch = lease.epoch();
+        assert_lease_forbidden(
+            acquire(conn, "billing/k", role, TTL),
+            Operation::Acquire,
+            "billing/k",
+            role,
+        );
+        assert_lease_forbidden(
+            acquire(conn, "billing/new", role, TTL),
+            Operation::Acquire,
+            "billing/new",
+            role,
+        );
+        assert_lease_forbidden(
+            leasehold::acquire_waiting(conn, "billing/k", role, TTL, Duration::from_secs(5)),
+            Operation::Acquire,
+            "billing/k",
+            role,
+        );
+        assert_lease_forbidden(
+            renew(conn, "billing/k", "app-1", epoch, TTL),
+            Operation::Renew,
+            "billing/k",
+            role,
+        );
+        assert_lease_forbidden(
+            release(conn, "billing/k", "app-1", epoch),
+            Operation::Release,
+            "billing/k",
+            role,
+        );
+        // Inspect refuses for a key that exists and for one that does not
+        // alike: the refusal reveals nothing about the key's state.
+        assert_lease_forbidden(
+            inspect(conn, "billing/k"),
+            Operation::Inspect,
+            "billing/k",
+            role,
+        );
+        assert_lease_forbidden(
+            inspect(conn, "billing/none"),
+            Operation::Inspect,
+            "billing/none",
+            role,
+        );
+        // Protected key and resource.
+        assert_guard_forbidden(
+            admit(conn, "billing/invoices", &token),
+            Operation::Admit,
+            None,
+            role,
+        );
+        assert_guard_forbidden(
+            check_held(conn, &token),
+            Operation::CheckHeld,
+            Some(("key", "billing/k")),
+            role,
+        );
+        assert_guard_forbidden(
+            admit_held(conn, "billing/invoices", &token),
+            Operation::AdmitHeld,
+            None,
+            role,
+        );
+        assert_guard_forbidden(
+            renew_and_admit(conn, "billing/invoices", &token, TTL),
+            Operation::RenewAndAdmit,
+            None,
+            role,
+        );
+        assert_guard_forbidden(
+            inspect_guard(conn, "billing/invoices"),
+            Operation::InspectGuard,
+            Some(("resource", "billing/invoices")),
+            role,
+        );
+        // A protected resource with the role's own, allowed key.
+        let own_token = own.token();
+        for (operation, result) in [
+            (
+                Operation::Admit,
+                admit(conn, "billing/new-res", &own_token).map(|_| ()),
+            ),
+            (
+                Operation::AdmitHeld,
+                admit_held(conn, "billing/new-res", &own_token).map(|_| ()),
+            ),
+            (
+                Operation::RenewAndAdmit,
+                renew_and_admit(conn, "billing/new-res", &own_token, TTL).map(|_| ()),
+            ),
+        ] {
+            assert_guard_forbidden(
+                result,
+                operation,
+                Some(("resource", "billing/new-res")),
+                role,
+            );
+        }
+        // A protected key presented to an unprotected resource.
+        assert_guard_forbidden(
+            admit(conn, "open-resource", &token),
+            Operation::Admit,
+            Some(("key", "billing/k")),
+            role,
+        );
+        // A waiter: its first attempt is an acquire.
+        let pool = Pool::builder()
+            .max_size(1)
+            .build(ConnectionManager::<PgConnection>::new(
+                deployment.url_as(role),
+            ))
+            .unwrap();
+        let waiter = LeaseWaiter::builder(pool, &deployment.url_as(role)).build();
+        match waiter.acquire("billing/k", role, TTL, Duration::from_secs(5)) {
+            Err(leasehold::WaitError::Lease(error)) => {
+                assert_lease_forbidden::<()>(Err(error), Operation::Acquire, "billing/k", role)
+            }
+            other => panic!("waiter of {role}: expected Forbidden, got {other:?}"),
+        }
+    }
+    drop(others);
+    assert_eq!(whole_state(&deployment), before, "a refusal changed state");
+
+    // The application acts as before.
+    assert!(matches!(
+        inspect(&mut app, "billing/k").unwrap(),
+        Some(LeaseState::Held { .. })
+    ));
+    check_held(&mut app, &token).unwrap();
+    admit_held(&mut app, "billing/invoices", &token).unwrap();
+    renew_and_admit(&mut app, "billing/invoices", &token, TTL).unwrap();
+    assert_eq!(
+        inspect_guard(&mut app, "billing/invoices")
+            .unwrap()
+            .map(|r| r.accepted_epoch),
+        Some(lease.epoch())
+    );
+    assert!(matches!(
+        renew(&mut app, "billing/k", "app-1", lease.epoch(), TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    assert_eq!(
+        release(&mut app, "billing/k", "app-1", lease.epoch()).unwrap(),
+        Release::Released
+    );
+    assert!(is_granted(acquire(&mut app, "billing/k", "app-2", TTL)));
+}
+
+/// I15: the rule with the longest matching prefix decides, and a prefix is
+/// a plain starts-with on the name.
+#[test]
+fn the_longest_bound_prefix_decides_who_may_act() {
+    let deployment = Deployment::new();
+    bind(&deployment, "billing/", &deployment.app);
+    bind(&deployment, "billing/eu/", &deployment.worker);
+    let mut app = deployment.conn_as(&deployment.app);
+    let mut worker = deployment.conn_as(&deployment.worker);
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+
+    assert!(is_granted(acquire(&mut app, "billing/us/1", "a", TTL)));
+    assert!(is_granted(acquire(&mut worker, "billing/eu/1", "w", TTL)));
+    assert_lease_forbidden(
+        acquire(&mut app, "billing/eu/2", "a", TTL),
+        Operation::Acquire,
+        "billing/eu/2",
+        &deployment.app,
+    );
+    assert_lease_forbidden(
+        acquire(&mut worker, "billing/us/2", "w", TTL),
+        Operation::Acquire,
+        "billing/us/2",
+        &deployment.worker,
+    );
+    // "billing/eu" (no slash) is governed by "billing/", not "billing/eu/".
+    assert!(is_granted(acquire(&mut app, "billing/eu", "a", TTL)));
+    for name in ["billing/eu/3", "billing/x"] {
+        assert_lease_forbidden(
+            acquire(&mut attacker, name, "x", TTL),
+            Operation::Acquire,
+            name,
+            &deployment.attacker,
+        );
+    }
+    // Names that merely contain a bound prefix are not governed by it.
+    for name in ["billing", "billingX/1", "other/billing/1", "Billing/1"] {
+        assert!(is_granted(acquire(&mut attacker, name, "x", TTL)), "{name}");
+    }
+    // Removing the longer rule hands its names to the shorter one.
+    unbind_namespace(&mut deployment.conn_as(&deployment.owner), "billing/eu/").unwrap();
+    assert!(is_granted(acquire(&mut app, "billing/eu/2", "a", TTL)));
+    assert_lease_forbidden(
+        renew(&mut worker, "billing/eu/1", "w", 1, TTL),
+        Operation::Renew,
+        "billing/eu/1",
+        &deployment.worker,
+    );
+}
+
+/// I15: a rule whose role was dropped admits nobody but superusers, and a
+/// new role that takes the old name does not inherit it.
+#[test]
+fn a_rule_whose_role_was_dropped_fails_closed() {
+    let deployment = Deployment::new();
+    let retired = format!("{}_retired", deployment.db.name);
+    deployment.admin_exec(&format!(
+        "CREATE ROLE {retired}; GRANT {retired} TO {}",
+        deployment.app
+    ));
+    bind(&deployment, "legacy/", &retired);
+    let mut app = deployment.conn_as(&deployment.app);
+    assert!(is_granted(acquire(&mut app, "legacy/1", "a", TTL)));
+
+    deployment.admin_exec(&format!("DROP ROLE {retired}"));
+    let mut owner = deployment.conn_as(&deployment.owner);
+    let rules = list_namespaces(&mut owner).unwrap();
+    assert!(
+        matches!(rules[0].role, BoundRole::Dropped { .. }),
+        "{rules:?}"
+    );
+    for role in [&deployment.app, &deployment.attacker, &deployment.owner] {
+        let mut conn = deployment.conn_as(role);
+        assert_lease_forbidden(
+            acquire(&mut conn, "legacy/2", "a", TTL),
+            Operation::Acquire,
+            "legacy/2",
+            role,
+        );
+        assert_lease_forbidden(
+            inspect(&mut conn, "legacy/1"),
+            Operation::Inspect,
+            "legacy/1",
+            role,
+        );
+    }
+    deployment.admin_exec(&format!(
+        "CREATE ROLE {retired}; GRANT {retired} TO {}",
+        deployment.app
+    ));
+    assert_lease_forbidden(
+        acquire(
+            &mut deployment.conn_as(&deployment.app),
+            "legacy/2",
+            "a",
+            TTL,
+        ),
+        Operation::Acquire,
+        "legacy/2",
+        &deployment.app,
+    );
+    // Superusers pass; an operator can repair the key and the rule.
+    assert!(is_granted(acquire(
+        &mut deployment.admin(),
+        "legacy/3",
+        "admin",
+        TTL
+    )));
+    assert_eq!(force_release(&mut owner, "legacy/1").unwrap(), Some(2));
+    bind_namespace(&mut owner, "legacy/", &deployment.app).unwrap();
+    assert!(is_granted(acquire(&mut app, "legacy/1", "a", TTL)));
+}
+
+/// I15 and the identity rule: the caller is the login role (session_user)
+/// with every role it is a member of. A login role that is a member of the
+/// bound role may act; `SET ROLE` to a less privileged role does not drop
+/// that, and cannot gain anything either.
+#[test]
+fn membership_counts_and_set_role_does_not_change_who_acts() {
+    let deployment = Deployment::new();
+    bind(&deployment, "billing/", &deployment.app);
+    let member = format!("{}_member", deployment.db.name);
+    deployment.admin_exec(&format!(
+        "CREATE ROLE {member} LOGIN; GRANT {} TO {member}; GRANT {} TO {}",
+        deployment.app, deployment.attacker, deployment.app
+    ));
+    let mut as_member = deployment.conn_as(&member);
+    assert!(is_granted(acquire(&mut as_member, "billing/m", "m", TTL)));
+
+    // The app session SETs ROLE to the attacker role (it is a member of it):
+    // still the app's login role acts.
+    let mut app = deployment.conn_as(&deployment.app);
+    app.batch_execute(&format!("SET ROLE {}", deployment.attacker))
+        .unwrap();
+    assert_eq!(
+        query_lines(&mut app, "SELECT current_user::text AS line"),
+        [deployment.attacker.as_str()]
+    );
+    assert!(is_granted(acquire(&mut app, "billing/a", "a", TTL)));
+
+    // The attacker cannot become the app: SET ROLE is refused, and SET
+    // SESSION AUTHORIZATION needs a superuser.
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    for sql in [
+        format!("SET ROLE {}", deployment.app),
+        format!("SET SESSION AUTHORIZATION {}", deployment.app),
+    ] {
+        assert!(attacker.batch_execute(&sql).is_err(), "{sql}");
+    }
+    assert_lease_forbidden(
+        acquire(&mut attacker, "billing/a", "x", TTL),
+        Operation::Acquire,
+        "billing/a",
+        &deployment.attacker,
+    );
+    drop(as_member);
+    drop(app);
+    deployment.admin_exec(&format!("DROP OWNED BY {member}; DROP ROLE {member}"));
+}
+
+/// Without rules, every role may act on every key, as before namespaces.
+#[test]
+fn without_rules_every_role_acts_on_every_key_as_before() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    let lease = granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    admit(&mut app, "billing/res", &lease.token()).unwrap();
+    assert!(matches!(
+        inspect(&mut attacker, "billing/k").unwrap(),
+        Some(LeaseState::Held { .. })
+    ));
+    assert_eq!(
+        inspect_guard(&mut attacker, "billing/res")
+            .unwrap()
+            .map(|r| r.accepted_epoch),
+        Some(1)
+    );
+    assert!(matches!(
+        renew(&mut attacker, "billing/k", "app-1", lease.epoch(), TTL).unwrap(),
+        Renewal::Renewed { .. }
+    ));
+    check_held(&mut attacker, &lease.token()).unwrap();
+    assert_eq!(
+        release(&mut attacker, "billing/k", "app-1", lease.epoch()).unwrap(),
+        Release::Released
+    );
+    assert!(is_granted(acquire(&mut attacker, "billing/k", "x", TTL)));
+}
+
+// ---------------------------------------------------------------------------
+// force_release
+// ---------------------------------------------------------------------------
+
+/// A forced release ends the grant as a release would: the counter moves
+/// on, the holder hears `not_owner` (the key is FREE, §1.3 rule 1), and its
+/// epoch is stale at a guard.
+#[test]
+fn force_release_frees_a_held_key_and_fences_its_holder() {
+    let deployment = Deployment::new();
+    grant_namespace_and_release_actions(&deployment, &deployment.operator);
+    let mut app = deployment.conn_as(&deployment.app);
+    let mut operator = deployment.conn_as(&deployment.operator);
+    let lease = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    admit(&mut app, "out", &lease.token()).unwrap();
+
+    assert_eq!(force_release(&mut operator, "job").unwrap(), Some(2));
+    assert_eq!(
+        inspect(&mut app, "job").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+    assert_eq!(
+        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::NotOwner)
+    );
+    assert_eq!(
+        release(&mut app, "job", "app-1", 1).unwrap(),
+        Release::Refused(Refusal::NotOwner)
+    );
+    assert!(matches!(
+        admit_held(&mut app, "out", &lease.token()),
+        Err(GuardError::LeaseNotHeld {
+            reason: Refusal::NotOwner,
+            ..
+        })
+    ));
+    // The next holder's epoch is above the counter; once it writes, the old
+    // epoch is refused by a token-checked guard too.
+    let mut worker = deployment.conn_as(&deployment.worker);
+    let next = granted(acquire(&mut worker, "job", "worker-1", TTL).unwrap());
+    assert_eq!(next.epoch(), 3);
+    admit(&mut worker, "out", &next.token()).unwrap();
+    assert!(matches!(
+        admit(&mut app, "out", &lease.token()),
+        Err(GuardError::StaleEpoch {
+            presented: 1,
+            accepted: 3,
+            ..
+        })
+    ));
+    // After the forced release, nobody hears `lapsed` for the old grant.
+    assert_eq!(
+        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::NotOwner)
+    );
+}
+
+#[test]
+fn force_release_of_lapsed_free_and_unknown_keys() {
+    let deployment = Deployment::new();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    let mut app = deployment.conn_as(&deployment.app);
+    let mut admin = deployment.admin();
+
+    // Lapsed: the grant still counts, so it is ended and its epoch passed.
+    let short = granted(acquire(&mut app, "lapsed", "a", Duration::from_millis(200)).unwrap());
+    wait_until_server_time_passes(&mut admin, short.expires_at());
+    assert_eq!(force_release(&mut owner, "lapsed").unwrap(), Some(2));
+    assert_eq!(raw_row(&mut admin, "lapsed").unwrap(), "|2|f|");
+    assert_eq!(
+        renew(&mut app, "lapsed", "a", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::NotOwner)
+    );
+
+    // Free: nothing to end; the counter is reported unchanged.
+    let done = granted(acquire(&mut app, "free", "a", TTL).unwrap());
+    assert_eq!(
+        release(&mut app, "free", "a", done.epoch()).unwrap(),
+        Release::Released
+    );
+    let before = raw_row(&mut admin, "free");
+    assert_eq!(force_release(&mut owner, "free").unwrap(), Some(2));
+    assert_eq!(raw_row(&mut admin, "free"), before);
+
+    // Never leased: no counter, and no row is created.
+    assert_eq!(force_release(&mut owner, "unknown").unwrap(), None);
+    assert_eq!(raw_row(&mut admin, "unknown"), None);
+
+    // Invalid input is refused, naming the violation.
+    assert!(matches!(
+        force_release(&mut owner, ""),
+        Err(LeaseError::InvalidInput { violations }) if violations == ["key must not be empty"]
+    ));
+    assert_eq!(
+        sqlstate_of(&mut owner, "SELECT lease.force_release(NULL)"),
+        "22023"
+    );
+}
+
+/// The operator acts on every name: namespace rules do not limit it (only
+/// the GRANT does), so it can free a key bound to a role it is not in.
+#[test]
+fn force_release_acts_on_keys_of_any_namespace() {
+    let deployment = Deployment::new();
+    grant_namespace_and_release_actions(&deployment, &deployment.operator);
+    bind(&deployment, "billing/", &deployment.app);
+    let mut app = deployment.conn_as(&deployment.app);
+    granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    let mut operator = deployment.conn_as(&deployment.operator);
+    assert_eq!(force_release(&mut operator, "billing/k").unwrap(), Some(2));
+    assert_eq!(
+        inspect(&mut app, "billing/k").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+}
+
+/// A forced release locks like a release: a holder's open lease-checked
+/// transaction (FOR KEY SHARE) does not hold it up. (If it did, the
+/// operator's lock_timeout would fail the call.)
+#[test]
+fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    app.batch_execute("BEGIN").unwrap();
+    check_held(&mut app, &lease.token()).unwrap();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    owner.batch_execute("SET lock_timeout = '10s'").unwrap();
+    assert_eq!(force_release(&mut owner, "job").unwrap(), Some(2));
+    app.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        inspect(&mut app, "job").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2 })
+    );
+}
+
+/// A forced release wakes waiters like a release: the waiter below can be
+/// woken only by the notification (no re-check, no polling, holder's ttl a
+/// minute), so a missing notification is a timeout.
+#[test]
+fn force_release_wakes_a_waiter_like_a_release() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let holder = granted(acquire(&mut app, "job", "holder", Duration::from_secs(60)).unwrap());
+    let url = deployment.url_as(&deployment.worker);
+    let pool = Pool::builder()
+        .max_size(2)
+        .build(ConnectionManager::<PgConnection>::new(url.clone()))
+        .unwrap();
+    let never = Duration::from_secs(60);
+    let waiter = LeaseWaiter::builder(pool, &url)
+        .recheck_every(never)
+        .fallback_poll(never)
+        .build();
+    assert!(waiter.wait_until_listening(Duration::from_secs(10)));
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.acquire("job", "waiter", TTL, Duration::from_secs(20)))
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while waiter.armed_waiters("job") != 1 {
+        assert!(Instant::now() < until, "the waiter never armed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let forced_at = Instant::now();
+    let counter = force_release(&mut deployment.conn_as(&deployment.owner), "job").unwrap();
+    assert_eq!(counter, Some(holder.epoch() + 1));
+    let lease = waiting.join().unwrap().unwrap();
+    assert!(forced_at.elapsed() < Duration::from_secs(15));
+    assert_eq!(lease.epoch(), holder.epoch() + 2);
+}
+
+/// I15 for the waiting protocol: registering interest in a key of another
+/// role's namespace is refused too (a registration earns the key's release
+/// notifications), whether the key exists or not, and changes nothing.
+#[test]
+fn the_waiter_registration_refuses_keys_of_another_roles_namespace() {
+    let deployment = Deployment::new();
+    bind(&deployment, "billing/", &deployment.app);
+    let mut app = deployment.conn_as(&deployment.app);
+    granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    let before = whole_state(&deployment);
+    for role in [&deployment.worker, &deployment.attacker] {
+        let mut conn = deployment.conn_as(role);
+        for key in ["billing/k", "billing/none"] {
+            assert_eq!(
+                sqlstate_of(&mut conn, &format!("SELECT lease._waiter_watch('{key}')")),
+                "42501",
+                "{role} registered for {key}"
+            );
+        }
+    }
+    assert_eq!(whole_state(&deployment), before);
+}
