@@ -366,3 +366,42 @@ fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admission
         Acquisition::Denied
     );
 }
+
+/// README "Security model", hardening checklist: with EXECUTE on the whole
+/// schema revoked from PUBLIC and the API granted to the application role
+/// alone, the application keeps working (leases, guards) and any other role
+/// is refused by PostgreSQL itself (42501) before leasehold runs at all.
+#[test]
+fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it_only() {
+    let deployment = Deployment::new();
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA lease FROM PUBLIC;
+             GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval),
+                   lease.renew(text, text, bigint, interval), lease.release(text, text, bigint),
+                   lease.inspect(text), lease.admit(text, text, bigint),
+                   lease.check_held(text, text, bigint), lease.admit_held(text, text, text, bigint),
+                   lease.renew_admit(text, text, text, bigint, interval), lease.inspect_guard(text),
+                   lease._waiter_watch(text), lease._waiter_unwatch(text), lease._waiter_reset()
+                TO {};",
+            deployment.app
+        ))
+        .unwrap();
+    let mut app = deployment.conn_as(&deployment.app);
+    let lease = granted(acquire(&mut app, "jobs/7", "app-1", TTL).unwrap());
+    admit(&mut app, "orders", &lease.token()).unwrap();
+    renew_and_admit(&mut app, "orders", &lease.token(), TTL).unwrap();
+    assert_eq!(
+        release(&mut app, "jobs/7", "app-1", lease.epoch()).unwrap(),
+        Release::Released
+    );
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    for sql in [
+        "SELECT * FROM lease.acquire('jobs/7', 'x', interval '1 min')",
+        "SELECT * FROM lease.inspect('jobs/7')",
+        "SELECT lease._waiter_watch('jobs/7')",
+    ] {
+        assert_eq!(sqlstate_of(&mut attacker, sql), "42501", "{sql}");
+    }
+}
