@@ -1,7 +1,8 @@
 //! What leasehold's test binaries, benches and examples share, so that each
 //! helper exists once: a PostgreSQL server per test binary and a database
 //! per test ([`TestServer`], [`TestDb`]), waits on the *server's* clock,
-//! small query helpers, and the nemesis run with its history checker.
+//! small query helpers, the nemesis run with its history checker, and a
+//! Patroni cluster for failover tests ([`patroni::PatroniCluster`]).
 //!
 //! Test tooling, not library code: helpers panic with a message saying what
 //! failed instead of returning errors, because a failed setup step is a
@@ -13,6 +14,7 @@ pub mod deployment;
 pub mod json;
 pub mod moto;
 pub mod nemesis;
+pub mod patroni;
 pub mod server;
 pub mod sql;
 
