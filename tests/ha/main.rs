@@ -19,6 +19,15 @@
 //! (`LostWrite`, and the `Overlap` of a lost grant with its successor) are
 //! counted and printed, not failed.
 //!
+//! Before each kill the run stalls replication (SIGSTOP of the leader's
+//! walsenders), so the standby is promoted without the leader's last
+//! commits. In asynchronous mode it waits until the leader has acknowledged
+//! writes the standby never receives: the new primary must still grant
+//! every key an epoch above the lost grants' (I13), which is what the epoch
+//! generations guarantee. In synchronous mode it waits until a commit waits
+//! for the standby (`wait_event = 'SyncRep'`): such commits are visible on
+//! the old leader but never acknowledged, and the kill cuts them off.
+//!
 //! Needs `apt-get install -y patroni etcd-server etcd-client` (the harness
 //! fails saying so when they are missing). The tests run one after another:
 //! each starts its own cluster. The soak is `#[ignore]`d; run it with
@@ -63,6 +72,44 @@ fn sync_failover_and_switchover_lose_no_acknowledged_call() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let run = run(Mode::Sync, None, 2);
     run.assert_clean();
+}
+
+#[test]
+fn a_test_that_panics_leaves_no_process_and_no_directory_of_its_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let seen: Mutex<Option<(std::path::PathBuf, Vec<u32>)>> = Mutex::new(None);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let cluster = PatroniCluster::start(2, Mode::Async);
+        let pids = cluster.pids();
+        *seen.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((cluster.root_dir().to_owned(), pids));
+        panic!("a deliberate failure while the cluster runs");
+    }));
+    assert!(result.is_err(), "the closure was meant to panic");
+    let (root, pids) = seen
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(|| panic!("the cluster did not start"));
+    // etcd, 2 × (runuser or patroni, its child, postmaster, its children).
+    assert!(pids.len() >= 5, "too few processes recorded: {pids:?}");
+    assert!(!root.exists(), "{} is still there", root.display());
+    // Orphaned backends are reaped by init; wait for that, boundedly.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let alive: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|&pid| leasehold_test_support::patroni::process_alive(pid))
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes of the dropped cluster still alive: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The long run: failovers (kill, rejoin) and switchovers in turn for
@@ -162,6 +209,26 @@ fn run(mode: Mode, duration: Option<Duration>, seed: u64) -> Run {
     let mut switchover_gaps = Vec::new();
     let deadline = duration.map(|d| Instant::now() + d);
     loop {
+        // A lagging replica: nothing the leader commits from now on reaches
+        // the standby, so the failover below loses it.
+        let stalled = Instant::now();
+        cluster.stall_replication();
+        match mode {
+            // The leader acknowledges calls that are lost; the new primary
+            // must still grant epochs above the lost grants (I13).
+            Mode::Async => workers.wait_for_writes_after(
+                stalled,
+                PROGRESS,
+                PROGRESS_TIMEOUT,
+                "while replication stalls",
+            ),
+            // Commits wait for the standby (committed locally, visible on
+            // the leader, never acknowledged): the kill cuts them off.
+            Mode::Sync => wait_for_sync_rep_waits(&cluster),
+        }
+        driver_events.push(Event::Nemesis {
+            action: "replication_stall".into(),
+        });
         // Unplanned: SIGKILL of the leader's Patroni and postmaster.
         let kill_at = Instant::now();
         let old = cluster.kill_leader();
@@ -245,6 +312,36 @@ fn run(mode: Mode, duration: Option<Duration>, seed: u64) -> Run {
     eprintln!("{}", summary(&run, started.elapsed()));
     drop(cluster);
     run
+}
+
+/// Waits until a backend of the leader waits for the synchronous standby
+/// (`wait_event = 'SyncRep'`).
+fn wait_for_sync_rep_waits(cluster: &PatroniCluster) {
+    #[derive(QueryableByName)]
+    struct Waiting {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let leader = cluster.leader();
+    let mut conn = PgConnection::establish(&cluster.node_url(leader, "postgres"))
+        .unwrap_or_else(|e| panic!("connect to the leader: {e}"));
+    let deadline = Instant::now() + PROGRESS_TIMEOUT;
+    loop {
+        let waiting = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event = 'SyncRep'",
+        )
+        .get_result::<Waiting>(&mut conn)
+        .unwrap_or_else(|e| panic!("read pg_stat_activity on the leader: {e}"))
+        .n;
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no commit waits for the stalled synchronous standby within {PROGRESS_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn inspect_on(cluster: &PatroniCluster, node: usize) -> Vec<Event> {

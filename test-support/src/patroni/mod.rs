@@ -257,6 +257,35 @@ impl PatroniCluster {
         leader
     }
 
+    /// SIGSTOPs the leader's walsenders, so that nothing it commits from
+    /// now on reaches a standby: a replica lagging by everything after this
+    /// instant. In [`Mode::Async`] the leader keeps acknowledging commits
+    /// that a failover will lose; in [`Mode::Sync`] its commits wait for the
+    /// standby. Returns the stopped pids; [`PatroniCluster::kill_leader`]
+    /// kills them with the rest of the leader.
+    pub fn stall_replication(&self) -> Vec<u32> {
+        let leader = self.leader();
+        let postmaster = postmaster_pid(&self.nodes[leader].data_dir)
+            .unwrap_or_else(|| panic!("leader {} has no postmaster", self.nodes[leader].name));
+        let walsenders: Vec<u32> = children_of(postmaster)
+            .into_iter()
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("walsender"))
+            })
+            .collect();
+        assert!(
+            !walsenders.is_empty(),
+            "leader {} has no walsender to stall\n{}",
+            self.nodes[leader].name,
+            self.diagnostics()
+        );
+        for &pid in &walsenders {
+            signal(pid, libc::SIGSTOP);
+        }
+        walsenders
+    }
+
     /// SIGKILLs a node's Patroni and its postmaster with its backends (no
     /// shutdown, no checkpoint), and waits until they are gone.
     pub fn kill_node(&mut self, node: usize) {
@@ -367,6 +396,24 @@ impl PatroniCluster {
     /// The leader's timeline as Patroni reports it.
     pub fn timeline(&self, node: usize) -> Option<i64> {
         self.status(node)?.get("timeline")?.as_i64()
+    }
+
+    /// Every process the cluster consists of right now: etcd, each running
+    /// node's `runuser`/Patroni, postmaster and postmaster children. For
+    /// tests of the teardown.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.etcd.iter().map(Child::id).collect();
+        for node in &self.nodes {
+            if let Some(child) = &node.patroni {
+                pids.push(child.id());
+                pids.extend(children_of(child.id()));
+            }
+            if let Some(postmaster) = postmaster_pid(&node.data_dir) {
+                pids.push(postmaster);
+                pids.extend(children_of(postmaster));
+            }
+        }
+        pids
     }
 
     /// Each node's state and the tails of every log, for failure messages.
@@ -737,7 +784,8 @@ fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-fn process_alive(pid: u32) -> bool {
+/// Whether `pid` is a live process (not a zombie).
+pub fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // A zombie is dead for our purposes.
         Ok(stat) => stat
@@ -749,10 +797,14 @@ fn process_alive(pid: u32) -> bool {
 }
 
 fn kill_pid(pid: u32) {
+    signal(pid, libc::SIGKILL);
+}
+
+fn signal(pid: u32, signal: libc::c_int) {
     if let Ok(pid) = i32::try_from(pid) {
         // SAFETY: kill(2) has no memory-safety preconditions.
         unsafe {
-            libc::kill(pid, libc::SIGKILL);
+            libc::kill(pid, signal);
         }
     }
 }
