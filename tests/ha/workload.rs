@@ -337,8 +337,7 @@ pub fn inspect_all(conn: &mut PgConnection, keys: usize) -> Vec<Event> {
     for k in 0..keys {
         let key = format!("k{k}");
         let before = server_now(conn);
-        let state = leasehold::inspect(conn, &key)
-            .unwrap_or_else(|e| panic!("inspect {key} on the new primary: {e}"));
+        let state = leasehold::inspect(conn, &key).unwrap_or_else(|e| panic!("inspect {key}: {e}"));
         let after = server_now(conn);
         if let Some(state) = state {
             out.push(Event::Inspect {
