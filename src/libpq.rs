@@ -157,6 +157,25 @@ impl PqConn {
         unsafe { pq::PQstatus(self.raw.as_ptr()) == pq::ConnStatusType::CONNECTION_OK }
     }
 
+    /// Whether the server said it accepts only reads: a hot standby
+    /// (`in_hot_standby`), or `default_transaction_read_only = on` (how a
+    /// primary is fenced while it is demoted). PostgreSQL 14 and later
+    /// report both settings to the client at connect time and again after
+    /// any change (with the answer to the session's next statement), so
+    /// this costs no round trip; an older server reports neither, and its
+    /// read-only state shows as SQLSTATE 25006 on the first write instead.
+    pub(crate) fn server_read_only(&self) -> bool {
+        [c"in_hot_standby", c"default_transaction_read_only"]
+            .iter()
+            .any(|name| {
+                // SAFETY: the connection is live; the value is owned by it
+                // and copied before any other libpq call.
+                let value =
+                    unsafe { copy_c_str(pq::PQparameterStatus(self.raw.as_ptr(), name.as_ptr())) };
+                value == "on"
+            })
+    }
+
     /// Runs one statement with text parameters; returns its rows as text
     /// (NULL as `None`). Notifications that arrive meanwhile stay buffered
     /// for [`PqConn::take_notifications`].
