@@ -179,9 +179,50 @@ fn is_read_only(error: &LeaseError, operation: Operation) -> bool {
 
 /// Part 1 of the failover story: a `LeaseClient` call, a `Keeper` renewal
 /// and a `LeaseWaiter` wake-up all continue against the new writable
-/// server, with nothing but the multi-host URL to find it.
+/// server, with nothing but the multi-host URL to find it. The old primary
+/// is stopped.
 #[test]
 fn clients_on_a_multi_host_url_follow_the_writable_server_across_a_failover() {
+    follow_the_writable_server(
+        |old, new| {
+            old.stop(StopMode::Fast).unwrap();
+            set_read_only(new, false);
+        },
+        |error| {
+            matches!(
+                error,
+                LeaseError::OutcomeUnknown { .. }
+                    | LeaseError::Database { .. }
+                    | LeaseError::Pool(_)
+            )
+        },
+    );
+}
+
+/// The same, with the old primary left up but fenced read-only and its
+/// sessions left alone: calls on pooled connections to it are refused as
+/// read-only (nothing changed) and the connections discarded, and the
+/// listener leaves it at its next idle probe.
+#[test]
+fn clients_on_a_multi_host_url_leave_a_primary_that_turned_read_only() {
+    follow_the_writable_server(
+        |old, new| {
+            set_read_only(old, true);
+            set_read_only(new, false);
+        },
+        |error| {
+            matches!(
+                error,
+                LeaseError::ReadOnlyServer { .. } | LeaseError::Pool(_)
+            )
+        },
+    );
+}
+
+fn follow_the_writable_server(
+    failover: impl FnOnce(&LocalPostgres, &LocalPostgres),
+    expected_failure: fn(&LeaseError) -> bool,
+) {
     let primary = tcp_server(false);
     let standby = tcp_server(true);
     for server in [&primary, &standby] {
@@ -230,23 +271,17 @@ fn clients_on_a_multi_host_url_follow_the_writable_server_across_a_failover() {
     let before = waiter.listener_status();
     assert!(listener_runs_on(&mut plain(&primary), before.backend_pid));
 
-    // The failover.
-    primary.stop(StopMode::Fast).unwrap();
-    set_read_only(&standby, false);
+    failover(&primary, &standby);
     let promoted = Instant::now();
 
     // LeaseClient: a call that meets a pooled connection to the old
-    // primary fails as a connection failure (never a grant or a denial)
-    // and discards it; a later call reaches the new primary.
+    // primary fails (never a grant or a denial) and discards it; a later
+    // call reaches the new primary.
     let mut failures = Vec::new();
     let after = loop {
         match client.acquire("after", "c", TTL) {
             Ok(acquisition) => break acquisition,
-            Err(
-                error @ (LeaseError::OutcomeUnknown { .. }
-                | LeaseError::Database { .. }
-                | LeaseError::Pool(_)),
-            ) if failures.len() < 10 => failures.push(error),
+            Err(error) if expected_failure(&error) && failures.len() < 10 => failures.push(error),
             Err(error) => panic!("unexpected error: {error:?} after {failures:?}"),
         }
     };
