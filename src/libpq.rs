@@ -107,7 +107,8 @@ unsafe fn copy_c_str(text: *const c_char) -> String {
 unsafe extern "C" fn ignore_notice(_arg: *mut std::os::raw::c_void, _message: *const c_char) {}
 
 impl PqConn {
-    /// Connects to `url` (any libpq connection string or URI), naming the
+    /// Connects to `url` (any libpq connection string or URI, several hosts
+    /// and `target_session_attrs` included: libpq picks the host), naming the
     /// session `application_name` so operators can find it in
     /// pg_stat_activity. A `connect_timeout` in the URL wins over the
     /// default of 10 seconds.
