@@ -393,7 +393,7 @@ impl PatroniCluster {
         }
     }
 
-    /// The leader's timeline as Patroni reports it.
+    /// A node's timeline as its Patroni reports it.
     pub fn timeline(&self, node: usize) -> Option<i64> {
         self.status(node)?.get("timeline")?.as_i64()
     }
