@@ -562,7 +562,10 @@ pub enum GenerationError {
         current: i64,
     },
     /// The generation asked for is above [`crate::MAX_GENERATION`].
-    #[error("generation {requested} is above the highest generation, {}", crate::MAX_GENERATION)]
+    #[error(
+        "generation {requested} is above the highest generation, {}",
+        crate::MAX_GENERATION
+    )]
     TooHigh {
         /// The generation asked for.
         requested: i64,
@@ -601,7 +604,10 @@ impl GenerationError {
                 }) {
                     return GenerationError::NotAbove { requested, current };
                 }
-                if violations.iter().any(|v| v.starts_with("generation must be at most ")) {
+                if violations
+                    .iter()
+                    .any(|v| v.starts_with("generation must be at most "))
+                {
                     return GenerationError::TooHigh { requested };
                 }
                 return GenerationError::InvalidInput { violations };
