@@ -587,30 +587,24 @@ pub enum GenerationError {
     },
 }
 
-/// How `lease.raise_generation` words a value at or below the current
-/// generation; the current generation follows it.
-const NOT_ABOVE_PREFIX: &str = "generation must be above the current generation ";
-
 impl GenerationError {
     /// Maps a diesel error raised by `lease.raise_generation` or
     /// `lease.generation` for the generation `requested`.
     pub(crate) fn from_diesel(operation: Operation, requested: i64, error: DieselError) -> Self {
         if let DieselError::DatabaseError(_, info) = &error {
-            if info.constraint_name() == Some(names::INVALID_INPUT) {
-                let violations = decode::violations(info.as_ref());
-                if let Some(current) = violations.iter().find_map(|v| {
-                    v.strip_prefix(NOT_ABOVE_PREFIX)
-                        .and_then(|n| n.parse::<i64>().ok())
-                }) {
+            if info.constraint_name() == Some(names::GENERATION_NOT_ABOVE) {
+                if let Some(current) = info
+                    .details()
+                    .and_then(|detail| decode::detail_field(detail, "current"))
+                    .and_then(|current| current.parse::<i64>().ok())
+                {
                     return GenerationError::NotAbove { requested, current };
                 }
-                if violations
-                    .iter()
-                    .any(|v| v.starts_with("generation must be at most "))
-                {
-                    return GenerationError::TooHigh { requested };
-                }
-                return GenerationError::InvalidInput { violations };
+            }
+            if info.constraint_name() == Some(names::INVALID_INPUT) {
+                return GenerationError::InvalidInput {
+                    violations: decode::violations(info.as_ref()),
+                };
             }
         }
         GenerationError::Database {

@@ -171,9 +171,11 @@ $$;
 -- operator who wants a margin after a split brain was resolved. Returns the
 -- new generation.
 --
--- Only ever raises: a value at or below the current generation is invalid
--- input naming the current generation, and so is one above 2^23 - 1 (epochs
--- must stay positive bigints). Nothing changes then. The row stays locked
+-- Only ever raises: a value at or below the current generation is refused
+-- with SQLSTATE 22023, constraint lease_generation_not_above, and DETAIL
+-- `current=<generation> requested=<generation>`; one above 2^23 - 1 (epochs
+-- must stay positive bigints), or NULL, is invalid input
+-- (lease_invalid_input). Nothing changes then. The row stays locked
 -- until the caller's transaction ends, so two raises are serialised; a grant
 -- meanwhile is not held up (it does not lock the row on its common path).
 CREATE FUNCTION lease.raise_generation(generation bigint)
@@ -193,8 +195,11 @@ BEGIN
     PERFORM 1 FROM lease.lineage AS g WHERE g.singleton FOR NO KEY UPDATE;
     SELECT g.generation INTO v_current FROM lease._generation(true, true) AS g;
     IF raise_generation.generation <= v_current THEN
-        PERFORM lease._raise_invalid('raise_generation',
-            ARRAY[format('generation must be above the current generation %s', v_current)]);
+        RAISE EXCEPTION 'invalid input to lease.raise_generation: generation must be above the current generation %', v_current
+            USING ERRCODE = '22023',
+                  CONSTRAINT = 'lease_generation_not_above',
+                  DETAIL = format('current=%s requested=%s', v_current, raise_generation.generation),
+                  HINT = 'A generation is only ever raised: pass a value above the current generation (lease.generation()).';
     END IF;
     UPDATE lease.lineage AS g
        SET external_floor = raise_generation.generation
