@@ -169,9 +169,9 @@ pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, 
 /// `(generation << GENERATION_SHIFT) + 1` (docs/SPECIFICATION.md §1.2).
 pub const GENERATION_SHIFT: u32 = 40;
 
-/// The highest generation, 2^23 − 1: `(MAX_GENERATION << GENERATION_SHIFT)
-/// + 1` still leaves a positive `bigint` room for 2^40 grants and releases
-/// of a key.
+/// The highest generation, 2^23 − 1: the epochs of its first 2^40 grants
+/// and releases of a key, from `(MAX_GENERATION << GENERATION_SHIFT) + 1`
+/// on, are still positive `bigint`s.
 pub const MAX_GENERATION: i64 = (1 << 23) - 1;
 
 /// The server's generation (docs/SPECIFICATION.md §1.2, §1.7), as
