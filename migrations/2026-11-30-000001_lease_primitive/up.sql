@@ -454,7 +454,7 @@ AS $$
            END
 $$;
 
--- The current generation (see lease.lineage) and timeline.
+-- The current generation (see lease.lineage).
 --
 -- With `write_row` (a grant, or lease.raise_generation), the call keeps the
 -- row up to date: a timeline above last_timeline is recorded, and a system
@@ -471,17 +471,21 @@ $$;
 -- is written or locked; on a new system identifier it reports the
 -- generation the next grant will start.
 --
--- Cost on the common path (same lineage, same timeline): one index read of
--- a one-row table, pg_control_system() reading the control file (about
--- 4 µs) and the timeline (about 0.4 µs). Only grants call it: renew,
--- release and inspect never do.
-CREATE FUNCTION lease._generation(write_row boolean, may_wait boolean,
-                                  OUT generation bigint, OUT timeline bigint)
+-- Cost on the common path (same lineage, same timeline), measured in a
+-- PL/pgSQL loop: about 10 µs, of which pg_control_system() reading the
+-- control file is about 4.5 µs, the read of the one-row table about 5 µs
+-- and the timeline about 1.5 µs. A scalar result: called as `FROM
+-- lease._generation(...)` with OUT columns it cost about 5 µs more. Only
+-- grants call it: renew, release, inspect and the guards never do.
+CREATE FUNCTION lease._generation(write_row boolean, may_wait boolean)
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     v_row record;
     v_sysid bigint;
+    generation bigint;
+    timeline bigint;
 BEGIN
     timeline := lease._timeline();
     v_sysid := (pg_control_system()).system_identifier;
@@ -515,15 +519,15 @@ BEGIN
         IF write_row AND timeline > v_row.last_timeline THEN
             PERFORM 1 FROM lease.lineage AS g
              WHERE g.singleton AND g.system_identifier = v_sysid
-               AND g.last_timeline < _generation.timeline
+               AND g.last_timeline < timeline
                FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND THEN
                 UPDATE lease.lineage AS g
-                   SET last_timeline = _generation.timeline
+                   SET last_timeline = timeline
                  WHERE g.singleton;
             END IF;
         END IF;
-        RETURN;
+        RETURN generation;
     END IF;
     -- A new lineage (a dump restored into another cluster): one above every
     -- generation the old lineage recorded in this row or used in a counter.
@@ -533,10 +537,11 @@ BEGIN
     IF write_row THEN
         UPDATE lease.lineage AS g
            SET system_identifier = v_sysid,
-               base = _generation.generation + 1 - _generation.timeline,
-               last_timeline = _generation.timeline
+               base = generation + 1 - timeline,
+               last_timeline = timeline
          WHERE g.singleton;
     END IF;
+    RETURN generation;
 END;
 $$;
 
@@ -654,8 +659,7 @@ BEGIN
                 -- generation's floor when that is higher (§1.2: a promoted
                 -- server grants above every epoch of the old primary); a
                 -- lapsed grant's owner is remembered (rule 2).
-                SELECT (g.generation << 40) + 1 INTO v_floor
-                  FROM lease._generation(true, v_budgeted) AS g;
+                v_floor := (lease._generation(true, v_budgeted) << 40) + 1;
                 UPDATE lease.leases AS l
                    SET owner = acquire.owner,
                        epoch = GREATEST(l.epoch + 1, v_floor),
@@ -679,8 +683,7 @@ BEGIN
                         PERFORM set_config('lock_timeout', lease._lock_budget(v_deadline - clock_timestamp()), true);
                         v_budgeted := true;
                     END IF;
-                    SELECT (g.generation << 40) + 1 INTO v_floor
-                      FROM lease._generation(true, true) AS g;
+                    v_floor := (lease._generation(true, true) << 40) + 1;
                     INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
                     VALUES (acquire.key, v_hash, acquire.owner, v_floor, clock_timestamp() + acquire.ttl, NULL)
                     ON CONFLICT (key_hash) DO NOTHING
@@ -928,7 +931,9 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN QUERY SELECT g.generation, g.timeline FROM lease._generation(false, false) AS g;
+    generation := lease._generation(false, false);
+    timeline := lease._timeline();
+    RETURN NEXT;
 END;
 $$;
 

@@ -193,7 +193,7 @@ BEGIN
             END);
     END IF;
     PERFORM 1 FROM lease.lineage AS g WHERE g.singleton FOR NO KEY UPDATE;
-    SELECT g.generation INTO v_current FROM lease._generation(true, true) AS g;
+    v_current := lease._generation(true, true);
     IF raise_generation.generation <= v_current THEN
         RAISE EXCEPTION 'invalid input to lease.raise_generation: generation must be above the current generation %', v_current
             USING ERRCODE = '22023',
