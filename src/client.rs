@@ -15,6 +15,16 @@ use crate::pool::{self, with_conn, PgPool};
 
 /// Lease operations over a connection pool.
 ///
+/// `database_url` may name several hosts, as libpq allows
+/// (`postgres://u@h1:5432,h2:5432/app?target_session_attrs=read-write`):
+/// each new connection goes to the first host that accepts it and is
+/// writable. After a failover, a call on a connection to the old primary
+/// fails once ([`LeaseError::OutcomeUnknown`] when the connection broke
+/// mid-call, [`LeaseError::ReadOnlyServer`] when the old primary stayed up
+/// read-only, or [`LeaseError::Database`] when it broke before the call
+/// was sent) and the connection is discarded, so the next call reaches the
+/// new primary. README.md, "Clients across a failover", has the whole story.
+///
 /// ```no_run
 /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
@@ -118,7 +128,16 @@ impl LeaseClient {
             .pool
             .get()
             .map_err(|error| crate::guards::FencedError::Guard(crate::GuardError::Pool(error)))?;
-        crate::guards::run_fenced(&mut conn, resource, token, check, work)
+        let result = crate::guards::run_fenced(&mut conn, resource, token, check, work);
+        if let Err(crate::guards::FencedError::Guard(crate::GuardError::ReadOnlyServer {
+            ..
+        })) = &result
+        {
+            // The server turned read-only (a failover): this connection
+            // would keep reaching it, so it is not given back to the pool.
+            pool::discard(&mut conn);
+        }
+        result
     }
 
     /// [`leases::inspect`] on a pooled connection.

@@ -103,6 +103,20 @@ impl fmt::Display for Operation {
     }
 }
 
+/// Whether the server refused a write because it accepts only reads
+/// (SQLSTATE 25006, which diesel reports as
+/// [`DatabaseErrorKind::ReadOnlyTransaction`]). A hot standby raises it
+/// for every write ("cannot execute ... in a read-only transaction", and
+/// "... during recovery" for `NOTIFY`), and so does a primary with
+/// `default_transaction_read_only = on`: that is the state a server is in
+/// while an operator or a failover manager demotes it.
+fn is_read_only(error: &DieselError) -> bool {
+    matches!(
+        error,
+        DieselError::DatabaseError(DatabaseErrorKind::ReadOnlyTransaction, _)
+    )
+}
+
 /// Errors of the lease operations: acquire, renew, release and inspect.
 ///
 /// A refused acquire, a lapsed lease or an epoch mismatch are *not* errors:
@@ -173,6 +187,24 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
+    /// The server accepts only reads (SQLSTATE 25006): a hot standby, a
+    /// primary being demoted or not yet promoted during a failover (e.g.
+    /// `default_transaction_read_only = on`), or a `READ ONLY` transaction
+    /// of the caller's. Nothing changed: a read-only server refuses the
+    /// call before it writes. Connect to the primary: list every host in the
+    /// URL and add `target_session_attrs=read-write`, so that libpq skips
+    /// read-only servers. The pooled clients ([`crate::LeaseClient`],
+    /// [`crate::LeaseWaiter`], [`crate::Keeper`]) discard the connection
+    /// after this error, so their next call connects anew and reaches
+    /// whichever server is the primary by then.
+    #[error("lease {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary")]
+    ReadOnlyServer {
+        /// The refused call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
     /// No connection could be taken from the pool: the database is
     /// unreachable or the pool is too small for the load.
     #[error("no database connection available from the pool")]
@@ -198,6 +230,12 @@ impl LeaseError {
                     source: error,
                 };
             }
+        }
+        if is_read_only(&error) {
+            return LeaseError::ReadOnlyServer {
+                operation,
+                source: error,
+            };
         }
         if let DieselError::DatabaseError(_, info) = &error {
             match info.constraint_name() {
@@ -387,6 +425,19 @@ pub enum GuardError {
         #[source]
         source: DieselError,
     },
+    /// The server accepts only reads (SQLSTATE 25006): a hot standby, a
+    /// primary being demoted during a failover, or a `READ ONLY`
+    /// transaction. Nothing was admitted and the caller's transaction is
+    /// rolled back. Run fenced writes on the primary (see
+    /// [`LeaseError::ReadOnlyServer`]).
+    #[error("guard {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary")]
+    ReadOnlyServer {
+        /// The refused call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
     /// No connection could be taken from the pool.
     #[error("no database connection available from the pool")]
     Pool(#[from] r2d2::Error),
@@ -403,6 +454,12 @@ pub(crate) struct GuardContext<'a> {
 
 impl GuardError {
     pub(crate) fn from_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
+        if is_read_only(&error) {
+            return GuardError::ReadOnlyServer {
+                operation: context.operation,
+                source: error,
+            };
+        }
         if let DieselError::DatabaseError(_, info) = &error {
             let detail = info.details().unwrap_or("");
             match info.constraint_name() {

@@ -107,7 +107,8 @@ unsafe fn copy_c_str(text: *const c_char) -> String {
 unsafe extern "C" fn ignore_notice(_arg: *mut std::os::raw::c_void, _message: *const c_char) {}
 
 impl PqConn {
-    /// Connects to `url` (any libpq connection string or URI), naming the
+    /// Connects to `url` (any libpq connection string or URI, several hosts
+    /// and `target_session_attrs` included: libpq picks the host), naming the
     /// session `application_name` so operators can find it in
     /// pg_stat_activity. A `connect_timeout` in the URL wins over the
     /// default of 10 seconds.
@@ -155,6 +156,25 @@ impl PqConn {
     pub(crate) fn is_ok(&self) -> bool {
         // SAFETY: the connection is live.
         unsafe { pq::PQstatus(self.raw.as_ptr()) == pq::ConnStatusType::CONNECTION_OK }
+    }
+
+    /// Whether the server said it accepts only reads: a hot standby
+    /// (`in_hot_standby`), or `default_transaction_read_only = on` (how a
+    /// primary is fenced while it is demoted). PostgreSQL 14 and later
+    /// report both settings to the client at connect time and again after
+    /// any change (with the answer to the session's next statement), so
+    /// this costs no round trip; an older server reports neither, and its
+    /// read-only state shows as SQLSTATE 25006 on the first write instead.
+    pub(crate) fn server_read_only(&self) -> bool {
+        [c"in_hot_standby", c"default_transaction_read_only"]
+            .iter()
+            .any(|name| {
+                // SAFETY: the connection is live; the value is owned by it
+                // and copied before any other libpq call.
+                let value =
+                    unsafe { copy_c_str(pq::PQparameterStatus(self.raw.as_ptr(), name.as_ptr())) };
+                value == "on"
+            })
     }
 
     /// Runs one statement with text parameters; returns its rows as text

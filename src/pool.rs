@@ -10,6 +10,13 @@
 //! call, which [`build`] turns off). The waiter and the
 //! keeper retry after such failures, so they mark the connection broken
 //! first: r2d2 then drops it and the retry gets a fresh one.
+//!
+//! A connection to a server that turned read-only is discarded the same
+//! way. After a failover the old primary may stay up read-only (demoted,
+//! or fenced with `default_transaction_read_only`), and every pooled
+//! connection to it would keep answering "read-only" until it aged out;
+//! a fresh connection lets libpq choose the new primary from a multi-host
+//! URL (`postgres://u@h1,h2/db?target_session_attrs=read-write`).
 
 use diesel::connection::{AnsiTransactionManager, TransactionManager};
 use diesel::pg::PgConnection;
@@ -33,10 +40,18 @@ pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, r2d2::E
         .build(ConnectionManager::<PgConnection>::new(database_url))
 }
 
-/// Whether `error` says the connection (not the request) failed.
+/// Whether `error` says the connection (not the request) failed, or that
+/// it reaches the wrong server: a read-only one, which is what a failover
+/// leaves behind (the old primary demoted, or a standby not yet promoted).
+/// Such a connection is not given back to the pool, and the waiter and
+/// the keeper retry after such an error: the next connection is opened
+/// anew, and libpq, given every host and `target_session_attrs=read-write`,
+/// picks whichever server is the primary by then.
 pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
     match error {
-        LeaseError::Pool(_) | LeaseError::OutcomeUnknown { .. } => true,
+        LeaseError::Pool(_)
+        | LeaseError::OutcomeUnknown { .. }
+        | LeaseError::ReadOnlyServer { .. } => true,
         LeaseError::Database { source, .. } => matches!(
             source,
             DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
@@ -57,9 +72,17 @@ pub(crate) fn with_conn<T>(
     let result = call(&mut conn);
     if let Err(error) = &result {
         if is_connection_error(error) {
-            <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(&mut conn)
-                .set_in_error();
+            discard(&mut conn);
         }
     }
     result
+}
+
+/// Marks a pooled connection broken, so r2d2 drops it instead of handing it
+/// out again.
+pub(crate) fn discard(conn: &mut PgConnection) {
+    <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(
+        conn,
+    )
+    .set_in_error();
 }

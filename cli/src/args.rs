@@ -21,7 +21,9 @@ Exit codes:
   5  epoch mismatch: the caller holds the key under another epoch
   6  not owner: unknown or free key, or another owner's grant
   7  wait timed out: the key stayed held for the whole --wait
-  8  cannot connect, database error, or leasehold not installed
+  8  cannot connect, database error, leasehold not installed, or a
+     read-only server (a standby; list every host and add
+     target_session_attrs=read-write to reach the primary)
   9  guard refusal: stale epoch, wrong lease key, epoch never granted,
      or lease not held
  10  permission denied: the role was not granted this operator action, or
@@ -35,7 +37,9 @@ persists between invocations. `leasehold demo` always uses its own.";
 #[derive(Debug, Parser)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// PostgreSQL URL, e.g. postgres://user@host/db. Without it (and without
+    /// PostgreSQL URL, e.g. postgres://user@host/db, or with several hosts
+    /// postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write
+    /// (libpq connects to the first writable one). Without it (and without
     /// DATABASE_URL) a throwaway local server is used for this one command.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,

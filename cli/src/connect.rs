@@ -95,8 +95,15 @@ fn is_installed(conn: &mut PgConnection) -> Result<bool, CliError> {
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, and
-/// `?password=secret` → `?password=***`.
+/// `?password=secret` → `?password=***`. A URL may name several hosts
+/// (`postgres://user:secret@h1:5432,h2:5432/db`): they all stay, only the
+/// password goes. A libpq keyword/value string (`host=h1,h2 password=x`),
+/// which `--database-url` accepts too, loses its password value the same
+/// way.
 pub fn redact(url: &str) -> String {
+    if !url.contains("://") {
+        return redact_keyword_value(url);
+    }
     let url = redact_userinfo(url);
     match url.split_once('?') {
         Some((base, query)) => {
@@ -110,6 +117,80 @@ pub fn redact(url: &str) -> String {
             format!("{base}?{}", query.join("&"))
         }
         None => url,
+    }
+}
+
+/// Redacts the `password` of a libpq keyword/value connection string
+/// (`key = value` pairs separated by spaces; a value may be single-quoted,
+/// with `\'` and `\\` escapes). A string that does not parse is replaced
+/// whole when it mentions a password: it cannot be shown safely.
+fn redact_keyword_value(conninfo: &str) -> String {
+    let mut out = String::with_capacity(conninfo.len());
+    let mut rest = conninfo;
+    loop {
+        let trimmed = rest.trim_start();
+        out.push_str(&rest[..rest.len() - trimmed.len()]);
+        rest = trimmed;
+        if rest.is_empty() {
+            return out;
+        }
+        let Some(eq) = rest.find('=') else {
+            return unparsable(conninfo);
+        };
+        let key = rest[..eq].trim_end();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return unparsable(conninfo);
+        }
+        let after_eq = &rest[eq + 1..];
+        let value_start = after_eq.len() - after_eq.trim_start().len();
+        let value = &after_eq[value_start..];
+        let Some(value_len) = conninfo_value_len(value) else {
+            return unparsable(conninfo);
+        };
+        out.push_str(&rest[..eq + 1 + value_start]);
+        if key == "password" {
+            out.push_str("***");
+        } else {
+            out.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
+    }
+}
+
+/// The length in bytes of the keyword/value string value at the start of
+/// `text`; `None` for an unterminated quoted value.
+fn conninfo_value_len(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices();
+    if text.starts_with('\'') {
+        chars.next();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '\'' => return Some(i + 1),
+                _ => {}
+            }
+        }
+        return None;
+    }
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            c if c.is_whitespace() => return Some(i),
+            _ => {}
+        }
+    }
+    Some(text.len())
+}
+
+fn unparsable(conninfo: &str) -> String {
+    if conninfo.contains("password") {
+        "(a connection string that could not be shown without its password)".to_owned()
+    } else {
+        conninfo.to_owned()
     }
 }
 
@@ -148,6 +229,43 @@ mod tests {
         assert_eq!(
             redact("postgres://u@h/db?sslmode=require&password=x&a=b"),
             "postgres://u@h/db?sslmode=require&password=***&a=b"
+        );
+    }
+
+    #[test]
+    fn redact_keeps_every_host_of_a_multi_host_url() {
+        assert_eq!(
+            redact("postgres://u:pw@h1:5432,h2:5433/db?target_session_attrs=read-write"),
+            "postgres://u:***@h1:5432,h2:5433/db?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            redact("postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write"),
+            "postgres://u@h1:5432,h2:5433/db?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            redact("postgresql://u:p:w@[::1]:5432,h2/db"),
+            "postgresql://u:***@[::1]:5432,h2/db"
+        );
+        assert_eq!(
+            redact("postgres:///db?host=h1,h2&port=5432,5433&password=x"),
+            "postgres:///db?host=h1,h2&port=5432,5433&password=***"
+        );
+    }
+
+    #[test]
+    fn redact_hides_the_password_of_a_keyword_value_string() {
+        assert_eq!(
+            redact("host=h1,h2 port=5432,5433 password=secret dbname=app"),
+            "host=h1,h2 port=5432,5433 password=*** dbname=app"
+        );
+        assert_eq!(
+            redact("password = 'se cr\\'et' user=u"),
+            "password = *** user=u"
+        );
+        assert_eq!(redact("host=h dbname=app"), "host=h dbname=app");
+        assert_eq!(
+            redact("host=h password='unterminated"),
+            "(a connection string that could not be shown without its password)"
         );
     }
 }

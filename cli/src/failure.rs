@@ -111,6 +111,13 @@ pub enum CliError {
         /// The login role refused.
         role: String,
     },
+    /// The server accepts only reads (SQLSTATE 25006): a standby, or a
+    /// primary being demoted during a failover.
+    #[error("{operation} refused: the server is read-only (a standby, or a primary being demoted during a failover); point --database-url at the primary, or list every host and add target_session_attrs=read-write (postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write) so the writable one is chosen")]
+    ReadOnlyServer {
+        /// The refused call, as the SQL function is named.
+        operation: String,
+    },
     /// No connection could be made.
     #[error("cannot connect to {url}: {message}; check --database-url (or DATABASE_URL), that the server is running and that the role may log in")]
     Connect {
@@ -179,6 +186,7 @@ impl CliError {
                 | GuardError::LeaseNotHeld { .. },
             ) => Exit::GuardRefused,
             CliError::Guard(_)
+            | CliError::ReadOnlyServer { .. }
             | CliError::Connect { .. }
             | CliError::LocalServer(_)
             | CliError::NotInstalled
@@ -203,6 +211,7 @@ impl CliError {
             CliError::Guard(GuardError::LeaseNotHeld { .. }) => "lease_not_held",
             CliError::Guard(GuardError::EpochNotGranted { .. }) => "epoch_not_granted",
             CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
+            CliError::ReadOnlyServer { .. } => "read_only_server",
             CliError::NotInstalled => "not_installed",
             CliError::NoListPrivilege { .. } => "no_privilege",
             CliError::NotGranted { .. } => "not_granted",
@@ -273,6 +282,9 @@ impl CliError {
                 fields.push(("presented_epoch", Json::Int(*presented)));
                 fields.push(("counter", Json::Int(*counter)));
             }
+            CliError::ReadOnlyServer { operation } => {
+                fields.push(("operation", Json::str(operation)));
+            }
             CliError::NotGranted { role, function } => {
                 fields.push(("role", Json::str(role)));
                 fields.push(("function", Json::str(*function)));
@@ -310,6 +322,9 @@ impl CliError {
                 name: key,
                 role,
             },
+            LeaseError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
+                operation: operation.to_string(),
+            },
             other => CliError::Database(report(&other)),
         }
     }
@@ -342,6 +357,9 @@ impl From<GuardError> for CliError {
                 argument,
                 name,
                 role,
+            },
+            GuardError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
+                operation: operation.to_string(),
             },
             other => CliError::Guard(other),
         }

@@ -56,5 +56,14 @@ mod tests {
             "postgres://u:p@h:5432/t1?sslmode=disable"
         );
         assert_eq!(url_with_database("postgres://h", "t2"), "postgres://h/t2");
+        // Several hosts (a DATABASE_URL naming a primary and its standby)
+        // all stay.
+        assert_eq!(
+            url_with_database(
+                "postgres://u@h1:5432,h2:5433/app?target_session_attrs=read-write",
+                "t3"
+            ),
+            "postgres://u@h1:5432,h2:5433/t3?target_session_attrs=read-write"
+        );
     }
 }

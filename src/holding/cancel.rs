@@ -5,6 +5,13 @@
 //! shutdown handler. A [`CancelToken`] is a shared flag; cancelling it wakes
 //! every wait that registered with it at once (no polling), and work that
 //! runs under it checks [`CancelToken::is_cancelled`] at its own pace.
+//!
+//! Cancelling never interrupts a database call in flight (no `PQcancel`,
+//! no `pg_cancel_backend`): it is seen between calls. A call whose commit
+//! waits for a synchronous standby has committed locally; a cancel would
+//! end that wait with a mere WARNING, and the call would report success
+//! for a commit a failover can lose. So a waiter whose attempt is granted
+//! while it is being cancelled returns the grant, not `Cancelled`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};

@@ -30,10 +30,22 @@
 //! # Renewing
 //!
 //! A renew is sent every `renew_every` (default ttl / 3) after the previous
-//! successful one was sent. Failed renews (connection errors) are retried
-//! every `retry_every` (default ttl / 30) with a connection from the pool
-//! (r2d2 replaces broken connections), until they succeed or the deadline
-//! passes. [`Keeper::stop`] and drop release the lease.
+//! successful one was sent. Failed renews (connection errors, or a server
+//! that is read-only during a failover) are retried every `retry_every`
+//! (default ttl / 30) with a connection from the pool (r2d2 replaces
+//! the connections those failures discard; with a multi-host URL and
+//! `target_session_attrs=read-write` the replacement reaches the new
+//! primary), until they succeed or the deadline passes. [`Keeper::stop`]
+//! and drop release the lease.
+//!
+//! # Never cancelled
+//!
+//! Neither the deadline nor [`Keeper::stop`] interrupts a renew in flight:
+//! a renew whose commit waits for a synchronous standby has committed
+//! locally, and a cancel would make PostgreSQL report it done although a
+//! failover may lose it. The monitor thread declares the loss without
+//! touching the renew, and `stop` waits for it (its release waits behind
+//! the renew's row lock anyway).
 //!
 //! ```no_run
 //! # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {

@@ -112,7 +112,9 @@ pub enum WaitError {
     },
     /// An attempt failed (invalid input, database or pool error). Transient
     /// connection failures after the first successful attempt are retried
-    /// instead; this is what remained.
+    /// instead, and so is a server that turned read-only (a failover in
+    /// progress: the retry connects anew and reaches the new primary of a
+    /// multi-host URL); this is what remained.
     #[error(transparent)]
     Lease(#[from] LeaseError),
 }

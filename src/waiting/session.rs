@@ -20,6 +20,10 @@ const IDLE_PROBE: Duration = Duration::from_secs(10);
 /// Reconnect back-off bounds.
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Why a session was refused or left: its server accepts only reads.
+const READ_ONLY: &str = "the listener's server is read-only (a standby, or a primary being demoted); reconnecting to find a writable one";
+/// SQLSTATE read_only_sql_transaction: the server, not the key, refused.
+const READ_ONLY_SQLSTATE: &str = "25006";
 /// Retry bounds for a registration that met an in-flight writer.
 const BUSY_RETRY_MIN: Duration = Duration::from_millis(1);
 const BUSY_RETRY_MAX: Duration = Duration::from_millis(100);
@@ -88,6 +92,14 @@ impl Session {
     /// waiter re-check (a release may have passed unnoticed meanwhile).
     fn open(shared: &Arc<Shared>) -> Result<Session, String> {
         let conn = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)?;
+        // Registrations are writes: a read-only server (a standby, or a
+        // primary being demoted) refuses every one, and no release is
+        // committed there to notify about. With several hosts in the URL
+        // and target_session_attrs=read-write libpq never picks one; a URL
+        // without it may, and the retry after the back-off connects anew.
+        if conn.server_read_only() {
+            return Err(READ_ONLY.to_owned());
+        }
         let mut session = Session {
             conn,
             registered: HashMap::new(),
@@ -100,6 +112,9 @@ impl Session {
             .query("SET lock_timeout = '5s'", &[])
             .map_err(|e| format!("listener setup failed: {e}"))?;
         session.conn.query(statements::RESET, &[]).map_err(|e| {
+            if e.sqlstate.as_deref() == Some(READ_ONLY_SQLSTATE) {
+                return READ_ONLY.to_owned();
+            }
             format!("listener setup failed: {e}; has leasehold::install run on this database?")
         })?;
         {
@@ -177,6 +192,14 @@ impl Session {
                     self.conn
                         .query(statements::PROBE, &[])
                         .map_err(|e| format!("listener connection lost: {e}"))?;
+                    // A server that turned read-only (a failover that left
+                    // the old primary up, fenced) commits no release any
+                    // more: leave it, so the next session reaches the new
+                    // primary. The probe is what makes an idle session
+                    // apply a reloaded setting and report it.
+                    if self.conn.server_read_only() {
+                        return Err(READ_ONLY.to_owned());
+                    }
                 } else {
                     let due: Vec<String> = self
                         .busy
@@ -310,6 +333,12 @@ fn refusal(error: &PqError, connection_ok: bool) -> Option<PollingReason> {
     if error.sqlstate.is_none() && !connection_ok {
         return None;
     }
+    // A read-only server refuses every registration, whatever the key:
+    // the session is useless there, so it is treated as lost and the
+    // listener reconnects (to the new primary, after a failover).
+    if error.sqlstate.as_deref() == Some(READ_ONLY_SQLSTATE) {
+        return None;
+    }
     let sqlstate = error.sqlstate.clone().unwrap_or_default();
     Some(match error.constraint.as_deref() {
         Some(WAITER_LIMIT) => PollingReason::WaiterLimit,
@@ -353,5 +382,7 @@ mod tests {
         // No answer from the server on a dead connection: the session is
         // lost, not the key refused.
         assert_eq!(refusal(&error(None, None), false), None);
+        // A read-only server refuses every key: the session is left.
+        assert_eq!(refusal(&error(Some("25006"), None), true), None);
     }
 }

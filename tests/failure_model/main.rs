@@ -12,12 +12,14 @@
 //! synchronous commit on); the others run without, to keep the suite fast.
 //!
 //! Modules follow the failure model's parts: `restarts`, `downtime`,
-//! `durability`, `holders`, `short_ttl`, `interrupted`, `lost_answers`; `common` is the
+//! `durability`, `holders`, `short_ttl`, `interrupted`, `lost_answers`,
+//! `failover` (clients across a failover); `common` is the
 //! cluster fixture and the waits, `proxy` the TCP proxy that loses answers.
 
 mod common;
 mod downtime;
 mod durability;
+mod failover;
 mod holders;
 mod interrupted;
 mod lost_answers;

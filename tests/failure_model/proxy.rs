@@ -52,6 +52,12 @@ impl Proxy {
         Proxy { port, state }
     }
 
+    /// The local port the proxy listens on (for URLs of its own making,
+    /// e.g. with several hosts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// A URL for `database` through the proxy. No TLS or GSS negotiation,
     /// so every byte after the startup packet is a framed message.
     pub fn url(&self, database: &str) -> String {

@@ -1,6 +1,8 @@
 //! Every documented exit code, with the message saying what to do next and
 //! the `--json` error object scripts read.
 
+use diesel::connection::SimpleConnection;
+
 use crate::support::{run, time_of, wait_until_server_time_passes, Db};
 
 #[test]
@@ -190,4 +192,36 @@ fn fence_above_the_keys_counter_exits_9_epoch_not_granted() {
     assert_eq!(json["error"], "epoch_not_granted");
     assert_eq!(json["counter"], 1);
     assert_eq!(json["presented_epoch"], 2);
+}
+
+#[test]
+fn a_read_only_server_exits_8_and_says_to_connect_to_the_primary() {
+    let db = Db::installed();
+    assert_eq!(db.run(&["acquire", "k", "w", "--ttl", "30s"]).code, 0);
+    // What a standby or a primary being demoted looks like to a new
+    // session: every transaction is read-only.
+    db.conn()
+        .batch_execute(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_read_only = on', \
+             current_database()); END $$",
+        )
+        .unwrap();
+    for args in [
+        &["acquire", "k2", "w", "--ttl", "30s"][..],
+        &["renew", "k", "w", "1", "--ttl", "30s"],
+        &["release", "k", "w", "1"],
+        &["fence", "r", "--key", "k", "--up-to", "1"],
+    ] {
+        let (code, json) = db.json(args);
+        assert_eq!(code, 8, "{args:?}: {json}");
+        assert_eq!(json["error"], "read_only_server", "{args:?}: {json}");
+        assert_eq!(json["operation"], args[0], "{json}");
+        let message = json["message"].as_str().unwrap();
+        assert!(
+            message.contains("read-only") && message.contains("target_session_attrs=read-write"),
+            "{message}"
+        );
+    }
+    // Reads still work.
+    assert_eq!(db.run(&["inspect", "k"]).code, 0);
 }
