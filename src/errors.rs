@@ -55,6 +55,10 @@ pub enum Operation {
     UnbindNamespace,
     /// `lease.list_namespaces`: an operator lists the rules.
     ListNamespaces,
+    /// `lease.raise_generation`: an operator raises the generation.
+    RaiseGeneration,
+    /// `lease.generation`: the current generation and timeline.
+    Generation,
 }
 
 impl Operation {
@@ -63,7 +67,10 @@ impl Operation {
     fn mutates(self) -> bool {
         !matches!(
             self,
-            Operation::Inspect | Operation::InspectGuard | Operation::ListNamespaces
+            Operation::Inspect
+                | Operation::InspectGuard
+                | Operation::ListNamespaces
+                | Operation::Generation
         )
     }
 
@@ -84,6 +91,8 @@ impl Operation {
             Operation::BindNamespace => "bind_namespace",
             Operation::UnbindNamespace => "unbind_namespace",
             Operation::ListNamespaces => "list_namespaces",
+            Operation::RaiseGeneration => "raise_generation",
+            Operation::Generation => "generation",
         }
     }
 }
@@ -587,6 +596,77 @@ impl NamespaceError {
     pub(crate) fn invalid(violation: String) -> Self {
         NamespaceError::InvalidInput {
             violations: vec![violation],
+        }
+    }
+}
+
+/// Why [`crate::raise_generation`] or [`crate::generation`] failed. Nothing
+/// changed.
+///
+/// As with [`NamespaceError`], a role that was not granted EXECUTE on
+/// `lease.raise_generation(bigint)` gets [`GenerationError::Database`],
+/// whose source is PostgreSQL's "permission denied for function".
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerationError {
+    /// The generation asked for is not above the current one: a generation
+    /// is only ever raised.
+    #[error("generation {requested} is not above the current generation {current}")]
+    NotAbove {
+        /// The generation asked for.
+        requested: i64,
+        /// The server's current generation.
+        current: i64,
+    },
+    /// The generation asked for is above [`crate::MAX_GENERATION`].
+    #[error(
+        "generation {requested} is above the highest generation, {}",
+        crate::MAX_GENERATION
+    )]
+    TooHigh {
+        /// The generation asked for.
+        requested: i64,
+    },
+    /// Another input rule was broken (the server's own words).
+    #[error("invalid generation input: {}", .violations.join("; "))]
+    InvalidInput {
+        /// Every violated rule.
+        violations: Vec<String>,
+    },
+    /// The database failed the call, or the role may not run it.
+    #[error("{operation} failed in the database")]
+    Database {
+        /// The failed call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+}
+
+impl GenerationError {
+    /// Maps a diesel error raised by `lease.raise_generation` or
+    /// `lease.generation` for the generation `requested`.
+    pub(crate) fn from_diesel(operation: Operation, requested: i64, error: DieselError) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::GENERATION_NOT_ABOVE) {
+                if let Some(current) = info
+                    .details()
+                    .and_then(|detail| decode::detail_field(detail, "current"))
+                    .and_then(|current| current.parse::<i64>().ok())
+                {
+                    return GenerationError::NotAbove { requested, current };
+                }
+            }
+            if info.constraint_name() == Some(names::INVALID_INPUT) {
+                return GenerationError::InvalidInput {
+                    violations: decode::violations(info.as_ref()),
+                };
+            }
+        }
+        GenerationError::Database {
+            operation,
+            source: error,
         }
     }
 }

@@ -37,7 +37,7 @@
 //! | `outcome` | grants, refusals and observed states, as values |
 //! | `leases` | acquire, renew, release, inspect on a caller's connection |
 //! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
-//! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...) and [`force_release`] |
+//! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...), [`force_release`], [`raise_generation`]; and [`generation`] |
 //! | `token` | the fencing token and its text form |
 //! | `errors` | typed errors that keep their sources |
 //! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
@@ -67,7 +67,8 @@ mod waiting;
 
 pub use client::LeaseClient;
 pub use errors::{
-    GuardError, InstallError, LeaseError, NamespaceError, Operation, LOCK_WAIT_BOUND,
+    GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
+    LOCK_WAIT_BOUND,
 };
 pub use guards::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
@@ -80,7 +81,8 @@ pub use holding::{
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
 pub use operator::{
-    bind_namespace, force_release, list_namespaces, unbind_namespace, BoundRole, NamespaceRule,
+    bind_namespace, force_release, generation, list_namespaces, raise_generation, unbind_namespace,
+    BoundRole, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
 };
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::PgPool;

@@ -22,10 +22,11 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::RunQueryDsl;
 
-use crate::errors::{LeaseError, NamespaceError, Operation};
+use crate::errors::{GenerationError, LeaseError, NamespaceError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
-    BindNamespaceCall, ForceReleaseCall, ListNamespacesCall, UnbindNamespaceCall,
+    BindNamespaceCall, ForceReleaseCall, GenerationCall, ListNamespacesCall, RaiseGenerationCall,
+    UnbindNamespaceCall,
 };
 use crate::sql::{decode, input};
 
@@ -162,6 +163,82 @@ pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, 
             autocommit,
         )
     })
+}
+
+/// How far an epoch's generation is shifted: a grant's epoch is at least
+/// `(generation << GENERATION_SHIFT) + 1` (docs/SPECIFICATION.md §1.2).
+pub const GENERATION_SHIFT: u32 = 40;
+
+/// The highest generation, 2^23 − 1: the epochs of its first 2^40 grants
+/// and releases of a key, from `(MAX_GENERATION << GENERATION_SHIFT) + 1`
+/// on, are still positive `bigint`s.
+pub const MAX_GENERATION: i64 = (1 << 23) - 1;
+
+/// The server's generation (docs/SPECIFICATION.md §1.2, §1.7), as
+/// [`generation`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation {
+    /// The generation: 0 on a server that was never promoted, restored onto
+    /// a new timeline, restored from a dump or raised by an operator.
+    pub generation: i64,
+    /// The server's current timeline (on a standby, the timeline of its
+    /// last restartpoint).
+    pub timeline: i64,
+}
+
+impl Generation {
+    /// The lowest epoch a grant can get in this generation,
+    /// `(generation << 40) + 1`: every grant from now on, of every key, is
+    /// at least this.
+    pub fn floor_epoch(&self) -> i64 {
+        (self.generation << GENERATION_SHIFT) + 1
+    }
+}
+
+/// The server's current generation and timeline. Any role may ask; nothing
+/// is written, and it works on a standby.
+pub fn generation(conn: &mut PgConnection) -> Result<Generation, GenerationError> {
+    let (generation, timeline) = GenerationCall {
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<(i64, i64)>(conn)
+    .map_err(|error| GenerationError::from_diesel(Operation::Generation, 0, error))?;
+    Ok(Generation {
+        generation,
+        timeline,
+    })
+}
+
+/// Operator action: raises the server's generation to `generation`, so that
+/// from the commit on every grant, of every key, has an epoch of at least
+/// `(generation << 40) + 1` (docs/SPECIFICATION.md §1.7). Returns the new
+/// generation.
+///
+/// For what timelines cannot see: a server brought back by other means
+/// than promotion or archive recovery (a file-system snapshot restored onto
+/// the same timeline), or a margin after a split brain. A generation is only
+/// ever raised: a value at or below the current one is
+/// [`GenerationError::NotAbove`], one above [`MAX_GENERATION`] is
+/// [`GenerationError::TooHigh`], and nothing changes.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::GenerationError> {
+/// let now = leasehold::generation(conn)?;
+/// leasehold::raise_generation(conn, now.generation + 1)?;
+/// # Ok(()) }
+/// ```
+pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, GenerationError> {
+    if generation > MAX_GENERATION {
+        return Err(GenerationError::TooHigh {
+            requested: generation,
+        });
+    }
+    RaiseGenerationCall {
+        generation,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<i64>(conn)
+    .map_err(|error| GenerationError::from_diesel(Operation::RaiseGeneration, generation, error))
 }
 
 /// Checks a name for what PostgreSQL cannot store.

@@ -152,6 +152,16 @@ pub enum Command {
         /// The lease key.
         key: String,
     },
+    /// The server's generation: epochs order across failover because every
+    /// grant is at least (generation << 40) + 1. `show` needs no privilege;
+    /// `raise` needs EXECUTE on lease.raise_generation(bigint) (granted to
+    /// nobody by default).
+    #[command(after_help = EXIT_CODES)]
+    Generation {
+        /// Show or raise.
+        #[command(subcommand)]
+        action: GenerationCommand,
+    },
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database
     /// crash and restart with epochs intact. Takes a few seconds.
@@ -181,6 +191,23 @@ pub enum NamespaceCommand {
     /// List the rules: prefix, role, when bound.
     #[command(after_help = EXIT_CODES)]
     Ls,
+}
+
+/// `leasehold generation ...`.
+#[derive(Debug, Subcommand)]
+pub enum GenerationCommand {
+    /// Show the current generation, the timeline and the lowest epoch the
+    /// next grant can get.
+    #[command(after_help = EXIT_CODES)]
+    Show,
+    /// Operator: raise the generation to GENERATION (above the current one,
+    /// at most 8388607): every grant from now on, of every key, gets an
+    /// epoch of at least (GENERATION << 40) + 1.
+    #[command(after_help = EXIT_CODES)]
+    Raise {
+        /// The new generation.
+        generation: i64,
+    },
 }
 
 /// Which keys `ls` and `watch` show.

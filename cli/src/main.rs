@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, NamespaceCommand};
+use crate::args::{Cli, Command, GenerationCommand, NamespaceCommand};
 use crate::connect::Needs;
 use crate::failure::{CliError, Exit};
 use crate::output::Printer;
@@ -99,6 +99,12 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             NamespaceCommand::Ls => operator::list(conn, out),
         },
         Command::ForceRelease { key } => operator::force_release(conn, out, &key),
+        Command::Generation { action } => match action {
+            GenerationCommand::Show => operator::show_generation(conn, out),
+            GenerationCommand::Raise { generation } => {
+                operator::raise_generation(conn, out, generation)
+            }
+        },
         Command::Demo => demo::run(out),
     }
 }

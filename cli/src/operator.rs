@@ -1,5 +1,6 @@
-//! The operator commands: `namespace bind | unbind | ls` and
-//! `force-release`, and how a refused operator action is explained.
+//! The operator commands: `namespace bind | unbind | ls`, `force-release`
+//! and `generation raise` (with `generation show`, which any role may run),
+//! and how a refused operator action is explained.
 //!
 //! Operator functions are granted to nobody by default, so "you were not
 //! granted this" is their most common failure, and it deserves a message
@@ -13,7 +14,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Nullable, Text};
 use diesel::PgConnection;
-use leasehold::{BoundRole, NamespaceError, NamespaceRule};
+use leasehold::{BoundRole, GenerationError, NamespaceError, NamespaceRule};
 
 use crate::failure::{report, CliError};
 use crate::json::Json;
@@ -26,6 +27,7 @@ const FORCE_RELEASE: &str = "lease.force_release(text)";
 const BIND: &str = "lease.bind_namespace(text, text)";
 const UNBIND: &str = "lease.unbind_namespace(text)";
 const LIST: &str = "lease.list_namespaces()";
+const RAISE_GENERATION: &str = "lease.raise_generation(bigint)";
 
 /// `leasehold namespace bind PREFIX ROLE`.
 pub fn bind(
@@ -137,6 +139,69 @@ pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result
         ("epoch", Json::int(counter)),
     ]);
     Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold generation show`.
+pub fn show_generation(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
+    let now = leasehold::generation(conn).map_err(|error| generation_failure(conn, None, error))?;
+    let text = format!(
+        "generation {} (timeline {}): every grant from now on has an epoch of at least {}",
+        now.generation,
+        now.timeline,
+        now.floor_epoch()
+    );
+    Ok(out.emit(&text, &generation_json(now))?)
+}
+
+/// `leasehold generation raise GENERATION`.
+pub fn raise_generation(
+    conn: &mut PgConnection,
+    out: Printer,
+    generation: i64,
+) -> Result<(), CliError> {
+    leasehold::raise_generation(conn, generation)
+        .map_err(|error| generation_failure(conn, Some(RAISE_GENERATION), error))?;
+    let now = leasehold::generation(conn).map_err(|error| generation_failure(conn, None, error))?;
+    let text = format!(
+        "raised the generation to {}: every grant from now on, of every key, has an epoch of at least {}",
+        now.generation,
+        now.floor_epoch()
+    );
+    Ok(out.emit(&text, &generation_json(now))?)
+}
+
+fn generation_json(now: leasehold::Generation) -> Json {
+    Json::Object(vec![
+        ("generation", Json::Int(now.generation)),
+        ("timeline", Json::Int(now.timeline)),
+        ("floor_epoch", Json::Int(now.floor_epoch())),
+    ])
+}
+
+fn generation_failure(
+    conn: &mut PgConnection,
+    function: Option<&'static str>,
+    error: GenerationError,
+) -> CliError {
+    match error {
+        GenerationError::NotAbove { requested, current } => CliError::InvalidInput(format!(
+            "GENERATION {requested} is not above the current generation {current}; a generation is only ever raised; nothing changed"
+        )),
+        GenerationError::TooHigh { requested } => CliError::InvalidInput(format!(
+            "GENERATION {requested} is above the highest generation, {}; nothing changed",
+            leasehold::MAX_GENERATION
+        )),
+        GenerationError::InvalidInput { violations } => {
+            CliError::InvalidInput(violations.join("; "))
+        }
+        other => {
+            let failure = CliError::Database(report(&other));
+            match function {
+                Some(function) => explain(conn, function, failure),
+                None => failure,
+            }
+        }
+    }
 }
 
 fn namespace_failure(

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use crate::binaries::find_bin_dir;
 use crate::error::{io_err, LocalServerError};
+use crate::replication::{BackupMode, BackupSource};
 use crate::root_dir::create_root_dir;
 use crate::server::LocalPostgres;
 use crate::server_user::server_identity;
@@ -28,6 +29,7 @@ pub struct LocalPostgresBuilder {
     durable: bool,
     tcp: bool,
     settings: Vec<(String, String)>,
+    backup: Option<BackupSource>,
 }
 
 impl Default for LocalPostgresBuilder {
@@ -37,6 +39,7 @@ impl Default for LocalPostgresBuilder {
             durable: true,
             tcp: false,
             settings: Vec::new(),
+            backup: None,
         }
     }
 }
@@ -83,6 +86,17 @@ impl LocalPostgresBuilder {
     /// wrong.
     pub fn setting(mut self, name: &str, value: &str) -> Self {
         self.settings.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Makes the server from a base backup of `source` (`pg_basebackup -X
+    /// stream`, run as the server user) instead of running initdb: a
+    /// streaming standby, or a restore that ends on a new timeline (see
+    /// [`BackupMode`]). `source` must be running; it accepts replication
+    /// connections as started by this crate. The new server gets its own
+    /// directory, socket and watchdog, and this builder's settings.
+    pub fn from_base_backup(mut self, source: &LocalPostgres, mode: BackupMode) -> Self {
+        self.backup = Some(BackupSource::of(source, mode));
         self
     }
 
@@ -143,8 +157,18 @@ impl LocalPostgresBuilder {
             watchdog: Mutex::new(Some(watchdog)),
         };
         // From here on, an error drops `server`, which cleans up.
-        server.prepare()?;
+        match &self.backup {
+            None => server.prepare()?,
+            Some(source) => server.prepare_from_backup(source)?,
+        }
         server.launch()?;
+        if let Some(BackupSource {
+            mode: BackupMode::RestoreAndPromote,
+            ..
+        }) = &self.backup
+        {
+            server.wait_out_of_recovery()?;
+        }
         Ok(server)
     }
 

@@ -178,6 +178,12 @@ impl LocalPostgres {
 
     /// Creates the socket directory and the log, and runs initdb.
     pub(crate) fn prepare(&self) -> Result<(), LocalServerError> {
+        self.prepare_dirs()?;
+        self.initdb()
+    }
+
+    /// Creates the socket directory and the log, owned by the server user.
+    pub(crate) fn prepare_dirs(&self) -> Result<(), LocalServerError> {
         fs::DirBuilder::new()
             .mode(0o700)
             .create(&self.socket_dir)
@@ -192,6 +198,11 @@ impl LocalPostgres {
                 )))?;
             }
         }
+        Ok(())
+    }
+
+    /// Creates the data directory with initdb.
+    fn initdb(&self) -> Result<(), LocalServerError> {
         // --no-sync: the data directory is throwaway, and a machine crash
         // loses it anyway; durability of commits is governed by the server
         // settings, not by initdb.
@@ -300,8 +311,8 @@ impl LocalPostgres {
     /// A command for a server binary, run as the server user, in the root
     /// directory (the current directory may not be accessible to it), with
     /// English messages (errors are matched on their text).
-    fn server_command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin_dir.join(program));
+    pub(crate) fn server_command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(self.tool_path(program));
         cmd.current_dir(&self.root).env("LC_ALL", "C");
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid).gid(gid);

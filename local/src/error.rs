@@ -104,6 +104,39 @@ pub enum LocalServerError {
         output: String,
     },
 
+    /// `pg_basebackup` failed to copy the source server.
+    #[error(
+        "pg_basebackup failed ({status}); the source server must be running and accept \
+         replication connections (wal_level replica, max_wal_senders above 0). Output:\n{output}"
+    )]
+    BaseBackupFailed {
+        /// pg_basebackup's exit status.
+        status: ExitStatus,
+        /// pg_basebackup's combined stdout and stderr.
+        output: String,
+    },
+
+    /// `pg_ctl promote` failed or timed out.
+    #[error(
+        "`pg_ctl promote` failed ({status}); is the server a running standby? Output:\n{output}"
+    )]
+    PromoteFailed {
+        /// pg_ctl's exit status.
+        status: ExitStatus,
+        /// pg_ctl's combined stdout and stderr.
+        output: String,
+    },
+
+    /// A query the server control needs (e.g. `pg_is_in_recovery()`) failed.
+    #[error("could not {action} on the local server")]
+    Query {
+        /// What was being asked.
+        action: &'static str,
+        /// The client's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     /// The operation needs a running server, and it is stopped.
     #[error("cannot {action}: the server is not running; call restart() first")]
     NotRunning {

@@ -10,7 +10,10 @@
 //! Besides start and stop it can simulate the failures that fencing exists
 //! for: [`LocalPostgres::kill_postmaster`] SIGKILLs the server (the database
 //! then runs crash recovery on [`LocalPostgres::restart`]), and a restart
-//! keeps the same URL so that connection pools can reconnect.
+//! keeps the same URL so that connection pools can reconnect. For failover,
+//! [`LocalPostgresBuilder::from_base_backup`] makes a streaming standby of a
+//! running server (or a restore that ends on a new timeline), and
+//! [`LocalPostgres::promote`] promotes it.
 //!
 //! This crate is separate from `leasehold` so that the library's users do
 //! not get a process supervisor in their dependency tree or in its API; it
@@ -51,6 +54,7 @@ mod control;
 mod error;
 mod from_env;
 mod procfs;
+mod replication;
 mod root_dir;
 mod server;
 mod server_log;
@@ -63,4 +67,5 @@ pub use builder::LocalPostgresBuilder;
 pub use control::StopMode;
 pub use error::LocalServerError;
 pub use from_env::{DatabaseServer, DATABASE_URL_ENV};
+pub use replication::BackupMode;
 pub use server::LocalPostgres;

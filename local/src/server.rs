@@ -123,6 +123,25 @@ impl LocalPostgres {
         &self.bin_dir
     }
 
+    /// The path of one of the installation's programs (`pg_basebackup`,
+    /// `pg_dump`, `psql`, ...): in [`LocalPostgres::bin_dir`] when it is
+    /// there, else next to the real `postgres` binary (a `bin_dir` on `PATH`
+    /// may hold only links to initdb, postgres and pg_ctl), so that a server
+    /// and its tools always come from one version.
+    pub fn tool_path(&self, program: &str) -> PathBuf {
+        let direct = self.bin_dir.join(program);
+        if direct.exists() {
+            return direct;
+        }
+        match fs::canonicalize(self.bin_dir.join("postgres")) {
+            Ok(real) => match real.parent() {
+                Some(dir) if dir.join(program).exists() => dir.join(program),
+                _ => direct,
+            },
+            Err(_) => direct,
+        }
+    }
+
     /// The server log (stdout and stderr of every start), useful when a test
     /// fails.
     pub fn log_path(&self) -> &Path {

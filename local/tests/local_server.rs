@@ -377,3 +377,58 @@ fn watchdog_cleans_up_after_owner_is_sigkilled() {
     assert!(!alive(pid), "postmaster {pid} survived its owner");
     assert!(!root.exists(), "{} survived its owner", root.display());
 }
+
+/// `from_base_backup(Standby)` streams the source's writes; `promote` makes
+/// it writable on timeline 2. `RestoreAndPromote` comes up writable on a new
+/// timeline with the backup's data only. Both directories go on drop.
+#[test]
+fn standby_streams_and_promotes_and_a_restore_ends_on_a_new_timeline() {
+    use leasehold_local::BackupMode;
+    let primary = LocalPostgres::builder().durable(false).start().unwrap();
+    let mut p = connect(&primary.url());
+    exec(&mut p, "CREATE TABLE t (n int)");
+    exec(&mut p, "INSERT INTO t VALUES (1)");
+    let standby = LocalPostgres::builder()
+        .durable(false)
+        .from_base_backup(&primary, BackupMode::Standby)
+        .start()
+        .unwrap();
+    let restored = LocalPostgres::builder()
+        .durable(false)
+        .from_base_backup(&primary, BackupMode::RestoreAndPromote)
+        .start()
+        .unwrap();
+    assert!(standby.in_recovery().unwrap());
+    assert!(!restored.in_recovery().unwrap());
+    exec(&mut p, "INSERT INTO t VALUES (2)");
+    let lsn = value(&mut p, "SELECT pg_current_wal_insert_lsn()::text AS value");
+    let mut s = connect(&standby.url());
+    let caught_up = format!("SELECT (pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn)::text AS value");
+    let mut polls = 0;
+    while value(&mut s, &caught_up) != "true" {
+        polls += 1;
+        assert!(polls < 12_000, "the standby never replayed {lsn}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(value(&mut s, "SELECT count(*)::text AS value FROM t"), "2");
+    standby.promote().unwrap();
+    assert!(!standby.in_recovery().unwrap());
+    let mut s = connect(&standby.url());
+    exec(&mut s, "INSERT INTO t VALUES (3)");
+    let timeline = "SELECT substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8) AS value";
+    assert_eq!(value(&mut s, timeline), "00000002");
+    let mut r = connect(&restored.url());
+    assert_eq!(value(&mut r, timeline), "00000002");
+    assert_eq!(value(&mut r, "SELECT count(*)::text AS value FROM t"), "1");
+    let roots = [
+        standby.root_dir().to_owned(),
+        restored.root_dir().to_owned(),
+    ];
+    drop(s);
+    drop(r);
+    drop(standby);
+    drop(restored);
+    for root in roots {
+        assert!(!root.exists(), "{} left behind", root.display());
+    }
+}

@@ -1,9 +1,13 @@
 -- Removes the lease primitive and all lease state, including fencing epochs:
 -- a re-install starts every key fresh at epoch 1.
+DROP FUNCTION IF EXISTS lease.generation();
 DROP FUNCTION IF EXISTS lease.inspect(text);
 DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
+DROP FUNCTION IF EXISTS lease._max_generation();
+DROP FUNCTION IF EXISTS lease._generation(boolean, boolean);
+DROP FUNCTION IF EXISTS lease._timeline();
 DROP FUNCTION IF EXISTS lease._raise_wait_timeout(text, interval, text);
 DROP FUNCTION IF EXISTS lease._lock_budget(interval);
 DROP FUNCTION IF EXISTS lease._status(bytea, text, text, bigint);
@@ -15,6 +19,7 @@ DROP FUNCTION IF EXISTS lease._span_effect(interval);
 DROP FUNCTION IF EXISTS lease._plain_wait(interval);
 DROP FUNCTION IF EXISTS lease._plain_ttl(interval);
 DROP FUNCTION IF EXISTS lease._text_violations(text, text);
+DROP TABLE IF EXISTS lease.lineage;
 DROP TABLE IF EXISTS lease.leases;
 DROP FUNCTION IF EXISTS lease._raise_forbidden(text, text, text);
 DROP FUNCTION IF EXISTS lease._allowed(text);

@@ -1,6 +1,7 @@
 -- Removes the operator actions. Namespace rules already written stay in
--- lease.namespaces (migration 2026-11-30-000001 owns the table) and keep
--- applying.
+-- lease.namespaces, and a raised generation in lease.lineage (migration
+-- 2026-11-30-000001 owns both tables); both keep applying.
+DROP FUNCTION IF EXISTS lease.raise_generation(bigint);
 DROP FUNCTION IF EXISTS lease.force_release(text);
 DROP FUNCTION IF EXISTS lease.list_namespaces();
 DROP FUNCTION IF EXISTS lease.unbind_namespace(text);

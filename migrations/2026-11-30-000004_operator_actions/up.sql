@@ -1,6 +1,6 @@
 -- leasehold: operator actions (docs/SPECIFICATION.md §4): binding key
--- namespaces to roles, listing and removing those bindings, and freeing a
--- key whatever its state.
+-- namespaces to roles, listing and removing those bindings, freeing a key
+-- whatever its state, and raising the generation (§1.2, §1.7).
 --
 -- The rules of 2026-11-30-000001 apply (security, names, hot paths first),
 -- with one difference: these functions are granted to nobody. The role that
@@ -8,7 +8,8 @@
 -- roles that operate the deployment (README.md, "Security model"), e.g.
 --
 --   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.bind_namespace(text, text),
---         lease.unbind_namespace(text), lease.list_namespaces() TO ops;
+--         lease.unbind_namespace(text), lease.list_namespaces(),
+--         lease.raise_generation(bigint) TO ops;
 --
 -- Operator actions do not obey namespace rules: an operator acts on every
 -- name. Why: the rules say which application roles may use which keys; the
@@ -162,9 +163,58 @@ BEGIN
 END;
 $$;
 
+-- Raises the generation (docs/SPECIFICATION.md §1.2, §1.7) to
+-- `generation`: from the commit on, every grant's epoch is at least
+-- (generation << 40) + 1, for every key. For what timelines cannot see: a
+-- failover the HA manager did by other means than promotion (a server
+-- restored from a file-system snapshot onto the same timeline), or an
+-- operator who wants a margin after a split brain was resolved. Returns the
+-- new generation.
+--
+-- Only ever raises: a value at or below the current generation is refused
+-- with SQLSTATE 22023, constraint lease_generation_not_above, and DETAIL
+-- `current=<generation> requested=<generation>`; one above 2^23 - 1 (epochs
+-- must stay positive bigints), or NULL, is invalid input
+-- (lease_invalid_input). Nothing changes then. The row stays locked
+-- until the caller's transaction ends, so two raises are serialised; a grant
+-- meanwhile is not held up (it does not lock the row on its common path).
+CREATE FUNCTION lease.raise_generation(generation bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_current bigint;
+BEGIN
+    IF generation IS NULL OR generation > lease._max_generation() THEN
+        PERFORM lease._raise_invalid('raise_generation',
+            CASE WHEN generation IS NULL THEN ARRAY['generation must not be NULL']
+                 ELSE ARRAY[format('generation must be at most %s', lease._max_generation())]
+            END);
+    END IF;
+    PERFORM 1 FROM lease.lineage AS g WHERE g.singleton FOR NO KEY UPDATE;
+    v_current := lease._generation(true, true);
+    IF raise_generation.generation <= v_current THEN
+        RAISE EXCEPTION 'invalid input to lease.raise_generation: generation must be above the current generation %', v_current
+            USING ERRCODE = '22023',
+                  CONSTRAINT = 'lease_generation_not_above',
+                  DETAIL = format('current=%s requested=%s', v_current, raise_generation.generation),
+                  HINT = 'A generation is only ever raised: pass a value above the current generation (lease.generation()).';
+    END IF;
+    UPDATE lease.lineage AS g
+       SET external_floor = raise_generation.generation
+     WHERE g.singleton;
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    RETURN raise_generation.generation;
+END;
+$$;
+
 REVOKE ALL ON FUNCTION lease._prefix_violations(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._dropped_role_label(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.bind_namespace(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.unbind_namespace(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;

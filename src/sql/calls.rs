@@ -170,6 +170,20 @@ lease_call! {
     row = (Text, Text, Timestamptz);
 }
 
+lease_call! {
+    /// `lease.raise_generation(generation)`: the new generation.
+    RaiseGenerationCall { generation: i64 => BigInt }
+    sql = "SELECT lease.raise_generation";
+    row = BigInt;
+}
+
+lease_call! {
+    /// `lease.generation()`: the current generation and timeline.
+    GenerationCall {}
+    sql = "SELECT generation, timeline FROM lease.generation";
+    row = (BigInt, BigInt);
+}
+
 /// The listener session's statements. It talks to libpq directly (see
 /// `crate::libpq`), so these are plain text with `$n` parameters.
 pub(crate) mod listener {

@@ -28,6 +28,11 @@ pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 /// (SQLSTATE 22023).
 pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";
 
+/// `CONSTRAINT` name of a `lease.raise_generation` to a generation at or
+/// below the current one (SQLSTATE 22023; DETAIL `current=<generation>
+/// requested=<generation>`).
+pub(crate) const GENERATION_NOT_ABOVE: &str = "lease_generation_not_above";
+
 /// The channel `lease.release` notifies waiters on (payload: the hex
 /// SHA-256 digest of the released key).
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";

@@ -15,6 +15,7 @@ pub mod json;
 pub mod moto;
 pub mod nemesis;
 pub mod patroni;
+pub mod replication;
 pub mod server;
 pub mod sql;
 
@@ -22,5 +23,6 @@ pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
 pub use database::TestDb;
 pub use deployment::Deployment;
 pub use json::time_of;
+pub use replication::ReplicatedPair;
 pub use server::TestServer;
 pub use sql::{query_bool, query_lines, quote};

@@ -129,7 +129,7 @@ fn operator_functions_are_security_definer_with_a_pinned_search_path_and_granted
                 (SELECT string_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END, ',') \
                    FROM aclexplode(p.proacl) AS a WHERE a.privilege_type = 'EXECUTE')) AS line \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-         WHERE n.nspname = 'lease' AND p.proname IN ('bind_namespace', 'unbind_namespace', 'list_namespaces', 'force_release') \
+         WHERE n.nspname = 'lease' AND p.proname IN ('bind_namespace', 'unbind_namespace', 'list_namespaces', 'force_release', 'raise_generation') \
          ORDER BY p.proname",
     );
     let owner = &deployment.owner;
@@ -139,6 +139,7 @@ fn operator_functions_are_security_definer_with_a_pinned_search_path_and_granted
             format!("bind_namespace|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("force_release|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("list_namespaces|t|search_path=pg_catalog, pg_temp|{owner}"),
+            format!("raise_generation|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("unbind_namespace|t|search_path=pg_catalog, pg_temp|{owner}"),
         ]
     );

@@ -1,5 +1,5 @@
 //! The operator commands (`namespace bind | unbind | ls`, `force-release`,
-//! `fence`) and exit code 10, run as the roles of a [`Deployment`]: a
+//! `fence`, `generation raise`) and exit code 10, run as the roles of a [`Deployment`]: a
 //! non-superuser owner installed leasehold, and the other roles log in as
 //! themselves.
 
@@ -148,6 +148,53 @@ fn namespace_bind_with_bad_input_exits_2_naming_every_violation() {
     );
 }
 
+/// `generation show` works for any role; `generation raise` as a granted
+/// operator refuses a generation at or below the current one (exit 2,
+/// naming it, nothing changed) and moves every next grant above the new
+/// generation's floor (docs/SPECIFICATION.md §1.2, §4.1).
+#[test]
+fn generation_show_for_anyone_and_raise_as_a_granted_operator() {
+    let deployment = deployment();
+    let owner = &deployment.owner;
+    deployment.admin_exec(&format!(
+        "SET ROLE {owner}; GRANT EXECUTE ON FUNCTION lease.raise_generation(bigint) TO {}",
+        deployment.operator
+    ));
+    let op = &deployment.operator;
+    let app = &deployment.app;
+
+    let (code, json) = json_as(&deployment, app, &["generation", "show"]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["generation"], 0);
+    assert_eq!(json["floor_epoch"], 1);
+    let shown = run_as(&deployment, app, &["generation", "show"]);
+    assert!(shown.stdout.contains("generation 0"), "{shown:?}");
+
+    let refused = run_as(&deployment, op, &["generation", "raise", "0"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused
+            .stderr
+            .contains("not above the current generation 0"),
+        "{refused:?}"
+    );
+    let too_high = run_as(&deployment, op, &["generation", "raise", "8388608"]);
+    assert_eq!(too_high.code, 2, "{too_high:?}");
+
+    let (code, json) = json_as(&deployment, op, &["generation", "raise", "3"]);
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["generation"], 3);
+    let floor = (3_i64 << 40) + 1;
+    assert_eq!(json["floor_epoch"], floor);
+    let (code, json) = json_as(
+        &deployment,
+        app,
+        &["acquire", "gen-key", "a", "--ttl", "30s"],
+    );
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["epoch"], floor, "{json}");
+}
+
 /// Operator actions are granted to nobody: every operator command run by a
 /// role without the grant exits 10 and names the GRANT that would allow it.
 #[test]
@@ -165,6 +212,10 @@ fn operator_commands_without_the_grant_exit_10_naming_the_grant() {
                 "lease.unbind_namespace(text)",
             ),
             (vec!["namespace", "ls"], "lease.list_namespaces()"),
+            (
+                vec!["generation", "raise", "1"],
+                "lease.raise_generation(bigint)",
+            ),
         ] {
             let run = run_as(&deployment, role, &args);
             assert_eq!(run.code, 10, "{args:?} as {role}: {run:?}");

@@ -1,0 +1,459 @@
+//! docs/SPECIFICATION.md §1.7 and I13: epochs stay ordered across a
+//! promotion, a restore onto a new timeline and a dump restored into a new
+//! cluster; a synchronous standby loses no acknowledged call; a server that
+//! was never promoted keeps the seed's epochs exactly (§1.2); and an
+//! operator can raise the generation (§4.1).
+//!
+//! Each test runs its own servers on built-in streaming replication (the
+//! machine's PostgreSQL binaries: initdb, pg_basebackup, pg_ctl, pg_dump,
+//! psql), started by `leasehold-local` and removed on drop or panic. Waits
+//! follow what the servers report (`pg_stat_replication`, replay positions,
+//! `pg_is_in_recovery()`); nothing sleeps on hope, and nothing asserts on
+//! timing.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use leasehold::{
+    acquire, admit, force_release, generation, inspect, raise_generation, release, Acquisition,
+    GenerationError, GuardError, Lease, LeaseState, Release, MAX_GENERATION,
+};
+use leasehold_local::{BackupMode, LocalPostgres, StopMode};
+use leasehold_object_store::object_store::memory::InMemory;
+use leasehold_object_store::object_store::path::Path as ObjectPath;
+use leasehold_object_store::{FenceError as ObjectFenceError, FencedStore};
+use leasehold_test_support::replication::{connect, start};
+use leasehold_test_support::{query_lines, ReplicatedPair};
+
+const TTL: Duration = Duration::from_secs(600);
+/// The first epoch of generation 1: every epoch of generation 0 is below it.
+const GENERATION_1: i64 = (1 << 40) + 1;
+
+fn granted(acquisition: Acquisition) -> Lease {
+    match acquisition {
+        Acquisition::Granted(lease) => lease,
+        Acquisition::Denied => panic!("expected a grant, got a denial"),
+    }
+}
+
+fn grant(conn: &mut PgConnection, key: &str, owner: &str) -> Lease {
+    granted(acquire(conn, key, owner, TTL).expect("acquire"))
+}
+
+fn release_ok(conn: &mut PgConnection, lease: &Lease) {
+    assert_eq!(
+        release(conn, lease.key(), lease.owner(), lease.epoch()).expect("release"),
+        Release::Released
+    );
+}
+
+fn state(conn: &mut PgConnection, key: &str) -> LeaseState {
+    inspect(conn, key)
+        .expect("inspect")
+        .unwrap_or_else(|| panic!("key {key} is absent"))
+}
+
+/// A private directory for fenced files, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-failover-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// §1.7, I13, scenario 1: an asynchronous standby is cut off (stopped)
+/// while the old primary goes on granting, a key it had seen to epoch 3 and
+/// a key it never saw. The old primary dies and the standby is promoted. The
+/// new grants of both keys are above every epoch the old primary granted,
+/// and a database guard, a fenced file and a fenced object that saw the old
+/// primary's epochs accept the new holder and refuse the old holder.
+/// (Before generations, the promoted server granted epoch 3 again: two
+/// holders with one epoch, both admitted by the file and object guards.)
+#[test]
+fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refuse_the_old_holder()
+{
+    let pair = ReplicatedPair::start(false);
+    let mut old = pair.primary_conn();
+    let dir = TempDir::new("async");
+    let file = leasehold_fs::FencedFile::new(dir.0.join("report")).expect("fenced file");
+    let store = FencedStore::new(Arc::new(InMemory::new())).expect("in-memory store");
+    let object = ObjectPath::from("report");
+
+    // Replicated: a grant, its guarded writes, its release.
+    let first = grant(&mut old, "seen", "old-a");
+    assert_eq!(first.epoch(), 1);
+    admit(&mut old, "db-resource", &first.token()).expect("database guard admits epoch 1");
+    file.write(&first.token(), b"a")
+        .expect("file admits epoch 1");
+    store
+        .write(&object, &first.token(), "a")
+        .expect("object admits epoch 1");
+    release_ok(&mut old, &first);
+    pair.wait_caught_up();
+
+    // Cut off: the standby is down while the old primary grants on.
+    pair.standby.stop(StopMode::Fast).expect("stop the standby");
+    let stale = grant(&mut old, "seen", "old-b");
+    assert_eq!(stale.epoch(), 3);
+    let fresh_old = grant(&mut old, "fresh", "old-c");
+    assert_eq!(fresh_old.epoch(), 1);
+    admit(&mut old, "db-resource", &stale.token()).expect("old primary's guard admits epoch 3");
+    file.write(&stale.token(), b"b")
+        .expect("file admits epoch 3");
+    store
+        .write(&object, &stale.token(), "b")
+        .expect("object admits epoch 3");
+    drop(old);
+    pair.primary
+        .kill_postmaster()
+        .expect("the old primary dies");
+
+    pair.standby
+        .restart()
+        .expect("the standby comes back, still a standby");
+    pair.standby.promote().expect("promote the standby");
+    let mut new = pair.standby_conn();
+    // What the promoted server had replayed: the released first grant.
+    assert_eq!(state(&mut new, "seen"), LeaseState::Unowned { epoch: 2 });
+    assert!(inspect(&mut new, "fresh").expect("inspect").is_none());
+
+    let winner = grant(&mut new, "seen", "new-a");
+    let fresh_new = grant(&mut new, "fresh", "new-c");
+    for lease in [&winner, &fresh_new] {
+        assert!(
+            lease.epoch() > stale.epoch() && lease.epoch() > fresh_old.epoch(),
+            "new grant {} must order above every old grant (3 and 1)",
+            lease.epoch()
+        );
+        assert_eq!(lease.epoch(), GENERATION_1);
+    }
+    let now = generation(&mut new).expect("generation");
+    assert_eq!((now.generation, now.timeline), (1, 2));
+    assert_eq!(now.floor_epoch(), GENERATION_1);
+
+    // The database guard on the promoted server (it saw epoch 1 only).
+    admit(&mut new, "db-resource", &winner.token()).expect("database guard admits the new holder");
+    for old_token in [first.token(), stale.token()] {
+        match admit(&mut new, "db-resource", &old_token) {
+            Err(GuardError::StaleEpoch { presented, .. }) => {
+                assert_eq!(presented, old_token.epoch())
+            }
+            other => panic!(
+                "database guard must refuse old epoch {}: {other:?}",
+                old_token.epoch()
+            ),
+        }
+    }
+    // The external guards saw the old primary's epoch 3.
+    file.write(&winner.token(), b"c")
+        .expect("file admits the new holder");
+    let refused = file
+        .write(&stale.token(), b"stale")
+        .expect_err("file refuses the old holder");
+    assert!(refused.is_stale(), "{refused:?}");
+    assert_eq!(
+        file.read().expect("read the file"),
+        (winner.epoch(), b"c".to_vec())
+    );
+    store
+        .write(&object, &winner.token(), "c")
+        .expect("object admits the new holder");
+    match store.write(&object, &stale.token(), "stale") {
+        Err(ObjectFenceError::StaleEpoch {
+            presented,
+            accepted,
+            ..
+        }) => {
+            assert_eq!((presented, accepted), (stale.epoch(), winner.epoch()));
+        }
+        other => panic!("the object store must refuse the old holder: {other:?}"),
+    }
+}
+
+/// §1.7, scenario 2: with a synchronous standby, every acknowledged grant
+/// and release is on the standby when the primary is SIGKILLed right after,
+/// so the promoted server has the same holders and epochs; its next grants
+/// order above every old epoch.
+#[test]
+fn sync_standby_promoted_after_the_primary_is_killed_has_every_acknowledged_call() {
+    let pair = ReplicatedPair::start(true);
+    let mut old = pair.primary_conn();
+    let a = grant(&mut old, "k1", "a");
+    let b = grant(&mut old, "k2", "b");
+    release_ok(&mut old, &b);
+    let c = grant(&mut old, "k2", "c");
+    let d = grant(&mut old, "k3", "d");
+    assert_eq!((a.epoch(), b.epoch(), c.epoch(), d.epoch()), (1, 1, 3, 1));
+    let released = grant(&mut old, "k4", "e");
+    release_ok(&mut old, &released);
+    drop(old);
+    pair.primary.kill_postmaster().expect("SIGKILL the primary");
+    pair.standby
+        .promote()
+        .expect("promote the synchronous standby");
+
+    let mut new = pair.standby_conn();
+    for lease in [&a, &c, &d] {
+        match state(&mut new, lease.key()) {
+            LeaseState::Held {
+                owner,
+                epoch,
+                expires_at,
+            } => assert_eq!(
+                (owner.as_str(), epoch, expires_at),
+                (lease.owner(), lease.epoch(), lease.expires_at()),
+                "acknowledged grant of {} lost",
+                lease.key()
+            ),
+            other => panic!("acknowledged grant of {} lost: {other:?}", lease.key()),
+        }
+    }
+    assert_eq!(state(&mut new, "k4"), LeaseState::Unowned { epoch: 2 });
+    let after_release = grant(&mut new, "k4", "f");
+    let never_seen = grant(&mut new, "k5", "g");
+    assert_eq!(after_release.epoch(), GENERATION_1);
+    assert_eq!(never_seen.epoch(), GENERATION_1);
+    assert_eq!(generation(&mut new).expect("generation").generation, 1);
+    let taken_over = force_release(&mut new, "k2").expect("force release");
+    assert_eq!(taken_over, Some(4));
+    assert_eq!(grant(&mut new, "k2", "h").epoch(), GENERATION_1);
+}
+
+/// Runs one of the server's client programs (pg_dump, psql), panicking with
+/// its output when it fails.
+fn run_client(server: &LocalPostgres, program: &str, args: &[&str]) {
+    let out = Command::new(server.tool_path(program))
+        .args(args)
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// §1.7, scenario 3: a pg_dump restored into a new cluster (a new system
+/// identifier, timeline 1 again) starts a new lineage one generation above
+/// the dump's, so its grants order above everything granted before the dump
+/// and above what the source granted after it in its generation.
+#[test]
+fn dump_restored_into_a_new_cluster_grants_above_the_source() {
+    let source = start(LocalPostgres::builder().durable(false));
+    let mut src = connect(&source);
+    leasehold::install(&mut src).expect("install");
+    let first = grant(&mut src, "k1", "a");
+    release_ok(&mut src, &first);
+    let held = grant(&mut src, "k1", "b");
+    assert_eq!(held.epoch(), 3);
+    release_ok(&mut src, &held);
+
+    let dir = TempDir::new("dump");
+    let dump = dir.0.join("dump.sql");
+    let dump_path = dump.to_string_lossy().into_owned();
+    run_client(&source, "pg_dump", &["-d", &source.url(), "-f", &dump_path]);
+
+    // The source goes on granting in its generation after the dump.
+    let after_dump = grant(&mut src, "k1", "c");
+    assert_eq!(after_dump.epoch(), 5);
+    let new_key_at_source = grant(&mut src, "k2", "d");
+    assert_eq!(new_key_at_source.epoch(), 1);
+
+    let target = start(LocalPostgres::builder().durable(false));
+    run_client(
+        &target,
+        "psql",
+        &[
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            &target.url(),
+            "-f",
+            &dump_path,
+        ],
+    );
+    let mut dst = connect(&target);
+    assert_eq!(state(&mut dst, "k1"), LeaseState::Unowned { epoch: 4 });
+    let restored_k1 = grant(&mut dst, "k1", "x");
+    let restored_k2 = grant(&mut dst, "k2", "y");
+    assert_eq!(restored_k1.epoch(), GENERATION_1);
+    assert_eq!(restored_k2.epoch(), GENERATION_1);
+    assert!(restored_k1.epoch() > after_dump.epoch());
+    assert!(restored_k2.epoch() > new_key_at_source.epoch());
+    // The new lineage is recorded: later grants stay in it.
+    release_ok(&mut dst, &restored_k1);
+    assert_eq!(grant(&mut dst, "k1", "z").epoch(), GENERATION_1 + 2);
+    assert_eq!(generation(&mut dst).expect("generation").generation, 1);
+}
+
+/// §1.7, scenario 4: a restore from a base backup that recovers to the
+/// backup's consistency point and promotes (a point-in-time recovery) is on
+/// a new timeline, so its grants order above everything the source granted,
+/// also after the backup.
+#[test]
+fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
+    let source = start(LocalPostgres::builder().durable(false));
+    let mut src = connect(&source);
+    leasehold::install(&mut src).expect("install");
+    let first = grant(&mut src, "k1", "a");
+    release_ok(&mut src, &first);
+
+    let restored = start(
+        LocalPostgres::builder()
+            .durable(false)
+            .from_base_backup(&source, BackupMode::RestoreAndPromote),
+    );
+    // The source grants on after the backup, then is lost.
+    let after_backup = grant(&mut src, "k1", "b");
+    assert_eq!(after_backup.epoch(), 3);
+    let new_key_at_source = grant(&mut src, "k2", "c");
+    drop(src);
+    source.kill_postmaster().expect("the source dies");
+
+    let mut dst = connect(&restored);
+    assert_eq!(state(&mut dst, "k1"), LeaseState::Unowned { epoch: 2 });
+    let k1 = grant(&mut dst, "k1", "x");
+    let k2 = grant(&mut dst, "k2", "y");
+    assert!(k1.epoch() > after_backup.epoch(), "{}", k1.epoch());
+    assert!(k2.epoch() > new_key_at_source.epoch(), "{}", k2.epoch());
+    assert_eq!((k1.epoch(), k2.epoch()), (GENERATION_1, GENERATION_1));
+    let now = generation(&mut dst).expect("generation");
+    assert_eq!((now.generation, now.timeline), (1, 2));
+}
+
+/// §1.2, scenario 5: a server that was never promoted, with a standby
+/// attached, through a clean restart and a crash, grants exactly 1, 2, 3,
+/// ...: counter + 1, generation 0. The standby reports generation 0 too.
+#[test]
+fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
+    let pair = ReplicatedPair::start(false);
+    let mut conn = pair.primary_conn();
+    let now = generation(&mut conn).expect("generation");
+    assert_eq!((now.generation, now.timeline, now.floor_epoch()), (0, 1, 1));
+    let mut expected = 1;
+    for round in 0..3 {
+        let lease = grant(&mut conn, "k", &format!("owner-{round}"));
+        assert_eq!(lease.epoch(), expected);
+        release_ok(&mut conn, &lease);
+        expected += 2;
+        assert_eq!(grant(&mut conn, &format!("new-{round}"), "o").epoch(), 1);
+        match round {
+            0 => pair.primary.restart().expect("clean restart"),
+            1 => {
+                pair.primary.kill_postmaster().expect("crash");
+                pair.primary.restart().expect("crash recovery");
+            }
+            _ => {}
+        }
+        conn = pair.primary_conn();
+    }
+    assert_eq!(state(&mut conn, "k"), LeaseState::Unowned { epoch: 6 });
+    pair.wait_caught_up();
+    let mut standby = pair.standby_conn();
+    assert_eq!(
+        generation(&mut standby)
+            .expect("generation on the standby")
+            .generation,
+        0
+    );
+    assert_eq!(state(&mut standby, "k"), LeaseState::Unowned { epoch: 6 });
+}
+
+/// §4.1, scenario 6: `raise_generation` refuses a generation at or below
+/// the current one (naming it) and one above 2^23 - 1, changing nothing; a
+/// higher one moves every next grant to at least (g << 40) + 1. A role
+/// without the grant is refused by PostgreSQL.
+#[test]
+fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
+    let server = start(LocalPostgres::builder().durable(false));
+    let mut conn = connect(&server);
+    leasehold::install(&mut conn).expect("install");
+    let held = grant(&mut conn, "held", "a");
+    let lineage = |conn: &mut PgConnection| {
+        query_lines(
+            conn,
+            "SELECT format('%s|%s|%s|%s', system_identifier, base, last_timeline, external_floor) AS line \
+             FROM lease.lineage",
+        )
+    };
+    let before = lineage(&mut conn);
+
+    for refused in [0, -1] {
+        match raise_generation(&mut conn, refused) {
+            Err(GenerationError::NotAbove { requested, current }) => {
+                assert_eq!((requested, current), (refused, 0));
+            }
+            other => panic!("raise to {refused} must be refused: {other:?}"),
+        }
+    }
+    match raise_generation(&mut conn, MAX_GENERATION + 1) {
+        Err(GenerationError::TooHigh { requested }) => assert_eq!(requested, MAX_GENERATION + 1),
+        other => panic!("raise above the maximum must be refused: {other:?}"),
+    }
+    // The server refuses it too, when the client's check is bypassed.
+    let sql = format!("SELECT lease.raise_generation({})", MAX_GENERATION + 1);
+    let error = conn.batch_execute(&sql).expect_err("the server refuses it");
+    assert!(
+        error
+            .to_string()
+            .contains("generation must be at most 8388607"),
+        "{error}"
+    );
+    assert_eq!(
+        lineage(&mut conn),
+        before,
+        "a refused raise changed nothing"
+    );
+    assert_eq!(grant(&mut conn, "before", "b").epoch(), 1);
+
+    assert_eq!(raise_generation(&mut conn, 5).expect("raise to 5"), 5);
+    let now = generation(&mut conn).expect("generation");
+    assert_eq!(now.generation, 5);
+    let floor = (5 << 40) + 1;
+    assert_eq!(now.floor_epoch(), floor);
+    // The live grant keeps its epoch; every next grant is above the floor.
+    assert_eq!(state(&mut conn, "held").epoch(), held.epoch());
+    release_ok(&mut conn, &held);
+    assert_eq!(grant(&mut conn, "held", "c").epoch(), floor);
+    assert_eq!(grant(&mut conn, "never-seen", "d").epoch(), floor);
+    match raise_generation(&mut conn, 5) {
+        Err(GenerationError::NotAbove { current, .. }) => assert_eq!(current, 5),
+        other => panic!("raise to the current generation must be refused: {other:?}"),
+    }
+
+    conn.batch_execute("CREATE ROLE app LOGIN")
+        .expect("create a role");
+    let url = server
+        .url()
+        .replacen("postgres://postgres@", "postgres://app@", 1);
+    let mut app = PgConnection::establish(&url).expect("connect as app");
+    assert!(matches!(
+        raise_generation(&mut app, 9),
+        Err(GenerationError::Database { .. })
+    ));
+    assert_eq!(
+        generation(&mut app)
+            .expect("any role may read it")
+            .generation,
+        5
+    );
+}
