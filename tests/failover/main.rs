@@ -457,3 +457,57 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
         5
     );
 }
+
+/// §1.7, what breaks the guarantee: a split brain. The standby is promoted
+/// while the old primary keeps running and accepting writes — what an HA
+/// manager that dies without a watchdog to stop its postmaster leaves
+/// behind. Both primaries then grant the same lapsed key to different
+/// owners at the same time: I1 does not hold across two writable
+/// primaries, which is why the documentation names a split brain as what
+/// breaks the guarantee. What still holds: the promoted server is on a
+/// later timeline, so its generation is higher and each of its epochs is
+/// above each of the old primary's; a guard both sides share (a fenced
+/// file) refuses the old primary's holder as soon as the promoted server's
+/// holder has written.
+#[test]
+fn a_split_brain_grants_a_key_twice_but_a_shared_guard_prefers_the_promoted_servers_holder() {
+    let pair = ReplicatedPair::start(false);
+    let mut old = pair.primary_conn();
+    let dir = TempDir::new("split");
+    let file = leasehold_fs::FencedFile::new(dir.0.join("report")).expect("fenced file");
+    let first =
+        granted(acquire(&mut old, "job", "a", Duration::from_millis(300)).expect("acquire"));
+    pair.wait_caught_up();
+    pair.standby
+        .promote()
+        .expect("promote the standby while the old primary runs");
+    let mut new = pair.standby_conn();
+    leasehold_test_support::wait_until_server_time_passes(&mut old, first.expires_at());
+    leasehold_test_support::wait_until_server_time_passes(&mut new, first.expires_at());
+
+    let on_old = grant(&mut old, "job", "old-b");
+    let on_new = grant(&mut new, "job", "new-c");
+    assert!(
+        matches!(state(&mut old, "job"), LeaseState::Held { ref owner, .. } if owner == "old-b")
+    );
+    assert!(
+        matches!(state(&mut new, "job"), LeaseState::Held { ref owner, .. } if owner == "new-c"),
+        "two holders at once: the split brain breaks I1"
+    );
+    let old_generation = generation(&mut old).expect("generation").generation;
+    let new_generation = generation(&mut new).expect("generation").generation;
+    assert!(
+        new_generation > old_generation,
+        "{new_generation} > {old_generation}"
+    );
+    assert!(on_new.epoch() > on_old.epoch());
+
+    file.write(&on_old.token(), b"old")
+        .expect("the old primary's holder writes first");
+    file.write(&on_new.token(), b"new")
+        .expect("the promoted server's holder writes");
+    let refused = file
+        .write(&on_old.token(), b"old again")
+        .expect_err("the old primary's holder is fenced at the shared guard");
+    assert!(refused.is_stale(), "{refused:?}");
+}
