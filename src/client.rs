@@ -11,7 +11,7 @@ use diesel::pg::PgConnection;
 use crate::errors::LeaseError;
 use crate::leases;
 use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
-use crate::pool::{self, with_conn, PgPool};
+use crate::pool::{self, with_conn, PgPool, PreparedStatements};
 
 /// Lease operations over a connection pool.
 ///
@@ -62,6 +62,26 @@ impl LeaseClient {
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
         Ok(Self {
             pool: pool::build(database_url, max_size)?,
+        })
+    }
+
+    /// [`LeaseClient::connect`] with the statement caching `prepared` says:
+    /// [`PreparedStatements::Uncached`] for a URL that goes through a
+    /// transaction-mode pooler (README.md, "Poolers").
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold::{LeaseClient, PreparedStatements};
+    /// let client = LeaseClient::connect_with("postgres://pgbouncer:6432/app", 4, PreparedStatements::Uncached)?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn connect_with(
+        database_url: &str,
+        max_size: u32,
+        prepared: PreparedStatements,
+    ) -> Result<Self, LeaseError> {
+        Ok(Self {
+            pool: pool::build_with(database_url, max_size, prepared)?,
         })
     }
 

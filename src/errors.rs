@@ -110,6 +110,21 @@ impl fmt::Display for Operation {
 /// "... during recovery" for `NOTIFY`), and so does a primary with
 /// `default_transaction_read_only = on`: that is the state a server is in
 /// while an operator or a failover manager demotes it.
+/// Whether `error` says one of diesel's named prepared statements
+/// (`__diesel_stmt_<n>`) was missing on the server session or already
+/// existed there: what a transaction-mode pooler does to them, handing the
+/// next transaction a server session other than the one that prepared it.
+/// diesel does not expose the SQLSTATE (26000 or 42P05), so the message is
+/// matched; it names diesel's own statement, so no other error matches.
+pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
+    let DieselError::DatabaseError(_, info) = error else {
+        return false;
+    };
+    let message = info.message();
+    message.contains("prepared statement \"__diesel_stmt_")
+        && (message.contains("does not exist") || message.contains("already exists"))
+}
+
 fn is_read_only(error: &DieselError) -> bool {
     matches!(
         error,
@@ -205,6 +220,24 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
+    /// A statement the connection had prepared was missing on the server,
+    /// or its name was already taken there: the connection goes through a
+    /// pooler in transaction mode (PgBouncer `pool_mode = transaction`),
+    /// which runs each transaction on whichever server session is free.
+    /// Whether the call was applied is unknown only if it was the execution
+    /// that failed; it never was, since a missing statement fails before it
+    /// runs. Use [`crate::PreparedStatements::Uncached`] (or disable the
+    /// statement cache of your own connection) with such a pooler, or point
+    /// the client at a session-mode pooler or at the server. The pooled
+    /// clients discard the connection after this error.
+    #[error("lease {operation} failed: a prepared statement went missing between transactions; a transaction-mode pooler needs PreparedStatements::Uncached")]
+    PreparedStatementLost {
+        /// The failed call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
     /// No connection could be taken from the pool: the database is
     /// unreachable or the pool is too small for the load.
     #[error("no database connection available from the pool")]
@@ -233,6 +266,12 @@ impl LeaseError {
         }
         if is_read_only(&error) {
             return LeaseError::ReadOnlyServer {
+                operation,
+                source: error,
+            };
+        }
+        if is_prepared_statement_lost(&error) {
+            return LeaseError::PreparedStatementLost {
                 operation,
                 source: error,
             };

@@ -85,11 +85,12 @@ pub use operator::{
     BoundRole, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
 };
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
-pub use pool::PgPool;
+pub use pool::{build_pool, PgPool, PreparedStatements};
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
     LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,
-    DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, WAITER_LIMIT,
+    DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
+    WAITER_LIMIT,
 };
 
 /// Plumbing shared with the adapter crates in `guards/` (not a public API:

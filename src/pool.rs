@@ -18,26 +18,97 @@
 //! a fresh connection lets libpq choose the new primary from a multi-host
 //! URL (`postgres://u@h1,h2/db?target_session_attrs=read-write`).
 
-use diesel::connection::{AnsiTransactionManager, TransactionManager};
+use diesel::connection::{AnsiTransactionManager, CacheSize, Connection, TransactionManager};
 use diesel::pg::PgConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use diesel::r2d2::{ConnectionManager, Pool};
+use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
 
 use crate::errors::LeaseError;
 
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 
+/// Whether the library's statements are prepared once per connection and
+/// cached (named prepared statements), or sent with their text every time.
+///
+/// [`PreparedStatements::Cached`] is the default and the right choice for a
+/// direct connection or a session-mode pooler: after its first use on a
+/// connection a call costs one `Bind`/`Execute` round trip and no parsing or
+/// planning on the server.
+///
+/// [`PreparedStatements::Uncached`] is for a pooler in transaction mode
+/// (PgBouncer `pool_mode = transaction` before 1.21, or with
+/// `max_prepared_statements = 0`): there a named statement prepared in one
+/// transaction is missing in the next, which may run on another server
+/// session (or collides with the same name prepared there by another
+/// client). Each call is then sent as one unnamed `Parse`/`Bind`/`Execute`
+/// (libpq's `PQsendQueryParams`, still one round trip) and parsed and
+/// planned every time. README.md, "Poolers", has the measured cost.
+///
+/// The free functions ([`crate::acquire`], ...) use whatever the caller's
+/// connection says: call
+/// `conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled)`
+/// on it (diesel's `Connection` method) for the uncached behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PreparedStatements {
+    /// Prepare each statement once per connection (diesel's statement
+    /// cache). Needs a server session per connection: direct, or a
+    /// session-mode pooler.
+    #[default]
+    Cached,
+    /// Never prepare named statements (diesel's cache disabled): works
+    /// through a transaction-mode pooler, at the cost of parsing and
+    /// planning every call.
+    Uncached,
+}
+
+/// Applies [`PreparedStatements`] to every connection the pool opens.
+#[derive(Debug, Clone, Copy)]
+struct StatementCacheSetting(PreparedStatements);
+
+impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementCacheSetting {
+    fn on_acquire(&self, conn: &mut PgConnection) -> Result<(), diesel::r2d2::Error> {
+        if self.0 == PreparedStatements::Uncached {
+            conn.set_prepared_statement_cache_size(CacheSize::Disabled);
+        }
+        Ok(())
+    }
+}
+
 /// A pool of up to `max_size` connections to `database_url`, without r2d2's
 /// `SELECT 1` on every checkout (a full round trip per operation): a
 /// connection found dead by a call is discarded by [`with_conn`] instead,
 /// so only that call fails and the next one gets a fresh connection.
 pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, r2d2::Error> {
+    build_with(database_url, max_size, PreparedStatements::Cached)
+}
+
+/// [`build`] with the statement caching `prepared` says.
+pub(crate) fn build_with(
+    database_url: &str,
+    max_size: u32,
+    prepared: PreparedStatements,
+) -> Result<PgPool, r2d2::Error> {
     Pool::builder()
         .max_size(max_size.max(1))
         .test_on_check_out(false)
+        .connection_customizer(Box::new(StatementCacheSetting(prepared)))
         .build(ConnectionManager::<PgConnection>::new(database_url))
+}
+
+/// A pool for [`crate::LeaseClient::new`], [`crate::LeaseWaiter::new`] or
+/// [`crate::Keeper`]: up to `max_size` connections to `database_url`, with
+/// the statement caching `prepared` says (use
+/// [`PreparedStatements::Uncached`] behind a transaction-mode pooler), and
+/// the same settings as [`crate::LeaseClient::connect`] otherwise.
+pub fn build_pool(
+    database_url: &str,
+    max_size: u32,
+    prepared: PreparedStatements,
+) -> Result<PgPool, LeaseError> {
+    Ok(build_with(database_url, max_size, prepared)?)
 }
 
 /// Whether `error` says the connection (not the request) failed, or that
@@ -71,7 +142,7 @@ pub(crate) fn with_conn<T>(
     let mut conn = pool.get()?;
     let result = call(&mut conn);
     if let Err(error) = &result {
-        if is_connection_error(error) {
+        if is_connection_error(error) || matches!(error, LeaseError::PreparedStatementLost { .. }) {
             discard(&mut conn);
         }
     }

@@ -198,4 +198,13 @@ pub(crate) mod listener {
     pub(crate) const UNWATCH: &str = "SELECT lease._waiter_unwatch($1)";
     /// Probes an idle session.
     pub(crate) const PROBE: &str = "SELECT 1";
+    /// The channel of the delivery check: a notification sent to it from
+    /// another session must reach the listener's session.
+    pub(crate) const DELIVERY_CHANNEL: &str = "lease_listener_check";
+    /// Listens on [`DELIVERY_CHANNEL`].
+    pub(crate) const LISTEN_DELIVERY: &str = "LISTEN lease_listener_check";
+    /// Stops listening on [`DELIVERY_CHANNEL`].
+    pub(crate) const UNLISTEN_DELIVERY: &str = "UNLISTEN lease_listener_check";
+    /// Sends the delivery check's notification, payload `$1`.
+    pub(crate) const SEND_DELIVERY: &str = "SELECT pg_notify('lease_listener_check', $1)";
 }

@@ -52,6 +52,10 @@ use std::time::{Duration, Instant};
 use super::session::run;
 use super::slot::Slot;
 
+/// How often a listener whose notifications were not delivered (see
+/// [`PollingReason::NotificationsNotDelivered`]) tries a new session.
+pub const UNDELIVERED_RETRY: Duration = Duration::from_secs(30);
+
 /// `application_name` of listener sessions, to find them in pg_stat_activity.
 pub const LISTENER_APPLICATION_NAME: &str = "leasehold listener";
 
@@ -120,6 +124,15 @@ pub enum PollingReason {
     /// not a member of (SQLSTATE 42501, constraint `lease_namespace_denied`);
     /// the waiter's own acquire is refused as well.
     NamespaceDenied,
+    /// The listener's session does not receive notifications: a
+    /// notification sent from another session at its start never arrived
+    /// (see [`crate::LeaseWaiter::ensure_listening`]). This is what a
+    /// listen URL through a transaction-mode pooler (PgBouncer
+    /// `pool_mode = transaction`) does: `LISTEN` appears to succeed, but
+    /// the server session that ran it goes back to the pool. Give the
+    /// waiter a direct or session-mode URL to listen on; the listener
+    /// retries every [`UNDELIVERED_RETRY`] meanwhile.
+    NotificationsNotDelivered,
     /// The server refused the registration otherwise, for example because
     /// `EXECUTE` on `lease._waiter_watch` was revoked from the role.
     RegistrationFailed {
@@ -165,6 +178,8 @@ pub(super) struct Status {
     pub(super) backend_pid: Option<i32>,
     pub(super) sessions: u64,
     pub(super) last_error: Option<String>,
+    /// The last session failed its delivery check (cleared when one is up).
+    pub(super) undelivered: bool,
     pub(super) failed_registrations: u64,
     pub(super) notification_wakeups: u64,
     pub(super) unmatched_notifications: u64,
@@ -192,7 +207,12 @@ impl State {
             }
         }
         let (wake_mode, polled_keys) = if !self.status.connected {
-            (WakeMode::Polling(PollingReason::Disconnected), total)
+            let reason = if self.status.undelivered {
+                PollingReason::NotificationsNotDelivered
+            } else {
+                PollingReason::Disconnected
+            };
+            (WakeMode::Polling(reason), total)
         } else if refused > 0 {
             let reason = self.status.last_refusal.clone().unwrap_or_else(|| {
                 PollingReason::RegistrationFailed {
@@ -395,6 +415,29 @@ impl Listener {
             let now = Instant::now();
             if now >= until {
                 return false;
+            }
+            state = self
+                .shared
+                .status_changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Blocks until the session is up (`Ok`), the last session attempt
+    /// failed its delivery check, or `timeout` passes (`Err` with the
+    /// status then).
+    pub(crate) fn wait_delivering(&self, timeout: Duration) -> Result<(), ListenerStatus> {
+        let until = Instant::now() + timeout;
+        let mut state = lock(&self.shared.state);
+        loop {
+            if state.status.connected {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= until || state.status.undelivered {
+                return Err(state.public_status());
             }
             state = self
                 .shared

@@ -51,7 +51,7 @@ use crate::errors::{LeaseError, Operation};
 use crate::holding::cancel::{CancelToken, Wake};
 use crate::leases;
 use crate::outcome::{Acquisition, Lease};
-use crate::pool::{self, is_connection_error, with_conn, PgPool};
+use crate::pool::{self, is_connection_error, with_conn, PgPool, PreparedStatements};
 use crate::sql::calls::RemainingCall;
 
 mod listener;
@@ -59,7 +59,9 @@ mod session;
 mod slot;
 
 use listener::Listener;
-pub use listener::{ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME};
+pub use listener::{
+    ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
+};
 use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
@@ -109,6 +111,15 @@ pub enum WaitError {
     Cancelled {
         /// The key waited for.
         key: String,
+    },
+    /// Only from [`LeaseWaiter::ensure_listening`]: the listener session was
+    /// not up in time, or notifications do not reach it
+    /// ([`PollingReason::NotificationsNotDelivered`]: its URL goes through
+    /// a transaction-mode pooler). Waiting still works, by polling.
+    #[error("the waiters' listener is not listening ({:?}): {}", .status.wake_mode, .status.last_error.as_deref().unwrap_or("not connected yet"))]
+    NotListening {
+        /// The listener's state when the check gave up.
+        status: ListenerStatus,
     },
     /// An attempt failed (invalid input, database or pool error). Transient
     /// connection failures after the first successful attempt are retried
@@ -207,6 +218,25 @@ impl LeaseWaiter {
         ))
     }
 
+    /// A waiter whose attempts go through `database_url` with the statement
+    /// caching `prepared` says, and whose listener session goes to
+    /// `listen_url`. Behind a transaction-mode pooler, `database_url` may
+    /// be the pooler's with [`PreparedStatements::Uncached`], but
+    /// `listen_url` must reach a server session of its own: the server
+    /// itself or a session-mode pooler (a transaction-mode one is detected:
+    /// [`PollingReason::NotificationsNotDelivered`]).
+    pub fn connect_with(
+        database_url: &str,
+        listen_url: &str,
+        max_size: u32,
+        prepared: PreparedStatements,
+    ) -> Result<Self, LeaseError> {
+        Ok(Self::new(
+            pool::build_with(database_url, max_size, prepared)?,
+            listen_url,
+        ))
+    }
+
     /// The pool attempts run on (also handy for a [`crate::Keeper`]).
     pub fn pool(&self) -> &PgPool {
         &self.pool
@@ -222,6 +252,19 @@ impl LeaseWaiter {
     /// this is for start-up checks, tests and benchmarks.
     pub fn wait_until_listening(&self, timeout: Duration) -> bool {
         self.listener.wait_connected(timeout)
+    }
+
+    /// Like [`LeaseWaiter::wait_until_listening`], but an error says why
+    /// not: returns as soon as the listener is up, or as soon as its
+    /// session failed the delivery check (notifications sent from another
+    /// session never arrived: the listen URL goes through a
+    /// transaction-mode pooler), or when `timeout` passes. The check itself
+    /// takes up to five seconds on a session that does not deliver, so give
+    /// more than that.
+    pub fn ensure_listening(&self, timeout: Duration) -> Result<(), WaitError> {
+        self.listener
+            .wait_delivering(timeout)
+            .map_err(|status| WaitError::NotListening { status })
     }
 
     /// How many waiters of this process are blocked on `key` with its

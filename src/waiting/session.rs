@@ -9,7 +9,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::listener::{lock, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME};
+use super::listener::{
+    lock, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
+};
 use super::slot::Slot;
 use crate::libpq::{wait_readable, Notification, PqConn, PqError};
 use crate::sql::calls::listener as statements;
@@ -24,6 +26,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const READ_ONLY: &str = "the listener's server is read-only (a standby, or a primary being demoted); reconnecting to find a writable one";
 /// SQLSTATE read_only_sql_transaction: the server, not the key, refused.
 const READ_ONLY_SQLSTATE: &str = "25006";
+/// How long the delivery check waits for its notification. On a direct or
+/// session-mode connection it arrives within milliseconds; this only bounds
+/// the wait where it never arrives.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Why a session was left: notifications do not reach it.
+const UNDELIVERED: &str = "LISTEN appeared to succeed, but a notification sent from another session never reached the listener's session: its URL goes through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), which hands the server session that ran LISTEN to other clients; give LeaseWaiter a direct or session-mode URL to listen on. Waiters poll meanwhile";
+/// Distinguishes the delivery checks of one process.
+static DELIVERY_CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Retry bounds for a registration that met an in-flight writer.
 const BUSY_RETRY_MIN: Duration = Duration::from_millis(1);
 const BUSY_RETRY_MAX: Duration = Duration::from_millis(100);
@@ -35,6 +45,7 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
         if lock(&shared.state).shutdown {
             return;
         }
+        let mut undelivered = false;
         let error = match Session::open(shared) {
             Ok(mut session) => {
                 backoff = Duration::ZERO;
@@ -43,13 +54,18 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
                     Err(error) => error,
                 }
             }
-            Err(error) => error,
+            Err(OpenError::Undelivered) => {
+                undelivered = true;
+                UNDELIVERED.to_owned()
+            }
+            Err(OpenError::Other(error)) => error,
         };
         {
             let mut state = lock(&shared.state);
             state.status.connected = false;
             state.status.backend_pid = None;
             state.status.last_error = Some(error);
+            state.status.undelivered = undelivered;
             // Every registration went with the session; refused keys get
             // one new attempt in the next session.
             for entry in state.keys.values_mut() {
@@ -60,11 +76,45 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
         // Whatever was registered went with the session: waiters re-check
         // now and poll until the next session is up.
         shared.bump_all(Some(false));
+        if undelivered {
+            // A misconfiguration, not an outage: retrying at once would
+            // open two connections and wait out the check again and again.
+            // Only shutdown ends this back-off early.
+            let until = Instant::now() + UNDELIVERED_RETRY;
+            loop {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                if wait_readable(&[wake_rx.as_raw_fd()], Some(until - now)).is_err() {
+                    return;
+                }
+                drain(&mut wake_rx);
+                if lock(&shared.state).shutdown {
+                    return;
+                }
+            }
+            continue;
+        }
         if wait_readable(&[wake_rx.as_raw_fd()], Some(backoff)).is_err() {
             return;
         }
         drain(&mut wake_rx);
         backoff = (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+    }
+}
+
+/// Why a session could not be opened.
+enum OpenError {
+    /// Notifications do not reach the session (a transaction-mode pooler).
+    Undelivered,
+    /// Anything else, as text for [`super::ListenerStatus::last_error`].
+    Other(String),
+}
+
+impl From<String> for OpenError {
+    fn from(error: String) -> Self {
+        OpenError::Other(error)
     }
 }
 
@@ -90,7 +140,7 @@ impl Session {
     /// Connects, prunes stale registrations, registers every key waited
     /// for, then listens; marks the listener connected and lets every
     /// waiter re-check (a release may have passed unnoticed meanwhile).
-    fn open(shared: &Arc<Shared>) -> Result<Session, String> {
+    fn open(shared: &Arc<Shared>) -> Result<Session, OpenError> {
         let conn = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)?;
         // Registrations are writes: a read-only server (a standby, or a
         // primary being demoted) refuses every one, and no release is
@@ -98,7 +148,7 @@ impl Session {
         // and target_session_attrs=read-write libpq never picks one; a URL
         // without it may, and the retry after the back-off connects anew.
         if conn.server_read_only() {
-            return Err(READ_ONLY.to_owned());
+            return Err(READ_ONLY.to_owned().into());
         }
         let mut session = Session {
             conn,
@@ -117,6 +167,7 @@ impl Session {
             }
             format!("listener setup failed: {e}; has leasehold::install run on this database?")
         })?;
+        session.check_delivery(shared)?;
         {
             let mut state = lock(&shared.state);
             let keys: Vec<String> = state
@@ -134,6 +185,7 @@ impl Session {
             .map_err(|e| format!("LISTEN failed: {e}"))?;
         {
             let mut state = lock(&shared.state);
+            state.status.undelivered = false;
             state.status.connected = true;
             state.status.backend_pid = Some(session.conn.backend_pid());
             state.status.sessions += 1;
@@ -149,6 +201,59 @@ impl Session {
             slot.bump(Some(registered));
         }
         Ok(session)
+    }
+
+    /// Checks that notifications reach this session: LISTEN on a channel of
+    /// its own, NOTIFY it from a second, short-lived session to the same
+    /// URL, and wait up to [`DELIVERY_TIMEOUT`] for it. Behind a
+    /// transaction-mode pooler LISTEN succeeds on some server session that
+    /// then serves other clients; the notification is sent to that session
+    /// (or from it, by the checking session itself) and never reaches this
+    /// one. Done once per session, before anything relies on notifications.
+    fn check_delivery(&mut self, shared: &Shared) -> Result<(), OpenError> {
+        let payload = format!(
+            "{}-{}",
+            std::process::id(),
+            DELIVERY_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        self.conn
+            .query(statements::LISTEN_DELIVERY, &[])
+            .map_err(|e| format!("LISTEN failed: {e}"))?;
+        {
+            let mut sender = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)
+                .map_err(|e| format!("the listener's delivery check could not connect: {e}"))?;
+            sender
+                .query(statements::SEND_DELIVERY, &[payload.as_str()])
+                .map_err(|e| format!("the listener's delivery check could not notify: {e}"))?;
+        }
+        let socket = self.conn.socket();
+        let deadline = Instant::now() + DELIVERY_TIMEOUT;
+        loop {
+            // Release notifications taken here are dropped: every waiter
+            // re-checks once the session is up.
+            let arrived = self
+                .conn
+                .take_notifications()
+                .iter()
+                .any(|n| n.channel == statements::DELIVERY_CHANNEL && n.payload == payload);
+            if arrived {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline || socket < 0 {
+                return Err(OpenError::Undelivered);
+            }
+            let ready = wait_readable(&[socket], Some(deadline - now))?;
+            if ready.first().copied().unwrap_or(false) {
+                self.conn
+                    .consume_input()
+                    .map_err(|e| format!("listener connection lost: {e}"))?;
+            }
+        }
+        self.conn
+            .query(statements::UNLISTEN_DELIVERY, &[])
+            .map_err(|e| format!("UNLISTEN failed: {e}"))?;
+        Ok(())
     }
 
     /// Serves until shutdown (`Ok`) or loss of the session (`Err`).

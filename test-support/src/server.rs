@@ -61,6 +61,11 @@ impl TestServer {
         }
     }
 
+    /// The throwaway local server, when this is one (not `DATABASE_URL`'s).
+    pub fn local_postgres(&self) -> Option<&LocalPostgres> {
+        self.server.local()
+    }
+
     /// The URL of the administrative database (`postgres` on a local
     /// server, `DATABASE_URL` itself on an external one).
     pub fn admin_url(&self) -> String {
