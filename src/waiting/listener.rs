@@ -428,7 +428,7 @@ impl Listener {
     /// Blocks until the session is up (`Ok`), the last session attempt
     /// failed its delivery check, or `timeout` passes (`Err` with the
     /// status then).
-    pub(crate) fn wait_delivering(&self, timeout: Duration) -> Result<(), ListenerStatus> {
+    pub(crate) fn wait_delivering(&self, timeout: Duration) -> Result<(), Box<ListenerStatus>> {
         let until = Instant::now() + timeout;
         let mut state = lock(&self.shared.state);
         loop {
@@ -437,7 +437,7 @@ impl Listener {
             }
             let now = Instant::now();
             if now >= until || state.status.undelivered {
-                return Err(state.public_status());
+                return Err(Box::new(state.public_status()));
             }
             state = self
                 .shared

@@ -119,7 +119,7 @@ pub enum WaitError {
     #[error("the waiters' listener is not listening ({:?}): {}", .status.wake_mode, .status.last_error.as_deref().unwrap_or("not connected yet"))]
     NotListening {
         /// The listener's state when the check gave up.
-        status: ListenerStatus,
+        status: Box<ListenerStatus>,
     },
     /// An attempt failed (invalid input, database or pool error). Transient
     /// connection failures after the first successful attempt are retried
