@@ -34,6 +34,13 @@
 //! says which of these applies ([`WakeMode`]) and counts refusals and
 //! notification wake-ups, so a degraded listener is visible.
 //!
+//! Each session first checks that notifications reach it: a notification
+//! sent from a second, short-lived session must arrive. Through a
+//! transaction-mode pooler it never does (`LISTEN` ran on a server session
+//! that went back to the pool), and the listener reports
+//! [`PollingReason::NotificationsNotDelivered`] instead of waiting for
+//! notifications that cannot come.
+//!
 //! The thread sleeps in `poll(2)` on the session's socket and on a wake-up
 //! socket pair that waiters write to when they need a registration, so it
 //! reacts within microseconds and spends no CPU while idle. An idle session

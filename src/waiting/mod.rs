@@ -259,7 +259,7 @@ impl LeaseWaiter {
     /// session failed the delivery check (notifications sent from another
     /// session never arrived: the listen URL goes through a
     /// transaction-mode pooler), or when `timeout` passes. The check itself
-    /// takes up to five seconds on a session that does not deliver, so give
+    /// takes up to ten seconds on a session that does not deliver, so give
     /// more than that.
     pub fn ensure_listening(&self, timeout: Duration) -> Result<(), WaitError> {
         self.listener

@@ -29,7 +29,10 @@ const READ_ONLY_SQLSTATE: &str = "25006";
 /// How long the delivery check waits for its notification. On a direct or
 /// session-mode connection it arrives within milliseconds; this only bounds
 /// the wait where it never arrives.
-const DELIVERY_TIMEOUT: Duration = Duration::from_secs(5);
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// `application_name` of the delivery check's short-lived sending session
+/// (not the listener's own, so a count of listener sessions stays exact).
+const DELIVERY_CHECK_APPLICATION_NAME: &str = "leasehold listener check";
 /// Why a session was left: notifications do not reach it.
 const UNDELIVERED: &str = "LISTEN appeared to succeed, but a notification sent from another session never reached the listener's session: its URL goes through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), which hands the server session that ran LISTEN to other clients; give LeaseWaiter a direct or session-mode URL to listen on. Waiters poll meanwhile";
 /// Distinguishes the delivery checks of one process.
@@ -220,7 +223,7 @@ impl Session {
             .query(statements::LISTEN_DELIVERY, &[])
             .map_err(|e| format!("LISTEN failed: {e}"))?;
         {
-            let mut sender = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)
+            let mut sender = PqConn::connect(&shared.url, DELIVERY_CHECK_APPLICATION_NAME)
                 .map_err(|e| format!("the listener's delivery check could not connect: {e}"))?;
             sender
                 .query(statements::SEND_DELIVERY, &[payload.as_str()])
