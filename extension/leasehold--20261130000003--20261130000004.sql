@@ -222,18 +222,43 @@ REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;
 
--- Extension only (generated): what the migrations' installing role may do
--- as the objects' owner, the extension's owner may do through grants.
+-- Extension only (generated): the role that owns the extension owns its
+-- tables and functions, as the installing role owns them with the
+-- migrations. A trusted extension's script runs as the bootstrap superuser,
+-- whose SECURITY DEFINER functions in a schema the installing role owns
+-- would let that role run code as the superuser. Ownership moves with the
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
 DO $$
 DECLARE
-    v_owner text := (SELECT pg_catalog.pg_get_userbyid(e.extowner)
-                       FROM pg_catalog.pg_extension AS e
-                      WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold');
+    v_extension oid;
+    v_owner oid;
+    v_object record;
 BEGIN
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION lease.bind_namespace(text, text) TO %I WITH GRANT OPTION', v_owner);
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION lease.unbind_namespace(text) TO %I WITH GRANT OPTION', v_owner);
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION lease.list_namespaces() TO %I WITH GRANT OPTION', v_owner);
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION lease.force_release(text) TO %I WITH GRANT OPTION', v_owner);
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION lease.raise_generation(bigint) TO %I WITH GRANT OPTION', v_owner);
+    SELECT e.oid, e.extowner INTO v_extension, v_owner
+      FROM pg_catalog.pg_extension AS e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold';
+    FOR v_object IN
+        SELECT 'FUNCTION' AS kind, p.oid::pg_catalog.regprocedure::pg_catalog.text AS name
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND p.proowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'TABLE', c.oid::pg_catalog.regclass::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+    LOOP
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
+                                  pg_catalog.pg_get_userbyid(v_owner));
+    END LOOP;
 END
 $$;

@@ -38,11 +38,17 @@
 //!   arrives by COPY; without the trigger the dump's row (the lineage that
 //!   orders epochs across clusters) would be refused as a duplicate. The
 //!   functions never insert into the table, so nothing else reaches it.
-//! - The role that owns the extension gets EXECUTE (with grant option) on
-//!   the API functions granted to nobody (the operator actions) and SELECT
-//!   on the tables: with a trusted extension the objects are owned by the
-//!   bootstrap superuser, while with the migrations the installing role owns
-//!   them and may do both.
+//! - Every script ends by giving the extension's tables and functions to
+//!   the extension's owner (the role that ran `CREATE EXTENSION`), as the
+//!   installing role owns them with the migrations. A trusted extension's
+//!   script runs as the bootstrap superuser, and SECURITY DEFINER functions
+//!   owned by a superuser in a schema the installing role owns would let
+//!   that role run code as the superuser (by renaming the schema and
+//!   putting its own `lease._allowed` in place, say). So a dump is restored
+//!   as the role that should own leasehold (`pg_restore --role=<owner>`),
+//!   or with `--no-owner` by a superuser who is to own everything; a
+//!   superuser restoring the dump as is would own the extension while the
+//!   installing role owns the schema, which the ownership check refuses.
 
 use std::fmt::Write as _;
 
@@ -213,6 +219,50 @@ BEFORE INSERT ON lease.lineage
 FOR EACH ROW
 EXECUTE FUNCTION lease._lineage_restore();";
 
+/// Ends every script: the extension's owner owns every table and function
+/// of the extension (see the module documentation).
+const REASSIGN_TO_EXTENSION_OWNER: &str =
+    "-- Extension only (generated): the role that owns the extension owns its
+-- tables and functions, as the installing role owns them with the
+-- migrations. A trusted extension's script runs as the bootstrap superuser,
+-- whose SECURITY DEFINER functions in a schema the installing role owns
+-- would let that role run code as the superuser. Ownership moves with the
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+DO $$
+DECLARE
+    v_extension oid;
+    v_owner oid;
+    v_object record;
+BEGIN
+    SELECT e.oid, e.extowner INTO v_extension, v_owner
+      FROM pg_catalog.pg_extension AS e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold';
+    FOR v_object IN
+        SELECT 'FUNCTION' AS kind, p.oid::pg_catalog.regprocedure::pg_catalog.text AS name
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND p.proowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'TABLE', c.oid::pg_catalog.regclass::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+    LOOP
+        EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
+                                  pg_catalog.pg_get_userbyid(v_owner));
+    END LOOP;
+END
+$$;";
+
 fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
     let unexpected = |expected: String| ExtensionError::Unexpected {
         migration: dir.to_owned(),
@@ -233,7 +283,6 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
     }
     let mut out = String::new();
     let mut dumped = Vec::new();
-    let mut owner_grants = Vec::new();
     for line in body.lines() {
         let statement = line.trim();
         let upper = statement.to_ascii_uppercase();
@@ -252,9 +301,6 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
             .strip_prefix("REVOKE ALL ON TABLE lease.")
             .and_then(|rest| rest.strip_suffix(" FROM PUBLIC;"))
         {
-            owner_grants.push(format!(
-                "GRANT SELECT ON TABLE lease.{table} TO %I WITH GRANT OPTION"
-            ));
             if !NOT_DUMPED.contains(&table) {
                 let _ = writeln!(
                     out,
@@ -265,16 +311,6 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
                     out.push_str(LINEAGE_RESTORE);
                     out.push('\n');
                 }
-            }
-        }
-        if let Some(function) = statement
-            .strip_prefix("REVOKE ALL ON FUNCTION lease.")
-            .and_then(|rest| rest.strip_suffix(" FROM PUBLIC;"))
-        {
-            if !function.starts_with('_') {
-                owner_grants.push(format!(
-                    "GRANT EXECUTE ON FUNCTION lease.{function} TO %I WITH GRANT OPTION"
-                ));
             }
         }
     }
@@ -299,23 +335,9 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
         script.push_str("\n\n");
     }
     script.push_str(&out);
-    if !owner_grants.is_empty() {
-        script.push_str(
-            "\n-- Extension only (generated): what the migrations' installing role may do\n\
-             -- as the objects' owner, the extension's owner may do through grants.\n\
-             DO $$\nDECLARE\n    v_owner text := (SELECT pg_catalog.pg_get_userbyid(e.extowner)\n\
-             \x20                      FROM pg_catalog.pg_extension AS e\n\
-             \x20                     WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold');\nBEGIN\n",
-        );
-        for grant in &owner_grants {
-            let _ = writeln!(
-                script,
-                "    EXECUTE pg_catalog.format('{}', v_owner);",
-                grant.replace('\'', "''")
-            );
-        }
-        script.push_str("END\n$$;\n");
-    }
+    script.push('\n');
+    script.push_str(REASSIGN_TO_EXTENSION_OWNER);
+    script.push('\n');
     Ok(script)
 }
 
