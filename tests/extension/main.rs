@@ -309,7 +309,10 @@ fn seed(conn: &mut PgConnection) {
         .granted()
         .unwrap();
     admit(conn, "res-a", &a.token()).unwrap();
-    release(conn, "job-a", "w1", a.epoch()).unwrap();
+    assert_eq!(
+        release(conn, "job-a", "w1", a.epoch()).unwrap(),
+        leasehold::Release::Released
+    );
     let a2 = acquire(conn, "job-a", "w2", TTL)
         .unwrap()
         .granted()
@@ -344,7 +347,10 @@ fn seed_checks(conn: &mut PgConnection) {
         "SELECT epoch::text AS t FROM lease.leases WHERE key = 'job-a'",
     );
     assert_eq!(lease, vec![counter.to_string()]);
-    release(conn, "job-a", "w2", counter).unwrap();
+    assert_eq!(
+        release(conn, "job-a", "w2", counter).unwrap(),
+        leasehold::Release::Released
+    );
     let next = acquire(conn, "job-a", "w3", TTL)
         .unwrap()
         .granted()
@@ -433,7 +439,10 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
         .unwrap()
         .granted()
         .unwrap();
-    release(&mut c, "job-b", "w1", other.epoch()).unwrap();
+    assert_eq!(
+        release(&mut c, "job-b", "w1", other.epoch()).unwrap(),
+        leasehold::Release::Released
+    );
     c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261130000002'")
         .unwrap();
     admit(&mut c, "res-a", &held.token()).unwrap();
