@@ -344,6 +344,16 @@ pub enum InstallError {
         /// The role that owns the existing schema `lease`.
         owner: String,
     },
+    /// Leasehold is installed in this database as the PostgreSQL extension
+    /// `leasehold` (`CREATE EXTENSION`), so its migrations are not run
+    /// (nothing was changed): the two install paths are never mixed in one
+    /// database. Upgrade it with `ALTER EXTENSION leasehold UPDATE`, or
+    /// `DROP EXTENSION leasehold` first to switch to the migrations.
+    #[error("leasehold is installed in this database as the extension `leasehold` (version {version}); it is upgraded with ALTER EXTENSION leasehold UPDATE, not by leasehold::install (the two install paths are never mixed)")]
+    ExtensionInstalled {
+        /// The installed extension version (`pg_extension.extversion`).
+        version: String,
+    },
     /// The install bookkeeping (schema `lease`, its version table, the
     /// install lock) could not be read or written.
     #[error("leasehold install bookkeeping failed")]

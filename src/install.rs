@@ -14,6 +14,9 @@
 //!   advisory lock, so concurrent installers queue, the first installs and
 //!   the rest find everything done; a failure leaves nothing behind;
 //! - it needs only CREATE on the database (for schema `lease`);
+//! - it refuses a database where leasehold is installed as the extension
+//!   `leasehold` ([`InstallError::ExtensionInstalled`]; see
+//!   [`crate::extension_files`]);
 //! - it never adopts a schema `lease` another role owns
 //!   ([`InstallError::SchemaNotOwned`]): that role could replace leasehold's
 //!   functions and run code as the installer.
@@ -155,6 +158,18 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     diesel::sql_query(install::LOCK)
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)?;
+    // An extension install is never taken over (nor removed) by the
+    // migrations: the extension owns its objects, and its scripts refuse a
+    // migrations install in turn.
+    if let Some(row) = diesel::sql_query(install::EXTENSION_VERSION)
+        .load::<VersionRow>(conn)?
+        .into_iter()
+        .next()
+    {
+        return Err(InstallError::ExtensionInstalled {
+            version: row.version,
+        });
+    }
     // The ownership check comes before the bookkeeping table: a schema
     // owned by someone else is never written to.
     conn.batch_execute(install::CREATE_SCHEMA)?;

@@ -51,6 +51,7 @@
 
 mod client;
 mod errors;
+mod extension;
 mod field_text;
 mod guards;
 mod holding;
@@ -69,6 +70,9 @@ pub use client::LeaseClient;
 pub use errors::{
     GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
     LOCK_WAIT_BOUND,
+};
+pub use extension::{
+    extension_files, extension_version, ExtensionError, ExtensionFile, EXTENSION_NAME,
 };
 pub use guards::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,

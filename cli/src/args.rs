@@ -59,6 +59,13 @@ pub struct Cli {
 pub enum Command {
     /// Install or upgrade the lease functions in the database (idempotent).
     Install,
+    /// The PostgreSQL extension `leasehold` (`CREATE EXTENSION leasehold`),
+    /// an alternative to `install`.
+    Extension {
+        /// What to do.
+        #[command(subcommand)]
+        action: ExtensionCommand,
+    },
     /// Acquire KEY for OWNER; prints the epoch, expiry and fencing token.
     #[command(after_help = EXIT_CODES)]
     Acquire {
@@ -207,6 +214,21 @@ pub enum GenerationCommand {
     Raise {
         /// The new generation.
         generation: i64,
+    },
+}
+
+/// `leasehold extension ...`.
+#[derive(Debug, Subcommand)]
+pub enum ExtensionCommand {
+    /// Write the extension's control file and scripts, generated from the
+    /// migrations, into DIR (created if missing; files there are
+    /// replaced). Copy them into the server's extension directory
+    /// (`$(pg_config --sharedir)/extension`), then run `CREATE EXTENSION
+    /// leasehold` in the database. Needs no database connection.
+    Generate {
+        /// The directory to write into.
+        #[arg(long)]
+        out: std::path::PathBuf,
     },
 }
 

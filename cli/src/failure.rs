@@ -144,6 +144,9 @@ pub enum CliError {
     /// The demo could not complete.
     #[error("the demo could not complete: {0}; run it again, and if it keeps failing, report the output above")]
     Demo(String),
+    /// `leasehold extension generate` could not generate or write the files.
+    #[error("cannot generate the extension files: {0}")]
+    Extension(String),
     /// Writing the output failed (e.g. the reading end of a pipe closed).
     #[error("could not write the output: {0}; check where stdout goes")]
     Output(#[from] std::io::Error),
@@ -193,7 +196,7 @@ impl CliError {
             | CliError::NoListPrivilege { .. }
             | CliError::Database(_) => Exit::Database,
             CliError::NotGranted { .. } | CliError::Forbidden { .. } => Exit::PermissionDenied,
-            CliError::Demo(_) | CliError::Output(_) => Exit::Unexpected,
+            CliError::Demo(_) | CliError::Output(_) | CliError::Extension(_) => Exit::Unexpected,
         }
     }
 
@@ -219,6 +222,7 @@ impl CliError {
             CliError::Guard(_) | CliError::Database(_) => "database",
             CliError::Demo(_) => "demo_failed",
             CliError::Output(_) => "output",
+            CliError::Extension(_) => "extension",
         }
     }
 

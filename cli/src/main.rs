@@ -16,6 +16,7 @@ mod commands;
 mod connect;
 mod demo;
 mod duration;
+mod extension;
 mod failure;
 mod json;
 mod listing;
@@ -27,7 +28,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, GenerationCommand, NamespaceCommand};
+use crate::args::{Cli, Command, ExtensionCommand, GenerationCommand, NamespaceCommand};
 use crate::connect::Needs;
 use crate::failure::{CliError, Exit};
 use crate::output::Printer;
@@ -52,6 +53,11 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
     let url = cli.database_url.as_deref();
     let needs = match cli.command {
         Command::Install => Needs::Nothing,
+        Command::Extension { action } => {
+            return match action {
+                ExtensionCommand::Generate { out: dir } => extension::generate(&dir, out),
+            }
+        }
         Command::Demo => {
             if url.is_some_and(|u| !u.is_empty()) {
                 eprintln!(
@@ -106,5 +112,6 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             }
         },
         Command::Demo => demo::run(out),
+        Command::Extension { .. } => Ok(()),
     }
 }

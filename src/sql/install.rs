@@ -58,3 +58,8 @@ pub(crate) const RECORDED_VERSIONS: &str = "SELECT version FROM lease.schema_mig
 pub(crate) const DROP_BOOKKEEPING: &str = "DROP TABLE lease.schema_migrations";
 /// See [`DROP_BOOKKEEPING`].
 pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS lease RESTRICT";
+
+/// The version of the extension `leasehold` when it is installed in this
+/// database (column `version`; no row otherwise).
+pub(crate) const EXTENSION_VERSION: &str =
+    "SELECT e.extversion::text AS version FROM pg_catalog.pg_extension AS e WHERE e.extname = 'leasehold'";

@@ -3,6 +3,7 @@
 
 mod demo;
 mod exit_codes;
+mod extension;
 mod listing;
 mod operations;
 mod operator;

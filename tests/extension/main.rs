@@ -1,0 +1,608 @@
+//! The PostgreSQL extension `leasehold` (src/extension.rs): the committed
+//! files under `extension/` are what the generator produces; `CREATE
+//! EXTENSION` installs what the migrations install; `ALTER EXTENSION ...
+//! UPDATE` follows the migrations' steps; `pg_dump`/`pg_restore` keep every
+//! epoch and guard record; the two install paths refuse to mix.
+//!
+//! The server runs from a private copy of the PostgreSQL installation (see
+//! [`private_install`]) whose share directory holds the generated files, so
+//! the tests never write into the system's extension directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel::sql_types::Text;
+use leasehold::{
+    acquire, admit, extension_files, extension_version, install, release, InstallError,
+};
+use leasehold_local::LocalPostgres;
+
+const TTL: Duration = Duration::from_secs(300);
+
+/// The first extension version: the first migration's.
+const FIRST_VERSION: &str = "20261130000001";
+
+#[derive(QueryableByName)]
+struct Row {
+    #[diesel(sql_type = Text)]
+    t: String,
+}
+
+/// The `t` column of every row of `sql`.
+fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
+    diesel::sql_query(sql)
+        .load::<Row>(conn)
+        .unwrap_or_else(|error| panic!("{sql}: {error}"))
+        .into_iter()
+        .map(|row| row.t)
+        .collect()
+}
+
+#[test]
+fn the_committed_files_are_what_the_generator_produces() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("extension");
+    let mut committed: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|error| panic!("read {}: {error}", dir.display()))
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(entry.path()).unwrap())
+        })
+        .collect();
+    committed.sort();
+    let mut generated: Vec<(String, String)> = extension_files()
+        .unwrap()
+        .into_iter()
+        .map(|file| (file.name, file.contents))
+        .collect();
+    generated.sort();
+    assert!(
+        committed == generated,
+        "extension/ differs from what the generator produces; regenerate it with \
+         `cargo run -p leasehold-cli -- extension generate --out extension` (never edit the files by hand)"
+    );
+}
+
+/// A private copy of the PostgreSQL installation: the binaries hard-linked
+/// (copied when that fails), the library directory linked, and a share
+/// directory of links plus an `extension` directory holding the generated
+/// files. PostgreSQL finds its share directory relative to its binary, so
+/// the copy keeps the installation's layout.
+fn private_install() -> PathBuf {
+    let real_bin = std::env::var_os("LEASEHOLD_PG_BIN")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let mut dirs: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+                .expect("PostgreSQL server binaries under /usr/lib/postgresql (or set LEASEHOLD_PG_BIN)")
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let v = e
+                        .file_name()
+                        .to_string_lossy()
+                        .split('.')
+                        .map(|p| p.parse().ok())
+                        .collect::<Option<Vec<u64>>>()?;
+                    Some((v, e.path().join("bin")))
+                })
+                .filter(|(_, bin)| bin.join("postgres").exists())
+                .collect();
+            dirs.sort();
+            dirs.pop().expect("a PostgreSQL installation").1
+        });
+    let config = |what: &str| -> PathBuf {
+        let out = Command::new(real_bin.join("pg_config"))
+            .arg(what)
+            .output()
+            .expect("run pg_config");
+        assert!(out.status.success(), "pg_config {what} failed");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    };
+    let (bin, share, lib) = (
+        config("--bindir"),
+        config("--sharedir"),
+        config("--pkglibdir"),
+    );
+    // The longest common ancestor of the three; the copy keeps the rest.
+    let mut common = bin.clone();
+    while !(share.starts_with(&common) && lib.starts_with(&common)) {
+        assert!(common.pop(), "no common ancestor of {bin:?} and {share:?}");
+    }
+    // Earlier runs' trees whose process is gone.
+    for entry in std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("leasehold-ext-") {
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    let root = std::env::temp_dir().join(format!("leasehold-ext-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let inside = |dir: &Path| root.join(dir.strip_prefix(&common).unwrap());
+    let (my_bin, my_share, my_lib) = (inside(&bin), inside(&share), inside(&lib));
+    std::fs::create_dir_all(&my_bin).unwrap();
+    for entry in std::fs::read_dir(&bin).unwrap() {
+        let entry = entry.unwrap();
+        let to = my_bin.join(entry.file_name());
+        let from = std::fs::canonicalize(entry.path()).unwrap();
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+    std::fs::create_dir_all(my_lib.parent().unwrap()).unwrap();
+    if !my_lib.exists() {
+        std::os::unix::fs::symlink(&lib, &my_lib).unwrap();
+    }
+    let extension_dir = my_share.join("extension");
+    std::fs::create_dir_all(&extension_dir).unwrap();
+    for entry in std::fs::read_dir(&share).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() != "extension" {
+            std::os::unix::fs::symlink(entry.path(), my_share.join(entry.file_name())).unwrap();
+        }
+    }
+    for entry in std::fs::read_dir(share.join("extension")).unwrap() {
+        let entry = entry.unwrap();
+        std::os::unix::fs::symlink(entry.path(), extension_dir.join(entry.file_name())).unwrap();
+    }
+    for file in extension_files().unwrap() {
+        std::fs::write(extension_dir.join(&file.name), &file.contents).unwrap();
+    }
+    // The server may run as another user (postgres, when the tests run as
+    // root): everything must be readable.
+    let _ = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(&root)
+        .status();
+    my_bin
+}
+
+struct Server {
+    pg: LocalPostgres,
+    counter: Mutex<u32>,
+}
+
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Server> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let bin = private_install();
+        let pg = LocalPostgres::builder()
+            .bin_dir(&bin)
+            .durable(false)
+            .start()
+            .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
+        let out = Command::new(pg.tool_path("pg_config"))
+            .arg("--sharedir")
+            .output()
+            .unwrap();
+        let share = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(
+            share.join("extension/leasehold.control").exists(),
+            "the private installation's share directory {share:?} lacks the extension files"
+        );
+        let mut admin = PgConnection::establish(&pg.url()).unwrap();
+        admin
+            .batch_execute(
+                "DO $$ BEGIN
+                   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'app') THEN
+                     CREATE ROLE app LOGIN NOSUPERUSER;
+                   END IF;
+                 END $$;",
+            )
+            .unwrap();
+        Server {
+            pg,
+            counter: Mutex::new(0),
+        }
+    })
+}
+
+/// A new database owned by nobody special, where role `app` has CREATE.
+fn database() -> String {
+    let server = server();
+    let name = {
+        let mut n = server.counter.lock().unwrap();
+        *n += 1;
+        format!("ext_{}", *n)
+    };
+    let mut admin = PgConnection::establish(&server.pg.url()).unwrap();
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    admin
+        .batch_execute(&format!("GRANT CREATE ON DATABASE {name} TO app"))
+        .unwrap();
+    name
+}
+
+fn conn(database: &str) -> PgConnection {
+    PgConnection::establish(&server().pg.url_for(database)).unwrap()
+}
+
+/// `app`'s connection: a role that is not a superuser.
+fn app_conn(database: &str) -> PgConnection {
+    let url = server()
+        .pg
+        .url_for(database)
+        .replacen("postgres@", "app@", 1);
+    assert!(url.contains("app@"), "{url}");
+    PgConnection::establish(&url).unwrap()
+}
+
+/// What was installed, object by object: functions (signature, security,
+/// settings, volatility, body), table columns, indexes, triggers,
+/// constraints. Ownership and privileges are left out (see the module
+/// documentation of src/extension.rs), and so is the extension's own
+/// lineage-restore trigger.
+fn installed_objects(conn: &mut PgConnection) -> Vec<String> {
+    rows(
+        conn,
+        "SELECT format('function %s security_definer=%s config=%s volatile=%s strict=%s md5=%s',
+                       p.oid::regprocedure, p.prosecdef, p.proconfig, p.provolatile, p.proisstrict,
+                       md5(p.prosrc)) AS t
+           FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+          WHERE n.nspname = 'lease' AND p.proname <> '_lineage_restore'
+         UNION ALL
+         SELECT format('column %s.%s %s notnull=%s default=%s', c.relname, a.attname,
+                       format_type(a.atttypid, a.atttypmod), a.attnotnull,
+                       pg_get_expr(d.adbin, d.adrelid))
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+           LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+          WHERE n.nspname = 'lease' AND c.relkind = 'r' AND c.relname <> 'schema_migrations'
+         UNION ALL
+         SELECT format('index %s', pg_get_indexdef(i.indexrelid))
+           FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'lease' AND c.relname <> 'schema_migrations'
+         UNION ALL
+         SELECT format('trigger %s', pg_get_triggerdef(t.oid))
+           FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'lease' AND NOT t.tgisinternal AND t.tgname <> 'lineage_restore'
+         UNION ALL
+         SELECT format('constraint %s %s', co.conname, pg_get_constraintdef(co.oid))
+           FROM pg_constraint co JOIN pg_namespace n ON n.oid = co.connamespace
+          WHERE n.nspname = 'lease' AND co.conname NOT LIKE 'schema_migrations%'
+         ORDER BY 1",
+    )
+}
+
+/// The distinct owners of the tables and functions in schema `lease`.
+fn owners(conn: &mut PgConnection) -> Vec<String> {
+    rows(
+        conn,
+        "SELECT DISTINCT pg_get_userbyid(o)::text AS t FROM (
+             SELECT p.proowner AS o FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
+             UNION ALL
+             SELECT c.relowner FROM pg_class c WHERE c.relnamespace = 'lease'::regnamespace
+         ) AS x ORDER BY 1",
+    )
+}
+
+/// The state a dump must keep: every lease row, guard record, namespace
+/// rule and the lineage row.
+fn state(conn: &mut PgConnection) -> Vec<String> {
+    rows(
+        conn,
+        "SELECT format('lease %s %s %s %s %s', key, owner, epoch, expires_at, lapsed_owner) AS t FROM lease.leases
+         UNION ALL SELECT format('guard %s %s %s %s', resource, lease_key, accepted_epoch, updated_at) FROM lease.guards
+         UNION ALL SELECT format('namespace %s %s', prefix, created_at) FROM lease.namespaces
+         UNION ALL SELECT format('lineage %s %s %s %s', system_identifier, base, last_timeline, external_floor) FROM lease.lineage
+         ORDER BY 1",
+    )
+}
+
+/// Leases held, released and fenced, and guard records.
+fn seed(conn: &mut PgConnection) {
+    let a = acquire(conn, "job-a", "w1", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    admit(conn, "res-a", &a.token()).unwrap();
+    assert_eq!(
+        release(conn, "job-a", "w1", a.epoch()).unwrap(),
+        leasehold::Release::Released
+    );
+    let a2 = acquire(conn, "job-a", "w2", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    admit(conn, "res-a", &a2.token()).unwrap();
+    let b = acquire(conn, "job-b", "w1", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    admit(conn, "res-b", &b.token()).unwrap();
+    leasehold::fence(conn, "res-c", "job-b", b.epoch()).unwrap();
+}
+
+/// The seed's rules on a database with `seed` in it: the next grant of a
+/// released key is its counter + 1, a held key is refused, a stale epoch is
+/// refused by its guard.
+fn seed_checks(conn: &mut PgConnection) {
+    let generation: i64 = rows(conn, "SELECT generation::text AS t FROM lease.generation()")[0]
+        .parse()
+        .unwrap();
+    let floor = (generation << 40) + 1;
+    let counter: i64 = rows(
+        conn,
+        "SELECT epoch::text AS t FROM lease.leases WHERE key = 'job-a'",
+    )[0]
+    .parse()
+    .unwrap();
+    let held = acquire(conn, "job-a", "w3", TTL).unwrap();
+    assert!(held.granted().is_none(), "job-a is held by w2");
+    let lease = rows(
+        conn,
+        "SELECT epoch::text AS t FROM lease.leases WHERE key = 'job-a'",
+    );
+    assert_eq!(lease, vec![counter.to_string()]);
+    assert_eq!(
+        release(conn, "job-a", "w2", counter).unwrap(),
+        leasehold::Release::Released
+    );
+    let next = acquire(conn, "job-a", "w3", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert_eq!(
+        next.epoch(),
+        (counter + 2).max(floor),
+        "release adds one, the grant one more (at least the generation's floor)"
+    );
+    let stale = leasehold::FencingToken::new("job-a", "w1", 1).unwrap();
+    assert!(
+        admit(conn, "res-a", &stale).is_err(),
+        "a stale epoch is refused"
+    );
+    admit(conn, "res-a", &next.token()).unwrap();
+    let fresh = acquire(conn, "new-key", "w1", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert_eq!(
+        fresh.epoch(),
+        floor,
+        "a never-seen key starts at the generation's floor"
+    );
+}
+
+#[test]
+fn create_extension_by_a_non_superuser_installs_what_the_migrations_install() {
+    let by_migrations = database();
+    let mut m = app_conn(&by_migrations);
+    install(&mut m).unwrap();
+    let by_extension = database();
+    let mut e = app_conn(&by_extension);
+    e.batch_execute("CREATE EXTENSION leasehold").unwrap();
+    assert_eq!(
+        rows(
+            &mut e,
+            "SELECT extversion AS t FROM pg_extension WHERE extname = 'leasehold'"
+        ),
+        vec![extension_version()]
+    );
+    assert_eq!(installed_objects(&mut e), installed_objects(&mut m));
+    assert!(!installed_objects(&mut e).is_empty());
+    // The extension's owner may run the operator actions, as the installing
+    // role of the migrations may.
+    seed(&mut e);
+    seed_checks(&mut e);
+    e.batch_execute("SELECT lease.force_release('job-b'); SELECT lease.raise_generation(0 + 1)")
+        .unwrap();
+    assert_eq!(
+        rows(
+            &mut e,
+            "SELECT pg_get_userbyid(nspowner)::text AS t FROM pg_namespace WHERE nspname = 'lease'"
+        ),
+        vec!["app".to_owned()]
+    );
+    assert_eq!(
+        owners(&mut e),
+        vec!["app".to_owned()],
+        "app owns every object, as with the migrations"
+    );
+    assert_eq!(owners(&mut m), vec!["app".to_owned()]);
+}
+
+#[test]
+fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
+    let db = database();
+    let mut c = app_conn(&db);
+    c.batch_execute(&format!(
+        "CREATE EXTENSION leasehold VERSION '{FIRST_VERSION}'"
+    ))
+    .unwrap();
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT (to_regclass('lease.guards') IS NULL)::text AS t"
+        ),
+        vec!["true".to_owned()],
+        "version 1 has no guards yet"
+    );
+    let held = acquire(&mut c, "job-a", "w1", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    let other = acquire(&mut c, "job-b", "w1", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert_eq!(
+        release(&mut c, "job-b", "w1", other.epoch()).unwrap(),
+        leasehold::Release::Released
+    );
+    c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261130000002'")
+        .unwrap();
+    admit(&mut c, "res-a", &held.token()).unwrap();
+    let before = state(&mut c);
+    c.batch_execute("ALTER EXTENSION leasehold UPDATE").unwrap();
+    assert_eq!(
+        state(&mut c),
+        before,
+        "the update changed no lease or guard"
+    );
+    assert_eq!(owners(&mut c), vec!["app".to_owned()]);
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT extversion AS t FROM pg_extension WHERE extname = 'leasehold'"
+        ),
+        vec![extension_version()]
+    );
+    let fresh = database();
+    let mut f = app_conn(&fresh);
+    f.batch_execute("CREATE EXTENSION leasehold").unwrap();
+    assert_eq!(installed_objects(&mut c), installed_objects(&mut f));
+    // Still the same lease, and its guard still admits it.
+    admit(&mut c, "res-a", &held.token()).unwrap();
+    let next = acquire(&mut c, "job-b", "w2", TTL)
+        .unwrap()
+        .granted()
+        .unwrap();
+    assert_eq!(next.epoch(), other.epoch() + 2);
+}
+
+/// Dumps `from` and restores it into a new database, `as_role` naming the
+/// role pg_restore acts as (`--role`).
+fn dump_and_restore(from: &str, as_role: Option<&str>) -> String {
+    let server = server();
+    let to = database();
+    let file = server.pg.root_dir().join(format!("{from}.dump"));
+    let out = Command::new(server.pg.tool_path("pg_dump"))
+        .args(["-Fc", "-f"])
+        .arg(&file)
+        .arg("-d")
+        .arg(server.pg.url_for(from))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(server.pg.tool_path("pg_restore"))
+        .args(as_role.map(|role| format!("--role={role}")))
+        .args(["--exit-on-error", "-d"])
+        .arg(server.pg.url_for(&to))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pg_restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    to
+}
+
+fn dump_keeps_everything(use_extension: bool) {
+    let db = database();
+    let mut c = app_conn(&db);
+    if use_extension {
+        c.batch_execute("CREATE EXTENSION leasehold").unwrap();
+    } else {
+        install(&mut c).unwrap();
+    }
+    seed(&mut c);
+    c.batch_execute("SELECT lease.bind_namespace('team-', 'app')")
+        .unwrap();
+    // A raised generation lives only in the lineage row: the restore must
+    // keep the dump's row, not the one CREATE EXTENSION inserts.
+    c.batch_execute("SELECT lease.raise_generation(1)").unwrap();
+    let before = state(&mut c);
+    assert!(before.iter().filter(|r| r.starts_with("guard ")).count() >= 3);
+    // The extension is restored as its owner (see src/extension.rs); the
+    // migrations install by the superuser, which restores each owner.
+    let restored = dump_and_restore(&db, use_extension.then_some("app"));
+    let mut r = conn(&restored);
+    assert_eq!(state(&mut r), before, "the restore kept every row");
+    assert_eq!(installed_objects(&mut r), installed_objects(&mut c));
+    if use_extension {
+        assert_eq!(
+            rows(
+                &mut r,
+                "SELECT extversion AS t FROM pg_extension WHERE extname = 'leasehold'"
+            ),
+            vec![extension_version()]
+        );
+    }
+    seed_checks(&mut r);
+}
+
+#[test]
+fn pg_dump_keeps_every_epoch_and_guard_record_of_an_extension_install() {
+    dump_keeps_everything(true);
+}
+
+#[test]
+fn pg_dump_keeps_every_epoch_and_guard_record_of_a_migrations_install() {
+    dump_keeps_everything(false);
+}
+
+#[test]
+fn install_refuses_a_database_with_the_extension() {
+    let db = database();
+    let mut c = app_conn(&db);
+    c.batch_execute("CREATE EXTENSION leasehold").unwrap();
+    match install(&mut c) {
+        Err(InstallError::ExtensionInstalled { version }) => {
+            assert_eq!(version, extension_version())
+        }
+        other => panic!("expected ExtensionInstalled, got {other:?}"),
+    }
+    assert!(matches!(
+        leasehold::uninstall(&mut c),
+        Err(InstallError::ExtensionInstalled { .. })
+    ));
+    assert_eq!(
+        rows(
+            &mut c,
+            "SELECT (to_regclass('lease.schema_migrations') IS NULL)::text AS t"
+        ),
+        vec!["true".to_owned()],
+        "nothing was written"
+    );
+}
+
+#[test]
+fn create_extension_refuses_a_migrations_install() {
+    let db = database();
+    let mut c = app_conn(&db);
+    install(&mut c).unwrap();
+    let error = c.batch_execute("CREATE EXTENSION leasehold").unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("already installed in this database by its migrations"),
+        "{message}"
+    );
+    assert!(rows(
+        &mut c,
+        "SELECT extname::text AS t FROM pg_extension WHERE extname = 'leasehold'"
+    )
+    .is_empty());
+}
+
+#[test]
+fn create_extension_refuses_a_schema_another_role_owns() {
+    let db = database();
+    let mut admin = conn(&db);
+    admin.batch_execute("CREATE SCHEMA lease").unwrap();
+    let mut c = app_conn(&db);
+    let message = c
+        .batch_execute("CREATE EXTENSION leasehold")
+        .unwrap_err()
+        .to_string();
+    assert!(message.contains("owned by role postgres"), "{message}");
+}
