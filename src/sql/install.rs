@@ -8,6 +8,7 @@ pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
 /// The oldest PostgreSQL major version leasehold installs into; the SQL of
 /// [`VERSION_CHECK`] spells it as `140000` and `minimum=14`.
+#[cfg(test)]
 pub(crate) const MINIMUM_MAJOR: u32 = 14;
 
 /// Refuses a server older than PostgreSQL [`MINIMUM_MAJOR`] before anything

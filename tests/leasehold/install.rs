@@ -254,3 +254,12 @@ fn the_version_check_refuses_a_server_below_the_minimum() {
     );
     assert!(installed_versions(&mut conn).unwrap().is_empty());
 }
+
+/// A version matrix run (`.ci/pg-matrix`) names the major it tests in
+/// `LEASEHOLD_EXPECT_PG_MAJOR`; the server these tests use must run it.
+#[test]
+fn the_test_server_runs_the_expected_major() {
+    let version =
+        leasehold_test_support::server::check_expected_major(&TestServer::from_env().admin_url());
+    eprintln!("the tests run on PostgreSQL {version}");
+}
