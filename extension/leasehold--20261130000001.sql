@@ -38,6 +38,22 @@ $$;
 --   input check. The list of input violations, and the reason a write did not
 --   apply, are computed only on those error paths.
 
+-- docs/SPECIFICATION.md §4: PostgreSQL 14 or newer (the versions the test
+-- matrix runs; README, "Supported PostgreSQL versions"). Checked first, so an
+-- older server gets nothing; leasehold::install runs the same check before
+-- its own bookkeeping (src/install.rs).
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN
+        RAISE EXCEPTION 'leasehold needs PostgreSQL 14 or newer; this server is PostgreSQL %', pg_catalog.current_setting('server_version')
+            USING ERRCODE = '0A000',
+                  CONSTRAINT = 'lease_unsupported_version',
+                  DETAIL = 'minimum=14 server_version=' OPERATOR(pg_catalog.||) pg_catalog.current_setting('server_version'),
+                  HINT = 'Upgrade the server to PostgreSQL 14 or newer; nothing was installed.';
+    END IF;
+END
+$$;
+
 -- docs/SPECIFICATION.md §4: never adopt a schema `lease` that another role
 -- created. Its owner could replace any function in it, an internal helper
 -- included, and the next SECURITY DEFINER call would run that code as the

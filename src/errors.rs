@@ -354,6 +354,18 @@ pub enum InstallError {
         /// The installed extension version (`pg_extension.extversion`).
         version: String,
     },
+    /// The server is older than the oldest supported PostgreSQL major
+    /// version (14); nothing was installed or changed. Migration 1 refuses
+    /// such a server the same way (SQLSTATE 0A000, constraint
+    /// `lease_unsupported_version`), so vendored migrations do too.
+    #[error("PostgreSQL {found} is not supported: leasehold needs PostgreSQL {minimum} or newer; nothing was installed")]
+    UnsupportedVersion {
+        /// The server's version as it reports it (`server_version`, e.g.
+        /// `13.11` or `13.11 (Debian 13.11-1.pgdg120+1)`).
+        found: String,
+        /// The oldest supported major version (14).
+        minimum: u32,
+    },
     /// The install bookkeeping (schema `lease`, its version table, the
     /// install lock) could not be read or written.
     #[error("leasehold install bookkeeping failed")]
@@ -368,6 +380,15 @@ impl InstallError {
     /// Maps a diesel error of the install bookkeeping to its typed meaning.
     pub(crate) fn from_diesel(error: DieselError) -> Self {
         if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::UNSUPPORTED_VERSION) {
+                if let Some((minimum, found)) = info.details().and_then(decode::unsupported_version)
+                {
+                    return InstallError::UnsupportedVersion {
+                        found: found.to_owned(),
+                        minimum,
+                    };
+                }
+            }
             if info.constraint_name() == Some(names::SCHEMA_NOT_OWNED) {
                 if let Some(owner) = info.details().and_then(decode::schema_owner) {
                     return InstallError::SchemaNotOwned {
@@ -717,5 +738,83 @@ impl GenerationError {
             operation,
             source: error,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::result::DatabaseErrorInformation;
+
+    use super::*;
+
+    /// The fields of a server error, as libpq would report them.
+    struct Reported {
+        constraint: &'static str,
+        detail: &'static str,
+    }
+
+    impl DatabaseErrorInformation for Reported {
+        fn message(&self) -> &str {
+            "refused"
+        }
+        fn details(&self) -> Option<&str> {
+            Some(self.detail)
+        }
+        fn hint(&self) -> Option<&str> {
+            None
+        }
+        fn table_name(&self) -> Option<&str> {
+            None
+        }
+        fn column_name(&self) -> Option<&str> {
+            None
+        }
+        fn constraint_name(&self) -> Option<&str> {
+            Some(self.constraint)
+        }
+        fn statement_position(&self) -> Option<i32> {
+            None
+        }
+    }
+
+    fn reported(constraint: &'static str, detail: &'static str) -> DieselError {
+        DieselError::DatabaseError(
+            DatabaseErrorKind::Unknown,
+            Box::new(Reported { constraint, detail }),
+        )
+    }
+
+    #[test]
+    fn an_unsupported_version_refusal_is_typed_and_names_the_minimum() {
+        let error = InstallError::from_diesel(reported(
+            "lease_unsupported_version",
+            "minimum=14 server_version=13.11 (Debian 13.11-1.pgdg120+1)",
+        ));
+        match &error {
+            InstallError::UnsupportedVersion { found, minimum } => {
+                assert_eq!(found, "13.11 (Debian 13.11-1.pgdg120+1)");
+                assert_eq!(*minimum, 14);
+            }
+            other => panic!("expected UnsupportedVersion, got {other:?}"),
+        }
+        assert_eq!(
+            error.to_string(),
+            "PostgreSQL 13.11 (Debian 13.11-1.pgdg120+1) is not supported: leasehold needs \
+             PostgreSQL 14 or newer; nothing was installed"
+        );
+    }
+
+    #[test]
+    fn a_schema_owner_refusal_stays_typed() {
+        match InstallError::from_diesel(reported("lease_schema_not_owned", "owner=squatter")) {
+            InstallError::SchemaNotOwned { owner } => assert_eq!(owner, "squatter"),
+            other => panic!("expected SchemaNotOwned, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unreadable_detail_keeps_the_database_error() {
+        let error = InstallError::from_diesel(reported("lease_unsupported_version", "garbled"));
+        assert!(matches!(error, InstallError::Database(_)), "{error:?}");
     }
 }

@@ -17,6 +17,8 @@
 //! - it refuses a database where leasehold is installed as the extension
 //!   `leasehold` ([`InstallError::ExtensionInstalled`]; see
 //!   [`crate::extension_files`]);
+//! - it refuses a server older than PostgreSQL 14
+//!   ([`InstallError::UnsupportedVersion`]) before creating anything;
 //! - it never adopts a schema `lease` another role owns
 //!   ([`InstallError::SchemaNotOwned`]): that role could replace leasehold's
 //!   functions and run code as the installer.
@@ -155,6 +157,9 @@ fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallE
 }
 
 fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
+    // Before anything is created: an unsupported server gets nothing.
+    conn.batch_execute(install::VERSION_CHECK)
+        .map_err(InstallError::from_diesel)?;
     diesel::sql_query(install::LOCK)
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)?;
@@ -194,5 +199,49 @@ mod tests {
     fn the_schema_owner_check_is_the_one_migration_1_runs() {
         let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
         assert!(up.contains(&format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK)));
+    }
+
+    /// Migration 1 opens with the version check `install` runs first, so
+    /// vendored migrations refuse an old server too.
+    #[test]
+    fn the_version_check_is_the_first_statement_of_migration_1() {
+        let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
+        let check = format!("{};", crate::sql::install::VERSION_CHECK);
+        let at = up.find(&check).expect("migration 1 runs the version check");
+        let before: String = up[..at]
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("--"))
+            .collect();
+        assert!(
+            before.trim().is_empty(),
+            "statements before the check: {before}"
+        );
+    }
+
+    /// The SQL compares `server_version_num` with the minimum major version
+    /// times 10000, and names the same minimum in its DETAIL.
+    #[test]
+    fn the_version_check_refuses_exactly_the_majors_below_14() {
+        use crate::sql::install::{MINIMUM_MAJOR, VERSION_CHECK};
+        assert_eq!(MINIMUM_MAJOR, 14);
+        let threshold = MINIMUM_MAJOR * 10000;
+        assert!(VERSION_CHECK.contains(&format!("OPERATOR(pg_catalog.<) {threshold} THEN")));
+        assert!(VERSION_CHECK.contains(&format!("'minimum={MINIMUM_MAJOR} server_version='")));
+        assert!(VERSION_CHECK.contains(&format!("PostgreSQL {MINIMUM_MAJOR} or newer")));
+        // server_version_num is major * 10000 + minor since PostgreSQL 10,
+        // and 90600-style before it.
+        let refused = |num: u32| num < threshold;
+        for (num, is_refused) in [
+            (90624, true),
+            (120022, true),
+            (130011, true),
+            (139999, true),
+            (140000, false),
+            (140023, false),
+            (150018, false),
+            (180004, false),
+        ] {
+            assert_eq!(refused(num), is_refused, "{num}");
+        }
     }
 }

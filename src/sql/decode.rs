@@ -61,6 +61,17 @@ pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
     detail.strip_prefix("owner=")
 }
 
+/// What a refused install's version DETAIL names
+/// (`minimum=<major> server_version=<server_version>`): the minimum major
+/// and the server's version, which may hold spaces
+/// (`15.18 (Debian 15.18-0+deb12u1)`), so it is everything after the prefix.
+pub(crate) fn unsupported_version(detail: &str) -> Option<(u32, &str)> {
+    let (minimum, found) = detail
+        .strip_prefix("minimum=")?
+        .split_once(" server_version=")?;
+    Some((minimum.parse().ok()?, found))
+}
+
 /// What a namespace refusal's DETAIL names: the argument (`key` or
 /// `resource`), the name refused, and the session user refused. Written by
 /// `lease._raise_forbidden` as `<argument>=<name> role=<role>`: the argument
@@ -121,6 +132,16 @@ mod tests {
             })
         );
         assert_eq!(forbidden("no fields"), None);
+    }
+
+    #[test]
+    fn unsupported_version_detail_keeps_spaces_in_the_version() {
+        assert_eq!(
+            unsupported_version("minimum=14 server_version=13.11 (Debian 13.11-1)"),
+            Some((14, "13.11 (Debian 13.11-1)"))
+        );
+        assert_eq!(unsupported_version("minimum=x server_version=13.1"), None);
+        assert_eq!(unsupported_version("owner=app"), None);
     }
 
     #[test]

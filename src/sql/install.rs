@@ -6,6 +6,29 @@
 /// Serialises installers of one database (`$1`: the lock key).
 pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
+/// The oldest PostgreSQL major version leasehold installs into; the SQL of
+/// [`VERSION_CHECK`] spells it as `140000` and `minimum=14`.
+#[cfg(test)]
+pub(crate) const MINIMUM_MAJOR: u32 = 14;
+
+/// Refuses a server older than PostgreSQL [`MINIMUM_MAJOR`] before anything
+/// is created: SQLSTATE 0A000, constraint `lease_unsupported_version`,
+/// DETAIL `minimum=14 server_version=<server_version>`. The same block opens
+/// migration 1, so that `diesel migration run` with the vendored migrations
+/// refuses too; the two must stay the same. Only versions the test matrix
+/// has run are accepted (README, "Supported PostgreSQL versions").
+pub(crate) const VERSION_CHECK: &str = "DO $$
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN
+        RAISE EXCEPTION 'leasehold needs PostgreSQL 14 or newer; this server is PostgreSQL %', pg_catalog.current_setting('server_version')
+            USING ERRCODE = '0A000',
+                  CONSTRAINT = 'lease_unsupported_version',
+                  DETAIL = 'minimum=14 server_version=' OPERATOR(pg_catalog.||) pg_catalog.current_setting('server_version'),
+                  HINT = 'Upgrade the server to PostgreSQL 14 or newer; nothing was installed.';
+    END IF;
+END
+$$";
+
 /// The schema the migrations install into.
 pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 

@@ -24,6 +24,11 @@ pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// and another role owns it (SQLSTATE 42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
+/// `CONSTRAINT` name of an install refused because the server is older than
+/// PostgreSQL 14 (SQLSTATE 0A000; DETAIL
+/// `minimum=14 server_version=<server_version>`).
+pub(crate) const UNSUPPORTED_VERSION: &str = "lease_unsupported_version";
+
 /// `CONSTRAINT` name of a waiter registration beyond the session's cap
 /// (SQLSTATE 22023).
 pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";

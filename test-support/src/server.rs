@@ -7,6 +7,36 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold_local::{DatabaseServer, LocalPostgres, DATABASE_URL_ENV};
 
+use crate::sql::query_lines;
+
+/// The PostgreSQL major version the throwaway servers must run, when set
+/// (`.ci/pg-matrix` sets it next to `LEASEHOLD_PG_BIN`), so that a version
+/// matrix run cannot pass on another version's binaries.
+pub const EXPECT_MAJOR_ENV: &str = "LEASEHOLD_EXPECT_PG_MAJOR";
+
+/// The version of the server at `url` (`server_version`, e.g. `17.10`);
+/// panics when [`EXPECT_MAJOR_ENV`] names another major.
+pub fn check_expected_major(url: &str) -> String {
+    let mut conn =
+        PgConnection::establish(url).unwrap_or_else(|error| panic!("connect to {url}: {error}"));
+    let lines = query_lines(
+        &mut conn,
+        "SELECT (current_setting('server_version_num')::int / 10000)::text \
+                || ' ' || current_setting('server_version') AS line",
+    );
+    let line = lines.first().map(String::as_str).unwrap_or_default();
+    let (major, version) = line.split_once(' ').unwrap_or((line, line));
+    if let Ok(expected) = std::env::var(EXPECT_MAJOR_ENV) {
+        if !expected.is_empty() {
+            assert_eq!(
+                major, expected,
+                "{EXPECT_MAJOR_ENV}={expected}, but the test server is PostgreSQL {version}"
+            );
+        }
+    }
+    version.to_owned()
+}
+
 /// The server a test binary's databases live on.
 ///
 /// Obtained through [`TestServer::from_env`] or [`TestServer::local`], which
@@ -49,6 +79,7 @@ impl TestServer {
                 .setting("max_connections", "200")
                 .start()
                 .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
+            check_expected_major(&server.url());
             TestServer::on(DatabaseServer::Local(Box::new(server)))
         })
     }

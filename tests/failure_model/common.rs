@@ -43,6 +43,8 @@ impl Cluster {
             .start()
             .unwrap_or_else(|e| panic!("start a throwaway server: {e}"));
         let cluster = Cluster { pg };
+        // A version matrix run (.ci/pg-matrix) must test the major it names.
+        leasehold_test_support::server::check_expected_major(&cluster.url());
         let mut conn = cluster.conn();
         leasehold::install(&mut conn).expect("install leasehold");
         conn.batch_execute(

@@ -201,3 +201,65 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
     drop(conn);
     admin.batch_execute(&format!("DROP ROLE {role}")).unwrap();
 }
+
+/// The version check migration 1 opens with (and `install` runs first), as
+/// it would fire on PostgreSQL 13: no PostgreSQL 13 server is at hand, so
+/// the same block with its minimum raised to 99 runs on this server instead,
+/// which is below that. It must refuse with SQLSTATE 0A000, the stable
+/// constraint name and a DETAIL `minimum=<major> server_version=<version>`
+/// that `InstallError::UnsupportedVersion` is read from (the mapping itself
+/// is unit-tested in src/errors.rs), and this server must pass the real one.
+#[test]
+fn the_version_check_refuses_a_server_below_the_minimum() {
+    let up = include_str!("../../migrations/2026-11-30-000001_lease_primitive/up.sql");
+    let start = up.find("DO $$").expect("migration 1 opens with a DO block");
+    let end = start + up[start..].find("$$;").expect("its end") + "$$;".len();
+    let check = &up[start..end];
+    assert!(check.contains("lease_unsupported_version"), "{check}");
+    assert!(
+        check.contains("OPERATOR(pg_catalog.<) 140000 THEN"),
+        "{check}"
+    );
+
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    conn.batch_execute(check)
+        .expect("this server is PostgreSQL 14 or newer");
+
+    let raised = check
+        .replace("140000", "990000")
+        .replace("minimum=14", "minimum=99")
+        .replace("PostgreSQL 14 or newer", "PostgreSQL 99 or newer");
+    assert_eq!(sqlstate_of(&mut conn, &raised), "0A000");
+    let error = conn.batch_execute(&raised).unwrap_err();
+    let diesel::result::Error::DatabaseError(_, info) = &error else {
+        panic!("{error:?}")
+    };
+    let version = query_lines(
+        &mut conn,
+        "SELECT current_setting('server_version') AS line",
+    );
+    assert_eq!(info.constraint_name(), Some("lease_unsupported_version"));
+    assert_eq!(
+        info.details(),
+        Some(format!("minimum=99 server_version={}", version[0]).as_str())
+    );
+    assert!(
+        info.message().contains(&format!(
+            "needs PostgreSQL 99 or newer; this server is PostgreSQL {}",
+            version[0]
+        )),
+        "{}",
+        info.message()
+    );
+    assert!(installed_versions(&mut conn).unwrap().is_empty());
+}
+
+/// A version matrix run (`.ci/pg-matrix`) names the major it tests in
+/// `LEASEHOLD_EXPECT_PG_MAJOR`; the server these tests use must run it.
+#[test]
+fn the_test_server_runs_the_expected_major() {
+    let version =
+        leasehold_test_support::server::check_expected_major(&TestServer::from_env().admin_url());
+    eprintln!("the tests run on PostgreSQL {version}");
+}
