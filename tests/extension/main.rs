@@ -72,6 +72,39 @@ fn the_committed_files_are_what_the_generator_produces() {
 /// directory of links plus an `extension` directory holding the generated
 /// files. PostgreSQL finds its share directory relative to its binary, so
 /// the copy keeps the installation's layout.
+/// The binary, share and package library directories of the installation
+/// whose server binaries are in `real_bin`: from its `pg_config` where it
+/// has one (a distribution's packages), otherwise from the layout of the
+/// server-only trees the version matrix fetches (`.ci/fetch-postgres`:
+/// `bin/`, `share/postgresql/`, `lib/postgresql/`), which have no
+/// `pg_config`.
+fn installation_dirs(real_bin: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let pg_config = real_bin.join("pg_config");
+    if !pg_config.exists() {
+        let root = real_bin
+            .parent()
+            .expect("the binary directory has a parent");
+        return (
+            real_bin.to_path_buf(),
+            root.join("share/postgresql"),
+            root.join("lib/postgresql"),
+        );
+    }
+    let config = |what: &str| -> PathBuf {
+        let out = Command::new(&pg_config)
+            .arg(what)
+            .output()
+            .expect("run pg_config");
+        assert!(out.status.success(), "pg_config {what} failed");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    };
+    (
+        config("--bindir"),
+        config("--sharedir"),
+        config("--pkglibdir"),
+    )
+}
+
 fn private_install() -> PathBuf {
     let real_bin = std::env::var_os("LEASEHOLD_PG_BIN")
         .filter(|v| !v.is_empty())
@@ -94,19 +127,7 @@ fn private_install() -> PathBuf {
             dirs.sort();
             dirs.pop().expect("a PostgreSQL installation").1
         });
-    let config = |what: &str| -> PathBuf {
-        let out = Command::new(real_bin.join("pg_config"))
-            .arg(what)
-            .output()
-            .expect("run pg_config");
-        assert!(out.status.success(), "pg_config {what} failed");
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    };
-    let (bin, share, lib) = (
-        config("--bindir"),
-        config("--sharedir"),
-        config("--pkglibdir"),
-    );
+    let (bin, share, lib) = installation_dirs(&real_bin);
     // The longest common ancestor of the three; the copy keeps the rest.
     let mut common = bin.clone();
     while !(share.starts_with(&common) && lib.starts_with(&common)) {
@@ -141,6 +162,17 @@ fn private_install() -> PathBuf {
     std::fs::create_dir_all(my_lib.parent().unwrap()).unwrap();
     if !my_lib.exists() {
         std::os::unix::fs::symlink(&lib, &my_lib).unwrap();
+    }
+    // A server-only tree keeps its shared libraries next to the package
+    // library directory (`lib/`), where its binaries look for them.
+    if !real_bin.join("pg_config").exists() {
+        for entry in std::fs::read_dir(lib.parent().unwrap()).unwrap() {
+            let entry = entry.unwrap();
+            let to = my_lib.parent().unwrap().join(entry.file_name());
+            if !to.exists() {
+                std::os::unix::fs::symlink(entry.path(), to).unwrap();
+            }
+        }
     }
     let extension_dir = my_share.join("extension");
     std::fs::create_dir_all(&extension_dir).unwrap();
@@ -180,11 +212,20 @@ fn server() -> &'static Server {
             .durable(false)
             .start()
             .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
-        let out = Command::new(pg.tool_path("pg_config"))
-            .arg("--sharedir")
-            .output()
-            .unwrap();
-        let share = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        // The version matrix (.ci/pg-matrix) names the major it means to
+        // test; a run that reached another one must fail, not pass.
+        if let Some(major) = std::env::var(leasehold_test_support::server::EXPECT_MAJOR_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let mut conn = PgConnection::establish(&pg.url()).unwrap();
+            let found = leasehold_test_support::query_lines(
+                &mut conn,
+                "SELECT (current_setting('server_version_num')::int / 10000)::text AS line",
+            );
+            assert_eq!(found, [major], "the extension tests reached another major");
+        }
+        let (_, share, _) = installation_dirs(&bin);
         assert!(
             share.join("extension/leasehold.control").exists(),
             "the private installation's share directory {share:?} lacks the extension files"
