@@ -237,17 +237,17 @@ BEFORE INSERT ON lease.lineage
 FOR EACH ROW
 EXECUTE FUNCTION lease._lineage_restore();
 
--- Whether the calling session may act on `name` (a key or a resource). The
--- caller is session_user, the role that logged in: inside a SECURITY
--- DEFINER function current_user is the function's owner, and session_user
--- cannot be changed by an ordinary role (SET ROLE changes current_user
--- only). Membership counts as pg_has_role(..., 'MEMBER') reports it, so a
--- login role acts with every role it may SET ROLE to. PL/pgSQL, not SQL: a
--- SQL function with a sub-select is never inlined, and PostgreSQL plans a
--- non-inlined SQL function's body again at every call (measured: about
--- 50 µs per call); PL/pgSQL keeps the plan for the session. With no rules
--- it is one look-up in an empty table.
-CREATE FUNCTION lease._allowed(name text)
+-- Whether the calling session may act on `name` (a key or a resource), by
+-- the namespace rules. The caller is session_user, the role that logged in:
+-- inside a SECURITY DEFINER function current_user is the function's owner,
+-- and session_user cannot be changed by an ordinary role (SET ROLE changes
+-- current_user only). Membership counts as pg_has_role(..., 'MEMBER')
+-- reports it, so a login role acts with every role it may SET ROLE to.
+-- PL/pgSQL, not SQL: a SQL function with a sub-select is never inlined, and
+-- PostgreSQL plans a non-inlined SQL function's body again at every call
+-- (measured: about 50 µs per call); PL/pgSQL keeps the plan for the session.
+-- Called through lease._allowed, which skips it while no rule can exist.
+CREATE FUNCTION lease._allowed_by_rules(name text)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
@@ -256,7 +256,7 @@ DECLARE
 BEGIN
     SELECT n.role_oid INTO v_role
       FROM lease.namespaces AS n
-     WHERE starts_with(_allowed.name, n.prefix)
+     WHERE starts_with(_allowed_by_rules.name, n.prefix)
      ORDER BY octet_length(n.prefix) DESC
      LIMIT 1;
     IF NOT FOUND THEN
@@ -264,6 +264,24 @@ BEGIN
     END IF;
     RETURN pg_has_role(session_user, v_role, 'MEMBER');
 END;
+$$;
+
+-- Whether the calling session may act on `name` (docs/SPECIFICATION.md §4):
+-- every API function asks this first. While lease.namespaces has no pages
+-- it has no rows, committed or not, so there is no rule to look up: a file
+-- size read (about 1.5 µs) instead of a PL/pgSQL call and a query (about
+-- 4.5 µs; docs/PERFORMANCE.md). A table that once had rules keeps its
+-- pages, and so the full check, until VACUUM truncates them; the size is
+-- read under the table's ACCESS SHARE lock, which that truncation
+-- conflicts with, so it is never read half-way. An SQL function without a
+-- sub-select, so the planner inlines it into every caller; VOLATILE because
+-- pg_relation_size is (a STABLE one would not be inlined).
+CREATE FUNCTION lease._allowed(name text)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT pg_relation_size('lease.namespaces'::regclass) = 0
+           OR lease._allowed_by_rules(_allowed.name)
 $$;
 
 -- Raised when the caller may not act on `name` (docs/SPECIFICATION.md §4).
@@ -608,6 +626,20 @@ RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 8388607::bigint $$;
 
+-- What happens after a key became FREE: called by every function that
+-- frees a key (lease.release, lease.force_release), in the freeing
+-- transaction, after its UPDATE. Nothing here; 2026-11-30-000003 puts the
+-- wake-up of waiters in its place. A call, not a trigger: a row trigger's
+-- queue and call cost a release about 20 µs (docs/PERFORMANCE.md), a call
+-- to this function about 2.
+CREATE FUNCTION lease._on_release(key_hash bytea)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+END;
+$$;
+
 -- Row locks on lease.leases (docs/SPECIFICATION.md §1.5). The modes are
 -- chosen so that nothing a non-holder can do holds up a holder's renew:
 -- * renew and release update the row and so take FOR NO KEY UPDATE: they
@@ -667,6 +699,49 @@ BEGIN
     v_now := clock_timestamp();
     IF v_now + wait > v_now THEN
         v_deadline := v_now + wait;
+    END IF;
+    -- The common grant in one statement, without a subtransaction
+    -- (docs/PERFORMANCE.md): an existing FREE or LAPSED row that nobody has
+    -- locked, on a server whose lineage row is current (same system, no
+    -- timeline recorded since). `c` locks the row FOR UPDATE (the lock mode
+    -- a grant to a new owner needs, see above) and SKIP LOCKED never waits,
+    -- so a locked row leaves this path at once; `g` is the generation that
+    -- lease._generation would compute without writing. Anything else (a
+    -- never-seen key, a held key, a row another transaction locked, a
+    -- lineage or timeline to record) finds no row here and takes the
+    -- attempts below, which decide it as they always did. If `c` locked the
+    -- row and `g` is empty, the lock is ours and the first attempt grants.
+    WITH g AS (
+        SELECT GREATEST(g.base + g.last_timeline - 1, g.external_floor) AS generation
+          FROM lease.lineage AS g
+         WHERE g.singleton
+           AND g.system_identifier = (pg_control_system()).system_identifier
+           AND g.last_timeline = lease._timeline()
+    ), c AS (
+        SELECT l.key_hash
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = acquire.key
+           AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+           FOR UPDATE SKIP LOCKED
+    )
+    UPDATE lease.leases AS l
+       SET owner = acquire.owner,
+           epoch = GREATEST(l.epoch + 1, (g.generation << 40) + 1),
+           expires_at = clock_timestamp() + acquire.ttl,
+           lapsed_owner = l.owner
+      FROM g, c
+     WHERE l.key_hash = v_hash AND l.key = acquire.key AND c.key_hash = v_hash
+    RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+    IF FOUND THEN
+        -- §1.4: durable at commit (see the end of the attempts below).
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
+        acquired := true;
+        epoch := v_epoch;
+        expires_at := v_expires;
+        RETURN NEXT;
+        RETURN;
     END IF;
     <<attempt>>
     LOOP
@@ -930,6 +1005,7 @@ BEGIN
          WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
            AND l.expires_at > clock_timestamp();
         IF FOUND THEN
+            PERFORM lease._on_release(v_hash);
             -- §1.4: durable at commit (see lease.acquire).
             IF current_setting('synchronous_commit') IN ('off', 'local') THEN
                 PERFORM set_config('synchronous_commit', 'on', true);
@@ -999,6 +1075,7 @@ SELECT true, (pg_control_system()).system_identifier, 1 - t.timeline, t.timeline
   FROM (SELECT lease._timeline() AS timeline) AS t;
 
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._allowed_by_rules(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_forbidden(text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._text_violations(text, text) FROM PUBLIC;
@@ -1015,6 +1092,7 @@ REVOKE ALL ON FUNCTION lease._raise_wait_timeout(text, interval, text) FROM PUBL
 REVOKE ALL ON FUNCTION lease._timeline() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._generation(boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._max_generation() FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._on_release(bytea) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;

@@ -125,8 +125,8 @@ $$;
 
 -- Frees `key` whatever its state: a held or lapsed grant ends as a release
 -- would end it (owner cleared, counter + 1, so the grant's epoch and every
--- lower one are stale), and a waiter is notified through the release trigger
--- of 2026-11-30-000003 (it fires on owner -> NULL). Returns the counter after
+-- lower one are stale), and a waiter is notified as after a release
+-- (lease._on_release, 2026-11-30-000003). Returns the counter after
 -- the call: every epoch at or below it is stale, which is the `up_to` to
 -- fence resources with. A FREE key is left as it is (its counter returned);
 -- a never-leased key has no counter: NULL, and nothing is written. Locks the
@@ -154,6 +154,7 @@ BEGIN
      WHERE l.key_hash = v_hash AND l.key = force_release.key AND l.owner IS NOT NULL
     RETURNING l.epoch INTO v_epoch;
     IF FOUND THEN
+        PERFORM lease._on_release(v_hash);
         IF current_setting('synchronous_commit') IN ('off', 'local') THEN
             PERFORM set_config('synchronous_commit', 'on', true);
         END IF;

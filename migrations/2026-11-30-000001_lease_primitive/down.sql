@@ -5,6 +5,7 @@ DROP FUNCTION IF EXISTS lease.inspect(text);
 DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
+DROP FUNCTION IF EXISTS lease._on_release(bytea);
 DROP FUNCTION IF EXISTS lease._max_generation();
 DROP FUNCTION IF EXISTS lease._generation(boolean, boolean);
 DROP FUNCTION IF EXISTS lease._timeline();
@@ -23,6 +24,7 @@ DROP TABLE IF EXISTS lease.lineage;
 DROP TABLE IF EXISTS lease.leases;
 DROP FUNCTION IF EXISTS lease._raise_forbidden(text, text, text);
 DROP FUNCTION IF EXISTS lease._allowed(text);
+DROP FUNCTION IF EXISTS lease._allowed_by_rules(text);
 DROP TABLE IF EXISTS lease.namespaces;
 DROP FUNCTION IF EXISTS lease._key_hash(text);
 -- The schema goes only when nothing else lives in it (leasehold's own install

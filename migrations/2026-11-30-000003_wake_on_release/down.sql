@@ -1,7 +1,13 @@
--- Removes wake-on-release: the notification trigger and the waiter
--- registry. The lease functions were never redefined.
-DROP TRIGGER IF EXISTS notify_released ON lease.leases;
-DROP FUNCTION IF EXISTS lease._notify_released();
+-- Removes wake-on-release: the waiter registry and the notification in the
+-- release hook. The lease functions were never redefined.
+-- The release hook goes back to doing nothing (as 2026-11-30-000001 left it).
+CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+END;
+$$;
 DROP FUNCTION IF EXISTS lease._waiter_reset();
 DROP FUNCTION IF EXISTS lease._waiter_unwatch(text);
 DROP FUNCTION IF EXISTS lease._waiter_watch(text);

@@ -4,8 +4,8 @@
 --
 -- A process that waits for keys keeps one listener session (LISTEN
 -- lease_released) and registers, per key it waits for, one row in
--- lease.waiters. A trigger on the release transition notifies when a
--- registration for the key exists, with the key's digest (never its name) as
+-- lease.waiters. Every release notifies when a registration for the key
+-- exists, with the key's digest (never its name) as
 -- the payload.
 --
 -- What registration must never do: hold up a holder. docs/SPECIFICATION.md
@@ -19,9 +19,9 @@
 -- * a registration takes the key's advisory lock SHARED (try): on success it
 --   inserts its row, and the lock lasts until the registration's transaction
 --   ends, i.e. until the row is committed (or rolled back);
--- * the release trigger takes the same lock EXCLUSIVE (try): on success it
---   notifies iff a registration row for the key exists; on failure (some
---   registration is in flight) it notifies anyway.
+-- * a release (lease._on_release) takes the same lock EXCLUSIVE (try): on
+--   success it notifies iff a registration row for the key exists; on
+--   failure (some registration is in flight) it notifies anyway.
 --
 -- Why no release can be missed. Take a registration R that returned a
 -- digest (success) and a release X that commits. X's exclusive lock, once
@@ -31,9 +31,9 @@
 --   1. R's transaction ended before X took the lock. A transaction's
 --      commit is visible to every snapshot taken after its locks are
 --      released (PostgreSQL marks it committed before releasing its locks),
---      and the trigger's EXISTS takes its snapshot after the lock (READ
+--      and the release's EXISTS takes its snapshot after the lock (READ
 --      COMMITTED: a new snapshot per statement). So X sees R's row and
---      notifies. Under REPEATABLE READ or SERIALIZABLE the trigger would read
+--      notifies. Under REPEATABLE READ or SERIALIZABLE the look-up would read
 --      the transaction's older snapshot, so it notifies unconditionally.
 --   2. R took its lock after X's transaction ended. R's try can only succeed
 --      then (before, X's exclusive lock refuses it), so X committed before R
@@ -53,15 +53,16 @@
 -- being notified. Both cost liveness (latency, extra work), never safety:
 -- whether a waiter gets a lease is decided by lease.acquire alone.
 --
--- Cost: a release now calls the trigger function (one try-lock and one
--- index probe of lease.waiters). benches/primitive.rs measures it; README.md
+-- Cost: a release calls lease._on_release (one try-lock and one index probe
+-- of lease.waiters). benches/primitive.rs measures it; README.md
 -- reports it.
 --
 -- Storage: a session may hold at most 10 000 registrations
 -- (lease_waiter_limit); rows of sessions that are gone are pruned by
 -- lease._waiter_reset.
 --
--- No API function is redefined.
+-- No API function is redefined; lease._on_release, the hook that
+-- 2026-11-30-000001 leaves empty, is filled in.
 --
 -- The rules of 2026-11-30-000001 apply, with these documented exceptions:
 -- * lease._waiter_watch, lease._waiter_unwatch and lease._waiter_reset are
@@ -71,10 +72,8 @@
 --   functions (SECURITY DEFINER, pinned search_path), as
 --   docs/SPECIFICATION.md §4 states. They change only the calling session's
 --   registrations (and _waiter_reset also rows of sessions that are gone).
--- * lease._notify_released is a trigger function: it fires for any UPDATE of
---   lease.leases, including one an administrator runs by hand outside the API
---   functions, so it cannot rely on a caller's pinned search_path and pins
---   its own.
+-- * lease._on_release relies on its callers' pinned search_path (it is
+--   granted to nobody and called only by API functions).
 
 -- One row per (key, listener session) with interest in the key's release.
 --   backend_pid: the registering session. Sessions are identified by pid
@@ -203,42 +202,42 @@ BEGIN
 END;
 $$;
 
--- The notification: a key goes from owned to FREE only by a release (an
--- acquire always sets an owner; a lapse is no write at all), so a row trigger
--- on exactly that transition notifies on every successful release and on
--- nothing else; the function decides whether anybody may be waiting (see the
--- top of this file). The payload is
+-- The notification, in lease._on_release: every function that frees a key
+-- (lease.release, lease.force_release) calls it in the freeing transaction,
+-- after its UPDATE; an acquire always sets an owner and a lapse is no write
+-- at all, so it runs on every release and on nothing else. It decides
+-- whether anybody may be waiting (see the top of this file). The payload is
 -- the hex digest of the key: every session that LISTENs on the channel
 -- receives it, whatever keys it may act on, and a digest names a key only to
 -- whoever already knows (or guesses) the key.
-CREATE FUNCTION lease._notify_released()
-RETURNS trigger
+--
+-- A function call rather than the row trigger of earlier drafts: the
+-- trigger's event queue and call cost every release about 20 µs, the call
+-- about 2 (docs/PERFORMANCE.md). An UPDATE an administrator runs by hand on
+-- lease.leases notifies nobody; waiters still find the key free at their
+-- next poll (LeaseWaiterBuilder::fallback_poll).
+--
+-- No pinned search_path of its own: its only callers are the API functions,
+-- which pin theirs, and it is granted to nobody.
+CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea)
+RETURNS void
 LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- Two statements, in this order: the look-up must take its snapshot
     -- after the lock is held (one statement would share one snapshot, taken
     -- before the lock).
     IF current_setting('transaction_isolation') <> 'read committed'
-       OR NOT pg_try_advisory_xact_lock(1818785643, lease._waiter_lock_id(NEW.key_hash)) THEN
-        PERFORM pg_notify('lease_released', encode(NEW.key_hash, 'hex'));
-    ELSIF EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = NEW.key_hash) THEN
-        PERFORM pg_notify('lease_released', encode(NEW.key_hash, 'hex'));
+       OR NOT pg_try_advisory_xact_lock(1818785643, lease._waiter_lock_id(_on_release.key_hash)) THEN
+        PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
+    ELSIF EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _on_release.key_hash) THEN
+        PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
     END IF;
-    RETURN NULL;
 END;
 $$;
 
-CREATE TRIGGER notify_released
-AFTER UPDATE OF owner ON lease.leases
-FOR EACH ROW
-WHEN (OLD.owner IS NOT NULL AND NEW.owner IS NULL)
-EXECUTE FUNCTION lease._notify_released();
-
 REVOKE ALL ON FUNCTION lease._waiter_lock_id(bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._waiter_limit() FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._notify_released() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_unwatch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_reset() TO PUBLIC;
