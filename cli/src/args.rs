@@ -95,14 +95,28 @@ pub enum Command {
         ttl: Duration,
     },
     /// Release the grant (KEY, OWNER, EPOCH); its epoch becomes stale.
+    /// Operator: `release --force KEY --epoch N` ends exactly grant N of
+    /// KEY, whoever holds it, and never a newer one (exit 5 if the key is
+    /// held under a newer epoch, 6 if epoch N was never granted); needs
+    /// EXECUTE on lease.force_release(text, bigint) (granted to nobody by
+    /// default).
     #[command(after_help = EXIT_CODES)]
     Release {
         /// The lease key.
         key: String,
-        /// The owner of the grant.
-        owner: String,
-        /// The grant's epoch.
-        epoch: i64,
+        /// The owner of the grant (not with --force).
+        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        owner: Option<String>,
+        /// The grant's epoch (not with --force, which takes --epoch).
+        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        epoch: Option<i64>,
+        /// Operator: end the grant at --epoch whoever holds it.
+        #[arg(long, requires = "force_epoch")]
+        force: bool,
+        /// With --force: the epoch of the grant to end (as `ls` or
+        /// `inspect` showed it).
+        #[arg(long = "epoch", requires = "force", value_name = "N")]
+        force_epoch: Option<i64>,
     },
     /// Show KEY's state: holder, epoch, expiry (advisory, may be stale).
     #[command(after_help = EXIT_CODES)]

@@ -86,7 +86,23 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             epoch,
             ttl,
         } => commands::renew(conn, out, &key, &owner, epoch, ttl),
-        Command::Release { key, owner, epoch } => commands::release(conn, out, &key, &owner, epoch),
+        Command::Release {
+            key,
+            owner,
+            epoch,
+            force,
+            force_epoch,
+        } => match (force, force_epoch, owner, epoch) {
+            (true, Some(epoch), _, _) => operator::force_release_epoch(conn, out, &key, epoch),
+            (false, None, Some(owner), Some(epoch)) => {
+                commands::release(conn, out, &key, &owner, epoch)
+            }
+            // clap's requires/conflicts rules make any other mix a usage
+            // error before this point.
+            _ => Err(CliError::InvalidInput(
+                "pass either OWNER EPOCH, or --force --epoch N".into(),
+            )),
+        },
         Command::Inspect { key } => commands::inspect(conn, out, &key),
         Command::Ls(list) => listing::ls(conn, out, list.prefix.as_deref()),
         Command::Watch {
