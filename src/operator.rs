@@ -25,8 +25,8 @@ use diesel::RunQueryDsl;
 use crate::errors::{GenerationError, LeaseError, NamespaceError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
-    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, GenerationCall, ListNamespacesCall, RaiseGenerationCall,
-    UnbindNamespaceCall,
+    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, GenerationCall, ListNamespacesCall,
+    RaiseGenerationCall, UnbindNamespaceCall,
 };
 use crate::sql::{decode, input};
 

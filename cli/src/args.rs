@@ -19,7 +19,9 @@ Exit codes:
   3  denied: the key is held by another owner
   4  lapsed: the caller's grant expired (and may have been taken over)
   5  epoch mismatch: the caller holds the key under another epoch
+     (release --force: the key is held under a newer epoch, left alone)
   6  not owner: unknown or free key, or another owner's grant
+     (release --force: that epoch was never granted)
   7  wait timed out: the key stayed held for the whole --wait
   8  cannot connect, database error, leasehold not installed, or a
      read-only server (a standby; list every host and add

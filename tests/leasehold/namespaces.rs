@@ -1068,7 +1068,11 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
         "SELECT * FROM lease.force_release(NULL::text, 1)",
     ] {
         assert_eq!(sqlstate_of(&mut owner, sql), "22023", "{sql}");
-        assert_eq!(constraint_of(&mut owner, sql), "lease_invalid_input", "{sql}");
+        assert_eq!(
+            constraint_of(&mut owner, sql),
+            "lease_invalid_input",
+            "{sql}"
+        );
     }
     assert!(matches!(
         force_release_epoch(&mut owner, "job", 0),
