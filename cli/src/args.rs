@@ -133,6 +133,7 @@ pub enum Command {
     Ls(ListArgs),
     /// Like `ls`, refreshed live until Ctrl-C (or --count refreshes).
     /// Rows that changed since the previous refresh are marked with `*`.
+    /// With --events: one line per wake-up, grant and loss instead.
     #[command(after_help = EXIT_CODES)]
     Watch {
         /// Which keys.
@@ -141,9 +142,19 @@ pub enum Command {
         /// Time between refreshes.
         #[arg(long, default_value = "500ms", value_parser = duration::parse)]
         interval: Duration,
-        /// Stop after this many refreshes (default: until Ctrl-C).
+        /// Stop after this many refreshes, or with --events this many
+        /// events (default: until Ctrl-C).
         #[arg(long)]
         count: Option<u64>,
+        /// Print events instead of tables, one line each (with --json one
+        /// object per line) as they happen: `wake` (a release notification
+        /// woke the key's waiters), `acquired`, and the losses `lapsed`,
+        /// `released`, `taken_over`; `removed` when a key's row is pruned.
+        /// The first line (`watching`) says how many keys are watched.
+        /// Registers the watched keys for release notifications (as a
+        /// waiter does). --owner keeps the events that concern that owner.
+        #[arg(long, conflicts_with_all = ["state", "sort", "limit"])]
+        events: bool,
     },
     /// Raise RESOURCE's guard so it refuses every epoch up to --up-to of
     /// lease --key (operator action after a holder lapsed or released).
@@ -248,9 +259,73 @@ pub enum ExtensionCommand {
     },
 }
 
-/// Which keys `ls` and `watch` show.
+/// Which keys `ls` and `watch` show, and in which order.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Only keys starting with this prefix (default: all keys).
+    /// Only keys starting with this prefix (default: all keys); the same
+    /// as --prefix.
+    #[arg(value_name = "PREFIX", conflicts_with = "prefix")]
+    pub positional_prefix: Option<String>,
+    /// Only keys starting with this prefix.
+    #[arg(long)]
     pub prefix: Option<String>,
+    /// Only keys in these states (comma-separated or repeated): held,
+    /// lapsed (the grant expired; anyone may take the key), free (released).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub state: Vec<KeyState>,
+    /// Only keys whose current or lapsed grant belongs to this owner
+    /// (exact match).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Order of the rows: key (byte order), expires (soonest expiry first,
+    /// free keys last) or epoch (highest first); ties by key.
+    #[arg(long, value_enum, default_value_t = SortBy::Key)]
+    pub sort: SortBy,
+    /// Show at most this many rows (after filtering and sorting).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: Option<i64>,
+}
+
+impl ListArgs {
+    /// The prefix, from either spelling ("" for all keys).
+    pub fn prefix(&self) -> &str {
+        self.prefix
+            .as_deref()
+            .or(self.positional_prefix.as_deref())
+            .unwrap_or("")
+    }
+}
+
+/// A key's state as `ls` shows it (decided on the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyState {
+    /// A live grant.
+    Held,
+    /// A grant whose ttl passed: anyone may acquire the key.
+    Lapsed,
+    /// Released (or force-released): no grant.
+    Free,
+}
+
+impl KeyState {
+    /// The name `ls` prints and SQL compares.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Held => "held",
+            KeyState::Lapsed => "lapsed",
+            KeyState::Free => "free",
+        }
+    }
+}
+
+/// How `ls` orders its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    /// By key, byte order.
+    Key,
+    /// Soonest expiry first (lapsed ones, longest lapsed, before held
+    /// ones); free keys last.
+    Expires,
+    /// Highest epoch first.
+    Epoch,
 }

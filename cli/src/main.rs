@@ -16,6 +16,7 @@ mod commands;
 mod connect;
 mod demo;
 mod duration;
+mod events;
 mod extension;
 mod failure;
 mod json;
@@ -104,12 +105,19 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             )),
         },
         Command::Inspect { key } => commands::inspect(conn, out, &key),
-        Command::Ls(list) => listing::ls(conn, out, list.prefix.as_deref()),
+        Command::Ls(list) => listing::ls(conn, out, &list),
         Command::Watch {
             list,
             interval,
             count,
-        } => listing::watch(conn, out, list.prefix.as_deref(), interval, count),
+            events: true,
+        } => events::watch_events(conn, &session_url, out, &list, interval, count),
+        Command::Watch {
+            list,
+            interval,
+            count,
+            events: false,
+        } => listing::watch(conn, out, &list, interval, count),
         Command::Fence {
             resource,
             key,
