@@ -30,6 +30,8 @@ Exit codes:
      or lease not held
  10  permission denied: the role was not granted this operator action, or
      an operator bound the key's (or resource's) prefix to another role
+ 11  doctor: warnings (leasehold works, something should be looked at)
+ 12  doctor: failures (leasehold cannot work as intended here)
 
 Without --database-url or DATABASE_URL every command runs against a
 throwaway local PostgreSQL that is deleted when the command exits: nothing
@@ -195,6 +197,18 @@ pub enum Command {
         /// Show or raise.
         #[command(subcommand)]
         action: GenerationCommand,
+    },
+    /// Check this database and role for leasehold: install path, version
+    /// and pending upgrades, privileges (act, operate, list),
+    /// synchronous_commit, standby, pooler, listener, clock difference,
+    /// table sizes and prunable rows. Each finding says what to do. Exit 0
+    /// healthy, 11 warnings, 12 failures (8 when it cannot connect).
+    #[command(after_help = EXIT_CODES)]
+    Doctor {
+        /// Lapsed rows whose grant expired longer ago than this count as
+        /// prunable (free rows always do: no release time is stored).
+        #[arg(long, default_value = "168h", value_parser = duration::parse)]
+        idle: Duration,
     },
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database

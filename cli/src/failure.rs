@@ -41,6 +41,10 @@ pub enum Exit {
     /// 10: the role may not do this: an operator action it was not granted,
     /// or a key or resource whose namespace is bound to another role.
     PermissionDenied = 10,
+    /// 11: `doctor` found warnings and no failure.
+    DoctorWarnings = 11,
+    /// 12: `doctor` found at least one failure.
+    DoctorFailures = 12,
 }
 
 impl Exit {

@@ -15,6 +15,7 @@ mod args;
 mod commands;
 mod connect;
 mod demo;
+mod doctor;
 mod duration;
 mod events;
 mod extension;
@@ -37,8 +38,12 @@ use crate::output::Printer;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let out = Printer::new(cli.json);
-    match run(cli, out) {
-        Ok(()) => ExitCode::from(Exit::Ok.code()),
+    let result = match cli.command {
+        Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
+        _ => run(cli, out).map(|()| Exit::Ok),
+    };
+    match result {
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(error) => {
             eprintln!("error: {error}");
             if out.is_json() {
@@ -50,10 +55,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `leasehold doctor`: its exit code depends on what it found, and it
+/// runs on a database where leasehold may be missing (that is a finding).
+fn doctor(url: Option<&str>, out: Printer, idle: std::time::Duration) -> Result<Exit, CliError> {
+    let mut session = connect::open(url, Needs::Nothing)?;
+    let session_url = session.url.clone();
+    doctor::run(
+        &mut session.conn,
+        out,
+        &doctor::Options {
+            url: &session_url,
+            idle,
+        },
+    )
+}
+
 fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
     let url = cli.database_url.as_deref();
     let needs = match cli.command {
-        Command::Install => Needs::Nothing,
+        Command::Install | Command::Doctor { .. } => Needs::Nothing,
         Command::Extension { action } => {
             return match action {
                 ExtensionCommand::Generate { out: dir } => extension::generate(&dir, out),
@@ -136,6 +156,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             }
         },
         Command::Demo => demo::run(out),
-        Command::Extension { .. } => Ok(()),
+        // Handled before: see `doctor` and the early returns above.
+        Command::Extension { .. } | Command::Doctor { .. } => Ok(()),
     }
 }
