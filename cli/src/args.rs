@@ -49,7 +49,8 @@ pub struct Cli {
     pub database_url: Option<String>,
 
     /// Print machine-readable JSON on stdout (one object per result; `watch`
-    /// prints one object per refresh). Errors are JSON objects too.
+    /// prints one object per refresh, `watch --events` one per event).
+    /// Errors are JSON objects too.
     #[arg(long, global = true)]
     pub json: bool,
 

@@ -2,12 +2,15 @@
 //!
 //! Install the SQL side, acquire / renew / release / inspect leases, list
 //! and watch keys, fence a guarded resource, bind key namespaces to roles,
-//! force a release, and run a guided demo of the fencing story. See `leasehold --help` for usage and the exit codes.
+//! force a release, check a deployment (`doctor`), and run a guided demo of
+//! the fencing story. See `leasehold --help` for usage and the exit codes.
 //!
 //! This binary is the crate `leasehold-cli`, kept out of the library so
 //! that depending on `leasehold` pulls neither clap nor a server supervisor.
 //! It uses only the library's public functions, except `ls`/`watch`, which
-//! read the lease table directly (see `listing.rs` for why), and
+//! read the lease table directly (see `listing.rs` for why), `watch
+//! --events`, which registers as a waiter and listens itself (`events.rs`),
+//! and `doctor`, which reads the catalogs (`doctor.rs`); and
 //! `leasehold-local` for the embedded default database and the demo.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
