@@ -345,3 +345,23 @@ fn doctor_fails_a_server_running_with_fsync_off() {
         .unwrap()
         .contains("fsync = on"));
 }
+
+/// A role whose transactions are read-only by default cannot take leases
+/// (as on a standby): the standby finding fails (exit 12).
+#[test]
+fn doctor_fails_a_read_only_role_like_a_standby() {
+    let deployment = deployment();
+    deployment.admin_exec(&format!(
+        "ALTER ROLE {} SET default_transaction_read_only = on",
+        deployment.app
+    ));
+    let (code, json, list) = findings(&deployment.url_as(&deployment.app));
+    assert_eq!(code, 12, "{json}");
+    only_these_not_ok(&list, &["standby"]);
+    let standby = finding(&json, "standby");
+    assert_eq!(standby["status"], "fail");
+    assert!(standby["action"]
+        .as_str()
+        .unwrap()
+        .contains("target_session_attrs=read-write"));
+}
