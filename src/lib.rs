@@ -85,8 +85,9 @@ pub use holding::{
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
 pub use operator::{
-    bind_namespace, force_release, generation, list_namespaces, raise_generation, unbind_namespace,
-    BoundRole, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
+    bind_namespace, force_release, force_release_epoch, generation, list_namespaces,
+    raise_generation, unbind_namespace, BoundRole, ForcedRelease, Generation, NamespaceRule,
+    GENERATION_SHIFT, MAX_GENERATION,
 };
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::{build_pool, PgPool, PreparedStatements};

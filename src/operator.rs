@@ -25,8 +25,8 @@ use diesel::RunQueryDsl;
 use crate::errors::{GenerationError, LeaseError, NamespaceError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
-    BindNamespaceCall, ForceReleaseCall, GenerationCall, ListNamespacesCall, RaiseGenerationCall,
-    UnbindNamespaceCall,
+    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, GenerationCall, ListNamespacesCall,
+    RaiseGenerationCall, UnbindNamespaceCall,
 };
 use crate::sql::{decode, input};
 
@@ -163,6 +163,104 @@ pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, 
             autocommit,
         )
     })
+}
+
+/// What [`force_release_epoch`] did with the grant it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForcedRelease {
+    /// The grant ended, as its holder's release would have ended it: its
+    /// epoch and every lower one are stale, its holder hears `not_owner`,
+    /// and waiters were woken.
+    Released {
+        /// The key's counter now, the grant's epoch + 1: every epoch up to
+        /// it is stale; fence resources up to it ([`crate::fence`]).
+        counter: i64,
+    },
+    /// The key is held (or lapsed) under a higher epoch: the grant asked
+    /// for ended already and someone acquired the key since. Nothing
+    /// changed; that newer grant is left alone.
+    NewerGrant {
+        /// The epoch of the grant the key has now.
+        current_epoch: i64,
+    },
+    /// The key is free and its counter is at or above the epoch asked for:
+    /// that grant, if there ever was one, has ended. Nothing changed.
+    AlreadyFree {
+        /// The key's counter.
+        counter: i64,
+    },
+    /// The key was never leased (`counter` is `None`), or the epoch is
+    /// above every epoch the key was granted. Nothing changed.
+    NoSuchGrant {
+        /// The key's counter, `None` for a never-leased key.
+        counter: Option<i64>,
+    },
+}
+
+/// Operator action: ends exactly the grant (`key`, `epoch`), whoever holds
+/// it, held or lapsed, and never a newer one. Where [`force_release`] frees
+/// whatever grant the key has when the call runs (which may be a grant made
+/// after the operator looked), this form acts only on the grant the
+/// operator saw: a holder that released and re-acquired meanwhile keeps its
+/// new grant ([`ForcedRelease::NewerGrant`]).
+///
+/// An ended grant is ended as a release ends it: counter + 1, waiters
+/// woken. An epoch below 1 is [`LeaseError::InvalidInput`] and nothing
+/// changes. Only the grant of EXECUTE on
+/// `lease.force_release(text, bigint)` limits who may call it (a role
+/// without it gets [`LeaseError::Database`], PostgreSQL's "permission
+/// denied for function force_release"); namespace rules do not.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+/// match leasehold::force_release_epoch(conn, "job-42", 7)? {
+///     leasehold::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
+///     other => println!("nothing changed: {other:?}"),
+/// }
+/// # Ok(()) }
+/// ```
+pub fn force_release_epoch(
+    conn: &mut PgConnection,
+    key: &str,
+    epoch: i64,
+) -> Result<ForcedRelease, LeaseError> {
+    check_text("key", key)?;
+    if epoch < 1 {
+        return Err(LeaseError::InvalidInput {
+            violations: vec!["epoch must be at least 1".to_owned()],
+        });
+    }
+    let call = ForceReleaseEpochCall {
+        key,
+        epoch,
+        _borrow: std::marker::PhantomData,
+    };
+    let autocommit = crate::leases::in_autocommit(conn);
+    let (status, counter) = call
+        .get_result::<(String, Option<i64>)>(conn)
+        .map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::ForceRelease,
+                error,
+                key,
+                Duration::ZERO,
+                autocommit,
+            )
+        })?;
+    match (status.as_str(), counter) {
+        ("released", Some(counter)) => Ok(ForcedRelease::Released { counter }),
+        ("newer_grant", Some(current_epoch)) => Ok(ForcedRelease::NewerGrant { current_epoch }),
+        ("already_free", Some(counter)) => Ok(ForcedRelease::AlreadyFree { counter }),
+        ("no_such_grant", counter) => Ok(ForcedRelease::NoSuchGrant { counter }),
+        // An answer this client cannot read: the installed SQL is newer.
+        _ => Err(LeaseError::Database {
+            operation: Operation::ForceRelease,
+            source: diesel::result::Error::DeserializationError(
+                format!("unexpected lease force_release answer {status:?}: the installed SQL is newer than this client").into(),
+            ),
+        }),
+    }
 }
 
 /// How far an epoch's generation is shifted: a grant's epoch is at least

@@ -19,7 +19,9 @@ Exit codes:
   3  denied: the key is held by another owner
   4  lapsed: the caller's grant expired (and may have been taken over)
   5  epoch mismatch: the caller holds the key under another epoch
+     (release --force: the key is held under a newer epoch, left alone)
   6  not owner: unknown or free key, or another owner's grant
+     (release --force: that epoch was never granted)
   7  wait timed out: the key stayed held for the whole --wait
   8  cannot connect, database error, leasehold not installed, or a
      read-only server (a standby; list every host and add
@@ -28,6 +30,8 @@ Exit codes:
      or lease not held
  10  permission denied: the role was not granted this operator action, or
      an operator bound the key's (or resource's) prefix to another role
+ 11  doctor: warnings (leasehold works, something should be looked at)
+ 12  doctor: failures (leasehold cannot work as intended here)
 
 Without --database-url or DATABASE_URL every command runs against a
 throwaway local PostgreSQL that is deleted when the command exits: nothing
@@ -45,7 +49,8 @@ pub struct Cli {
     pub database_url: Option<String>,
 
     /// Print machine-readable JSON on stdout (one object per result; `watch`
-    /// prints one object per refresh). Errors are JSON objects too.
+    /// prints one object per refresh, `watch --events` one per event).
+    /// Errors are JSON objects too.
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -95,14 +100,28 @@ pub enum Command {
         ttl: Duration,
     },
     /// Release the grant (KEY, OWNER, EPOCH); its epoch becomes stale.
+    /// Operator: `release --force KEY --epoch N` ends exactly grant N of
+    /// KEY, whoever holds it, and never a newer one (exit 5 if the key is
+    /// held under a newer epoch, 6 if epoch N was never granted); needs
+    /// EXECUTE on lease.force_release(text, bigint) (granted to nobody by
+    /// default).
     #[command(after_help = EXIT_CODES)]
     Release {
         /// The lease key.
         key: String,
-        /// The owner of the grant.
-        owner: String,
-        /// The grant's epoch.
-        epoch: i64,
+        /// The owner of the grant (not with --force).
+        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        owner: Option<String>,
+        /// The grant's epoch (not with --force, which takes --epoch).
+        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        epoch: Option<i64>,
+        /// Operator: end the grant at --epoch whoever holds it.
+        #[arg(long, requires = "force_epoch")]
+        force: bool,
+        /// With --force: the epoch of the grant to end (as `ls` or
+        /// `inspect` showed it).
+        #[arg(long = "epoch", requires = "force", value_name = "N")]
+        force_epoch: Option<i64>,
     },
     /// Show KEY's state: holder, epoch, expiry (advisory, may be stale).
     #[command(after_help = EXIT_CODES)]
@@ -117,6 +136,7 @@ pub enum Command {
     Ls(ListArgs),
     /// Like `ls`, refreshed live until Ctrl-C (or --count refreshes).
     /// Rows that changed since the previous refresh are marked with `*`.
+    /// With --events: one line per wake-up, grant and loss instead.
     #[command(after_help = EXIT_CODES)]
     Watch {
         /// Which keys.
@@ -125,9 +145,19 @@ pub enum Command {
         /// Time between refreshes.
         #[arg(long, default_value = "500ms", value_parser = duration::parse)]
         interval: Duration,
-        /// Stop after this many refreshes (default: until Ctrl-C).
+        /// Stop after this many refreshes, or with --events this many
+        /// events (default: until Ctrl-C).
         #[arg(long)]
         count: Option<u64>,
+        /// Print events instead of tables, one line each (with --json one
+        /// object per line) as they happen: `wake` (a release notification
+        /// woke the key's waiters), `acquired`, and the losses `lapsed`,
+        /// `released`, `taken_over`; `removed` when a key's row is pruned.
+        /// The first line (`watching`) says how many keys are watched.
+        /// Registers the watched keys for release notifications (as a
+        /// waiter does). --owner keeps the events that concern that owner.
+        #[arg(long, conflicts_with_all = ["state", "sort", "limit"])]
+        events: bool,
     },
     /// Raise RESOURCE's guard so it refuses every epoch up to --up-to of
     /// lease --key (operator action after a holder lapsed or released).
@@ -168,6 +198,18 @@ pub enum Command {
         /// Show or raise.
         #[command(subcommand)]
         action: GenerationCommand,
+    },
+    /// Check this database and role for leasehold: install path, version
+    /// and pending upgrades, privileges (act, operate, list),
+    /// synchronous_commit, standby, pooler, listener, clock difference,
+    /// table sizes and prunable rows. Each finding says what to do. Exit 0
+    /// healthy, 11 warnings, 12 failures (8 when it cannot connect).
+    #[command(after_help = EXIT_CODES)]
+    Doctor {
+        /// Lapsed rows whose grant expired longer ago than this count as
+        /// prunable (free rows always do: no release time is stored).
+        #[arg(long, default_value = "168h", value_parser = duration::parse)]
+        idle: Duration,
     },
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database
@@ -232,9 +274,73 @@ pub enum ExtensionCommand {
     },
 }
 
-/// Which keys `ls` and `watch` show.
+/// Which keys `ls` and `watch` show, and in which order.
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// Only keys starting with this prefix (default: all keys).
+    /// Only keys starting with this prefix (default: all keys); the same
+    /// as --prefix.
+    #[arg(value_name = "PREFIX", conflicts_with = "prefix")]
+    pub positional_prefix: Option<String>,
+    /// Only keys starting with this prefix.
+    #[arg(long)]
     pub prefix: Option<String>,
+    /// Only keys in these states (comma-separated or repeated): held,
+    /// lapsed (the grant expired; anyone may take the key), free (released).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub state: Vec<KeyState>,
+    /// Only keys whose current or lapsed grant belongs to this owner
+    /// (exact match).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Order of the rows: key (byte order), expires (soonest expiry first,
+    /// free keys last) or epoch (highest first); ties by key.
+    #[arg(long, value_enum, default_value_t = SortBy::Key)]
+    pub sort: SortBy,
+    /// Show at most this many rows (after filtering and sorting).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: Option<i64>,
+}
+
+impl ListArgs {
+    /// The prefix, from either spelling ("" for all keys).
+    pub fn prefix(&self) -> &str {
+        self.prefix
+            .as_deref()
+            .or(self.positional_prefix.as_deref())
+            .unwrap_or("")
+    }
+}
+
+/// A key's state as `ls` shows it (decided on the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KeyState {
+    /// A live grant.
+    Held,
+    /// A grant whose ttl passed: anyone may acquire the key.
+    Lapsed,
+    /// Released (or force-released): no grant.
+    Free,
+}
+
+impl KeyState {
+    /// The name `ls` prints and SQL compares.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Held => "held",
+            KeyState::Lapsed => "lapsed",
+            KeyState::Free => "free",
+        }
+    }
+}
+
+/// How `ls` orders its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    /// By key, byte order.
+    Key,
+    /// Soonest expiry first (lapsed ones, longest lapsed, before held
+    /// ones); free keys last.
+    Expires,
+    /// Highest epoch first.
+    Epoch,
 }

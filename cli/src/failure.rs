@@ -41,6 +41,10 @@ pub enum Exit {
     /// 10: the role may not do this: an operator action it was not granted,
     /// or a key or resource whose namespace is bound to another role.
     PermissionDenied = 10,
+    /// 11: `doctor` found warnings and no failure.
+    DoctorWarnings = 11,
+    /// 12: `doctor` found at least one failure.
+    DoctorFailures = 12,
 }
 
 impl Exit {
@@ -111,6 +115,21 @@ pub enum CliError {
         /// The login role refused.
         role: String,
     },
+    /// `release --force KEY --epoch N` found grant N not live and could not
+    /// end it: the key is held under a newer epoch (`newer_grant`, left
+    /// alone) or epoch N was never granted (`no_such_grant`). Nothing changed.
+    #[error("{}", explain_force_refusal(.key, *.epoch, .status, *.counter))]
+    ForceReleaseRefused {
+        /// The key.
+        key: String,
+        /// The epoch asked for.
+        epoch: i64,
+        /// `newer_grant` or `no_such_grant`.
+        status: &'static str,
+        /// The key's counter (the newer grant's epoch for `newer_grant`),
+        /// `None` for a never-leased key.
+        counter: Option<i64>,
+    },
     /// The server accepts only reads (SQLSTATE 25006): a standby, or a
     /// primary being demoted during a failover.
     #[error("{operation} refused: the server is read-only (a standby, or a primary being demoted during a failover); point --database-url at the primary, or list every host and add target_session_attrs=read-write (postgres://user@host1:5432,host2:5432/db?target_session_attrs=read-write) so the writable one is chosen")]
@@ -161,6 +180,18 @@ fn describe_holder(holder: &Option<(String, i64, DateTime<Utc>)>) -> String {
     }
 }
 
+fn explain_force_refusal(key: &str, epoch: i64, status: &str, counter: Option<i64>) -> String {
+    match (status, counter) {
+        ("newer_grant", Some(current)) => format!(
+            "grant {epoch} of {key:?} has ended already and the key is held under epoch {current} now; that newer grant was left alone (nothing changed). Check `leasehold inspect {key}`, and pass --epoch {current} to end it too"
+        ),
+        (_, None) => format!("{key:?} was never leased; nothing changed; check the key"),
+        (_, Some(counter)) => format!(
+            "{key:?} was never granted epoch {epoch} (its counter is {counter}); nothing changed; check the epoch with `leasehold inspect {key}`"
+        ),
+    }
+}
+
 fn explain_lost(why: Refusal) -> &'static str {
     match why {
         Refusal::Lapsed => "lapsed: the grant expired (and may have been taken over); stop acting on it and acquire the key again for a new epoch",
@@ -181,6 +212,13 @@ impl CliError {
                 Refusal::NotOwner => Exit::NotOwner,
             },
             CliError::WaitTimedOut { .. } => Exit::WaitTimedOut,
+            CliError::ForceReleaseRefused { status, .. } => {
+                if *status == "newer_grant" {
+                    Exit::EpochMismatch
+                } else {
+                    Exit::NotOwner
+                }
+            }
             CliError::Guard(GuardError::InvalidInput { .. }) => Exit::InvalidInput,
             CliError::Guard(
                 GuardError::StaleEpoch { .. }
@@ -209,6 +247,7 @@ impl CliError {
             CliError::Denied { .. } => "denied",
             CliError::Lost { why, .. } => why.as_status(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
+            CliError::ForceReleaseRefused { status, .. } => status,
             CliError::Guard(GuardError::StaleEpoch { .. }) => "stale_epoch",
             CliError::Guard(GuardError::WrongLeaseKey { .. }) => "wrong_lease_key",
             CliError::Guard(GuardError::LeaseNotHeld { .. }) => "lease_not_held",
@@ -285,6 +324,17 @@ impl CliError {
                 fields.push(("key", Json::str(key)));
                 fields.push(("presented_epoch", Json::Int(*presented)));
                 fields.push(("counter", Json::Int(*counter)));
+            }
+            CliError::ForceReleaseRefused {
+                key,
+                epoch,
+                status,
+                counter,
+            } => {
+                fields.push(("key", Json::str(key)));
+                fields.push(("epoch", Json::Int(*epoch)));
+                fields.push(("status", Json::str(*status)));
+                fields.push(("counter", Json::int(*counter)));
             }
             CliError::ReadOnlyServer { operation } => {
                 fields.push(("operation", Json::str(operation)));

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 use diesel::PgConnection;
 
+use crate::args::{ListArgs, SortBy};
 use crate::duration;
 use crate::failure::CliError;
 use crate::json::Json;
@@ -29,32 +30,37 @@ use crate::table;
 
 /// One key as listed.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
-struct Row {
+pub(crate) struct Row {
     #[diesel(sql_type = Text)]
-    key: String,
+    pub(crate) key: String,
+    /// Hex SHA-256 of the key: the payload of its release notifications.
+    #[diesel(sql_type = Text)]
+    pub(crate) digest: String,
     /// `held`, `lapsed` or `free`.
     #[diesel(sql_type = Text)]
-    state: String,
+    pub(crate) state: String,
     /// The holder, or the lapsed grant's owner; NULL when free.
     #[diesel(sql_type = Nullable<Text>)]
-    owner: Option<String>,
+    pub(crate) owner: Option<String>,
     #[diesel(sql_type = BigInt)]
-    epoch: i64,
+    pub(crate) epoch: i64,
     #[diesel(sql_type = Nullable<Timestamptz>)]
-    expires_at: Option<DateTime<Utc>>,
+    pub(crate) expires_at: Option<DateTime<Utc>>,
     /// Milliseconds left (held), or since expiry (negative, lapsed).
     #[diesel(sql_type = Nullable<BigInt>)]
     remaining_ms: Option<i64>,
     #[diesel(sql_type = Timestamptz)]
-    now: DateTime<Utc>,
+    pub(crate) now: DateTime<Utc>,
 }
 
 /// What is compared between refreshes to mark a changed row.
 type Fingerprint = (String, Option<String>, i64);
 
 const LIST_SQL: &str = "\
-WITH clock AS (SELECT clock_timestamp() AS now)
+WITH clock AS (SELECT clock_timestamp() AS now),
+listed AS (
 SELECT l.key,
+       encode(l.key_hash, 'hex') AS digest,
        CASE WHEN l.owner IS NULL THEN 'free'
             WHEN l.expires_at > c.now THEN 'held'
             ELSE 'lapsed' END AS state,
@@ -65,7 +71,13 @@ SELECT l.key,
        c.now
   FROM lease.leases AS l CROSS JOIN clock AS c
  WHERE left(l.key, length($1)) = $1
- ORDER BY l.key";
+   AND ($2::text IS NULL OR l.owner = $2))
+SELECT * FROM listed
+ WHERE cardinality($3::text[]) = 0 OR state = ANY ($3::text[])
+ ORDER BY CASE WHEN $4 = 'expires' THEN expires_at END ASC NULLS LAST,
+          CASE WHEN $4 = 'epoch' THEN epoch END DESC,
+          key
+ LIMIT $5";
 
 #[derive(QueryableByName)]
 struct Privilege {
@@ -77,7 +89,7 @@ struct Privilege {
 
 /// Fails with [`CliError::NoListPrivilege`] unless the role may read the
 /// lease table.
-fn check_privilege(conn: &mut PgConnection) -> Result<(), CliError> {
+pub(crate) fn check_privilege(conn: &mut PgConnection) -> Result<(), CliError> {
     let privilege = diesel::sql_query(
         "SELECT has_table_privilege('lease.leases', 'SELECT') AS allowed, current_user::text AS role",
     )
@@ -98,24 +110,36 @@ fn database(what: &str, error: &diesel::result::Error) -> CliError {
     ))
 }
 
-fn load(
+/// One read of the keys `list` selects, in its order, and the server's
+/// clock (`None` when no key matched).
+pub(crate) fn load(
     conn: &mut PgConnection,
-    prefix: &str,
+    list: &ListArgs,
 ) -> Result<(Vec<Row>, Option<DateTime<Utc>>), CliError> {
+    let states: Vec<&str> = list.state.iter().map(|state| state.as_str()).collect();
+    let sort = match list.sort {
+        SortBy::Key => "key",
+        SortBy::Expires => "expires",
+        SortBy::Epoch => "epoch",
+    };
     let rows = diesel::sql_query(LIST_SQL)
-        .bind::<Text, _>(prefix)
+        .bind::<Text, _>(list.prefix())
+        .bind::<Nullable<Text>, _>(list.owner.as_deref())
+        .bind::<Array<Text>, _>(states)
+        .bind::<Text, _>(sort)
+        .bind::<Nullable<BigInt>, _>(list.limit)
         .load::<Row>(conn)
         .map_err(|error| database("list lease.leases", &error))?;
     let now = rows.first().map(|row| row.now);
     Ok((rows, now))
 }
 
-/// `leasehold ls [PREFIX]`.
-pub fn ls(conn: &mut PgConnection, out: Printer, prefix: Option<&str>) -> Result<(), CliError> {
+/// `leasehold ls [PREFIX] [--state S] [--owner O] [--sort K] [--limit N]`.
+pub fn ls(conn: &mut PgConnection, out: Printer, list: &ListArgs) -> Result<(), CliError> {
     check_privilege(conn)?;
-    let (rows, now) = load(conn, prefix.unwrap_or(""))?;
+    let (rows, now) = load(conn, list)?;
     let text = if rows.is_empty() {
-        no_keys(prefix)
+        no_keys(list)
     } else {
         table::render(&HEADER[1..], &rows.iter().map(cells).collect::<Vec<_>>())
     };
@@ -130,7 +154,7 @@ pub fn ls(conn: &mut PgConnection, out: Printer, prefix: Option<&str>) -> Result
 pub fn watch(
     conn: &mut PgConnection,
     out: Printer,
-    prefix: Option<&str>,
+    list: &ListArgs,
     interval: Duration,
     count: Option<u64>,
 ) -> Result<(), CliError> {
@@ -140,7 +164,7 @@ pub fn watch(
     let mut refresh: u64 = 0;
     loop {
         refresh += 1;
-        let (rows, now) = load(conn, prefix.unwrap_or(""))?;
+        let (rows, now) = load(conn, list)?;
         let current: HashMap<String, Fingerprint> = rows
             .iter()
             .map(|row| (row.key.clone(), fingerprint(row)))
@@ -162,7 +186,7 @@ pub fn watch(
             duration::format(interval)
         ));
         if rows.is_empty() {
-            text.push_str(&no_keys(prefix));
+            text.push_str(&no_keys(list));
             text.push('\n');
         } else {
             let lines: Vec<Vec<String>> = rows
@@ -212,10 +236,13 @@ const HEADER: [&str; 7] = [
     "REMAINING",
 ];
 
-fn no_keys(prefix: Option<&str>) -> String {
-    match prefix {
-        Some(prefix) if !prefix.is_empty() => format!("no lease keys start with {prefix:?}"),
-        _ => "no lease keys yet".to_owned(),
+fn no_keys(list: &ListArgs) -> String {
+    let filtered = !list.state.is_empty() || list.owner.is_some();
+    match list.prefix() {
+        "" if filtered => "no lease keys match the filters".to_owned(),
+        "" => "no lease keys yet".to_owned(),
+        prefix if filtered => format!("no lease keys start with {prefix:?} and match the filters"),
+        prefix => format!("no lease keys start with {prefix:?}"),
     }
 }
 
@@ -249,7 +276,7 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn row_json(row: &Row) -> Json {
+pub(crate) fn row_json(row: &Row) -> Json {
     Json::Object(vec![
         ("key", Json::str(&row.key)),
         ("state", Json::str(&row.state)),

@@ -2,12 +2,15 @@
 //!
 //! Install the SQL side, acquire / renew / release / inspect leases, list
 //! and watch keys, fence a guarded resource, bind key namespaces to roles,
-//! force a release, and run a guided demo of the fencing story. See `leasehold --help` for usage and the exit codes.
+//! force a release, check a deployment (`doctor`), and run a guided demo of
+//! the fencing story. See `leasehold --help` for usage and the exit codes.
 //!
 //! This binary is the crate `leasehold-cli`, kept out of the library so
 //! that depending on `leasehold` pulls neither clap nor a server supervisor.
 //! It uses only the library's public functions, except `ls`/`watch`, which
-//! read the lease table directly (see `listing.rs` for why), and
+//! read the lease table directly (see `listing.rs` for why), `watch
+//! --events`, which registers as a waiter and listens itself (`events.rs`),
+//! and `doctor`, which reads the catalogs (`doctor.rs`); and
 //! `leasehold-local` for the embedded default database and the demo.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
@@ -15,7 +18,9 @@ mod args;
 mod commands;
 mod connect;
 mod demo;
+mod doctor;
 mod duration;
+mod events;
 mod extension;
 mod failure;
 mod json;
@@ -36,8 +41,12 @@ use crate::output::Printer;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let out = Printer::new(cli.json);
-    match run(cli, out) {
-        Ok(()) => ExitCode::from(Exit::Ok.code()),
+    let result = match cli.command {
+        Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
+        _ => run(cli, out).map(|()| Exit::Ok),
+    };
+    match result {
+        Ok(exit) => ExitCode::from(exit.code()),
         Err(error) => {
             eprintln!("error: {error}");
             if out.is_json() {
@@ -49,10 +58,25 @@ fn main() -> ExitCode {
     }
 }
 
+/// `leasehold doctor`: its exit code depends on what it found, and it
+/// runs on a database where leasehold may be missing (that is a finding).
+fn doctor(url: Option<&str>, out: Printer, idle: std::time::Duration) -> Result<Exit, CliError> {
+    let mut session = connect::open(url, Needs::Nothing)?;
+    let session_url = session.url.clone();
+    doctor::run(
+        &mut session.conn,
+        out,
+        &doctor::Options {
+            url: &session_url,
+            idle,
+        },
+    )
+}
+
 fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
     let url = cli.database_url.as_deref();
     let needs = match cli.command {
-        Command::Install => Needs::Nothing,
+        Command::Install | Command::Doctor { .. } => Needs::Nothing,
         Command::Extension { action } => {
             return match action {
                 ExtensionCommand::Generate { out: dir } => extension::generate(&dir, out),
@@ -86,14 +110,37 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             epoch,
             ttl,
         } => commands::renew(conn, out, &key, &owner, epoch, ttl),
-        Command::Release { key, owner, epoch } => commands::release(conn, out, &key, &owner, epoch),
+        Command::Release {
+            key,
+            owner,
+            epoch,
+            force,
+            force_epoch,
+        } => match (force, force_epoch, owner, epoch) {
+            (true, Some(epoch), _, _) => operator::force_release_epoch(conn, out, &key, epoch),
+            (false, None, Some(owner), Some(epoch)) => {
+                commands::release(conn, out, &key, &owner, epoch)
+            }
+            // clap's requires/conflicts rules make any other mix a usage
+            // error before this point.
+            _ => Err(CliError::InvalidInput(
+                "pass either OWNER EPOCH, or --force --epoch N".into(),
+            )),
+        },
         Command::Inspect { key } => commands::inspect(conn, out, &key),
-        Command::Ls(list) => listing::ls(conn, out, list.prefix.as_deref()),
+        Command::Ls(list) => listing::ls(conn, out, &list),
         Command::Watch {
             list,
             interval,
             count,
-        } => listing::watch(conn, out, list.prefix.as_deref(), interval, count),
+            events: true,
+        } => events::watch_events(conn, &session_url, out, &list, interval, count),
+        Command::Watch {
+            list,
+            interval,
+            count,
+            events: false,
+        } => listing::watch(conn, out, &list, interval, count),
         Command::Fence {
             resource,
             key,
@@ -112,6 +159,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             }
         },
         Command::Demo => demo::run(out),
-        Command::Extension { .. } => Ok(()),
+        // Handled before: see `doctor` and the early returns above.
+        Command::Extension { .. } | Command::Doctor { .. } => Ok(()),
     }
 }

@@ -14,7 +14,7 @@
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Nullable, Text};
 use diesel::PgConnection;
-use leasehold::{BoundRole, GenerationError, NamespaceError, NamespaceRule};
+use leasehold::{BoundRole, ForcedRelease, GenerationError, NamespaceError, NamespaceRule};
 
 use crate::failure::{report, CliError};
 use crate::json::Json;
@@ -24,6 +24,7 @@ use crate::table;
 /// The SQL signatures of the operator functions, as a GRANT names them.
 pub const FENCE: &str = "lease.fence(text, text, bigint)";
 const FORCE_RELEASE: &str = "lease.force_release(text)";
+const FORCE_RELEASE_EPOCH: &str = "lease.force_release(text, bigint)";
 const BIND: &str = "lease.bind_namespace(text, text)";
 const UNBIND: &str = "lease.unbind_namespace(text)";
 const LIST: &str = "lease.list_namespaces()";
@@ -137,6 +138,74 @@ pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result
         ("key", Json::str(key)),
         ("exists", Json::Bool(counter.is_some())),
         ("epoch", Json::int(counter)),
+    ]);
+    Ok(out.emit(&text, &json)?)
+}
+
+/// `leasehold release --force KEY --epoch N`: ends exactly grant N.
+/// Exit 0 when grant N is over afterwards without a newer grant in the way
+/// (`released`, or `already_free`: running it twice is harmless); a key
+/// held under a newer epoch, or an epoch never granted, is a failure of the
+/// command (exit 5 / 6) so a script notices that what it saw is gone.
+pub fn force_release_epoch(
+    conn: &mut PgConnection,
+    out: Printer,
+    key: &str,
+    epoch: i64,
+) -> Result<(), CliError> {
+    let outcome = match leasehold::force_release_epoch(conn, key, epoch) {
+        Ok(outcome) => outcome,
+        Err(error @ leasehold::LeaseError::Database { .. }) => {
+            return Err(explain(
+                conn,
+                FORCE_RELEASE_EPOCH,
+                CliError::Database(report(&error)),
+            ))
+        }
+        Err(error) => return Err(CliError::from_lease(error)),
+    };
+    let (status, counter, text) = match outcome {
+        ForcedRelease::Released { counter } => (
+            "released",
+            counter,
+            format!(
+                "ended grant {epoch} of {key}; its counter is {counter}: every epoch up to {counter} is stale from now on (fence guarded resources with `leasehold fence RESOURCE --key {key} --up-to {counter}`)"
+            ),
+        ),
+        ForcedRelease::AlreadyFree { counter } => (
+            "already_free",
+            counter,
+            format!("{key} is free already (counter {counter}): grant {epoch} has ended; nothing changed"),
+        ),
+        ForcedRelease::NewerGrant { current_epoch } => {
+            return Err(CliError::ForceReleaseRefused {
+                key: key.to_owned(),
+                epoch,
+                status: "newer_grant",
+                counter: Some(current_epoch),
+            })
+        }
+        ForcedRelease::NoSuchGrant { counter } => {
+            return Err(CliError::ForceReleaseRefused {
+                key: key.to_owned(),
+                epoch,
+                status: "no_such_grant",
+                counter,
+            })
+        }
+        // ForcedRelease is non_exhaustive: an outcome this command does
+        // not know changed nothing it can describe.
+        other => {
+            return Err(CliError::Database(format!(
+                "unexpected answer of lease.force_release: {other:?}"
+            )))
+        }
+    };
+    let json = Json::Object(vec![
+        ("key", Json::str(key)),
+        ("epoch", Json::Int(epoch)),
+        ("status", Json::str(status)),
+        ("counter", Json::Int(counter)),
     ]);
     Ok(out.emit(&text, &json)?)
 }

@@ -7,7 +7,8 @@
 -- installed leasehold owns them and may run them; it grants EXECUTE to the
 -- roles that operate the deployment (README.md, "Security model"), e.g.
 --
---   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.bind_namespace(text, text),
+--   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.force_release(text, bigint),
+--         lease.bind_namespace(text, text),
 --         lease.unbind_namespace(text), lease.list_namespaces(),
 --         lease.raise_generation(bigint) TO ops;
 --
@@ -164,6 +165,82 @@ BEGIN
 END;
 $$;
 
+-- Ends exactly the grant (key, epoch), whoever holds it, and never a newer
+-- one: the operator's answer to "that holder is stuck", given the epoch it
+-- saw (`leasehold ls`, lease.inspect). The one-argument form above frees
+-- whatever grant the key has when the call runs, which may be a grant made
+-- after the operator looked; this form cannot be. A held or lapsed grant at
+-- exactly `epoch` ends as a release ends it (owner cleared, counter + 1,
+-- waiters notified by the release trigger of 2026-11-30-000003). Otherwise
+-- nothing is written, and the status says why:
+--
+--   released       the grant ended; counter = epoch + 1
+--   newer_grant    the key is held (or lapsed) under a higher epoch: grant
+--                  `epoch` ended already and someone holds the key since;
+--                  counter = that grant's epoch
+--   already_free   the key is FREE and its counter is at or above `epoch`:
+--                  grant `epoch`, if there was one, has ended
+--   no_such_grant  the key was never leased (counter NULL), or `epoch` is
+--                  above every epoch it was granted
+--
+-- A NULL, empty or over-long key, or an epoch that is NULL or below 1, is
+-- invalid input (SQLSTATE 22023, lease_invalid_input) and changes nothing.
+-- Locks as the one-argument form does. Granted to nobody, like it.
+CREATE FUNCTION lease.force_release(key text, epoch bigint)
+RETURNS TABLE (status text, counter bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hash bytea;
+    v_owner text;
+    v_epoch bigint;
+BEGIN
+    IF key IS NULL OR key = '' OR octet_length(key) > 16384 OR epoch IS NULL OR epoch < 1 THEN
+        PERFORM lease._raise_invalid('force_release',
+            lease._text_violations('key', key) || lease._epoch_violations('epoch', epoch, 1));
+    END IF;
+    v_hash := lease._key_hash(key);
+    -- A second pass only when a grant at `epoch` committed between the
+    -- UPDATE's snapshot and the status read (as lease.release does).
+    FOR v_pass IN 1..100 LOOP
+        UPDATE lease.leases AS l
+           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+         WHERE l.key_hash = v_hash AND l.key = force_release.key
+           AND l.owner IS NOT NULL AND l.epoch = force_release.epoch
+        RETURNING l.epoch INTO v_epoch;
+        IF FOUND THEN
+            IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
+            status := 'released';
+            counter := v_epoch;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        SELECT l.owner, l.epoch INTO v_owner, v_epoch
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = force_release.key;
+        counter := v_epoch;
+        IF NOT FOUND THEN
+            status := 'no_such_grant';
+        ELSIF v_owner IS NOT NULL AND v_epoch > force_release.epoch THEN
+            status := 'newer_grant';
+        ELSIF v_owner IS NULL AND v_epoch >= force_release.epoch THEN
+            status := 'already_free';
+        ELSIF v_owner IS NOT NULL AND v_epoch = force_release.epoch THEN
+            CONTINUE;
+        ELSE
+            status := 'no_such_grant';
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END LOOP;
+    RAISE EXCEPTION 'lease.force_release could not settle the state of key %', key
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
+END;
+$$;
+
 -- Raises the generation (docs/SPECIFICATION.md §1.2, §1.7) to
 -- `generation`: from the commit on, every grant's epoch is at least
 -- (generation << 40) + 1, for every key. For what timelines cannot see: a
@@ -218,4 +295,5 @@ REVOKE ALL ON FUNCTION lease.bind_namespace(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.unbind_namespace(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease.force_release(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;

@@ -150,6 +150,14 @@ lease_call! {
 }
 
 lease_call! {
+    /// `lease.force_release(key, epoch)`: what became of grant `epoch`, and
+    /// the key's counter after the call (NULL for a never-leased key).
+    ForceReleaseEpochCall { key: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT status, counter FROM lease.force_release";
+    row = (Text, Nullable<BigInt>);
+}
+
+lease_call! {
     /// `lease.bind_namespace(prefix, role)`.
     BindNamespaceCall { prefix: &'a str => Text, role: &'a str => Text }
     sql = "SELECT true AS bound FROM lease.bind_namespace";

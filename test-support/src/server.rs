@@ -84,6 +84,23 @@ impl TestServer {
         })
     }
 
+    /// A second throwaway local server, durable as production runs
+    /// (`fsync`, `synchronous_commit` and `full_page_writes` on), for tests
+    /// whose subject is those settings (`leasehold doctor` reports them).
+    /// Slower commits than [`TestServer::local`]; use it only for that.
+    pub fn durable_local() -> &'static TestServer {
+        static DURABLE: OnceLock<TestServer> = OnceLock::new();
+        DURABLE.get_or_init(|| {
+            let server = LocalPostgres::builder()
+                .durable(true)
+                .setting("max_connections", "50")
+                .start()
+                .unwrap_or_else(|error| panic!("cannot start the durable test server: {error}"));
+            check_expected_major(&server.url());
+            TestServer::on(DatabaseServer::Local(Box::new(server)))
+        })
+    }
+
     fn on(server: DatabaseServer) -> TestServer {
         TestServer {
             server,

@@ -14,9 +14,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
-    acquire, admit, admit_held, bind_namespace, check_held, force_release, inspect, inspect_guard,
-    list_namespaces, release, renew, renew_and_admit, unbind_namespace, BoundRole, GuardError,
-    LeaseError, LeaseState, LeaseWaiter, NamespaceError, Operation, Refusal, Release, Renewal,
+    acquire, admit, admit_held, bind_namespace, check_held, force_release, force_release_epoch,
+    inspect, inspect_guard, list_namespaces, release, renew, renew_and_admit, unbind_namespace,
+    BoundRole, ForcedRelease, GuardError, LeaseError, LeaseState, LeaseWaiter, NamespaceError,
+    Operation, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -137,6 +138,7 @@ fn operator_functions_are_security_definer_with_a_pinned_search_path_and_granted
         functions,
         [
             format!("bind_namespace|t|search_path=pg_catalog, pg_temp|{owner}"),
+            format!("force_release|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("force_release|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("list_namespaces|t|search_path=pg_catalog, pg_temp|{owner}"),
             format!("raise_generation|t|search_path=pg_catalog, pg_temp|{owner}"),
@@ -927,6 +929,203 @@ fn force_release_wakes_a_waiter_like_a_release() {
     let forced_at = Instant::now();
     let counter = force_release(&mut deployment.conn_as(&deployment.owner), "job").unwrap();
     assert_eq!(counter, Some(holder.epoch() + 1));
+    let lease = waiting.join().unwrap().unwrap();
+    assert!(forced_at.elapsed() < Duration::from_secs(15));
+    assert_eq!(lease.epoch(), holder.epoch() + 2);
+}
+
+// ---------------------------------------------------------------------------
+// force_release(key, epoch): exactly one grant
+// ---------------------------------------------------------------------------
+
+fn grant_epoch_exact_release(deployment: &Deployment, to: &str) {
+    deployment
+        .conn_as(&deployment.owner)
+        .batch_execute(&format!(
+            "GRANT EXECUTE ON FUNCTION lease.force_release(text, bigint) TO {to}"
+        ))
+        .unwrap();
+}
+
+/// The CONSTRAINT field of the error `sql` raises ('' when none).
+fn constraint_of(conn: &mut PgConnection, sql: &str) -> String {
+    conn.batch_execute(
+        "CREATE OR REPLACE FUNCTION pg_temp.constraint_of(statement text) RETURNS text
+         LANGUAGE plpgsql AS $f$
+         DECLARE c text;
+         BEGIN
+             EXECUTE statement;
+             RETURN '';
+         EXCEPTION WHEN OTHERS THEN
+             GET STACKED DIAGNOSTICS c = CONSTRAINT_NAME;
+             RETURN c;
+         END $f$;",
+    )
+    .unwrap();
+    query_lines(
+        conn,
+        &format!("SELECT pg_temp.constraint_of({}) AS line", quote(sql)),
+    )
+    .remove(0)
+}
+
+/// The epoch-exact forced release ends the grant it names, held or lapsed,
+/// as a release would (counter + 1, holder hears `not_owner`), and answers
+/// without writing for a grant that ended already, a newer grant (which it
+/// leaves alone), and an epoch or key never granted.
+#[test]
+fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
+    let deployment = Deployment::new();
+    grant_epoch_exact_release(&deployment, &deployment.operator);
+    let mut app = deployment.conn_as(&deployment.app);
+    let mut operator = deployment.conn_as(&deployment.operator);
+    let mut admin = deployment.admin();
+
+    let first = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    assert_eq!(
+        force_release_epoch(&mut operator, "job", first.epoch()).unwrap(),
+        ForcedRelease::Released { counter: 2 }
+    );
+    assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
+    assert_eq!(
+        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        Renewal::Refused(Refusal::NotOwner)
+    );
+    // Twice: the grant is over, nothing more happens.
+    assert_eq!(
+        force_release_epoch(&mut operator, "job", 1).unwrap(),
+        ForcedRelease::AlreadyFree { counter: 2 }
+    );
+    assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
+
+    // A newer grant is never ended by an older epoch, nor by one it was
+    // never granted.
+    let mut worker = deployment.conn_as(&deployment.worker);
+    let next = granted(acquire(&mut worker, "job", "worker-1", TTL).unwrap());
+    assert_eq!(next.epoch(), 3);
+    let before = whole_state(&deployment);
+    for stale in [1, 2] {
+        assert_eq!(
+            force_release_epoch(&mut operator, "job", stale).unwrap(),
+            ForcedRelease::NewerGrant { current_epoch: 3 }
+        );
+    }
+    assert_eq!(
+        force_release_epoch(&mut operator, "job", 4).unwrap(),
+        ForcedRelease::NoSuchGrant { counter: Some(3) }
+    );
+    assert_eq!(
+        force_release_epoch(&mut operator, "never-leased", 1).unwrap(),
+        ForcedRelease::NoSuchGrant { counter: None }
+    );
+    assert_eq!(whole_state(&deployment), before);
+
+    // A lapsed grant at exactly that epoch is ended too.
+    let short = granted(acquire(&mut app, "short", "a", Duration::from_millis(200)).unwrap());
+    wait_until_server_time_passes(&mut admin, short.expires_at());
+    assert_eq!(
+        force_release_epoch(&mut operator, "short", short.epoch()).unwrap(),
+        ForcedRelease::Released { counter: 2 }
+    );
+    assert_eq!(raw_row(&mut admin, "short").unwrap(), "|2|f|");
+}
+
+/// Granted to nobody (42501 for every role but the owner until granted),
+/// and bad input is SQLSTATE 22023 `lease_invalid_input`; neither changes
+/// anything.
+#[test]
+fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    let before = whole_state(&deployment);
+    for role in [
+        &deployment.app,
+        &deployment.worker,
+        &deployment.attacker,
+        &deployment.operator,
+    ] {
+        let mut conn = deployment.conn_as(role);
+        assert_eq!(
+            sqlstate_of(&mut conn, "SELECT * FROM lease.force_release('job', 1)"),
+            "42501",
+            "{role}"
+        );
+        assert!(matches!(
+            force_release_epoch(&mut conn, "job", 1),
+            Err(LeaseError::Database {
+                operation: Operation::ForceRelease,
+                ..
+            })
+        ));
+    }
+    let mut owner = deployment.conn_as(&deployment.owner);
+    for sql in [
+        "SELECT * FROM lease.force_release('job', 0)",
+        "SELECT * FROM lease.force_release('job', -1)",
+        "SELECT * FROM lease.force_release('job', NULL)",
+        "SELECT * FROM lease.force_release('', 1)",
+        "SELECT * FROM lease.force_release(NULL::text, 1)",
+    ] {
+        assert_eq!(sqlstate_of(&mut owner, sql), "22023", "{sql}");
+        assert_eq!(
+            constraint_of(&mut owner, sql),
+            "lease_invalid_input",
+            "{sql}"
+        );
+    }
+    assert!(matches!(
+        force_release_epoch(&mut owner, "job", 0),
+        Err(LeaseError::InvalidInput { violations }) if violations == ["epoch must be at least 1"]
+    ));
+    assert!(matches!(
+        force_release_epoch(&mut owner, "", 1),
+        Err(LeaseError::InvalidInput { violations }) if violations == ["key must not be empty"]
+    ));
+    assert_eq!(whole_state(&deployment), before);
+}
+
+/// The epoch-exact forced release wakes waiters like a release: as in
+/// `force_release_wakes_a_waiter_like_a_release`, only the notification
+/// can wake this waiter before its 20 s bound.
+#[test]
+fn force_release_epoch_wakes_a_waiter_like_a_release() {
+    let deployment = Deployment::new();
+    let mut app = deployment.conn_as(&deployment.app);
+    let holder = granted(acquire(&mut app, "job", "holder", Duration::from_secs(60)).unwrap());
+    let url = deployment.url_as(&deployment.worker);
+    let pool = Pool::builder()
+        .max_size(2)
+        .build(ConnectionManager::<PgConnection>::new(url.clone()))
+        .unwrap();
+    let never = Duration::from_secs(60);
+    let waiter = LeaseWaiter::builder(pool, &url)
+        .recheck_every(never)
+        .fallback_poll(never)
+        .build();
+    assert!(waiter.wait_until_listening(Duration::from_secs(10)));
+    let waiting = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.acquire("job", "waiter", TTL, Duration::from_secs(20)))
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while waiter.armed_waiters("job") != 1 {
+        assert!(Instant::now() < until, "the waiter never armed");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let forced_at = Instant::now();
+    let outcome = force_release_epoch(
+        &mut deployment.conn_as(&deployment.owner),
+        "job",
+        holder.epoch(),
+    )
+    .unwrap();
+    assert_eq!(
+        outcome,
+        ForcedRelease::Released {
+            counter: holder.epoch() + 1
+        }
+    );
     let lease = waiting.join().unwrap().unwrap();
     assert!(forced_at.elapsed() < Duration::from_secs(15));
     assert_eq!(lease.epoch(), holder.epoch() + 2);

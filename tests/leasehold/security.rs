@@ -44,6 +44,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "check_held|t|search_path=pg_catalog, pg_temp",
             "fence|t|search_path=pg_catalog, pg_temp",
             "force_release|t|search_path=pg_catalog, pg_temp",
+            "force_release|t|search_path=pg_catalog, pg_temp",
             "generation|t|search_path=pg_catalog, pg_temp",
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",

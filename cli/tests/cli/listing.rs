@@ -138,3 +138,171 @@ fn watch_text_shows_a_refresh_header_and_the_rows() {
         "{watch:?}"
     );
 }
+
+/// The keys of an `ls --json` run, in order.
+fn listed_keys(db: &Db, args: &[&str]) -> Vec<String> {
+    let mut full = vec!["ls"];
+    full.extend_from_slice(args);
+    let (code, list) = db.json(&full);
+    assert_eq!(code, 0, "{args:?}: {list}");
+    list["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["key"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn ls_filters_by_prefix_state_and_owner_sorts_and_limits() {
+    let db = Db::installed();
+    acquire(&db, "a-1", "w1", "1m");
+    acquire(&db, "a-2", "w2", "10m");
+    let freed = acquire(&db, "a-3", "w1", "1m");
+    let (code, _) = db.json(&["release", "a-3", "w1", &freed["epoch"].to_string()]);
+    assert_eq!(code, 0);
+    let short = acquire(&db, "b-1", "w1", "200ms");
+    wait_until_server_time_passes(&mut db.conn(), time_of(&short["expires_at"]));
+
+    assert_eq!(listed_keys(&db, &[]), ["a-1", "a-2", "a-3", "b-1"]);
+    assert_eq!(listed_keys(&db, &["--state", "held"]), ["a-1", "a-2"]);
+    assert_eq!(
+        listed_keys(&db, &["--state", "lapsed,free"]),
+        ["a-3", "b-1"]
+    );
+    assert_eq!(
+        listed_keys(&db, &["--state", "lapsed", "--state", "held"]),
+        ["a-1", "a-2", "b-1"]
+    );
+    // --owner matches a lapsed grant's owner too, never a free key.
+    assert_eq!(listed_keys(&db, &["--owner", "w1"]), ["a-1", "b-1"]);
+    assert_eq!(listed_keys(&db, &["--owner", "w2"]), ["a-2"]);
+    assert_eq!(
+        listed_keys(&db, &["--prefix", "a-", "--state", "free"]),
+        ["a-3"]
+    );
+    assert_eq!(listed_keys(&db, &["a-", "--owner", "w1"]), ["a-1"]);
+    // Soonest expiry first (the lapsed one), free keys last.
+    assert_eq!(
+        listed_keys(&db, &["--sort", "expires"]),
+        ["b-1", "a-1", "a-2", "a-3"]
+    );
+    // Highest epoch first (a-3's counter is 2), ties by key.
+    assert_eq!(
+        listed_keys(&db, &["--sort", "epoch"]),
+        ["a-3", "a-1", "a-2", "b-1"]
+    );
+    assert_eq!(
+        listed_keys(&db, &["--sort", "expires", "--limit", "2"]),
+        ["b-1", "a-1"]
+    );
+
+    let none = db.run(&["ls", "--owner", "nobody"]);
+    assert_eq!(none.code, 0, "{none:?}");
+    assert!(
+        none.stdout.contains("no lease keys match the filters"),
+        "{none:?}"
+    );
+    for bad in [
+        vec!["ls", "--state", "busy"],
+        vec!["ls", "--sort", "owner"],
+        vec!["ls", "--limit", "0"],
+        vec!["ls", "a-", "--prefix", "b-"],
+    ] {
+        let run = db.run(&bad);
+        assert_eq!(run.code, 2, "{bad:?}: {run:?}");
+    }
+}
+
+/// `watch --events` prints one JSON line per event as it happens: the
+/// `watching` line first, then a release's wake-up (the notification
+/// waiters get) and the release itself, a new grant, a lapse and a
+/// takeover, each with the key, and `loss` set for the losses. Each step
+/// waits for the line announcing the previous one.
+#[test]
+fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
+    let db = Db::installed();
+    let first = acquire(&db, "job-e", "worker-a", "1m");
+    acquire(&db, "other", "worker-z", "1m");
+    let mut child = command(&[
+        "--database-url",
+        &db.url,
+        "--json",
+        "watch",
+        "--events",
+        "job-",
+        "--interval",
+        "100ms",
+        "--count",
+        "5",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("spawn watch");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next = move || -> serde_json::Value {
+        let line = lines.next().expect("another event").expect("read");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
+    };
+    let watching = next();
+    assert_eq!(watching["event"], "watching", "{watching}");
+    assert_eq!(
+        (watching["keys"].as_i64(), watching["armed"].as_i64()),
+        (Some(1), Some(1))
+    );
+
+    let mut conn = db.conn();
+    let epoch = first["epoch"].as_i64().unwrap();
+    assert_eq!(
+        leasehold::release(&mut conn, "job-e", "worker-a", epoch).unwrap(),
+        leasehold::Release::Released
+    );
+    let wake = next();
+    assert_eq!(
+        (wake["event"].as_str(), wake["key"].as_str()),
+        (Some("wake"), Some("job-e")),
+        "{wake}"
+    );
+    let released = next();
+    assert_eq!(released["event"], "released", "{released}");
+    assert_eq!(released["loss"], true);
+    assert_eq!(released["previous_owner"], "worker-a");
+    assert_eq!(released["previous_epoch"], epoch);
+    assert_eq!(released["epoch"], epoch + 1);
+    assert!(released["at"].is_string());
+
+    let short = leasehold::acquire(&mut conn, "job-e", "worker-b", Duration::from_millis(300))
+        .unwrap()
+        .granted()
+        .expect("granted");
+    let acquired = next();
+    assert_eq!(acquired["event"], "acquired", "{acquired}");
+    assert_eq!(
+        (acquired["owner"].as_str(), acquired["epoch"].as_i64()),
+        (Some("worker-b"), Some(short.epoch()))
+    );
+    assert_eq!(acquired["loss"], false);
+
+    let lapsed = next();
+    assert_eq!(lapsed["event"], "lapsed", "{lapsed}");
+    assert_eq!(lapsed["loss"], true);
+    assert_eq!(lapsed["owner"], "worker-b");
+
+    let taken = leasehold::acquire(&mut conn, "job-e", "worker-c", Duration::from_secs(60))
+        .unwrap()
+        .granted()
+        .expect("granted");
+    let over = next();
+    assert_eq!(over["event"], "taken_over", "{over}");
+    assert_eq!(over["loss"], true);
+    assert_eq!(
+        (over["previous_owner"].as_str(), over["owner"].as_str()),
+        (Some("worker-b"), Some("worker-c"))
+    );
+    assert_eq!(over["epoch"], taken.epoch());
+    // --count 5 ends it: "other" (outside the watched prefix) never
+    // produced an event.
+    let status = child.wait().expect("wait for watch");
+    assert_eq!(status.code(), Some(0));
+}

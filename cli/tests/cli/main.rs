@@ -2,6 +2,7 @@
 //! against a real PostgreSQL server. Modules by what they prove.
 
 mod demo;
+mod doctor;
 mod exit_codes;
 mod extension;
 mod listing;

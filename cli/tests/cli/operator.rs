@@ -204,6 +204,10 @@ fn operator_commands_without_the_grant_exit_10_naming_the_grant() {
         for (args, function) in [
             (vec!["force-release", "k"], "lease.force_release(text)"),
             (
+                vec!["release", "--force", "k", "--epoch", "1"],
+                "lease.force_release(text, bigint)",
+            ),
+            (
                 vec!["namespace", "bind", "p/", role.as_str()],
                 "lease.bind_namespace(text, text)",
             ),
@@ -408,5 +412,139 @@ fn a_namespace_refusal_exits_10_naming_the_role_and_the_key() {
     assert_eq!(
         (state["owner"].as_str(), state["epoch"].as_i64()),
         (Some("a"), Some(1))
+    );
+}
+
+/// `release --force KEY --epoch N` ends exactly grant N (exit 0, counter
+/// printed), says so when it is over already (exit 0), and refuses to touch
+/// a newer grant (exit 5) or an epoch never granted (exit 6); bad input is
+/// exit 2 and changes nothing.
+#[test]
+fn release_force_ends_exactly_that_epoch_and_never_a_newer_grant() {
+    let deployment = deployment();
+    deployment.admin_exec(&format!(
+        "SET ROLE {}; GRANT EXECUTE ON FUNCTION lease.force_release(text, bigint) TO {}",
+        deployment.owner, deployment.operator
+    ));
+    let op = &deployment.operator;
+    let app = &deployment.app;
+    let (code, grant) = json_as(&deployment, app, &["acquire", "job", "a", "--ttl", "30s"]);
+    assert_eq!((code, grant["epoch"].as_i64()), (0, Some(1)), "{grant}");
+
+    for bad in [["--epoch", "0"], ["--epoch", "-3"]] {
+        let args = ["release", "--force", "job", bad[0], bad[1]];
+        let run = run_as(&deployment, op, &args);
+        assert_eq!(run.code, 2, "{run:?}");
+    }
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "0"],
+    );
+    assert_eq!(
+        (code, json["error"].as_str()),
+        (2, Some("invalid_input")),
+        "{json}"
+    );
+    assert!(json["message"]
+        .as_str()
+        .unwrap()
+        .contains("epoch must be at least 1"));
+    // Usage: --force needs --epoch, and takes no OWNER.
+    assert_eq!(
+        run_as(&deployment, op, &["release", "--force", "job"]).code,
+        2
+    );
+    assert_eq!(
+        run_as(
+            &deployment,
+            op,
+            &["release", "--force", "job", "a", "--epoch", "1"]
+        )
+        .code,
+        2
+    );
+    let (_, state) = json_as(&deployment, app, &["inspect", "job"]);
+    assert_eq!(
+        (state["held"].as_bool(), state["epoch"].as_i64()),
+        (Some(true), Some(1))
+    );
+
+    let ended = run_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "1"],
+    );
+    assert_eq!(ended.code, 0, "{ended:?}");
+    assert!(ended.stdout.contains("ended grant 1 of job"), "{ended:?}");
+    assert!(ended.stdout.contains("--up-to 2"), "{ended:?}");
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "1"],
+    );
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["status"], "already_free");
+    assert_eq!(json["counter"], 2);
+
+    let (code, grant) = json_as(&deployment, app, &["acquire", "job", "b", "--ttl", "30s"]);
+    assert_eq!((code, grant["epoch"].as_i64()), (0, Some(3)), "{grant}");
+    let newer = run_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "1"],
+    );
+    assert_eq!(newer.code, 5, "{newer:?}");
+    assert!(newer.stderr.contains("held under epoch 3"), "{newer:?}");
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "2"],
+    );
+    assert_eq!(
+        (code, json["error"].as_str()),
+        (5, Some("newer_grant")),
+        "{json}"
+    );
+    assert_eq!(json["counter"], 3);
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "9"],
+    );
+    assert_eq!(
+        (code, json["error"].as_str()),
+        (6, Some("no_such_grant")),
+        "{json}"
+    );
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "nope", "--epoch", "1"],
+    );
+    assert_eq!(
+        (code, json["error"].as_str()),
+        (6, Some("no_such_grant")),
+        "{json}"
+    );
+    assert_eq!(json["counter"], Value::Null);
+    let (_, state) = json_as(&deployment, app, &["inspect", "job"]);
+    assert_eq!(
+        (
+            state["held"].as_bool(),
+            state["owner"].as_str(),
+            state["epoch"].as_i64()
+        ),
+        (Some(true), Some("b"), Some(3))
+    );
+    let (code, json) = json_as(
+        &deployment,
+        op,
+        &["release", "--force", "job", "--epoch", "3"],
+    );
+    assert_eq!(
+        (code, json["status"].as_str(), json["counter"].as_i64()),
+        (0, Some("released"), Some(4)),
+        "{json}"
     );
 }
