@@ -10,6 +10,7 @@ mod install;
 mod lock_order;
 mod namespaces;
 mod pool_client;
+mod pruning;
 mod poolers;
 mod security;
 mod seed_examples;
