@@ -119,7 +119,10 @@ fn phase<T>(url: &str, length: Duration, during: impl FnOnce() -> T) -> (Stats, 
     stop.store(true, Ordering::Relaxed);
     let samples: Vec<Duration> = clients
         .into_iter()
-        .flat_map(|c| c.join().unwrap_or_else(|_| panic!("a load client panicked")))
+        .flat_map(|c| {
+            c.join()
+                .unwrap_or_else(|_| panic!("a load client panicked"))
+        })
         .collect();
     (stats(samples), result, took)
 }
@@ -214,7 +217,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{text}");
     if !quick {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results");
-        let name = format!("{}-prune.md", chrono::Utc::now().format("%Y-%m-%dT%H-%M-%SZ"));
+        let name = format!(
+            "{}-prune.md",
+            chrono::Utc::now().format("%Y-%m-%dT%H-%M-%SZ")
+        );
         std::fs::write(dir.join(&name), &text)?;
         println!("written to bench-results/{name}");
     }

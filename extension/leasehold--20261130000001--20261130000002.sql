@@ -205,8 +205,8 @@ $$;
 -- G2, G5), refusing an epoch the key never granted (G7) and, as stale, an
 -- epoch below the first epoch of the key's row: such an epoch belongs to an
 -- incarnation of the key whose row was pruned (2026-11-30-000005), and the
--- resource's own record may have been pruned with it (docs/INVARIANTS.md,
--- I10). Locks the key's row FOR KEY SHARE and the guard row until the
+-- resource's own record may have been pruned with it (docs/SPECIFICATION.md §1.8,
+-- I16). Locks the key's row FOR KEY SHARE and the guard row until the
 -- caller's transaction ends.
 CREATE FUNCTION lease.admit(resource text, key text, epoch bigint)
 RETURNS void

@@ -8,7 +8,7 @@
 //! granted twice, a counter going back, or a stale epoch admitted. A key
 //! that comes back starts above every epoch it had (the watermark,
 //! `lease.lineage.pruned_through`), and guards refuse every epoch of a
-//! pruned incarnation (docs/INVARIANTS.md, I10, has the argument).
+//! pruned incarnation (docs/SPECIFICATION.md §1.8 has the argument; invariant I16).
 //!
 //! The work is done in batches, each one short transaction (when the
 //! connection is not inside a transaction of the caller's), so a prune never
@@ -148,11 +148,10 @@ impl PruneError {
 /// # Ok(()) }
 /// ```
 pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, PruneError> {
-    let idle = input::interval("idle", options.idle).map_err(|violation| {
-        PruneError::InvalidInput {
+    let idle =
+        input::interval("idle", options.idle).map_err(|violation| PruneError::InvalidInput {
             violations: vec![violation],
-        }
-    })?;
+        })?;
     let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
     let mut report = PruneReport {
         dry_run: options.dry_run,

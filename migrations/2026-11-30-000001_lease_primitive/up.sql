@@ -95,7 +95,7 @@ AS $$ SELECT sha256(convert_to(key, 'UTF8')) $$;
 --          never-seen key and never changed. A key whose row was pruned
 --          (2026-11-30-000005) comes back with a first grant above every
 --          epoch it had; guards refuse epochs below first_epoch, which
---          belong to a pruned incarnation (docs/INVARIANTS.md, I10). NULL
+--          belong to a pruned incarnation (docs/SPECIFICATION.md §1.8, I16). NULL
 --          only on rows written before the column existed.
 CREATE TABLE lease.leases (
     key          text        NOT NULL,

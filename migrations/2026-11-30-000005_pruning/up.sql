@@ -1,5 +1,5 @@
 -- leasehold: safe pruning (docs/SPECIFICATION.md §1.8, docs/INVARIANTS.md
--- I10). Removes the rows of keys nobody uses any more (FREE, or LAPSED,
+-- I16). Removes the rows of keys nobody uses any more (FREE, or LAPSED,
 -- for longer than an operator-chosen idle time), the guard records of
 -- resources fenced only by such keys, and the waiter rows of gone sessions
 -- for those keys, without ever letting an epoch be granted twice, go back,
@@ -10,7 +10,7 @@
 -- granted to nobody: the installing role runs them or grants EXECUTE on
 -- them (README.md, "Security model").
 --
--- The argument, in short (docs/INVARIANTS.md, I10, has it in full):
+-- The argument, in short (docs/SPECIFICATION.md §1.8 has it in full):
 --
 -- * Counters. A prune raises lease.lineage.pruned_through to at least the
 --   counter of every key row it deletes, in the transaction that deletes

@@ -1,4 +1,4 @@
-//! docs/SPECIFICATION.md §1.8 and docs/INVARIANTS.md I10: pruning idle rows
+//! docs/SPECIFICATION.md §1.8 and invariant I16: pruning idle rows
 //! never lets an epoch be granted twice, go back, or be admitted again where
 //! it was stale; it races grants and admissions safely; bad input and
 //! roles without the grant change nothing.
@@ -100,7 +100,10 @@ fn a_recreated_key_starts_above_every_epoch_it_had() {
 
     let report = prune_idle_rows(&mut conn);
     assert!(!row_exists(&mut conn, "job-1") && !row_exists(&mut conn, "job-2"));
-    assert_eq!(report.keys_pruned, 1, "job-2 went in the first pass: {report:?}");
+    assert_eq!(
+        report.keys_pruned, 1,
+        "job-2 went in the first pass: {report:?}"
+    );
     assert!(report.watermark >= last + 1, "{report:?}");
 
     let again = granted(acquire(&mut conn, "job-1", "a", TTL).unwrap());
@@ -172,7 +175,11 @@ fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_tim
     let an_hour = PruneOptions::new(Duration::from_secs(3600));
     for _ in 0..2 {
         let report = prune(&mut conn, &an_hour).unwrap();
-        assert_eq!((report.keys_pruned, report.guards_pruned), (0, 0), "{report:?}");
+        assert_eq!(
+            (report.keys_pruned, report.guards_pruned),
+            (0, 0),
+            "{report:?}"
+        );
     }
     assert!(row_exists(&mut conn, "free"));
     // Once it has been idle long enough, the FREE key and its record go;
@@ -358,7 +365,10 @@ fn a_role_without_the_grant_gets_42501_and_a_granted_operator_prunes() {
     match prune(&mut operator, &options()) {
         Err(PruneError::Database { source, .. }) => {
             let text = source.to_string();
-            assert!(text.contains("permission denied for function prune_keys"), "{text}");
+            assert!(
+                text.contains("permission denied for function prune_keys"),
+                "{text}"
+            );
         }
         other => panic!("an operator without the grant: {other:?}"),
     }
@@ -396,18 +406,33 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
     assert_eq!(before, everything(&mut conn), "a dry run wrote");
     assert!(report.dry_run);
     assert_eq!(
-        (report.keys_examined, report.keys_pruned, report.keys_sighted),
+        (
+            report.keys_examined,
+            report.keys_pruned,
+            report.keys_sighted
+        ),
         (7, 1, 5),
         "{report:?}"
     );
-    let real = prune(&mut conn, &PruneOptions { batch: 2, ..options() }).unwrap();
+    let real = prune(
+        &mut conn,
+        &PruneOptions {
+            batch: 2,
+            ..options()
+        },
+    )
+    .unwrap();
     assert_eq!((real.keys_pruned, real.keys_sighted), (1, 5), "{real:?}");
     let now = server_now(&mut conn);
     wait_idle_after(&mut conn, now);
     let before = everything(&mut conn);
     let report = prune(&mut conn, &dry).unwrap();
     assert_eq!(before, everything(&mut conn), "a dry run wrote");
-    assert_eq!((report.keys_pruned, report.keys_sighted), (5, 0), "{report:?}");
+    assert_eq!(
+        (report.keys_pruned, report.keys_sighted),
+        (5, 0),
+        "{report:?}"
+    );
     let real = prune(&mut conn, &options()).unwrap();
     assert_eq!((real.keys_pruned, real.guards_pruned), (5, 5), "{real:?}");
 }
@@ -445,5 +470,8 @@ fn the_watermark_and_a_raised_generation_compose() {
     conn.batch_execute("UPDATE lease.lineage SET system_identifier = 1, external_floor = 0")
         .unwrap();
     let generation = leasehold::generation(&mut conn).unwrap().generation;
-    assert_eq!(generation, 6, "one above generation 5 of pruned counter {fifth}");
+    assert_eq!(
+        generation, 6,
+        "one above generation 5 of pruned counter {fifth}"
+    );
 }

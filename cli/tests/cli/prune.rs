@@ -50,7 +50,8 @@ fn a_dry_run_says_what_it_would_remove_and_changes_nothing_then_prune_removes_it
     let text = db.run(&["prune", "--idle", "50ms", "--dry-run"]);
     assert_eq!(text.code, 0, "{text:?}");
     assert!(
-        text.stdout.contains("dry run, nothing changed: a prune now would remove 1 of 2 key rows"),
+        text.stdout
+            .contains("dry run, nothing changed: a prune now would remove 1 of 2 key rows"),
         "{text:?}"
     );
     assert_eq!(before, rows(&db), "a dry run wrote");
