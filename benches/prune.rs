@@ -66,7 +66,7 @@ fn load(
     };
     while !stop.load(Ordering::Relaxed) {
         cycle += 1;
-        let key = if cycle % 10 == 0 {
+        let key = if cycle.is_multiple_of(10) {
             format!("new-{client}-{cycle}-{}", std::process::id())
         } else {
             format!("hot-{client}-{}", cycle % 16)
