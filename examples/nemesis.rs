@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Options: `--duration <seconds>` (default 600), `--seed <n>` (default 7),
-//! `--workers <n>` (default 4), `--keys <n>` (default 3), `--verbose`
+//! `--workers <n>` (default 4), `--keys <n>` (default 3), `--verbose`,
+//! `--prune` (a concurrent pruner, docs/SPECIFICATION.md §1.8)
 //! (print each nemesis action). Exits with status 1 if any invariant broke,
 //! keeping the history files for inspection. Needs the PostgreSQL server
 //! binaries, like the tests.
@@ -34,6 +35,7 @@ fn main() -> ExitCode {
         workers: 4,
         keys: 3,
         verbose: false,
+        prune: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
             "--workers" => options.workers = number("--workers").max(1) as usize,
             "--keys" => options.keys = number("--keys").max(1) as usize,
             "--verbose" => options.verbose = true,
+            "--prune" => options.prune = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other:?}")),
         }
@@ -71,7 +74,7 @@ fn usage(problem: &str) -> ! {
     }
     eprintln!(
         "usage: cargo run --release --example nemesis -- [--duration SECONDS] [--seed N] \
-         [--workers N] [--keys N] [--verbose]"
+         [--workers N] [--keys N] [--verbose] [--prune]"
     );
     std::process::exit(if problem.is_empty() { 0 } else { 2 })
 }

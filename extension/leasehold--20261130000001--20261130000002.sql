@@ -202,15 +202,19 @@ END;
 $$;
 
 -- Admits (resource, key, epoch) for a write in the caller's transaction (G1,
--- G2, G5), refusing an epoch the key never granted (G7). Locks the key's row
--- FOR KEY SHARE and the guard row until the caller's transaction ends.
+-- G2, G5), refusing an epoch the key never granted (G7) and, as stale, an
+-- epoch below the first epoch of the key's row: such an epoch belongs to an
+-- incarnation of the key whose row was pruned (2026-11-30-000005), and the
+-- resource's own record may have been pruned with it (docs/SPECIFICATION.md §1.8,
+-- I16). Locks the key's row FOR KEY SHARE and the guard row until the
+-- caller's transaction ends.
 CREATE FUNCTION lease.admit(resource text, key text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_counter bigint;
+    v_key record;
 BEGIN
     IF resource IS NULL OR resource = '' OR key IS NULL OR key = '' OR epoch IS NULL OR epoch < 1
        OR octet_length(resource) > 16384 OR octet_length(key) > 16384 THEN
@@ -224,9 +228,16 @@ BEGIN
     IF NOT lease._allowed(resource) THEN
         PERFORM lease._raise_forbidden('admit', 'resource', resource);
     END IF;
-    v_counter := lease._share_key(key);
-    IF epoch > v_counter THEN
-        PERFORM lease._raise_not_granted(resource, key, epoch, v_counter);
+    -- lease._share_key's read, with the first epoch too.
+    SELECT l.epoch, l.first_epoch INTO v_key
+      FROM lease.leases AS l
+     WHERE l.key_hash = lease._key_hash(admit.key) AND l.key = admit.key
+       FOR KEY SHARE;
+    IF NOT FOUND OR epoch > v_key.epoch THEN
+        PERFORM lease._raise_not_granted(resource, key, epoch, COALESCE(v_key.epoch, 0));
+    END IF;
+    IF epoch < v_key.first_epoch THEN
+        PERFORM lease._raise_stale(resource, epoch, v_key.first_epoch);
     END IF;
     PERFORM lease._admit(resource, key, epoch);
 END;

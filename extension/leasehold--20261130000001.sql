@@ -108,13 +108,20 @@ AS $$ SELECT sha256(convert_to(key, 'UTF8')) $$;
 --          Lookups compare the digest and then the key. A plain column set by
 --          the functions, not a generated one: each call computes the digest
 --          once, and no UPDATE recomputes it.
+--   first_epoch: the epoch of the row's first grant, set by the INSERT of a
+--          never-seen key and never changed. A key whose row was pruned
+--          (2026-11-30-000005) comes back with a first grant above every
+--          epoch it had; guards refuse epochs below first_epoch, which
+--          belong to a pruned incarnation (docs/SPECIFICATION.md §1.8, I16). NULL
+--          only on rows written before the column existed.
 CREATE TABLE lease.leases (
     key          text        NOT NULL,
     key_hash     bytea       PRIMARY KEY,
     owner        text,
     epoch        bigint      NOT NULL,
     expires_at   timestamptz,
-    lapsed_owner text
+    lapsed_owner text,
+    first_epoch  bigint
 );
 -- Invariants kept by the functions: epoch >= 1, and owner and expires_at are
 -- both NULL or both set. They are not CHECK constraints because PostgreSQL
@@ -210,12 +217,17 @@ SELECT pg_catalog.pg_extension_config_dump('lease.namespaces', '');
 --          that finds the row locked leaves it to a later one.
 --   external_floor: the lowest generation an operator allows
 --          (lease.raise_generation, 2026-11-30-000004); 0 until raised.
+--   pruned_through: the pruning watermark (2026-11-30-000005): at least
+--          the counter of every key row ever pruned, so a never-seen key's
+--          first grant, at least pruned_through + 1, is above every epoch
+--          a pruned key had. Only raised; 0 until the first prune.
 CREATE TABLE lease.lineage (
     singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     system_identifier bigint  NOT NULL,
     base              bigint  NOT NULL,
     last_timeline     bigint  NOT NULL,
-    external_floor    bigint  NOT NULL DEFAULT 0
+    external_floor    bigint  NOT NULL DEFAULT 0,
+    pruned_through    bigint  NOT NULL DEFAULT 0
 );
 REVOKE ALL ON TABLE lease.lineage FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.lineage', '');
@@ -603,10 +615,12 @@ BEGIN
         RETURN generation;
     END IF;
     -- A new lineage (a dump restored into another cluster): one above every
-    -- generation the old lineage recorded in this row or used in a counter.
+    -- generation the old lineage recorded in this row or used in a counter,
+    -- pruned counters included (the watermark).
     generation := GREATEST(v_row.base + v_row.last_timeline - 1,
                            v_row.external_floor,
-                           (SELECT max(l.epoch) >> 40 FROM lease.leases AS l)) + 1;
+                           (SELECT max(l.epoch) >> 40 FROM lease.leases AS l),
+                           (SELECT g.pruned_through >> 40 FROM lease.lineage AS g WHERE g.singleton)) + 1;
     IF write_row THEN
         UPDATE lease.lineage AS g
            SET system_identifier = v_sysid,
@@ -805,17 +819,23 @@ BEGIN
                 IF NOT FOUND THEN
                     -- Never-seen key: the first grant is the generation's
                     -- floor, epoch 1 on a server never promoted or
-                    -- restored. A concurrent first grant that has not
-                    -- committed makes the insert wait for it, so it always
-                    -- waits bounded.
+                    -- restored, or one above the pruning watermark when
+                    -- that is higher (a key whose row was pruned comes
+                    -- back above every epoch it had; the watermark is
+                    -- read after the row was found missing, and a prune
+                    -- raises it in the transaction that deletes the row).
+                    -- A concurrent first grant that has not committed
+                    -- makes the insert wait for it, so it always waits
+                    -- bounded.
                     IF NOT v_budgeted THEN
                         v_saved_lock_timeout := COALESCE(v_saved_lock_timeout, current_setting('lock_timeout'));
                         PERFORM set_config('lock_timeout', lease._lock_budget(v_deadline - clock_timestamp()), true);
                         v_budgeted := true;
                     END IF;
-                    v_floor := (lease._generation(true, true) << 40) + 1;
-                    INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner)
-                    VALUES (acquire.key, v_hash, acquire.owner, v_floor, clock_timestamp() + acquire.ttl, NULL)
+                    v_floor := GREATEST((lease._generation(true, true) << 40) + 1,
+                                        (SELECT g.pruned_through + 1 FROM lease.lineage AS g WHERE g.singleton));
+                    INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
+                    VALUES (acquire.key, v_hash, acquire.owner, v_floor, clock_timestamp() + acquire.ttl, NULL, v_floor)
                     ON CONFLICT (key_hash) DO NOTHING
                     RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
                     IF FOUND THEN

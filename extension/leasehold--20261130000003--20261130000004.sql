@@ -174,7 +174,8 @@ $$;
 -- whatever grant the key has when the call runs, which may be a grant made
 -- after the operator looked; this form cannot be. A held or lapsed grant at
 -- exactly `epoch` ends as a release ends it (owner cleared, counter + 1,
--- waiters notified by the release trigger of 2026-11-30-000003). Otherwise
+-- waiters notified as after a release, lease._on_release of
+-- 2026-11-30-000003). Otherwise
 -- nothing is written, and the status says why:
 --
 --   released       the grant ended; counter = epoch + 1
@@ -213,6 +214,7 @@ BEGIN
            AND l.owner IS NOT NULL AND l.epoch = force_release.epoch
         RETURNING l.epoch INTO v_epoch;
         IF FOUND THEN
+            PERFORM lease._on_release(v_hash);
             IF current_setting('synchronous_commit') IN ('off', 'local') THEN
                 PERFORM set_config('synchronous_commit', 'on', true);
             END IF;

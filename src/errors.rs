@@ -59,6 +59,9 @@ pub enum Operation {
     RaiseGeneration,
     /// `lease.generation`: the current generation and timeline.
     Generation,
+    /// `lease.prune_keys` / `lease.prune_guards`: an operator removes idle
+    /// rows.
+    Prune,
 }
 
 impl Operation {
@@ -93,6 +96,7 @@ impl Operation {
             Operation::ListNamespaces => "list_namespaces",
             Operation::RaiseGeneration => "raise_generation",
             Operation::Generation => "generation",
+            Operation::Prune => "prune",
         }
     }
 }

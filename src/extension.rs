@@ -74,6 +74,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "2026-11-30-000004_operator_actions",
         include_str!("../migrations/2026-11-30-000004_operator_actions/up.sql"),
     ),
+    (
+        "2026-11-30-000005_pruning",
+        include_str!("../migrations/2026-11-30-000005_pruning/up.sql"),
+    ),
 ];
 
 /// Tables that `pg_dump` does not keep: session state of a running server.

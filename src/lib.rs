@@ -62,6 +62,7 @@ mod libpq;
 mod operator;
 mod outcome;
 mod pool;
+mod prune;
 mod sql;
 mod token;
 mod waiting;
@@ -91,6 +92,7 @@ pub use operator::{
 };
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::{build_pool, PgPool, PreparedStatements};
+pub use prune::{prune, PruneError, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
     LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,

@@ -211,6 +211,22 @@ pub enum Command {
         #[arg(long, default_value = "168h", value_parser = duration::parse)]
         idle: Duration,
     },
+    /// Operator: remove the rows of keys FREE or LAPSED for longer than
+    /// --idle, with the guard records of resources fenced only by them, in
+    /// short batches. Epochs stay safe: a key that comes back starts above
+    /// every epoch it had, and stale epochs stay refused. A FREE key is
+    /// removed only when a prune saw it FREE at least --idle earlier (the
+    /// first prune records it). Needs EXECUTE on lease.prune_keys and
+    /// lease.prune_guards (granted to nobody by default).
+    #[command(after_help = EXIT_CODES)]
+    Prune {
+        /// How long a key must have been unused, e.g. 168h.
+        #[arg(long, value_parser = duration::parse)]
+        idle: Duration,
+        /// Change nothing; say what a prune would remove now.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database
     /// crash and restart with epochs intact. Takes a few seconds.

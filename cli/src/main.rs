@@ -27,6 +27,7 @@ mod json;
 mod listing;
 mod operator;
 mod output;
+mod prune;
 mod table;
 
 use std::process::ExitCode;
@@ -158,6 +159,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
                 operator::raise_generation(conn, out, generation)
             }
         },
+        Command::Prune { idle, dry_run } => prune::prune(conn, out, idle, dry_run),
         Command::Demo => demo::run(out),
         // Handled before: see `doctor` and the early returns above.
         Command::Extension { .. } | Command::Doctor { .. } => Ok(()),

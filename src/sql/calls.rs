@@ -11,7 +11,9 @@
 use diesel::pg::data_types::PgInterval;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
-use diesel::sql_types::{BigInt, Bool, Double, Interval, Nullable, Text, Timestamptz};
+use diesel::sql_types::{
+    BigInt, Binary, Bool, Double, Integer, Interval, Nullable, Text, Timestamptz,
+};
 use diesel::{QueryResult, RunQueryDsl};
 
 /// Declares one cacheable call: its struct, static query id, SQL text and
@@ -183,6 +185,22 @@ lease_call! {
     RaiseGenerationCall { generation: i64 => BigInt }
     sql = "SELECT lease.raise_generation";
     row = BigInt;
+}
+
+lease_call! {
+    /// `lease.prune_keys(idle, after, batch, dry_run)`: one batch of key
+    /// pruning (examined, pruned, sighted, waiters, watermark, next_after).
+    PruneKeysCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
+    sql = "SELECT examined, pruned, sighted, waiters, watermark, next_after FROM lease.prune_keys";
+    row = (Integer, Integer, Integer, Integer, BigInt, Nullable<Binary>);
+}
+
+lease_call! {
+    /// `lease.prune_guards(idle, after, batch, dry_run)`: one batch of
+    /// guard pruning (examined, pruned, next_after).
+    PruneGuardsCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
+    sql = "SELECT examined, pruned, next_after FROM lease.prune_guards";
+    row = (Integer, Integer, Nullable<Binary>);
 }
 
 lease_call! {

@@ -511,3 +511,77 @@ fn a_split_brain_grants_a_key_twice_but_a_shared_guard_prefers_the_promoted_serv
         .expect_err("the old primary's holder is fenced at the shared guard");
     assert!(refused.is_stale(), "{refused:?}");
 }
+
+/// §1.8 with §1.7 (I16 and I13 together): keys pruned on the primary (the
+/// watermark replicated), one of them granted again on the old primary
+/// while the asynchronous standby was cut off, then a promotion. The
+/// promoted server, which never saw that grant, grants the key above both
+/// the watermark and the old primary's epochs (the generation), and its
+/// database guard, whose record was pruned, refuses every old epoch as
+/// stale and admits the new holder.
+#[test]
+fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
+    let pair = ReplicatedPair::start(false);
+    let mut old = pair.primary_conn();
+    let first = grant(&mut old, "job", "old-a");
+    admit(&mut old, "job-output", &first.token()).expect("admit epoch 1");
+    release_ok(&mut old, &first);
+    // Prune until the key and its record are gone: the first prune records
+    // the FREE key, a prune 1 ms later (server clock) removes it.
+    let options = leasehold::PruneOptions::new(Duration::from_millis(1));
+    leasehold::prune(&mut old, &options).expect("first prune");
+    let seen = leasehold_test_support::server_now(&mut old);
+    leasehold_test_support::wait_until_server_time_passes(
+        &mut old,
+        seen + chrono::Duration::milliseconds(1),
+    );
+    let report = leasehold::prune(&mut old, &options).expect("second prune");
+    assert_eq!(
+        (report.keys_pruned, report.guards_pruned),
+        (1, 1),
+        "{report:?}"
+    );
+    assert_eq!(report.watermark, 2, "the released key's counter");
+    pair.wait_caught_up();
+
+    // Cut off: the old primary grants the key again, above the watermark.
+    pair.standby.stop(StopMode::Fast).expect("stop the standby");
+    let again = grant(&mut old, "job", "old-b");
+    assert_eq!(again.epoch(), 3, "one above the watermark");
+    admit(&mut old, "job-output", &again.token()).expect("admit epoch 3");
+    drop(old);
+    pair.primary
+        .kill_postmaster()
+        .expect("the old primary dies");
+    pair.standby
+        .restart()
+        .expect("the standby comes back, still a standby");
+    pair.standby.promote().expect("promote the standby");
+
+    let mut new = pair.standby_conn();
+    assert!(inspect(&mut new, "job").expect("inspect").is_none());
+    assert_eq!(
+        query_lines(
+            &mut new,
+            "SELECT pruned_through::text AS line FROM lease.lineage"
+        ),
+        vec!["2".to_owned()],
+        "the watermark replicated"
+    );
+    let winner = grant(&mut new, "job", "new-a");
+    assert_eq!(
+        winner.epoch(),
+        GENERATION_1,
+        "above 3 and above the watermark"
+    );
+    for old_token in [first.token(), again.token()] {
+        match admit(&mut new, "job-output", &old_token) {
+            Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
+            other => panic!(
+                "old epoch {} after the promotion: {other:?}",
+                old_token.epoch()
+            ),
+        }
+    }
+    admit(&mut new, "job-output", &winner.token()).expect("admit the new holder");
+}

@@ -11,6 +11,7 @@ mod lock_order;
 mod namespaces;
 mod pool_client;
 mod poolers;
+mod pruning;
 mod security;
 mod seed_examples;
 mod spec_1_1_state;

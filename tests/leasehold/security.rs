@@ -49,6 +49,8 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
             "list_namespaces|t|search_path=pg_catalog, pg_temp",
+            "prune_guards|t|search_path=pg_catalog, pg_temp",
+            "prune_keys|t|search_path=pg_catalog, pg_temp",
             "raise_generation|t|search_path=pg_catalog, pg_temp",
             "release|t|search_path=pg_catalog, pg_temp",
             "renew|t|search_path=pg_catalog, pg_temp",

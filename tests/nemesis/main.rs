@@ -42,6 +42,7 @@ fn nemesis_run_with_pauses_kills_and_crashes_violates_no_invariant() {
         workers: 4,
         keys: 3,
         verbose: false,
+        prune: false,
     };
     let exe = std::env::current_exe().expect("test executable");
     let outcome = run::run(&options, &|| {
@@ -66,6 +67,54 @@ fn nemesis_run_with_pauses_kills_and_crashes_violates_no_invariant() {
     assert!(report.committed_writes > 0, "no write committed\n{summary}");
     assert!(outcome.pauses > 0 && outcome.crashes > 1, "{summary}");
     assert!(report.inspects > 0, "no post-crash inspect\n{summary}");
+}
+
+/// The same run with a pruner removing every key and guard record idle for
+/// 1 ms, again and again (docs/SPECIFICATION.md §1.8): keys vanish between
+/// grants and come back above the watermark, lapsed holders' tokens meet
+/// missing rows and pruned records. The checker's rules are the same; it
+/// also insists that the pruner really removed keys and guard records.
+/// Length: `LEASEHOLD_NEMESIS_PRUNE_SECS` (default 30).
+#[test]
+fn nemesis_run_with_a_concurrent_pruner_violates_no_invariant() {
+    let secs = std::env::var("LEASEHOLD_NEMESIS_PRUNE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let seed = std::env::var("LEASEHOLD_NEMESIS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let options = run::Options {
+        duration: Duration::from_secs(secs),
+        seed,
+        workers: 4,
+        keys: 6,
+        verbose: false,
+        prune: true,
+    };
+    let exe = std::env::current_exe().expect("test executable");
+    let outcome = run::run(&options, &|| {
+        let mut command = Command::new(&exe);
+        command.args([
+            "nemesis_worker_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ]);
+        command
+    });
+    let summary = outcome.summary(&options);
+    eprintln!("{summary}");
+    let report = &outcome.report;
+    assert!(report.violations.is_empty(), "{summary}");
+    assert!(report.grants > 10, "too few grants\n{summary}");
+    assert!(report.committed_writes > 0, "no write committed\n{summary}");
+    assert!(outcome.crashes > 1, "{summary}");
+    assert!(
+        outcome.pruning.keys > 10 && outcome.pruning.guards > 0,
+        "the pruner removed too little to mean anything\n{summary}"
+    );
 }
 
 // ---- The checker's own tests: feed it broken histories. ----

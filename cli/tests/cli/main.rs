@@ -8,4 +8,5 @@ mod extension;
 mod listing;
 mod operations;
 mod operator;
+mod prune;
 mod support;

@@ -66,6 +66,10 @@ pub struct Options {
     pub keys: usize,
     /// Print nemesis actions as they happen.
     pub verbose: bool,
+    /// Run a pruner alongside (docs/SPECIFICATION.md §1.8): it prunes
+    /// every key and guard record idle for 1 ms, again and again, in tiny
+    /// batches, so that keys are removed and come back between grants.
+    pub prune: bool,
 }
 
 /// A small deterministic PRNG (splitmix64): no dependency for dice.
@@ -197,6 +201,8 @@ impl From<GuardError> for WriteError {
             GuardError::StaleEpoch { .. } => WriteError::Refused("stale_epoch"),
             GuardError::LeaseNotHeld { .. } => WriteError::Refused("lease_not_held"),
             GuardError::WrongLeaseKey { .. } => WriteError::Refused("wrong_key"),
+            // A token of a key whose row a pruner removed (G7).
+            GuardError::EpochNotGranted { .. } => WriteError::Refused("epoch_not_granted"),
             _ => WriteError::Other,
         }
     }
@@ -405,6 +411,8 @@ pub struct Outcome {
     pub pauses: usize,
     pub kills: usize,
     pub crashes: usize,
+    /// What the pruner did (all zero without one).
+    pub pruning: PruneCounts,
     pub elapsed: Duration,
     /// Where the histories are (kept when there were violations).
     pub history_dir: PathBuf,
@@ -418,7 +426,9 @@ impl Outcome {
             "nemesis run: duration {:?} (elapsed {:.1?}), seed {}, workers {}, keys {}\n\
              operations: {}\ngrants: {}\ntakeovers: {}\nrenewals: {}\n\
              committed writes: {}\nrefused writes: {}\nunknown outcomes: {}\n\
-             post-crash inspects: {}\npauses: {}\nkills: {}\ncrashes: {}\nviolations: {} {:?}\n",
+             post-crash inspects: {}\npauses: {}\nkills: {}\ncrashes: {}\n\
+             prunes: {} (failed {}), keys pruned: {}, guard records pruned: {}\n\
+             violations: {} {:?}\n",
             options.duration,
             self.elapsed,
             options.seed,
@@ -435,6 +445,10 @@ impl Outcome {
             self.pauses,
             self.kills,
             self.crashes,
+            self.pruning.prunes,
+            self.pruning.failed,
+            self.pruning.keys,
+            self.pruning.guards,
             r.violations.len(),
             r.kinds()
         );
@@ -506,6 +520,11 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
             .unwrap_or_else(|e| panic!("spawn worker {index}: {e}"))
     };
     let mut workers: Vec<(Child, usize)> = (0..options.workers).map(|i| (spawn(i, 0), 0)).collect();
+    let pruner = options.prune.then(|| {
+        let url = url.clone();
+        let seed = options.seed;
+        std::thread::spawn(move || prune_until(&url, deadline_ms, seed))
+    });
     let (mut pauses, mut kills, mut crashes) = (0, 0, 0);
     let say = |text: String| {
         if options.verbose {
@@ -573,6 +592,9 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
             }
         }
     }
+    let pruning = pruner
+        .map(|thread| thread.join().expect("the pruner thread panicked"))
+        .unwrap_or_default();
     // One last crash: everything acknowledged must survive it too.
     drop(conn);
     server
@@ -606,9 +628,59 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
         pauses,
         kills,
         crashes,
+        pruning,
         elapsed: started.elapsed(),
         history_dir,
     }
+}
+
+/// What the pruner of a run did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PruneCounts {
+    /// Prunes that completed.
+    pub prunes: u64,
+    /// Prunes that failed (the server crashed under them, say).
+    pub failed: u64,
+    /// Key rows removed.
+    pub keys: u64,
+    /// Guard records removed.
+    pub guards: u64,
+}
+
+/// The pruner: until the deadline, prunes everything idle for 1 ms in
+/// batches of 2 rows (so batches interleave with the workers' calls), with
+/// random pauses, reconnecting after a crash. Records nothing in the
+/// history: the checker judges the workers' calls, whatever the pruner did.
+fn prune_until(url: &str, deadline_ms: u64, seed: u64) -> PruneCounts {
+    let mut rng = Rng::new(seed.wrapping_add(0x5052_554e));
+    let options = leasehold::PruneOptions {
+        batch: 2,
+        ..leasehold::PruneOptions::new(Duration::from_millis(1))
+    };
+    let mut counts = PruneCounts::default();
+    let mut conn: Option<PgConnection> = None;
+    while unix_ms() < deadline_ms {
+        let Some(c) = conn.as_mut() else {
+            match PgConnection::establish(url) {
+                Ok(c) => conn = Some(c),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+            continue;
+        };
+        match leasehold::prune(c, &options) {
+            Ok(report) => {
+                counts.prunes += 1;
+                counts.keys += report.keys_pruned;
+                counts.guards += report.guards_pruned;
+            }
+            Err(_) => {
+                counts.failed += 1;
+                conn = None;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(rng.range(0, 50)));
+    }
+    counts
 }
 
 /// Records `inspect` of every key, bracketed by server times.

@@ -1,0 +1,95 @@
+//! `leasehold prune --idle <duration> [--dry-run]`: the operator removes
+//! the rows of keys nobody uses any more (docs/SPECIFICATION.md §1.8),
+//! through [`leasehold::prune`], batch by batch, each batch committed on its
+//! own.
+//!
+//! The prune functions are granted to nobody by default, so a refusal is
+//! explained with the GRANT that fixes it (see `operator::explain`).
+
+use std::time::Duration;
+
+use diesel::PgConnection;
+use leasehold::{PruneError, PruneOptions, PruneReport};
+
+use crate::duration;
+use crate::failure::{report, CliError};
+use crate::json::Json;
+use crate::operator::explain;
+use crate::output::Printer;
+
+/// The functions a role needs EXECUTE on, as a GRANT names them.
+const PRUNE_KEYS: &str = "lease.prune_keys(interval, bytea, integer, boolean)";
+const PRUNE_GUARDS: &str = "lease.prune_guards(interval, bytea, integer, boolean)";
+
+/// `leasehold prune --idle IDLE [--dry-run]`.
+pub fn prune(
+    conn: &mut PgConnection,
+    out: Printer,
+    idle: Duration,
+    dry_run: bool,
+) -> Result<(), CliError> {
+    if idle.is_zero() {
+        return Err(CliError::InvalidInput(
+            "--idle must be positive (e.g. 7d is written 168h); nothing changed".into(),
+        ));
+    }
+    let options = PruneOptions {
+        dry_run,
+        ..PruneOptions::new(idle)
+    };
+    let done = leasehold::prune(conn, &options).map_err(|error| failure(conn, error))?;
+    Ok(out.emit(&text(&done, idle), &json(&done, idle))?)
+}
+
+fn text(done: &PruneReport, idle: Duration) -> String {
+    let idle = duration::format(idle);
+    if done.dry_run {
+        return format!(
+            "dry run, nothing changed: a prune now would remove {} of {} key rows (LAPSED, or FREE at the same counter since a prune saw them, for longer than {idle}) and {} of {} guard records (of keys already gone), and would record {} FREE key rows seen for the first time (a prune at least {idle} later removes them if they are still FREE); guard records of keys it removes go on the prune after",
+            done.keys_pruned, done.keys_examined, done.guards_pruned, done.guards_examined, done.keys_sighted
+        );
+    }
+    format!(
+        "removed {} of {} key rows, {} of {} guard records and {} waiter rows of gone sessions; recorded {} FREE key rows seen for the first time (a prune at least {idle} later removes them if they are still FREE); watermark {}: a key that comes back gets an epoch above it ({} batches)",
+        done.keys_pruned,
+        done.keys_examined,
+        done.guards_pruned,
+        done.guards_examined,
+        done.waiters_pruned,
+        done.keys_sighted,
+        done.watermark,
+        done.batches
+    )
+}
+
+fn json(done: &PruneReport, idle: Duration) -> Json {
+    let count = |n: u64| Json::Int(i64::try_from(n).unwrap_or(i64::MAX));
+    Json::Object(vec![
+        ("dry_run", Json::Bool(done.dry_run)),
+        ("idle", Json::str(duration::format(idle))),
+        ("keys_examined", count(done.keys_examined)),
+        ("keys_pruned", count(done.keys_pruned)),
+        ("keys_sighted", count(done.keys_sighted)),
+        ("guards_examined", count(done.guards_examined)),
+        ("guards_pruned", count(done.guards_pruned)),
+        ("waiters_pruned", count(done.waiters_pruned)),
+        ("watermark", Json::Int(done.watermark)),
+        ("batches", count(done.batches)),
+    ])
+}
+
+fn failure(conn: &mut PgConnection, error: PruneError) -> CliError {
+    match error {
+        PruneError::InvalidInput { violations } => {
+            CliError::InvalidInput(format!("{}; nothing changed", violations.join("; ")))
+        }
+        other => {
+            let failure = CliError::Database(report(&other));
+            // The keys pass runs first; its function is the one refused.
+            match explain(conn, PRUNE_KEYS, failure) {
+                CliError::Database(text) => explain(conn, PRUNE_GUARDS, CliError::Database(text)),
+                explained => explained,
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Pruning (docs/SPECIFICATION.md §1.8): an operator removes the rows of
+//! keys nobody uses any more, so that a database that sees millions of
+//! short-lived keys (job ids, request ids) does not grow for ever.
+//!
+//! What goes: key rows FREE or LAPSED for longer than the idle time, the
+//! guard records of resources fenced only by such keys, and the waiter rows
+//! of gone sessions for them. What never happens because of it: an epoch
+//! granted twice, a counter going back, or a stale epoch admitted. A key
+//! that comes back starts above every epoch it had (the watermark,
+//! `lease.lineage.pruned_through`), and guards refuse every epoch of a
+//! pruned incarnation (docs/SPECIFICATION.md §1.8 has the argument; invariant I16).
+//!
+//! The work is done in batches, each one short transaction (when the
+//! connection is not inside a transaction of the caller's), so a prune never
+//! holds locks for long and never waits for a lock a lease call holds: rows
+//! anybody has locked are skipped, not waited for.
+//!
+//! The SQL functions are granted to nobody: the installing role runs them
+//! or grants EXECUTE on `lease.prune_keys(interval, bytea, integer, boolean)`
+//! and `lease.prune_guards(interval, bytea, integer, boolean)` to an
+//! operator role (README.md, "Security model").
+
+use std::time::Duration;
+
+use diesel::pg::PgConnection;
+use diesel::result::Error as DieselError;
+use diesel::RunQueryDsl;
+
+use crate::errors::Operation;
+use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
+use crate::sql::{decode, input, names};
+
+/// How many rows one batch looks at by default: small enough that a batch
+/// locks for milliseconds, large enough that a prune of a million rows
+/// takes a thousand round trips, not a million.
+pub const DEFAULT_PRUNE_BATCH: u32 = 1000;
+
+/// What to prune, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PruneOptions {
+    /// Remove only rows idle for longer than this: LAPSED since before
+    /// now − idle, or FREE at the same counter since a prune saw them at
+    /// least this long ago (a FREE row carries no timestamp, so the first
+    /// prune that sees it only records it). More than zero, at most 100
+    /// years.
+    pub idle: Duration,
+    /// Change nothing; report what a prune would remove now.
+    pub dry_run: bool,
+    /// Rows looked at per batch (1 to 100 000).
+    pub batch: u32,
+}
+
+impl PruneOptions {
+    /// A real prune of rows idle for longer than `idle`, in batches of
+    /// [`DEFAULT_PRUNE_BATCH`].
+    pub fn new(idle: Duration) -> Self {
+        PruneOptions {
+            idle,
+            dry_run: false,
+            batch: DEFAULT_PRUNE_BATCH,
+        }
+    }
+}
+
+/// What a prune did (or, for a dry run, would do now).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Whether this was a dry run (nothing changed).
+    pub dry_run: bool,
+    /// Key rows looked at.
+    pub keys_examined: u64,
+    /// Key rows removed (dry run: removable now).
+    pub keys_pruned: u64,
+    /// FREE key rows seen for the first time at their counter: a later
+    /// prune, at least the idle time later, removes them if they are still
+    /// FREE at that counter (dry run: rows a prune would record).
+    pub keys_sighted: u64,
+    /// Waiter rows of gone sessions removed with their keys (a dry run
+    /// does not count these).
+    pub waiters_pruned: u64,
+    /// Guard records looked at.
+    pub guards_examined: u64,
+    /// Guard records removed (dry run: removable now; records of keys
+    /// that this prune would remove first are not counted).
+    pub guards_pruned: u64,
+    /// The watermark after the prune: every key that comes back gets a
+    /// first epoch above it.
+    pub watermark: i64,
+    /// Batches run (each its own transaction when the connection is in
+    /// autocommit).
+    pub batches: u64,
+}
+
+/// Why [`prune`] failed. Batches that committed before the failure stay
+/// done (each is safe on its own); the failing batch changed nothing.
+///
+/// A role that was not granted EXECUTE on the prune functions gets
+/// [`PruneError::Database`] whose source is PostgreSQL's "permission denied
+/// for function prune_keys" (SQLSTATE 42501).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PruneError {
+    /// The idle time or batch size broke the rules (not positive, more than
+    /// 100 years, a batch outside 1..=100 000); nothing changed.
+    #[error("invalid prune input: {}", .violations.join("; "))]
+    InvalidInput {
+        /// Every violated rule, e.g. `"idle must be positive"`.
+        violations: Vec<String>,
+    },
+    /// The database failed a batch, or the role may not prune.
+    #[error("{operation} failed in the database")]
+    Database {
+        /// The failed call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+}
+
+impl PruneError {
+    fn from_diesel(error: DieselError) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::INVALID_INPUT) {
+                return PruneError::InvalidInput {
+                    violations: decode::violations(info.as_ref()),
+                };
+            }
+        }
+        PruneError::Database {
+            operation: Operation::Prune,
+            source: error,
+        }
+    }
+}
+
+/// Operator action: prunes key rows, then guard records, idle for longer
+/// than `options.idle` (docs/SPECIFICATION.md §1.8), batch by batch.
+/// Call it on a connection outside any transaction of yours, so that every
+/// batch commits on its own and holds its locks for one batch only.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::PruneError> {
+/// use std::time::Duration;
+/// let options = leasehold::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
+/// let report = leasehold::prune(conn, &options)?;
+/// println!("removed {} keys and {} guard records", report.keys_pruned, report.guards_pruned);
+/// # Ok(()) }
+/// ```
+pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, PruneError> {
+    let idle =
+        input::interval("idle", options.idle).map_err(|violation| PruneError::InvalidInput {
+            violations: vec![violation],
+        })?;
+    let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
+    let mut report = PruneReport {
+        dry_run: options.dry_run,
+        ..PruneReport::default()
+    };
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let (examined, pruned, sighted, waiters, watermark, next) = PruneKeysCall {
+            idle,
+            after: after.as_deref(),
+            batch,
+            dry_run: options.dry_run,
+            _borrow: std::marker::PhantomData,
+        }
+        .get_result::<(i32, i32, i32, i32, i64, Option<Vec<u8>>)>(conn)
+        .map_err(PruneError::from_diesel)?;
+        report.batches += 1;
+        report.keys_examined += count(examined);
+        report.keys_pruned += count(pruned);
+        report.keys_sighted += count(sighted);
+        report.waiters_pruned += count(waiters);
+        report.watermark = watermark;
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    after = None;
+    loop {
+        let (examined, pruned, next) = PruneGuardsCall {
+            idle,
+            after: after.as_deref(),
+            batch,
+            dry_run: options.dry_run,
+            _borrow: std::marker::PhantomData,
+        }
+        .get_result::<(i32, i32, Option<Vec<u8>>)>(conn)
+        .map_err(PruneError::from_diesel)?;
+        report.batches += 1;
+        report.guards_examined += count(examined);
+        report.guards_pruned += count(pruned);
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    Ok(report)
+}
+
+/// A row count from the server (never negative).
+fn count(rows: i32) -> u64 {
+    u64::try_from(rows).unwrap_or(0)
+}
