@@ -229,11 +229,16 @@ AS $$
 BEGIN
     -- Two statements, in this order: the look-up must take its snapshot
     -- after the lock is held (one statement would share one snapshot, taken
-    -- before the lock).
+    -- before the lock). While lease.waiters has no pages it has no row,
+    -- committed or not, so the look-up is skipped (a file size read instead
+    -- of a query, as lease._allowed does): a registration that committed
+    -- before the lock was taken has its row on a page, and VACUUM removes
+    -- a page only once no row is on it.
     IF current_setting('transaction_isolation') <> 'read committed'
        OR NOT pg_try_advisory_xact_lock(1818785643, lease._waiter_lock_id(_on_release.key_hash)) THEN
         PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
-    ELSIF EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _on_release.key_hash) THEN
+    ELSIF pg_relation_size('lease.waiters'::regclass) <> 0
+          AND EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _on_release.key_hash) THEN
         PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
     END IF;
 END;
