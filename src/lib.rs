@@ -45,6 +45,20 @@
 //! | `holding` | [`Keeper`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
+//! | `telemetry` | spans, events and metrics (features `tracing`, `metrics`) |
+//!
+//! # Telemetry
+//!
+//! With the cargo feature `tracing`, every lease and guard call runs in a
+//! `DEBUG` span (`lease`, `guard`, `lease_wait`) with its operation,
+//! owner, epoch, outcome and duration, and the keeper's losses, waiters'
+//! wake-ups and the listener's state changes are events. Lease keys and
+//! resource names stay out of spans unless [`set_trace_keys`] says
+//! otherwise. With the feature `metrics`, the calls are counted and timed
+//! through the `metrics` facade, under names and labels listed in
+//! README.md ("Metrics and tracing"); the application installs the
+//! recorder and may call [`describe_metrics`]. Both features are off by
+//! default, and then cost nothing.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -63,6 +77,9 @@ mod operator;
 mod outcome;
 mod pool;
 mod sql;
+// With both telemetry features off only the pass-throughs are used.
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+mod telemetry;
 mod token;
 mod waiting;
 
@@ -90,6 +107,7 @@ pub use operator::{
 };
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::{build_pool, PgPool, PreparedStatements};
+pub use telemetry::{describe_metrics, set_trace_keys, trace_keys, TraceKeys};
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
     LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,
