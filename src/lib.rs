@@ -49,16 +49,54 @@
 //!
 //! # Telemetry
 //!
-//! With the cargo feature `tracing`, every lease and guard call runs in a
-//! `DEBUG` span (`lease`, `guard`, `lease_wait`) with its operation,
-//! owner, epoch, outcome and duration, and the keeper's losses, waiters'
-//! wake-ups and the listener's state changes are events. Lease keys and
-//! resource names stay out of spans unless [`set_trace_keys`] says
-//! otherwise. With the feature `metrics`, the calls are counted and timed
-//! through the `metrics` facade, under names and labels listed in
-//! README.md ("Metrics and tracing"); the application installs the
-//! recorder and may call [`describe_metrics`]. Both features are off by
-//! default, and then cost nothing.
+//! Two cargo features, both off by default (and then the instrumentation
+//! compiles to nothing); the library installs no subscriber and no
+//! recorder, the application does.
+//!
+//! With `tracing`, every lease call runs in a `DEBUG` span `lease`
+//! (target `leasehold::lease`), every guard call in a span `guard`
+//! (`leasehold::guard`), and a [`LeaseWaiter`] acquire in a span
+//! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
+//! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
+//! [`Keeper`]'s loss (`WARN`, `leasehold::keeper`, with `reason`), a
+//! waiter's wake-up (`DEBUG`, `leasehold::waiter`, with `cause`), the
+//! listener's connection and loss (`INFO`/`WARN`, `leasehold::listener`).
+//! Lease keys and resource names (`key`, `resource`) are recorded only
+//! after [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`: they are the
+//! application's own names, and traces usually leave the process.
+//!
+//! With `metrics`, through the `metrics` facade ([`describe_metrics`]
+//! gives the recorder their help texts). Labels come from small closed
+//! sets; keys are never labels.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
+//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
+//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
+//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
+//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
+//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::LeaseWaiter`] acquire waited |
+//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
+//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
+//!
+//! Label values:
+//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `admit`,
+//!   `check_held`, `admit_held`, `renew_admit`, `fence`, `inspect_guard`.
+//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
+//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
+//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
+//!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
+//!   refusal's `kind`; or the failure `invalid`, `timed_out`, `forbidden`,
+//!   `outcome_unknown`, `read_only`, `error`.
+//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
+//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
+//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
+//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
+//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
+//! - `cause` of a wake-up: `listener` (a release notification for the key,
+//!   or the listener session going down or up), `timer` (the holder's
+//!   expiry, a poll or re-check, or the wait's deadline).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]

@@ -23,36 +23,9 @@
 //! of any kind, whatever the setting: their labels come from small closed
 //! sets only, so a metric's series count does not grow with the keys.
 //!
-//! # Metrics
-//!
-//! | name | type | labels | meaning |
-//! |---|---|---|---|
-//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
-//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
-//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
-//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
-//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
-//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::LeaseWaiter`] acquire waited |
-//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
-//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
-//!
-//! Label values:
-//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `admit`,
-//!   `check_held`, `admit_held`, `renew_admit`, `fence`, `inspect_guard`.
-//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
-//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
-//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
-//!   `fenced`, `found`, `absent` (guards); a guard refusal's `kind`; or the
-//!   failure `invalid`, `timed_out`, `forbidden`, `outcome_unknown`,
-//!   `read_only`, `error`.
-//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
-//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
-//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
-//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
-//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
-//! - `cause` of a wake-up: `listener` (a release notification for the key,
-//!   or the listener session going down or up), `timer` (the holder's
-//!   expiry, a poll or re-check, or the wait's deadline).
+//! The metrics' names, types and labels are listed in the crate docs
+//! (src/lib.rs, "Telemetry") and README.md ("Metrics and tracing"); the
+//! label values come from the mappings below, each a closed set.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
