@@ -4,6 +4,14 @@
 //!
 //! Run: `cargo bench --bench primitive` (add `-- --quick` for a short run).
 //! Starts a durable throwaway PostgreSQL unless `DATABASE_URL` is set.
+//!
+//! The telemetry's cost: run it once as is and once with
+//! `--features tracing,metrics` and compare, above all the client-side row
+//! (a call refused by the client's own input check, so no round trip hides
+//! the wrapper's cost). The header says which features the run has; no
+//! subscriber or recorder is installed, as in an application that enables
+//! the features but has not set telemetry up. `-- --client-side` stops
+//! after that row, for repeating it with the two builds in turn.
 
 use std::time::{Duration, Instant};
 
@@ -72,6 +80,21 @@ fn time_ops(n: usize, mut op: impl FnMut(usize)) -> Stats {
     measure(&mut samples, start.elapsed())
 }
 
+/// Mean time of one `op` over `n` calls in a row, the best of five rounds:
+/// for calls far shorter than a clock read, which `time_ops` would swamp.
+fn mean_of_rounds(n: usize, mut op: impl FnMut()) -> Duration {
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..n {
+                op();
+            }
+            start.elapsed() / n as u32
+        })
+        .min()
+        .unwrap_or_default()
+}
+
 fn row(name: &str, stats: &Stats, floor: &Stats) {
     println!(
         "| {name:<34} | {:>9.1} | {:>9.1} | {:>9.0} | {:>5.2}x |",
@@ -120,6 +143,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
+    let on = |enabled: bool| if enabled { "on" } else { "off" };
+    println!(
+        "telemetry: tracing {} | metrics {} (no subscriber, no recorder installed)",
+        on(cfg!(feature = "tracing")),
+        on(cfg!(feature = "metrics"))
+    );
+    // Client-side only: a key with a NUL (which PostgreSQL text cannot
+    // hold) is refused before anything is sent, yet the call goes through
+    // the whole instrumentation (span, outcome, counters, duration).
+    let client_side = mean_of_rounds(n * 100, || {
+        let refused = leasehold::acquire(&mut conn, "nul\0key", "bench", Duration::from_secs(600));
+        assert!(matches!(
+            refused,
+            Err(leasehold::LeaseError::InvalidInput { .. })
+        ));
+    });
+    println!(
+        "client-side acquire (refused input, no round trip): {:.0} ns per call",
+        client_side.as_nanos()
+    );
+    if std::env::args().any(|a| a == "--client-side") {
+        // Only the row above: for repeating it, alternating builds.
+        return Ok(());
+    }
     println!(
         "\n| operation (1 client, autocommit)   |  p50 (µs) |  p99 (µs) |     ops/s | vs floor |"
     );

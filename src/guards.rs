@@ -37,6 +37,7 @@ use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
 };
 use crate::sql::input;
+use crate::telemetry;
 use crate::token::FencingToken;
 
 /// How strictly [`run_fenced`] checks the writer.
@@ -133,6 +134,21 @@ pub fn admit(
     resource: &str,
     token: &FencingToken,
 ) -> Result<(), GuardError> {
+    telemetry::guard_call(
+        Operation::Admit,
+        resource,
+        token.key(),
+        token.owner(),
+        Some(token.epoch()),
+        || admit_sql(conn, resource, token),
+    )
+}
+
+fn admit_sql(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+) -> Result<(), GuardError> {
     check_resource(resource)?;
     AdmitCall {
         resource,
@@ -152,6 +168,20 @@ pub fn check_held(
     conn: &mut PgConnection,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
+    telemetry::guard_call(
+        Operation::CheckHeld,
+        "",
+        token.key(),
+        token.owner(),
+        Some(token.epoch()),
+        || check_held_sql(conn, token),
+    )
+}
+
+fn check_held_sql(
+    conn: &mut PgConnection,
+    token: &FencingToken,
+) -> Result<DateTime<Utc>, GuardError> {
     CheckHeldCall {
         key: token.key(),
         owner: token.owner(),
@@ -164,6 +194,21 @@ pub fn check_held(
 
 /// [`check_held`] and [`admit`] in one call. Returns the lease's expiry.
 pub fn admit_held(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+) -> Result<DateTime<Utc>, GuardError> {
+    telemetry::guard_call(
+        Operation::AdmitHeld,
+        resource,
+        token.key(),
+        token.owner(),
+        Some(token.epoch()),
+        || admit_held_sql(conn, resource, token),
+    )
+}
+
+fn admit_held_sql(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,
@@ -185,6 +230,22 @@ pub fn admit_held(
 /// Renews the token's lease by `ttl` and admits the token for `resource`, in
 /// the caller's transaction. Returns the new expiry (valid once committed).
 pub fn renew_and_admit(
+    conn: &mut PgConnection,
+    resource: &str,
+    token: &FencingToken,
+    ttl: Duration,
+) -> Result<DateTime<Utc>, GuardError> {
+    telemetry::guard_call(
+        Operation::RenewAndAdmit,
+        resource,
+        token.key(),
+        token.owner(),
+        Some(token.epoch()),
+        || renew_and_admit_sql(conn, resource, token, ttl),
+    )
+}
+
+fn renew_and_admit_sql(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,
@@ -220,6 +281,22 @@ pub fn fence(
     lease_key: &str,
     up_to: i64,
 ) -> Result<i64, GuardError> {
+    telemetry::guard_call(
+        Operation::Fence,
+        resource,
+        lease_key,
+        "",
+        Some(up_to),
+        || fence_sql(conn, resource, lease_key, up_to),
+    )
+}
+
+fn fence_sql(
+    conn: &mut PgConnection,
+    resource: &str,
+    lease_key: &str,
+    up_to: i64,
+) -> Result<i64, GuardError> {
     check_resource(resource)?;
     FenceCall {
         resource,
@@ -245,6 +322,15 @@ pub fn fence(
 /// A resource's guard record; `None` if nothing was ever admitted or fenced
 /// for it.
 pub fn inspect_guard(
+    conn: &mut PgConnection,
+    resource: &str,
+) -> Result<Option<GuardRecord>, GuardError> {
+    telemetry::guard_call(Operation::InspectGuard, resource, "", "", None, || {
+        inspect_guard_sql(conn, resource)
+    })
+}
+
+fn inspect_guard_sql(
     conn: &mut PgConnection,
     resource: &str,
 ) -> Result<Option<GuardRecord>, GuardError> {

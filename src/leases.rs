@@ -21,6 +21,7 @@ use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::sql::decode::Status;
 use crate::sql::input;
+use crate::telemetry;
 
 /// Tries to acquire `key` for `owner` for `ttl`, without waiting for
 /// another owner. It may still wait up to [`crate::LOCK_WAIT_BOUND`] for a
@@ -83,6 +84,18 @@ fn acquire_call(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Acquisition, LeaseError> {
+    telemetry::lease_call(Operation::Acquire, key, owner, None, || {
+        acquire_sql(conn, key, owner, ttl, wait)
+    })
+}
+
+fn acquire_sql(
+    conn: &mut PgConnection,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Acquisition, LeaseError> {
     check_text("key", key)?;
     check_text("owner", owner)?;
     let call = AcquireCall {
@@ -129,6 +142,18 @@ pub fn renew(
     epoch: i64,
     ttl: Duration,
 ) -> Result<Renewal, LeaseError> {
+    telemetry::lease_call(Operation::Renew, key, owner, Some(epoch), || {
+        renew_sql(conn, key, owner, epoch, ttl)
+    })
+}
+
+fn renew_sql(
+    conn: &mut PgConnection,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    ttl: Duration,
+) -> Result<Renewal, LeaseError> {
     check_text("key", key)?;
     check_text("owner", owner)?;
     let call = RenewCall {
@@ -160,6 +185,17 @@ pub fn release(
     owner: &str,
     epoch: i64,
 ) -> Result<Release, LeaseError> {
+    telemetry::lease_call(Operation::Release, key, owner, Some(epoch), || {
+        release_sql(conn, key, owner, epoch)
+    })
+}
+
+fn release_sql(
+    conn: &mut PgConnection,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+) -> Result<Release, LeaseError> {
     check_text("key", key)?;
     check_text("owner", owner)?;
     let call = ReleaseCall {
@@ -183,6 +219,10 @@ pub fn release(
 /// Advisory only: the answer may be stale by the time it arrives. Use it to
 /// decide what to try, never as permission to act.
 pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+    telemetry::lease_call(Operation::Inspect, key, "", None, || inspect_sql(conn, key))
+}
+
+fn inspect_sql(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>, LeaseError> {
     check_text("key", key)?;
     let call = InspectCall {
         key,

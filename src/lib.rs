@@ -45,6 +45,58 @@
 //! | `holding` | [`Keeper`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
+//! | `telemetry` | spans, events and metrics (features `tracing`, `metrics`) |
+//!
+//! # Telemetry
+//!
+//! Two cargo features, both off by default (and then the instrumentation
+//! compiles to nothing); the library installs no subscriber and no
+//! recorder, the application does.
+//!
+//! With `tracing`, every lease call runs in a `DEBUG` span `lease`
+//! (target `leasehold::lease`), every guard call in a span `guard`
+//! (`leasehold::guard`), and a [`LeaseWaiter`] acquire in a span
+//! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
+//! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
+//! [`Keeper`]'s loss (`WARN`, `leasehold::keeper`, with `reason`), a
+//! waiter's wake-up (`DEBUG`, `leasehold::waiter`, with `cause`), the
+//! listener's connection and loss (`INFO`/`WARN`, `leasehold::listener`).
+//! Lease keys and resource names (`key`, `resource`) are recorded only
+//! after [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`: they are the
+//! application's own names, and traces usually leave the process.
+//!
+//! With `metrics`, through the `metrics` facade ([`describe_metrics`]
+//! gives the recorder their help texts). Labels come from small closed
+//! sets; keys are never labels.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
+//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
+//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
+//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
+//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
+//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::LeaseWaiter`] acquire waited |
+//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
+//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
+//!
+//! Label values:
+//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `admit`,
+//!   `check_held`, `admit_held`, `renew_admit`, `fence`, `inspect_guard`.
+//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
+//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
+//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
+//!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
+//!   refusal's `kind`; or the failure `invalid`, `timed_out`, `forbidden`,
+//!   `outcome_unknown`, `read_only`, `error`.
+//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
+//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
+//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
+//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
+//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
+//! - `cause` of a wake-up: `listener` (a release notification for the key,
+//!   or the listener session going down or up), `timer` (the holder's
+//!   expiry, a poll or re-check, or the wait's deadline).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -64,6 +116,9 @@ mod outcome;
 mod pool;
 mod prune;
 mod sql;
+// With both telemetry features off only the pass-throughs are used.
+#[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
+mod telemetry;
 mod token;
 mod waiting;
 
@@ -93,6 +148,7 @@ pub use operator::{
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use pool::{build_pool, PgPool, PreparedStatements};
 pub use prune::{prune, PruneError, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
+pub use telemetry::{describe_metrics, set_trace_keys, trace_keys, TraceKeys};
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
     LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,

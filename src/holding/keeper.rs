@@ -405,6 +405,7 @@ impl Shared {
             self.valid_until.store(0, Ordering::SeqCst);
             self.changed.notify_all();
         }
+        crate::telemetry::lease_lost(&self.lease, &loss);
         self.emit(&KeeperEvent::Lost(loss));
     }
 

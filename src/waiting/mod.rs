@@ -53,10 +53,11 @@ use crate::leases;
 use crate::outcome::{Acquisition, Lease};
 use crate::pool::{self, is_connection_error, with_conn, PgPool, PreparedStatements};
 use crate::sql::calls::RemainingCall;
+use crate::telemetry;
 
 mod listener;
 mod session;
-mod slot;
+pub(crate) mod slot;
 
 use listener::Listener;
 pub use listener::{
@@ -285,7 +286,9 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: impl Into<Wait>,
     ) -> Result<Lease, WaitError> {
-        self.acquire_inner(key, owner, ttl, wait.into(), None)
+        telemetry::wait(key, owner, || {
+            self.acquire_inner(key, owner, ttl, wait.into(), None)
+        })
     }
 
     /// Like [`LeaseWaiter::acquire`], returning [`WaitError::Cancelled`] as
@@ -308,7 +311,9 @@ impl LeaseWaiter {
         wait: impl Into<Wait>,
         cancel: &CancelToken,
     ) -> Result<Lease, WaitError> {
-        self.acquire_inner(key, owner, ttl, wait.into(), Some(cancel))
+        telemetry::wait(key, owner, || {
+            self.acquire_inner(key, owner, ttl, wait.into(), Some(cancel))
+        })
     }
 
     fn acquire_inner(
@@ -382,7 +387,7 @@ impl LeaseWaiter {
             if let Some(deadline) = deadline {
                 wake_at = wake_at.min(deadline);
             }
-            if slot.wait(seen, wake_at, cancel) == Woken::Cancelled {
+            if telemetry::waiter_woke(slot.wait(seen, wake_at, cancel)) == Woken::Cancelled {
                 return Err(cancelled_error());
             }
         }

@@ -16,6 +16,7 @@ use super::slot::Slot;
 use crate::libpq::{wait_readable, Notification, PqConn, PqError};
 use crate::sql::calls::listener as statements;
 use crate::sql::names::{NAMESPACE_DENIED, RELEASE_CHANNEL, WAITER_LIMIT};
+use crate::telemetry;
 
 /// How often an idle session is probed with a trivial statement.
 const IDLE_PROBE: Duration = Duration::from_secs(10);
@@ -52,7 +53,7 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
         let error = match Session::open(shared) {
             Ok(mut session) => {
                 backoff = Duration::ZERO;
-                match session.serve(shared, &mut wake_rx) {
+                match telemetry::listener_ended(session.serve(shared, &mut wake_rx)) {
                     Ok(()) => return,
                     Err(error) => error,
                 }
@@ -186,6 +187,8 @@ impl Session {
             .conn
             .query(&format!("LISTEN {RELEASE_CHANNEL}"), &[])
             .map_err(|e| format!("LISTEN failed: {e}"))?;
+        // Reported before anyone can see the status say so.
+        telemetry::listener_up(session.conn.backend_pid());
         {
             let mut state = lock(&shared.state);
             state.status.undelivered = false;

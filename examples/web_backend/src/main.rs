@@ -12,6 +12,7 @@
 //! curl -s -X POST localhost:8080/jobs/job-7/heartbeat -H 'Fencing-Token: lh1.1.job-7.worker-b' -d '{"ttl_ms":30000}'
 //! curl -s -X PUT  localhost:8080/jobs/job-7/result -H 'Fencing-Token: lh1.1.job-7.worker-b' -d '{"result":{"rows":42}}'
 //! curl -s localhost:8080/jobs/job-7
+//! curl -s localhost:8080/metrics
 //! ```
 
 use leasehold::LeaseClient;

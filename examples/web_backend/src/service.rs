@@ -10,6 +10,7 @@
 //! | `POST /jobs/{job}/heartbeat`   | `{"ttl_ms": 30000}` + token   | 200 `{job, epoch, expires_at}`       |
 //! | `PUT /jobs/{job}/result`       | `{"result": <any JSON>}` + token | 200 `{job, stored, epoch}`        |
 //! | `GET /jobs/{job}`              |                               | 200 `{job, lease, result}`           |
+//! | `GET /metrics`                 |                               | 200 Prometheus text (see `metrics.rs`) |
 //!
 //! Failures: 400 bad input, 404 unknown route, 423 job claimed by another
 //! worker, 409 stale token (body names presented and accepted epochs), 503
@@ -47,6 +48,7 @@ use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::api_error::ApiError;
+use crate::metrics::{self, MetricsError, PrometheusHandle};
 
 /// Largest request body read; larger ones are refused with 400.
 const MAX_BODY: u64 = 64 * 1024;
@@ -73,6 +75,10 @@ pub enum StartError {
     /// Installing leasehold or creating the results table failed.
     #[error("could not prepare the database: {0}; check DATABASE_URL and that the role may create tables")]
     Database(String),
+    /// The metrics recorder could not be installed (another recorder is
+    /// installed in this process).
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
     /// The listening socket could not be bound.
     #[error("could not listen on {addr}: {message}; pick another address or free the port")]
     Bind {
@@ -96,6 +102,7 @@ impl Service {
     /// `127.0.0.1:0` for a free port) and serves on `threads` threads.
     pub fn start(client: LeaseClient, listen: &str, threads: usize) -> Result<Self, StartError> {
         prepare(&client)?;
+        let prometheus = metrics::handle()?;
         let bind_error = |message: String| StartError::Bind {
             addr: listen.to_owned(),
             message,
@@ -112,7 +119,8 @@ impl Service {
                 let server = Arc::clone(&server);
                 let stopping = Arc::clone(&stopping);
                 let client = client.clone();
-                std::thread::spawn(move || serve(&server, &stopping, &client))
+                let prometheus = prometheus.clone();
+                std::thread::spawn(move || serve(&server, &stopping, &client, &prometheus))
             })
             .collect();
         Ok(Self {
@@ -161,9 +169,17 @@ fn prepare(client: &LeaseClient) -> Result<(), StartError> {
 }
 
 /// One serving thread: take a request, answer it, until stopped.
-fn serve(server: &Server, stopping: &AtomicBool, client: &LeaseClient) {
+fn serve(
+    server: &Server,
+    stopping: &AtomicBool,
+    client: &LeaseClient,
+    prometheus: &PrometheusHandle,
+) {
     loop {
         match server.recv() {
+            Ok(request) if *request.method() == Method::Get && request.url() == metrics::PATH => {
+                metrics::respond(prometheus, request)
+            }
             Ok(request) => respond(client, request),
             Err(_) if stopping.load(Ordering::SeqCst) => return,
             // An accept error on one connection; keep serving the others.

@@ -1,0 +1,613 @@
+//! Spans, events and metrics: the only module that talks to the `tracing`
+//! and `metrics` facades.
+//!
+//! Each is behind the cargo feature of the same name, off by default. With
+//! a feature off, its half of this module compiles to nothing and the
+//! helpers the call sites use are inline pass-throughs, so an application
+//! that enables neither pays nothing (benches/primitive.rs measures it).
+//! The call sites stay one short line each: lease calls in `leases`, guard
+//! calls in `guards`, the keeper's loss in `holding`, waits, wake-ups and
+//! the listener's state in `waiting`.
+//!
+//! The library installs neither a subscriber nor a recorder: the
+//! application chooses where telemetry goes.
+//!
+//! # Key names
+//!
+//! Lease keys and guarded resource names are the application's own names
+//! (a customer id, a file path), and spans usually travel to a third-party
+//! tracing backend, so they are left out of spans and events unless the
+//! application opts in with [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`.
+//! Owners and epochs are always recorded: they identify workers and grants,
+//! which is what a trace of lease traffic is for. Metrics never carry names
+//! of any kind, whatever the setting: their labels come from small closed
+//! sets only, so a metric's series count does not grow with the keys.
+//!
+//! The metrics' names, types and labels are listed in the crate docs
+//! (src/lib.rs, "Telemetry") and README.md ("Metrics and tracing"); the
+//! label values come from the mappings below, each a closed set.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::{DateTime, Utc};
+
+use crate::errors::{GuardError, LeaseError, Operation};
+use crate::holding::LeaseLoss;
+use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
+use crate::waiting::slot::Woken;
+use crate::waiting::WaitError;
+
+/// Whether spans and events may carry lease keys and resource names
+/// ([`set_trace_keys`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TraceKeys {
+    /// Keys and resource names are left out (the default): they are the
+    /// application's own names and may be personal or secret.
+    #[default]
+    Hidden,
+    /// Keys and resource names are recorded as the `key` and `resource`
+    /// fields.
+    Recorded,
+}
+
+static RECORD_KEYS: AtomicBool = AtomicBool::new(false);
+
+/// Sets, for the whole process, whether spans and events carry lease keys
+/// and guarded resource names (default [`TraceKeys::Hidden`]). Takes effect
+/// for calls that start afterwards; metrics never carry them. Without the
+/// `tracing` feature there are no spans and this changes nothing.
+pub fn set_trace_keys(keys: TraceKeys) {
+    RECORD_KEYS.store(keys == TraceKeys::Recorded, Ordering::Relaxed);
+}
+
+/// The current [`set_trace_keys`] setting.
+pub fn trace_keys() -> TraceKeys {
+    if RECORD_KEYS.load(Ordering::Relaxed) {
+        TraceKeys::Recorded
+    } else {
+        TraceKeys::Hidden
+    }
+}
+
+/// Describes every leasehold metric (unit and help text) to the recorder
+/// installed now, so exporters can print them (Prometheus `# HELP`). Call it
+/// once after installing the recorder; without the `metrics` feature it
+/// does nothing. The metrics work without it.
+pub fn describe_metrics() {
+    #[cfg(feature = "metrics")]
+    metered::describe();
+}
+
+/// The label a call's result is counted and traced under.
+pub(crate) trait Outcome {
+    /// The `outcome` label.
+    fn outcome(&self) -> &'static str;
+    /// The epoch the result names, if the call did not know it beforehand.
+    fn epoch(&self) -> Option<i64> {
+        None
+    }
+}
+
+impl Outcome for Acquisition {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Acquisition::Granted(_) => "granted",
+            Acquisition::Denied => "denied",
+        }
+    }
+    fn epoch(&self) -> Option<i64> {
+        match self {
+            Acquisition::Granted(lease) => Some(lease.epoch()),
+            Acquisition::Denied => None,
+        }
+    }
+}
+
+impl Outcome for Lease {
+    fn outcome(&self) -> &'static str {
+        "granted"
+    }
+    fn epoch(&self) -> Option<i64> {
+        Some(self.epoch())
+    }
+}
+
+impl Outcome for Renewal {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Renewal::Renewed { .. } => "renewed",
+            Renewal::Refused(why) => why.as_status(),
+        }
+    }
+}
+
+impl Outcome for Release {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Release::Released => "released",
+            Release::Refused(why) => why.as_status(),
+        }
+    }
+}
+
+impl Outcome for Option<LeaseState> {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Some(LeaseState::Held { .. }) => "held",
+            Some(LeaseState::Unowned { .. }) => "unowned",
+            None => "unknown",
+        }
+    }
+    fn epoch(&self) -> Option<i64> {
+        self.as_ref().map(LeaseState::epoch)
+    }
+}
+
+impl Outcome for LeaseError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            LeaseError::InvalidInput { .. } => "invalid",
+            LeaseError::TimedOut { .. } => "timed_out",
+            LeaseError::Forbidden { .. } => "forbidden",
+            LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
+            LeaseError::ReadOnlyServer { .. } => "read_only",
+            _ => "error",
+        }
+    }
+}
+
+impl Outcome for GuardError {
+    fn outcome(&self) -> &'static str {
+        match self.refusal_kind() {
+            Some(kind) => kind,
+            None => match self {
+                GuardError::InvalidInput { .. } => "invalid",
+                GuardError::ReadOnlyServer { .. } => "read_only",
+                _ => "error",
+            },
+        }
+    }
+}
+
+impl GuardError {
+    /// The `kind` label when the guard refused the writer (as opposed to
+    /// failing): counted in `leasehold_guard_refused_total`.
+    fn refusal_kind(&self) -> Option<&'static str> {
+        match self {
+            GuardError::StaleEpoch { .. } => Some("stale_epoch"),
+            GuardError::WrongLeaseKey { .. } => Some("wrong_lease_key"),
+            GuardError::EpochNotGranted { .. } => Some("epoch_not_granted"),
+            GuardError::LeaseNotHeld { .. } => Some("lease_not_held"),
+            GuardError::Forbidden { .. } => Some("forbidden"),
+            _ => None,
+        }
+    }
+}
+
+/// A guard call's successful outcome: what its answer means.
+fn guard_success(operation: Operation, found: bool) -> &'static str {
+    match operation {
+        Operation::CheckHeld => "held",
+        Operation::Fence => "fenced",
+        Operation::InspectGuard if found => "found",
+        Operation::InspectGuard => "absent",
+        _ => "admitted",
+    }
+}
+
+/// Whether a guard call's answer found something (only `inspect_guard`'s
+/// can be empty).
+pub(crate) trait GuardAnswer {
+    fn found(&self) -> bool {
+        true
+    }
+}
+
+impl GuardAnswer for () {}
+impl GuardAnswer for i64 {}
+impl GuardAnswer for DateTime<Utc> {}
+impl<T> GuardAnswer for Option<T> {
+    fn found(&self) -> bool {
+        self.is_some()
+    }
+}
+
+/// The `reason` label of a keeper's loss.
+fn loss_reason(loss: &LeaseLoss) -> &'static str {
+    match loss {
+        LeaseLoss::Refused(why) => why.as_status(),
+        LeaseLoss::DeadlinePassed { .. } => "deadline_passed",
+    }
+}
+
+/// The `outcome` label of a waiter's acquire.
+fn wait_outcome(result: &Result<Lease, WaitError>) -> &'static str {
+    match result {
+        Ok(_) => "granted",
+        Err(WaitError::TimedOut { .. }) => "timed_out",
+        Err(WaitError::Cancelled { .. }) => "cancelled",
+        Err(_) => "error",
+    }
+}
+
+/// The `cause` label of a waiter's wake-up; `None` when it was cancelled
+/// (the wait ends there, it does not try again).
+fn wake_cause(woken: Woken) -> Option<&'static str> {
+    match woken {
+        Woken::Changed => Some("listener"),
+        Woken::TimedOut => Some("timer"),
+        Woken::Cancelled => None,
+    }
+}
+
+/// Whether [`TraceKeys::Recorded`] is in force: the name itself if so.
+#[cfg(feature = "tracing")]
+fn traced_name(name: &str) -> Option<&str> {
+    (RECORD_KEYS.load(Ordering::Relaxed) && !name.is_empty()).then_some(name)
+}
+
+/// Non-empty text, or nothing (operator guard calls have no owner).
+#[cfg(feature = "tracing")]
+fn present(text: &str) -> Option<&str> {
+    (!text.is_empty()).then_some(text)
+}
+
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+mod timing {
+    use std::time::{Duration, Instant};
+
+    /// Runs `call`, timing it.
+    #[inline(always)]
+    pub(super) fn timed<R>(call: impl FnOnce() -> R) -> (R, Duration) {
+        let started = Instant::now();
+        let result = call();
+        (result, started.elapsed())
+    }
+
+    /// Records the result's fields on the span.
+    #[cfg(feature = "tracing")]
+    pub(super) fn close(
+        span: &tracing::Span,
+        outcome: &'static str,
+        epoch: Option<i64>,
+        elapsed: Duration,
+    ) {
+        span.record("outcome", outcome);
+        if let Some(epoch) = epoch {
+            span.record("epoch", epoch);
+        }
+        span.record(
+            "duration_us",
+            u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+/// Runs one lease call (acquire, renew, release, inspect) in its span and
+/// counts it. `epoch` is the one the caller presented, if any.
+#[cfg(not(any(feature = "tracing", feature = "metrics")))]
+#[inline(always)]
+pub(crate) fn lease_call<T, F>(
+    _operation: Operation,
+    _key: &str,
+    _owner: &str,
+    _epoch: Option<i64>,
+    call: F,
+) -> Result<T, LeaseError>
+where
+    F: FnOnce() -> Result<T, LeaseError>,
+{
+    call()
+}
+
+/// Runs one lease call (acquire, renew, release, inspect) in its span and
+/// counts it. `epoch` is the one the caller presented, if any.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub(crate) fn lease_call<T, F>(
+    operation: Operation,
+    key: &str,
+    owner: &str,
+    epoch: Option<i64>,
+    call: F,
+) -> Result<T, LeaseError>
+where
+    T: Outcome,
+    F: FnOnce() -> Result<T, LeaseError>,
+{
+    #[cfg(feature = "tracing")]
+    let span = tracing::debug_span!(
+        target: "leasehold::lease",
+        "lease",
+        operation = operation.as_str(),
+        key = traced_name(key),
+        owner = present(owner),
+        epoch = epoch,
+        outcome = tracing::field::Empty,
+        duration_us = tracing::field::Empty,
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (key, owner, epoch);
+    #[cfg(feature = "tracing")]
+    let (result, elapsed) = timing::timed(|| span.in_scope(call));
+    #[cfg(not(feature = "tracing"))]
+    let (result, elapsed) = timing::timed(call);
+    let (outcome, granted) = match &result {
+        Ok(value) => (value.outcome(), value.epoch()),
+        Err(error) => (error.outcome(), None),
+    };
+    #[cfg(feature = "tracing")]
+    timing::close(&span, outcome, granted, elapsed);
+    #[cfg(not(feature = "tracing"))]
+    let _ = granted;
+    #[cfg(feature = "metrics")]
+    metered::call(operation, outcome, None, elapsed);
+    result
+}
+
+/// Runs one guard call in its span and counts it (refusals by kind).
+#[cfg(not(any(feature = "tracing", feature = "metrics")))]
+#[inline(always)]
+pub(crate) fn guard_call<T, F>(
+    _operation: Operation,
+    _resource: &str,
+    _key: &str,
+    _owner: &str,
+    _epoch: Option<i64>,
+    call: F,
+) -> Result<T, GuardError>
+where
+    F: FnOnce() -> Result<T, GuardError>,
+{
+    call()
+}
+
+/// Runs one guard call in its span and counts it (refusals by kind).
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub(crate) fn guard_call<T, F>(
+    operation: Operation,
+    resource: &str,
+    key: &str,
+    owner: &str,
+    epoch: Option<i64>,
+    call: F,
+) -> Result<T, GuardError>
+where
+    T: GuardAnswer,
+    F: FnOnce() -> Result<T, GuardError>,
+{
+    #[cfg(feature = "tracing")]
+    let span = tracing::debug_span!(
+        target: "leasehold::guard",
+        "guard",
+        operation = operation.as_str(),
+        resource = traced_name(resource),
+        key = traced_name(key),
+        owner = present(owner),
+        epoch = epoch,
+        outcome = tracing::field::Empty,
+        duration_us = tracing::field::Empty,
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (resource, key, owner, epoch);
+    #[cfg(feature = "tracing")]
+    let (result, elapsed) = timing::timed(|| span.in_scope(call));
+    #[cfg(not(feature = "tracing"))]
+    let (result, elapsed) = timing::timed(call);
+    let (outcome, refused) = match &result {
+        Ok(answer) => (guard_success(operation, answer.found()), None),
+        Err(error) => (error.outcome(), error.refusal_kind()),
+    };
+    #[cfg(feature = "tracing")]
+    timing::close(&span, outcome, None, elapsed);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (refused, elapsed);
+    #[cfg(feature = "metrics")]
+    metered::call(operation, outcome, refused, elapsed);
+    result
+}
+
+/// Runs a waiter's whole acquire in its span and times the wait.
+#[cfg(not(any(feature = "tracing", feature = "metrics")))]
+#[inline(always)]
+pub(crate) fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
+where
+    F: FnOnce() -> Result<Lease, WaitError>,
+{
+    call()
+}
+
+/// Runs a waiter's whole acquire in its span and times the wait.
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub(crate) fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
+where
+    F: FnOnce() -> Result<Lease, WaitError>,
+{
+    #[cfg(feature = "tracing")]
+    let span = tracing::debug_span!(
+        target: "leasehold::waiter",
+        "lease_wait",
+        key = traced_name(key),
+        owner = owner,
+        epoch = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        duration_us = tracing::field::Empty,
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (key, owner);
+    #[cfg(feature = "tracing")]
+    let (result, elapsed) = timing::timed(|| span.in_scope(call));
+    #[cfg(not(feature = "tracing"))]
+    let (result, elapsed) = timing::timed(call);
+    let outcome = wait_outcome(&result);
+    #[cfg(feature = "tracing")]
+    timing::close(
+        &span,
+        outcome,
+        result.as_ref().ok().map(Lease::epoch),
+        elapsed,
+    );
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("leasehold_wait_duration_seconds", "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
+    result
+}
+
+/// Reports a blocked waiter's wake-up; returns `woken` unchanged.
+#[inline(always)]
+pub(crate) fn waiter_woke(woken: Woken) -> Woken {
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    if let Some(cause) = wake_cause(woken) {
+        #[cfg(feature = "tracing")]
+        tracing::debug!(target: "leasehold::waiter", cause, "waiter woke");
+        #[cfg(feature = "metrics")]
+        metrics::counter!("leasehold_waiter_wakeups_total", "cause" => cause).increment(1);
+    }
+    #[cfg(not(any(feature = "tracing", feature = "metrics")))]
+    let _ = wake_cause;
+    woken
+}
+
+/// Reports a keeper's loss of `lease` (once per keeper).
+#[inline(always)]
+pub(crate) fn lease_lost(lease: &Lease, loss: &LeaseLoss) {
+    let reason = loss_reason(loss);
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        target: "leasehold::keeper",
+        key = traced_name(lease.key()),
+        owner = lease.owner(),
+        epoch = lease.epoch(),
+        reason,
+        "lease lost: {loss}"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("leasehold_lease_lost_total", "reason" => reason).increment(1);
+    let _ = (lease, reason);
+}
+
+/// Reports that the waiters' listener session is up.
+#[inline(always)]
+pub(crate) fn listener_up(backend_pid: i32) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("leasehold_listener_up").increment(1.0);
+    #[cfg(feature = "tracing")]
+    tracing::info!(target: "leasehold::listener", backend_pid, "waiters' listener connected");
+    let _ = backend_pid;
+}
+
+/// Reports that a listener session that was up has ended (`Ok`: the last
+/// waiter handle dropped; `Err`: the session was lost); returns `ended`
+/// unchanged.
+#[inline(always)]
+pub(crate) fn listener_ended(ended: Result<(), String>) -> Result<(), String> {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("leasehold_listener_up").decrement(1.0);
+    #[cfg(feature = "tracing")]
+    match &ended {
+        Ok(()) => tracing::info!(target: "leasehold::listener", "waiters' listener stopped"),
+        Err(error) => tracing::warn!(
+            target: "leasehold::listener",
+            error = error.as_str(),
+            "waiters' listener disconnected; waiters poll until it is back"
+        ),
+    }
+    ended
+}
+
+/// The `metrics` half: names, labels and descriptions in one place.
+#[cfg(feature = "metrics")]
+mod metered {
+    use std::time::Duration;
+
+    use metrics::Unit;
+
+    use crate::errors::Operation;
+
+    /// Counts one lease or guard call and records its duration.
+    pub(super) fn call(
+        operation: Operation,
+        outcome: &'static str,
+        refused: Option<&'static str>,
+        elapsed: Duration,
+    ) {
+        let name = operation.as_str();
+        metrics::counter!("leasehold_calls_total", "operation" => name, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("leasehold_call_duration_seconds", "operation" => name)
+            .record(elapsed.as_secs_f64());
+        if operation == Operation::Acquire {
+            metrics::counter!("leasehold_acquire_total", "outcome" => outcome).increment(1);
+        }
+        if let Some(kind) = refused {
+            metrics::counter!("leasehold_guard_refused_total", "kind" => kind).increment(1);
+        }
+    }
+
+    pub(super) fn describe() {
+        metrics::describe_counter!(
+            "leasehold_calls_total",
+            Unit::Count,
+            "Lease and guard calls, by operation and outcome."
+        );
+        metrics::describe_counter!(
+            "leasehold_acquire_total",
+            Unit::Count,
+            "Acquire attempts (each attempt of a waiter too), by outcome."
+        );
+        metrics::describe_counter!(
+            "leasehold_guard_refused_total",
+            Unit::Count,
+            "Guard calls that refused a writer, by kind of refusal."
+        );
+        metrics::describe_histogram!(
+            "leasehold_call_duration_seconds",
+            Unit::Seconds,
+            "Client-side duration of one lease or guard call, by operation."
+        );
+        metrics::describe_counter!(
+            "leasehold_lease_lost_total",
+            Unit::Count,
+            "Leases a keeper lost, by reason."
+        );
+        metrics::describe_histogram!(
+            "leasehold_wait_duration_seconds",
+            Unit::Seconds,
+            "How long a waiter's acquire waited, by outcome."
+        );
+        metrics::describe_counter!(
+            "leasehold_waiter_wakeups_total",
+            Unit::Count,
+            "Blocked waiters woken to try again, by cause."
+        );
+        metrics::describe_gauge!(
+            "leasehold_listener_up",
+            Unit::Count,
+            "Waiters' listener sessions connected (one per database URL)."
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Refusal;
+
+    #[test]
+    fn refusals_keep_their_sql_names_as_labels() {
+        for why in [Refusal::NotOwner, Refusal::Lapsed, Refusal::EpochMismatch] {
+            assert_eq!(Renewal::Refused(why).outcome(), why.as_status());
+            assert_eq!(loss_reason(&LeaseLoss::Refused(why)), why.as_status());
+        }
+        assert_eq!(
+            loss_reason(&LeaseLoss::DeadlinePassed { last_error: None }),
+            "deadline_passed"
+        );
+    }
+
+    #[test]
+    fn key_names_are_hidden_unless_recorded() {
+        assert_eq!(TraceKeys::default(), TraceKeys::Hidden);
+        assert_eq!(trace_keys(), TraceKeys::Hidden);
+    }
+}
