@@ -36,6 +36,7 @@
 //! | `sql` | the only place with SQL text, constraint names and answer decoding |
 //! | `outcome` | grants, refusals and observed states, as values |
 //! | `leases` | acquire, renew, release, inspect on a caller's connection |
+//! | `many` | [`renew_many`], [`release_many`]: many keys of one owner in one call |
 //! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
 //! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...), [`force_release`], [`raise_generation`]; and [`generation`] |
 //! | `token` | the fencing token and its text form |
@@ -59,6 +60,7 @@ mod install;
 mod leases;
 #[allow(unsafe_code)]
 mod libpq;
+mod many;
 mod operator;
 mod outcome;
 mod pool;
@@ -84,11 +86,14 @@ pub use holding::{
 };
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
+pub use many::{release_many, renew_many, MAX_KEYS_PER_CALL};
 pub use operator::{
     bind_namespace, force_release, generation, list_namespaces, raise_generation, unbind_namespace,
     BoundRole, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
 };
-pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+pub use outcome::{
+    Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Refusal, Release, Renewal,
+};
 pub use pool::{build_pool, PgPool, PreparedStatements};
 pub use token::{FencingToken, TokenError};
 pub use waiting::{
