@@ -43,7 +43,7 @@
 //! | `errors` | typed errors that keep their sources |
 //! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
 //! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
-//! | `holding` | [`Keeper`], [`run_while_held`], [`CancelToken`] |
+//! | `holding` | [`Keeper`], [`KeeperSet`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
 #![deny(missing_docs)]
@@ -81,8 +81,8 @@ pub use guards::{
     FencedError, GuardRecord,
 };
 pub use holding::{
-    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss,
-    StopReason, WorkContext, WorkOutcome,
+    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, KeeperSet,
+    KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
 };
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
