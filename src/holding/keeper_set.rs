@@ -388,10 +388,16 @@ impl Shared {
         }
         let mut events = Vec::new();
         let mut renewed = 0;
-        // The answers come in the order sent (renew_many checks it).
+        // The answers come in the order sent (renew_many checks it). A key
+        // lost while the call was in flight (its deadline passed) stays
+        // lost: a late renewal is ignored, the loss is final.
         for (&position, answer) in positions.iter().zip(answers) {
             match answer.renewal {
-                Renewal::Renewed { .. } => renewed += 1,
+                Renewal::Renewed { .. } => {
+                    if self.members[position].kept.load(Ordering::SeqCst) {
+                        renewed += 1;
+                    }
+                }
                 Renewal::Refused(reason) => {
                     events.extend(self.lose(&mut state, position, LeaseLoss::Refused(reason)));
                 }
