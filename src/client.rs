@@ -141,7 +141,9 @@ impl LeaseClient {
         grants: &[(&str, i64)],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
-        with_conn(&self.pool, |conn| many::renew_many(conn, owner, grants, ttl))
+        with_conn(&self.pool, |conn| {
+            many::renew_many(conn, owner, grants, ttl)
+        })
     }
 
     /// [`many::release_many`] on a pooled connection.

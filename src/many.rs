@@ -83,7 +83,9 @@ pub fn renew_many(
             let renewal = match (refusal(Operation::RenewMany, &status)?, expires_at) {
                 (None, Some(expires_at)) => Renewal::Renewed { expires_at },
                 (Some(refusal), _) => Renewal::Refused(refusal),
-                (None, None) => return Err(unexpected(Operation::RenewMany, "ok without an expiry")),
+                (None, None) => {
+                    return Err(unexpected(Operation::RenewMany, "ok without an expiry"))
+                }
             };
             Ok(KeyRenewal { key, renewal })
         })
@@ -121,7 +123,11 @@ pub fn release_many(
                 autocommit,
             )
         })?;
-    check_answers(Operation::ReleaseMany, grants, rows.iter().map(|row| &row.0))?;
+    check_answers(
+        Operation::ReleaseMany,
+        grants,
+        rows.iter().map(|row| &row.0),
+    )?;
     rows.into_iter()
         .map(|(key, status)| {
             let release = match refusal(Operation::ReleaseMany, &status)? {

@@ -221,16 +221,40 @@ fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() 
     };
     let too_many = many(MAX_KEYS_PER_CALL + 1);
     let cases = [
-        ("ARRAY['held','other'], 'o', ARRAY[5]::bigint[]", "keys and epochs must have the same length"),
-        ("ARRAY['held',NULL], 'o', ARRAY[5,5]::bigint[]", "keys must not contain NULL"),
-        ("ARRAY['held','other'], 'o', ARRAY[5,NULL]::bigint[]", "epochs must not contain NULL"),
-        ("ARRAY['held','held'], 'o', ARRAY[5,5]::bigint[]", "keys must not contain a key twice"),
-        ("ARRAY['held',''], 'o', ARRAY[5,5]::bigint[]", "keys must not contain an empty key"),
-        ("ARRAY['held', repeat('k', 16385)], 'o', ARRAY[5,5]::bigint[]", "keys must not contain a key over 16384 bytes"),
+        (
+            "ARRAY['held','other'], 'o', ARRAY[5]::bigint[]",
+            "keys and epochs must have the same length",
+        ),
+        (
+            "ARRAY['held',NULL], 'o', ARRAY[5,5]::bigint[]",
+            "keys must not contain NULL",
+        ),
+        (
+            "ARRAY['held','other'], 'o', ARRAY[5,NULL]::bigint[]",
+            "epochs must not contain NULL",
+        ),
+        (
+            "ARRAY['held','held'], 'o', ARRAY[5,5]::bigint[]",
+            "keys must not contain a key twice",
+        ),
+        (
+            "ARRAY['held',''], 'o', ARRAY[5,5]::bigint[]",
+            "keys must not contain an empty key",
+        ),
+        (
+            "ARRAY['held', repeat('k', 16385)], 'o', ARRAY[5,5]::bigint[]",
+            "keys must not contain a key over 16384 bytes",
+        ),
         ("NULL, 'o', ARRAY[5]::bigint[]", "keys must not be NULL"),
         ("ARRAY['held'], 'o', NULL", "epochs must not be NULL"),
-        ("ARRAY[['held'],['other']], 'o', ARRAY[[5],[5]]::bigint[]", "keys must be a one-dimensional array"),
-        ("ARRAY['held'], '', ARRAY[5]::bigint[]", "owner must not be empty"),
+        (
+            "ARRAY[['held'],['other']], 'o', ARRAY[[5],[5]]::bigint[]",
+            "keys must be a one-dimensional array",
+        ),
+        (
+            "ARRAY['held'], '', ARRAY[5]::bigint[]",
+            "owner must not be empty",
+        ),
         (too_many.as_str(), "keys must hold at most 1000 keys"),
     ];
     for (arguments, violation) in cases {
@@ -485,11 +509,7 @@ fn an_applied_batch_is_durable_and_a_refused_one_leaves_synchronous_commit_alone
     let mut conn = db.conn();
     let lease = granted(acquire(&mut conn, "k", OWNER, TTL).unwrap());
     let setting = |conn: &mut PgConnection| {
-        query_lines(
-            conn,
-            "SELECT current_setting('synchronous_commit') AS line",
-        )
-        .remove(0)
+        query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
     };
     conn.batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
         .unwrap();
@@ -537,10 +557,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
     let losses = keepers.wait_for_losses(0, IN_TIME);
     assert_eq!(losses.len(), 1, "{losses:?}");
     assert_eq!(losses[0].0, "t-3");
-    assert!(matches!(
-        losses[0].1,
-        LeaseLoss::Refused(Refusal::NotOwner)
-    ));
+    assert!(matches!(losses[0].1, LeaseLoss::Refused(Refusal::NotOwner)));
     assert!(!keepers.is_valid("t-3"));
     // Two more heartbeats renew the four others, and only them.
     let mut after_loss = 0;
@@ -586,7 +603,10 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
         ]
     );
     for key in keys {
-        assert!(!inspect(&mut conn, key).unwrap().unwrap().is_held(), "{key}");
+        assert!(
+            !inspect(&mut conn, key).unwrap().unwrap().is_held(),
+            "{key}"
+        );
     }
 }
 
