@@ -642,7 +642,7 @@ fn many_keys_section(
     conn.batch_execute("VACUUM ANALYZE lease.leases, shedlock, bench_many_floor")?;
     let epochs = query_text(
         conn,
-        &format!("SELECT string_agg(DISTINCT epoch::text, ',') AS value FROM lease.leases WHERE key LIKE 'hb-%' AND owner = 'hb'"),
+        "SELECT string_agg(DISTINCT epoch::text, ',') AS value FROM lease.leases WHERE key LIKE 'hb-%' AND owner = 'hb'",
     );
     let epoch: i64 = epochs
         .parse()

@@ -25,10 +25,19 @@ use leasehold_test_support::Deployment;
 use crate::common::*;
 use crate::holders::pool;
 
-/// Every state a presented grant (owner `o`, epoch 5) can meet, as raw rows
-/// (key, owner, epoch, expires in seconds from now, lapsed_owner), and the
-/// status `renew`'s precedence gives it. `never` has no row.
-const STATES: &[(&str, Option<&str>, i64, Option<i64>, Option<&str>)] = &[
+/// One fixture row: key, owner, epoch, expiry in seconds from now,
+/// lapsed_owner.
+type Row = (
+    &'static str,
+    Option<&'static str>,
+    i64,
+    Option<i64>,
+    Option<&'static str>,
+);
+
+/// Every state a presented grant (owner `o`, epoch 5) can meet, as raw
+/// rows. `never` has no row.
+const STATES: &[Row] = &[
     ("held", Some("o"), 5, Some(3600), None),
     ("wrong-epoch", Some("o"), 6, Some(3600), None),
     ("lapsed", Some("o"), 5, Some(-60), None),
