@@ -23,7 +23,7 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
-use crate::holders::pool;
+use crate::holders::{pool, strict_waiter_at, wait_armed, LONG_WAIT};
 
 /// One fixture row: key, owner, epoch, expiry in seconds from now,
 /// lapsed_owner.
@@ -511,6 +511,97 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
             .all(|answer| matches!(answer.renewal, Renewal::Renewed { .. })));
     }
 }
+
+/// Holds `key`'s row in an open transaction that renews it and, when
+/// `then_release`, releases it too; a batch over it must wait, and then
+/// answer as if it ran after that transaction committed.
+fn batch_waits_for(then_release: bool) -> Vec<(String, &'static str)> {
+    let db = TestDb::new();
+    let mut setup = db.conn();
+    let mut epochs = Vec::new();
+    for key in ["w-0", "w-1", "w-2"] {
+        epochs.push(granted(acquire(&mut setup, key, OWNER, TTL).unwrap()).epoch());
+    }
+    let mut other = db.conn();
+    other.batch_execute("BEGIN").unwrap();
+    let _ = renew(&mut other, "w-1", OWNER, epochs[1], TTL).unwrap();
+    if then_release {
+        assert_eq!(
+            release(&mut other, "w-1", OWNER, epochs[1]).unwrap(),
+            Release::Released
+        );
+    }
+    let url = db.url.clone();
+    let batch = std::thread::spawn(move || {
+        let mut conn = PgConnection::establish(&url).unwrap();
+        let grants = [("w-0", epochs[0]), ("w-1", epochs[1]), ("w-2", epochs[2])];
+        renew_many(&mut conn, OWNER, &grants, TTL)
+    });
+    let mut observer = db.conn();
+    wait_for_lock_waiters(&mut observer, &db.name, 1);
+    other.batch_execute("COMMIT").unwrap();
+    batch
+        .join()
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .map(|answer| (answer.key, renewal_status(answer.renewal)))
+        .collect()
+}
+
+#[test]
+fn a_batch_that_waited_answers_as_if_it_ran_after_the_transaction_it_waited_for() {
+    let expect = |middle: &'static str| {
+        vec![
+            ("w-0".to_owned(), "ok"),
+            ("w-1".to_owned(), middle),
+            ("w-2".to_owned(), "ok"),
+        ]
+    };
+    // Renewed meanwhile: still the caller's grant.
+    assert_eq!(batch_waits_for(false), expect("ok"));
+    // Released meanwhile: gone, for that key only.
+    assert_eq!(batch_waits_for(true), expect("not_owner"));
+}
+
+#[test]
+fn release_many_wakes_the_waiters_of_every_key_it_releases() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let keys = ["r-1", "r-2"];
+    let grants: Vec<(&str, i64)> = keys
+        .iter()
+        .map(|key| {
+            (
+                *key,
+                granted(acquire(&mut conn, key, OWNER, NEVER_LAPSES).unwrap()).epoch(),
+            )
+        })
+        .collect();
+    let waiter = strict_waiter_at(&db.url);
+    let waits: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let (waiter, key) = (waiter.clone(), (*key).to_owned());
+            std::thread::spawn(move || waiter.acquire(&key, "next", TTL, LONG_WAIT))
+        })
+        .collect();
+    for key in keys {
+        wait_armed(&waiter, key, 1);
+    }
+    let released = release_many(&mut conn, OWNER, &grants).unwrap();
+    assert!(released
+        .iter()
+        .all(|answer| answer.release == Release::Released));
+    for wait in waits {
+        let lease = wait.join().unwrap().expect("woken by the release");
+        assert_eq!(lease.owner(), "next");
+    }
+}
+
+/// A holder's ttl far beyond [`LONG_WAIT`]: only a release frees the key
+/// in time.
+const NEVER_LAPSES: Duration = Duration::from_secs(600);
 
 #[test]
 fn an_applied_batch_is_durable_and_a_refused_one_leaves_synchronous_commit_alone() {
