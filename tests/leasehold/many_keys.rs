@@ -589,6 +589,7 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
     for key in keys {
         wait_armed(&waiter, key, 1);
     }
+    let released_at = Instant::now();
     let released = release_many(&mut conn, OWNER, &grants).unwrap();
     assert!(released
         .iter()
@@ -597,6 +598,13 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
         let lease = wait.join().unwrap().expect("woken by the release");
         assert_eq!(lease.owner(), "next");
     }
+    // Without a notification the waiters would only try again at the end
+    // of their wait (LONG_WAIT), and find the keys free then.
+    assert!(
+        released_at.elapsed() < IN_TIME,
+        "woken only after {:?}",
+        released_at.elapsed()
+    );
 }
 
 /// A holder's ttl far beyond [`LONG_WAIT`]: only a release frees the key
