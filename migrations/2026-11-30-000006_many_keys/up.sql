@@ -195,7 +195,7 @@ BEGIN
               FROM (SELECT k.key, k.epoch, k.ord, lease._key_hash(k.key) AS key_hash
                       FROM unnest(renew_many.keys, renew_many.epochs) WITH ORDINALITY AS k(key, epoch, ord)
                      WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                     ORDER BY 4
+                     ORDER BY key_hash
                     OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
              WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = renew_many.owner
                AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
@@ -293,7 +293,7 @@ BEGIN
               FROM (SELECT k.key, k.epoch, k.ord, lease._key_hash(k.key) AS key_hash
                       FROM unnest(release_many.keys, release_many.epochs) WITH ORDINALITY AS k(key, epoch, ord)
                      WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                     ORDER BY 4
+                     ORDER BY key_hash
                     OFFSET 0) AS i
              WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = release_many.owner
                AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
