@@ -589,6 +589,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
+    many_keys_section(
+        &mut conn,
+        &bin,
+        &url,
+        &work_dir,
+        options.seconds,
+        &mut report,
+    )?;
+
     let results_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results");
     std::fs::create_dir_all(&results_dir)?;
     let path = results_dir.join(format!("{timestamp}.md"));
@@ -596,5 +605,106 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\nwritten to {}", path.display());
     let _ = std::fs::remove_dir_all(&work_dir);
     drop(server);
+    Ok(())
+}
+
+/// How many keys the heartbeat section's worker holds.
+const HEARTBEAT_KEYS: usize = 1_000;
+
+/// Many keys, one heartbeat: a worker holding [`HEARTBEAT_KEYS`] keys keeps
+/// them alive with one `lease.renew_many` call, against one
+/// `lease.renew` per key and ShedLock's extend of each lock (ShedLock has
+/// no batch extend). One client: a heartbeat is one worker's. The keys and
+/// epochs travel as array literals in the prepared statement, as a client
+/// sends them as parameters; each of the per-key workloads is one pgbench
+/// transaction of 1,000 autocommitted statements. The floor is one plain
+/// UPDATE of 1,000 rows by primary key in one statement: what any batch
+/// that writes each key's row costs at least.
+fn many_keys_section(
+    conn: &mut PgConnection,
+    bin: &Path,
+    url: &str,
+    work_dir: &Path,
+    seconds: u64,
+    report: &mut String,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let n = HEARTBEAT_KEYS;
+    conn.batch_execute(&format!(
+        "DROP TABLE IF EXISTS bench_many_floor;
+         CREATE TABLE bench_many_floor (id int PRIMARY KEY, n bigint NOT NULL);
+         INSERT INTO bench_many_floor SELECT g, 0 FROM generate_series(1, {n}) g;
+         INSERT INTO shedlock SELECT 'hb-' || g, now() + interval '1 hour', now(), 'hb-host'
+           FROM generate_series(1, {n}) g ON CONFLICT (name) DO NOTHING;
+         SELECT count(*) FROM (SELECT lease.acquire('hb-' || g, 'hb', interval '100 years')
+           FROM generate_series(1, {n}) g) s;"
+    ))?;
+    // On its own: a multi-statement batch runs as one transaction.
+    conn.batch_execute("VACUUM ANALYZE lease.leases, shedlock, bench_many_floor")?;
+    let epochs = query_text(
+        conn,
+        "SELECT string_agg(DISTINCT epoch::text, ',') AS value FROM lease.leases WHERE key LIKE 'hb-%' AND owner = 'hb'",
+    );
+    let epoch: i64 = epochs
+        .parse()
+        .map_err(|_| format!("heartbeat keys have epochs {epochs:?}, expected one"))?;
+    let keys: Vec<String> = (1..=n).map(|i| format!("hb-{i}")).collect();
+    let key_array = format!("'{{{}}}'::text[]", keys.join(","));
+    let epoch_array = format!("'{{{}}}'::bigint[]", vec![epoch.to_string(); n].join(","));
+    let per_key =
+        |line: &dyn Fn(&str) -> String| keys.iter().map(|key| line(key)).collect::<String>();
+    let workloads = [
+        (
+            "leasehold: one renew (the unit)",
+            1,
+            format!("SELECT status FROM lease.renew('hb-1', 'hb', {epoch}, interval '1 hour');\n"),
+        ),
+        (
+            "floor: one UPDATE of 1,000 rows by primary key",
+            n,
+            format!("UPDATE bench_many_floor SET n = n + 1 WHERE id = ANY ('{{{}}}'::int[]);\n",
+                (1..=n).map(|i| i.to_string()).collect::<Vec<_>>().join(",")),
+        ),
+        (
+            "leasehold: heartbeat of 1,000 keys, one renew_many",
+            n,
+            format!("SELECT count(*) FROM lease.renew_many({key_array}, 'hb', {epoch_array}, interval '1 hour');\n"),
+        ),
+        (
+            "leasehold: 1,000 single renews",
+            n,
+            per_key(&|key| format!("SELECT status FROM lease.renew('{key}', 'hb', {epoch}, interval '1 hour');\n")),
+        ),
+        (
+            "ShedLock: extend of 1,000 locks, one UPDATE each",
+            n,
+            per_key(&|key| format!("UPDATE shedlock SET lock_until = now() + interval '1 hour' \
+                WHERE name = '{key}' AND locked_by = 'hb-host' AND lock_until > now();\n")),
+        ),
+    ];
+    writeln!(report, "\n| heartbeat of {n} keys | keys per tx | tx/s | p50 µs | p95 µs | p99 µs | p50 µs per key | p50 / one single renew |")?;
+    writeln!(report, "|---|---:|---:|---:|---:|---:|---:|---:|")?;
+    let mut unit: Option<f64> = None;
+    for (name, keys_per_tx, script) in workloads {
+        let workload = Workload {
+            group: "heartbeat",
+            name,
+            script,
+        };
+        let stats = run_pgbench(bin, url, work_dir, &workload, 1, seconds);
+        if keys_per_tx == 1 {
+            unit = Some(stats.p50_us);
+        }
+        let ratio = unit.map_or(f64::NAN, |unit| stats.p50_us / unit);
+        let line = format!(
+            "| {name} | {keys_per_tx} | {:.1} | {:.0} | {:.0} | {:.0} | {:.2} | {ratio:.1} |\n",
+            stats.ops_per_sec,
+            stats.p50_us,
+            stats.p95_us,
+            stats.p99_us,
+            stats.p50_us / keys_per_tx as f64
+        );
+        print!("{line}");
+        report.push_str(&line);
+    }
     Ok(())
 }

@@ -10,7 +10,8 @@ use diesel::pg::PgConnection;
 
 use crate::errors::LeaseError;
 use crate::leases;
-use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
+use crate::many;
+use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
 use crate::pool::{self, with_conn, PgPool, PreparedStatements};
 
 /// Lease operations over a connection pool.
@@ -130,6 +131,28 @@ impl LeaseClient {
     /// [`leases::release`] on a pooled connection.
     pub fn release(&self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
         with_conn(&self.pool, |conn| leases::release(conn, key, owner, epoch))
+    }
+
+    /// [`many::renew_many`] on a pooled connection: one round trip for all
+    /// of `grants`.
+    pub fn renew_many(
+        &self,
+        owner: &str,
+        grants: &[(&str, i64)],
+        ttl: Duration,
+    ) -> Result<Vec<KeyRenewal>, LeaseError> {
+        with_conn(&self.pool, |conn| {
+            many::renew_many(conn, owner, grants, ttl)
+        })
+    }
+
+    /// [`many::release_many`] on a pooled connection.
+    pub fn release_many(
+        &self,
+        owner: &str,
+        grants: &[(&str, i64)],
+    ) -> Result<Vec<KeyRelease>, LeaseError> {
+        with_conn(&self.pool, |conn| many::release_many(conn, owner, grants))
     }
 
     /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced

@@ -33,6 +33,10 @@ pub enum Operation {
     Renew,
     /// `lease.release`.
     Release,
+    /// `lease.renew_many`: renew several keys of one owner in one call.
+    RenewMany,
+    /// `lease.release_many`: release several keys of one owner in one call.
+    ReleaseMany,
     /// `lease.inspect`.
     Inspect,
     /// `lease.admit`: a token-checked guard.
@@ -83,6 +87,8 @@ impl Operation {
             Operation::Acquire => "acquire",
             Operation::Renew => "renew",
             Operation::Release => "release",
+            Operation::RenewMany => "renew_many",
+            Operation::ReleaseMany => "release_many",
             Operation::Inspect => "inspect",
             Operation::Admit => "admit",
             Operation::CheckHeld => "check_held",
@@ -186,9 +192,10 @@ pub enum LeaseError {
     /// an acquire, which is idempotent for its owner) before acting.
     #[error("connection lost during lease {operation} of key {key:?}: the outcome is unknown")]
     OutcomeUnknown {
-        /// The call in flight: acquire, renew or release.
+        /// The call in flight: acquire, renew or release (or a batch of
+        /// them).
         operation: Operation,
-        /// The key concerned.
+        /// The key concerned; for a batch call, its first key.
         key: String,
         /// The connection error as diesel reported it.
         #[source]

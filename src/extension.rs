@@ -78,6 +78,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "2026-11-30-000005_pruning",
         include_str!("../migrations/2026-11-30-000005_pruning/up.sql"),
     ),
+    (
+        "2026-11-30-000006_many_keys",
+        include_str!("../migrations/2026-11-30-000006_many_keys/up.sql"),
+    ),
 ];
 
 /// Tables that `pg_dump` does not keep: session state of a running server.

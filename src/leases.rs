@@ -260,14 +260,14 @@ pub(crate) fn in_autocommit(conn: &mut PgConnection) -> bool {
 }
 
 /// The refusal a renew or release status names (`None` for `ok`).
-fn refusal(operation: Operation, status: &str) -> Result<Option<Refusal>, LeaseError> {
+pub(crate) fn refusal(operation: Operation, status: &str) -> Result<Option<Refusal>, LeaseError> {
     Status::parse(status)
         .map(Refusal::from_status)
         .ok_or_else(|| unexpected(operation, status))
 }
 
 /// An answer this client cannot read: the installed SQL is newer than it.
-fn unexpected(operation: Operation, answer: &str) -> LeaseError {
+pub(crate) fn unexpected(operation: Operation, answer: &str) -> LeaseError {
     LeaseError::Database {
         operation,
         source: diesel::result::Error::DeserializationError(
@@ -282,7 +282,7 @@ pub(crate) fn check_text(field: &str, value: &str) -> Result<(), LeaseError> {
 }
 
 /// Converts a duration to an interval (see [`input::interval`]).
-fn interval(
+pub(crate) fn interval(
     field: &str,
     duration: Duration,
 ) -> Result<diesel::pg::data_types::PgInterval, LeaseError> {

@@ -36,13 +36,14 @@
 //! | `sql` | the only place with SQL text, constraint names and answer decoding |
 //! | `outcome` | grants, refusals and observed states, as values |
 //! | `leases` | acquire, renew, release, inspect on a caller's connection |
+//! | `many` | [`renew_many`], [`release_many`]: many keys of one owner in one call |
 //! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
 //! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...), [`force_release`], [`raise_generation`]; and [`generation`] |
 //! | `token` | the fencing token and its text form |
 //! | `errors` | typed errors that keep their sources |
 //! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
 //! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
-//! | `holding` | [`Keeper`], [`run_while_held`], [`CancelToken`] |
+//! | `holding` | [`Keeper`], [`KeeperSet`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
 //! | `telemetry` | spans, events and metrics (features `tracing`, `metrics`) |
@@ -111,6 +112,7 @@ mod install;
 mod leases;
 #[allow(unsafe_code)]
 mod libpq;
+mod many;
 mod operator;
 mod outcome;
 mod pool;
@@ -135,17 +137,20 @@ pub use guards::{
     FencedError, GuardRecord,
 };
 pub use holding::{
-    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss,
-    StopReason, WorkContext, WorkOutcome,
+    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, KeeperSet,
+    KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
 };
 pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
+pub use many::{release_many, renew_many, MAX_KEYS_PER_CALL};
 pub use operator::{
     bind_namespace, force_release, force_release_epoch, generation, list_namespaces,
     raise_generation, unbind_namespace, BoundRole, ForcedRelease, Generation, NamespaceRule,
     GENERATION_SHIFT, MAX_GENERATION,
 };
-pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+pub use outcome::{
+    Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Refusal, Release, Renewal,
+};
 pub use pool::{build_pool, PgPool, PreparedStatements};
 pub use prune::{prune, PruneError, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
 pub use telemetry::{describe_metrics, set_trace_keys, trace_keys, TraceKeys};

@@ -156,6 +156,28 @@ pub enum Release {
     Refused(Refusal),
 }
 
+/// One key's answer to [`crate::renew_many`]: what [`crate::renew`] would
+/// have answered for that key alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused renewal must stop the holder of that key"]
+pub struct KeyRenewal {
+    /// The key, as passed.
+    pub key: String,
+    /// Renewed with its new expiry, or refused with the reason.
+    pub renewal: Renewal,
+}
+
+/// One key's answer to [`crate::release_many`]: what [`crate::release`]
+/// would have answered for that key alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused release did nothing for that key"]
+pub struct KeyRelease {
+    /// The key, as passed.
+    pub key: String,
+    /// Released, or refused with the reason.
+    pub release: Release,
+}
+
 /// A key's observable state, as [`crate::inspect`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {

@@ -12,7 +12,7 @@ use diesel::pg::data_types::PgInterval;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{
-    BigInt, Binary, Bool, Double, Integer, Interval, Nullable, Text, Timestamptz,
+    Array, BigInt, Binary, Bool, Double, Integer, Interval, Nullable, Text, Timestamptz,
 };
 use diesel::{QueryResult, RunQueryDsl};
 
@@ -83,6 +83,22 @@ lease_call! {
     ReleaseCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT status FROM lease.release";
     row = Text;
+}
+
+lease_call! {
+    /// `lease.renew_many(keys, owner, epochs, ttl)`: one row per key, in
+    /// input order.
+    RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval }
+    sql = "SELECT key, status, expires_at FROM lease.renew_many";
+    row = (Text, Text, Nullable<Timestamptz>);
+}
+
+lease_call! {
+    /// `lease.release_many(keys, owner, epochs)`: one row per key, in input
+    /// order.
+    ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt> }
+    sql = "SELECT key, status FROM lease.release_many";
+    row = (Text, Text);
 }
 
 lease_call! {

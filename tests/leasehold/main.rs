@@ -8,6 +8,7 @@ mod concurrency;
 mod holders;
 mod install;
 mod lock_order;
+mod many_keys;
 mod namespaces;
 mod pool_client;
 mod poolers;

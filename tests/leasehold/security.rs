@@ -53,8 +53,12 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "prune_keys|t|search_path=pg_catalog, pg_temp",
             "raise_generation|t|search_path=pg_catalog, pg_temp",
             "release|t|search_path=pg_catalog, pg_temp",
+            // The batch calls also fix their plan for their own duration
+            // (migration 2026-11-30-000006: the lock order rests on it).
+            "release_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "renew|t|search_path=pg_catalog, pg_temp",
             "renew_admit|t|search_path=pg_catalog, pg_temp",
+            "renew_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "unbind_namespace|t|search_path=pg_catalog, pg_temp",
         ]
     );

@@ -1,0 +1,355 @@
+-- leasehold: many keys, one heartbeat (docs/SPECIFICATION.md §1.3,
+-- `lease.renew_many` and `lease.release_many`).
+--
+-- A worker that holds hundreds of keys (partitions, shards, tenants) would
+-- otherwise send one renew per key per heartbeat. These functions renew or
+-- release a set of one owner's grants in one call: the same statuses, in
+-- the same precedence, as lease.renew and lease.release give key by key, at
+-- the cost of one statement instead of one round trip, one function call and
+-- one commit per key.
+--
+-- They follow the rules of 2026-11-30-000001 (SECURITY DEFINER, pinned
+-- search_path, names not positions) and its per-key guarantees:
+--
+-- * Input first. Any violation (NULL arrays or elements, arrays of different
+--   lengths or of more than one dimension, more keys than the cap,
+--   duplicate keys, and each key's own rules) raises 22023
+--   `lease_invalid_input` naming every violation; nothing changes.
+-- * Namespaces, all or nothing. Every key is checked (§4.2) before anything
+--   is written; the first forbidden key, in input order, is named in the
+--   42501 `lease_namespace_denied` error, and nothing changes.
+-- * Refusals lock nothing: the UPDATE locks a key's row only when its grant
+--   matches (owner, epoch, live), exactly the rows that it writes.
+-- * Lock order. The UPDATE meets, and so locks, the matching rows in
+--   key_hash order, whatever the order of the input (see "The plan
+--   settings" below), so two batch calls over overlapping keys queue on
+--   their first common key instead of deadlocking (tested in
+--   tests/leasehold/many_keys.rs).
+-- * Durability (§1.4): a call that applied to at least one key raises
+--   synchronous_commit to on for its transaction, as lease.renew does.
+--
+-- The cap of 1000 keys per call (lease._many_shape_ok) bounds what one
+-- statement holds: its row locks last until the caller's transaction ends,
+-- and a call can carry up to 16 KiB per key, so a cap keeps one call's
+-- locks and message size (at most about 16 MiB) bounded. A worker with
+-- more keys splits them over several calls.
+
+-- The hot path's shape check: both arrays present, one-dimensional (or
+-- empty), of one length, at most the cap, without NULL elements. Nested
+-- CASE, not AND: array_position refuses a multi-dimensional array, so the
+-- dimension check must come first, and AND does not promise an order.
+CREATE FUNCTION lease._many_shape_ok(keys text[], epochs bigint[])
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN keys IS NULL OR epochs IS NULL THEN false
+        WHEN COALESCE(array_ndims(keys), 1) <> 1 OR COALESCE(array_ndims(epochs), 1) <> 1 THEN false
+        WHEN cardinality(keys) <> cardinality(epochs) OR cardinality(keys) > 1000 THEN false
+        ELSE array_position(keys, NULL) IS NULL AND array_position(epochs, NULL) IS NULL
+    END
+$$;
+
+-- Every violated rule of a batch's keys and epochs (the error path only),
+-- in the terms of lease._raise_invalid. A key's own rules (not empty, at
+-- most 16384 bytes) are named once for the batch, not once per key.
+CREATE FUNCTION lease._many_violations(keys text[], epochs bigint[])
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_found text[] := ARRAY[]::text[];
+    v_flat_keys boolean := keys IS NOT NULL AND COALESCE(array_ndims(keys), 1) = 1;
+    v_flat_epochs boolean := epochs IS NOT NULL AND COALESCE(array_ndims(epochs), 1) = 1;
+BEGIN
+    IF keys IS NULL THEN
+        v_found := v_found || 'keys must not be NULL'::text;
+    ELSIF NOT v_flat_keys THEN
+        v_found := v_found || 'keys must be a one-dimensional array'::text;
+    END IF;
+    IF epochs IS NULL THEN
+        v_found := v_found || 'epochs must not be NULL'::text;
+    ELSIF NOT v_flat_epochs THEN
+        v_found := v_found || 'epochs must be a one-dimensional array'::text;
+    END IF;
+    IF keys IS NOT NULL AND epochs IS NOT NULL AND cardinality(keys) <> cardinality(epochs) THEN
+        v_found := v_found || 'keys and epochs must have the same length'::text;
+    END IF;
+    IF cardinality(keys) > 1000 THEN
+        v_found := v_found || 'keys must hold at most 1000 keys'::text;
+    END IF;
+    IF v_flat_keys THEN
+        IF array_position(keys, NULL) IS NOT NULL THEN
+            v_found := v_found || 'keys must not contain NULL'::text;
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(keys) AS k(key) WHERE k.key = '') THEN
+            v_found := v_found || 'keys must not contain an empty key'::text;
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(keys) AS k(key) WHERE octet_length(k.key) > 16384) THEN
+            v_found := v_found || 'keys must not contain a key over 16384 bytes'::text;
+        END IF;
+        IF EXISTS (SELECT 1 FROM unnest(keys) AS k(key) WHERE k.key IS NOT NULL
+                    GROUP BY k.key HAVING count(*) > 1) THEN
+            v_found := v_found || 'keys must not contain a key twice'::text;
+        END IF;
+    END IF;
+    IF v_flat_epochs AND array_position(epochs, NULL) IS NOT NULL THEN
+        v_found := v_found || 'epochs must not contain NULL'::text;
+    END IF;
+    RETURN v_found;
+END;
+$$;
+
+-- Refuses the whole call when the caller may not act on one of its keys
+-- (docs/SPECIFICATION.md §4.2), naming the first such key in input order.
+-- The set form of lease._allowed: with no rules (the common case) it is one
+-- look-up in an empty table, instead of one function call per key. A key is
+-- governed by the rule with the longest prefix it starts with; a rule whose
+-- role was dropped admits nobody (pg_has_role answers false, or NULL, which
+-- counts as false here).
+CREATE FUNCTION lease._raise_forbidden_many(caller text, keys text[])
+RETURNS void
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_key text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM lease.namespaces AS n) THEN
+        RETURN;
+    END IF;
+    SELECT k.key INTO v_key
+      FROM unnest(_raise_forbidden_many.keys) WITH ORDINALITY AS k(key, ord)
+      CROSS JOIN LATERAL (
+            SELECT n.role_oid
+              FROM lease.namespaces AS n
+             WHERE starts_with(k.key, n.prefix)
+             ORDER BY octet_length(n.prefix) DESC
+             LIMIT 1) AS r
+     WHERE NOT COALESCE(pg_has_role(session_user, r.role_oid, 'MEMBER'), false)
+     ORDER BY k.ord
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM lease._raise_forbidden(caller, 'key', v_key);
+    END IF;
+END;
+$$;
+
+-- The plan settings of the batch functions. A batch's UPDATE joins its
+-- keys, sorted by key_hash, to lease.leases; it must be a nested loop that
+-- looks each key up in the primary key in that order, because the order in
+-- which the loop meets the rows is the order in which the UPDATE locks
+-- them, and a fixed order is what keeps two batches over the same keys
+-- from deadlocking. A hash or merge join, or a sequential scan of the
+-- table, would lock in the table's order instead; they are switched off
+-- for the call only (the SET clauses restore the caller's settings on
+-- return), which leaves the planner the nested loop as its only choice
+-- that is not penalised, whatever the table's statistics. JIT is switched
+-- off because the penalties would otherwise push the estimated cost over
+-- jit_above_cost and a single call would spend a third of a second
+-- compiling.
+
+-- Extends every grant (keys[i], owner, epochs[i]) that is live to now + ttl
+-- and answers, per key and in input order, what lease.renew would
+-- (docs/SPECIFICATION.md §1.3): `ok` with the new expiry, or not_owner,
+-- lapsed or epoch_mismatch with a NULL expiry and nothing changed for that
+-- key. Renewed keys' rows stay locked until the caller's transaction ends;
+-- refused keys lock nothing.
+--
+-- The common path is one UPDATE of every key. Only when some key was not
+-- renewed are the statuses read, from a fresh snapshot, as lease.renew
+-- does; a key whose grant matches after all (a change committed after the
+-- UPDATE looked) is tried again in another pass.
+CREATE FUNCTION lease.renew_many(keys text[], owner text, epochs bigint[], ttl interval)
+RETURNS TABLE (key text, status text, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_seqscan = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+    v_todo bigint[];             -- ordinals to try in this pass; NULL: all
+    v_status text[];             -- by ordinal; NULL: no answer yet
+    v_expires timestamptz[];     -- by ordinal
+    v_done bigint[];             -- ordinals renewed in this pass
+    v_done_expires timestamptz[];
+BEGIN
+    IF NOT lease._many_shape_ok(keys, epochs)
+       OR owner IS NULL OR owner = '' OR octet_length(owner) > 16384
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl)
+       OR EXISTS (SELECT 1 FROM unnest(renew_many.keys) AS k(key)
+                   WHERE k.key = '' OR octet_length(k.key) > 16384)
+       OR (SELECT count(*) FROM (SELECT DISTINCT k.key FROM unnest(renew_many.keys) AS k(key)) AS d)
+          <> cardinality(keys) THEN
+        PERFORM lease._raise_invalid('renew_many',
+            lease._many_violations(keys, epochs) || lease._text_violations('owner', owner)
+            || lease._ttl_violations(ttl));
+    END IF;
+    PERFORM lease._raise_forbidden_many('renew_many', keys);
+    FOR v_pass IN 1..100 LOOP
+        WITH renewed AS (
+            UPDATE lease.leases AS l
+               SET expires_at = clock_timestamp() + renew_many.ttl
+              FROM (SELECT k.key, k.epoch, k.ord, lease._key_hash(k.key) AS key_hash
+                      FROM unnest(renew_many.keys, renew_many.epochs) WITH ORDINALITY AS k(key, epoch, ord)
+                     WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
+                     ORDER BY key_hash
+                    OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
+             WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = renew_many.owner
+               AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
+            RETURNING i.ord, l.expires_at
+        )
+        SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
+          INTO v_done, v_done_expires
+          FROM renewed AS r;
+        IF v_todo IS NULL AND cardinality(v_done) IS NOT DISTINCT FROM cardinality(keys) THEN
+            -- The common case: every key renewed, in one statement.
+            v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
+            v_expires := v_done_expires;
+        ELSE
+            IF v_todo IS NULL THEN
+                v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+                v_expires := array_fill(NULL::timestamptz, ARRAY[cardinality(keys)]);
+            END IF;
+            FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
+                v_status[v_done[v_i]] := 'ok';
+                v_expires[v_done[v_i]] := v_done_expires[v_i];
+            END LOOP;
+            -- Why the others were not renewed: lease._status's precedence,
+            -- set-wise, on a fresh snapshot; 'retry' where the grant matches
+            -- after all.
+            SELECT array_agg(s.status ORDER BY s.ord),
+                   array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
+              INTO v_status, v_todo
+              FROM (SELECT k.ord,
+                           CASE
+                               WHEN k.status IS NOT NULL THEN k.status
+                               WHEN l.owner IS NULL THEN 'not_owner'
+                               WHEN l.owner <> renew_many.owner THEN
+                                   CASE WHEN l.lapsed_owner = renew_many.owner THEN 'lapsed' ELSE 'not_owner' END
+                               WHEN l.expires_at <= clock_timestamp() THEN 'lapsed'
+                               WHEN l.epoch <> k.epoch THEN 'epoch_mismatch'
+                           END AS status
+                      FROM unnest(renew_many.keys, renew_many.epochs, v_status)
+                           WITH ORDINALITY AS k(key, epoch, status, ord)
+                      LEFT JOIN lease.leases AS l
+                        ON k.status IS NULL AND l.key_hash = lease._key_hash(k.key) AND l.key = k.key) AS s;
+        END IF;
+        IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
+            -- §1.4: durable at commit (see lease.acquire).
+            IF array_position(v_status, 'ok') IS NOT NULL
+               AND current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
+            RETURN QUERY
+                SELECT k.key, k.status, k.expires_at
+                  FROM unnest(renew_many.keys, v_status, v_expires) AS k(key, status, expires_at);
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'lease.renew_many could not settle the state of key %', keys[v_todo[1]]
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
+END;
+$$;
+
+-- Ends every grant (keys[i], owner, epochs[i]) that is live, each key
+-- becoming FREE with its counter one higher, and answers per key, in input
+-- order, what lease.release would (docs/SPECIFICATION.md §1.3). Released
+-- keys' rows stay locked until the caller's transaction ends, and each
+-- release wakes the key's waiters (lease._on_release per released key, as
+-- lease.release calls it); refused keys lock nothing. Same passes and plan settings as
+-- lease.renew_many.
+CREATE FUNCTION lease.release_many(keys text[], owner text, epochs bigint[])
+RETURNS TABLE (key text, status text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_seqscan = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+    v_todo bigint[];
+    v_status text[];
+    v_done bigint[];
+    v_done_hashes bytea[];
+    v_hash bytea;
+BEGIN
+    IF NOT lease._many_shape_ok(keys, epochs)
+       OR owner IS NULL OR owner = '' OR octet_length(owner) > 16384
+       OR EXISTS (SELECT 1 FROM unnest(release_many.keys) AS k(key)
+                   WHERE k.key = '' OR octet_length(k.key) > 16384)
+       OR (SELECT count(*) FROM (SELECT DISTINCT k.key FROM unnest(release_many.keys) AS k(key)) AS d)
+          <> cardinality(keys) THEN
+        PERFORM lease._raise_invalid('release_many',
+            lease._many_violations(keys, epochs) || lease._text_violations('owner', owner));
+    END IF;
+    PERFORM lease._raise_forbidden_many('release_many', keys);
+    FOR v_pass IN 1..100 LOOP
+        WITH released AS (
+            UPDATE lease.leases AS l
+               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+              FROM (SELECT k.key, k.epoch, k.ord, lease._key_hash(k.key) AS key_hash
+                      FROM unnest(release_many.keys, release_many.epochs) WITH ORDINALITY AS k(key, epoch, ord)
+                     WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
+                     ORDER BY key_hash
+                    OFFSET 0) AS i
+             WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = release_many.owner
+               AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
+            RETURNING i.ord, l.key_hash
+        )
+        SELECT array_agg(r.ord), array_agg(r.key_hash) INTO v_done, v_done_hashes FROM released AS r;
+        -- Each released key wakes its waiters, as lease.release does.
+        FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
+            PERFORM lease._on_release(v_hash);
+        END LOOP;
+        IF v_todo IS NULL AND cardinality(v_done) IS NOT DISTINCT FROM cardinality(keys) THEN
+            v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
+        ELSE
+            IF v_todo IS NULL THEN
+                v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+            END IF;
+            FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
+                v_status[v_done[v_i]] := 'ok';
+            END LOOP;
+            SELECT array_agg(s.status ORDER BY s.ord),
+                   array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
+              INTO v_status, v_todo
+              FROM (SELECT k.ord,
+                           CASE
+                               WHEN k.status IS NOT NULL THEN k.status
+                               WHEN l.owner IS NULL THEN 'not_owner'
+                               WHEN l.owner <> release_many.owner THEN
+                                   CASE WHEN l.lapsed_owner = release_many.owner THEN 'lapsed' ELSE 'not_owner' END
+                               WHEN l.expires_at <= clock_timestamp() THEN 'lapsed'
+                               WHEN l.epoch <> k.epoch THEN 'epoch_mismatch'
+                           END AS status
+                      FROM unnest(release_many.keys, release_many.epochs, v_status)
+                           WITH ORDINALITY AS k(key, epoch, status, ord)
+                      LEFT JOIN lease.leases AS l
+                        ON k.status IS NULL AND l.key_hash = lease._key_hash(k.key) AND l.key = k.key) AS s;
+        END IF;
+        IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
+            -- §1.4: durable at commit (see lease.acquire).
+            IF array_position(v_status, 'ok') IS NOT NULL
+               AND current_setting('synchronous_commit') IN ('off', 'local') THEN
+                PERFORM set_config('synchronous_commit', 'on', true);
+            END IF;
+            RETURN QUERY
+                SELECT k.key, k.status FROM unnest(release_many.keys, v_status) AS k(key, status);
+            RETURN;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'lease.release_many could not settle the state of key %', keys[v_todo[1]]
+        USING ERRCODE = '40001', CONSTRAINT = 'lease_contention', HINT = 'Retry the call.';
+END;
+$$;
+
+REVOKE ALL ON FUNCTION lease._many_shape_ok(text[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._many_violations(text[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_forbidden_many(text, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.renew_many(text[], text, bigint[], interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.release_many(text[], text, bigint[]) TO PUBLIC;

@@ -1,0 +1,706 @@
+//! A heartbeat that keeps a whole set of one owner's grants alive with one
+//! call per beat ([`crate::renew_many`]), and reports each lost key on its
+//! own.
+//!
+//! It is the [`Keeper`](super::Keeper) for a worker that holds many keys
+//! (partitions, shards, tenants): the same deadline rule, the same loss
+//! rules and the same threads, but one round trip per heartbeat for all
+//! keys instead of one per key.
+//!
+//! # Per key and for the set
+//!
+//! - A key whose renew answers anything but `ok` is lost on its own
+//!   ([`LeaseLoss::Refused`], reported in [`KeeperSetEvent::Lost`] with its
+//!   key); the others stay kept, and the next heartbeat no longer sends it.
+//! - The deadline is the set's: every heartbeat renews all kept keys, so
+//!   they share `safe_until = sent + ttl - margin` of the last successful
+//!   heartbeat. When it passes without one (database unreachable), every
+//!   kept key is lost with [`LeaseLoss::DeadlinePassed`], each reported.
+//!
+//! [`KeeperSet::stop`] and drop release the kept keys in one call
+//! ([`crate::release_many`]).
+//!
+//! ```no_run
+//! # fn demo(pool: leasehold::PgPool, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
+//! let keepers = leasehold::KeeperSet::start(pool, leases)?; // one renew_many per heartbeat
+//! while keepers.is_valid("shard-1") {
+//!     // ... one step of work on shard-1, presenting keepers.token("shard-1") to guards ...
+//!     # break;
+//! }
+//! for (key, loss) in keepers.losses() {
+//!     eprintln!("lost {key}: {loss}");
+//! }
+//! keepers.stop()?; // releases what is still kept
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::keeper::{KeeperError, LeaseLoss};
+use crate::errors::LeaseError;
+use crate::many::{self, MAX_KEYS_PER_CALL};
+use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
+use crate::pool::{with_conn, PgPool};
+use crate::token::FencingToken;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum KeeperSetEvent {
+    /// A heartbeat renewed the kept keys (those it refused are reported
+    /// as [`KeeperSetEvent::Lost`] right after).
+    Renewed {
+        /// When the heartbeat was sent (client monotonic clock).
+        sent_at: Instant,
+        /// How many keys it renewed.
+        renewed: usize,
+        /// The new deadline of the kept keys: `sent_at + ttl - margin`.
+        safe_until: Instant,
+    },
+    /// A heartbeat failed as a whole; it is retried until the deadline.
+    RenewFailed {
+        /// What went wrong.
+        error: Arc<LeaseError>,
+    },
+    /// One key is lost; reported once per key, then it is renewed no more.
+    Lost {
+        /// The lost key.
+        key: String,
+        /// Why.
+        loss: LeaseLoss,
+    },
+}
+
+type EventHandler = Box<dyn Fn(&KeeperSetEvent) + Send + Sync>;
+
+/// Configures a [`KeeperSet`]; see [`KeeperSet::builder`].
+#[must_use = "a builder does nothing until start() is called"]
+pub struct KeeperSetBuilder {
+    pool: PgPool,
+    leases: Vec<Lease>,
+    ttl: Option<Duration>,
+    renew_every: Option<Duration>,
+    retry_every: Option<Duration>,
+    margin: Option<Duration>,
+    on_event: Option<EventHandler>,
+}
+
+impl std::fmt::Debug for KeeperSetBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeeperSetBuilder")
+            .field("keys", &self.leases.len())
+            .field("ttl", &self.ttl)
+            .field("renew_every", &self.renew_every)
+            .field("retry_every", &self.retry_every)
+            .field("margin", &self.margin)
+            .finish()
+    }
+}
+
+impl KeeperSetBuilder {
+    /// The ttl each heartbeat asks for (default: the shortest
+    /// [`Lease::ttl`] of the set, so every key is renewed at least as often
+    /// as its own ttl needs).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Time between heartbeats (default ttl / 3). Must be shorter than
+    /// ttl - margin.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Time between retries of a failed heartbeat (default ttl / 30).
+    pub fn retry_every(mut self, every: Duration) -> Self {
+        self.retry_every = Some(every);
+        self
+    }
+
+    /// How much earlier than `sent + ttl` the deadline lies (default
+    /// ttl / 10). Must be shorter than the ttl.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Called (on a keeper thread) for every heartbeat, failed heartbeat,
+    /// and each lost key. Keep it short; it may call the set's methods.
+    pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
+        self.on_event = Some(Box::new(handler));
+        self
+    }
+
+    /// Validates, sends the first heartbeat (establishing the first
+    /// deadline) and starts the background threads.
+    ///
+    /// The leases must be one owner's, of distinct keys, between 1 and
+    /// [`MAX_KEYS_PER_CALL`] of them ([`KeeperError::InvalidConfig`]
+    /// otherwise). A key the first heartbeat finds already lost is reported
+    /// as lost (and kept no more), like any later loss; only when every key
+    /// is refused does `start` fail, with [`KeeperError::NotHeld`] for the
+    /// first of them.
+    pub fn start(self) -> Result<KeeperSet, KeeperError> {
+        let invalid = |reason: String| Err(KeeperError::InvalidConfig { reason });
+        let Some(first) = self.leases.first() else {
+            return invalid("a keeper set needs at least one lease".into());
+        };
+        if self.leases.len() > MAX_KEYS_PER_CALL {
+            return invalid(format!(
+                "a keeper set keeps at most {MAX_KEYS_PER_CALL} leases (one renew_many call), not {}",
+                self.leases.len()
+            ));
+        }
+        let owner = first.owner().to_owned();
+        if let Some(other) = self.leases.iter().find(|lease| lease.owner() != owner) {
+            return invalid(format!(
+                "every lease of a keeper set must have one owner: {:?} is owned by {:?}, not {owner:?}",
+                other.key(),
+                other.owner()
+            ));
+        }
+        let mut index = HashMap::with_capacity(self.leases.len());
+        for (position, lease) in self.leases.iter().enumerate() {
+            if index.insert(lease.key().to_owned(), position).is_some() {
+                return invalid(format!(
+                    "key {:?} appears twice in the keeper set",
+                    lease.key()
+                ));
+            }
+        }
+        let ttl = self
+            .ttl
+            .unwrap_or_else(|| self.leases.iter().map(Lease::ttl).min().unwrap_or_default());
+        if ttl.is_zero() {
+            return invalid("ttl must be positive".into());
+        }
+        let margin = self.margin.unwrap_or(ttl / 10);
+        if margin >= ttl {
+            return invalid(format!(
+                "margin ({margin:?}) must be shorter than the ttl ({ttl:?})"
+            ));
+        }
+        let renew_every = self.renew_every.unwrap_or(ttl / 3);
+        if renew_every.is_zero() || renew_every >= ttl - margin {
+            return invalid(format!(
+                "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
+                ttl - margin
+            ));
+        }
+        let retry_every = self
+            .retry_every
+            .unwrap_or(ttl / 30)
+            .max(Duration::from_millis(1));
+        let base = Instant::now();
+        let shared = Arc::new(Shared {
+            members: self
+                .leases
+                .into_iter()
+                .map(|lease| Member {
+                    token: lease.token(),
+                    lease,
+                    kept: AtomicBool::new(true),
+                })
+                .collect(),
+            index,
+            owner,
+            pool: self.pool,
+            ttl,
+            margin,
+            renew_every,
+            retry_every,
+            base,
+            valid_until: AtomicU64::new(0),
+            state: Mutex::new(State {
+                safe_until: base,
+                last_sent: base,
+                losses: Vec::new(),
+                last_error: None,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            on_event: self.on_event,
+        });
+        // The first deadline comes from a heartbeat sent now.
+        let events = shared.heartbeat()?;
+        if shared.kept_positions().is_empty() {
+            let (key, reason) = lock(&shared.state)
+                .losses
+                .iter()
+                .find_map(|(key, loss)| match loss {
+                    LeaseLoss::Refused(reason) => Some((key.clone(), *reason)),
+                    LeaseLoss::DeadlinePassed { .. } => None,
+                })
+                .unwrap_or_else(|| (String::new(), Refusal::NotOwner));
+            return Err(KeeperError::NotHeld { key, reason });
+        }
+        for event in &events {
+            shared.emit(event);
+        }
+        let renewer = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper-set", move || shared.renew_loop())?
+        };
+        let monitor = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper-set-deadline", move || {
+                shared.monitor_loop()
+            })?
+        };
+        Ok(KeeperSet {
+            shared,
+            threads: vec![renewer, monitor],
+        })
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, KeeperError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(body)
+        .map_err(KeeperError::Spawn)
+}
+
+/// Keeps a set of one owner's grants alive in the background, one call per
+/// heartbeat; see the module docs.
+pub struct KeeperSet {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KeeperSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeeperSet")
+            .field("owner", &self.shared.owner)
+            .field("keys", &self.shared.members.len())
+            .field("kept", &self.shared.kept_positions().len())
+            .finish()
+    }
+}
+
+/// One kept grant.
+struct Member {
+    lease: Lease,
+    token: FencingToken,
+    /// False once the key is lost (or the set stopped). Read without a lock
+    /// by `is_valid`.
+    kept: AtomicBool,
+}
+
+struct Shared {
+    members: Vec<Member>,
+    /// Key -> position in `members`.
+    index: HashMap<String, usize>,
+    owner: String,
+    pool: PgPool,
+    ttl: Duration,
+    margin: Duration,
+    renew_every: Duration,
+    retry_every: Duration,
+    /// Origin of `valid_until`.
+    base: Instant,
+    /// Nanoseconds after `base` until which the kept keys are safe; 0 once
+    /// stopped or all lost.
+    valid_until: AtomicU64,
+    state: Mutex<State>,
+    changed: Condvar,
+    on_event: Option<EventHandler>,
+}
+
+struct State {
+    safe_until: Instant,
+    last_sent: Instant,
+    /// Every lost key with its loss, in the order they were lost.
+    losses: Vec<(String, LeaseLoss)>,
+    last_error: Option<Arc<LeaseError>>,
+    stopping: bool,
+}
+
+/// What one heartbeat did.
+enum Beat {
+    /// The events to report (renewed, then each refused key).
+    Done(Vec<KeeperSetEvent>),
+    /// Nothing left to keep, or the set is stopping or lost: stop beating.
+    Over,
+}
+
+impl Shared {
+    fn emit(&self, event: &KeeperSetEvent) {
+        if let Some(handler) = &self.on_event {
+            handler(event);
+        }
+    }
+
+    fn nanos_since_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn kept_positions(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&position| self.members[position].kept.load(Ordering::SeqCst))
+            .collect()
+    }
+
+    /// Marks one key lost (the first loss of a key wins) and returns the
+    /// event to report, if it was still kept. Called with the state locked.
+    fn lose(&self, state: &mut State, position: usize, loss: LeaseLoss) -> Option<KeeperSetEvent> {
+        let member = &self.members[position];
+        if !member.kept.swap(false, Ordering::SeqCst) {
+            return None;
+        }
+        let key = member.lease.key().to_owned();
+        state.losses.push((key.clone(), loss.clone()));
+        self.changed.notify_all();
+        Some(KeeperSetEvent::Lost { key, loss })
+    }
+
+    /// Sends one renew_many for the kept keys and records its answers. On
+    /// error nothing is recorded here; the caller decides.
+    fn heartbeat_once(&self) -> Result<Beat, LeaseError> {
+        let positions = self.kept_positions();
+        if positions.is_empty() {
+            return Ok(Beat::Over);
+        }
+        let grants: Vec<(&str, i64)> = positions
+            .iter()
+            .map(|&position| {
+                let lease = &self.members[position].lease;
+                (lease.key(), lease.epoch())
+            })
+            .collect();
+        let sent_at = Instant::now();
+        let answers = with_conn(&self.pool, |conn| {
+            many::renew_many(conn, &self.owner, &grants, self.ttl)
+        })?;
+        let mut state = lock(&self.state);
+        if state.stopping {
+            return Ok(Beat::Over);
+        }
+        let mut events = Vec::new();
+        let mut renewed = 0;
+        // The answers come in the order sent (renew_many checks it). A key
+        // lost while the call was in flight (its deadline passed) stays
+        // lost: a late renewal is ignored, the loss is final.
+        for (&position, answer) in positions.iter().zip(answers) {
+            match answer.renewal {
+                Renewal::Renewed { .. } => {
+                    if self.members[position].kept.load(Ordering::SeqCst) {
+                        renewed += 1;
+                    }
+                }
+                Renewal::Refused(reason) => {
+                    events.extend(self.lose(&mut state, position, LeaseLoss::Refused(reason)));
+                }
+            }
+        }
+        if renewed == 0 {
+            self.valid_until.store(0, Ordering::SeqCst);
+            return Ok(Beat::Done(events));
+        }
+        let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+        state.safe_until = safe_until;
+        state.last_sent = sent_at;
+        state.last_error = None;
+        self.valid_until
+            .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
+        self.changed.notify_all();
+        events.insert(
+            0,
+            KeeperSetEvent::Renewed {
+                sent_at,
+                renewed,
+                safe_until,
+            },
+        );
+        Ok(Beat::Done(events))
+    }
+
+    /// The first heartbeat, from `start`: an error fails the start.
+    fn heartbeat(&self) -> Result<Vec<KeeperSetEvent>, LeaseError> {
+        match self.heartbeat_once()? {
+            Beat::Done(events) => Ok(events),
+            Beat::Over => Ok(Vec::new()),
+        }
+    }
+
+    /// Declares every kept key lost because the deadline passed.
+    fn lose_all(&self, last_error: Option<Arc<LeaseError>>) {
+        let events: Vec<KeeperSetEvent> = {
+            let mut state = lock(&self.state);
+            if state.stopping {
+                return;
+            }
+            self.valid_until.store(0, Ordering::SeqCst);
+            (0..self.members.len())
+                .filter_map(|position| {
+                    self.lose(
+                        &mut state,
+                        position,
+                        LeaseLoss::DeadlinePassed {
+                            last_error: last_error.clone(),
+                        },
+                    )
+                })
+                .collect()
+        };
+        for event in &events {
+            self.emit(event);
+        }
+    }
+
+    fn over(&self, state: &State) -> bool {
+        state.stopping || self.kept_positions().is_empty()
+    }
+
+    fn renew_loop(&self) {
+        let mut next = lock(&self.state).last_sent + self.renew_every;
+        loop {
+            {
+                let mut state = lock(&self.state);
+                loop {
+                    if self.over(&state) {
+                        return;
+                    }
+                    let now = Instant::now();
+                    if now >= next {
+                        break;
+                    }
+                    state = self
+                        .changed
+                        .wait_timeout(state, next - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
+                }
+            }
+            match self.heartbeat_once() {
+                Ok(Beat::Done(events)) => {
+                    for event in &events {
+                        self.emit(event);
+                    }
+                    next = lock(&self.state).last_sent + self.renew_every;
+                }
+                Ok(Beat::Over) => return,
+                Err(error) => {
+                    let error = Arc::new(error);
+                    lock(&self.state).last_error = Some(error.clone());
+                    self.emit(&KeeperSetEvent::RenewFailed { error });
+                    next = Instant::now() + self.retry_every;
+                }
+            }
+        }
+    }
+
+    /// Declares every kept key lost when the deadline passes without a
+    /// heartbeat, however long a heartbeat call may hang.
+    fn monitor_loop(&self) {
+        let mut state = lock(&self.state);
+        loop {
+            if self.over(&state) {
+                return;
+            }
+            let now = Instant::now();
+            if now >= state.safe_until {
+                let last_error = state.last_error.clone();
+                drop(state);
+                self.lose_all(last_error);
+                return;
+            }
+            let left = state.safe_until - now;
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Stops the threads and releases every key not refused, in one call.
+    /// Answers per key, in the order the leases were given: a key a
+    /// heartbeat refused answers that refusal without a call.
+    fn stop_and_release(&self) -> Result<Vec<KeyRelease>, LeaseError> {
+        let refused: HashMap<String, Refusal> = {
+            let mut state = lock(&self.state);
+            state.stopping = true;
+            self.valid_until.store(0, Ordering::SeqCst);
+            for member in &self.members {
+                member.kept.store(false, Ordering::SeqCst);
+            }
+            self.changed.notify_all();
+            state
+                .losses
+                .iter()
+                .filter_map(|(key, loss)| match loss {
+                    LeaseLoss::Refused(reason) => Some((key.clone(), *reason)),
+                    LeaseLoss::DeadlinePassed { .. } => None,
+                })
+                .collect()
+        };
+        let to_release: Vec<(&str, i64)> = self
+            .members
+            .iter()
+            .filter(|member| !refused.contains_key(member.lease.key()))
+            .map(|member| (member.lease.key(), member.lease.epoch()))
+            .collect();
+        let mut released: HashMap<String, Release> = if to_release.is_empty() {
+            HashMap::new()
+        } else {
+            with_conn(&self.pool, |conn| {
+                many::release_many(conn, &self.owner, &to_release)
+            })?
+            .into_iter()
+            .map(|answer| (answer.key, answer.release))
+            .collect()
+        };
+        Ok(self
+            .members
+            .iter()
+            .map(|member| {
+                let key = member.lease.key().to_owned();
+                let release = match refused.get(&key) {
+                    Some(reason) => Release::Refused(*reason),
+                    None => released
+                        .remove(&key)
+                        .unwrap_or(Release::Refused(Refusal::NotOwner)),
+                };
+                KeyRelease { key, release }
+            })
+            .collect())
+    }
+}
+
+impl KeeperSet {
+    /// Starts keeping `leases` (one owner's, distinct keys) alive with the
+    /// default settings; sends the first heartbeat before returning.
+    pub fn start(pool: PgPool, leases: Vec<Lease>) -> Result<KeeperSet, KeeperError> {
+        Self::builder(pool, leases).start()
+    }
+
+    /// A builder to change the ttl, intervals, margin, or observe events.
+    pub fn builder(pool: PgPool, leases: Vec<Lease>) -> KeeperSetBuilder {
+        KeeperSetBuilder {
+            pool,
+            leases,
+            ttl: None,
+            renew_every: None,
+            retry_every: None,
+            margin: None,
+            on_event: None,
+        }
+    }
+
+    /// The owner of every lease in the set.
+    pub fn owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    /// The ttl each heartbeat asks for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl
+    }
+
+    /// The grant of `key` as acquired, if `key` is in the set.
+    pub fn lease(&self, key: &str) -> Option<&Lease> {
+        let position = *self.shared.index.get(key)?;
+        Some(&self.shared.members[position].lease)
+    }
+
+    /// The fencing token of `key`'s grant, if `key` is in the set.
+    pub fn token(&self, key: &str) -> Option<&FencingToken> {
+        let position = *self.shared.index.get(key)?;
+        Some(&self.shared.members[position].token)
+    }
+
+    /// Whether `key` is safe to act on right now: in the set, not lost, not
+    /// stopped, and before the set's `safe_until`. Two atomic loads and a
+    /// clock read.
+    pub fn is_valid(&self, key: &str) -> bool {
+        let Some(&position) = self.shared.index.get(key) else {
+            return false;
+        };
+        let until = self.shared.valid_until.load(Ordering::SeqCst);
+        self.shared.members[position].kept.load(Ordering::SeqCst)
+            && until != 0
+            && self.shared.nanos_since_base(Instant::now()) < until
+    }
+
+    /// The keys still kept, in the order the leases were given.
+    pub fn kept_keys(&self) -> Vec<String> {
+        self.shared
+            .kept_positions()
+            .into_iter()
+            .map(|position| self.shared.members[position].lease.key().to_owned())
+            .collect()
+    }
+
+    /// Until when the kept keys may be acted on: the last successful
+    /// heartbeat's send instant + ttl - margin (client monotonic clock).
+    pub fn safe_until(&self) -> Instant {
+        lock(&self.shared.state).safe_until
+    }
+
+    /// Why `key` is lost, if it is.
+    pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
+        lock(&self.shared.state)
+            .losses
+            .iter()
+            .find(|(lost, _)| lost == key)
+            .map(|(_, loss)| loss.clone())
+    }
+
+    /// Every lost key with its loss, in the order they were lost.
+    pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
+        lock(&self.shared.state).losses.clone()
+    }
+
+    /// Blocks until more than `seen` keys are lost, or `timeout` passes;
+    /// returns every loss so far. Pass the length of the last answer to
+    /// wait for the next loss.
+    pub fn wait_for_losses(&self, seen: usize, timeout: Duration) -> Vec<(String, LeaseLoss)> {
+        let until = Instant::now() + timeout;
+        let mut state = lock(&self.shared.state);
+        loop {
+            let now = Instant::now();
+            if state.losses.len() > seen || now >= until || state.stopping {
+                return state.losses.clone();
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Stops renewing, waits for the set's threads, and releases every key
+    /// not refused in one call. Answers per key, in the order the leases
+    /// were given ([`Release::Refused`] for a key already lost).
+    pub fn stop(mut self) -> Result<Vec<KeyRelease>, KeeperError> {
+        let released = self.shared.stop_and_release();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        Ok(released?)
+    }
+}
+
+impl Drop for KeeperSet {
+    /// Stops renewing and releases (best effort; errors are ignored and the
+    /// leases then lapse at their expiry). Does not wait for a heartbeat in
+    /// flight.
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            let _ = self.shared.stop_and_release();
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Renewing and releasing many keys of one owner in one call: what a worker
+//! that holds hundreds of keys (partitions, shards, tenants) sends once per
+//! heartbeat instead of one renew per key.
+//!
+//! Each function is one SQL call (`lease.renew_many`, `lease.release_many`)
+//! and answers per key, in input order, exactly what the single-key call
+//! would have answered for that key (docs/SPECIFICATION.md §1.3). Input
+//! rules are the server's: it refuses arrays it cannot pair, duplicate keys
+//! and more than [`MAX_KEYS_PER_CALL`] keys with
+//! [`LeaseError::InvalidInput`] naming every violation, and a call with one
+//! key in another role's namespace with [`LeaseError::Forbidden`] naming
+//! that key; in both cases nothing changes for any key.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::pg::PgConnection;
+use diesel::RunQueryDsl;
+
+use crate::errors::{LeaseError, Operation};
+use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
+use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
+use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
+
+/// The most keys one [`renew_many`] or [`release_many`] call may carry
+/// (the SQL functions' own cap). A call's row locks last until its
+/// transaction ends, and each key may be up to 16 KiB, so the cap bounds
+/// what one statement holds and sends; a worker with more keys splits them
+/// over several calls.
+pub const MAX_KEYS_PER_CALL: usize = 1000;
+
+/// Renews every grant `(key, owner, epoch)` of `grants` to server time +
+/// `ttl` in one call, answering per key, in the order given.
+///
+/// Each key's answer is what [`crate::renew`] would have answered for it:
+/// a refused key (not_owner, lapsed, epoch_mismatch) changes nothing and
+/// locks nothing, and does not stop the other keys from being renewed.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+/// use std::time::Duration;
+/// let held = [("shard-1", 7_i64), ("shard-2", 3)];
+/// for answer in leasehold::renew_many(conn, "worker-a1", &held, Duration::from_secs(30))? {
+///     if let leasehold::Renewal::Refused(why) = answer.renewal {
+///         eprintln!("lost {} ({why}); stop working on it", answer.key);
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub fn renew_many(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+    ttl: Duration,
+) -> Result<Vec<KeyRenewal>, LeaseError> {
+    check_text("owner", owner)?;
+    for (key, _) in grants {
+        check_text("key", key)?;
+    }
+    let call = RenewManyCall {
+        keys: grants.iter().map(|(key, _)| *key).collect(),
+        owner,
+        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+        ttl: interval("ttl", ttl)?,
+        _borrow: std::marker::PhantomData,
+    };
+    let first_key = grants.first().map_or("", |(key, _)| *key);
+    let autocommit = in_autocommit(conn);
+    let rows = call
+        .get_results::<(String, String, Option<DateTime<Utc>>)>(conn)
+        .map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::RenewMany,
+                error,
+                first_key,
+                Duration::ZERO,
+                autocommit,
+            )
+        })?;
+    check_answers(Operation::RenewMany, grants, rows.iter().map(|row| &row.0))?;
+    rows.into_iter()
+        .map(|(key, status, expires_at)| {
+            let renewal = match (refusal(Operation::RenewMany, &status)?, expires_at) {
+                (None, Some(expires_at)) => Renewal::Renewed { expires_at },
+                (Some(refusal), _) => Renewal::Refused(refusal),
+                (None, None) => {
+                    return Err(unexpected(Operation::RenewMany, "ok without an expiry"))
+                }
+            };
+            Ok(KeyRenewal { key, renewal })
+        })
+        .collect()
+}
+
+/// Releases every grant `(key, owner, epoch)` of `grants` in one call,
+/// answering per key, in the order given: what [`crate::release`] would
+/// have answered for each key alone.
+pub fn release_many(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+) -> Result<Vec<KeyRelease>, LeaseError> {
+    check_text("owner", owner)?;
+    for (key, _) in grants {
+        check_text("key", key)?;
+    }
+    let call = ReleaseManyCall {
+        keys: grants.iter().map(|(key, _)| *key).collect(),
+        owner,
+        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+        _borrow: std::marker::PhantomData,
+    };
+    let first_key = grants.first().map_or("", |(key, _)| *key);
+    let autocommit = in_autocommit(conn);
+    let rows = call
+        .get_results::<(String, String)>(conn)
+        .map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::ReleaseMany,
+                error,
+                first_key,
+                Duration::ZERO,
+                autocommit,
+            )
+        })?;
+    check_answers(
+        Operation::ReleaseMany,
+        grants,
+        rows.iter().map(|row| &row.0),
+    )?;
+    rows.into_iter()
+        .map(|(key, status)| {
+            let release = match refusal(Operation::ReleaseMany, &status)? {
+                None => Release::Released,
+                Some(refusal) => Release::Refused(refusal),
+            };
+            Ok(KeyRelease { key, release })
+        })
+        .collect()
+}
+
+/// The server answers one row per key, in input order; anything else is an
+/// installed SQL this client does not understand, and its answers must not
+/// be attributed to the wrong keys.
+fn check_answers<'r>(
+    operation: Operation,
+    grants: &[(&str, i64)],
+    answered: impl ExactSizeIterator<Item = &'r String>,
+) -> Result<(), LeaseError> {
+    if answered.len() != grants.len()
+        || !answered.zip(grants).all(|(answer, (key, _))| answer == key)
+    {
+        return Err(unexpected(
+            operation,
+            "rows that do not match the keys passed, one by one",
+        ));
+    }
+    Ok(())
+}
