@@ -25,6 +25,7 @@ mod extension;
 mod failure;
 mod json;
 mod listing;
+mod logging;
 mod operator;
 mod output;
 mod prune;
@@ -42,9 +43,12 @@ use crate::output::Printer;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let out = Printer::new(cli.json);
-    let result = match cli.command {
-        Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
-        _ => run(cli, out).map(|()| Exit::Ok),
+    let result = match logging::install(cli.trace_keys) {
+        Err(error) => Err(CliError::from(error)),
+        Ok(()) => match cli.command {
+            Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
+            _ => run(cli, out).map(|()| Exit::Ok),
+        },
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),
