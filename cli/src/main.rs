@@ -11,7 +11,9 @@
 //! read the lease table directly (see `listing.rs` for why), `watch
 //! --events`, which registers as a waiter and listens itself (`events.rs`),
 //! and `doctor`, which reads the catalogs (`doctor.rs`); and
-//! `leasehold-local` for the embedded default database and the demo.
+//! `leasehold-local` for the embedded default database and the demo. With
+//! `LEASEHOLD_LOG` set it also shows the library's tracing spans on stderr
+//! (`logging.rs`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod args;
