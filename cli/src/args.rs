@@ -35,7 +35,10 @@ Exit codes:
 
 Without --database-url or DATABASE_URL every command runs against a
 throwaway local PostgreSQL that is deleted when the command exits: nothing
-persists between invocations. `leasehold demo` always uses its own.";
+persists between invocations. `leasehold demo` always uses its own.
+
+LEASEHOLD_LOG=FILTER (e.g. leasehold=debug) writes leasehold's tracing
+spans and events to stderr (stdout stays as it is); RUST_LOG is ignored.";
 
 /// Operator tool for leasehold: PostgreSQL leases with fencing epochs.
 #[derive(Debug, Parser)]
@@ -53,6 +56,12 @@ pub struct Cli {
     /// Errors are JSON objects too.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// Let spans and events carry lease keys and guarded resource names
+    /// (hidden by default: they are the application's own names). Matters
+    /// only with LEASEHOLD_LOG set.
+    #[arg(long, global = true)]
+    pub trace_keys: bool,
 
     /// What to do.
     #[command(subcommand)]

@@ -14,6 +14,7 @@ use leasehold_local::LocalServerError;
 
 use crate::duration;
 use crate::json::Json;
+use crate::logging::LogSetupError;
 
 /// Process exit codes; documented in `--help` (see `args::EXIT_CODES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,6 +167,9 @@ pub enum CliError {
     /// `leasehold extension generate` could not generate or write the files.
     #[error("cannot generate the extension files: {0}")]
     Extension(String),
+    /// `LEASEHOLD_LOG` holds no usable filter; the command did not run.
+    #[error("{0}")]
+    LogSetup(#[from] LogSetupError),
     /// Writing the output failed (e.g. the reading end of a pipe closed).
     #[error("could not write the output: {0}; check where stdout goes")]
     Output(#[from] std::io::Error),
@@ -205,6 +209,9 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
             CliError::InvalidInput(_) => Exit::InvalidInput,
+            // Installing a global subscriber twice is this command's bug.
+            CliError::LogSetup(LogSetupError::Install(_)) => Exit::Unexpected,
+            CliError::LogSetup(_) => Exit::InvalidInput,
             CliError::Denied { .. } => Exit::Denied,
             CliError::Lost { why, .. } => match why {
                 Refusal::Lapsed => Exit::Lapsed,
@@ -244,6 +251,8 @@ impl CliError {
             CliError::InvalidInput(_) | CliError::Guard(GuardError::InvalidInput { .. }) => {
                 "invalid_input"
             }
+            CliError::LogSetup(LogSetupError::Install(_)) => "log_setup",
+            CliError::LogSetup(_) => "invalid_input",
             CliError::Denied { .. } => "denied",
             CliError::Lost { why, .. } => why.as_status(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",

@@ -11,7 +11,9 @@
 //! read the lease table directly (see `listing.rs` for why), `watch
 //! --events`, which registers as a waiter and listens itself (`events.rs`),
 //! and `doctor`, which reads the catalogs (`doctor.rs`); and
-//! `leasehold-local` for the embedded default database and the demo.
+//! `leasehold-local` for the embedded default database and the demo. With
+//! `LEASEHOLD_LOG` set it also shows the library's tracing spans on stderr
+//! (`logging.rs`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod args;
@@ -25,6 +27,7 @@ mod extension;
 mod failure;
 mod json;
 mod listing;
+mod logging;
 mod operator;
 mod output;
 mod prune;
@@ -42,9 +45,12 @@ use crate::output::Printer;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let out = Printer::new(cli.json);
-    let result = match cli.command {
-        Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
-        _ => run(cli, out).map(|()| Exit::Ok),
+    let result = match logging::install(cli.trace_keys) {
+        Err(error) => Err(CliError::from(error)),
+        Ok(()) => match cli.command {
+            Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
+            _ => run(cli, out).map(|()| Exit::Ok),
+        },
     };
     match result {
         Ok(exit) => ExitCode::from(exit.code()),

@@ -6,6 +6,7 @@ mod doctor;
 mod exit_codes;
 mod extension;
 mod listing;
+mod logging;
 mod operations;
 mod operator;
 mod prune;

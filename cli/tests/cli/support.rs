@@ -2,7 +2,8 @@
 //!
 //! One throwaway PostgreSQL per test binary, a fresh database per test, and
 //! the binary pointed at it with `--database-url` (DATABASE_URL is removed
-//! from the child's environment so the tests never touch another server).
+//! from the child's environment so the tests never touch another server,
+//! and LEASEHOLD_LOG and RUST_LOG so no inherited filter adds log lines).
 
 use std::ops::Deref;
 use std::process::{Command, Output, Stdio};
@@ -34,6 +35,16 @@ impl Db {
         let mut full = vec!["--database-url", self.url.as_str()];
         full.extend_from_slice(args);
         run(&full)
+    }
+
+    /// Runs the binary with `--database-url` pointing here and the extra
+    /// environment variables `env`.
+    pub fn run_with_env(&self, env: &[(&str, &str)], args: &[&str]) -> Run {
+        let mut full = vec!["--database-url", self.url.as_str()];
+        full.extend_from_slice(args);
+        let mut command = command(&full);
+        command.envs(env.iter().copied());
+        output_of(command)
     }
 
     /// Runs the binary with `--json` and parses stdout as one JSON value.
@@ -72,22 +83,30 @@ impl Run {
     }
 }
 
-/// A command for the binary, without any inherited DATABASE_URL.
+/// A command for the binary, without any inherited DATABASE_URL or log
+/// filter.
 pub fn command(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command
         .args(args)
         .env_remove("DATABASE_URL")
+        .env_remove("LEASEHOLD_LOG")
+        .env_remove("RUST_LOG")
         .stdin(Stdio::null());
     command
 }
 
 pub fn run(args: &[&str]) -> Run {
+    output_of(command(args))
+}
+
+/// Runs `command` to its end, collecting its exit code and output.
+fn output_of(mut command: Command) -> Run {
     let Output {
         status,
         stdout,
         stderr,
-    } = command(args)
+    } = command
         .output()
         .unwrap_or_else(|error| panic!("cannot run {BIN}: {error}"));
     Run {
