@@ -640,6 +640,42 @@ RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT 8388607::bigint $$;
 
+-- The input checks of lease.renew and lease.release (docs/SPECIFICATION.md
+-- §1.4), raising 22023 when the input is invalid. They run only where a call
+-- does not succeed at once: a renewal or release that succeeds matched a
+-- stored key, owner and epoch, which were checked when they were stored,
+-- and a renewal's UPDATE checks its ttl itself, so checking them up front
+-- cost every call (about 4 µs, docs/PERFORMANCE.md) for nothing. A caller
+-- refused by a namespace rule hears about bad input first, as ever.
+CREATE FUNCTION lease._check_renew_input(key text, owner text, epoch bigint, ttl interval)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
+        PERFORM lease._raise_invalid('renew',
+            lease._text_violations('key', key) || lease._text_violations('owner', owner)
+            || lease._ttl_violations(ttl) || lease._epoch_violations('epoch', epoch, NULL));
+    END IF;
+END;
+$$;
+
+CREATE FUNCTION lease._check_release_input(key text, owner text, epoch bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
+       OR octet_length(key) > 16384 OR octet_length(owner) > 16384 THEN
+        PERFORM lease._raise_invalid('release',
+            lease._text_violations('key', key) || lease._text_violations('owner', owner)
+            || lease._epoch_violations('epoch', epoch, NULL));
+    END IF;
+END;
+$$;
+
 -- What happens after a key became FREE: called by every function that
 -- frees a key (lease.release, lease.force_release), in the freeing
 -- transaction, after its UPDATE. Nothing here; 2026-11-30-000003 puts the
@@ -964,25 +1000,23 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_hash bytea;
+    -- Whether the whole input was checked (see lease._check_renew_input).
+    v_checked boolean := false;
 BEGIN
-    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
-       OR octet_length(key) > 16384 OR octet_length(owner) > 16384
-       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
-        PERFORM lease._raise_invalid('renew',
-            lease._text_violations('key', key) || lease._text_violations('owner', owner)
-            || lease._ttl_violations(ttl) || lease._epoch_violations('epoch', epoch, NULL));
-    END IF;
     IF NOT lease._allowed(key) THEN
+        PERFORM lease._check_renew_input(key, owner, epoch, ttl);
         PERFORM lease._raise_forbidden('renew', 'key', key);
     END IF;
     v_hash := lease._key_hash(key);
     -- A second pass only when a change committed between the UPDATE's
-    -- snapshot and the status read made the grant match.
+    -- snapshot and the status read made the grant match, or when a ttl
+    -- that is not a plain span turned out to be fine.
     FOR v_pass IN 1..100 LOOP
         UPDATE lease.leases AS l
            SET expires_at = clock_timestamp() + renew.ttl
          WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
            AND l.expires_at > clock_timestamp()
+           AND (v_checked OR lease._plain_ttl(renew.ttl))
         RETURNING l.expires_at INTO renew.expires_at;
         IF FOUND THEN
             -- §1.4: durable at commit (see lease.acquire).
@@ -992,6 +1026,10 @@ BEGIN
             status := 'ok';
             RETURN NEXT;
             RETURN;
+        END IF;
+        IF NOT v_checked THEN
+            PERFORM lease._check_renew_input(key, owner, epoch, ttl);
+            v_checked := true;
         END IF;
         status := lease._status(v_hash, key, owner, epoch);
         IF status <> 'ok' THEN
@@ -1017,13 +1055,8 @@ AS $$
 DECLARE
     v_hash bytea;
 BEGIN
-    IF key IS NULL OR key = '' OR owner IS NULL OR owner = '' OR epoch IS NULL
-       OR octet_length(key) > 16384 OR octet_length(owner) > 16384 THEN
-        PERFORM lease._raise_invalid('release',
-            lease._text_violations('key', key) || lease._text_violations('owner', owner)
-            || lease._epoch_violations('epoch', epoch, NULL));
-    END IF;
     IF NOT lease._allowed(key) THEN
+        PERFORM lease._check_release_input(key, owner, epoch);
         PERFORM lease._raise_forbidden('release', 'key', key);
     END IF;
     v_hash := lease._key_hash(key);
@@ -1041,6 +1074,9 @@ BEGIN
             status := 'ok';
             RETURN NEXT;
             RETURN;
+        END IF;
+        IF v_pass = 1 THEN
+            PERFORM lease._check_release_input(key, owner, epoch);
         END IF;
         status := lease._status(v_hash, key, owner, epoch);
         IF status <> 'ok' THEN
@@ -1121,6 +1157,8 @@ REVOKE ALL ON FUNCTION lease._timeline() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._generation(boolean, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._max_generation() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._on_release(bytea) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._check_renew_input(text, text, bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._check_release_input(text, text, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;

@@ -6,6 +6,8 @@ DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
 DROP FUNCTION IF EXISTS lease._on_release(bytea);
+DROP FUNCTION IF EXISTS lease._check_release_input(text, text, bigint);
+DROP FUNCTION IF EXISTS lease._check_renew_input(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease._max_generation();
 DROP FUNCTION IF EXISTS lease._generation(boolean, boolean);
 DROP FUNCTION IF EXISTS lease._timeline();
