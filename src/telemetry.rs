@@ -468,7 +468,8 @@ pub(crate) fn waiter_woke(woken: Woken) -> Woken {
     woken
 }
 
-/// Reports a keeper's loss of `lease` (once per keeper).
+/// Reports a keeper's loss of `lease`: once per `Keeper`, once per key of
+/// a `KeeperSet`.
 #[inline(always)]
 pub(crate) fn lease_lost(lease: &Lease, loss: &LeaseLoss) {
     let reason = loss_reason(loss);
@@ -568,7 +569,7 @@ mod metered {
         metrics::describe_counter!(
             "leasehold_lease_lost_total",
             Unit::Count,
-            "Leases a keeper lost, by reason."
+            "Leases a Keeper lost and keys a KeeperSet lost, by reason."
         );
         metrics::describe_histogram!(
             "leasehold_wait_duration_seconds",

@@ -358,6 +358,7 @@ impl Shared {
         if !member.kept.swap(false, Ordering::SeqCst) {
             return None;
         }
+        crate::telemetry::lease_lost(&member.lease, &loss);
         let key = member.lease.key().to_owned();
         state.losses.push((key.clone(), loss.clone()));
         self.changed.notify_all();

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{
-    Acquisition, Check, FencedError, GuardError, Keeper, KeeperEvent, LeaseClient, LeaseLoss,
-    LeaseWaiter, Refusal, Release, Wait,
+    Acquisition, Check, FencedError, GuardError, Keeper, KeeperEvent, KeeperSet, LeaseClient,
+    LeaseLoss, LeaseWaiter, Refusal, Release, Wait,
 };
 use leasehold_test_support::TestDb;
 
@@ -225,6 +225,40 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     wait_for("the listener to stop", || {
         recorder.gauge("leasehold_listener_up") == 0.0
     });
+}
+
+#[test]
+fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
+    let (_serial, installed) = exclusive();
+    let recorder = installed.metrics;
+    let db = TestDb::new();
+    let client = LeaseClient::connect(&db.url, 4).expect("pool");
+    let leases: Vec<leasehold::Lease> = ["shard-1", "shard-2", "shard-3"]
+        .into_iter()
+        .map(|key| granted(client.acquire(key, "worker-1", TTL).expect("acquire")))
+        .collect();
+    let set = KeeperSet::builder(client.pool().clone(), leases.clone())
+        .ttl(Duration::from_secs(3))
+        .renew_every(Duration::from_millis(300))
+        .start()
+        .expect("keeper set");
+    let before = recorder.counter("leasehold_lease_lost_total{reason=not_owner}");
+    let lost = &leases[1];
+    assert_eq!(
+        client
+            .release(lost.key(), lost.owner(), lost.epoch())
+            .expect("release"),
+        Release::Released
+    );
+    let losses = set.wait_for_losses(1, Duration::from_secs(30));
+    assert_eq!(losses.len(), 1, "{losses:?}");
+    assert_eq!(losses[0].0, "shard-2");
+    assert_eq!(
+        recorder.counter("leasehold_lease_lost_total{reason=not_owner}") - before,
+        1,
+        "one lost key, one count"
+    );
+    set.stop().expect("stop");
 }
 
 #[test]
