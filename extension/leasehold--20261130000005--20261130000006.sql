@@ -220,25 +220,18 @@ BEGIN
                 v_status[v_done[v_i]] := 'ok';
                 v_expires[v_done[v_i]] := v_done_expires[v_i];
             END LOOP;
-            -- Why the others were not renewed: lease._status's precedence,
-            -- set-wise, on a fresh snapshot; 'retry' where the grant matches
-            -- after all.
+            -- Why the others were not renewed: lease._status, the single
+            -- renew's answer (its own fresh snapshot per key, and refusals
+            -- only); NULL, to try again, where the grant matches after all.
             SELECT array_agg(s.status ORDER BY s.ord),
                    array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
               INTO v_status, v_todo
               FROM (SELECT k.ord,
-                           CASE
-                               WHEN k.status IS NOT NULL THEN k.status
-                               WHEN l.owner IS NULL THEN 'not_owner'
-                               WHEN l.owner <> renew_many.owner THEN
-                                   CASE WHEN l.lapsed_owner = renew_many.owner THEN 'lapsed' ELSE 'not_owner' END
-                               WHEN l.expires_at <= clock_timestamp() THEN 'lapsed'
-                               WHEN l.epoch <> k.epoch THEN 'epoch_mismatch'
-                           END AS status
+                           COALESCE(k.status,
+                                    NULLIF(lease._status(lease._key_hash(k.key), k.key, renew_many.owner, k.epoch), 'ok'))
+                               AS status
                       FROM unnest(renew_many.keys, renew_many.epochs, v_status)
-                           WITH ORDINALITY AS k(key, epoch, status, ord)
-                      LEFT JOIN lease.leases AS l
-                        ON k.status IS NULL AND l.key_hash = lease._key_hash(k.key) AND l.key = k.key) AS s;
+                           WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
         END IF;
         IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
             -- §1.4: durable at commit (see lease.acquire).
@@ -322,18 +315,11 @@ BEGIN
                    array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
               INTO v_status, v_todo
               FROM (SELECT k.ord,
-                           CASE
-                               WHEN k.status IS NOT NULL THEN k.status
-                               WHEN l.owner IS NULL THEN 'not_owner'
-                               WHEN l.owner <> release_many.owner THEN
-                                   CASE WHEN l.lapsed_owner = release_many.owner THEN 'lapsed' ELSE 'not_owner' END
-                               WHEN l.expires_at <= clock_timestamp() THEN 'lapsed'
-                               WHEN l.epoch <> k.epoch THEN 'epoch_mismatch'
-                           END AS status
+                           COALESCE(k.status,
+                                    NULLIF(lease._status(lease._key_hash(k.key), k.key, release_many.owner, k.epoch), 'ok'))
+                               AS status
                       FROM unnest(release_many.keys, release_many.epochs, v_status)
-                           WITH ORDINALITY AS k(key, epoch, status, ord)
-                      LEFT JOIN lease.leases AS l
-                        ON k.status IS NULL AND l.key_hash = lease._key_hash(k.key) AND l.key = k.key) AS s;
+                           WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
         END IF;
         IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
             -- §1.4: durable at commit (see lease.acquire).

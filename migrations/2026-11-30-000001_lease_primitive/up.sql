@@ -752,18 +752,10 @@ BEGIN
      WHERE l.key_hash = v_hash AND l.key = acquire.key AND c.key_hash = v_hash
     RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
     IF FOUND THEN
-        -- §1.4: durable at commit (see the end of the attempts below).
-        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-            PERFORM set_config('synchronous_commit', 'on', true);
-        END IF;
-        acquired := true;
-        epoch := v_epoch;
-        expires_at := v_expires;
-        RETURN NEXT;
-        RETURN;
+        v_outcome := 'granted';
     END IF;
     <<attempt>>
-    LOOP
+    WHILE v_outcome IS DISTINCT FROM 'granted' LOOP
         -- Each pass sees a newer state than the last; a key cannot keep
         -- changing under us for ever. The bound turns an impossible endless
         -- loop into an error instead of a hung session.
@@ -913,17 +905,7 @@ BEGIN
             IF v_saved_lock_timeout IS NOT NULL THEN
                 PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
             END IF;
-            -- §1.4: the grant is durable at commit whatever the caller's
-            -- session asked for. Raised for this transaction only, and only
-            -- from below `on`; remote_write and remote_apply stay.
-            IF current_setting('synchronous_commit') IN ('off', 'local') THEN
-                PERFORM set_config('synchronous_commit', 'on', true);
-            END IF;
-            acquired := true;
-            epoch := v_epoch;
-            expires_at := v_expires;
-            RETURN NEXT;
-            RETURN;
+            EXIT attempt;
         END IF;
         IF v_outcome = 'busy' THEN
             IF v_deadline IS NOT NULL AND clock_timestamp() >= v_deadline THEN
@@ -950,6 +932,17 @@ BEGIN
         PERFORM pg_sleep(LEAST(0.05,
             GREATEST(0, EXTRACT(epoch FROM v_deadline - clock_timestamp()))::double precision));
     END LOOP;
+    -- Granted, at once or by an attempt. §1.4: the grant is durable at
+    -- commit whatever the caller's session asked for. Raised for this
+    -- transaction only, and only from below `on`; remote_write and
+    -- remote_apply stay.
+    IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+    END IF;
+    acquired := true;
+    epoch := v_epoch;
+    expires_at := v_expires;
+    RETURN NEXT;
 END;
 $$;
 

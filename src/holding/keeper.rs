@@ -60,21 +60,18 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::schedule::{lock, spawn, Schedule};
 use crate::errors::LeaseError;
 use crate::leases;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
 use crate::token::FencingToken;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Why a keeper's lease is lost.
 #[derive(Debug, Clone)]
@@ -220,31 +217,12 @@ impl KeeperBuilder {
     /// Validates, renews once (establishing the first deadline) and starts
     /// the background threads.
     pub fn start(self) -> Result<Keeper, KeeperError> {
-        let ttl = self.ttl;
-        if ttl.is_zero() {
-            return Err(KeeperError::InvalidConfig {
-                reason: "ttl must be positive".into(),
-            });
-        }
-        let margin = self.margin.unwrap_or(ttl / 10);
-        if margin >= ttl {
-            return Err(KeeperError::InvalidConfig {
-                reason: format!("margin ({margin:?}) must be shorter than the ttl ({ttl:?})"),
-            });
-        }
-        let renew_every = self.renew_every.unwrap_or(ttl / 3);
-        if renew_every.is_zero() || renew_every >= ttl - margin {
-            return Err(KeeperError::InvalidConfig {
-                reason: format!(
-                    "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
-                    ttl - margin
-                ),
-            });
-        }
-        let retry_every = self
-            .retry_every
-            .unwrap_or(ttl / 30)
-            .max(Duration::from_millis(1));
+        let Schedule {
+            ttl,
+            margin,
+            renew_every,
+            retry_every,
+        } = Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         let shared = Arc::new(Shared {
             token: self.lease.token(),
@@ -292,13 +270,6 @@ impl KeeperBuilder {
             threads: vec![renewer, monitor],
         })
     }
-}
-
-fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, KeeperError> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(body)
-        .map_err(KeeperError::Spawn)
 }
 
 /// Keeps one grant alive in the background; see the module docs.

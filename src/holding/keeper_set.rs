@@ -36,20 +36,17 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::keeper::{KeeperError, LeaseLoss};
+use super::schedule::{lock, spawn, Schedule};
 use crate::errors::LeaseError;
 use crate::many::{self, MAX_KEYS_PER_CALL};
 use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
 use crate::token::FencingToken;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
 #[derive(Debug, Clone)]
@@ -181,26 +178,12 @@ impl KeeperSetBuilder {
         let ttl = self
             .ttl
             .unwrap_or_else(|| self.leases.iter().map(Lease::ttl).min().unwrap_or_default());
-        if ttl.is_zero() {
-            return invalid("ttl must be positive".into());
-        }
-        let margin = self.margin.unwrap_or(ttl / 10);
-        if margin >= ttl {
-            return invalid(format!(
-                "margin ({margin:?}) must be shorter than the ttl ({ttl:?})"
-            ));
-        }
-        let renew_every = self.renew_every.unwrap_or(ttl / 3);
-        if renew_every.is_zero() || renew_every >= ttl - margin {
-            return invalid(format!(
-                "renew_every ({renew_every:?}) must be positive and shorter than ttl - margin ({:?})",
-                ttl - margin
-            ));
-        }
-        let retry_every = self
-            .retry_every
-            .unwrap_or(ttl / 30)
-            .max(Duration::from_millis(1));
+        let Schedule {
+            ttl,
+            margin,
+            renew_every,
+            retry_every,
+        } = Schedule::resolve(ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         let shared = Arc::new(Shared {
             members: self
@@ -262,13 +245,6 @@ impl KeeperSetBuilder {
             threads: vec![renewer, monitor],
         })
     }
-}
-
-fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, KeeperError> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(body)
-        .map_err(KeeperError::Spawn)
 }
 
 /// Keeps a set of one owner's grants alive in the background, one call per

@@ -9,6 +9,7 @@
 pub(crate) mod cancel;
 mod keeper;
 mod keeper_set;
+mod schedule;
 mod worker;
 
 pub use cancel::CancelToken;
