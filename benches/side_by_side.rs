@@ -174,7 +174,48 @@ fn run_pgbench(
     stats_from(latencies, window)
 }
 
+/// What the Rust client sends for an acquire (src/leases.rs): the fast path
+/// (migration 2026-11-30-000007), and the SQL function only when that finds
+/// no row. `:e` ends as the granted epoch, 0 when denied.
+fn client_acquire(key: &str, owner: &str, ttl: &str) -> String {
+    format!(
+        "\\set e 0\n\
+         UPDATE lease.fast_acquire SET key = {key}, owner = {owner}, ttl = {ttl} RETURNING epoch AS e \\aset\n\
+         \\if :e = 0\n\
+         SELECT coalesce(epoch, 0) AS e FROM lease.acquire({key}, {owner}, {ttl}) \\gset\n\
+         \\endif\n"
+    )
+}
+
+/// What the Rust client sends for a renew: the fast path, then the SQL
+/// function only when that finds no row.
+fn client_renew(key: &str, owner: &str, epoch: &str, ttl: &str) -> String {
+    format!(
+        "\\set done 0\n\
+         UPDATE lease.fast_renew SET key = {key}, owner = {owner}, epoch = {epoch}, ttl = {ttl} RETURNING 1 AS done \\aset\n\
+         \\if :done = 0\n\
+         SELECT status FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n\
+         \\endif\n"
+    )
+}
+
+/// What the Rust client sends for a release: the fast path (asking for
+/// `released`, which wakes waiters), then the SQL function only when that
+/// finds no row.
+fn client_release(key: &str, owner: &str, epoch: &str) -> String {
+    format!(
+        "\\set done 0\n\
+         UPDATE lease.fast_release SET key = {key}, owner = {owner}, epoch = {epoch} RETURNING released::int AS done \\aset\n\
+         \\if :done = 0\n\
+         SELECT status FROM lease.release({key}, {owner}, {epoch});\n\
+         \\endif\n"
+    )
+}
+
+/// leasehold's rows send what the Rust client sends ([`client_acquire`],
+/// [`client_renew`], [`client_release`]).
 fn lease_scripts() -> Vec<Workload> {
+    let owner = "'o' || :client_id";
     vec![
         Workload {
             group: "floor",
@@ -186,36 +227,33 @@ fn lease_scripts() -> Vec<Workload> {
             name: "acquire (free key)",
             // ttl of 1 µs: the grant is lapsed by the next call, so every
             // call takes the free/lapsed acquire path on the client's key.
-            script: "SELECT acquired FROM lease.acquire('op-' || :client_id, 'o' || :client_id, interval '1 microsecond');\n".into(),
+            script: client_acquire("'op-' || :client_id", owner, "interval '1 microsecond'"),
         },
         Workload {
             group: "leasehold",
             name: "renew",
-            script: "SELECT status FROM lease.renew('held-' || :client_id, 'o' || :client_id, 1, interval '1 hour');\n".into(),
+            script: client_renew("'held-' || :client_id", owner, "1", "interval '1 hour'"),
         },
         Workload {
             group: "leasehold",
             name: "acquire -> release cycle",
-            script: "SELECT epoch AS e FROM lease.acquire('cyc-' || :client_id, 'o' || :client_id, interval '30s') \\gset\n\
-                     SELECT status FROM lease.release('cyc-' || :client_id, 'o' || :client_id, :e);\n"
-                .into(),
+            script: client_acquire("'cyc-' || :client_id", owner, "interval '30s'")
+                + &client_release("'cyc-' || :client_id", owner, ":e"),
         },
         Workload {
             group: "leasehold",
             name: "W1-cycle (acq+renew+rel, 1 tx)",
-            script: "BEGIN;\n\
-                     SELECT epoch AS e FROM lease.acquire('w1-' || :client_id, 'o' || :client_id, interval '30s') \\gset\n\
-                     SELECT status FROM lease.renew('w1-' || :client_id, 'o' || :client_id, :e, interval '30s');\n\
-                     SELECT status FROM lease.release('w1-' || :client_id, 'o' || :client_id, :e);\n\
-                     END;\n"
-                .into(),
+            script: "BEGIN;\n".to_owned()
+                + &client_acquire("'w1-' || :client_id", owner, "interval '30s'")
+                + &client_renew("'w1-' || :client_id", owner, ":e", "interval '30s'")
+                + &client_release("'w1-' || :client_id", owner, ":e")
+                + "END;\n",
         },
         Workload {
             group: "leasehold",
             name: "W2-contend (4 shared keys)",
-            script: "\\set k random(1, 4)\n\
-                     SELECT acquired FROM lease.acquire('w2-' || :k, 'o' || :client_id, interval '1 millisecond');\n"
-                .into(),
+            script: "\\set k random(1, 4)\n".to_owned()
+                + &client_acquire("'w2-' || :k", owner, "interval '1 millisecond'"),
         },
     ]
 }
@@ -554,14 +592,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if options.scale {
         writeln!(report, "\n| keys present | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | p50 ratio to 1k |")?;
         writeln!(report, "|---:|---|---:|---:|---:|---:|---:|---:|")?;
-        let scale_script = |keys: usize| {
-            Workload {
+        let scale_script = |keys: usize| Workload {
             group: "scale",
             name: "scale acquire",
-            script: format!(
-                "\\set k random(1, {keys})\nSELECT acquired FROM lease.acquire('scale-' || :k, 'o' || :client_id, interval '1 microsecond');\n"
-            ),
-        }
+            script: format!("\\set k random(1, {keys})\n")
+                + &client_acquire(
+                    "'scale-' || :k",
+                    "'o' || :client_id",
+                    "interval '1 microsecond'",
+                ),
         };
         let mut baseline: Option<Stats> = None;
         for keys in [1_000_usize, 1_000_000] {
@@ -612,8 +651,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 const HEARTBEAT_KEYS: usize = 1_000;
 
 /// Many keys, one heartbeat: a worker holding [`HEARTBEAT_KEYS`] keys keeps
-/// them alive with one `lease.renew_many` call, against one
-/// `lease.renew` per key and ShedLock's extend of each lock (ShedLock has
+/// them alive with one `lease.renew_many` call, against one renew per key
+/// (what the Rust client sends: the fast path) and ShedLock's extend of each lock (ShedLock has
 /// no batch extend). One client: a heartbeat is one worker's. The keys and
 /// epochs travel as array literals in the prepared statement, as a client
 /// sends them as parameters; each of the per-key workloads is one pgbench
@@ -656,7 +695,7 @@ fn many_keys_section(
         (
             "leasehold: one renew (the unit)",
             1,
-            format!("SELECT status FROM lease.renew('hb-1', 'hb', {epoch}, interval '1 hour');\n"),
+            client_renew("'hb-1'", "'hb'", &epoch.to_string(), "interval '1 hour'"),
         ),
         (
             "floor: one UPDATE of 1,000 rows by primary key",
@@ -672,7 +711,7 @@ fn many_keys_section(
         (
             "leasehold: 1,000 single renews",
             n,
-            per_key(&|key| format!("SELECT status FROM lease.renew('{key}', 'hb', {epoch}, interval '1 hour');\n")),
+            per_key(&|key| client_renew(&format!("'{key}'"), "'hb'", &epoch.to_string(), "interval '1 hour'")),
         ),
         (
             "ShedLock: extend of 1,000 locks, one UPDATE each",

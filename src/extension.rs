@@ -82,6 +82,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "2026-11-30-000006_many_keys",
         include_str!("../migrations/2026-11-30-000006_many_keys/up.sql"),
     ),
+    (
+        "2026-11-30-000007_fast_paths",
+        include_str!("../migrations/2026-11-30-000007_fast_paths/up.sql"),
+    ),
 ];
 
 /// Tables that `pg_dump` does not keep: session state of a running server.
@@ -227,11 +231,14 @@ BEFORE INSERT ON lease.lineage
 FOR EACH ROW
 EXECUTE FUNCTION lease._lineage_restore();";
 
-/// Ends every script: the extension's owner owns every table and function
-/// of the extension (see the module documentation).
+/// Ends every script: the extension's owner owns every table, view and
+/// function of the extension (see the module documentation). Views matter
+/// as much as functions: a view's rewrite rules act on tables with its
+/// owner's rights (migration 2026-11-30-000007). `ALTER TABLE ... OWNER`
+/// also serves a view.
 const REASSIGN_TO_EXTENSION_OWNER: &str =
     "-- Extension only (generated): the role that owns the extension owns its
--- tables and functions, as the installing role owns them with the
+-- tables, views and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -262,7 +269,7 @@ BEGIN
            AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
            AND d.refobjid OPERATOR(pg_catalog.=) v_extension
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
-           AND c.relkind OPERATOR(pg_catalog.=) 'r'
+           AND (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'v')
            AND c.relowner OPERATOR(pg_catalog.<>) v_owner
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,

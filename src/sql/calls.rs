@@ -64,6 +64,88 @@ macro_rules! lease_call {
     };
 }
 
+/// Declares one cacheable fast-path statement (migration
+/// 2026-11-30-000007): an `UPDATE` of one of the `lease.fast_*` views,
+/// whose rule runs the common path of an API function without the function
+/// call. It answers one row when it applied and none when the function must
+/// decide the case.
+macro_rules! fast_call {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* $(,)? }
+        view = $view:expr;
+        returning = $returning:expr;
+        row = $row:ty;
+    ) => {
+        $(#[$doc])*
+        pub(crate) struct $name<'a> {
+            $(pub(crate) $field: $field_ty,)*
+            pub(crate) _borrow: std::marker::PhantomData<&'a ()>,
+        }
+
+        impl QueryId for $name<'_> {
+            type QueryId = $name<'static>;
+            const HAS_STATIC_QUERY_ID: bool = true;
+        }
+
+        impl QueryFragment<Pg> for $name<'_> {
+            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+                out.push_sql("UPDATE ");
+                out.push_sql($view);
+                out.push_sql(" SET ");
+                let mut first = true;
+                $(
+                    if !first {
+                        out.push_sql(", ");
+                    }
+                    first = false;
+                    out.push_sql(stringify!($field));
+                    out.push_sql(" = ");
+                    out.push_bind_param::<$sql_ty, _>(&self.$field)?;
+                )*
+                let _ = first;
+                out.push_sql(" RETURNING ");
+                out.push_sql($returning);
+                Ok(())
+            }
+        }
+
+        impl Query for $name<'_> {
+            type SqlType = $row;
+        }
+
+        impl<Conn> RunQueryDsl<Conn> for $name<'_> {}
+    };
+}
+
+fast_call! {
+    /// `lease.fast_acquire`: the grant of a FREE or LAPSED key nobody has
+    /// locked; no row when `lease.acquire` must decide.
+    FastAcquireCall { key: &'a str => Text, owner: &'a str => Text, ttl: PgInterval => Interval }
+    view = "lease.fast_acquire";
+    returning = "epoch, expires_at";
+    row = (BigInt, Timestamptz);
+}
+
+fast_call! {
+    /// `lease.fast_renew`: the renewal of a live grant; no row when
+    /// `lease.renew` must decide (and say why not).
+    FastRenewCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    view = "lease.fast_renew";
+    returning = "expires_at";
+    row = Timestamptz;
+}
+
+fast_call! {
+    /// `lease.fast_release`: the release of a live grant; no row when
+    /// `lease.release` must decide. `released` is asked for because the
+    /// wake-up of the key's waiters happens in it.
+    FastReleaseCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    view = "lease.fast_release";
+    returning = "released";
+    row = Bool;
+}
+
 lease_call! {
     /// `lease.acquire(key, owner, ttl, wait)`.
     AcquireCall { key: &'a str => Text, owner: &'a str => Text, ttl: PgInterval => Interval, wait: PgInterval => Interval }

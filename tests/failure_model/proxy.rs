@@ -5,6 +5,10 @@
 //!   server answer, and when the answer's ReadyForQuery message has arrived
 //!   (so an autocommitted call has committed), close both connections
 //!   without forwarding any of it.
+//! - [`Proxy::drop_answer_of_request`]: the same for the client's n-th
+//!   request from now (the earlier ones pass): for a call that sends more
+//!   than one statement, such as an acquire of a never-seen key, whose fast
+//!   path finds no row before the SQL function grants.
 //! - [`Proxy::drop_next_request`]: close both connections instead of
 //!   forwarding the client's next request (so nothing reaches the server).
 //!
@@ -18,7 +22,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 const PASS: u8 = 0;
@@ -30,6 +34,8 @@ const DROPPED: u8 = 4;
 pub struct Proxy {
     port: u16,
     state: Arc<AtomicU8>,
+    /// Requests still to pass before an armed answer drop applies.
+    passing: Arc<AtomicU32>,
 }
 
 impl Proxy {
@@ -39,17 +45,22 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().unwrap().port();
         let state = Arc::new(AtomicU8::new(PASS));
-        let shared = state.clone();
+        let passing = Arc::new(AtomicU32::new(0));
+        let (shared, shared_passing) = (state.clone(), passing.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream_port)) else {
                     return;
                 };
-                relay(client, server, shared.clone());
+                relay(client, server, shared.clone(), shared_passing.clone());
             }
         });
-        Proxy { port, state }
+        Proxy {
+            port,
+            state,
+            passing,
+        }
     }
 
     /// The local port the proxy listens on (for URLs of its own making,
@@ -68,6 +79,15 @@ impl Proxy {
     }
 
     pub fn drop_next_answer(&self) {
+        self.drop_answer_of_request(1);
+    }
+
+    /// Drops the answer of the client's `n`-th request from now (1: the
+    /// next). The client waits for each answer before it sends its next
+    /// request, so the earlier answers are relayed before the drop arms.
+    pub fn drop_answer_of_request(&self, n: u32) {
+        assert!(n >= 1, "requests count from 1");
+        self.passing.store(n - 1, Ordering::SeqCst);
         self.state.store(DROP_ANSWER_ARMED, Ordering::SeqCst);
     }
 
@@ -81,7 +101,7 @@ impl Proxy {
     }
 }
 
-fn relay(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>) {
+fn relay(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>, passing: Arc<AtomicU32>) {
     let (c1, c2) = (client.try_clone().unwrap(), client);
     let (s1, s2) = (server.try_clone().unwrap(), server);
     let (cx, sx) = (c1.try_clone().unwrap(), s1.try_clone().unwrap());
@@ -109,13 +129,22 @@ fn relay(client: TcpStream, server: TcpStream, state: Arc<AtomicU8>) {
             // Start holding answers *before* the request can reach the
             // server: if this happened after the write, a fast answer could
             // be relayed while this thread is still descheduled between the
-            // write and the state change (seen on a loaded machine).
-            let _ = up_state.compare_exchange(
-                DROP_ANSWER_ARMED,
-                AWAITING_ANSWER,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
+            // write and the state change (seen on a loaded machine). A
+            // request still to pass goes through with its answer.
+            if up_state.load(Ordering::SeqCst) == DROP_ANSWER_ARMED
+                && passing
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                        left.checked_sub(1)
+                    })
+                    .is_err()
+            {
+                let _ = up_state.compare_exchange(
+                    DROP_ANSWER_ARMED,
+                    AWAITING_ANSWER,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
             if to.write_all(&buf[..n]).is_err() {
                 break;
             }

@@ -5,6 +5,7 @@
 mod attacks;
 mod common;
 mod concurrency;
+mod fast_paths;
 mod holders;
 mod install;
 mod lock_order;
