@@ -16,14 +16,16 @@ use diesel::sql_types::{
 };
 use diesel::{QueryResult, RunQueryDsl};
 
-/// Declares one cacheable call: its struct, static query id, SQL text and
-/// result row type.
-macro_rules! lease_call {
+/// The part every cacheable statement shares: its struct of bound values,
+/// a static query id (so diesel prepares it once per connection), its
+/// result row type, and the SQL text that `walk_ast` writes with the values
+/// bound in order.
+macro_rules! cacheable_query {
     (
         $(#[$doc:meta])*
-        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* $(,)? }
-        sql = $sql:expr;
+        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* }
         row = $row:ty;
+        |$self_:ident, $out:ident| $walk:block
     ) => {
         $(#[$doc])*
         pub(crate) struct $name<'a> {
@@ -37,22 +39,12 @@ macro_rules! lease_call {
         }
 
         impl QueryFragment<Pg> for $name<'_> {
-            // A call without arguments never reassigns `first`.
-            #[allow(unused_mut)]
-            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-                let mut first = true;
-                out.push_sql($sql);
-                out.push_sql("(");
-                $(
-                    if !first {
-                        out.push_sql(", ");
-                    }
-                    first = false;
-                    out.push_bind_param::<$sql_ty, _>(&self.$field)?;
-                )*
-                let _ = first;
-                out.push_sql(")");
-                Ok(())
+            // A call without arguments never reassigns `first` and never
+            // reads its values.
+            #[allow(unused_mut, unused_variables)]
+            fn walk_ast<'b>(&'b self, mut $out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+                let $self_ = self;
+                $walk
             }
         }
 
@@ -61,6 +53,37 @@ macro_rules! lease_call {
         }
 
         impl<Conn> RunQueryDsl<Conn> for $name<'_> {}
+    };
+}
+
+/// Declares one cacheable call of a SQL function: `SQL(arguments)`.
+macro_rules! lease_call {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* $(,)? }
+        sql = $sql:expr;
+        row = $row:ty;
+    ) => {
+        cacheable_query! {
+            $(#[$doc])*
+            $name { $($field : $field_ty => $sql_ty),* }
+            row = $row;
+            |call, out| {
+                let mut first = true;
+                out.push_sql($sql);
+                out.push_sql("(");
+                $(
+                    if !first {
+                        out.push_sql(", ");
+                    }
+                    first = false;
+                    out.push_bind_param::<$sql_ty, _>(&call.$field)?;
+                )*
+                let _ = first;
+                out.push_sql(")");
+                Ok(())
+            }
+        }
     };
 }
 
@@ -77,19 +100,11 @@ macro_rules! fast_call {
         returning = $returning:expr;
         row = $row:ty;
     ) => {
-        $(#[$doc])*
-        pub(crate) struct $name<'a> {
-            $(pub(crate) $field: $field_ty,)*
-            pub(crate) _borrow: std::marker::PhantomData<&'a ()>,
-        }
-
-        impl QueryId for $name<'_> {
-            type QueryId = $name<'static>;
-            const HAS_STATIC_QUERY_ID: bool = true;
-        }
-
-        impl QueryFragment<Pg> for $name<'_> {
-            fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        cacheable_query! {
+            $(#[$doc])*
+            $name { $($field : $field_ty => $sql_ty),* }
+            row = $row;
+            |call, out| {
                 out.push_sql("UPDATE ");
                 out.push_sql($view);
                 out.push_sql(" SET ");
@@ -101,7 +116,7 @@ macro_rules! fast_call {
                     first = false;
                     out.push_sql(stringify!($field));
                     out.push_sql(" = ");
-                    out.push_bind_param::<$sql_ty, _>(&self.$field)?;
+                    out.push_bind_param::<$sql_ty, _>(&call.$field)?;
                 )*
                 let _ = first;
                 out.push_sql(" RETURNING ");
@@ -109,12 +124,6 @@ macro_rules! fast_call {
                 Ok(())
             }
         }
-
-        impl Query for $name<'_> {
-            type SqlType = $row;
-        }
-
-        impl<Conn> RunQueryDsl<Conn> for $name<'_> {}
     };
 }
 

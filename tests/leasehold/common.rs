@@ -110,3 +110,20 @@ pub fn pretend_granted(conn: &mut PgConnection, key: &str, epoch: i64) {
     ))
     .expect("raise the key's counter");
 }
+
+/// A login role of this test's own (named after its database), for tests
+/// that act as an ordinary role. Drop it with [`drop_role`].
+pub fn app_role(db: &TestDb, suffix: &str) -> String {
+    let role = format!("{}_{suffix}", db.name);
+    db.conn()
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+        .unwrap();
+    role
+}
+
+/// Drops a role made by [`app_role`] and everything it owns.
+pub fn drop_role(db: &TestDb, role: &str) {
+    let _ = db
+        .conn()
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
+}

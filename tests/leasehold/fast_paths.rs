@@ -13,20 +13,6 @@ use leasehold::{acquire, release, renew, Acquisition, Refusal, Release, Renewal}
 
 use crate::common::*;
 
-fn app_role(db: &TestDb, suffix: &str) -> String {
-    let role = format!("{}_{suffix}", db.name);
-    db.conn()
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
-        .unwrap();
-    role
-}
-
-fn drop_role(db: &TestDb, role: &str) {
-    let _ = db
-        .conn()
-        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
-}
-
 /// How many rows a statement wrote (its command tag's count).
 fn written(conn: &mut PgConnection, sql: &str) -> usize {
     diesel::sql_query(sql)

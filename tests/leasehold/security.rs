@@ -10,20 +10,6 @@ use leasehold::{
 
 use crate::common::*;
 
-fn app_role(db: &TestDb, suffix: &str) -> String {
-    let role = format!("{}_{suffix}", db.name);
-    db.conn()
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
-        .unwrap();
-    role
-}
-
-fn drop_role(db: &TestDb, role: &str) {
-    let _ = db
-        .conn()
-        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"));
-}
-
 #[test]
 fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog() {
     let db = TestDb::new();
