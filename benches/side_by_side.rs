@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold_local::{DatabaseServer, LocalPostgres};
+use sha2::{Digest, Sha256};
 
 struct Options {
     seconds: u64,
@@ -653,9 +654,10 @@ const HEARTBEAT_KEYS: usize = 1_000;
 /// Many keys, one heartbeat: a worker holding [`HEARTBEAT_KEYS`] keys keeps
 /// them alive with one `lease.renew_many` call, against one renew per key
 /// (what the Rust client sends: the fast path) and ShedLock's extend of each lock (ShedLock has
-/// no batch extend). One client: a heartbeat is one worker's. The keys and
-/// epochs travel as array literals in the prepared statement, as a client
-/// sends them as parameters; each of the per-key workloads is one pgbench
+/// no batch extend). One client: a heartbeat is one worker's. The keys,
+/// epochs and the keys' digests (which the Rust client sends with a batch)
+/// travel as array literals in the prepared statement, as a client sends
+/// them as parameters; each of the per-key workloads is one pgbench
 /// transaction of 1,000 autocommitted statements. The floor is one plain
 /// UPDATE of 1,000 rows by primary key in one statement: what any batch
 /// that writes each key's row costs at least.
@@ -689,6 +691,18 @@ fn many_keys_section(
     let keys: Vec<String> = (1..=n).map(|i| format!("hb-{i}")).collect();
     let key_array = format!("'{{{}}}'::text[]", keys.join(","));
     let epoch_array = format!("'{{{}}}'::bigint[]", vec![epoch.to_string(); n].join(","));
+    // The keys' digests, as the Rust client sends them with a batch.
+    let hash_array = format!(
+        "'{{{}}}'::bytea[]",
+        keys.iter()
+            .map(|key| {
+                let digest = Sha256::digest(key.as_bytes());
+                let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+                format!("\"\\\\x{hex}\"")
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let per_key =
         |line: &dyn Fn(&str) -> String| keys.iter().map(|key| line(key)).collect::<String>();
     let workloads = [
@@ -706,7 +720,7 @@ fn many_keys_section(
         (
             "leasehold: heartbeat of 1,000 keys, one renew_many",
             n,
-            format!("SELECT count(*) FROM lease.renew_many({key_array}, 'hb', {epoch_array}, interval '1 hour');\n"),
+            format!("SELECT count(*) FROM lease.renew_many({key_array}, 'hb', {epoch_array}, interval '1 hour', {hash_array});\n"),
         ),
         (
             "leasehold: 1,000 single renews",

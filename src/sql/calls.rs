@@ -177,17 +177,17 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.renew_many(keys, owner, epochs, ttl)`: one row per key, in
-    /// input order.
-    RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval }
+    /// `lease.renew_many(keys, owner, epochs, ttl, key_hashes)`: one row per
+    /// key, in input order.
+    RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status, expires_at FROM lease.renew_many";
     row = (Text, Text, Nullable<Timestamptz>);
 }
 
 lease_call! {
-    /// `lease.release_many(keys, owner, epochs)`: one row per key, in input
-    /// order.
-    ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt> }
+    /// `lease.release_many(keys, owner, epochs, key_hashes)`: one row per
+    /// key, in input order.
+    ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status FROM lease.release_many";
     row = (Text, Text);
 }

@@ -292,6 +292,85 @@ fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() 
     assert_eq!(query_lines(&mut conn, &sql), vec!["1000"]);
 }
 
+/// The optional digests (`key_hashes`, what the Rust client sends) are
+/// input like the keys: refused with 22023 when they cannot be the keys'
+/// digests, whether or not the keys would have matched, and nothing
+/// changes. Right digests renew and release as the keys alone do.
+#[test]
+fn a_batchs_digests_must_be_its_keys_digests() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    write_states(&mut conn);
+    let before = table_snapshot(&mut conn);
+    let digest = |key: &str| format!("sha256(convert_to('{key}', 'UTF8'))");
+    let cases = [
+        (
+            format!("ARRAY[{}, {}]", digest("held"), digest("held")),
+            "key_hashes must hold the SHA-256 digest of each key",
+        ),
+        (
+            format!("ARRAY[{}, '\\x00'::bytea]", digest("held")),
+            "key_hashes must hold the SHA-256 digest of each key",
+        ),
+        (
+            format!("ARRAY[{}]", digest("held")),
+            "key_hashes must have the same length as keys",
+        ),
+        (
+            format!("ARRAY[{}, NULL]", digest("held")),
+            "key_hashes must not contain NULL",
+        ),
+        (
+            format!("ARRAY[[{}], [{}]]", digest("held"), digest("wrong-epoch")),
+            "key_hashes must be a one-dimensional array",
+        ),
+    ];
+    for (hashes, violation) in &cases {
+        for (call, ttl) in [("renew_many", ", interval '1 hour'"), ("release_many", "")] {
+            // 'held' matches its grant, so the refusal must also undo
+            // what the call had already written.
+            let sql = format!(
+                "SELECT * FROM lease.{call}(ARRAY['held', 'wrong-epoch'], 'o', ARRAY[5, 6]::bigint[]{ttl}, {hashes})"
+            );
+            let (constraint, detail) = refusal_of(&mut conn, &sql);
+            assert_eq!(constraint, "lease_invalid_input", "{sql}");
+            assert!(
+                detail.split("; ").any(|named| named == *violation),
+                "{sql}: {detail:?} does not name {violation:?}"
+            );
+            assert_eq!(table_snapshot(&mut conn), before, "{sql} changed something");
+        }
+    }
+    let right = format!("ARRAY[{}, {}]", digest("held"), digest("wrong-epoch"));
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            &format!(
+                "SELECT string_agg(key || '=' || status, ',' ORDER BY key) AS line FROM \
+                 lease.renew_many(ARRAY['held', 'wrong-epoch'], 'o', ARRAY[5, 6]::bigint[], interval '1 hour', {right})"
+            )
+        ),
+        vec!["held=ok,wrong-epoch=ok"]
+    );
+
+    // The Rust calls send digests they computed: a key outside ASCII is
+    // renewed and released, so the client's digest is the server's (a
+    // different one would have been refused as above).
+    let key = "tenant/Zürich/日本";
+    let held = granted(acquire(&mut conn, key, OWNER, TTL).unwrap());
+    let renewed = renew_many(&mut conn, OWNER, &[(key, held.epoch())], LONG_TTL).unwrap();
+    assert!(
+        matches!(renewed[0].renewal, Renewal::Renewed { .. }),
+        "{renewed:?}"
+    );
+    let released = release_many(&mut conn, OWNER, &[(key, held.epoch())]).unwrap();
+    assert!(
+        matches!(released[0].release, Release::Released),
+        "{released:?}"
+    );
+    assert!(!inspect(&mut conn, key).unwrap().unwrap().is_held());
+}
+
 #[test]
 fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
     let db = TestDb::new();
