@@ -756,6 +756,26 @@ BEGIN
     IF v_now + wait > v_now THEN
         v_deadline := v_now + wait;
     END IF;
+    -- The common denial, decided first. The fast path (lease.fast_acquire,
+    -- 2026-11-30-000007) takes the common grants, so a call that reaches
+    -- this function is most often a denial. Under READ COMMITTED, a call
+    -- that does not wait and finds the key held by another owner is denied
+    -- here: the row is read as the first attempt below reads it (no lock,
+    -- the statement's snapshot), so the answer is the one that attempt
+    -- would give, without the grant statement or the attempt's
+    -- subtransaction (docs/PERFORMANCE.md). Anything else goes on.
+    IF v_deadline IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
+        SELECT l.owner, l.expires_at INTO v_row
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = acquire.key;
+        IF FOUND AND v_row.owner <> acquire.owner AND v_row.expires_at > clock_timestamp() THEN
+            acquired := false;
+            epoch := NULL;
+            expires_at := NULL;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
     -- The common grant in one statement, without a subtransaction
     -- (docs/PERFORMANCE.md): an existing FREE or LAPSED row that nobody has
     -- locked, on a server whose lineage row is current (same system, no
