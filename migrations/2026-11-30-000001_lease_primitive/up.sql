@@ -700,6 +700,8 @@ DECLARE
     -- not volatile, and clock_timestamp() is; not inlined, the function was
     -- parsed and planned again at every call (about 30 µs, docs/PERFORMANCE.md).
     v_left interval;
+    -- Whether the first read found no row for the key (see below).
+    v_absent boolean := false;
 BEGIN
     IF key IS NULL OR key = '' OR owner IS NULL OR owner = ''
        OR octet_length(key) > 16384 OR octet_length(owner) > 16384
@@ -731,6 +733,7 @@ BEGIN
         SELECT l.owner, l.expires_at INTO v_row
           FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = acquire.key;
+        v_absent := NOT FOUND;
         IF FOUND AND v_row.owner <> acquire.owner AND v_row.expires_at > clock_timestamp() THEN
             acquired := false;
             epoch := NULL;
@@ -750,29 +753,33 @@ BEGIN
     -- lineage or timeline to record) finds no row here and takes the
     -- attempts below, which decide it as they always did. If `c` locked the
     -- row and `g` is empty, the lock is ours and the first attempt grants.
-    WITH g AS (
-        SELECT GREATEST(g.base + g.last_timeline - 1, g.external_floor) AS generation
-          FROM lease.lineage AS g
-         WHERE g.singleton
-           AND g.system_identifier = (pg_control_system()).system_identifier
-           AND g.last_timeline = lease._timeline()
-    ), c AS (
-        SELECT l.key_hash
-          FROM lease.leases AS l
-         WHERE l.key_hash = v_hash AND l.key = acquire.key
-           AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
-           FOR UPDATE SKIP LOCKED
-    )
-    UPDATE lease.leases AS l
-       SET owner = acquire.owner,
-           epoch = GREATEST(l.epoch + 1, (g.generation << 40) + 1),
-           expires_at = clock_timestamp() + acquire.ttl,
-           lapsed_owner = l.owner
-      FROM g, c
-     WHERE l.key_hash = v_hash AND l.key = acquire.key AND c.key_hash = v_hash
-    RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
-    IF FOUND THEN
-        v_outcome := 'granted';
+    -- A key the read above found no row for (a first grant) skips the
+    -- grant statement, which could only find nothing.
+    IF NOT v_absent THEN
+        WITH g AS (
+            SELECT GREATEST(g.base + g.last_timeline - 1, g.external_floor) AS generation
+              FROM lease.lineage AS g
+             WHERE g.singleton
+               AND g.system_identifier = (pg_control_system()).system_identifier
+               AND g.last_timeline = lease._timeline()
+        ), c AS (
+            SELECT l.key_hash
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = acquire.key
+               AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+               FOR UPDATE SKIP LOCKED
+        )
+        UPDATE lease.leases AS l
+           SET owner = acquire.owner,
+               epoch = GREATEST(l.epoch + 1, (g.generation << 40) + 1),
+               expires_at = clock_timestamp() + acquire.ttl,
+               lapsed_owner = l.owner
+          FROM g, c
+         WHERE l.key_hash = v_hash AND l.key = acquire.key AND c.key_hash = v_hash
+        RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
+        IF FOUND THEN
+            v_outcome := 'granted';
+        END IF;
     END IF;
     <<attempt>>
     WHILE v_outcome IS DISTINCT FROM 'granted' LOOP
