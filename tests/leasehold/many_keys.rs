@@ -216,6 +216,24 @@ fn refusal_of(conn: &mut PgConnection, sql: &str) -> (String, String) {
     }
 }
 
+/// `sql` is refused with 22023 `lease_invalid_input` naming `violation`
+/// among its violations, and the table is still `before`.
+fn assert_refused_as_invalid(
+    conn: &mut PgConnection,
+    sql: &str,
+    violation: &str,
+    before: &[String],
+) {
+    let (constraint, detail) = refusal_of(conn, sql);
+    assert_eq!(constraint, "lease_invalid_input", "{sql}");
+    assert!(
+        detail.split("; ").any(|named| named == violation),
+        "{sql}: {detail:?} does not name {violation:?}"
+    );
+    assert_eq!(sqlstate_of(conn, sql), "22023", "{sql}");
+    assert_eq!(table_snapshot(conn), before, "{sql} changed something");
+}
+
 #[test]
 fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() {
     let db = TestDb::new();
@@ -269,14 +287,7 @@ fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() 
     for (arguments, violation) in cases {
         for (call, ttl) in [("renew_many", ", interval '1 hour'"), ("release_many", "")] {
             let sql = format!("SELECT * FROM lease.{call}({arguments}{ttl})");
-            let (constraint, detail) = refusal_of(&mut conn, &sql);
-            assert_eq!(constraint, "lease_invalid_input", "{sql}");
-            assert!(
-                detail.split("; ").any(|named| named == violation),
-                "{sql}: {detail:?} does not name {violation:?}"
-            );
-            assert_eq!(sqlstate_of(&mut conn, &sql), "22023", "{sql}");
-            assert_eq!(table_snapshot(&mut conn), before, "{sql} changed something");
+            assert_refused_as_invalid(&mut conn, &sql, violation, &before);
         }
     }
     let (_, detail) = refusal_of(
@@ -332,13 +343,7 @@ fn a_batchs_digests_must_be_its_keys_digests() {
             let sql = format!(
                 "SELECT * FROM lease.{call}(ARRAY['held', 'wrong-epoch'], 'o', ARRAY[5, 6]::bigint[]{ttl}, {hashes})"
             );
-            let (constraint, detail) = refusal_of(&mut conn, &sql);
-            assert_eq!(constraint, "lease_invalid_input", "{sql}");
-            assert!(
-                detail.split("; ").any(|named| named == *violation),
-                "{sql}: {detail:?} does not name {violation:?}"
-            );
-            assert_eq!(table_snapshot(&mut conn), before, "{sql} changed something");
+            assert_refused_as_invalid(&mut conn, &sql, violation, &before);
         }
     }
     let right = format!("ARRAY[{}, {}]", digest("held"), digest("wrong-epoch"));
