@@ -2,7 +2,11 @@
 # Server CPU time per call of SQL expressions, for weighing one change to the
 # SQL against another (docs/PERFORMANCE.md, "How the levers were measured").
 #
-#   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] EXPRESSION...
+#   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] [-b SQL] EXPRESSION...
+#
+# -b SQL runs before each measurement, outside it (for example
+# "VACUUM FULL lease.leases", so that rows rewritten by earlier rounds do
+# not make later ones slower).
 #
 # Each EXPRESSION (for example "lease.renew('held-1', 'o1', 1, '1 hour')") runs
 # CALLS times in a DO loop that commits after every call, so each call is its
@@ -20,15 +24,17 @@
 set -euo pipefail
 calls=20000
 rounds=5
-while getopts "n:r:" opt; do
+before=""
+while getopts "n:r:b:" opt; do
     case "$opt" in
         n) calls=$OPTARG ;;
         r) rounds=$OPTARG ;;
+        b) before=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n CALLS] [-r ROUNDS] EXPRESSION..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n CALLS] [-r ROUNDS] [-b SQL] EXPRESSION..." >&2; exit 2; }
 ticks_per_second=$(getconf CLK_TCK)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -41,6 +47,9 @@ TICKS
 chmod +x "$scratch/ticks.sh"
 
 measure() {
+    if [ -n "$before" ]; then
+        psql -qAtX -v ON_ERROR_STOP=1 -c "$before" >/dev/null
+    fi
     psql -qAtX -v ON_ERROR_STOP=1 >/dev/null <<SQL
 \o $scratch/pid
 SELECT pg_backend_pid();
