@@ -37,6 +37,8 @@ CREATE TABLE ab_locks (name text PRIMARY KEY, record_version_number bigint, data
 CREATE SEQUENCE ab_locks_rvn;
 SELECT count(*) FROM (SELECT lease.acquire('ab-held-' || g, 'o' || g, interval '100 years')
                         FROM generate_series(0, 63) g) AS s;
+SELECT count(*) FROM (SELECT lease.acquire('ab-den-' || g, 'holder', interval '100 years')
+                        FROM generate_series(0, 3) g) AS s;
 SQL
 
 key="'ab-cyc-' || :client_id"
@@ -84,7 +86,22 @@ INSERT INTO ab_locks (name, record_version_number, data, owner) VALUES ('cyc-' |
 DELETE FROM ab_locks WHERE name = 'cyc-' || :client_id AND record_version_number = :rvn;
 EOF
 
-workloads="floor function_renew fast_renew shedlock_extend function_cycle fast_cycle shedlock_cycle pglock_cycle"
+# A denial: four keys held by somebody else, shared by all clients. What
+# the Rust client sends (the fast path, then the function) against the
+# function alone.
+denied="'ab-den-' || (:client_id % 4)"
+cat > "$scratch/function_deny.sql" <<EOF
+SELECT acquired FROM lease.acquire($denied, $owner, interval '1 hour');
+EOF
+cat > "$scratch/fast_deny.sql" <<EOF
+\set e 0
+UPDATE lease.fast_acquire SET key = $denied, owner = $owner, ttl = interval '1 hour' RETURNING epoch AS e \aset
+\if :e = 0
+SELECT acquired FROM lease.acquire($denied, $owner, interval '1 hour');
+\endif
+EOF
+
+workloads="floor function_renew fast_renew shedlock_extend function_cycle fast_cycle shedlock_cycle pglock_cycle function_deny fast_deny"
 for _ in $(seq "$rounds"); do
     for clients in 1 4 16; do
         for w in $workloads; do
@@ -101,12 +118,13 @@ END {
     split("1 4 16", cs, " ")
     for (i = 1; i <= 3; i++) {
         c = cs[i]
-        n = split("floor function_renew fast_renew shedlock_extend function_cycle fast_cycle shedlock_cycle pglock_cycle", ws, " ")
+        n = split("floor function_renew fast_renew shedlock_extend function_cycle fast_cycle shedlock_cycle pglock_cycle function_deny fast_deny", ws, " ")
         for (j = 1; j <= n; j++) m[ws[j]] = median(v[c " " ws[j]])
         printf "%2d clients: ops/s", c
         for (j = 1; j <= n; j++) printf "  %s %.0f", ws[j], m[ws[j]]
-        printf "\n            fast/function: renew %.2f cycle %.2f; cycle vs ShedLock %.2f, vs pglock %.2f; renew vs ShedLock extend %.2f, vs floor %.2f\n",
+        printf "\n            fast/function: renew %.2f cycle %.2f denial %.2f; cycle vs ShedLock %.2f, vs pglock %.2f; renew vs ShedLock extend %.2f, vs floor %.2f\n",
             m["fast_renew"] / m["function_renew"], m["fast_cycle"] / m["function_cycle"],
+            m["fast_deny"] / m["function_deny"],
             m["fast_cycle"] / m["shedlock_cycle"], m["fast_cycle"] / m["pglock_cycle"],
             m["fast_renew"] / m["shedlock_extend"], m["fast_renew"] / m["floor"]
     }
