@@ -132,36 +132,35 @@ BEGIN
 END;
 $$;
 
--- The per-key input rules of a batch: no empty or over-long key, no key
--- twice, and each digest (when given) the SHA-256 of its key's UTF-8
--- bytes. They cost O(n) (a sort of the keys, a digest per key), and a call
--- whose every key matched a stored grant needs none of them: stored keys
--- obey the key rules, a key given twice matches its row once, and a wrong
--- digest matches no row. So the batch functions run them only before a
--- namespace check (bad input is reported before a refusal, as everywhere)
--- and when some key did not match; raising then undoes whatever the call
--- had written (the whole call fails).
+-- The per-key input rules of a batch (no empty or over-long key, no key
+-- twice, each digest the SHA-256 of its key's UTF-8 bytes), as
+-- lease._many_violations states them; raises when one is broken. They cost
+-- O(n) (a sort of the keys, a digest per key), and a call whose every key
+-- matched a stored grant needs none of them: stored keys obey the key
+-- rules, a key given twice matches its row once, and a wrong digest
+-- matches no row. So the batch functions run them only before a namespace
+-- check (bad input is reported before a refusal, as everywhere) and when
+-- some key did not match; raising then undoes whatever the call had
+-- written (the whole call fails).
 CREATE FUNCTION lease._check_many_keys(fn text, keys text[], epochs bigint[], key_hashes bytea[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
+DECLARE
+    v_violations text[] := lease._many_violations(keys, epochs, key_hashes);
 BEGIN
-    IF EXISTS (SELECT 1 FROM unnest(_check_many_keys.keys) AS k(key)
-                WHERE k.key = '' OR octet_length(k.key) > 16384)
-       OR (SELECT count(*) FROM (SELECT DISTINCT k.key FROM unnest(_check_many_keys.keys) AS k(key)) AS d)
-          <> cardinality(keys)
-       OR (key_hashes IS NOT NULL
-           AND EXISTS (SELECT 1 FROM unnest(_check_many_keys.keys, _check_many_keys.key_hashes) AS k(key, key_hash)
-                        WHERE k.key_hash <> sha256(convert_to(k.key, 'UTF8')))) THEN
-        PERFORM lease._raise_invalid(fn, lease._many_violations(keys, epochs, key_hashes));
+    IF cardinality(v_violations) > 0 THEN
+        PERFORM lease._raise_invalid(fn, v_violations);
     END IF;
 END;
 $$;
 
 -- Refuses the whole call when the caller may not act on one of its keys
 -- (docs/SPECIFICATION.md §4.2), naming the first such key in input order.
--- The set form of lease._allowed: with no rules (the common case) it is one
--- look-up in an empty table, instead of one function call per key. A key is
+-- The set form of lease._allowed: one query instead of one function call
+-- per key; the batch functions call it only while some rule exists (with
+-- none, the common case, they skip it after one look-up in an empty
+-- table). A key is
 -- governed by the rule with the longest prefix it starts with; a rule whose
 -- role was dropped admits nobody (pg_has_role answers false, or NULL, which
 -- counts as false here).
@@ -172,9 +171,6 @@ AS $$
 DECLARE
     v_key text;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM lease.namespaces AS n) THEN
-        RETURN;
-    END IF;
     SELECT k.key INTO v_key
       FROM unnest(_raise_forbidden_many.keys) WITH ORDINALITY AS k(key, ord)
       CROSS JOIN LATERAL (
