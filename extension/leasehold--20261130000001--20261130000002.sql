@@ -182,11 +182,11 @@ BEGIN
     -- A second pass only when a change committed after the first look made
     -- the grant match.
     FOR v_pass IN 1..100 LOOP
-        SELECT l.expires_at INTO v_expires
+        SELECT lease._expiry(l) INTO v_expires
           FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = _check_held.key
            AND l.owner = _check_held.owner AND l.epoch = _check_held.epoch
-           AND l.expires_at > clock_timestamp()
+           AND lease._expiry(l) > clock_timestamp()
            FOR KEY SHARE;
         IF FOUND THEN
             RETURN v_expires;

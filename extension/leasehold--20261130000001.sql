@@ -114,6 +114,9 @@ AS $$ SELECT sha256(convert_to(key, 'UTF8')) $$;
 --          epoch it had; guards refuse epochs below first_epoch, which
 --          belong to a pruned incarnation (docs/SPECIFICATION.md §1.8, I16). NULL
 --          only on rows written before the column existed.
+--   group_id: the heartbeat group (lease.groups) the current grant was
+--          joined to, or NULL. Set only while a grant exists; every
+--          release and takeover clears it.
 CREATE TABLE lease.leases (
     key          text        NOT NULL,
     key_hash     bytea       PRIMARY KEY,
@@ -121,7 +124,8 @@ CREATE TABLE lease.leases (
     epoch        bigint      NOT NULL,
     expires_at   timestamptz,
     lapsed_owner text,
-    first_epoch  bigint
+    first_epoch  bigint,
+    group_id     bigint
 );
 -- Invariants kept by the functions: epoch >= 1, and owner and expires_at are
 -- both NULL or both set. They are not CHECK constraints because PostgreSQL
@@ -129,6 +133,69 @@ CREATE TABLE lease.leases (
 -- measurably slows every call.
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
+
+-- Heartbeat groups (docs/SPECIFICATION.md §1.9): one owner's grants that
+-- one row keeps alive, so that a worker holding a thousand keys writes one
+-- row per heartbeat instead of a thousand (lease.join_group and
+-- lease.renew_group, 2026-11-30-000006). A grant in a group is live until
+-- the later of its own expires_at and its group's (lease._expiry).
+--   owner: the owner of every member; only that owner renews the group.
+--   expires_at: extended by lease.renew_group while it is in the future;
+--          once passed it never moves again, so a lapsed group stays
+--          lapsed.
+--   members: how many grants still name the group. Every call that takes a
+--          key out of a group (a release, a takeover, a force-release, a
+--          move to another group) lowers it in the same transaction, so a
+--          heartbeat that answers with the number it expects knows that no
+--          member was lost; the row write also orders a takeover against a
+--          heartbeat in flight (lease.acquire).
+CREATE TABLE lease.groups (
+    id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    owner      text        NOT NULL,
+    expires_at timestamptz NOT NULL,
+    members    integer     NOT NULL
+);
+REVOKE ALL ON TABLE lease.groups FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('lease.groups', '');
+-- A group's members, for the namespace check of a heartbeat
+-- (lease.renew_group). Partial: grants outside groups add no entry, and a
+-- renew, which changes no group_id, stays a HOT update.
+CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL;
+
+-- The expiry of a group, NULL when the group is gone (pruned). PL/pgSQL:
+-- a SQL function with a sub-select is never inlined (see
+-- lease._allowed_by_rules).
+CREATE FUNCTION lease._group_expiry(group_id bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN (SELECT g.expires_at FROM lease.groups AS g WHERE g.id = _group_expiry.group_id);
+END;
+$$;
+
+-- A grant's effective expiry: its own, or its group's when that is later.
+-- Takes the row, not a timestamp, so that no function of the schema takes a
+-- time from its caller (docs/SPECIFICATION.md §1.1). Inlined into every
+-- caller, where the planner reduces the row's fields to plain columns; a
+-- grant outside any group costs one NULL test.
+CREATE FUNCTION lease._expiry(l lease.leases)
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN (l).group_id IS NULL THEN (l).expires_at
+                ELSE GREATEST((l).expires_at, lease._group_expiry((l).group_id)) END
+$$;
+
+-- Counts one grant out of its group (lease.groups.members), in the
+-- transaction that cleared its group_id. Does nothing for NULL or for a
+-- group already pruned.
+CREATE FUNCTION lease._left_group(group_id bigint)
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    UPDATE lease.groups AS g SET members = g.members - 1 WHERE g.id = _left_group.group_id
+$$;
 
 -- Key namespaces (docs/SPECIFICATION.md §4): an operator binds a prefix of
 -- key and resource names to a database role. A name is governed by the rule
@@ -470,7 +537,7 @@ AS $$
 DECLARE
     v_row record;
 BEGIN
-    SELECT l.owner, l.epoch, l.expires_at, l.lapsed_owner INTO v_row
+    SELECT l.owner, l.epoch, lease._expiry(l) AS expires_at, l.lapsed_owner INTO v_row
       FROM lease.leases AS l
      WHERE l.key_hash = _status.key_hash AND l.key = _status.key;
     IF NOT FOUND OR v_row.owner IS NULL THEN
@@ -767,7 +834,7 @@ BEGIN
     -- would give, without the grant statement or the attempt's
     -- subtransaction (docs/PERFORMANCE.md). Anything else goes on.
     IF v_deadline IS NULL AND current_setting('transaction_isolation') = 'read committed' THEN
-        SELECT l.owner, l.expires_at INTO v_row
+        SELECT l.owner, lease._expiry(l) AS expires_at INTO v_row
           FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = acquire.key;
         v_absent := NOT FOUND;
@@ -804,6 +871,7 @@ BEGIN
               FROM lease.leases AS l
              WHERE l.key_hash = v_hash AND l.key = acquire.key
                AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+               AND l.group_id IS NULL
                FOR UPDATE SKIP LOCKED
         )
         UPDATE lease.leases AS l
@@ -847,19 +915,43 @@ BEGIN
             -- condition on the newest version once any lock it waited for
             -- is gone. The first attempt does not wait at all (NOWAIT).
             IF v_blocking THEN
-                SELECT l.owner INTO v_row
+                SELECT l.owner, l.group_id INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key
-                   AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                   AND (l.owner IS NULL OR lease._expiry(l) <= clock_timestamp())
                    FOR UPDATE;
             ELSE
-                SELECT l.owner INTO v_row
+                SELECT l.owner, l.group_id INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key
-                   AND (l.owner IS NULL OR l.expires_at <= clock_timestamp())
+                   AND (l.owner IS NULL OR lease._expiry(l) <= clock_timestamp())
                    FOR UPDATE NOWAIT;
             END IF;
             IF FOUND THEN
+                -- A lapsed grant in a heartbeat group leaves the group, whose
+                -- row is written here: the lock orders this takeover against a
+                -- heartbeat in flight (lease.renew_group). A heartbeat that
+                -- committed first made the group live again, and the row's
+                -- condition, checked again on that newest version, no longer
+                -- holds: the key is held after all, and the next attempt says
+                -- so. A heartbeat that comes second answers with one member
+                -- fewer. Waits as the key's row lock does.
+                IF v_row.group_id IS NOT NULL THEN
+                    IF v_blocking THEN
+                        PERFORM 1 FROM lease.groups AS g
+                         WHERE g.id = v_row.group_id AND g.expires_at <= clock_timestamp()
+                           FOR NO KEY UPDATE;
+                    ELSE
+                        PERFORM 1 FROM lease.groups AS g
+                         WHERE g.id = v_row.group_id AND g.expires_at <= clock_timestamp()
+                           FOR NO KEY UPDATE NOWAIT;
+                    END IF;
+                    IF FOUND OR lease._group_expiry(v_row.group_id) IS NULL THEN
+                        PERFORM lease._left_group(v_row.group_id);
+                    ELSE
+                        RAISE EXCEPTION USING ERRCODE = 'LH001';   -- held after all: look again
+                    END IF;
+                END IF;
                 -- The clock is read after every wait, so the grant is never
                 -- expired on arrival. The counter moves on by one, or to the
                 -- generation's floor when that is higher (§1.2: a promoted
@@ -870,12 +962,13 @@ BEGIN
                    SET owner = acquire.owner,
                        epoch = GREATEST(l.epoch + 1, v_floor),
                        expires_at = clock_timestamp() + acquire.ttl,
-                       lapsed_owner = l.owner
+                       lapsed_owner = l.owner,
+                       group_id = NULL
                  WHERE l.key_hash = v_hash AND l.key = acquire.key
                 RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires;
                 v_outcome := 'granted';
             ELSE
-                SELECT l.owner, l.epoch, l.expires_at INTO v_row
+                SELECT l.owner, l.epoch, lease._expiry(l) AS expires_at INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key;
                 IF NOT FOUND THEN
@@ -911,16 +1004,16 @@ BEGIN
                         -- the same transaction is checked) without holding
                         -- up the holder's renew.
                         IF v_blocking THEN
-                            SELECT l.epoch, l.expires_at INTO v_row
+                            SELECT l.epoch, lease._expiry(l) AS expires_at INTO v_row
                               FROM lease.leases AS l
                              WHERE l.key_hash = v_hash AND l.key = acquire.key
-                               AND l.owner = acquire.owner AND l.expires_at > clock_timestamp()
+                               AND l.owner = acquire.owner AND lease._expiry(l) > clock_timestamp()
                                FOR KEY SHARE;
                         ELSE
-                            SELECT l.epoch, l.expires_at INTO v_row
+                            SELECT l.epoch, lease._expiry(l) AS expires_at INTO v_row
                               FROM lease.leases AS l
                              WHERE l.key_hash = v_hash AND l.key = acquire.key
-                               AND l.owner = acquire.owner AND l.expires_at > clock_timestamp()
+                               AND l.owner = acquire.owner AND lease._expiry(l) > clock_timestamp()
                                FOR KEY SHARE NOWAIT;
                         END IF;
                         IF FOUND THEN
@@ -1035,7 +1128,7 @@ BEGIN
         UPDATE lease.leases AS l
            SET expires_at = clock_timestamp() + renew.ttl
          WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
-           AND l.expires_at > clock_timestamp()
+           AND lease._expiry(l) > clock_timestamp()
            AND (v_checked OR lease._plain_ttl(renew.ttl))
         RETURNING l.expires_at INTO renew.expires_at;
         IF FOUND THEN
@@ -1074,6 +1167,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_hash bytea;
+    v_group bigint;
 BEGIN
     IF NOT lease._allowed(key) THEN
         PERFORM lease._check_release_input(key, owner, epoch);
@@ -1084,7 +1178,22 @@ BEGIN
         UPDATE lease.leases AS l
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
          WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
-           AND l.expires_at > clock_timestamp();
+           AND l.expires_at > clock_timestamp() AND l.group_id IS NULL;
+        IF NOT FOUND THEN
+            -- A grant in a heartbeat group: lock it to learn its group, then
+            -- release it and count it out of the group.
+            SELECT l.group_id INTO v_group
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
+               AND l.group_id IS NOT NULL AND lease._expiry(l) > clock_timestamp()
+               FOR NO KEY UPDATE;
+            IF FOUND THEN
+                UPDATE lease.leases AS l
+                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+                 WHERE l.key_hash = v_hash AND l.key = release.key;
+                PERFORM lease._left_group(v_group);
+            END IF;
+        END IF;
         IF FOUND THEN
             PERFORM lease._on_release(v_hash);
             -- §1.4: durable at commit (see lease.acquire).
@@ -1127,12 +1236,11 @@ BEGIN
         PERFORM lease._raise_forbidden('inspect', 'key', key);
     END IF;
     RETURN QUERY
-        SELECT l.owner IS NOT NULL AND l.expires_at > v_now,
-               CASE WHEN l.owner IS NOT NULL AND l.expires_at > v_now THEN l.owner END,
-               l.epoch,
-               CASE WHEN l.owner IS NOT NULL AND l.expires_at > v_now THEN l.expires_at END
-          FROM lease.leases AS l
-         WHERE l.key_hash = lease._key_hash(inspect.key) AND l.key = inspect.key;
+        SELECT e.live, CASE WHEN e.live THEN e.owner END, e.epoch, CASE WHEN e.live THEN e.expires_at END
+          FROM (SELECT l.owner, l.epoch, x.expires_at, l.owner IS NOT NULL AND x.expires_at > v_now AS live
+                  FROM lease.leases AS l
+                 CROSS JOIN LATERAL (SELECT lease._expiry(l) AS expires_at) AS x
+                 WHERE l.key_hash = lease._key_hash(inspect.key) AND l.key = inspect.key) AS e;
 END;
 $$;
 
@@ -1159,6 +1267,9 @@ SELECT true, (pg_control_system()).system_identifier, 1 - t.timeline, t.timeline
   FROM (SELECT lease._timeline() AS timeline) AS t;
 
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._group_expiry(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._expiry(lease.leases) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._left_group(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed_by_rules(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_forbidden(text, text, text) FROM PUBLIC;

@@ -154,11 +154,18 @@ BEGIN
              ORDER BY l.key_hash
              LIMIT prune_keys.batch) AS w;
     next_after := CASE WHEN examined = batch THEN v_upper END;
+    -- Heartbeat groups lapsed since before the cutoff, once per pass (its
+    -- first batch). A lapsed group is never renewed again, so a member
+    -- whose group is gone is lapsed as it was: its own expiry, also
+    -- passed, is all that is left of it (lease._expiry).
+    IF NOT dry_run AND prune_keys.after IS NULL THEN
+        DELETE FROM lease.groups AS g WHERE g.expires_at <= v_cutoff;
+    END IF;
     IF examined = 0 THEN
         pruned := 0;
         sighted := 0;
     ELSIF dry_run THEN
-        SELECT count(*) FILTER (WHERE (l.owner IS NOT NULL AND l.expires_at <= v_cutoff)
+        SELECT count(*) FILTER (WHERE (l.owner IS NOT NULL AND lease._expiry(l) <= v_cutoff)
                                    OR (l.owner IS NULL AND s.seen_at <= v_cutoff AND s.epoch = l.epoch))::integer,
                count(*) FILTER (WHERE l.owner IS NULL AND s.epoch IS DISTINCT FROM l.epoch)::integer
           INTO pruned, sighted
@@ -173,7 +180,7 @@ BEGIN
           FROM (SELECT l.key_hash
                   FROM lease.leases AS l
                  WHERE (prune_keys.after IS NULL OR l.key_hash > prune_keys.after) AND l.key_hash <= v_upper
-                   AND ((l.owner IS NOT NULL AND l.expires_at <= v_cutoff)
+                   AND ((l.owner IS NOT NULL AND lease._expiry(l) <= v_cutoff)
                         OR (l.owner IS NULL
                             AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
                                          WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch

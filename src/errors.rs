@@ -37,6 +37,11 @@ pub enum Operation {
     RenewMany,
     /// `lease.release_many`: release several keys of one owner in one call.
     ReleaseMany,
+    /// `lease.join_group`: renew several keys of one owner and put them in
+    /// one heartbeat group.
+    JoinGroup,
+    /// `lease.renew_group`: one heartbeat for every key of a group.
+    RenewGroup,
     /// `lease.inspect`.
     Inspect,
     /// `lease.admit`: a token-checked guard.
@@ -89,6 +94,8 @@ impl Operation {
             Operation::Release => "release",
             Operation::RenewMany => "renew_many",
             Operation::ReleaseMany => "release_many",
+            Operation::JoinGroup => "join_group",
+            Operation::RenewGroup => "renew_group",
             Operation::Inspect => "inspect",
             Operation::Admit => "admit",
             Operation::CheckHeld => "check_held",

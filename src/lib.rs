@@ -37,6 +37,7 @@
 //! | `outcome` | grants, refusals and observed states, as values |
 //! | `leases` | acquire, renew, release, inspect on a caller's connection |
 //! | `many` | [`renew_many`], [`release_many`]: many keys of one owner in one call |
+//! | `groups` | [`join_group`], [`renew_group`]: one row write keeps many keys alive |
 //! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
 //! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...), [`force_release`], [`raise_generation`]; and [`generation`] |
 //! | `token` | the fencing token and its text form |
@@ -106,6 +107,7 @@ mod client;
 mod errors;
 mod extension;
 mod field_text;
+mod groups;
 mod guards;
 mod holding;
 mod install;
@@ -132,6 +134,7 @@ pub use errors::{
 pub use extension::{
     extension_files, extension_version, ExtensionError, ExtensionFile, EXTENSION_NAME,
 };
+pub use groups::{join_group, renew_group, GroupId, GroupJoin, GroupRenewal};
 pub use guards::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
     FencedError, GuardRecord,

@@ -151,7 +151,7 @@ pub fn release_many(
 
 /// Each key's digest as the server computes it: SHA-256 of the key's UTF-8
 /// bytes.
-fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
+pub(crate) fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
     grants
         .iter()
         .map(|(key, _)| Sha256::digest(key.as_bytes()).to_vec())
@@ -161,7 +161,7 @@ fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
 /// The server answers one row per key, in input order; anything else is an
 /// installed SQL this client does not understand, and its answers must not
 /// be attributed to the wrong keys.
-fn check_answers<'r>(
+pub(crate) fn check_answers<'r>(
     operation: Operation,
     grants: &[(&str, i64)],
     answered: impl ExactSizeIterator<Item = &'r String>,

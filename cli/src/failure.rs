@@ -152,8 +152,8 @@ pub enum CliError {
     /// The lease functions are missing from the database.
     #[error("leasehold is not installed in this database; run `leasehold install` with the same --database-url first")]
     NotInstalled,
-    /// The role may not read `lease.leases` (needed by ls and watch).
-    #[error("the role {role:?} may not read lease.leases, which ls and watch list (the table is closed to callers by design); connect as a superuser or as the role that ran `leasehold install`, or use `leasehold inspect KEY`, which needs no privilege")]
+    /// The role may not read `lease.leases` and `lease.groups` (needed by ls and watch).
+    #[error("the role {role:?} may not read lease.leases and lease.groups, which ls and watch list (the tables are closed to callers by design); connect as a superuser or as the role that ran `leasehold install`, or use `leasehold inspect KEY`, which needs no privilege")]
     NoListPrivilege {
         /// The connected role.
         role: String,

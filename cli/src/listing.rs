@@ -62,14 +62,18 @@ listed AS (
 SELECT l.key,
        encode(l.key_hash, 'hex') AS digest,
        CASE WHEN l.owner IS NULL THEN 'free'
-            WHEN l.expires_at > c.now THEN 'held'
+            WHEN x.expires_at > c.now THEN 'held'
             ELSE 'lapsed' END AS state,
        l.owner,
        l.epoch,
-       l.expires_at,
-       floor(extract(epoch FROM (l.expires_at - c.now)) * 1000)::bigint AS remaining_ms,
+       x.expires_at,
+       floor(extract(epoch FROM (x.expires_at - c.now)) * 1000)::bigint AS remaining_ms,
        c.now
   FROM lease.leases AS l CROSS JOIN clock AS c
+  -- A grant in a heartbeat group is live until the later of its own
+  -- expiry and its group's.
+  LEFT JOIN lease.groups AS g ON g.id = l.group_id
+  CROSS JOIN LATERAL (SELECT GREATEST(l.expires_at, g.expires_at) AS expires_at) AS x
  WHERE left(l.key, length($1)) = $1
    AND ($2::text IS NULL OR l.owner = $2))
 SELECT * FROM listed
@@ -91,7 +95,9 @@ struct Privilege {
 /// lease table.
 pub(crate) fn check_privilege(conn: &mut PgConnection) -> Result<(), CliError> {
     let privilege = diesel::sql_query(
-        "SELECT has_table_privilege('lease.leases', 'SELECT') AS allowed, current_user::text AS role",
+        "SELECT has_table_privilege('lease.leases', 'SELECT') \
+                AND has_table_privilege('lease.groups', 'SELECT') AS allowed, \
+                current_user::text AS role",
     )
     .get_result::<Privilege>(conn)
     .map_err(|error| database("check the privilege on lease.leases", &error))?;

@@ -142,16 +142,24 @@ AS $$
 DECLARE
     v_hash bytea;
     v_epoch bigint;
+    v_group bigint;
 BEGIN
     IF key IS NULL OR key = '' THEN
         PERFORM lease._raise_invalid('force_release', lease._text_violations('key', key));
     END IF;
     v_hash := lease._key_hash(key);
-    UPDATE lease.leases AS l
-       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+    -- Locked first to learn the grant's heartbeat group, which the release
+    -- counts it out of (lease.groups.members).
+    SELECT l.group_id INTO v_group
+      FROM lease.leases AS l
      WHERE l.key_hash = v_hash AND l.key = force_release.key AND l.owner IS NOT NULL
-    RETURNING l.epoch INTO v_epoch;
+       FOR NO KEY UPDATE;
     IF FOUND THEN
+        UPDATE lease.leases AS l
+           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+         WHERE l.key_hash = v_hash AND l.key = force_release.key
+        RETURNING l.epoch INTO v_epoch;
+        PERFORM lease._left_group(v_group);
         PERFORM lease._on_release(v_hash);
         IF current_setting('synchronous_commit') IN ('off', 'local') THEN
             PERFORM set_config('synchronous_commit', 'on', true);
@@ -196,6 +204,7 @@ DECLARE
     v_hash bytea;
     v_owner text;
     v_epoch bigint;
+    v_group bigint;
 BEGIN
     IF key IS NULL OR key = '' OR octet_length(key) > 16384 OR epoch IS NULL OR epoch < 1 THEN
         PERFORM lease._raise_invalid('force_release',
@@ -205,12 +214,17 @@ BEGIN
     -- A second pass only when a grant at `epoch` committed between the
     -- UPDATE's snapshot and the status read (as lease.release does).
     FOR v_pass IN 1..100 LOOP
-        UPDATE lease.leases AS l
-           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+        SELECT l.group_id INTO v_group
+          FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = force_release.key
            AND l.owner IS NOT NULL AND l.epoch = force_release.epoch
-        RETURNING l.epoch INTO v_epoch;
+           FOR NO KEY UPDATE;
         IF FOUND THEN
+            UPDATE lease.leases AS l
+               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+             WHERE l.key_hash = v_hash AND l.key = force_release.key
+            RETURNING l.epoch INTO v_epoch;
+            PERFORM lease._left_group(v_group);
             PERFORM lease._on_release(v_hash);
             IF current_setting('synchronous_commit') IN ('off', 'local') THEN
                 PERFORM set_config('synchronous_commit', 'on', true);

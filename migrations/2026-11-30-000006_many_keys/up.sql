@@ -250,7 +250,7 @@ BEGIN
                      ORDER BY key_hash
                     OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
              WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = renew_many.owner
-               AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
+               AND l.epoch = i.epoch AND lease._expiry(l) > clock_timestamp()
             RETURNING i.ord, l.expires_at
         )
         SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
@@ -324,6 +324,7 @@ DECLARE
     v_status text[];
     v_done bigint[];
     v_done_hashes bytea[];
+    v_left_groups bigint[];
     v_hash bytea;
 BEGIN
     IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
@@ -336,20 +337,30 @@ BEGIN
         PERFORM lease._raise_forbidden_many('release_many', keys);
     END IF;
     FOR v_pass IN 1..100 LOOP
+        -- The matching rows are locked first (`d`, in key_hash order, as
+        -- above), so that the heartbeat group each one leaves is read from
+        -- its newest version; the UPDATE then writes exactly those rows.
         WITH released AS (
             UPDATE lease.leases AS l
-               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-              FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
-                      FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)
-                           WITH ORDINALITY AS k(key, epoch, given_hash, ord)
-                     WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                     ORDER BY key_hash
-                    OFFSET 0) AS i
-             WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = release_many.owner
-               AND l.epoch = i.epoch AND l.expires_at > clock_timestamp()
-            RETURNING i.ord, l.key_hash
+               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+              FROM (SELECT o.key_hash, o.group_id, i.ord
+                      FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
+                              FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)
+                                   WITH ORDINALITY AS k(key, epoch, given_hash, ord)
+                             WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
+                             ORDER BY key_hash
+                            OFFSET 0) AS i
+                      JOIN lease.leases AS o
+                        ON o.key_hash = i.key_hash AND o.key = i.key AND o.owner = release_many.owner
+                       AND o.epoch = i.epoch AND lease._expiry(o) > clock_timestamp()
+                       FOR NO KEY UPDATE OF o) AS d
+             WHERE l.key_hash = d.key_hash
+            RETURNING d.ord, l.key_hash, d.group_id
         )
-        SELECT array_agg(r.ord), array_agg(r.key_hash) INTO v_done, v_done_hashes FROM released AS r;
+        SELECT array_agg(r.ord), array_agg(r.key_hash), array_agg(r.group_id) FILTER (WHERE r.group_id IS NOT NULL)
+          INTO v_done, v_done_hashes, v_left_groups
+          FROM released AS r;
+        PERFORM lease._left_groups(v_left_groups);
         -- Each released key wakes its waiters, as lease.release does.
         FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
             PERFORM lease._on_release(v_hash);
@@ -391,6 +402,142 @@ BEGIN
 END;
 $$;
 
+-- Counts grants out of their groups (lease.groups.members), one entry per
+-- grant that left, in the transaction that cleared their group_id.
+CREATE FUNCTION lease._left_groups(group_ids bigint[])
+RETURNS void
+LANGUAGE sql VOLATILE
+AS $$
+    UPDATE lease.groups AS g
+       SET members = g.members - c.n
+      FROM (SELECT x.id, count(*)::integer AS n FROM unnest(_left_groups.group_ids) AS x(id) GROUP BY x.id) AS c
+     WHERE g.id = c.id
+$$;
+
+-- Heartbeat groups (docs/SPECIFICATION.md §1.9). lease.join_group renews
+-- a set of one owner's grants, exactly as lease.renew_many does, and puts
+-- the renewed ones into a new group whose expiry is theirs; from then on
+-- lease.renew_group keeps all of them alive by writing the group's one
+-- row. A grant in a group is live until the later of its own expiry and
+-- its group's (lease._expiry), so everything that asks whether a grant is
+-- live (a takeover, a renew, a release, a guard's check, inspect, pruning)
+-- sees the group's heartbeat. What a group does not change: epochs (a
+-- heartbeat is a renewal), the per-key calls (a member can still be
+-- renewed or released on its own), and who may act on a key.
+--
+-- Answers as lease.renew_many does, plus `group_id`, the same on every
+-- row: the new group, or NULL when no key was renewed (then no group is
+-- made). A renewed key that was in another group moves to the new one.
+CREATE FUNCTION lease.join_group(keys text[], owner text, epochs bigint[], ttl interval,
+                                 key_hashes bytea[] DEFAULT NULL)
+RETURNS TABLE (key text, status text, expires_at timestamptz, group_id bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET enable_seqscan = off
+SET enable_material = off
+SET jit = off
+AS $$
+DECLARE
+    v_keys text[];
+    v_status text[];
+    v_expires timestamptz[];
+    v_renewed bytea[];
+    v_group bigint;
+BEGIN
+    -- Every input rule first, named for this call (a join is rare; its
+    -- O(n) checks are not worth skipping), then the namespaces; the
+    -- renewal itself is renew_many's.
+    IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
+       OR owner IS NULL OR owner = '' OR octet_length(owner) > 16384
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
+        PERFORM lease._raise_invalid('join_group',
+            lease._many_violations(keys, epochs, key_hashes) || lease._text_violations('owner', owner)
+            || lease._ttl_violations(ttl));
+    END IF;
+    PERFORM lease._check_many_keys('join_group', keys, epochs, key_hashes);
+    IF EXISTS (SELECT 1 FROM lease.namespaces AS n) THEN
+        PERFORM lease._raise_forbidden_many('join_group', keys);
+    END IF;
+    SELECT array_agg(r.key ORDER BY r.ord), array_agg(r.status ORDER BY r.ord),
+           array_agg(r.expires_at ORDER BY r.ord)
+      INTO v_keys, v_status, v_expires
+      FROM lease.renew_many(join_group.keys, join_group.owner, join_group.epochs, join_group.ttl,
+                            join_group.key_hashes) WITH ORDINALITY AS r(key, status, expires_at, ord);
+    SELECT array_agg(lease._key_hash(k.key)) INTO v_renewed
+      FROM unnest(v_keys, v_status) AS k(key, status)
+     WHERE k.status = 'ok';
+    IF v_renewed IS NOT NULL THEN
+        -- The renewal locked these rows, so their group_id is current.
+        INSERT INTO lease.groups AS g (owner, expires_at, members)
+        VALUES (join_group.owner, (SELECT max(e.at) FROM unnest(v_expires) AS e(at)), cardinality(v_renewed))
+        RETURNING g.id INTO v_group;
+        PERFORM lease._left_groups(
+            (SELECT array_agg(l.group_id) FROM lease.leases AS l
+              WHERE l.key_hash = ANY (v_renewed) AND l.group_id IS NOT NULL));
+        UPDATE lease.leases AS l SET group_id = v_group WHERE l.key_hash = ANY (v_renewed);
+    END IF;
+    RETURN QUERY
+        SELECT k.key, k.status, k.expires_at, v_group
+          FROM unnest(v_keys, v_status, v_expires) AS k(key, status, expires_at);
+END;
+$$;
+
+-- One heartbeat for every grant of group `group_id`: extends the group to
+-- now + ttl while it is live and owned by `owner`, in one row write.
+-- Answers `ok` with the new expiry and `members`, the number of grants
+-- still in the group (a caller that counts fewer than it put in lost some:
+-- released, force-released, or taken over after the group lapsed, and
+-- asks lease.renew_many which); `lapsed` when the group's expiry passed
+-- (it is never extended again: join the keys that are still live to a new
+-- group); `not_owner` when there is no such group or another owner's.
+-- Refusals change nothing and lock nothing. With namespace rules, every
+-- member is checked as lease.renew_many checks its keys (§4.2).
+CREATE FUNCTION lease.renew_group(group_id bigint, owner text, ttl interval)
+RETURNS TABLE (status text, expires_at timestamptz, members integer)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row record;
+BEGIN
+    IF group_id IS NULL OR owner IS NULL OR owner = '' OR octet_length(owner) > 16384
+       OR ttl IS NULL OR NOT lease._plain_ttl(ttl) THEN
+        PERFORM lease._raise_invalid('renew_group',
+            CASE WHEN group_id IS NULL THEN ARRAY['group_id must not be NULL'] ELSE ARRAY[]::text[] END
+            || lease._text_violations('owner', owner) || lease._ttl_violations(ttl));
+    END IF;
+    IF EXISTS (SELECT 1 FROM lease.namespaces AS n) THEN
+        PERFORM lease._raise_forbidden_many('renew_group',
+            (SELECT array_agg(l.key ORDER BY l.key) FROM lease.leases AS l
+              WHERE l.group_id = renew_group.group_id));
+    END IF;
+    UPDATE lease.groups AS g
+       SET expires_at = clock_timestamp() + renew_group.ttl
+     WHERE g.id = renew_group.group_id AND g.owner = renew_group.owner
+       AND g.expires_at > clock_timestamp()
+    RETURNING g.expires_at, g.members INTO renew_group.expires_at, renew_group.members;
+    IF FOUND THEN
+        -- §1.4: durable at commit (see lease.acquire).
+        IF current_setting('synchronous_commit') IN ('off', 'local') THEN
+            PERFORM set_config('synchronous_commit', 'on', true);
+        END IF;
+        status := 'ok';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT g.owner, g.expires_at INTO v_row FROM lease.groups AS g WHERE g.id = renew_group.group_id;
+    status := CASE WHEN NOT FOUND OR v_row.owner <> renew_group.owner THEN 'not_owner' ELSE 'lapsed' END;
+    expires_at := NULL;
+    members := NULL;
+    RETURN NEXT;
+END;
+$$;
+
+REVOKE ALL ON FUNCTION lease._left_groups(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.join_group(text[], text, bigint[], interval, bytea[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.renew_group(bigint, text, interval) TO PUBLIC;
 REVOKE ALL ON FUNCTION lease._many_shape_ok(text[], bigint[], bytea[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._many_violations(text[], bigint[], bytea[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_many_keys(text, text[], bigint[], bytea[]) FROM PUBLIC;

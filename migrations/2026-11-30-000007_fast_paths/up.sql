@@ -146,6 +146,7 @@ CREATE RULE grant_free_key AS ON UPDATE TO lease.fast_acquire DO INSTEAD
               FROM lease.leases AS lc
              WHERE lc.key_hash = sha256(convert_to(NEW.key, 'UTF8')) AND lc.key = NEW.key
                AND (lc.owner IS NULL OR lc.expires_at <= clock_timestamp())
+               AND lc.group_id IS NULL
                FOR UPDATE SKIP LOCKED) AS c
      WHERE l.ctid = c.ctid
        AND NEW.owner <> '' AND octet_length(NEW.owner) <= 16384
@@ -192,7 +193,7 @@ CREATE RULE release_live_grant AS ON UPDATE TO lease.fast_release DO INSTEAD
        SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
      WHERE l.key_hash = sha256(convert_to(NEW.key, 'UTF8')) AND l.key = NEW.key
        AND l.owner = NEW.owner AND l.epoch = NEW.epoch
-       AND l.expires_at > clock_timestamp()
+       AND l.expires_at > clock_timestamp() AND l.group_id IS NULL
        AND (pg_relation_size('lease.namespaces'::regclass) = 0 OR lease._fast_allowed(NEW.key))
        AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
             OR set_config('synchronous_commit', 'on', true) = 'on')

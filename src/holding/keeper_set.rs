@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use super::keeper::{KeeperError, LeaseLoss};
 use super::schedule::{lock, spawn, Schedule};
 use crate::errors::LeaseError;
+use crate::groups::{self, GroupId, GroupRenewal};
 use crate::many::{self, MAX_KEYS_PER_CALL};
 use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
@@ -210,6 +211,7 @@ impl KeeperSetBuilder {
                 losses: Vec::new(),
                 last_error: None,
                 stopping: false,
+                group: None,
             }),
             changed: Condvar::new(),
             on_event: self.on_event,
@@ -300,6 +302,10 @@ struct State {
     losses: Vec<(String, LeaseLoss)>,
     last_error: Option<Arc<LeaseError>>,
     stopping: bool,
+    /// The heartbeat group of the kept keys and how many members it had
+    /// when they joined; `None` until the first join, and again whenever a
+    /// heartbeat of the group did not renew every kept key.
+    group: Option<(GroupId, usize)>,
 }
 
 /// What one heartbeat did.
@@ -341,12 +347,43 @@ impl Shared {
         Some(KeeperSetEvent::Lost { key, loss })
     }
 
-    /// Sends one renew_many for the kept keys and records its answers. On
-    /// error nothing is recorded here; the caller decides.
+    /// Sends one heartbeat for the kept keys and records its answers: a
+    /// renew_group while the group still holds every kept key, otherwise a
+    /// join_group, which renews each kept key, reports each refused one,
+    /// and puts the renewed ones into a new group. On error nothing is
+    /// recorded here; the caller decides.
     fn heartbeat_once(&self) -> Result<Beat, LeaseError> {
         let positions = self.kept_positions();
         if positions.is_empty() {
             return Ok(Beat::Over);
+        }
+        let group = lock(&self.state).group;
+        if let Some((group, joined)) = group {
+            if joined == positions.len() {
+                let sent_at = Instant::now();
+                let answer = with_conn(&self.pool, |conn| {
+                    groups::renew_group(conn, group, &self.owner, self.ttl)
+                })?;
+                let mut state = lock(&self.state);
+                if state.stopping {
+                    return Ok(Beat::Over);
+                }
+                match answer {
+                    // Every member is still in the group: all renewed. A key
+                    // lost while the call was in flight stays lost.
+                    GroupRenewal::Renewed { members, .. } if members == joined => {
+                        let renewed = self.kept_positions().len();
+                        return Ok(Beat::Done(self.renewed(
+                            &mut state,
+                            sent_at,
+                            renewed,
+                            Vec::new(),
+                        )));
+                    }
+                    // Some member left, or the group lapsed: renew key by key.
+                    _ => state.group = None,
+                }
+            }
         }
         let grants: Vec<(&str, i64)> = positions
             .iter()
@@ -356,19 +393,20 @@ impl Shared {
             })
             .collect();
         let sent_at = Instant::now();
-        let answers = with_conn(&self.pool, |conn| {
-            many::renew_many(conn, &self.owner, &grants, self.ttl)
+        let joined = with_conn(&self.pool, |conn| {
+            groups::join_group(conn, &self.owner, &grants, self.ttl)
         })?;
         let mut state = lock(&self.state);
         if state.stopping {
             return Ok(Beat::Over);
         }
+        state.group = joined.group.map(|group| (group, joined.renewed()));
         let mut events = Vec::new();
         let mut renewed = 0;
-        // The answers come in the order sent (renew_many checks it). A key
+        // The answers come in the order sent (join_group checks it). A key
         // lost while the call was in flight (its deadline passed) stays
         // lost: a late renewal is ignored, the loss is final.
-        for (&position, answer) in positions.iter().zip(answers) {
+        for (&position, answer) in positions.iter().zip(joined.keys) {
             match answer.renewal {
                 Renewal::Renewed { .. } => {
                     if self.members[position].kept.load(Ordering::SeqCst) {
@@ -380,9 +418,24 @@ impl Shared {
                 }
             }
         }
+        Ok(Beat::Done(
+            self.renewed(&mut state, sent_at, renewed, events),
+        ))
+    }
+
+    /// Records a heartbeat sent at `sent_at` that renewed `renewed` kept
+    /// keys, and returns the events to report: `Renewed` first, then
+    /// `lost`. Called with the state locked.
+    fn renewed(
+        &self,
+        state: &mut State,
+        sent_at: Instant,
+        renewed: usize,
+        mut events: Vec<KeeperSetEvent>,
+    ) -> Vec<KeeperSetEvent> {
         if renewed == 0 {
             self.valid_until.store(0, Ordering::SeqCst);
-            return Ok(Beat::Done(events));
+            return events;
         }
         let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
         state.safe_until = safe_until;
@@ -399,7 +452,7 @@ impl Shared {
                 safe_until,
             },
         );
-        Ok(Beat::Done(events))
+        events
     }
 
     /// The first heartbeat, from `start`: an error fails the start.

@@ -193,6 +193,22 @@ lease_call! {
 }
 
 lease_call! {
+    /// `lease.join_group(keys, owner, epochs, ttl, key_hashes)`: one row per
+    /// key, in input order, each with the new group (NULL when no key was
+    /// renewed).
+    JoinGroupCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
+    sql = "SELECT key, status, expires_at, group_id FROM lease.join_group";
+    row = (Text, Text, Nullable<Timestamptz>, Nullable<BigInt>);
+}
+
+lease_call! {
+    /// `lease.renew_group(group_id, owner, ttl)`: one row.
+    RenewGroupCall { group_id: i64 => BigInt, owner: &'a str => Text, ttl: PgInterval => Interval }
+    sql = "SELECT status, expires_at, members FROM lease.renew_group";
+    row = (Text, Nullable<Timestamptz>, Nullable<Integer>);
+}
+
+lease_call! {
     /// `lease.inspect(key)`.
     InspectCall { key: &'a str => Text }
     sql = "SELECT held, owner, epoch, expires_at FROM lease.inspect";

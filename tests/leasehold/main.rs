@@ -6,6 +6,7 @@ mod attacks;
 mod common;
 mod concurrency;
 mod fast_paths;
+mod groups;
 mod holders;
 mod install;
 mod lock_order;

@@ -813,11 +813,11 @@ fn a_stalled_heartbeat_loses_every_kept_key_at_the_deadline() {
         .margin(Duration::from_millis(500))
         .start()
         .unwrap();
-    // Another transaction locks one row: the next heartbeat waits for it,
-    // past the set's deadline.
+    // Another transaction locks the set's heartbeat group (its one row):
+    // the next heartbeat waits for it, past the set's deadline.
     let mut blocker = db.conn();
     blocker
-        .batch_execute("BEGIN; SELECT 1 FROM lease.leases WHERE key = 's-2' FOR UPDATE")
+        .batch_execute("BEGIN; SELECT 1 FROM lease.groups FOR UPDATE")
         .unwrap();
     let mut losses = Vec::new();
     let until = Instant::now() + IN_TIME;

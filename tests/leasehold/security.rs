@@ -34,6 +34,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "generation|t|search_path=pg_catalog, pg_temp",
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
+            "join_group|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "list_namespaces|t|search_path=pg_catalog, pg_temp",
             "prune_guards|t|search_path=pg_catalog, pg_temp",
             "prune_keys|t|search_path=pg_catalog, pg_temp",
@@ -44,6 +45,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "release_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "renew|t|search_path=pg_catalog, pg_temp",
             "renew_admit|t|search_path=pg_catalog, pg_temp",
+            "renew_group|t|search_path=pg_catalog, pg_temp",
             "renew_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "unbind_namespace|t|search_path=pg_catalog, pg_temp",
         ]

@@ -306,7 +306,9 @@ fn privileges(conn: &mut PgConnection) -> Vec<Finding> {
         Err(error) => return vec![failed_query("privilege.act", "read the privileges", &error)],
     };
     let list = diesel::sql_query(
-        "SELECT has_table_privilege('lease.leases', 'SELECT') AS allowed, current_user::text AS role",
+        "SELECT has_table_privilege('lease.leases', 'SELECT') \
+                AND has_table_privilege('lease.groups', 'SELECT') AS allowed, \
+                current_user::text AS role",
     )
     .get_result::<ListRow>(conn);
     let role = list
@@ -379,10 +381,10 @@ fn privileges(conn: &mut PgConnection) -> Vec<Finding> {
         Ok(ListRow { allowed: false, .. }) => Finding::new(
             "privilege.list",
             Status::Ok,
-            format!("{role} may not list keys: ls and watch read lease.leases, closed to callers by design; `leasehold inspect KEY` works"),
+            format!("{role} may not list keys: ls and watch read lease.leases and lease.groups, closed to callers by design; `leasehold inspect KEY` works"),
             "to list, connect as a superuser or the role that installed leasehold",
         ),
-        Err(error) => failed_query("privilege.list", "check SELECT on lease.leases", &error),
+        Err(error) => failed_query("privilege.list", "check SELECT on lease.leases and lease.groups", &error),
     });
     findings
 }
@@ -718,7 +720,8 @@ fn storage(conn: &mut PgConnection, idle: Duration) -> Finding {
                 count(*) FILTER (WHERE owner IS NOT NULL AND expires_at <= clock_timestamp()) AS lapsed, \
                 count(*) FILTER (WHERE owner IS NOT NULL \
                                    AND expires_at <= clock_timestamp() - make_interval(secs => $1)) AS lapsed_idle \
-           FROM lease.leases",
+           FROM (SELECT l.owner, GREATEST(l.expires_at, g.expires_at) AS expires_at \
+                   FROM lease.leases AS l LEFT JOIN lease.groups AS g ON g.id = l.group_id) AS l",
     )
     .bind::<BigInt, _>(idle_seconds)
     .get_result::<CountRow>(conn);
@@ -743,7 +746,7 @@ fn storage(conn: &mut PgConnection, idle: Duration) -> Finding {
             "storage",
             Status::Ok,
             format!(
-                "{}; row counts need SELECT on lease.leases, which this role lacks",
+                "{}; row counts need SELECT on lease.leases and lease.groups, which this role lacks",
                 sizes_text.join(", ")
             ),
             "run doctor as the role that installed leasehold to see the prunable rows",

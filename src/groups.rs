@@ -1,0 +1,212 @@
+//! Heartbeat groups: one row write keeps a whole set of one owner's grants
+//! alive, whatever their number (docs/SPECIFICATION.md §1.9).
+//!
+//! [`crate::renew_many`] renews a thousand keys in one call, but still
+//! writes a thousand rows: on a disk with fast commits that costs as much as
+//! dozens of single renews. A group is what etcd calls attaching keys to one
+//! lease: [`join_group`] renews the keys once and puts them into a group,
+//! and from then on [`renew_group`] extends the group's one row, and with it
+//! every member. A member is live until the later of its own expiry and its
+//! group's, so every check of a key (a takeover, a guard, inspect, pruning)
+//! sees the group's heartbeat.
+//!
+//! The group's answer counts its members: a member leaves when it is
+//! released, force-released, or taken over after the group lapsed, so a
+//! heartbeat that answers fewer members than were joined tells the caller
+//! to ask [`crate::renew_many`] which keys it lost. A lapsed group is never
+//! renewed again; the keys that are still live join a new one.
+//! [`crate::KeeperSet`] does all of this for its keys.
+//!
+//! ```no_run
+//! # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+//! use std::time::Duration;
+//! let held = [("shard-1", 7_i64), ("shard-2", 3)];
+//! let joined = leasehold::join_group(conn, "worker-a1", &held, Duration::from_secs(30))?;
+//! let Some(group) = joined.group else { return Ok(()) }; // no key was renewed
+//! // ... once per heartbeat:
+//! match leasehold::renew_group(conn, group, "worker-a1", Duration::from_secs(30))? {
+//!     leasehold::GroupRenewal::Renewed { members, .. } if members == joined.renewed() => {}
+//!     _ => { /* some key is lost: renew_many tells which */ }
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel::pg::PgConnection;
+use diesel::RunQueryDsl;
+
+use crate::errors::{LeaseError, Operation};
+use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
+use crate::many::{check_answers, key_hashes};
+use crate::outcome::{KeyRenewal, Refusal, Renewal};
+use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
+
+/// A heartbeat group, as [`join_group`] made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupId(i64);
+
+impl GroupId {
+    /// The id the SQL functions use (`lease.groups.id`).
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
+    /// A group id read from elsewhere (for example a `lease.join_group`
+    /// call made in SQL).
+    pub fn from_raw(id: i64) -> Self {
+        GroupId(id)
+    }
+}
+
+impl std::fmt::Display for GroupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "group {}", self.0)
+    }
+}
+
+/// What [`join_group`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a refused key was not joined and must stop its holder"]
+pub struct GroupJoin {
+    /// The new group holding every renewed key; `None` when no key was
+    /// renewed (then no group was made).
+    pub group: Option<GroupId>,
+    /// Each key's answer, in the order given: what [`crate::renew_many`]
+    /// would have answered. The renewed keys are the group's members.
+    pub keys: Vec<KeyRenewal>,
+}
+
+impl GroupJoin {
+    /// How many keys were renewed and joined: the members a heartbeat of
+    /// the group should answer while none is lost.
+    pub fn renewed(&self) -> usize {
+        self.keys
+            .iter()
+            .filter(|answer| matches!(answer.renewal, Renewal::Renewed { .. }))
+            .count()
+    }
+}
+
+/// What [`renew_group`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a refused heartbeat must stop the holder of every member"]
+pub enum GroupRenewal {
+    /// The group, and every member still in it, is live until `expires_at`.
+    Renewed {
+        /// The group's new expiry (server time).
+        expires_at: DateTime<Utc>,
+        /// How many grants are still in the group. Fewer than were joined
+        /// means some were lost (see the module documentation).
+        members: usize,
+    },
+    /// Nothing changed: [`Refusal::Lapsed`] when the group's expiry passed
+    /// (its members' grants may have been taken over), [`Refusal::NotOwner`]
+    /// when there is no such group or it is another owner's.
+    Refused(Refusal),
+}
+
+/// Renews every grant `(key, owner, epoch)` of `grants` to server time +
+/// `ttl`, as [`crate::renew_many`] does, and puts the renewed ones into a
+/// new heartbeat group, which [`renew_group`] then keeps alive in one row
+/// write. A renewed key that was in another group moves to the new one.
+///
+/// Input rules and errors are [`crate::renew_many`]'s (at most
+/// [`crate::MAX_KEYS_PER_CALL`] keys, no key twice, ...), named for this
+/// call; nothing changes on an error.
+pub fn join_group(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+    ttl: Duration,
+) -> Result<GroupJoin, LeaseError> {
+    check_text("owner", owner)?;
+    for (key, _) in grants {
+        check_text("key", key)?;
+    }
+    let call = JoinGroupCall {
+        keys: grants.iter().map(|(key, _)| *key).collect(),
+        owner,
+        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+        ttl: interval("ttl", ttl)?,
+        key_hashes: key_hashes(grants),
+        _borrow: std::marker::PhantomData,
+    };
+    let first_key = grants.first().map_or("", |(key, _)| *key);
+    let autocommit = in_autocommit(conn);
+    let rows = call
+        .get_results::<(String, String, Option<DateTime<Utc>>, Option<i64>)>(conn)
+        .map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::JoinGroup,
+                error,
+                first_key,
+                Duration::ZERO,
+                autocommit,
+            )
+        })?;
+    check_answers(Operation::JoinGroup, grants, rows.iter().map(|row| &row.0))?;
+    let group = rows.first().and_then(|row| row.3).map(GroupId);
+    let keys = rows
+        .into_iter()
+        .map(|(key, status, expires_at, _)| {
+            let renewal = match (refusal(Operation::JoinGroup, &status)?, expires_at) {
+                (None, Some(expires_at)) => Renewal::Renewed { expires_at },
+                (Some(refusal), _) => Renewal::Refused(refusal),
+                (None, None) => {
+                    return Err(unexpected(Operation::JoinGroup, "ok without an expiry"))
+                }
+            };
+            Ok(KeyRenewal { key, renewal })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let joined = GroupJoin { group, keys };
+    if joined.group.is_some() != (joined.renewed() > 0) {
+        return Err(unexpected(
+            Operation::JoinGroup,
+            "a group without renewed keys, or renewed keys without a group",
+        ));
+    }
+    Ok(joined)
+}
+
+/// One heartbeat for every member of `group`: extends the group to server
+/// time + `ttl` in one row write, while it is live and `owner`'s. A
+/// refusal changes nothing.
+pub fn renew_group(
+    conn: &mut PgConnection,
+    group: GroupId,
+    owner: &str,
+    ttl: Duration,
+) -> Result<GroupRenewal, LeaseError> {
+    check_text("owner", owner)?;
+    let call = RenewGroupCall {
+        group_id: group.0,
+        owner,
+        ttl: interval("ttl", ttl)?,
+        _borrow: std::marker::PhantomData,
+    };
+    let autocommit = in_autocommit(conn);
+    let (status, expires_at, members) = call
+        .get_result::<(String, Option<DateTime<Utc>>, Option<i32>)>(conn)
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::RenewGroup, error, "", Duration::ZERO, autocommit)
+        })?;
+    match (
+        refusal(Operation::RenewGroup, &status)?,
+        expires_at,
+        members,
+    ) {
+        (None, Some(expires_at), Some(members)) => Ok(GroupRenewal::Renewed {
+            expires_at,
+            members: usize::try_from(members)
+                .map_err(|_| unexpected(Operation::RenewGroup, "a negative member count"))?,
+        }),
+        (Some(refusal), _, _) => Ok(GroupRenewal::Refused(refusal)),
+        _ => Err(unexpected(
+            Operation::RenewGroup,
+            "ok without an expiry or a member count",
+        )),
+    }
+}
