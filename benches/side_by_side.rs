@@ -652,7 +652,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 const HEARTBEAT_KEYS: usize = 1_000;
 
 /// Many keys, one heartbeat: a worker holding [`HEARTBEAT_KEYS`] keys keeps
-/// them alive with one `lease.renew_many` call, against one renew per key
+/// them alive with one `lease.renew_many` call, or, once the keys are
+/// joined to a heartbeat group, one `lease.renew_group` call (what
+/// `KeeperSet` sends), against one renew per key
 /// (what the Rust client sends: the fast path) and ShedLock's extend of each lock (ShedLock has
 /// no batch extend). One client: a heartbeat is one worker's. The keys,
 /// epochs and the keys' digests (which the Rust client sends with a batch)
@@ -703,6 +705,19 @@ fn many_keys_section(
             .collect::<Vec<_>>()
             .join(",")
     );
+    // The same keys joined to one heartbeat group (their per-key rows stay
+    // as they are for the other workloads: a member can still be renewed
+    // on its own).
+    let group = query_text(
+        conn,
+        &format!(
+            "SELECT DISTINCT group_id::text AS value \
+               FROM lease.join_group({key_array}, 'hb', {epoch_array}, interval '100 years', {hash_array})"
+        ),
+    );
+    let group: i64 = group
+        .parse()
+        .map_err(|_| format!("joining the heartbeat keys gave group {group:?}, expected one"))?;
     let per_key =
         |line: &dyn Fn(&str) -> String| keys.iter().map(|key| line(key)).collect::<String>();
     let workloads = [
@@ -721,6 +736,11 @@ fn many_keys_section(
             "leasehold: heartbeat of 1,000 keys, one renew_many",
             n,
             format!("SELECT count(*) FROM lease.renew_many({key_array}, 'hb', {epoch_array}, interval '1 hour', {hash_array});\n"),
+        ),
+        (
+            "leasehold: heartbeat of 1,000 keys in one group, one renew_group",
+            n,
+            format!("SELECT status, members FROM lease.renew_group({group}, 'hb', interval '1 hour');\n"),
         ),
         (
             "leasehold: 1,000 single renews",

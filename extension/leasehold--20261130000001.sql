@@ -1236,11 +1236,12 @@ BEGIN
         PERFORM lease._raise_forbidden('inspect', 'key', key);
     END IF;
     RETURN QUERY
-        SELECT e.live, CASE WHEN e.live THEN e.owner END, e.epoch, CASE WHEN e.live THEN e.expires_at END
-          FROM (SELECT l.owner, l.epoch, x.expires_at, l.owner IS NOT NULL AND x.expires_at > v_now AS live
-                  FROM lease.leases AS l
-                 CROSS JOIN LATERAL (SELECT lease._expiry(l) AS expires_at) AS x
-                 WHERE l.key_hash = lease._key_hash(inspect.key) AND l.key = inspect.key) AS e;
+        SELECT l.owner IS NOT NULL AND lease._expiry(l) > v_now,
+               CASE WHEN l.owner IS NOT NULL AND lease._expiry(l) > v_now THEN l.owner END,
+               l.epoch,
+               CASE WHEN l.owner IS NOT NULL AND lease._expiry(l) > v_now THEN lease._expiry(l) END
+          FROM lease.leases AS l
+         WHERE l.key_hash = lease._key_hash(inspect.key) AND l.key = inspect.key;
 END;
 $$;
 

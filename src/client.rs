@@ -9,6 +9,7 @@ use std::time::Duration;
 use diesel::pg::PgConnection;
 
 use crate::errors::LeaseError;
+use crate::groups::{self, GroupId, GroupJoin, GroupRenewal};
 use crate::leases;
 use crate::many;
 use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
@@ -153,6 +154,31 @@ impl LeaseClient {
         grants: &[(&str, i64)],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
         with_conn(&self.pool, |conn| many::release_many(conn, owner, grants))
+    }
+
+    /// [`groups::join_group`] on a pooled connection.
+    pub fn join_group(
+        &self,
+        owner: &str,
+        grants: &[(&str, i64)],
+        ttl: Duration,
+    ) -> Result<GroupJoin, LeaseError> {
+        with_conn(&self.pool, |conn| {
+            groups::join_group(conn, owner, grants, ttl)
+        })
+    }
+
+    /// [`groups::renew_group`] on a pooled connection: one row write keeps
+    /// every member alive.
+    pub fn renew_group(
+        &self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<GroupRenewal, LeaseError> {
+        with_conn(&self.pool, |conn| {
+            groups::renew_group(conn, group, owner, ttl)
+        })
     }
 
     /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced

@@ -2,7 +2,11 @@
 # Server CPU time per call of SQL expressions, for weighing one change to the
 # SQL against another (docs/PERFORMANCE.md, "How the levers were measured").
 #
-#   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] [-b SQL] EXPRESSION...
+#   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] [-b SQL] [-s] EXPRESSION...
+#
+# -s takes each argument as a statement to run as it is (for example
+# "UPDATE lease.fast_renew SET key = 'held-1', owner = 'o1', epoch = 1,
+# ttl = '1 hour'"), instead of an expression to PERFORM.
 #
 # -b SQL runs before each measurement, outside it (for example
 # "VACUUM FULL lease.leases", so that rows rewritten by earlier rounds do
@@ -25,16 +29,18 @@ set -euo pipefail
 calls=20000
 rounds=5
 before=""
-while getopts "n:r:b:" opt; do
+run="PERFORM"
+while getopts "n:r:b:s" opt; do
     case "$opt" in
         n) calls=$OPTARG ;;
         r) rounds=$OPTARG ;;
         b) before=$OPTARG ;;
+        s) run="" ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-n CALLS] [-r ROUNDS] [-b SQL] EXPRESSION..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 [-n CALLS] [-r ROUNDS] [-b SQL] [-s] EXPRESSION..." >&2; exit 2; }
 ticks_per_second=$(getconf CLK_TCK)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -54,9 +60,9 @@ measure() {
 \o $scratch/pid
 SELECT pg_backend_pid();
 \o
-DO \$\$ BEGIN FOR i IN 1..200 LOOP PERFORM $1; COMMIT; END LOOP; END \$\$;
+DO \$\$ BEGIN FOR i IN 1..200 LOOP $run $1; COMMIT; END LOOP; END \$\$;
 \! $scratch/ticks.sh $scratch/t0
-DO \$\$ BEGIN FOR i IN 1..$calls LOOP PERFORM $1; COMMIT; END LOOP; END \$\$;
+DO \$\$ BEGIN FOR i IN 1..$calls LOOP $run $1; COMMIT; END LOOP; END \$\$;
 \! $scratch/ticks.sh $scratch/t1
 SQL
     awk -v t0="$(cat "$scratch/t0")" -v t1="$(cat "$scratch/t1")" -v hz="$ticks_per_second" -v n="$calls" \

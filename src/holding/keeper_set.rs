@@ -1,11 +1,14 @@
 //! A heartbeat that keeps a whole set of one owner's grants alive with one
-//! call per beat ([`crate::renew_many`]), and reports each lost key on its
-//! own.
+//! call and one row write per beat ([`crate::renew_group`]), and reports
+//! each lost key on its own.
 //!
 //! It is the [`Keeper`](super::Keeper) for a worker that holds many keys
 //! (partitions, shards, tenants): the same deadline rule, the same loss
 //! rules and the same threads, but one round trip per heartbeat for all
-//! keys instead of one per key.
+//! keys instead of one per key. The keys are joined to a heartbeat group
+//! ([`crate::join_group`]), whose one row each beat extends; a beat that
+//! answers the group lapsed, or holding fewer members than the set keeps,
+//! joins the kept keys again, which renews each and answers per key.
 //!
 //! # Per key and for the set
 //!
@@ -22,7 +25,7 @@
 //!
 //! ```no_run
 //! # fn demo(pool: leasehold::PgPool, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
-//! let keepers = leasehold::KeeperSet::start(pool, leases)?; // one renew_many per heartbeat
+//! let keepers = leasehold::KeeperSet::start(pool, leases)?; // one renew_group per heartbeat
 //! while keepers.is_valid("shard-1") {
 //!     // ... one step of work on shard-1, presenting keepers.token("shard-1") to guards ...
 //!     # break;
@@ -155,7 +158,7 @@ impl KeeperSetBuilder {
         };
         if self.leases.len() > MAX_KEYS_PER_CALL {
             return invalid(format!(
-                "a keeper set keeps at most {MAX_KEYS_PER_CALL} leases (one renew_many call), not {}",
+                "a keeper set keeps at most {MAX_KEYS_PER_CALL} leases (one join_group call), not {}",
                 self.leases.len()
             ));
         }
