@@ -186,7 +186,7 @@ BEGIN
           FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = _check_held.key
            AND l.owner = _check_held.owner AND l.epoch = _check_held.epoch
-           AND lease._expiry(l) > clock_timestamp()
+           AND lease._live(l)
            FOR KEY SHARE;
         IF FOUND THEN
             RETURN v_expires;

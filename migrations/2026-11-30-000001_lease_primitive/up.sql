@@ -131,8 +131,12 @@ REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 --          heartbeat that answers with the number it expects knows that no
 --          member was lost; the row write also orders a takeover against a
 --          heartbeat in flight (lease.acquire).
+--   id: drawn at random by lease.join_group (64 bits of a
+--          gen_random_uuid(), tried again on a collision), not from a
+--          sequence: a sequence's position is not part of an extension's
+--          dump, so after a restore it would hand out ids already in use.
 CREATE TABLE lease.groups (
-    id         bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id         bigint      PRIMARY KEY,
     owner      text        NOT NULL,
     expires_at timestamptz NOT NULL,
     members    integer     NOT NULL
@@ -166,6 +170,18 @@ LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN (l).group_id IS NULL THEN (l).expires_at
                 ELSE GREATEST((l).expires_at, lease._group_expiry((l).group_id)) END
+$$;
+
+-- Whether a grant is live now: its own expiry is ahead, or its group's is.
+-- The form every "is it live" check uses: the own expiry is compared
+-- first, so a grant outside any group, or one whose own expiry is ahead,
+-- never looks at a group. Inlined; VOLATILE because it reads the clock.
+CREATE FUNCTION lease._live(l lease.leases)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT (l).expires_at > clock_timestamp()
+        OR ((l).group_id IS NOT NULL AND lease._group_expiry((l).group_id) > clock_timestamp())
 $$;
 
 -- Counts one grant out of its group (lease.groups.members), in the
@@ -880,13 +896,13 @@ BEGIN
                 SELECT l.owner, l.group_id INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key
-                   AND (l.owner IS NULL OR lease._expiry(l) <= clock_timestamp())
+                   AND (l.owner IS NULL OR NOT lease._live(l))
                    FOR UPDATE;
             ELSE
                 SELECT l.owner, l.group_id INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = acquire.key
-                   AND (l.owner IS NULL OR lease._expiry(l) <= clock_timestamp())
+                   AND (l.owner IS NULL OR NOT lease._live(l))
                    FOR UPDATE NOWAIT;
             END IF;
             IF FOUND THEN
@@ -969,13 +985,13 @@ BEGIN
                             SELECT l.epoch, lease._expiry(l) AS expires_at INTO v_row
                               FROM lease.leases AS l
                              WHERE l.key_hash = v_hash AND l.key = acquire.key
-                               AND l.owner = acquire.owner AND lease._expiry(l) > clock_timestamp()
+                               AND l.owner = acquire.owner AND lease._live(l)
                                FOR KEY SHARE;
                         ELSE
                             SELECT l.epoch, lease._expiry(l) AS expires_at INTO v_row
                               FROM lease.leases AS l
                              WHERE l.key_hash = v_hash AND l.key = acquire.key
-                               AND l.owner = acquire.owner AND lease._expiry(l) > clock_timestamp()
+                               AND l.owner = acquire.owner AND lease._live(l)
                                FOR KEY SHARE NOWAIT;
                         END IF;
                         IF FOUND THEN
@@ -1090,7 +1106,7 @@ BEGIN
         UPDATE lease.leases AS l
            SET expires_at = clock_timestamp() + renew.ttl
          WHERE l.key_hash = v_hash AND l.key = renew.key AND l.owner = renew.owner AND l.epoch = renew.epoch
-           AND lease._expiry(l) > clock_timestamp()
+           AND lease._live(l)
            AND (v_checked OR lease._plain_ttl(renew.ttl))
         RETURNING l.expires_at INTO renew.expires_at;
         IF FOUND THEN
@@ -1147,7 +1163,7 @@ BEGIN
             SELECT l.group_id INTO v_group
               FROM lease.leases AS l
              WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
-               AND l.group_id IS NOT NULL AND lease._expiry(l) > clock_timestamp()
+               AND l.group_id IS NOT NULL AND lease._live(l)
                FOR NO KEY UPDATE;
             IF FOUND THEN
                 UPDATE lease.leases AS l
@@ -1232,6 +1248,7 @@ SELECT true, (pg_control_system()).system_identifier, 1 - t.timeline, t.timeline
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._group_expiry(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._expiry(lease.leases) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._live(lease.leases) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._left_group(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed_by_rules(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed(text) FROM PUBLIC;

@@ -250,7 +250,7 @@ BEGIN
                      ORDER BY key_hash
                     OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
              WHERE l.key_hash = i.key_hash AND l.key = i.key AND l.owner = renew_many.owner
-               AND l.epoch = i.epoch AND lease._expiry(l) > clock_timestamp()
+               AND l.epoch = i.epoch AND lease._live(l)
             RETURNING i.ord, l.expires_at
         )
         SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
@@ -352,7 +352,7 @@ BEGIN
                             OFFSET 0) AS i
                       JOIN lease.leases AS o
                         ON o.key_hash = i.key_hash AND o.key = i.key AND o.owner = release_many.owner
-                       AND o.epoch = i.epoch AND lease._expiry(o) > clock_timestamp()
+                       AND o.epoch = i.epoch AND lease._live(o)
                        FOR NO KEY UPDATE OF o) AS d
              WHERE l.key_hash = d.key_hash
             RETURNING d.ord, l.key_hash, d.group_id
@@ -470,9 +470,14 @@ BEGIN
      WHERE k.status = 'ok';
     IF v_renewed IS NOT NULL THEN
         -- The renewal locked these rows, so their group_id is current.
-        INSERT INTO lease.groups AS g (owner, expires_at, members)
-        VALUES (join_group.owner, (SELECT max(e.at) FROM unnest(v_expires) AS e(at)), cardinality(v_renewed))
-        RETURNING g.id INTO v_group;
+        LOOP
+            INSERT INTO lease.groups AS g (id, owner, expires_at, members)
+            VALUES (('x' || translate(gen_random_uuid()::text, '-', ''))::bit(64)::bigint & 9223372036854775807,
+                    join_group.owner, (SELECT max(e.at) FROM unnest(v_expires) AS e(at)), cardinality(v_renewed))
+            ON CONFLICT (id) DO NOTHING
+            RETURNING g.id INTO v_group;
+            EXIT WHEN FOUND;
+        END LOOP;
         PERFORM lease._left_groups(
             (SELECT array_agg(l.group_id) FROM lease.leases AS l
               WHERE l.key_hash = ANY (v_renewed) AND l.group_id IS NOT NULL));

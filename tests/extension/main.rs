@@ -343,12 +343,13 @@ fn owners(conn: &mut PgConnection) -> Vec<String> {
     )
 }
 
-/// The state a dump must keep: every lease row, guard record, namespace
-/// rule and the lineage row.
+/// The state a dump must keep: every lease row, heartbeat group, guard
+/// record, namespace rule and the lineage row.
 fn state(conn: &mut PgConnection) -> Vec<String> {
     rows(
         conn,
-        "SELECT format('lease %s %s %s %s %s', key, owner, epoch, expires_at, lapsed_owner) AS t FROM lease.leases
+        "SELECT format('lease %s %s %s %s %s %s', key, owner, epoch, expires_at, lapsed_owner, group_id) AS t FROM lease.leases
+         UNION ALL SELECT format('group %s %s %s %s', id, owner, expires_at, members) FROM lease.groups
          UNION ALL SELECT format('guard %s %s %s %s', resource, lease_key, accepted_epoch, updated_at) FROM lease.guards
          UNION ALL SELECT format('namespace %s %s', prefix, created_at) FROM lease.namespaces
          UNION ALL SELECT format('lineage %s %s %s %s', system_identifier, base, last_timeline, external_floor) FROM lease.lineage
@@ -378,6 +379,8 @@ fn seed(conn: &mut PgConnection) {
         .unwrap();
     admit(conn, "res-b", &b.token()).unwrap();
     leasehold::fence(conn, "res-c", "job-b", b.epoch()).unwrap();
+    let joined = leasehold::join_group(conn, "w1", &[("job-b", b.epoch())], TTL).unwrap();
+    assert!(joined.group.is_some());
 }
 
 /// The seed's rules on a database with `seed` in it: the next grant of a
@@ -429,6 +432,17 @@ fn seed_checks(conn: &mut PgConnection) {
         floor,
         "a never-seen key starts at the generation's floor"
     );
+    // The heartbeat group is kept, and new groups get ids of their own.
+    let group: i64 = rows(conn, "SELECT id::text AS t FROM lease.groups")[0]
+        .parse()
+        .unwrap();
+    let group = leasehold::GroupId::from_raw(group);
+    assert!(matches!(
+        leasehold::renew_group(conn, group, "w1", TTL).unwrap(),
+        leasehold::GroupRenewal::Renewed { members: 1, .. }
+    ));
+    let joined = leasehold::join_group(conn, "w3", &[("job-a", next.epoch())], TTL).unwrap();
+    assert!(joined.group.is_some_and(|new| new != group));
 }
 
 #[test]
