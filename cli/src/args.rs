@@ -139,8 +139,8 @@ pub enum Command {
         key: String,
     },
     /// List keys with holder, epoch and remaining time. Reads lease.leases
-    /// directly, so the role needs SELECT on it (superuser or the role that
-    /// installed leasehold).
+    /// and lease.groups directly, so the role needs SELECT on them
+    /// (superuser or the role that installed leasehold).
     #[command(after_help = EXIT_CODES)]
     Ls(ListArgs),
     /// Like `ls`, refreshed live until Ctrl-C (or --count refreshes).

@@ -64,6 +64,10 @@ fn nemesis_run_with_pauses_kills_and_crashes_violates_no_invariant() {
         "too few grants to mean anything\n{summary}"
     );
     assert!(report.takeovers > 0, "no takeover happened\n{summary}");
+    assert!(
+        report.group_renewals > 0,
+        "no renewal went through a heartbeat group\n{summary}"
+    );
     assert!(report.committed_writes > 0, "no write committed\n{summary}");
     assert!(outcome.pauses > 0 && outcome.crashes > 1, "{summary}");
     assert!(report.inspects > 0, "no post-crash inspect\n{summary}");
@@ -282,6 +286,23 @@ fn checker_catches_a_takeover_before_an_acknowledged_renewal_ran_out() {
     assert_eq!(kinds_of(&history), [Kind::Overlap]);
     // Without the renewal it is legal: the renewal is what makes it wrong.
     assert_eq!(kinds_of(&[history[0].clone(), history[2].clone()]), []);
+}
+
+#[test]
+fn checker_catches_a_takeover_before_a_group_heartbeat_ran_out() {
+    let history = [
+        grant("k", "a", 1, 0, 100),
+        Event::GroupRenew {
+            key: "k".into(),
+            owner: "a".into(),
+            epoch: 1,
+            at: 50 * MS,
+            end: 150 * MS,
+        },
+        grant("k", "b", 2, 120, 220),
+    ];
+    assert_eq!(kinds_of(&history), [Kind::Overlap]);
+    assert_eq!(check(&history).group_renewals, 1);
 }
 
 #[test]

@@ -53,6 +53,17 @@ pub enum Event {
         at: i64,
         end: i64,
     },
+    /// An acknowledged renewal through the key's heartbeat group (the join
+    /// that renewed it, or a group heartbeat that answered the key still a
+    /// member): the same fact as `Renew`, counted apart so that a run can
+    /// show it exercised groups.
+    GroupRenew {
+        key: String,
+        owner: String,
+        epoch: i64,
+        at: i64,
+        end: i64,
+    },
     /// A renewal refused with a status (nothing changed).
     RenewLost {
         key: String,
@@ -151,6 +162,13 @@ impl Event {
                 at,
                 end,
             } => format!("renew key={key} owner={owner} epoch={epoch} at={at} end={end}"),
+            Event::GroupRenew {
+                key,
+                owner,
+                epoch,
+                at,
+                end,
+            } => format!("group_renew key={key} owner={owner} epoch={epoch} at={at} end={end}"),
             Event::RenewLost {
                 key,
                 owner,
@@ -235,6 +253,13 @@ impl Event {
                 owner: s("owner")?,
             },
             "renew" => Event::Renew {
+                key: s("key")?,
+                owner: s("owner")?,
+                epoch: n("epoch")?,
+                at: n("at")?,
+                end: n("end")?,
+            },
+            "group_renew" => Event::GroupRenew {
                 key: s("key")?,
                 owner: s("owner")?,
                 epoch: n("epoch")?,
@@ -397,6 +422,8 @@ pub struct Report {
     pub takeovers: usize,
     /// Acknowledged renewals.
     pub renewals: usize,
+    /// Of those, renewals through a heartbeat group.
+    pub group_renewals: usize,
     /// Committed rows in the guarded table.
     pub committed_writes: usize,
     /// Writes the guard refused.
@@ -534,9 +561,19 @@ pub fn check(events: &[Event]) -> Report {
                 epoch,
                 at,
                 end,
+            }
+            | Event::GroupRenew {
+                key,
+                owner,
+                epoch,
+                at,
+                end,
             } => {
                 report.operations += 1;
                 report.renewals += 1;
+                if matches!(event, Event::GroupRenew { .. }) {
+                    report.group_renewals += 1;
+                }
                 if let Some(grant) = grants.get_mut(&(key.clone(), *epoch)) {
                     if grant.owner == *owner {
                         grant.expiry = grant.expiry.max(*end);

@@ -10,7 +10,10 @@
 //!
 //! Workers talk to the server through the library API only: `acquire`,
 //! `renew`, `release`, and guarded writes with `guards::admit` /
-//! `guards::admit_held` inside their own transaction. Timing in workers and
+//! `guards::admit_held` inside their own transaction. Some grants are kept
+//! alive through a heartbeat group instead (`join_group`, then
+//! `renew_group`, falling back to `renew` when the group answers that the
+//! key left it), so that takeovers also race group heartbeats. Timing in workers and
 //! nemesis is random on purpose (that is the point of a nemesis); nothing is
 //! concluded from it. Every conclusion comes from server-time facts in the
 //! history (see `history.rs`).
@@ -27,7 +30,9 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{admit, admit_held};
-use leasehold::{Acquisition, GuardError, LeaseError, LeaseState, Release, Renewal};
+use leasehold::{
+    Acquisition, GroupId, GroupRenewal, GuardError, LeaseError, LeaseState, Release, Renewal,
+};
 use leasehold_local::LocalPostgres;
 
 use super::history::{self, Event, Report};
@@ -276,6 +281,36 @@ pub fn worker_main(spec: &WorkerSpec) {
         let epoch = lease.epoch();
         let token = lease.token();
         let mut alive = true;
+        // Some grants are renewed through a group of their own: joining
+        // renews the key, each renew_group then extends the group.
+        let mut group = None;
+        if rng.chance(40) {
+            match leasehold::join_group(c, &owner, &[(&key, epoch)], ttl) {
+                Ok(joined) => {
+                    if let (Some(joined_group), Renewal::Renewed { expires_at }) =
+                        (joined.group, &joined.keys[0].renewal)
+                    {
+                        group = Some(joined_group);
+                        out.record(&Event::GroupRenew {
+                            key: key.clone(),
+                            owner: owner.clone(),
+                            epoch,
+                            at: expires_at.timestamp_micros() - ttl_us,
+                            end: expires_at.timestamp_micros(),
+                        });
+                    }
+                }
+                Err(_) => {
+                    out.record(&Event::RenewUnknown {
+                        key: key.clone(),
+                        owner: owner.clone(),
+                        epoch,
+                    });
+                    conn = None;
+                    continue;
+                }
+            }
+        }
         for _ in 0..rng.range(1, 6) {
             if rng.chance(75) {
                 writes += 1;
@@ -328,15 +363,32 @@ pub fn worker_main(spec: &WorkerSpec) {
                 }
             }
             std::thread::sleep(Duration::from_micros(rng.range(0, ttl_us as u64 / 2)));
-            match leasehold::renew(c, &key, &owner, epoch, ttl) {
-                Ok(Renewal::Renewed { expires_at }) => out.record(&Event::Renew {
-                    key: key.clone(),
-                    owner: owner.clone(),
-                    epoch,
-                    at: expires_at.timestamp_micros() - ttl_us,
-                    end: expires_at.timestamp_micros(),
-                }),
-                Ok(Renewal::Refused(why)) => {
+            match renew_key(c, group, &key, &owner, epoch, ttl) {
+                Ok((Renewal::Renewed { expires_at }, via_group)) => {
+                    let (key, owner) = (key.clone(), owner.clone());
+                    let (at, end) = (
+                        expires_at.timestamp_micros() - ttl_us,
+                        expires_at.timestamp_micros(),
+                    );
+                    out.record(&if via_group {
+                        Event::GroupRenew {
+                            key,
+                            owner,
+                            epoch,
+                            at,
+                            end,
+                        }
+                    } else {
+                        Event::Renew {
+                            key,
+                            owner,
+                            epoch,
+                            at,
+                            end,
+                        }
+                    })
+                }
+                Ok((Renewal::Refused(why), _)) => {
                     out.record(&Event::RenewLost {
                         key: key.clone(),
                         owner: owner.clone(),
@@ -397,6 +449,31 @@ pub fn worker_main(spec: &WorkerSpec) {
     }
 }
 
+/// Renews one grant: through its group when it has one (the group's
+/// expiry is the key's while the key is its one member), otherwise, and
+/// whenever the group answers that the key is no longer in it or that the
+/// group lapsed, with `renew`, which says why for the key itself. Says
+/// whether the group renewed it.
+fn renew_key(
+    conn: &mut PgConnection,
+    group: Option<GroupId>,
+    key: &str,
+    owner: &str,
+    epoch: i64,
+    ttl: Duration,
+) -> Result<(Renewal, bool), LeaseError> {
+    if let Some(group) = group {
+        if let GroupRenewal::Renewed {
+            expires_at,
+            members: 1,
+        } = leasehold::renew_group(conn, group, owner, ttl)?
+        {
+            return Ok((Renewal::Renewed { expires_at }, true));
+        }
+    }
+    Ok((leasehold::renew(conn, key, owner, epoch, ttl)?, false))
+}
+
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -424,7 +501,7 @@ impl Outcome {
         let r = &self.report;
         let mut text = format!(
             "nemesis run: duration {:?} (elapsed {:.1?}), seed {}, workers {}, keys {}\n\
-             operations: {}\ngrants: {}\ntakeovers: {}\nrenewals: {}\n\
+             operations: {}\ngrants: {}\ntakeovers: {}\nrenewals: {} (through a group: {})\n\
              committed writes: {}\nrefused writes: {}\nunknown outcomes: {}\n\
              post-crash inspects: {}\npauses: {}\nkills: {}\ncrashes: {}\n\
              prunes: {} (failed {}), keys pruned: {}, guard records pruned: {}\n\
@@ -438,6 +515,7 @@ impl Outcome {
             r.grants,
             r.takeovers,
             r.renewals,
+            r.group_renewals,
             r.committed_writes,
             r.refused_writes,
             r.unknown_outcomes,
