@@ -39,7 +39,7 @@ use diesel::RunQueryDsl;
 
 use crate::errors::{LeaseError, Operation};
 use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
-use crate::many::{check_answers, key_hashes};
+use crate::many::{check_answers, key_renewal, Batch};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 
@@ -121,44 +121,25 @@ pub fn join_group(
     grants: &[(&str, i64)],
     ttl: Duration,
 ) -> Result<GroupJoin, LeaseError> {
-    check_text("owner", owner)?;
-    for (key, _) in grants {
-        check_text("key", key)?;
-    }
+    let batch = Batch::new(owner, grants)?;
+    let on_error = batch.on_error(Operation::JoinGroup, conn);
     let call = JoinGroupCall {
-        keys: grants.iter().map(|(key, _)| *key).collect(),
+        keys: batch.keys,
         owner,
-        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+        epochs: batch.epochs,
         ttl: interval("ttl", ttl)?,
-        key_hashes: key_hashes(grants),
+        key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let first_key = grants.first().map_or("", |(key, _)| *key);
-    let autocommit = in_autocommit(conn);
     let rows = call
         .get_results::<(String, String, Option<DateTime<Utc>>, Option<i64>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(
-                Operation::JoinGroup,
-                error,
-                first_key,
-                Duration::ZERO,
-                autocommit,
-            )
-        })?;
+        .map_err(on_error)?;
     check_answers(Operation::JoinGroup, grants, rows.iter().map(|row| &row.0))?;
     let group = rows.first().and_then(|row| row.3).map(GroupId);
     let keys = rows
         .into_iter()
         .map(|(key, status, expires_at, _)| {
-            let renewal = match (refusal(Operation::JoinGroup, &status)?, expires_at) {
-                (None, Some(expires_at)) => Renewal::Renewed { expires_at },
-                (Some(refusal), _) => Renewal::Refused(refusal),
-                (None, None) => {
-                    return Err(unexpected(Operation::JoinGroup, "ok without an expiry"))
-                }
-            };
-            Ok(KeyRenewal { key, renewal })
+            key_renewal(Operation::JoinGroup, key, &status, expires_at)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let joined = GroupJoin { group, keys };

@@ -61,42 +61,23 @@ pub fn renew_many(
     grants: &[(&str, i64)],
     ttl: Duration,
 ) -> Result<Vec<KeyRenewal>, LeaseError> {
-    check_text("owner", owner)?;
-    for (key, _) in grants {
-        check_text("key", key)?;
-    }
+    let batch = Batch::new(owner, grants)?;
+    let on_error = batch.on_error(Operation::RenewMany, conn);
     let call = RenewManyCall {
-        keys: grants.iter().map(|(key, _)| *key).collect(),
+        keys: batch.keys,
         owner,
-        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+        epochs: batch.epochs,
         ttl: interval("ttl", ttl)?,
-        key_hashes: key_hashes(grants),
+        key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let first_key = grants.first().map_or("", |(key, _)| *key);
-    let autocommit = in_autocommit(conn);
     let rows = call
         .get_results::<(String, String, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(
-                Operation::RenewMany,
-                error,
-                first_key,
-                Duration::ZERO,
-                autocommit,
-            )
-        })?;
+        .map_err(on_error)?;
     check_answers(Operation::RenewMany, grants, rows.iter().map(|row| &row.0))?;
     rows.into_iter()
         .map(|(key, status, expires_at)| {
-            let renewal = match (refusal(Operation::RenewMany, &status)?, expires_at) {
-                (None, Some(expires_at)) => Renewal::Renewed { expires_at },
-                (Some(refusal), _) => Renewal::Refused(refusal),
-                (None, None) => {
-                    return Err(unexpected(Operation::RenewMany, "ok without an expiry"))
-                }
-            };
-            Ok(KeyRenewal { key, renewal })
+            key_renewal(Operation::RenewMany, key, &status, expires_at)
         })
         .collect()
 }
@@ -109,30 +90,18 @@ pub fn release_many(
     owner: &str,
     grants: &[(&str, i64)],
 ) -> Result<Vec<KeyRelease>, LeaseError> {
-    check_text("owner", owner)?;
-    for (key, _) in grants {
-        check_text("key", key)?;
-    }
+    let batch = Batch::new(owner, grants)?;
+    let on_error = batch.on_error(Operation::ReleaseMany, conn);
     let call = ReleaseManyCall {
-        keys: grants.iter().map(|(key, _)| *key).collect(),
+        keys: batch.keys,
         owner,
-        epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
-        key_hashes: key_hashes(grants),
+        epochs: batch.epochs,
+        key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let first_key = grants.first().map_or("", |(key, _)| *key);
-    let autocommit = in_autocommit(conn);
     let rows = call
         .get_results::<(String, String)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(
-                Operation::ReleaseMany,
-                error,
-                first_key,
-                Duration::ZERO,
-                autocommit,
-            )
-        })?;
+        .map_err(on_error)?;
     check_answers(
         Operation::ReleaseMany,
         grants,
@@ -149,9 +118,64 @@ pub fn release_many(
         .collect()
 }
 
+/// One batch call's input, checked and split as the SQL functions take
+/// it: the keys, the epochs, and each key's digest.
+pub(crate) struct Batch<'a> {
+    pub(crate) keys: Vec<&'a str>,
+    pub(crate) epochs: Vec<i64>,
+    pub(crate) key_hashes: Vec<Vec<u8>>,
+    /// The key an error names when the server's error names none.
+    first_key: &'a str,
+}
+
+impl<'a> Batch<'a> {
+    /// Refuses text PostgreSQL cannot store (the server checks the rest).
+    pub(crate) fn new(owner: &str, grants: &[(&'a str, i64)]) -> Result<Self, LeaseError> {
+        check_text("owner", owner)?;
+        for (key, _) in grants {
+            check_text("key", key)?;
+        }
+        Ok(Batch {
+            keys: grants.iter().map(|(key, _)| *key).collect(),
+            epochs: grants.iter().map(|(_, epoch)| *epoch).collect(),
+            key_hashes: key_hashes(grants),
+            first_key: grants.first().map_or("", |(key, _)| *key),
+        })
+    }
+
+    /// What turns the failure of this batch's call into its typed error
+    /// (taken before the call consumes the batch's arrays).
+    pub(crate) fn on_error(
+        &self,
+        operation: Operation,
+        conn: &mut PgConnection,
+    ) -> impl FnOnce(diesel::result::Error) -> LeaseError + 'a {
+        let (first_key, autocommit) = (self.first_key, in_autocommit(conn));
+        move |error| {
+            LeaseError::from_diesel(operation, error, first_key, Duration::ZERO, autocommit)
+        }
+    }
+}
+
+/// One key's renewal as a batch call answers it: `ok` with the new
+/// expiry, or a refusal.
+pub(crate) fn key_renewal(
+    operation: Operation,
+    key: String,
+    status: &str,
+    expires_at: Option<DateTime<Utc>>,
+) -> Result<KeyRenewal, LeaseError> {
+    let renewal = match (refusal(operation, status)?, expires_at) {
+        (None, Some(expires_at)) => Renewal::Renewed { expires_at },
+        (Some(refusal), _) => Renewal::Refused(refusal),
+        (None, None) => return Err(unexpected(operation, "ok without an expiry")),
+    };
+    Ok(KeyRenewal { key, renewal })
+}
+
 /// Each key's digest as the server computes it: SHA-256 of the key's UTF-8
 /// bytes.
-pub(crate) fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
+fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
     grants
         .iter()
         .map(|(key, _)| Sha256::digest(key.as_bytes()).to_vec())
