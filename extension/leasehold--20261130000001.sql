@@ -203,14 +203,17 @@ AS $$
         OR ((l).group_id IS NOT NULL AND lease._group_expiry((l).group_id) > clock_timestamp())
 $$;
 
--- Counts one grant out of its group (lease.groups.members), in the
--- transaction that cleared its group_id. Does nothing for NULL or for a
--- group already pruned.
-CREATE FUNCTION lease._left_group(group_id bigint)
+-- Counts grants out of their groups (lease.groups.members), one entry per
+-- grant that left, in the transaction that cleared their group_id. NULL
+-- entries (grants in no group) and groups already pruned count nothing.
+CREATE FUNCTION lease._left_groups(group_ids bigint[])
 RETURNS void
 LANGUAGE sql VOLATILE
 AS $$
-    UPDATE lease.groups AS g SET members = g.members - 1 WHERE g.id = _left_group.group_id
+    UPDATE lease.groups AS g
+       SET members = g.members - c.n
+      FROM (SELECT x.id, count(*)::integer AS n FROM unnest(_left_groups.group_ids) AS x(id) GROUP BY x.id) AS c
+     WHERE g.id = c.id
 $$;
 
 -- Key namespaces (docs/SPECIFICATION.md §4): an operator binds a prefix of
@@ -963,7 +966,7 @@ BEGIN
                            FOR NO KEY UPDATE NOWAIT;
                     END IF;
                     IF FOUND OR lease._group_expiry(v_row.group_id) IS NULL THEN
-                        PERFORM lease._left_group(v_row.group_id);
+                        PERFORM lease._left_groups(ARRAY[v_row.group_id]);
                     ELSE
                         RAISE EXCEPTION USING ERRCODE = 'LH001';   -- held after all: look again
                     END IF;
@@ -1184,6 +1187,7 @@ AS $$
 DECLARE
     v_hash bytea;
     v_group bigint;
+    v_released boolean;
 BEGIN
     IF NOT lease._allowed(key) THEN
         PERFORM lease._check_release_input(key, owner, epoch);
@@ -1195,7 +1199,8 @@ BEGIN
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
          WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
            AND l.expires_at > clock_timestamp() AND l.group_id IS NULL;
-        IF NOT FOUND THEN
+        v_released := FOUND;
+        IF NOT v_released THEN
             -- A grant in a heartbeat group: lock it to learn its group, then
             -- release it and count it out of the group.
             SELECT l.group_id INTO v_group
@@ -1203,14 +1208,15 @@ BEGIN
              WHERE l.key_hash = v_hash AND l.key = release.key AND l.owner = release.owner AND l.epoch = release.epoch
                AND l.group_id IS NOT NULL AND lease._live(l)
                FOR NO KEY UPDATE;
-            IF FOUND THEN
+            v_released := FOUND;
+            IF v_released THEN
                 UPDATE lease.leases AS l
                    SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
                  WHERE l.key_hash = v_hash AND l.key = release.key;
-                PERFORM lease._left_group(v_group);
+                PERFORM lease._left_groups(ARRAY[v_group]);
             END IF;
         END IF;
-        IF FOUND THEN
+        IF v_released THEN
             PERFORM lease._on_release(v_hash);
             -- §1.4: durable at commit (see lease.acquire).
             IF current_setting('synchronous_commit') IN ('off', 'local') THEN
@@ -1287,7 +1293,7 @@ REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._group_expiry(bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._expiry(lease.leases) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._live(lease.leases) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._left_group(bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._left_groups(bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed_by_rules(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._allowed(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_forbidden(text, text, text) FROM PUBLIC;

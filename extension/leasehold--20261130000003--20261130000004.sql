@@ -162,7 +162,7 @@ BEGIN
            SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
          WHERE l.key_hash = v_hash AND l.key = force_release.key
         RETURNING l.epoch INTO v_epoch;
-        PERFORM lease._left_group(v_group);
+        PERFORM lease._left_groups(ARRAY[v_group]);
         PERFORM lease._on_release(v_hash);
         IF current_setting('synchronous_commit') IN ('off', 'local') THEN
             PERFORM set_config('synchronous_commit', 'on', true);
@@ -227,7 +227,7 @@ BEGIN
                SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
              WHERE l.key_hash = v_hash AND l.key = force_release.key
             RETURNING l.epoch INTO v_epoch;
-            PERFORM lease._left_group(v_group);
+            PERFORM lease._left_groups(ARRAY[v_group]);
             PERFORM lease._on_release(v_hash);
             IF current_setting('synchronous_commit') IN ('off', 'local') THEN
                 PERFORM set_config('synchronous_commit', 'on', true);

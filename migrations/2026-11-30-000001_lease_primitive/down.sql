@@ -23,7 +23,7 @@ DROP FUNCTION IF EXISTS lease._plain_wait(interval);
 DROP FUNCTION IF EXISTS lease._plain_ttl(interval);
 DROP FUNCTION IF EXISTS lease._text_violations(text, text);
 DROP TABLE IF EXISTS lease.lineage;
-DROP FUNCTION IF EXISTS lease._left_group(bigint);
+DROP FUNCTION IF EXISTS lease._left_groups(bigint[]);
 DROP FUNCTION IF EXISTS lease._live(lease.leases);
 DROP FUNCTION IF EXISTS lease._expiry(lease.leases);
 DROP FUNCTION IF EXISTS lease._group_expiry(bigint);

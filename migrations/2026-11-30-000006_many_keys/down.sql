@@ -2,7 +2,6 @@
 -- function was changed (lease.groups belongs to 2026-11-30-000001).
 DROP FUNCTION IF EXISTS lease.renew_group(bigint, text, interval);
 DROP FUNCTION IF EXISTS lease.join_group(text[], text, bigint[], interval, bytea[]);
-DROP FUNCTION IF EXISTS lease._left_groups(bigint[]);
 DROP FUNCTION IF EXISTS lease.release_many(text[], text, bigint[], bytea[]);
 DROP FUNCTION IF EXISTS lease.renew_many(text[], text, bigint[], interval, bytea[]);
 DROP FUNCTION IF EXISTS lease._raise_forbidden_many(text, text[]);

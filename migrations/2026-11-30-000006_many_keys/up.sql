@@ -402,18 +402,6 @@ BEGIN
 END;
 $$;
 
--- Counts grants out of their groups (lease.groups.members), one entry per
--- grant that left, in the transaction that cleared their group_id.
-CREATE FUNCTION lease._left_groups(group_ids bigint[])
-RETURNS void
-LANGUAGE sql VOLATILE
-AS $$
-    UPDATE lease.groups AS g
-       SET members = g.members - c.n
-      FROM (SELECT x.id, count(*)::integer AS n FROM unnest(_left_groups.group_ids) AS x(id) GROUP BY x.id) AS c
-     WHERE g.id = c.id
-$$;
-
 -- Heartbeat groups (docs/SPECIFICATION.md §1.9). lease.join_group renews
 -- a set of one owner's grants, exactly as lease.renew_many does, and puts
 -- the renewed ones into a new group whose expiry is theirs; from then on
@@ -531,7 +519,7 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    SELECT g.owner, g.expires_at INTO v_row FROM lease.groups AS g WHERE g.id = renew_group.group_id;
+    SELECT g.owner INTO v_row FROM lease.groups AS g WHERE g.id = renew_group.group_id;
     status := CASE WHEN NOT FOUND OR v_row.owner <> renew_group.owner THEN 'not_owner' ELSE 'lapsed' END;
     expires_at := NULL;
     members := NULL;
@@ -539,7 +527,6 @@ BEGIN
 END;
 $$;
 
-REVOKE ALL ON FUNCTION lease._left_groups(bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.join_group(text[], text, bigint[], interval, bytea[]) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew_group(bigint, text, interval) TO PUBLIC;
 REVOKE ALL ON FUNCTION lease._many_shape_ok(text[], bigint[], bytea[]) FROM PUBLIC;
