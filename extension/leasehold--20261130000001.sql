@@ -307,13 +307,29 @@ SELECT pg_catalog.pg_extension_config_dump('lease.namespaces', '');
 --          the counter of every key row ever pruned, so a never-seen key's
 --          first grant, at least pruned_through + 1, is above every epoch
 --          a pruned key had. Only raised; 0 until the first prune.
+--   checked_start: pg_postmaster_start_time() of the server that last
+--          compared system_identifier with its own. The common grant (the
+--          one-statement grant below and the fast path of
+--          2026-11-30-000007) compares this instead of reading the control
+--          file at every grant (pg_control_system() opens, reads and closes
+--          the file: about 6 µs of a 25 µs fast grant, docs/PERFORMANCE.md).
+--          A server's system identifier cannot change while it runs, so a
+--          row whose checked_start is this server's start time was checked
+--          by this server. A row another server wrote (a standby's copy, a
+--          dump restored into another cluster) carries that server's start
+--          time, so the first grant here takes lease._generation, which
+--          compares the identifiers and records this server's start time.
+--          What it rests on: a dump restored into another cluster whose
+--          server started in the same microsecond as the dumped one, at the
+--          time of its last check, would be taken for the same lineage.
 CREATE TABLE lease.lineage (
     singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     system_identifier bigint  NOT NULL,
     base              bigint  NOT NULL,
     last_timeline     bigint  NOT NULL,
     external_floor    bigint  NOT NULL DEFAULT 0,
-    pruned_through    bigint  NOT NULL DEFAULT 0
+    pruned_through    bigint  NOT NULL DEFAULT 0,
+    checked_start     timestamptz
 );
 REVOKE ALL ON TABLE lease.lineage FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.lineage', '');
@@ -640,6 +656,10 @@ $$;
 -- is written or locked; on a new system identifier it reports the
 -- generation the next grant will start.
 --
+-- It also records this server's start time as the row's checked_start
+-- once it has compared the identifiers (see lease.lineage), the same way
+-- and in the same write as a new timeline.
+--
 -- Cost on the common path (same lineage, same timeline), measured in a
 -- PL/pgSQL loop of 100 000 calls: about 11 µs, of which pg_control_system()
 -- reading the control file is about 3.5 µs, the timeline about 1 µs, and
@@ -655,12 +675,14 @@ AS $$
 DECLARE
     v_row record;
     v_sysid bigint;
+    v_start timestamptz;
     generation bigint;
     timeline bigint;
 BEGIN
     timeline := lease._timeline();
     v_sysid := (pg_control_system()).system_identifier;
-    SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor INTO v_row
+    v_start := pg_postmaster_start_time();
+    SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor, g.checked_start INTO v_row
       FROM lease.lineage AS g
      WHERE g.singleton;
     IF NOT FOUND THEN
@@ -670,12 +692,12 @@ BEGIN
     END IF;
     IF v_row.system_identifier <> v_sysid AND write_row THEN
         IF may_wait THEN
-            SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor INTO v_row
+            SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor, g.checked_start INTO v_row
               FROM lease.lineage AS g
              WHERE g.singleton
                FOR NO KEY UPDATE;
         ELSE
-            SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor INTO v_row
+            SELECT g.system_identifier, g.base, g.last_timeline, g.external_floor, g.checked_start INTO v_row
               FROM lease.lineage AS g
              WHERE g.singleton
                FOR NO KEY UPDATE NOWAIT;
@@ -687,14 +709,16 @@ BEGIN
         -- the generation from going back should it ever be.
         generation := GREATEST(v_row.base + GREATEST(timeline, v_row.last_timeline) - 1,
                                v_row.external_floor);
-        IF write_row AND timeline > v_row.last_timeline THEN
+        IF write_row AND (timeline > v_row.last_timeline
+                          OR v_row.checked_start IS DISTINCT FROM v_start) THEN
             PERFORM 1 FROM lease.lineage AS g
              WHERE g.singleton AND g.system_identifier = v_sysid
-               AND g.last_timeline < timeline
+               AND (g.last_timeline < timeline OR g.checked_start IS DISTINCT FROM v_start)
                FOR NO KEY UPDATE SKIP LOCKED;
             IF FOUND THEN
                 UPDATE lease.lineage AS g
-                   SET last_timeline = timeline
+                   SET last_timeline = GREATEST(g.last_timeline, timeline),
+                       checked_start = v_start
                  WHERE g.singleton;
             END IF;
         END IF;
@@ -711,7 +735,8 @@ BEGIN
         UPDATE lease.lineage AS g
            SET system_identifier = v_sysid,
                base = generation + 1 - timeline,
-               last_timeline = timeline
+               last_timeline = timeline,
+               checked_start = v_start
          WHERE g.singleton;
     END IF;
     RETURN generation;
@@ -867,8 +892,9 @@ BEGIN
     END IF;
     -- The common grant in one statement, without a subtransaction
     -- (docs/PERFORMANCE.md): an existing FREE or LAPSED row that nobody has
-    -- locked, on a server whose lineage row is current (same system, no
-    -- timeline recorded since). `c` locks the row FOR UPDATE (the lock mode
+    -- locked, on a server whose lineage row is current (checked by this
+    -- server, see lease.lineage's checked_start; no timeline recorded
+    -- since). `c` locks the row FOR UPDATE (the lock mode
     -- a grant to a new owner needs, see above) and SKIP LOCKED never waits,
     -- so a locked row leaves this path at once; `g` is the generation that
     -- lease._generation would compute without writing. Anything else (a
@@ -883,7 +909,7 @@ BEGIN
             SELECT GREATEST(g.base + g.last_timeline - 1, g.external_floor) AS generation
               FROM lease.lineage AS g
              WHERE g.singleton
-               AND g.system_identifier = (pg_control_system()).system_identifier
+               AND g.checked_start = pg_postmaster_start_time()
                AND g.last_timeline = lease._timeline()
         ), c AS (
             SELECT l.key_hash
@@ -1285,8 +1311,8 @@ $$;
 
 -- The lineage of this installation: generation 0 on the timeline it is
 -- installed on, so epochs start at 1 as they always did.
-INSERT INTO lease.lineage (singleton, system_identifier, base, last_timeline, external_floor)
-SELECT true, (pg_control_system()).system_identifier, 1 - t.timeline, t.timeline, 0
+INSERT INTO lease.lineage (singleton, system_identifier, base, last_timeline, external_floor, checked_start)
+SELECT true, (pg_control_system()).system_identifier, 1 - t.timeline, t.timeline, 0, pg_postmaster_start_time()
   FROM (SELECT lease._timeline() AS timeline) AS t;
 
 REVOKE ALL ON FUNCTION lease._key_hash(text) FROM PUBLIC;

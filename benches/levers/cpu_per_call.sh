@@ -6,7 +6,10 @@
 #
 # -s takes each argument as a statement to run as it is (for example
 # "UPDATE lease.fast_renew SET key = 'held-1', owner = 'o1', epoch = 1,
-# ttl = '1 hour'"), instead of an expression to PERFORM.
+# ttl = '1 hour'"), instead of an expression to PERFORM. The loop declares
+# one bigint variable, v, so that a call can pass a value to the next
+# statement of the same argument (for example "UPDATE ... RETURNING epoch
+# INTO v; COMMIT; UPDATE ... SET epoch = v": an acquire and its release).
 #
 # -b SQL runs before each measurement, outside it (for example
 # "VACUUM FULL lease.leases", so that rows rewritten by earlier rounds do
@@ -60,9 +63,9 @@ measure() {
 \o $scratch/pid
 SELECT pg_backend_pid();
 \o
-DO \$\$ BEGIN FOR i IN 1..200 LOOP $run $1; COMMIT; END LOOP; END \$\$;
+DO \$\$ DECLARE v bigint; BEGIN FOR i IN 1..200 LOOP $run $1; COMMIT; END LOOP; END \$\$;
 \! $scratch/ticks.sh $scratch/t0
-DO \$\$ BEGIN FOR i IN 1..$calls LOOP $run $1; COMMIT; END LOOP; END \$\$;
+DO \$\$ DECLARE v bigint; BEGIN FOR i IN 1..$calls LOOP $run $1; COMMIT; END LOOP; END \$\$;
 \! $scratch/ticks.sh $scratch/t1
 SQL
     awk -v t0="$(cat "$scratch/t0")" -v t1="$(cat "$scratch/t1")" -v hz="$ticks_per_second" -v n="$calls" \

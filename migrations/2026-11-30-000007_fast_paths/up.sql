@@ -50,12 +50,19 @@
 --   ends, and lease.acquire then decides under that lock, as its own
 --   common path does.
 -- * §1.2/§1.7 the generation: the grant takes the epoch floor from the
---   lineage row only when that row is current (same system identifier, no
---   newer timeline); otherwise no row, and lease.acquire records the new
---   lineage or timeline.
--- * §4 namespaces: while lease.namespaces has no pages there is no rule to
---   look up (as in lease._allowed); otherwise lease._fast_allowed asks the
---   same question as the functions, about session_user.
+--   lineage row only when that row is current (checked by this server, see
+--   lease.lineage's checked_start; no newer timeline); otherwise no row,
+--   and lease.acquire checks the system identifier and records the new
+--   lineage, timeline or start time.
+-- * §4 namespaces: while the statement's snapshot sees no row in
+--   lease.namespaces there is no rule to look up (the rule reads the table
+--   with the view owner's rights); otherwise lease._fast_allowed asks the
+--   same question as the functions, about session_user, in the same
+--   snapshot. The answer is the functions' (lease._allowed_by_rules allows
+--   every name when it sees no rule), and the sub-select, run once per
+--   statement, costs about 1 µs less than lease._allowed's file-size read
+--   (docs/PERFORMANCE.md, "What bounds the targets we miss"); the
+--   functions keep the size read, which the planner can inline into them.
 -- * Wake-ups (2026-11-30-000003): a fast release wakes waiters the way
 --   lease._on_release does, after its UPDATE, in the `released` column of
 --   its RETURNING: RETURNING is computed after the row was written, and a
@@ -80,7 +87,7 @@ SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
 -- Whether the calling session may act on `name` by the namespace rules
 -- (lease._allowed_by_rules, which reads lease.namespaces: a table PUBLIC
 -- may not read, so a rule cannot call it directly). Called by the fast
--- paths only when lease.namespaces has pages. It tells the caller nothing
+-- paths only when lease.namespaces has a row. It tells the caller nothing
 -- the API functions do not: whether it may act on a name.
 CREATE FUNCTION lease._fast_allowed(name text)
 RETURNS boolean
@@ -137,7 +144,7 @@ CREATE RULE grant_free_key AS ON UPDATE TO lease.fast_acquire DO INSTEAD
       FROM (SELECT GREATEST(lg.base + lg.last_timeline - 1, lg.external_floor) AS generation
               FROM lease.lineage AS lg
              WHERE lg.singleton
-               AND lg.system_identifier = (pg_control_system()).system_identifier
+               AND lg.checked_start = pg_postmaster_start_time()
                AND lg.last_timeline = CASE
                        WHEN pg_is_in_recovery() THEN (pg_control_checkpoint()).timeline_id::bigint
                        ELSE ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
@@ -153,7 +160,7 @@ CREATE RULE grant_free_key AS ON UPDATE TO lease.fast_acquire DO INSTEAD
        AND NEW.ttl > interval '0' AND NEW.ttl <= interval '100 years'
        AND date_part('day', NEW.ttl) = 0 AND date_part('month', NEW.ttl) = 0
        AND date_part('year', NEW.ttl) = 0
-       AND (pg_relation_size('lease.namespaces'::regclass) = 0 OR lease._fast_allowed(NEW.key))
+       AND (NOT EXISTS (SELECT FROM lease.namespaces) OR lease._fast_allowed(NEW.key))
        AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
             OR set_config('synchronous_commit', 'on', true) = 'on')
     RETURNING NEW.key, NEW.owner, NEW.ttl, l.epoch, l.expires_at;
@@ -173,7 +180,7 @@ CREATE RULE renew_live_grant AS ON UPDATE TO lease.fast_renew DO INSTEAD
        AND NEW.ttl > interval '0' AND NEW.ttl <= interval '100 years'
        AND date_part('day', NEW.ttl) = 0 AND date_part('month', NEW.ttl) = 0
        AND date_part('year', NEW.ttl) = 0
-       AND (pg_relation_size('lease.namespaces'::regclass) = 0 OR lease._fast_allowed(NEW.key))
+       AND (NOT EXISTS (SELECT FROM lease.namespaces) OR lease._fast_allowed(NEW.key))
        AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
             OR set_config('synchronous_commit', 'on', true) = 'on')
     RETURNING NEW.key, NEW.owner, NEW.epoch, NEW.ttl, l.expires_at;
@@ -194,7 +201,7 @@ CREATE RULE release_live_grant AS ON UPDATE TO lease.fast_release DO INSTEAD
      WHERE l.key_hash = sha256(convert_to(NEW.key, 'UTF8')) AND l.key = NEW.key
        AND l.owner = NEW.owner AND l.epoch = NEW.epoch
        AND l.expires_at > clock_timestamp() AND l.group_id IS NULL
-       AND (pg_relation_size('lease.namespaces'::regclass) = 0 OR lease._fast_allowed(NEW.key))
+       AND (NOT EXISTS (SELECT FROM lease.namespaces) OR lease._fast_allowed(NEW.key))
        AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
             OR set_config('synchronous_commit', 'on', true) = 'on')
     RETURNING NEW.key, NEW.owner, NEW.epoch,

@@ -361,3 +361,77 @@ fn fast_wake_wakes_only_the_waiters_of_a_free_key() {
     );
     assert_eq!(received(&mut listener, &digest), vec![digest]);
 }
+
+/// The lineage row's `checked_start`, and whether it is this server's
+/// start time.
+fn lineage_checked_here(conn: &mut PgConnection) -> bool {
+    query_lines(
+        conn,
+        "SELECT (checked_start IS NOT DISTINCT FROM pg_postmaster_start_time())::text AS line \
+         FROM lease.lineage",
+    )
+    .remove(0)
+        == "true"
+}
+
+#[test]
+fn a_lineage_row_this_server_has_not_checked_sends_the_grant_to_the_function() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    assert!(lineage_checked_here(&mut conn), "install checks the row");
+    let first = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    assert_eq!(
+        release(&mut conn, "k", "a", first.epoch()).unwrap(),
+        Release::Released
+    );
+    let generation = first.epoch() >> 40;
+
+    // This server restarted since the row was checked (same system
+    // identifier, another start time): the grant goes to lease.acquire,
+    // which compares the identifiers, keeps the generation and records
+    // this server's start time; the next grant takes the fast path again.
+    conn.batch_execute(
+        "UPDATE lease.lineage SET checked_start = '2000-01-01 00:00:00+00'; \
+         SET track_functions = 'pl'; BEGIN",
+    )
+    .unwrap();
+    // Counts not yet flushed from earlier transactions show in the view
+    // too, so each check counts from here.
+    let before = calls_of(&mut conn, "acquire");
+    let second = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    assert_eq!(calls_of(&mut conn, "acquire") - before, 1);
+    assert_eq!(second.epoch() >> 40, generation);
+    assert!(lineage_checked_here(&mut conn));
+    assert_eq!(
+        release(&mut conn, "k", "b", second.epoch()).unwrap(),
+        Release::Released
+    );
+    let third = granted(acquire(&mut conn, "k", "c", TTL).unwrap());
+    assert_eq!(
+        calls_of(&mut conn, "acquire") - before,
+        1,
+        "the fast path again"
+    );
+    assert_eq!(third.epoch(), second.epoch() + 2);
+    assert_eq!(
+        release(&mut conn, "k", "c", third.epoch()).unwrap(),
+        Release::Released
+    );
+    conn.batch_execute("COMMIT").unwrap();
+
+    // The row of another cluster (a dump restored here carries the other
+    // server's system identifier and start time): the grant goes to
+    // lease.acquire, which starts a new lineage one generation up.
+    conn.batch_execute(
+        "UPDATE lease.lineage SET system_identifier = system_identifier + 1, \
+                                  checked_start = '2000-01-01 00:00:00+00'; \
+         BEGIN",
+    )
+    .unwrap();
+    let before = calls_of(&mut conn, "acquire");
+    let fourth = granted(acquire(&mut conn, "k", "d", TTL).unwrap());
+    assert_eq!(calls_of(&mut conn, "acquire") - before, 1);
+    assert_eq!(fourth.epoch() >> 40, generation + 1);
+    assert!(lineage_checked_here(&mut conn));
+    conn.batch_execute("COMMIT").unwrap();
+}
