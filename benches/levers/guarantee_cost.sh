@@ -13,8 +13,9 @@
 #               for the grant the FOR UPDATE SKIP LOCKED lock (G6), which
 #               ShedLock's INSERT ... ON CONFLICT DO UPDATE also takes
 #   +input      the owner and ttl checks (§1.4)
-#   +generation the grant's epoch floor from the lineage row, with the system
-#               identifier and timeline checks (§1.2, §1.7)
+#   +generation the grant's epoch floor from the lineage row, with its checks
+#               that this server checked the row and that no newer timeline
+#               exists (§1.2, §1.7)
 #   +namespace  the namespace gate (§4): whether lease.namespaces has a row,
 #               and the rule look-up when it has
 #   +durable    synchronous_commit raised to on (§1.4)
@@ -54,7 +55,7 @@ durable="AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
 generation_from="(SELECT GREATEST(lg.base + lg.last_timeline - 1, lg.external_floor) AS generation
               FROM lease.lineage AS lg
              WHERE lg.singleton
-               AND lg.system_identifier = (pg_control_system()).system_identifier
+               AND lg.checked_start = pg_postmaster_start_time()
                AND lg.last_timeline = CASE
                        WHEN pg_is_in_recovery() THEN (pg_control_checkpoint()).timeline_id::bigint
                        ELSE ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
