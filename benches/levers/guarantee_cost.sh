@@ -44,29 +44,30 @@ while getopts "n:r:" opt; do
 done
 here=$(dirname "$0")
 
-# The pieces of the rules, as migration 2026-11-30-000007 writes them.
-input_owner="AND NEW.owner <> '' AND octet_length(NEW.owner) <= 16384"
-input_ttl="AND NEW.ttl > interval '0' AND NEW.ttl <= interval '100 years'
-       AND date_part('day', NEW.ttl) = 0 AND date_part('month', NEW.ttl) = 0
-       AND date_part('year', NEW.ttl) = 0"
-namespace="AND (NOT EXISTS (SELECT FROM lease.namespaces) OR lease._fast_allowed(NEW.key))"
-durable="AND (current_setting('synchronous_commit') NOT IN ('off', 'local')
-            OR set_config('synchronous_commit', 'on', true) = 'on')"
-generation_from="(SELECT GREATEST(lg.base + lg.last_timeline - 1, lg.external_floor) AS generation
-              FROM lease.lineage AS lg
-             WHERE lg.singleton
-               AND lg.checked_start = pg_postmaster_start_time()
-               AND lg.last_timeline = CASE
-                       WHEN pg_is_in_recovery() THEN (pg_control_checkpoint()).timeline_id::bigint
-                       ELSE ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
-                   END) AS g,"
-wake="CASE WHEN current_setting('transaction_isolation') = 'read committed'
-                        AND pg_try_advisory_xact_lock(1818785643,
-                                ('x' || encode(substring(l.key_hash FROM 1 FOR 4), 'hex'))::bit(32)::integer)
-                        AND pg_relation_size('lease.waiters'::regclass) = 0
-                   THEN true
-                   ELSE lease._fast_wake(l.key_hash)
-              END"
+# The pieces of the rules, read from migration 2026-11-30-000007 itself so
+# that the stripped copies measure exactly the text the real rules run:
+# `piece FIRST LAST` prints the first run of the migration's lines from one
+# matching the regular expression FIRST to the next one matching LAST, and
+# fails when there is none (the migration changed: update the patterns).
+migration="$here/../../migrations/2026-11-30-000007_fast_paths/up.sql"
+piece() {
+    local text
+    text=$(awk -v first="$1" -v last="$2" '
+        !done && !on && $0 ~ first { on = 1 }
+        on { print; if ($0 ~ last) { on = 0; done = 1 } }' "$migration")
+    [ -n "$text" ] || { echo "guarantee_cost.sh: no piece /$1/ in $migration" >&2; exit 1; }
+    printf '%s' "$text"
+}
+input_owner=$(piece "AND NEW.owner <> ''" "octet_length[(]NEW.owner[)]")
+input_ttl=$(piece "AND NEW.ttl > interval '0'" "date_part[(]'year', NEW.ttl[)] = 0")
+namespace=$(piece "lease._fast_allowed[(]NEW.key[)]" "lease._fast_allowed[(]NEW.key[)]")
+durable=$(piece "AND [(]current_setting[(]'synchronous_commit'[)]" "OR set_config[(]'synchronous_commit'")
+# The generation's sub-select, without the FROM that opens the rule's list.
+generation_from=$(piece "FROM [(]SELECT GREATEST[(]lg.base" "END[)] AS g,")
+generation_from=${generation_from#*FROM }
+# The release's `released` column, without the statement's closing `;`.
+wake=$(piece "CASE WHEN current_setting[(]'transaction_isolation'[)]" "^ *END;")
+wake=${wake%;}
 
 levels=(row input generation namespace durable wake)
 

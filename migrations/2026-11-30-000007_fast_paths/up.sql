@@ -61,7 +61,7 @@
 --   snapshot. The answer is the functions' (lease._allowed_by_rules allows
 --   every name when it sees no rule), and the sub-select, run once per
 --   statement, costs about 1 µs less than lease._allowed's file-size read
---   (docs/PERFORMANCE.md, "What bounds the targets we miss"); the
+--   (docs/PERFORMANCE.md, "What each guarantee costs"); the
 --   functions keep the size read, which the planner can inline into them.
 -- * Wake-ups (2026-11-30-000003): a fast release wakes waiters the way
 --   lease._on_release does, after its UPDATE, in the `released` column of

@@ -362,8 +362,7 @@ fn fast_wake_wakes_only_the_waiters_of_a_free_key() {
     assert_eq!(received(&mut listener, &digest), vec![digest]);
 }
 
-/// The lineage row's `checked_start`, and whether it is this server's
-/// start time.
+/// Whether the lineage row's `checked_start` is this server's start time.
 fn lineage_checked_here(conn: &mut PgConnection) -> bool {
     query_lines(
         conn,
