@@ -175,42 +175,21 @@ fn run_pgbench(
     stats_from(latencies, window)
 }
 
-/// What the Rust client sends for an acquire (src/leases.rs): the fast path
-/// (migration 2026-11-30-000007), and the SQL function only when that finds
-/// no row. `:e` ends as the granted epoch, 0 when denied.
+/// What the Rust client sends for an acquire (src/leases.rs): the SQL
+/// function, one statement whatever it answers. `:e` ends as the granted
+/// epoch, 0 when denied.
 fn client_acquire(key: &str, owner: &str, ttl: &str) -> String {
-    format!(
-        "\\set e 0\n\
-         UPDATE lease.fast_acquire SET key = {key}, owner = {owner}, ttl = {ttl} RETURNING epoch AS e \\aset\n\
-         \\if :e = 0\n\
-         SELECT coalesce(epoch, 0) AS e FROM lease.acquire({key}, {owner}, {ttl}) \\gset\n\
-         \\endif\n"
-    )
+    format!("SELECT coalesce(epoch, 0) AS e FROM lease.acquire({key}, {owner}, {ttl}) \\gset\n")
 }
 
-/// What the Rust client sends for a renew: the fast path, then the SQL
-/// function only when that finds no row.
+/// What the Rust client sends for a renew: the SQL function.
 fn client_renew(key: &str, owner: &str, epoch: &str, ttl: &str) -> String {
-    format!(
-        "\\set done 0\n\
-         UPDATE lease.fast_renew SET key = {key}, owner = {owner}, epoch = {epoch}, ttl = {ttl} RETURNING 1 AS done \\aset\n\
-         \\if :done = 0\n\
-         SELECT status FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n\
-         \\endif\n"
-    )
+    format!("SELECT status FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n")
 }
 
-/// What the Rust client sends for a release: the fast path (asking for
-/// `released`, which wakes waiters), then the SQL function only when that
-/// finds no row.
+/// What the Rust client sends for a release: the SQL function.
 fn client_release(key: &str, owner: &str, epoch: &str) -> String {
-    format!(
-        "\\set done 0\n\
-         UPDATE lease.fast_release SET key = {key}, owner = {owner}, epoch = {epoch} RETURNING released::int AS done \\aset\n\
-         \\if :done = 0\n\
-         SELECT status FROM lease.release({key}, {owner}, {epoch});\n\
-         \\endif\n"
-    )
+    format!("SELECT status FROM lease.release({key}, {owner}, {epoch});\n")
 }
 
 /// leasehold's rows send what the Rust client sends ([`client_acquire`],
@@ -606,8 +585,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut baseline: Option<Stats> = None;
         for keys in [1_000_usize, 1_000_000] {
             conn.batch_execute(&format!(
-                "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at) \
-                 SELECT 'scale-' || g, lease._key_hash('scale-' || g), NULL, 1, NULL FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
+                "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, first_epoch) \
+                 SELECT 'scale-' || g, lease._key_hash('scale-' || g), NULL, 1, NULL, 1 FROM generate_series(1, {keys}) g ON CONFLICT DO NOTHING"
             ))?;
             conn.batch_execute("VACUUM ANALYZE lease.leases")?;
             let stats = run_pgbench(
@@ -655,7 +634,7 @@ const HEARTBEAT_KEYS: usize = 1_000;
 /// them alive with one `lease.renew_many` call, or, once the keys are
 /// joined to a heartbeat group, one `lease.renew_group` call (what
 /// `KeeperSet` sends), against one renew per key
-/// (what the Rust client sends: the fast path) and ShedLock's extend of each lock (ShedLock has
+/// (what the Rust client sends: the SQL function) and ShedLock's extend of each lock (ShedLock has
 /// no batch extend). One client: a heartbeat is one worker's. The keys,
 /// epochs and the keys' digests (which the Rust client sends with a batch)
 /// travel as array literals in the prepared statement, as a client sends

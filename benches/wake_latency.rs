@@ -26,7 +26,12 @@ use diesel::sql_types::{Bool, Integer};
 use leasehold::{Acquisition, LeaseWaiter, Wait};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
-const REVERT_WAKE: &str = include_str!("../migrations/2026-11-30-000003_wake_on_release/down.sql");
+/// The release without its wake-up, for the release-cost comparison: the
+/// hook every release calls (`lease._on_release`, migration
+/// 2026-12-01-000002_rules) emptied in the comparison database only.
+const WITHOUT_WAKE: &str =
+    "CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea) RETURNS void \
+     LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$ BEGIN END; $$";
 const TTL: Duration = Duration::from_secs(30);
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -79,7 +84,7 @@ fn main() -> BenchResult<()> {
     {
         let mut old = PgConnection::establish(&old_url)?;
         leasehold::install(&mut old)?;
-        old.batch_execute(REVERT_WAKE)?;
+        old.batch_execute(WITHOUT_WAKE)?;
     }
 
     println!(

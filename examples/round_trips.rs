@@ -1,10 +1,8 @@
 //! Shows how many protocol round trips each lease operation costs, from the
 //! server's own statement log: after the first call on a connection, a call
 //! is one Bind+Execute of an already prepared statement (no Parse), which
-//! libpq sends in one packet and answers in one. The common calls are one
-//! fast-path statement (`lease.fast_*`); a call whose fast path finds no
-//! row (here the first grant of a never-seen key) sends the SQL function
-//! too.
+//! libpq sends in one packet and answers in one. Every call is one
+//! statement, the SQL function of its name, whatever it answers.
 //!
 //! Run: `cargo run --example round_trips`
 
@@ -42,15 +40,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let log = std::fs::read_to_string(server.log_path())?;
     let log = &log[log_start..];
-    // The fast paths (`lease.fast_*`) carry the common calls; the SQL
-    // functions decide the rest (here: the first grant of each never-seen
-    // key).
     for function in [
-        "lease.fast_acquire",
         "lease.acquire",
-        "lease.fast_renew",
         "lease.renew",
-        "lease.fast_release",
         "lease.release",
         "lease.inspect",
     ] {

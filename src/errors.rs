@@ -208,6 +208,25 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
+    /// Retry: the call changed nothing because the state it depends on
+    /// changed under it (SQLSTATE 40001). Either the key's row changed twice
+    /// while the call settled it (`lease_contention`: retry the call), or,
+    /// under REPEATABLE READ or SERIALIZABLE, the namespace rules changed
+    /// after the transaction's snapshot was taken
+    /// (`lease_namespace_changed`: roll back and retry the transaction,
+    /// whose new snapshot sees the rules as they are).
+    #[error("lease {operation} of key {key:?} must be retried: {reason}; nothing changed")]
+    Retry {
+        /// The call to retry.
+        operation: Operation,
+        /// The key concerned; for a batch call, its first key.
+        key: String,
+        /// What changed, in words.
+        reason: &'static str,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
     /// The database failed the call (connection lost, lease functions not
     /// installed, the caller's transaction already aborted, ...). The call's
     /// effect is undone with its transaction. Check the connection and that
@@ -311,6 +330,22 @@ impl LeaseError {
                         },
                     }
                 }
+                Some(names::CONTENTION) => {
+                    return LeaseError::Retry {
+                        operation,
+                        key: key.to_owned(),
+                        reason: "the key's state changed under the call twice (retry the call)",
+                        source: error,
+                    };
+                }
+                Some(names::NAMESPACE_CHANGED) => {
+                    return LeaseError::Retry {
+                        operation,
+                        key: key.to_owned(),
+                        reason: "the namespace rules changed after this transaction's snapshot (retry the transaction)",
+                        source: error,
+                    };
+                }
                 Some(names::NAMESPACE_DENIED) => {
                     let refused = info.details().and_then(decode::forbidden);
                     return LeaseError::Forbidden {
@@ -384,6 +419,19 @@ pub enum InstallError {
         /// The oldest supported major version (14).
         minimum: u32,
     },
+    /// Another session held a lock the install needs (the install lock of a
+    /// concurrent `install`, schema `lease` being created, a table being
+    /// used) for longer than the install waits, [`crate::INSTALL_LOCK_TIMEOUT`];
+    /// nothing was installed or changed. Find the session in `pg_locks` and
+    /// `pg_stat_activity`, let it finish, and install again.
+    #[error("leasehold install was blocked: another session held a lock it needs for more than {waited:?} (lock_timeout); nothing was installed")]
+    Blocked {
+        /// How long the install waited for the lock.
+        waited: std::time::Duration,
+        /// The server's lock-timeout error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The install bookkeeping (schema `lease`, its version table, the
     /// install lock) could not be read or written.
     #[error("leasehold install bookkeeping failed")]
@@ -395,8 +443,32 @@ pub enum InstallError {
 }
 
 impl InstallError {
+    /// An install step's error as [`InstallError::Blocked`] when the server
+    /// cancelled it for its lock_timeout, else as `otherwise`. The server
+    /// reports it as `canceling statement due to lock timeout` (SQLSTATE
+    /// 55P03, which diesel does not expose).
+    pub(crate) fn blocked_or(
+        source: Box<dyn std::error::Error + Send + Sync>,
+        otherwise: impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> InstallError,
+    ) -> InstallError {
+        if source.to_string().contains("lock timeout") {
+            InstallError::Blocked {
+                waited: crate::install::INSTALL_LOCK_TIMEOUT,
+                source,
+            }
+        } else {
+            otherwise(source)
+        }
+    }
+
     /// Maps a diesel error of the install bookkeeping to its typed meaning.
     pub(crate) fn from_diesel(error: DieselError) -> Self {
+        if error.to_string().contains("lock timeout") {
+            return InstallError::Blocked {
+                waited: crate::install::INSTALL_LOCK_TIMEOUT,
+                source: Box::new(error),
+            };
+        }
         if let DieselError::DatabaseError(_, info) = &error {
             if info.constraint_name() == Some(names::UNSUPPORTED_VERSION) {
                 if let Some((minimum, found)) = info.details().and_then(decode::unsupported_version)

@@ -8,7 +8,7 @@
 //! (PostgreSQL chains the steps up to `default_version`) and `ALTER
 //! EXTENSION leasehold UPDATE` run exactly the migrations' statements in the
 //! migrations' order. Versions are the migration versions
-//! [`crate::installed_versions`] reports (`20261130000001`, ...). The
+//! [`crate::installed_versions`] reports (`20261201000001`, ...). The
 //! command `leasehold extension generate --out DIR` writes them; the copies
 //! committed under `extension/` are checked against this generator by a
 //! test and are never edited by hand.
@@ -59,37 +59,42 @@ pub const EXTENSION_NAME: &str = "leasehold";
 /// checks that this list is exactly the `migrations/` directory.
 const MIGRATIONS: &[(&str, &str)] = &[
     (
-        "2026-11-30-000001_lease_primitive",
-        include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql"),
+        "2026-12-01-000001_tables",
+        include_str!("../migrations/2026-12-01-000001_tables/up.sql"),
     ),
     (
-        "2026-11-30-000002_guards",
-        include_str!("../migrations/2026-11-30-000002_guards/up.sql"),
+        "2026-12-01-000002_rules",
+        include_str!("../migrations/2026-12-01-000002_rules/up.sql"),
     ),
     (
-        "2026-11-30-000003_wake_on_release",
-        include_str!("../migrations/2026-11-30-000003_wake_on_release/up.sql"),
+        "2026-12-01-000003_leases",
+        include_str!("../migrations/2026-12-01-000003_leases/up.sql"),
     ),
     (
-        "2026-11-30-000004_operator_actions",
-        include_str!("../migrations/2026-11-30-000004_operator_actions/up.sql"),
+        "2026-12-01-000004_guards",
+        include_str!("../migrations/2026-12-01-000004_guards/up.sql"),
     ),
     (
-        "2026-11-30-000005_pruning",
-        include_str!("../migrations/2026-11-30-000005_pruning/up.sql"),
+        "2026-12-01-000005_waiting",
+        include_str!("../migrations/2026-12-01-000005_waiting/up.sql"),
     ),
     (
-        "2026-11-30-000006_many_keys",
-        include_str!("../migrations/2026-11-30-000006_many_keys/up.sql"),
+        "2026-12-01-000006_operator",
+        include_str!("../migrations/2026-12-01-000006_operator/up.sql"),
     ),
     (
-        "2026-11-30-000007_fast_paths",
-        include_str!("../migrations/2026-11-30-000007_fast_paths/up.sql"),
+        "2026-12-01-000007_pruning",
+        include_str!("../migrations/2026-12-01-000007_pruning/up.sql"),
+    ),
+    (
+        "2026-12-01-000008_batches",
+        include_str!("../migrations/2026-12-01-000008_batches/up.sql"),
     ),
 ];
 
-/// Tables that `pg_dump` does not keep: session state of a running server.
-const NOT_DUMPED: &[&str] = &["waiters"];
+/// Tables that `pg_dump` does not keep: session state of a running server,
+/// and the namespace-change marker, whose value means nothing elsewhere.
+const NOT_DUMPED: &[&str] = &["waiters", "namespace_changes"];
 
 /// One generated file: its name in the server's `extension` directory and
 /// its contents.
@@ -231,14 +236,11 @@ BEFORE INSERT ON lease.lineage
 FOR EACH ROW
 EXECUTE FUNCTION lease._lineage_restore();";
 
-/// Ends every script: the extension's owner owns every table, view and
-/// function of the extension (see the module documentation). Views matter
-/// as much as functions: a view's rewrite rules act on tables with its
-/// owner's rights (migration 2026-11-30-000007). `ALTER TABLE ... OWNER`
-/// also serves a view.
+/// Ends every script: the extension's owner owns every table and function
+/// of the extension (see the module documentation).
 const REASSIGN_TO_EXTENSION_OWNER: &str =
     "-- Extension only (generated): the role that owns the extension owns its
--- tables, views and functions, as the installing role owns them with the
+-- tables and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -385,10 +387,10 @@ mod tests {
     fn generates_one_script_per_migration() {
         let files = extension_files().expect("generate");
         assert_eq!(files.len(), MIGRATIONS.len() + 1);
-        assert_eq!(files[1].name, "leasehold--20261130000001.sql");
+        assert_eq!(files[1].name, "leasehold--20261201000001.sql");
         assert_eq!(
             files[2].name,
-            "leasehold--20261130000001--20261130000002.sql"
+            "leasehold--20261201000001--20261201000002.sql"
         );
         assert!(files[1]
             .contents

@@ -50,6 +50,11 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
 
+/// How long an install waits for any lock before it gives up and changes
+/// nothing ([`crate::InstallError::Blocked`]): the `lock_timeout` every
+/// migration and the install transaction set.
+pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What [`install`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallReport {
@@ -86,12 +91,12 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
             if done.contains(&version) {
                 continue;
             }
-            migration
-                .run(conn)
-                .map_err(|source| InstallError::Migration {
+            migration.run(conn).map_err(|source| {
+                InstallError::blocked_or(source, |source| InstallError::Migration {
                     version: version.clone(),
                     source,
-                })?;
+                })
+            })?;
             diesel::sql_query(install::RECORD_VERSION)
                 .bind::<Text, _>(&version)
                 .bind::<Text, _>(migration.name().to_string())
@@ -160,9 +165,13 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     // Before anything is created: an unsupported server gets nothing.
     conn.batch_execute(install::VERSION_CHECK)
         .map_err(InstallError::from_diesel)?;
+    // Every lock the install waits for, from here on, within the bound.
+    conn.batch_execute(install::SET_LOCK_TIMEOUT)
+        .map_err(InstallError::from_diesel)?;
     diesel::sql_query(install::LOCK)
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
-        .execute(conn)?;
+        .execute(conn)
+        .map_err(InstallError::from_diesel)?;
     // An extension install is never taken over (nor removed) by the
     // migrations: the extension owns its objects, and its scripts refuse a
     // migrations install in turn.
@@ -177,7 +186,8 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     }
     // The ownership check comes before the bookkeeping table: a schema
     // owned by someone else is never written to.
-    conn.batch_execute(install::CREATE_SCHEMA)?;
+    conn.batch_execute(install::CREATE_SCHEMA)
+        .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::SCHEMA_OWNER_CHECK)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::CREATE_BOOKKEEPING)?;
@@ -197,20 +207,22 @@ mod tests {
     /// The check `install` runs is the one migration 1 opens with.
     #[test]
     fn the_schema_owner_check_is_the_one_migration_1_runs() {
-        let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
+        let up = include_str!("../migrations/2026-12-01-000001_tables/up.sql");
         assert!(up.contains(&format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK)));
     }
 
-    /// Migration 1 opens with the version check `install` runs first, so
-    /// vendored migrations refuse an old server too.
+    /// Migration 1 opens with the version check `install` runs first (after
+    /// only its own lock_timeout), so vendored migrations refuse an old
+    /// server too.
     #[test]
     fn the_version_check_is_the_first_statement_of_migration_1() {
-        let up = include_str!("../migrations/2026-11-30-000001_lease_primitive/up.sql");
+        let up = include_str!("../migrations/2026-12-01-000001_tables/up.sql");
         let check = format!("{};", crate::sql::install::VERSION_CHECK);
         let at = up.find(&check).expect("migration 1 runs the version check");
         let before: String = up[..at]
             .lines()
             .filter(|line| !line.trim_start().starts_with("--"))
+            .filter(|line| line.trim() != "SET LOCAL lock_timeout = '5s';")
             .collect();
         assert!(
             before.trim().is_empty(),

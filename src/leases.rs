@@ -1,12 +1,9 @@
 //! The lease operations: acquire, renew, release, inspect.
 //!
-//! Each function's common case is one statement (one round trip once it is
-//! prepared on the connection): the `lease.fast_*` view whose rewrite rule
-//! runs the SQL function's common path without the cost of a function call
-//! (migration 2026-11-30-000007, docs/PERFORMANCE.md). When that statement
-//! answers no row it changed nothing, and the SQL function itself decides
-//! the case: a denial or refusal and why, a never-seen key, bad input, a
-//! wait. Every function takes `&mut PgConnection`, so it runs in
+//! Each call is one statement, the SQL function of the same name (one
+//! round trip once it is prepared on the connection), whatever its answer:
+//! a grant, a denial, a refusal and why, bad input, a wait. Every function
+//! takes `&mut PgConnection`, so it runs in
 //! whatever transaction the caller has open: an acquire inside the caller's
 //! transaction commits or rolls back with it (docs/SPECIFICATION.md §1.5).
 //! Outside a transaction each call autocommits.
@@ -19,14 +16,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
-use diesel::{OptionalExtension, RunQueryDsl};
+use diesel::RunQueryDsl;
 
 use crate::errors::{LeaseError, Operation};
 use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
-use crate::sql::calls::{
-    AcquireCall, FastAcquireCall, FastReleaseCall, FastRenewCall, InspectCall, ReleaseCall,
-    RenewCall,
-};
+use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::sql::decode::Status;
 use crate::sql::input;
 use crate::telemetry;
@@ -109,27 +103,6 @@ fn acquire_sql(
     let ttl_interval = interval("ttl", ttl)?;
     let wait_interval = interval("wait", wait)?;
     let autocommit = in_autocommit(conn);
-    let fast = FastAcquireCall {
-        key,
-        owner,
-        ttl: ttl_interval,
-        _borrow: std::marker::PhantomData,
-    };
-    let granted = fast
-        .get_result::<(i64, DateTime<Utc>)>(conn)
-        .optional()
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit)
-        })?;
-    if let Some((epoch, expires_at)) = granted {
-        return Ok(Acquisition::Granted(Lease {
-            key: key.to_owned(),
-            owner: owner.to_owned(),
-            epoch,
-            expires_at,
-            ttl,
-        }));
-    }
     let call = AcquireCall {
         key,
         owner,
@@ -189,22 +162,6 @@ fn renew_sql(
     check_text("owner", owner)?;
     let ttl_interval = interval("ttl", ttl)?;
     let autocommit = in_autocommit(conn);
-    let fast = FastRenewCall {
-        key,
-        owner,
-        epoch,
-        ttl: ttl_interval,
-        _borrow: std::marker::PhantomData,
-    };
-    let renewed = fast
-        .get_result::<DateTime<Utc>>(conn)
-        .optional()
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Renew, error, key, Duration::ZERO, autocommit)
-        })?;
-    if let Some(expires_at) = renewed {
-        return Ok(Renewal::Renewed { expires_at });
-    }
     let call = RenewCall {
         key,
         owner,
@@ -247,18 +204,6 @@ fn release_sql(
     check_text("key", key)?;
     check_text("owner", owner)?;
     let autocommit = in_autocommit(conn);
-    let fast = FastReleaseCall {
-        key,
-        owner,
-        epoch,
-        _borrow: std::marker::PhantomData,
-    };
-    let released = fast.get_result::<bool>(conn).optional().map_err(|error| {
-        LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
-    })?;
-    if released.is_some() {
-        return Ok(Release::Released);
-    }
     let call = ReleaseCall {
         key,
         owner,

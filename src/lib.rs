@@ -143,7 +143,9 @@ pub use holding::{
     run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, KeeperSet,
     KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
 };
-pub use install::{install, installed_versions, uninstall, InstallReport, MIGRATIONS};
+pub use install::{
+    install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
+};
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
 pub use many::{release_many, renew_many, MAX_KEYS_PER_CALL};
 pub use operator::{

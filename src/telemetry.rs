@@ -152,6 +152,7 @@ impl Outcome for LeaseError {
             LeaseError::Forbidden { .. } => "forbidden",
             LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
             LeaseError::ReadOnlyServer { .. } => "read_only",
+            LeaseError::Retry { .. } => "retry",
             _ => "error",
         }
     }

@@ -5,8 +5,7 @@
 #   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] [-b SQL] [-s] EXPRESSION...
 #
 # -s takes each argument as a statement to run as it is (for example
-# "UPDATE lease.fast_renew SET key = 'held-1', owner = 'o1', epoch = 1,
-# ttl = '1 hour'"), instead of an expression to PERFORM. The loop declares
+# "UPDATE ab_floor SET n = n + 1 WHERE id = 1"), instead of an expression to PERFORM. The loop declares
 # one bigint variable, v, so that a call can pass a value to the next
 # statement of the same argument (for example "UPDATE ... RETURNING epoch
 # INTO v; COMMIT; UPDATE ... SET epoch = v": an acquire and its release).

@@ -3,6 +3,12 @@
 //! diesel table), and the schema-ownership check it shares with
 //! migration 1.
 
+/// The install's lock_timeout, for the whole install transaction: the same
+/// bound every migration sets for itself, so that an install blocked by
+/// another session's lock fails (and changes nothing) instead of queueing,
+/// and holding up every lease call queued behind it.
+pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+
 /// Serialises installers of one database (`$1`: the lock key).
 pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 

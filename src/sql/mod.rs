@@ -9,7 +9,7 @@
 //!
 //! - [`calls`]: every statement the library sends, as prepared-statement
 //!   cacheable queries (one round trip per statement once prepared): the
-//!   SQL functions and the fast paths of migration 7.
+//!   SQL functions.
 //! - [`names`]: the stable names the SQL functions put in an error's
 //!   `CONSTRAINT` field (diesel does not expose SQLSTATE, but it does expose
 //!   that field) and the status texts of renew and release.

@@ -41,3 +41,13 @@ pub(crate) const GENERATION_NOT_ABOVE: &str = "lease_generation_not_above";
 /// The channel `lease.release` notifies waiters on (payload: the hex
 /// SHA-256 digest of the released key).
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";
+
+/// `CONSTRAINT` name of a call that could not settle a key's state in its
+/// fixed number of steps because it changed under the call twice (SQLSTATE
+/// 40001; retry the call).
+pub(crate) const CONTENTION: &str = "lease_contention";
+
+/// `CONSTRAINT` name of a call whose transaction's snapshot predates a
+/// change of the namespace rules, under REPEATABLE READ or SERIALIZABLE
+/// (SQLSTATE 40001; retry the transaction).
+pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";

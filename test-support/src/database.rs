@@ -19,7 +19,8 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// A database with leasehold installed, on [`TestServer::from_env`].
+    /// A database with leasehold installed, on [`TestServer::from_env`]
+    /// (and `LEASEHOLD_TEST_SQL_PATCH` applied, see [`TestDb::installed_on`]).
     // Not `Default`: creating a database is a side effect, not a value.
     #[allow(clippy::new_without_default)]
     pub fn new() -> TestDb {
@@ -33,7 +34,10 @@ impl TestDb {
 
     /// A database with leasehold installed on `server`: a copy of a template
     /// installed once per server, which is much faster than installing into
-    /// every database.
+    /// every database. When `LEASEHOLD_TEST_SQL_PATCH` names a file, its SQL
+    /// runs on the template right after the install (see
+    /// [`apply_sql_patch`]; for the SQL mutation runner,
+    /// test-support/mutation/README.md).
     pub fn installed_on(server: &'static TestServer) -> TestDb {
         let template = server.template.get_or_init(|| {
             let name = unique_name("leasehold_template");
@@ -41,6 +45,7 @@ impl TestDb {
             let mut conn = PgConnection::establish(&server.url_for(&name))
                 .unwrap_or_else(|error| panic!("connect to template: {error}"));
             leasehold::install(&mut conn).unwrap_or_else(|error| panic!("install: {error}"));
+            apply_sql_patch(&mut conn);
             name
         });
         TestDb::create(server, &format!("TEMPLATE {template}"))
@@ -91,6 +96,30 @@ impl Drop for TestDb {
             ));
         }
     }
+}
+
+/// The environment variable naming a file of SQL that [`apply_sql_patch`]
+/// runs right after each install.
+pub const SQL_PATCH_ENV: &str = "LEASEHOLD_TEST_SQL_PATCH";
+
+/// Runs the SQL in the file [`SQL_PATCH_ENV`] names, when it is set and not
+/// empty, on `conn`: the connection that just installed leasehold, so that
+/// `CREATE OR REPLACE FUNCTION` runs as the functions' owner. Panics naming
+/// the file when it cannot be read or its SQL fails.
+///
+/// Why: for the SQL mutation runner, test-support/mutation/README.md. A
+/// mutant replaces one installed function after the install, so the test
+/// binaries are built once rather than once per mutant (the migrations are
+/// embedded at compile time). Unset, this does nothing.
+pub fn apply_sql_patch(conn: &mut PgConnection) {
+    let Some(path) = std::env::var_os(SQL_PATCH_ENV).filter(|path| !path.is_empty()) else {
+        return;
+    };
+    let shown = std::path::Path::new(&path).display().to_string();
+    let sql = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{SQL_PATCH_ENV}: cannot read {shown}: {error}"));
+    conn.batch_execute(&sql)
+        .unwrap_or_else(|error| panic!("{SQL_PATCH_ENV}: applying {shown} failed: {error}"));
 }
 
 /// `<prefix>_<pid>_<n>`: unique across the test binaries sharing a server.

@@ -7,7 +7,7 @@
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 
-use crate::database::TestDb;
+use crate::database::{apply_sql_patch, TestDb};
 use crate::server::TestServer;
 
 /// One database and five login roles (see the module documentation). The
@@ -31,7 +31,8 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// A fresh deployment with leasehold installed by the owner role.
+    /// A fresh deployment with leasehold installed by the owner role (and
+    /// `LEASEHOLD_TEST_SQL_PATCH` applied, see [`Deployment::new_on`]).
     // Not `Default`: it creates a database and roles.
     #[allow(clippy::new_without_default)]
     pub fn new() -> Deployment {
@@ -40,12 +41,16 @@ impl Deployment {
 
     /// A fresh deployment with leasehold installed, on `server` (the CLI's
     /// tests use [`TestServer::local`], never the server `DATABASE_URL`
-    /// names).
+    /// names). When `LEASEHOLD_TEST_SQL_PATCH` names a file, its SQL runs
+    /// as the owner right after the install (see
+    /// [`crate::database::apply_sql_patch`]; for the SQL mutation runner,
+    /// test-support/mutation/README.md).
     pub fn new_on(server: &'static TestServer) -> Deployment {
         let deployment = Deployment::uninstalled_on(server);
         let mut owner = deployment.conn_as(&deployment.owner);
         leasehold::install(&mut owner)
             .unwrap_or_else(|error| panic!("install as the database owner: {error}"));
+        apply_sql_patch(&mut owner);
         deployment
     }
 

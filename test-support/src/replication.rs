@@ -30,11 +30,15 @@ impl ReplicatedPair {
     /// (`synchronous_standby_names = '*'`, `synchronous_commit = on`, which
     /// leasehold's writes raise the session to), and this returns once
     /// `pg_stat_replication` reports the standby as `sync`. Otherwise it
-    /// returns once the standby streams.
+    /// returns once the standby streams. When `LEASEHOLD_TEST_SQL_PATCH`
+    /// names a file, its SQL runs on the primary right after the install
+    /// (see [`crate::database::apply_sql_patch`]; for the SQL mutation
+    /// runner, test-support/mutation/README.md).
     pub fn start(synchronous: bool) -> ReplicatedPair {
         let primary = start(LocalPostgres::builder().durable(false));
         let mut conn = connect(&primary);
         leasehold::install(&mut conn).expect("install leasehold on the primary");
+        crate::database::apply_sql_patch(&mut conn);
         let standby = start(
             LocalPostgres::builder()
                 .durable(false)

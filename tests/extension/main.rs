@@ -17,15 +17,15 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use leasehold::{
-    acquire, admit, extension_files, extension_version, install, release, FencingToken,
-    InstallError, LeaseError,
+    acquire, admit, extension_files, extension_version, install, release, FencingToken, GuardError,
+    InstallError,
 };
 use leasehold_local::LocalPostgres;
 
 const TTL: Duration = Duration::from_secs(300);
 
 /// The first extension version: the first migration's.
-const FIRST_VERSION: &str = "20261130000001";
+const FIRST_VERSION: &str = "20261201000003";
 
 #[derive(QueryableByName)]
 struct Row {
@@ -494,20 +494,24 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     assert_eq!(
         rows(
             &mut c,
-            "SELECT (to_regclass('lease.guards') IS NULL)::text AS t"
+            "SELECT (to_regprocedure('lease.admit(text, text, bigint)') IS NULL)::text AS t"
         ),
         vec!["true".to_owned()],
-        "version 1 has no guards yet"
+        "version 3 (tables, rules, lease functions) has no guard functions yet"
     );
     // The library needs the schema of its own version (README, "Upgrading"):
-    // against version 1 its acquire fails and changes nothing. Version 1's
+    // against version 3 a guard call fails and changes nothing. Version 3's
     // own SQL API sets up the state the updates must keep.
     assert!(matches!(
-        acquire(&mut c, "job-a", "w1", TTL),
-        Err(LeaseError::Database { .. })
+        admit(
+            &mut c,
+            "res-0",
+            &FencingToken::new("job-0", "w0", 1).unwrap()
+        ),
+        Err(GuardError::Database { .. })
     ));
     assert_eq!(
-        rows(&mut c, "SELECT count(*)::text AS t FROM lease.leases"),
+        rows(&mut c, "SELECT count(*)::text AS t FROM lease.guards"),
         vec!["0".to_owned()]
     );
     let epoch_of =
@@ -532,7 +536,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
         ),
         vec!["ok".to_owned()]
     );
-    c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261130000002'")
+    c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261201000004'")
         .unwrap();
     admit(&mut c, "res-a", &held).unwrap();
     let before = state(&mut c);

@@ -378,16 +378,13 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
         .conn_as(&deployment.owner)
         .batch_execute(&format!(
             "REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA lease FROM PUBLIC;
-             REVOKE ALL ON lease.fast_acquire, lease.fast_renew, lease.fast_release FROM PUBLIC;
              GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval),
                    lease.renew(text, text, bigint, interval), lease.release(text, text, bigint),
                    lease.inspect(text), lease.admit(text, text, bigint),
                    lease.check_held(text, text, bigint), lease.admit_held(text, text, text, bigint),
                    lease.renew_admit(text, text, text, bigint, interval), lease.inspect_guard(text),
-                   lease._waiter_watch(text), lease._waiter_unwatch(text), lease._waiter_reset(),
-                   lease._fast_allowed(text), lease._fast_wake(bytea)
-                TO {app};
-             GRANT SELECT, UPDATE ON lease.fast_acquire, lease.fast_renew, lease.fast_release TO {app};",
+                   lease._waiter_watch(text), lease._waiter_unwatch(text), lease._waiter_reset()
+                TO {app};",
             app = deployment.app
         ))
         .unwrap();
@@ -404,8 +401,6 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
         "SELECT * FROM lease.acquire('jobs/7', 'x', interval '1 min')",
         "SELECT * FROM lease.inspect('jobs/7')",
         "SELECT lease._waiter_watch('jobs/7')",
-        "UPDATE lease.fast_acquire SET key = 'jobs/7', owner = 'x', ttl = '1 min'",
-        "SELECT lease._fast_wake('\\x00')",
     ] {
         assert_eq!(sqlstate_of(&mut attacker, sql), "42501", "{sql}");
     }

@@ -103,8 +103,8 @@ pub fn pretend_granted(conn: &mut PgConnection, key: &str, epoch: i64) {
         return; // no write, so no lock for concurrent tests to queue on
     }
     conn.batch_execute(&format!(
-        "INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner) \
-         VALUES ({k}, lease._key_hash({k}), NULL, {epoch}, NULL, NULL) \
+        "INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch) \
+         VALUES ({k}, lease._key_hash({k}), NULL, {epoch}, NULL, NULL, 1) \
          ON CONFLICT (key_hash) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)",
         k = quote(key)
     ))

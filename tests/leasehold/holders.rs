@@ -296,6 +296,7 @@ fn waiter_functions_are_security_definer_and_touch_only_the_callers_rows() {
     assert_eq!(
         functions,
         [
+            "_waiter_class|f|",
             "_waiter_limit|f|",
             "_waiter_lock_id|f|",
             "_waiter_reset|t|search_path=pg_catalog, pg_temp",

@@ -211,7 +211,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
 /// is unit-tested in src/errors.rs), and this server must pass the real one.
 #[test]
 fn the_version_check_refuses_a_server_below_the_minimum() {
-    let up = include_str!("../../migrations/2026-11-30-000001_lease_primitive/up.sql");
+    let up = include_str!("../../migrations/2026-12-01-000001_tables/up.sql");
     let start = up.find("DO $$").expect("migration 1 opens with a DO block");
     let end = start + up[start..].find("$$;").expect("its end") + "$$;".len();
     let check = &up[start..end];

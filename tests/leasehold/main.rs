@@ -5,7 +5,6 @@
 mod attacks;
 mod common;
 mod concurrency;
-mod fast_paths;
 mod groups;
 mod holders;
 mod install;
@@ -23,4 +22,7 @@ mod spec_1_3_functions;
 mod spec_1_4_errors;
 mod spec_1_5_transactions;
 mod spec_2_guards;
+mod sql_holes;
+mod sql_rules;
+mod sql_states;
 mod waiting_security;

@@ -74,8 +74,8 @@ fn write_states(conn: &mut PgConnection) {
             format!("clock_timestamp() + interval '{seconds} seconds'")
         });
         conn.batch_execute(&format!(
-            "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, lapsed_owner) \
-             VALUES ({k}, lease._key_hash({k}), {owner}, {epoch}, {expires}, {lapsed})",
+            "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch) \
+             VALUES ({k}, lease._key_hash({k}), {owner}, {epoch}, {expires}, {lapsed}, 1)",
             k = quote(key),
             owner = text(owner),
             lapsed = text(lapsed_owner),

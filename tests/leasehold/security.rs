@@ -249,7 +249,7 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
 
     // Migration 1's up.sql run as plain SQL (the vendored path): 42501 with
     // the stable constraint name and the owner in the message.
-    let up = include_str!("../../migrations/2026-11-30-000001_lease_primitive/up.sql");
+    let up = include_str!("../../migrations/2026-12-01-000001_tables/up.sql");
     assert_eq!(sqlstate_of(&mut conn, up), "42501");
     let error = conn.batch_execute(up).unwrap_err();
     let diesel::result::Error::DatabaseError(_, info) = &error else {

@@ -155,8 +155,8 @@ fn doctor_counts_prunable_free_and_long_lapsed_rows() {
     // A grant that expired eight days ago, written as the installing owner
     // (the table's owner) could leave it after a crash of its holder.
     deployment.admin_exec(&format!(
-        "SET ROLE {}; INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at) \
-         VALUES ('old', lease._key_hash('old'), 'gone', 1, clock_timestamp() - interval '8 days')",
+        "SET ROLE {}; INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, first_epoch) \
+         VALUES ('old', lease._key_hash('old'), 'gone', 1, clock_timestamp() - interval '8 days', 1)",
         deployment.owner
     ));
     let (code, json, _) = findings(&owner_url);

@@ -546,6 +546,9 @@ impl Outcome {
 /// Runs workers under the nemesis for `options.duration`, then checks the
 /// history. `worker_command` returns the command that starts one worker
 /// process (the caller's own executable); the spec is applied to it here.
+/// When `LEASEHOLD_TEST_SQL_PATCH` names a file, its SQL runs right after
+/// the install (see [`crate::database::apply_sql_patch`]; for the SQL
+/// mutation runner, test-support/mutation/README.md).
 pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
     let started = Instant::now();
     let mut rng = Rng::new(options.seed);
@@ -565,6 +568,7 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
     let url = server.url_for(DATABASE);
     let mut conn = PgConnection::establish(&url).expect("connect to the nemesis database");
     leasehold::install(&mut conn).expect("install leasehold");
+    crate::database::apply_sql_patch(&mut conn);
     conn.batch_execute(SCHEMA)
         .expect("create the guarded table");
 

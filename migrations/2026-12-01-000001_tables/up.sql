@@ -1,0 +1,318 @@
+-- leasehold, the baseline schema: the server check, schema `lease` and
+-- every table, with the invariants of each row as constraints
+-- (docs/SPECIFICATION.md §1.1, §2, §4). The functions come in the
+-- migrations after this one, one concern each:
+--
+--   000002_rules       one definition of every rule (liveness, expiry, input
+--                      bounds, the epoch floor, the namespace decision, ...)
+--   000003_leases      acquire, renew, release, inspect, generation
+--   000004_guards      admit, check_held, admit_held, renew_admit, fence,
+--                      inspect_guard
+--   000005_waiting     the waiters' registration protocol
+--   000006_operator    namespaces, force_release, raise_generation
+--   000007_pruning     prune_keys, prune_guards
+--   000008_batches     renew_many, release_many, join_group, renew_group
+--
+-- The rules every migration follows:
+--
+-- * One path. Every entry point is a PL/pgSQL function. Its arguments are
+--   evaluated once (a function call does that), copied into local
+--   variables of collation "C" (so every comparison of a name is a byte
+--   comparison, whatever collation the caller's expression carries),
+--   checked, and only then used. The namespace question is decided on
+--   those values before any row of a key is read or locked. There are no
+--   rewrite rules and no writable views.
+-- * Security. Entry points are SECURITY DEFINER and pin
+--   `SET search_path = pg_catalog, pg_temp`; every helper pins it too, so
+--   a helper called on its own (by the owner, or a superuser) cannot meet a
+--   caller's object in `public` or `pg_temp` either. Leasehold's own objects
+--   are always written `lease.`-qualified. Tables are REVOKEd from PUBLIC;
+--   the functions are their only writers.
+-- * One definition per rule: each rule is a helper of 000002, and every
+--   other place calls it. tests/leasehold/sql_rules.rs fails when a
+--   liveness or expiry comparison is written anywhere else.
+-- * Install and upgrade never queue behind a lock for long: every migration
+--   sets its own lock_timeout, so a blocked install fails with
+--   lock_not_available and changes nothing.
+
+SET LOCAL lock_timeout = '5s';
+
+-- docs/SPECIFICATION.md §4: PostgreSQL 14 or newer (the versions the test
+-- matrix runs). Checked first, so an older server gets nothing;
+-- leasehold::install runs the same check before its own bookkeeping
+-- (src/sql/install.rs).
+DO $$
+BEGIN
+    IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN
+        RAISE EXCEPTION 'leasehold needs PostgreSQL 14 or newer; this server is PostgreSQL %', pg_catalog.current_setting('server_version')
+            USING ERRCODE = '0A000',
+                  CONSTRAINT = 'lease_unsupported_version',
+                  DETAIL = 'minimum=14 server_version=' OPERATOR(pg_catalog.||) pg_catalog.current_setting('server_version'),
+                  HINT = 'Upgrade the server to PostgreSQL 14 or newer; nothing was installed.';
+    END IF;
+END
+$$;
+
+CREATE SCHEMA IF NOT EXISTS lease;
+-- docs/SPECIFICATION.md §4: never adopt a schema `lease` that another role
+-- created. Its owner could replace any function in it, an internal helper
+-- included, and the next SECURITY DEFINER call would run that code as the
+-- installer. The check follows the CREATE, so a schema created concurrently
+-- is judged too; refusing rolls the whole migration back. leasehold::install
+-- runs the same check before its own bookkeeping (src/sql/install.rs).
+DO $$
+DECLARE
+    v_owner text;
+BEGIN
+    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
+      FROM pg_catalog.pg_namespace AS n
+     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
+       AND n.nspowner OPERATOR(pg_catalog.<>)
+           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+    IF v_owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_schema_not_owned',
+                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
+                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
+    END IF;
+END
+$$;
+REVOKE ALL ON SCHEMA lease FROM PUBLIC;
+GRANT USAGE ON SCHEMA lease TO PUBLIC;
+
+-- Every function and operator in a constraint below is written
+-- pg_catalog-qualified, so that no object a role put on the installer's
+-- search_path can stand in for a built-in.
+
+-- Heartbeat groups (docs/SPECIFICATION.md §1.9): one owner's grants that
+-- one row keeps alive, so that a worker holding a thousand keys writes one
+-- row per heartbeat instead of a thousand (lease.join_group and
+-- lease.renew_group). A grant in a group is live until the later of its own
+-- expires_at and its group's (lease._live).
+--   owner: the owner of every member; only that owner renews the group.
+--   expires_at: extended by lease.renew_group while the group is live;
+--          once passed it never moves again, so a lapsed group stays
+--          lapsed.
+--   members: how many grants still name the group. Every call that takes a
+--          key out of a group (a release, a takeover, a force-release, a
+--          move to another group) lowers it in the same transaction, so a
+--          heartbeat that answers with the number it expects knows that no
+--          member was lost.
+--   id: drawn at random by lease.join_group, not from a sequence: a
+--          sequence's position is not part of an extension's dump, so after
+--          a restore it would hand out ids already in use.
+CREATE TABLE lease.groups (
+    id         bigint      PRIMARY KEY,
+    owner      text        COLLATE "C" NOT NULL,
+    expires_at timestamptz NOT NULL,
+    members    integer     NOT NULL,
+    CONSTRAINT groups_owner_size CHECK (pg_catalog.octet_length(owner) BETWEEN 1 AND 16384),
+    CONSTRAINT groups_members CHECK (members OPERATOR(pg_catalog.>=) 0)
+);
+REVOKE ALL ON TABLE lease.groups FROM PUBLIC;
+
+-- One row per key ever leased (and not pruned).
+--   key_hash: SHA-256 of the key's UTF-8 bytes, the primary key. A btree
+--          entry is limited to about 2.7 kB, so indexing the key itself
+--          would refuse long keys; the digest keeps any key length working
+--          at a fixed index width. Lookups compare the digest and then the
+--          key.
+--   owner/expires_at: the current or last grant; both NULL when FREE.
+--   epoch: the key's fencing counter. It equals the current grant's epoch
+--          while a grant exists (held or lapsed) and is one higher after a
+--          release.
+--   lapsed_owner: when the current grant took over a grant that had
+--          lapsed, that grant's owner, so it hears `lapsed`
+--          (docs/SPECIFICATION.md §1.3, rule 2).
+--   first_epoch: the epoch of the row's first grant. A key whose row was
+--          pruned comes back with a first grant above every epoch it had;
+--          guards refuse epochs below first_epoch, which belong to a pruned
+--          incarnation (docs/SPECIFICATION.md §1.8, I16).
+--   group_id: the heartbeat group the current grant was joined to, or
+--          NULL. A foreign key: deleting a group (pruning) clears it in the
+--          same transaction, so no row ever names a group that is gone.
+-- The constraints are the states that cannot happen. Names, not digests,
+-- are compared as bytes: the columns have collation "C".
+CREATE TABLE lease.leases (
+    key          text        COLLATE "C" NOT NULL,
+    key_hash     bytea       PRIMARY KEY,
+    owner        text        COLLATE "C",
+    epoch        bigint      NOT NULL,
+    expires_at   timestamptz,
+    lapsed_owner text        COLLATE "C",
+    first_epoch  bigint      NOT NULL,
+    group_id     bigint      REFERENCES lease.groups (id) ON DELETE SET NULL,
+    -- A grant has an owner and an expiry; a FREE row has neither.
+    CONSTRAINT leases_grant_complete CHECK ((owner IS NULL) OPERATOR(pg_catalog.=) (expires_at IS NULL)),
+    CONSTRAINT leases_epoch_positive CHECK (epoch OPERATOR(pg_catalog.>=) 1),
+    CONSTRAINT leases_first_epoch CHECK (first_epoch OPERATOR(pg_catalog.>=) 1 AND first_epoch OPERATOR(pg_catalog.<=) epoch),
+    CONSTRAINT leases_key_size CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 16384),
+    CONSTRAINT leases_owner_size CHECK (pg_catalog.octet_length(owner) BETWEEN 1 AND 16384),
+    CONSTRAINT leases_lapsed_owner CHECK (lapsed_owner IS NULL OR (owner IS NOT NULL AND pg_catalog.octet_length(lapsed_owner) BETWEEN 1 AND 16384)),
+    CONSTRAINT leases_group_needs_grant CHECK (group_id IS NULL OR owner IS NOT NULL),
+    CONSTRAINT leases_key_hash CHECK (key_hash OPERATOR(pg_catalog.=) pg_catalog.sha256(pg_catalog.convert_to(key, 'UTF8'::pg_catalog.name)))
+);
+REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
+-- A group's members, for the namespace check of a heartbeat
+-- (lease.renew_group) and the foreign key's clearing. Partial: grants
+-- outside groups add no entry, and a renew, which changes no group_id,
+-- stays a HOT update.
+CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL;
+
+-- Key namespaces (docs/SPECIFICATION.md §4): an operator binds a prefix of
+-- key and resource names to a database role. A name is governed by the rule
+-- with the longest prefix it starts with, and only members of that rule's
+-- role (and superusers) may act on it. Without rules every role may act on
+-- every name. Rules are written only by the operator functions.
+--   prefix: not empty, at most 1024 bytes (a btree key).
+--   role_oid: the bound role. A rule whose role was dropped admits nobody
+--          but superusers: it fails closed.
+CREATE TABLE lease.namespaces (
+    prefix     text        COLLATE "C" PRIMARY KEY,
+    role_oid   oid         NOT NULL,
+    created_at timestamptz NOT NULL,
+    CONSTRAINT namespaces_prefix_size CHECK (pg_catalog.octet_length(prefix) BETWEEN 1 AND 1024)
+);
+REVOKE ALL ON TABLE lease.namespaces FROM PUBLIC;
+
+-- One row that every change of the namespace rules writes
+-- (lease.bind_namespace, lease.unbind_namespace), so that a transaction
+-- whose snapshot is older than a change can tell: under REPEATABLE READ or
+-- SERIALIZABLE, lease._allowed locks this row FOR SHARE, which raises a
+-- serialization failure (40001) when the row changed after the snapshot
+-- (docs/SPECIFICATION.md §4). Not part of a dump: install writes it, and
+-- its value means nothing in another cluster.
+CREATE TABLE lease.namespace_changes (
+    singleton  boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    changed_at timestamptz NOT NULL
+);
+REVOKE ALL ON TABLE lease.namespace_changes FROM PUBLIC;
+INSERT INTO lease.namespace_changes (singleton, changed_at) VALUES (true, pg_catalog.clock_timestamp());
+
+-- Generations (docs/SPECIFICATION.md §1.2, §1.7): what orders epochs across
+-- a promotion, a restore onto a new timeline, and a dump restored into
+-- another cluster.
+--
+-- The problem. A key's counter lives in lease.leases and travels by WAL. A
+-- standby that is promoted before it received the old primary's last grants
+-- has older counters, and would grant again epochs the old primary already
+-- handed out: two holders with one epoch, and guards that cannot tell them
+-- apart.
+--
+-- The fix. An epoch carries a generation in its high bits: a grant's epoch
+-- is at least (generation << 40) + 1 (lease._grant_epoch). A server that
+-- was never promoted or restored has generation 0, so its epochs are
+-- exactly the counter + 1 (1, 2, 3, ...). The generation is
+--
+--   GREATEST(base + timeline - 1, external_floor)
+--
+-- where `timeline` is the server's current timeline: PostgreSQL gives every
+-- promotion, and every archive recovery that ends with a promotion, a new
+-- and higher timeline ID, and no server of a lineage writes on a timeline
+-- before it was created. So every epoch the old primary granted on timeline
+-- T is below (generation(T + 1) << 40) + 1, and the promoted server, now on
+-- T + 1 or later, grants above all of them, including for keys it never saw.
+--
+-- Lineage. pg_dump copies this row into a cluster with a new system
+-- identifier, whose timeline starts again at 1. The first grant (or
+-- lease.raise_generation) that sees a system identifier other than the
+-- row's starts a new lineage: its generation is one above every generation
+-- the old lineage recorded (the row) or used (the highest generation of any
+-- counter in lease.leases, and the prune watermark). Standbys and base
+-- backups keep the system identifier, so they stay in the lineage and the
+-- timeline orders them.
+--
+-- What it rests on: one promotion per timeline, which an HA manager gives
+-- (it promotes one standby per failover). What breaks it: two standbys of
+-- one primary both promoted, a restore that picks a timeline another branch
+-- already used, and any split brain with two writable primaries.
+--
+-- Bounds: one key takes fewer than 2^40 grants plus releases within one
+-- generation; the generation is at most 2^23 - 1 (lease._max_generation),
+-- so epochs stay positive bigints.
+--
+-- Columns:
+--   system_identifier: the lineage, pg_control_system()'s identifier of the
+--          cluster that wrote the row last.
+--   base: generation = base + timeline - 1 (install makes it 0 on the
+--          install's timeline).
+--   last_timeline: the highest timeline a grant has recorded (what a dump
+--          carries into a new lineage). Recorded without waiting.
+--   external_floor: the lowest generation an operator allows
+--          (lease.raise_generation); 0 until raised.
+--   pruned_through: the pruning watermark: at least the counter of every
+--          key row ever pruned, so a never-seen key's first grant, at least
+--          pruned_through + 1, is above every epoch a pruned key had. Only
+--          raised.
+--   checked_start: pg_postmaster_start_time() of the server that last
+--          compared system_identifier with its own. The common grant
+--          compares this value, which is in memory, instead of reading the
+--          control file at every grant: a running server's identifier
+--          cannot change, so a row whose checked_start is this server's
+--          start time was checked by this server. A row any other server
+--          wrote (a standby's replayed copy, a dump from another cluster,
+--          a row from before a restart) sends the grant to the full
+--          comparison. What it rests on: a dump restored into a cluster
+--          whose server started in the same microsecond as the dumped one.
+CREATE TABLE lease.lineage (
+    singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    system_identifier bigint  NOT NULL,
+    base              bigint  NOT NULL,
+    last_timeline     bigint  NOT NULL,
+    external_floor    bigint  NOT NULL DEFAULT 0,
+    pruned_through    bigint  NOT NULL DEFAULT 0,
+    checked_start     timestamptz,
+    CONSTRAINT lineage_last_timeline CHECK (last_timeline OPERATOR(pg_catalog.>=) 1),
+    CONSTRAINT lineage_external_floor CHECK (external_floor BETWEEN 0 AND 8388607),
+    CONSTRAINT lineage_pruned_through CHECK (pruned_through OPERATOR(pg_catalog.>=) 0)
+);
+REVOKE ALL ON TABLE lease.lineage FROM PUBLIC;
+
+-- One row per fenced resource (docs/SPECIFICATION.md §2).
+--   resource_hash: SHA-256 of the resource name (see lease.leases.key_hash).
+--   lease_key: the key whose epochs fence it (G5: other keys' tokens are a
+--          misuse).
+--   accepted_epoch: the record (G1): the highest epoch admitted, or one
+--          more than the epoch lease.fence fenced through, whichever is
+--          greater; 0 before anything. Never decreases. Epochs below it are
+--          refused.
+CREATE TABLE lease.guards (
+    resource       text        COLLATE "C" NOT NULL,
+    resource_hash  bytea       PRIMARY KEY,
+    lease_key      text        COLLATE "C" NOT NULL,
+    accepted_epoch bigint      NOT NULL,
+    updated_at     timestamptz NOT NULL,
+    CONSTRAINT guards_accepted_epoch CHECK (accepted_epoch OPERATOR(pg_catalog.>=) 0),
+    CONSTRAINT guards_resource_size CHECK (pg_catalog.octet_length(resource) BETWEEN 1 AND 16384),
+    CONSTRAINT guards_lease_key_size CHECK (pg_catalog.octet_length(lease_key) BETWEEN 1 AND 16384),
+    CONSTRAINT guards_resource_hash CHECK (resource_hash OPERATOR(pg_catalog.=) pg_catalog.sha256(pg_catalog.convert_to(resource, 'UTF8'::pg_catalog.name)))
+);
+REVOKE ALL ON TABLE lease.guards FROM PUBLIC;
+
+-- One row per (key, listener session) with interest in the key's release
+-- (the waiting protocol, 000005_waiting).
+--   backend_pid: the registering session. A stale row (its session gone,
+--   or its pid reused) only costs an unneeded notification;
+--   lease._waiter_reset prunes rows whose pid no longer runs in this
+--   database.
+CREATE TABLE lease.waiters (
+    key_hash    bytea   NOT NULL,
+    backend_pid integer NOT NULL,
+    PRIMARY KEY (key_hash, backend_pid)
+);
+-- For the per-session cap and the per-session deletes.
+CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid);
+REVOKE ALL ON TABLE lease.waiters FROM PUBLIC;
+
+-- One row per FREE key a prune has seen, for the idle time of FREE rows
+-- (000007_pruning).
+--   key_hash: the key's digest (lease.leases.key_hash).
+--   epoch: the key's counter when the prune saw it FREE.
+--   seen_at: when (clock_timestamp() of that prune).
+CREATE TABLE lease.prune_sightings (
+    key_hash bytea       PRIMARY KEY,
+    epoch    bigint      NOT NULL,
+    seen_at  timestamptz NOT NULL
+);
+REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;

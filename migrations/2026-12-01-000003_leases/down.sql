@@ -1,0 +1,9 @@
+-- Removes the functions of leases (up.sql), newest first.
+DROP FUNCTION IF EXISTS lease.generation();
+DROP FUNCTION IF EXISTS lease.inspect(text);
+DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
+DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
+DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
+DROP FUNCTION IF EXISTS lease._acquire_settle(bytea, text, text, interval, interval);
+DROP FUNCTION IF EXISTS lease._raise_wait_timeout(text, interval, text);
+DROP FUNCTION IF EXISTS lease._lock_budget(interval);

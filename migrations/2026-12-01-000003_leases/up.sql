@@ -1,0 +1,454 @@
+-- leasehold: the lease functions (docs/SPECIFICATION.md §1.3): acquire,
+-- renew, release, inspect, generation.
+--
+-- Row locks on lease.leases (docs/SPECIFICATION.md §1.5). The modes are
+-- chosen so that nothing a non-holder can do holds up a holder's renew:
+-- * renew and release update the row and so take FOR NO KEY UPDATE: they
+--   wait only for another renew, release or grant of the same key.
+-- * A grant to a new owner (a FREE or LAPSED key) locks the row FOR UPDATE,
+--   the one mode that conflicts with FOR KEY SHARE, so it waits for every
+--   transaction that checked the lease (G6) before it takes over.
+-- * Checks that change nothing (an idempotent same-owner acquire,
+--   check_held, admit_held, admit, fence) take FOR KEY SHARE, which a
+--   renew or release does not wait for. Under REPEATABLE READ or
+--   SERIALIZABLE, acquire's check takes FOR SHARE instead: it fails with a
+--   serialization failure when the row changed after the snapshot, where
+--   FOR KEY SHARE would lock the old version and answer from the past.
+-- * A refused call keeps no lock: refusals read without locking, or lock
+--   in a subtransaction that is rolled back.
+-- Every lock lease.acquire waits for is bounded by its wait (1 second when
+-- there is none).
+
+SET LOCAL lock_timeout = '5s';
+
+-- The lock_timeout, in milliseconds, for acquire's locking steps: what is
+-- `left` of the wait, or, for a call without a wait (`left` NULL), the
+-- fixed bound of 1 second that docs/SPECIFICATION.md §1.5 states. Never 0,
+-- which would mean "no limit".
+CREATE FUNCTION lease._lock_budget("left" interval)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE
+        WHEN "left" IS NULL THEN '1000'
+        ELSE GREATEST(1, ceil(EXTRACT(epoch FROM "left") * 1000))::bigint::text
+    END
+$$;
+
+-- Raised when lease.acquire's wait ran out (SQLSTATE 57014). `reason` says
+-- whether another owner held the key or another transaction kept its row
+-- locked for the whole bound.
+CREATE FUNCTION lease._raise_wait_timeout(key text, wait interval, reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'lease wait timed out: key % %', key, reason
+        USING ERRCODE = '57014',
+              CONSTRAINT = 'lease_wait_timeout',
+              DETAIL = format('key=%s wait=%s', key, wait),
+              HINT = 'Retry later, wait longer, or inspect the key to see who holds it and until when.';
+END;
+$$;
+
+-- Settles one attempt of lease.acquire under row locks, in a fixed number
+-- of steps, and answers what it found: 'granted' (epoch and expiry set),
+-- 'held' (the caller's own live grant: an idempotent success), 'denied'
+-- (another owner's live grant) or 'busy' (a lock did not come within what
+-- is `lock_left` of the call's bound). Called by lease.acquire when its
+-- one-statement attempt did not settle the key: a never-seen key, a row
+-- another transaction has locked, the caller's own grant, a grant in a
+-- heartbeat group, a lineage to record, or any denial outside READ
+-- COMMITTED.
+--
+-- The steps run in a subtransaction, every lock wait within lock_timeout
+-- set to what is left of the bound, so a denial or a busy row keeps no
+-- lock:
+--   A. lock the row FOR UPDATE if it is FREE or LAPSED (the lock a grant to
+--      a new owner needs: it waits for transactions that checked the old
+--      grant, G6). A member of a heartbeat group also locks its group, so
+--      a heartbeat in flight is waited for, and is looked at again. Still
+--      not live: grant it.
+--   B. otherwise read the row (under REPEATABLE READ or SERIALIZABLE with
+--      FOR SHARE, which fails with 40001 when the row changed after the
+--      snapshot, instead of answering from the past): no row: insert the
+--      first grant (or, when a concurrent first grant won, go back to A
+--      once); another owner's live grant: denied; the caller's: lock it
+--      FOR KEY SHARE (holds off a takeover until the caller's transaction
+--      ends, G6, without holding up its renewals).
+-- A state that changed under both passes is lease_contention at once.
+CREATE FUNCTION lease._acquire_settle(key_hash bytea, key text, owner text, ttl interval, lock_left interval,
+                                      OUT outcome text, OUT epoch bigint, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_owner text COLLATE "C" := owner;
+    v_hash bytea := key_hash;
+    v_row record;
+    v_live boolean;
+    v_share boolean := current_setting('transaction_isolation') <> 'read committed';
+    v_saved_lock_timeout text := current_setting('lock_timeout');
+    v_lock_deadline timestamptz := lease._expires_in(lock_left);
+    v_generation bigint;
+BEGIN
+    BEGIN
+        FOR v_pass IN 1..2 LOOP
+            -- A.
+            PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+            SELECT l.group_id INTO v_row
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = v_key AND NOT lease._live(l)
+               FOR UPDATE;
+            IF FOUND THEN
+                v_live := false;
+                IF v_row.group_id IS NOT NULL THEN
+                    PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                    PERFORM 1 FROM lease.groups AS g WHERE g.id = v_row.group_id FOR NO KEY UPDATE;
+                    SELECT lease._live(l) INTO v_live FROM lease.leases AS l WHERE l.key_hash = v_hash;
+                END IF;
+                IF NOT v_live THEN
+                    PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                    v_generation := lease._generation(true);
+                    UPDATE lease.leases AS l
+                       SET owner = v_owner,
+                           epoch = lease._grant_epoch(l.epoch, v_generation, NULL),
+                           expires_at = lease._expires_in(_acquire_settle.ttl),
+                           lapsed_owner = l.owner,
+                           group_id = NULL
+                     WHERE l.key_hash = v_hash
+                    RETURNING l.epoch, l.expires_at INTO _acquire_settle.epoch, _acquire_settle.expires_at;
+                    PERFORM lease._left_groups(ARRAY[v_row.group_id]);
+                    outcome := 'granted';
+                    EXIT;
+                END IF;
+            END IF;
+            -- B.
+            IF v_share THEN
+                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                SELECT l.owner, l.epoch, lease._expiry(l) AS expiry, lease._live(l) AS live INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = v_key
+                   FOR SHARE;
+            ELSE
+                SELECT l.owner, l.epoch, lease._expiry(l) AS expiry, lease._live(l) AS live INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = v_key;
+            END IF;
+            IF NOT FOUND THEN
+                -- A first grant. ON CONFLICT DO NOTHING waits (within the
+                -- bound) for a concurrent first grant of the key and then
+                -- inserts nothing; the next pass finds that row.
+                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                v_generation := lease._generation(true);
+                INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
+                SELECT v_key, v_hash, v_owner, e.epoch, lease._expires_in(_acquire_settle.ttl), NULL, e.epoch
+                  FROM (SELECT lease._grant_epoch(NULL, v_generation, g.pruned_through) AS epoch
+                          FROM lease.lineage AS g WHERE g.singleton) AS e
+                ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+                RETURNING l.epoch, l.expires_at INTO _acquire_settle.epoch, _acquire_settle.expires_at;
+                IF FOUND THEN
+                    outcome := 'granted';
+                    EXIT;
+                END IF;
+            ELSIF v_row.live AND v_row.owner <> v_owner THEN
+                outcome := 'denied';
+                RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the locks back
+            ELSIF v_row.live THEN
+                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                SELECT l.epoch, lease._expiry(l) AS expiry INTO v_row
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.owner = v_owner AND lease._live(l)
+                   FOR KEY SHARE;
+                IF FOUND THEN
+                    outcome := 'held';
+                    epoch := v_row.epoch;
+                    expires_at := v_row.expiry;
+                    EXIT;
+                END IF;
+            END IF;
+            -- Changed under this pass (a grant that ended, a first grant
+            -- that won): one more.
+        END LOOP;
+        IF outcome IS NULL THEN
+            PERFORM lease._raise_contention('acquire', v_key);
+        END IF;
+    EXCEPTION
+        WHEN SQLSTATE 'LH001' THEN
+            outcome := 'denied';   -- the attempt's locks are gone with it
+        WHEN lock_not_available THEN
+            outcome := 'busy';
+    END;
+    -- The bound outlives a committed subtransaction: put the caller's
+    -- lock_timeout back.
+    PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
+END;
+$$;
+
+-- Grants `key` to `owner` for `ttl` when it is FREE, LAPSED or never seen
+-- (docs/SPECIFICATION.md §1.3), waiting up to `wait` for it by polling
+-- (every 50 ms, never past the deadline). A grant locks the key's row until
+-- the caller's transaction ends; a denied or waiting attempt keeps no lock.
+--
+-- Each attempt settles the key in a fixed number of steps. The first is
+-- one statement that reads the row and grants it when it is FREE or
+-- LAPSED, nobody has it locked, it is in no heartbeat group and the
+-- lineage row is current: the common grant. Under READ COMMITTED the same
+-- statement's read is the common denial (another owner's live grant; no
+-- lock taken). Everything else goes to lease._acquire_settle.
+CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
+                              OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_owner text COLLATE "C" := owner;
+    v_ttl interval := ttl;
+    v_wait interval := wait;
+    v_hash bytea;
+    v_now timestamptz;
+    v_deadline timestamptz;
+    v_rc boolean;
+    v_found record;
+    v_settled record;
+BEGIN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(v_ttl) AND lease._wait_ok(v_wait)) THEN
+        PERFORM lease._raise_invalid('acquire',
+            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+            || lease._ttl_violations(v_ttl) || lease._wait_violations(v_wait));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('acquire', 'key', v_key);
+    END IF;
+    v_hash := lease._key_hash(v_key);
+    -- Judged by the time it adds: '1 mon -30 days' orders as zero but
+    -- waits a day at the end of a 31-day month.
+    v_now := clock_timestamp();
+    IF v_now + v_wait > v_now THEN
+        v_deadline := v_now + v_wait;
+    END IF;
+    v_rc := current_setting('transaction_isolation') = 'read committed';
+    LOOP
+        -- The one-statement attempt. `cur` is the row as the statement's
+        -- snapshot shows it; `c` locks it FOR UPDATE only when it is
+        -- grantable, and SKIP LOCKED never waits; the UPDATE grants it when
+        -- `c` locked it and the lineage row is current.
+        WITH cur AS (
+            SELECT l.owner, lease._live(l) AS live
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = v_key
+        ), c AS (
+            SELECT l.key_hash
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = v_key
+               AND NOT lease._live(l) AND l.group_id IS NULL
+               FOR UPDATE SKIP LOCKED
+        ), granted AS (
+            UPDATE lease.leases AS l
+               SET owner = v_owner,
+                   epoch = lease._grant_epoch(l.epoch, g.generation, NULL),
+                   expires_at = lease._expires_in(v_ttl),
+                   lapsed_owner = l.owner
+              FROM c, (SELECT lease._current_generation() AS generation) AS g
+             WHERE l.key_hash = c.key_hash AND g.generation IS NOT NULL
+            RETURNING l.epoch, l.expires_at
+        )
+        SELECT COALESCE((SELECT cur.live AND cur.owner <> v_owner FROM cur), false) AS held_by_other,
+               granted.epoch, granted.expires_at
+          INTO v_found
+          FROM (SELECT 1) AS one LEFT JOIN granted ON true;
+        IF v_found.epoch IS NOT NULL THEN
+            acquired := true;
+            epoch := v_found.epoch;
+            expires_at := v_found.expires_at;
+            EXIT;
+        END IF;
+        IF NOT (v_rc AND v_found.held_by_other) THEN
+            v_settled := lease._acquire_settle(v_hash, v_key, v_owner, v_ttl,
+                                               COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
+            IF v_settled.outcome IN ('granted', 'held') THEN
+                acquired := true;
+                epoch := v_settled.epoch;
+                expires_at := v_settled.expires_at;
+                EXIT;
+            END IF;
+            IF v_settled.outcome = 'busy' THEN
+                PERFORM lease._raise_wait_timeout(v_key, v_wait,
+                    CASE WHEN v_deadline IS NULL
+                         THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
+                         ELSE format('stayed locked by another transaction for the whole wait of %s', v_wait) END);
+            END IF;
+        END IF;
+        -- Denied.
+        IF v_deadline IS NULL THEN
+            acquired := false;
+            RETURN;
+        END IF;
+        IF clock_timestamp() >= v_deadline THEN
+            PERFORM lease._raise_wait_timeout(v_key, v_wait,
+                format('stayed held by another owner for the whole wait of %s', v_wait));
+        END IF;
+        PERFORM pg_sleep(LEAST(0.05, GREATEST(0, EXTRACT(epoch FROM v_deadline - clock_timestamp()))::double precision));
+    END LOOP;
+    PERFORM lease._make_durable();
+END;
+$$;
+
+-- Extends the grant (key, owner, epoch) to now + ttl while it is live
+-- (docs/SPECIFICATION.md §1.3); otherwise answers why not: not_owner,
+-- lapsed or epoch_mismatch. A renewal locks the key's row until the
+-- caller's transaction ends; a refusal locks nothing. One UPDATE on the
+-- common path; a second only when a change committed between the first
+-- and the status read made the grant match, and then lease_contention if
+-- that one misses too.
+CREATE FUNCTION lease.renew(key text, owner text, epoch bigint, ttl interval,
+                            OUT status text, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_owner text COLLATE "C" := owner;
+    v_epoch bigint := epoch;
+    v_ttl interval := ttl;
+    v_hash bytea;
+BEGIN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch IS NOT NULL AND lease._ttl_ok(v_ttl)) THEN
+        PERFORM lease._raise_invalid('renew',
+            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+            || lease._ttl_violations(v_ttl) || lease._epoch_violations('epoch', v_epoch, NULL));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('renew', 'key', v_key);
+    END IF;
+    v_hash := lease._key_hash(v_key);
+    FOR v_pass IN 1..2 LOOP
+        UPDATE lease.leases AS l
+           SET expires_at = lease._expires_in(v_ttl)
+         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = v_epoch
+           AND lease._live(l)
+        RETURNING l.expires_at INTO renew.expires_at;
+        IF FOUND THEN
+            PERFORM lease._make_durable();
+            status := 'ok';
+            RETURN;
+        END IF;
+        status := lease._status(v_hash, v_key, v_owner, v_epoch);
+        IF status <> 'ok' THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    PERFORM lease._raise_contention('renew', v_key);
+END;
+$$;
+
+-- Ends the grant (key, owner, epoch) while it is live: the key becomes FREE
+-- and its counter moves on by one (docs/SPECIFICATION.md §1.3), its
+-- waiters are woken, and a heartbeat group it was in counts it out;
+-- otherwise answers why not. A release locks the key's row until the
+-- caller's transaction ends; a refusal locks nothing. The row is locked
+-- first, so the group it leaves is read from its newest version.
+CREATE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_owner text COLLATE "C" := owner;
+    v_epoch bigint := epoch;
+    v_hash bytea;
+    v_group bigint;
+BEGIN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch IS NOT NULL) THEN
+        PERFORM lease._raise_invalid('release',
+            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+            || lease._epoch_violations('epoch', v_epoch, NULL));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('release', 'key', v_key);
+    END IF;
+    v_hash := lease._key_hash(v_key);
+    FOR v_pass IN 1..2 LOOP
+        UPDATE lease.leases AS l
+           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+          FROM (SELECT o.key_hash, o.group_id
+                  FROM lease.leases AS o
+                 WHERE o.key_hash = v_hash AND o.key = v_key AND o.owner = v_owner AND o.epoch = v_epoch
+                   AND lease._live(o)
+                   FOR NO KEY UPDATE) AS d
+         WHERE l.key_hash = d.key_hash
+        RETURNING d.group_id INTO v_group;
+        IF FOUND THEN
+            IF v_group IS NOT NULL THEN
+                PERFORM lease._left_groups(ARRAY[v_group]);
+            END IF;
+            PERFORM lease._on_release(v_hash);
+            PERFORM lease._make_durable();
+            status := 'ok';
+            RETURN;
+        END IF;
+        status := lease._status(v_hash, v_key, v_owner, v_epoch);
+        IF status <> 'ok' THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    PERFORM lease._raise_contention('release', v_key);
+END;
+$$;
+
+-- The key's state as of the call (docs/SPECIFICATION.md §1.3): no row for a
+-- never-seen key; owner and expiry only while a grant is live. Locks
+-- nothing. A key under another role's namespace is refused, not shown (§4).
+CREATE FUNCTION lease.inspect(key text)
+RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+BEGIN
+    IF NOT lease._name_ok(v_key) THEN
+        PERFORM lease._raise_invalid('inspect', lease._text_violations('key', v_key));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('inspect', 'key', v_key);
+    END IF;
+    RETURN QUERY
+        SELECT s.live, CASE WHEN s.live THEN s.owner END, s.epoch, CASE WHEN s.live THEN s.expiry END
+          FROM (SELECT lease._live(l) AS live, l.owner, l.epoch, lease._expiry(l) AS expiry
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key) AS s;
+END;
+$$;
+
+-- The server's current generation and timeline (docs/SPECIFICATION.md
+-- §1.2): the next grant's epoch is at least (generation << 40) + 1. Read
+-- only, for any role and on a standby too (there it reports the timeline of
+-- the last restartpoint). Answers nothing about any key.
+CREATE FUNCTION lease.generation(OUT generation bigint, OUT timeline bigint)
+RETURNS record
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    generation := lease._generation(false);
+    timeline := lease._timeline();
+END;
+$$;
+
+REVOKE ALL ON FUNCTION lease._lock_budget(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_wait_timeout(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._acquire_settle(bytea, text, text, interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.inspect(text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.generation() TO PUBLIC;

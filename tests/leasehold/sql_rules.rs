@@ -1,0 +1,290 @@
+//! The baseline SQL's own shape (docs/SPECIFICATION.md §1, "one definition
+//! per rule"): every liveness and expiry comparison lives in its helper,
+//! the shortcuts of a rule never disagree with the rule, every function
+//! pins its search_path or is an inlined helper, nothing in schema `lease`
+//! is a rewrite rule or a view, and each migration's `down.sql` drops
+//! exactly the functions its `up.sql` creates.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use leasehold_test_support::TestDb;
+
+use crate::common::*;
+
+/// The helpers allowed to compare an expiry with the clock, or to compute
+/// one: the definitions of liveness, expiry and span validity
+/// (migrations/2026-12-01-000002_rules).
+const TIME_RULE_HELPERS: &[&str] = &[
+    "_expires_in",
+    "_live",
+    "_group_live",
+    "_expiry",
+    "_lapsed_for",
+    "_group_lapsed_for",
+    "_span_effect",
+];
+
+fn migration_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("migrations/")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every `CREATE FUNCTION lease.<name>(...) ... $$ body $$` of a migration:
+/// the name and the body, with `--` comments removed.
+fn function_bodies(sql: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = sql;
+    while let Some(at) = rest.find("CREATE FUNCTION lease.") {
+        let after = &rest[at + "CREATE FUNCTION lease.".len()..];
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let open = after.find("$$").expect("a body opening with $$");
+        let body_and_rest = &after[open + 2..];
+        let close = body_and_rest.find("$$").expect("a body closing with $$");
+        let body: String = body_and_rest[..close]
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.push((name, body));
+        rest = &body_and_rest[close + 2..];
+    }
+    out
+}
+
+/// Whether `text` compares an expiry with something, or adds a span to the
+/// clock: what only the time-rule helpers may do.
+fn time_rule_written_out(text: &str) -> Option<String> {
+    let squeezed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let lowered = squeezed.to_ascii_lowercase();
+    let comparisons = ["<=", ">=", "<", ">"];
+    for (index, _) in lowered.match_indices("expires_at") {
+        let before = lowered[..index].trim_end();
+        let after = lowered[index + "expires_at".len()..].trim_start();
+        // `x.expires_at > ...` or `... < x.expires_at` (a qualified column
+        // is preceded by its alias and a dot).
+        let before = before.trim_end_matches(|c: char| {
+            c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '(' || c == ')'
+        });
+        if comparisons
+            .iter()
+            .any(|op| after.starts_with(op) && !after.starts_with("<<") && !after.starts_with(">>"))
+            || comparisons.iter().any(|op| before.trim_end().ends_with(op))
+        {
+            return Some(
+                squeezed[index.saturating_sub(40)..(index + 50).min(squeezed.len())].to_owned(),
+            );
+        }
+    }
+    for needle in [
+        "clock_timestamp() +",
+        "now()",
+        "_expiry(l) <",
+        "_expiry(l) >",
+        "_expiry(o) <",
+        "_expiry(o) >",
+    ] {
+        if let Some(index) = lowered.find(needle) {
+            return Some(
+                squeezed[index.saturating_sub(40)..(index + 50).min(squeezed.len())].to_owned(),
+            );
+        }
+    }
+    None
+}
+
+/// One definition per rule: no liveness or expiry comparison, and no
+/// `clock_timestamp() + span`, is written anywhere in the migrations but in
+/// its helper; everything else calls `lease._live`, `lease._expires_in` and
+/// the others. Fails naming the function and the text.
+#[test]
+fn liveness_and_expiry_are_compared_only_in_their_helpers() {
+    let mut found = Vec::new();
+    let mut helpers_seen = BTreeSet::new();
+    for dir in migration_dirs() {
+        let sql = std::fs::read_to_string(dir.join("up.sql")).expect("up.sql");
+        for (name, body) in function_bodies(&sql) {
+            if TIME_RULE_HELPERS.contains(&name.as_str()) {
+                helpers_seen.insert(name);
+                continue;
+            }
+            if let Some(text) = time_rule_written_out(&body) {
+                found.push(format!("{}: lease.{name}: {text}", dir.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "time rules written out of their helpers:\n{}",
+        found.join("\n")
+    );
+    let expected: BTreeSet<String> = TIME_RULE_HELPERS.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(helpers_seen, expected, "every time-rule helper exists");
+}
+
+/// The detector itself: each way of writing the rule out is caught.
+#[test]
+fn the_time_rule_detector_catches_what_it_must() {
+    for text in [
+        "WHERE l.expires_at > clock_timestamp()",
+        "AND g.expires_at<=v_cutoff",
+        "clock_timestamp() < l.expires_at",
+        "SET expires_at = clock_timestamp() + ttl",
+        "v := now()",
+        "lease._expiry(l) <= v_cutoff",
+    ] {
+        assert!(time_rule_written_out(text).is_some(), "{text}");
+    }
+    for text in [
+        "SET expires_at = lease._expires_in(v_ttl)",
+        "RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires",
+        "lease._live(l) AND l.owner = v_owner",
+        "SELECT g.expires_at INTO v FROM lease.groups AS g",
+    ] {
+        assert!(time_rule_written_out(text).is_none(), "{text}");
+    }
+}
+
+/// A rule's shortcut never disagrees with the rule: the plain-span test
+/// that lets a ttl or wait skip `lease._span_effect` accepts only spans the
+/// rule accepts; `lease._ttl_ok` and `lease._wait_ok` answer as the rule
+/// does on every span tried, odd ones included; `lease._name_ok` and
+/// `lease._text_violations` agree.
+#[test]
+fn the_shortcuts_of_a_rule_agree_with_the_rule() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let spans = [
+        "0",
+        "1 microsecond",
+        "1 second",
+        "-1 second",
+        "59 minutes",
+        "1 day",
+        "-1 day",
+        "1 mon",
+        "1 mon -30 days",
+        "1 mon -31 days",
+        "-1 year 361 days",
+        "1 year -360 days",
+        "1 year -8640 hours",
+        "-1 year 8640 hours",
+        "99 years",
+        "100 years",
+        "100 years 1 day",
+        "36000 days",
+        "36500 days",
+        "876000 hours",
+        "876599 hours",
+        "877000 hours",
+        "-2000000 mon 60000001 days",
+        "1 mon -720 hours",
+        "12 mon -360 days",
+    ];
+    let list = spans
+        .iter()
+        .map(|span| format!("interval '{span}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let disagreements = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT format('%s: plain=%s ttl_ok=%s wait_ok=%s effect=%s', s.span,
+                           lease._plain_span_within(s.span, interval '0'),
+                           lease._ttl_ok(s.span), lease._wait_ok(s.span), e.effect) AS line
+               FROM unnest(ARRAY[{list}]) AS s(span)
+              CROSS JOIN LATERAL (SELECT lease._span_effect(s.span) AS effect) AS e
+              WHERE (lease._plain_span_within(s.span, interval '0') AND e.effect <> 'ok')
+                 OR lease._ttl_ok(s.span) <> (e.effect = 'ok')
+                 OR lease._wait_ok(s.span) <> (e.effect IN ('ok', 'zero'))
+                 OR (cardinality(lease._ttl_violations(s.span)) = 0) <> lease._ttl_ok(s.span)
+                 OR (cardinality(lease._wait_violations(s.span)) = 0) <> lease._wait_ok(s.span)"
+        ),
+    );
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+    let names = query_lines(
+        &mut conn,
+        "SELECT format('%s', coalesce(octet_length(v)::text, 'NULL')) AS line
+           FROM unnest(ARRAY[NULL, '', 'a', repeat('é', 8192), repeat('x', 16384), repeat('x', 16385)]) AS n(v)
+          WHERE lease._name_ok(v) <> (cardinality(lease._text_violations('key', v)) = 0)",
+    );
+    assert!(names.is_empty(), "{names:?}");
+}
+
+/// Every function in schema `lease` either pins its search_path or is a
+/// SQL helper the planner inlines into callers that pin theirs (and which
+/// writes every built-in it calls `pg_catalog.`-qualified); every SECURITY
+/// DEFINER function pins it. And schema `lease` holds no view and no
+/// rewrite rule: every entry point is a function.
+#[test]
+fn every_function_pins_its_search_path_and_no_rule_exists() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let unpinned = query_lines(
+        &mut conn,
+        "SELECT p.oid::regprocedure::text AS line
+           FROM pg_proc AS p
+          WHERE p.pronamespace = 'lease'::regnamespace
+            AND NOT coalesce(p.proconfig @> ARRAY['search_path=pg_catalog, pg_temp'], false)
+            AND (p.prosecdef OR p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'sql'))
+          ORDER BY 1",
+    );
+    assert!(
+        unpinned.is_empty(),
+        "functions without a pinned search_path: {unpinned:?}"
+    );
+    let unqualified = query_lines(
+        &mut conn,
+        "SELECT p.proname::text AS line
+           FROM pg_proc AS p
+          WHERE p.pronamespace = 'lease'::regnamespace
+            AND p.proconfig IS NULL
+            AND p.prosrc ~ '(^|[^._a-z])(clock_timestamp|convert_to|sha256|octet_length|pg_relation_size|current_setting|set_config|encode|substring|date_part)\\('
+          ORDER BY 1",
+    );
+    assert!(
+        unqualified.is_empty(),
+        "inlined helpers calling unqualified built-ins: {unqualified:?}"
+    );
+    let rewrites = query_lines(
+        &mut conn,
+        "SELECT c.relname::text AS line FROM pg_class AS c
+          WHERE c.relnamespace = 'lease'::regnamespace AND c.relkind IN ('v', 'm')
+         UNION ALL
+         SELECT r.rulename::text FROM pg_rewrite AS r JOIN pg_class AS c ON c.oid = r.ev_class
+          WHERE c.relnamespace = 'lease'::regnamespace",
+    );
+    assert!(
+        rewrites.is_empty(),
+        "views or rules in schema lease: {rewrites:?}"
+    );
+}
+
+/// Each migration's `down.sql` drops exactly the functions its `up.sql`
+/// creates, so that reverting one migration leaves none behind.
+#[test]
+fn each_down_migration_drops_exactly_what_its_up_migration_creates() {
+    for dir in migration_dirs() {
+        let up = std::fs::read_to_string(dir.join("up.sql")).expect("up.sql");
+        let down = std::fs::read_to_string(dir.join("down.sql")).expect("down.sql");
+        let created: BTreeSet<String> = function_bodies(&up)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        let dropped: BTreeSet<String> = down
+            .lines()
+            .filter_map(|line| line.trim().strip_prefix("DROP FUNCTION IF EXISTS lease."))
+            .map(|rest| rest.split('(').next().unwrap_or(rest).to_owned())
+            .collect();
+        assert_eq!(created, dropped, "{}", dir.display());
+    }
+}
