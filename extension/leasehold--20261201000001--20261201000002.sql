@@ -263,9 +263,9 @@ RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT (g).expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() $$;
 
--- The expiry of group `group_id`; NULL when there is no such group. The
--- foreign key from lease.leases clears a member's group_id in the
--- transaction that deletes its group, so a row's group always exists.
+-- The expiry of group `group_id`; NULL when there is no such group (a
+-- prune deletes a lapsed group and clears its members in one statement,
+-- but a member row read in an older snapshot may still name it).
 -- PL/pgSQL: a SQL function with a sub-select is never inlined, and
 -- PL/pgSQL keeps its plan for the session.
 CREATE FUNCTION lease._group_expiry(group_id bigint)
@@ -454,25 +454,6 @@ BEGIN
          WHERE g.singleton;
     END IF;
     RETURN v_generation;
-END;
-$$;
-
--- The generation a grant may use without lease._generation: the lineage
--- row's, when this server checked the row and no newer timeline is to be
--- recorded; NULL otherwise (the grant then calls lease._generation, which
--- compares the identifiers and records what changed). A scalar sub-select
--- in a PL/pgSQL function, so its plan is kept.
-CREATE FUNCTION lease._current_generation()
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN (SELECT lease._lineage_generation(g, g.last_timeline)
-              FROM lease.lineage AS g
-             WHERE g.singleton
-               AND g.checked_start = pg_postmaster_start_time()
-               AND g.last_timeline = lease._timeline());
 END;
 $$;
 
@@ -674,7 +655,7 @@ END
 $$;
 
 -- Extension only (generated): the role that owns the extension owns its
--- tables and functions, as the installing role owns them with the
+-- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -707,6 +688,16 @@ BEGIN
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'v')
            AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'DOMAIN', t.oid::pg_catalog.regtype::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND t.typtype OPERATOR(pg_catalog.=) 'd'
+           AND t.typowner OPERATOR(pg_catalog.<>) v_owner
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));

@@ -102,6 +102,20 @@ GRANT USAGE ON SCHEMA lease TO PUBLIC;
 -- pg_catalog-qualified, so that no object a role put on the installer's
 -- search_path can stand in for a built-in.
 
+-- The two domains of the tables' columns: what a stored name and a stored
+-- epoch are. A domain's CHECK is planned once per backend and checked only
+-- when a value is assigned to the column, so it costs a write almost
+-- nothing; a table CHECK constraint is planned again at every statement
+-- that writes the table (about 4 µs each, docs/PERFORMANCE.md), which is
+-- why the table constraints below are only the ones across columns.
+--   lease_name: a key, owner or resource name: 1 to 16384 bytes, compared
+--          as bytes (collation "C").
+--   lease_epoch: a fencing epoch or counter: at least 1.
+CREATE DOMAIN lease.lease_name AS text COLLATE "C"
+    CONSTRAINT lease_name_size CHECK (pg_catalog.octet_length(VALUE) BETWEEN 1 AND 16384);
+CREATE DOMAIN lease.lease_epoch AS bigint
+    CONSTRAINT lease_epoch_positive CHECK (VALUE OPERATOR(pg_catalog.>=) 1);
+
 -- Heartbeat groups (docs/SPECIFICATION.md §1.9): one owner's grants that
 -- one row keeps alive, so that a worker holding a thousand keys writes one
 -- row per heartbeat instead of a thousand (lease.join_group and
@@ -121,11 +135,9 @@ GRANT USAGE ON SCHEMA lease TO PUBLIC;
 --          a restore it would hand out ids already in use.
 CREATE TABLE lease.groups (
     id         bigint      PRIMARY KEY,
-    owner      text        COLLATE "C" NOT NULL,
+    owner      lease.lease_name NOT NULL,
     expires_at timestamptz NOT NULL,
-    members    integer     NOT NULL,
-    CONSTRAINT groups_owner_size CHECK (pg_catalog.octet_length(owner) BETWEEN 1 AND 16384),
-    CONSTRAINT groups_members CHECK (members OPERATOR(pg_catalog.>=) 0)
+    members    integer     NOT NULL
 );
 REVOKE ALL ON TABLE lease.groups FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.groups', '');
@@ -148,28 +160,32 @@ SELECT pg_catalog.pg_extension_config_dump('lease.groups', '');
 --          guards refuse epochs below first_epoch, which belong to a pruned
 --          incarnation (docs/SPECIFICATION.md §1.8, I16).
 --   group_id: the heartbeat group the current grant was joined to, or
---          NULL. A foreign key: deleting a group (pruning) clears it in the
---          same transaction, so no row ever names a group that is gone.
--- The constraints are the states that cannot happen. Names, not digests,
--- are compared as bytes: the columns have collation "C".
+--          NULL. Pruning clears it in the transaction that deletes the
+--          group, and lease._live counts a group that is gone as lapsed, so
+--          a member is never stuck. Not a foreign key: its trigger would
+--          cost every write of the table about 5 µs (docs/PERFORMANCE.md),
+--          and the group's only deleter keeps the rule.
+-- The domains and the constraint are the states that cannot happen. Names
+-- are compared as bytes: lease.lease_name has collation "C".
 CREATE TABLE lease.leases (
-    key          text        COLLATE "C" NOT NULL,
-    key_hash     bytea       PRIMARY KEY,
-    owner        text        COLLATE "C",
-    epoch        bigint      NOT NULL,
+    key          lease.lease_name  NOT NULL,
+    key_hash     bytea             PRIMARY KEY,
+    owner        lease.lease_name,
+    epoch        lease.lease_epoch NOT NULL,
     expires_at   timestamptz,
-    lapsed_owner text        COLLATE "C",
-    first_epoch  bigint      NOT NULL,
-    group_id     bigint      REFERENCES lease.groups (id) ON DELETE SET NULL,
-    -- A grant has an owner and an expiry; a FREE row has neither.
-    CONSTRAINT leases_grant_complete CHECK ((owner IS NULL) OPERATOR(pg_catalog.=) (expires_at IS NULL)),
-    CONSTRAINT leases_epoch_positive CHECK (epoch OPERATOR(pg_catalog.>=) 1),
-    CONSTRAINT leases_first_epoch CHECK (first_epoch OPERATOR(pg_catalog.>=) 1 AND first_epoch OPERATOR(pg_catalog.<=) epoch),
-    CONSTRAINT leases_key_size CHECK (pg_catalog.octet_length(key) BETWEEN 1 AND 16384),
-    CONSTRAINT leases_owner_size CHECK (pg_catalog.octet_length(owner) BETWEEN 1 AND 16384),
-    CONSTRAINT leases_lapsed_owner CHECK (lapsed_owner IS NULL OR (owner IS NOT NULL AND pg_catalog.octet_length(lapsed_owner) BETWEEN 1 AND 16384)),
-    CONSTRAINT leases_group_needs_grant CHECK (group_id IS NULL OR owner IS NOT NULL),
-    CONSTRAINT leases_key_hash CHECK (key_hash OPERATOR(pg_catalog.=) pg_catalog.sha256(pg_catalog.convert_to(key, 'UTF8'::pg_catalog.name)))
+    lapsed_owner lease.lease_name,
+    first_epoch  lease.lease_epoch NOT NULL,
+    group_id     bigint,
+    -- A grant has an owner and an expiry, a FREE row neither; a heartbeat
+    -- group, and the lapsed owner a takeover remembers, belong to a grant.
+    -- One table constraint for all of it (see the domains above for why
+    -- one). Not checked here, because each would cost every write: the
+    -- key_hash is lease._key_hash(key) (every writer computes it with that
+    -- one function), and first_epoch <= epoch (a counter only grows).
+    CONSTRAINT leases_grant_complete CHECK (
+        (owner IS NULL) OPERATOR(pg_catalog.=) (expires_at IS NULL)
+        AND (group_id IS NULL OR owner IS NOT NULL)
+        AND (lapsed_owner IS NULL OR owner IS NOT NULL))
 );
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
@@ -313,18 +329,14 @@ EXECUTE FUNCTION lease._lineage_restore();
 --          misuse).
 --   accepted_epoch: the record (G1): the highest epoch admitted, or one
 --          more than the epoch lease.fence fenced through, whichever is
---          greater; 0 before anything. Never decreases. Epochs below it are
---          refused.
+--          greater (a resource never admitted or fenced has no row). Never
+--          decreases. Epochs below it are refused.
 CREATE TABLE lease.guards (
-    resource       text        COLLATE "C" NOT NULL,
-    resource_hash  bytea       PRIMARY KEY,
-    lease_key      text        COLLATE "C" NOT NULL,
-    accepted_epoch bigint      NOT NULL,
-    updated_at     timestamptz NOT NULL,
-    CONSTRAINT guards_accepted_epoch CHECK (accepted_epoch OPERATOR(pg_catalog.>=) 0),
-    CONSTRAINT guards_resource_size CHECK (pg_catalog.octet_length(resource) BETWEEN 1 AND 16384),
-    CONSTRAINT guards_lease_key_size CHECK (pg_catalog.octet_length(lease_key) BETWEEN 1 AND 16384),
-    CONSTRAINT guards_resource_hash CHECK (resource_hash OPERATOR(pg_catalog.=) pg_catalog.sha256(pg_catalog.convert_to(resource, 'UTF8'::pg_catalog.name)))
+    resource       lease.lease_name  NOT NULL,
+    resource_hash  bytea             PRIMARY KEY,
+    lease_key      lease.lease_name  NOT NULL,
+    accepted_epoch lease.lease_epoch NOT NULL,
+    updated_at     timestamptz       NOT NULL
 );
 REVOKE ALL ON TABLE lease.guards FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.guards', '');
@@ -358,7 +370,7 @@ REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.prune_sightings', '');
 
 -- Extension only (generated): the role that owns the extension owns its
--- tables and functions, as the installing role owns them with the
+-- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -391,6 +403,16 @@ BEGIN
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'v')
            AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'DOMAIN', t.oid::pg_catalog.regtype::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND t.typtype OPERATOR(pg_catalog.=) 'd'
+           AND t.typowner OPERATOR(pg_catalog.<>) v_owner
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));

@@ -197,12 +197,13 @@ $$;
 -- (every 50 ms, never past the deadline). A grant locks the key's row until
 -- the caller's transaction ends; a denied or waiting attempt keeps no lock.
 --
--- Each attempt settles the key in a fixed number of steps. The first is
--- one statement that reads the row and grants it when it is FREE or
--- LAPSED, nobody has it locked, it is in no heartbeat group and the
--- lineage row is current: the common grant. Under READ COMMITTED the same
--- statement's read is the common denial (another owner's live grant; no
--- lock taken). Everything else goes to lease._acquire_settle.
+-- Each attempt settles the key in a fixed number of steps. The common
+-- cases take one read of the row and, for a grant, one UPDATE: under READ
+-- COMMITTED a live grant of another owner is the common denial (no lock
+-- taken); a FREE or LAPSED row outside any heartbeat group that nobody has
+-- locked (SKIP LOCKED never waits) is granted when the lineage row is
+-- current (checked by this server, no newer timeline to record: see
+-- lease.lineage). Everything else goes to lease._acquire_settle.
 CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
                               OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
@@ -212,19 +213,18 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
-    v_ttl interval := ttl;
-    v_wait interval := wait;
     v_hash bytea;
     v_now timestamptz;
     v_deadline timestamptz;
     v_rc boolean;
-    v_found record;
+    v_row record;
     v_settled record;
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(v_ttl) AND lease._wait_ok(v_wait)) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
+            AND lease._wait_ok(acquire.wait)) THEN
         PERFORM lease._raise_invalid('acquire',
             lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._ttl_violations(v_ttl) || lease._wait_violations(v_wait));
+            || lease._ttl_violations(acquire.ttl) || lease._wait_violations(acquire.wait));
     END IF;
     IF NOT lease._allowed(v_key) THEN
         PERFORM lease._raise_forbidden('acquire', 'key', v_key);
@@ -233,47 +233,39 @@ BEGIN
     -- Judged by the time it adds: '1 mon -30 days' orders as zero but
     -- waits a day at the end of a 31-day month.
     v_now := clock_timestamp();
-    IF v_now + v_wait > v_now THEN
-        v_deadline := v_now + v_wait;
+    IF v_now + acquire.wait > v_now THEN
+        v_deadline := v_now + acquire.wait;
     END IF;
     v_rc := current_setting('transaction_isolation') = 'read committed';
     LOOP
-        -- The one-statement attempt. `cur` is the row as the statement's
-        -- snapshot shows it; `c` locks it FOR UPDATE only when it is
-        -- grantable, and SKIP LOCKED never waits; the UPDATE grants it when
-        -- `c` locked it and the lineage row is current.
-        WITH cur AS (
-            SELECT l.owner, lease._live(l) AS live
-              FROM lease.leases AS l
-             WHERE l.key_hash = v_hash AND l.key = v_key
-        ), c AS (
-            SELECT l.key_hash
-              FROM lease.leases AS l
-             WHERE l.key_hash = v_hash AND l.key = v_key
-               AND NOT lease._live(l) AND l.group_id IS NULL
-               FOR UPDATE SKIP LOCKED
-        ), granted AS (
+        SELECT l.owner, lease._live(l) AS live, l.group_id INTO v_row
+          FROM lease.leases AS l
+         WHERE l.key_hash = v_hash AND l.key = v_key;
+        IF FOUND AND NOT v_row.live AND v_row.group_id IS NULL THEN
+            -- The common grant.
             UPDATE lease.leases AS l
                SET owner = v_owner,
                    epoch = lease._grant_epoch(l.epoch, g.generation, NULL),
-                   expires_at = lease._expires_in(v_ttl),
+                   expires_at = lease._expires_in(acquire.ttl),
                    lapsed_owner = l.owner
-              FROM c, (SELECT lease._current_generation() AS generation) AS g
-             WHERE l.key_hash = c.key_hash AND g.generation IS NOT NULL
-            RETURNING l.epoch, l.expires_at
-        )
-        SELECT COALESCE((SELECT cur.live AND cur.owner <> v_owner FROM cur), false) AS held_by_other,
-               granted.epoch, granted.expires_at
-          INTO v_found
-          FROM (SELECT 1) AS one LEFT JOIN granted ON true;
-        IF v_found.epoch IS NOT NULL THEN
-            acquired := true;
-            epoch := v_found.epoch;
-            expires_at := v_found.expires_at;
-            EXIT;
+              FROM (SELECT o.key_hash
+                      FROM lease.leases AS o
+                     WHERE o.key_hash = v_hash AND NOT lease._live(o) AND o.group_id IS NULL
+                       FOR UPDATE SKIP LOCKED) AS c,
+                   (SELECT lease._lineage_generation(lg, lg.last_timeline) AS generation
+                      FROM lease.lineage AS lg
+                     WHERE lg.singleton
+                       AND lg.checked_start = pg_postmaster_start_time()
+                       AND lg.last_timeline = lease._timeline()) AS g
+             WHERE l.key_hash = c.key_hash
+            RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+            IF FOUND THEN
+                acquired := true;
+                EXIT;
+            END IF;
         END IF;
-        IF NOT (v_rc AND v_found.held_by_other) THEN
-            v_settled := lease._acquire_settle(v_hash, v_key, v_owner, v_ttl,
+        IF NOT (v_rc AND FOUND AND v_row.live AND v_row.owner <> v_owner) THEN
+            v_settled := lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
                                                COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
             IF v_settled.outcome IN ('granted', 'held') THEN
                 acquired := true;
@@ -282,10 +274,10 @@ BEGIN
                 EXIT;
             END IF;
             IF v_settled.outcome = 'busy' THEN
-                PERFORM lease._raise_wait_timeout(v_key, v_wait,
+                PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
                     CASE WHEN v_deadline IS NULL
                          THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
-                         ELSE format('stayed locked by another transaction for the whole wait of %s', v_wait) END);
+                         ELSE format('stayed locked by another transaction for the whole wait of %s', acquire.wait) END);
             END IF;
         END IF;
         -- Denied.
@@ -294,8 +286,8 @@ BEGIN
             RETURN;
         END IF;
         IF clock_timestamp() >= v_deadline THEN
-            PERFORM lease._raise_wait_timeout(v_key, v_wait,
-                format('stayed held by another owner for the whole wait of %s', v_wait));
+            PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
+                format('stayed held by another owner for the whole wait of %s', acquire.wait));
         END IF;
         PERFORM pg_sleep(LEAST(0.05, GREATEST(0, EXTRACT(epoch FROM v_deadline - clock_timestamp()))::double precision));
     END LOOP;
@@ -319,14 +311,13 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
-    v_epoch bigint := epoch;
-    v_ttl interval := ttl;
     v_hash bytea;
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch IS NOT NULL AND lease._ttl_ok(v_ttl)) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND renew.epoch IS NOT NULL
+            AND lease._ttl_ok(renew.ttl)) THEN
         PERFORM lease._raise_invalid('renew',
             lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._ttl_violations(v_ttl) || lease._epoch_violations('epoch', v_epoch, NULL));
+            || lease._ttl_violations(renew.ttl) || lease._epoch_violations('epoch', renew.epoch, NULL));
     END IF;
     IF NOT lease._allowed(v_key) THEN
         PERFORM lease._raise_forbidden('renew', 'key', v_key);
@@ -334,8 +325,8 @@ BEGIN
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
         UPDATE lease.leases AS l
-           SET expires_at = lease._expires_in(v_ttl)
-         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = v_epoch
+           SET expires_at = lease._expires_in(renew.ttl)
+         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = renew.epoch
            AND lease._live(l)
         RETURNING l.expires_at INTO renew.expires_at;
         IF FOUND THEN
@@ -343,7 +334,7 @@ BEGIN
             status := 'ok';
             RETURN;
         END IF;
-        status := lease._status(v_hash, v_key, v_owner, v_epoch);
+        status := lease._status(v_hash, v_key, v_owner, renew.epoch);
         IF status <> 'ok' THEN
             RETURN;
         END IF;
@@ -366,39 +357,46 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
-    v_epoch bigint := epoch;
     v_hash bytea;
     v_group bigint;
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch IS NOT NULL) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL) THEN
         PERFORM lease._raise_invalid('release',
             lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._epoch_violations('epoch', v_epoch, NULL));
+            || lease._epoch_violations('epoch', release.epoch, NULL));
     END IF;
     IF NOT lease._allowed(v_key) THEN
         PERFORM lease._raise_forbidden('release', 'key', v_key);
     END IF;
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
+        -- A grant outside any heartbeat group: one UPDATE.
         UPDATE lease.leases AS l
-           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
-          FROM (SELECT o.key_hash, o.group_id
-                  FROM lease.leases AS o
-                 WHERE o.key_hash = v_hash AND o.key = v_key AND o.owner = v_owner AND o.epoch = v_epoch
-                   AND lease._live(o)
-                   FOR NO KEY UPDATE) AS d
-         WHERE l.key_hash = d.key_hash
-        RETURNING d.group_id INTO v_group;
-        IF FOUND THEN
-            IF v_group IS NOT NULL THEN
+           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
+           AND l.group_id IS NULL AND lease._live(l);
+        IF NOT FOUND THEN
+            -- A grant in a group: lock it to learn its group, then release
+            -- it and count it out of the group.
+            SELECT l.group_id INTO v_group
+              FROM lease.leases AS l
+             WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
+               AND l.group_id IS NOT NULL AND lease._live(l)
+               FOR NO KEY UPDATE;
+            IF FOUND THEN
+                UPDATE lease.leases AS l
+                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+                 WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
             END IF;
+        END IF;
+        IF FOUND THEN
             PERFORM lease._on_release(v_hash);
             PERFORM lease._make_durable();
             status := 'ok';
             RETURN;
         END IF;
-        status := lease._status(v_hash, v_key, v_owner, v_epoch);
+        status := lease._status(v_hash, v_key, v_owner, release.epoch);
         IF status <> 'ok' THEN
             RETURN;
         END IF;
@@ -426,7 +424,8 @@ BEGIN
     END IF;
     RETURN QUERY
         SELECT s.live, CASE WHEN s.live THEN s.owner END, s.epoch, CASE WHEN s.live THEN s.expiry END
-          FROM (SELECT lease._live(l) AS live, l.owner, l.epoch, lease._expiry(l) AS expiry
+          FROM (SELECT lease._live(l) AS live, l.owner::text AS owner, l.epoch::bigint AS epoch,
+                       lease._expiry(l) AS expiry
                   FROM lease.leases AS l
                  WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key) AS s;
 END;
@@ -457,7 +456,7 @@ GRANT EXECUTE ON FUNCTION lease.inspect(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.generation() TO PUBLIC;
 
 -- Extension only (generated): the role that owns the extension owns its
--- tables and functions, as the installing role owns them with the
+-- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -490,6 +489,16 @@ BEGIN
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'v')
            AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'DOMAIN', t.oid::pg_catalog.regtype::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND t.typtype OPERATOR(pg_catalog.=) 'd'
+           AND t.typowner OPERATOR(pg_catalog.<>) v_owner
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));

@@ -124,10 +124,14 @@ BEGIN
     next_after := CASE WHEN examined = batch THEN v_upper END;
     -- Heartbeat groups lapsed since before the cutoff, once per pass (its
     -- first batch). A lapsed group is never renewed again, so its members'
-    -- liveness is their own expiry alone; the foreign key clears their
-    -- group_id in this transaction.
+    -- liveness is their own expiry alone; their group_id is cleared in the
+    -- same statement, so no row names a group that is gone.
     IF NOT dry_run AND prune_keys.after IS NULL THEN
-        DELETE FROM lease.groups AS g WHERE lease._group_lapsed_for(g, prune_keys.idle);
+        WITH gone AS (
+            DELETE FROM lease.groups AS g WHERE lease._group_lapsed_for(g, prune_keys.idle)
+            RETURNING g.id
+        )
+        UPDATE lease.leases AS l SET group_id = NULL FROM gone WHERE l.group_id = gone.id;
     END IF;
     IF examined = 0 THEN
         pruned := 0;
@@ -266,7 +270,7 @@ REVOKE ALL ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean) FROM 
 REVOKE ALL ON FUNCTION lease.prune_guards(interval, bytea, integer, boolean) FROM PUBLIC;
 
 -- Extension only (generated): the role that owns the extension owns its
--- tables and functions, as the installing role owns them with the
+-- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
@@ -299,6 +303,16 @@ BEGIN
            AND d.deptype OPERATOR(pg_catalog.=) 'e'
            AND (c.relkind OPERATOR(pg_catalog.=) 'r' OR c.relkind OPERATOR(pg_catalog.=) 'v')
            AND c.relowner OPERATOR(pg_catalog.<>) v_owner
+        UNION ALL
+        SELECT 'DOMAIN', t.oid::pg_catalog.regtype::pg_catalog.text
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_type AS t ON t.oid OPERATOR(pg_catalog.=) d.objid
+         WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+           AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_extension
+           AND d.deptype OPERATOR(pg_catalog.=) 'e'
+           AND t.typtype OPERATOR(pg_catalog.=) 'd'
+           AND t.typowner OPERATOR(pg_catalog.<>) v_owner
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));

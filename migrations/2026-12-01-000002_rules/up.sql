@@ -260,9 +260,9 @@ RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT (g).expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() $$;
 
--- The expiry of group `group_id`; NULL when there is no such group. The
--- foreign key from lease.leases clears a member's group_id in the
--- transaction that deletes its group, so a row's group always exists.
+-- The expiry of group `group_id`; NULL when there is no such group (a
+-- prune deletes a lapsed group and clears its members in one statement,
+-- but a member row read in an older snapshot may still name it).
 -- PL/pgSQL: a SQL function with a sub-select is never inlined, and
 -- PL/pgSQL keeps its plan for the session.
 CREATE FUNCTION lease._group_expiry(group_id bigint)
@@ -451,25 +451,6 @@ BEGIN
          WHERE g.singleton;
     END IF;
     RETURN v_generation;
-END;
-$$;
-
--- The generation a grant may use without lease._generation: the lineage
--- row's, when this server checked the row and no newer timeline is to be
--- recorded; NULL otherwise (the grant then calls lease._generation, which
--- compares the identifiers and records what changed). A scalar sub-select
--- in a PL/pgSQL function, so its plan is kept.
-CREATE FUNCTION lease._current_generation()
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    RETURN (SELECT lease._lineage_generation(g, g.last_timeline)
-              FROM lease.lineage AS g
-             WHERE g.singleton
-               AND g.checked_start = pg_postmaster_start_time()
-               AND g.last_timeline = lease._timeline());
 END;
 $$;
 

@@ -121,10 +121,14 @@ BEGIN
     next_after := CASE WHEN examined = batch THEN v_upper END;
     -- Heartbeat groups lapsed since before the cutoff, once per pass (its
     -- first batch). A lapsed group is never renewed again, so its members'
-    -- liveness is their own expiry alone; the foreign key clears their
-    -- group_id in this transaction.
+    -- liveness is their own expiry alone; their group_id is cleared in the
+    -- same statement, so no row names a group that is gone.
     IF NOT dry_run AND prune_keys.after IS NULL THEN
-        DELETE FROM lease.groups AS g WHERE lease._group_lapsed_for(g, prune_keys.idle);
+        WITH gone AS (
+            DELETE FROM lease.groups AS g WHERE lease._group_lapsed_for(g, prune_keys.idle)
+            RETURNING g.id
+        )
+        UPDATE lease.leases AS l SET group_id = NULL FROM gone WHERE l.group_id = gone.id;
     END IF;
     IF examined = 0 THEN
         pruned := 0;

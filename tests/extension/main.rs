@@ -339,6 +339,9 @@ fn owners(conn: &mut PgConnection) -> Vec<String> {
              SELECT p.proowner AS o FROM pg_proc p WHERE p.pronamespace = 'lease'::regnamespace
              UNION ALL
              SELECT c.relowner FROM pg_class c WHERE c.relnamespace = 'lease'::regnamespace
+             UNION ALL
+             SELECT t.typowner FROM pg_type t
+              WHERE t.typnamespace = 'lease'::regnamespace AND t.typtype = 'd'
          ) AS x ORDER BY 1",
     )
 }

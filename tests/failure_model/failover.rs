@@ -458,8 +458,8 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     let warm = granted(acquire(&mut conn, "warm-up", "w", TTL).unwrap());
     let _ = release(&mut conn, "warm-up", "w", warm.epoch()).unwrap();
 
-    // A never-seen key: the fast path finds no row, the SQL function grants.
-    proxy.drop_answer_of_request(2);
+    // A never-seen key: the SQL function grants it, in one request.
+    proxy.drop_next_answer();
     let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
     assert!(
         matches!(
@@ -480,8 +480,8 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
 }
 
 /// The backend pid of the call whose statement matches the regular
-/// expression `function` (the SQL function or its fast path, e.g.
-/// `lease\.(fast_)?renew`) waiting for a synchronous standby.
+/// expression `function` (the SQL function, e.g. `lease\.renew`) waiting
+/// for a synchronous standby.
 fn waiting_in_sync_rep(observer: &mut PgConnection, function: &str) -> i32 {
     let sql = format!(
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event = 'SyncRep' \
@@ -531,7 +531,7 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
         .batch_execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
         .unwrap();
     assert!(query_bool(&mut admin, "SELECT pg_reload_conf() AS flag"));
-    let renewing = waiting_in_sync_rep(&mut admin, "lease\\.(fast_)?renew");
+    let renewing = waiting_in_sync_rep(&mut admin, "lease\\.renew");
 
     let cancel = CancelToken::new();
     let acquiring = {
@@ -540,7 +540,7 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
             waiter.acquire_cancellable("free", "w", TTL, Wait::UntilCancelled, &cancel)
         })
     };
-    let acquire_pid = waiting_in_sync_rep(&mut admin, "lease\\.(fast_)?acquire");
+    let acquire_pid = waiting_in_sync_rep(&mut admin, "lease\\.acquire");
 
     // Every way to stop a call: the waiter's token, dropping a waiter (its
     // clone in the thread is what remains), stopping the keeper (dropping
@@ -555,7 +555,7 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
         &mut admin,
         "the keeper's release waiting behind the renew",
         "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-         AND query ~ 'lease\\.(fast_)?release') AS flag",
+         AND query ~ 'lease\\.release') AS flag",
     );
     for pid in [renewing, acquire_pid] {
         assert!(

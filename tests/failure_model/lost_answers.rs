@@ -45,14 +45,14 @@ fn tcp_cluster() -> Cluster {
 /// The server commits the acquire, the answer never arrives: the client
 /// reports OutcomeUnknown (neither Granted nor Denied nor a plain error);
 /// inspect resolves it as granted, and the idempotent re-acquire returns
-/// the very same grant. A never-seen key is granted by the SQL function,
-/// after the fast path found no row: the second request's answer is lost.
+/// the very same grant. A never-seen key, granted by the SQL function in
+/// one request, whose answer is lost.
 #[test]
 fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect_finds_it_granted()
 {
     let cluster = tcp_cluster();
     let (proxy, mut conn) = proxied(&cluster.pg);
-    proxy.drop_answer_of_request(2);
+    proxy.drop_next_answer();
     let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
     assert!(
         matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::Operation::Acquire, key, .. } if key == "k"),

@@ -7,8 +7,7 @@
 //!   without forwarding any of it.
 //! - [`Proxy::drop_answer_of_request`]: the same for the client's n-th
 //!   request from now (the earlier ones pass): for a call that sends more
-//!   than one statement, such as an acquire of a never-seen key, whose fast
-//!   path finds no row before the SQL function grants.
+//!   than one statement.
 //! - [`Proxy::drop_next_request`]: close both connections instead of
 //!   forwarding the client's next request (so nothing reaches the server).
 //!
