@@ -171,7 +171,7 @@ CREATE TABLE lease.leases (
 );
 REVOKE ALL ON TABLE lease.leases FROM PUBLIC;
 -- A group's members, for the namespace check of a heartbeat
--- (lease.renew_group) and the foreign key's clearing. Partial: grants
+-- (lease.renew_group) and the prune's clearing. Partial: grants
 -- outside groups add no entry, and a renew, which changes no group_id,
 -- stays a HOT update.
 CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL;

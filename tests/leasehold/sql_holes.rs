@@ -9,9 +9,8 @@
 //! * a refused fast grant keeps the row lock it took;
 //! * the fast paths and `lease._fast_wake` answer an outsider differently
 //!   for a held and a free key of another role's namespace;
-//! * the tables keep states no function may write (no CHECK constraints,
-//!   no foreign key from a grant to its heartbeat group), and a pruned
-//!   group leaves its member unacquirable.
+//! * the tables keep states no function may write (no constraints), and a
+//!   pruned group leaves its member unacquirable.
 //!
 //! Every test runs in a [`Deployment`]: a non-superuser owner installed
 //! leasehold, `team/` is bound to the application role, and the attacker
