@@ -288,3 +288,39 @@ fn each_down_migration_drops_exactly_what_its_up_migration_creates() {
         assert_eq!(created, dropped, "{}", dir.display());
     }
 }
+
+/// The bounds of a span are exact, by the clock: a ttl or wait of exactly
+/// `lease._max_span()` (100 years) from now is accepted, one microsecond
+/// more is refused, and a wait of zero is accepted while a ttl of zero is
+/// refused; each through the entry point, so that a change to the rule
+/// itself (not only to a shortcut) is seen.
+#[test]
+fn the_bounds_of_a_span_are_exact() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let accepted = |conn: &mut diesel::PgConnection, sql: &str| sqlstate_of(conn, sql) == "00000";
+    assert!(accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/a', 'o', interval '100 years')"
+    ));
+    assert!(!accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/b', 'o', interval '100 years 1 microsecond')"
+    ));
+    assert!(accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/c', 'o', interval '1 minute', interval '100 years')"
+    ));
+    assert!(!accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/d', 'o', interval '1 minute', interval '100 years 1 microsecond')"
+    ));
+    assert!(accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/e', 'o', interval '1 minute', interval '0')"
+    ));
+    assert!(!accepted(
+        &mut conn,
+        "SELECT * FROM lease.acquire('span/f', 'o', interval '0')"
+    ));
+}
