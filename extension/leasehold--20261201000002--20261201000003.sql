@@ -27,7 +27,9 @@ SET LOCAL lock_timeout = '5s';
 -- The lock_timeout, in milliseconds, for acquire's locking steps: what is
 -- `left` of the wait, or, for a call without a wait (`left` NULL), the
 -- fixed bound of 1 second that docs/SPECIFICATION.md §1.5 states. Never 0,
--- which would mean "no limit".
+-- which would mean "no limit", and never above what lock_timeout takes
+-- (2^31 - 1 ms, about 24.8 days): a longer wait meets that cap first, and
+-- lease.acquire then tries again while its wait lasts.
 CREATE FUNCTION lease._lock_budget("left" interval)
 RETURNS text
 LANGUAGE sql IMMUTABLE
@@ -35,7 +37,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT CASE
         WHEN "left" IS NULL THEN '1000'
-        ELSE GREATEST(1, ceil(EXTRACT(epoch FROM "left") * 1000))::bigint::text
+        ELSE LEAST(2147483647, GREATEST(1, ceil(EXTRACT(epoch FROM "left") * 1000)))::bigint::text
     END
 $$;
 
@@ -274,10 +276,15 @@ BEGIN
                 EXIT;
             END IF;
             IF v_settled.outcome = 'busy' THEN
-                PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
-                    CASE WHEN v_deadline IS NULL
-                         THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
-                         ELSE format('stayed locked by another transaction for the whole wait of %s', acquire.wait) END);
+                IF v_deadline IS NULL OR clock_timestamp() >= v_deadline THEN
+                    PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
+                        CASE WHEN v_deadline IS NULL
+                             THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
+                             ELSE format('stayed locked by another transaction for the whole wait of %s', acquire.wait) END);
+                END IF;
+                -- A wait longer than lock_timeout can take met the cap:
+                -- lock again, within what is left.
+                CONTINUE;
             END IF;
         END IF;
         -- Denied.

@@ -324,3 +324,33 @@ fn the_bounds_of_a_span_are_exact() {
         "SELECT * FROM lease.acquire('span/f', 'o', interval '0')"
     ));
 }
+
+/// The lineage row one server checked is what lets a grant skip the full
+/// generation check (docs/SPECIFICATION.md §1.7). A row this server has not
+/// checked (written by a server before a restart, a standby's replayed
+/// copy, a dump from another cluster: here, a start time from long ago)
+/// sends the next grant to `lease._generation`, which records this
+/// server's start time, so the grants after it take the common path again;
+/// the epochs do not move for it.
+#[test]
+fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next_grant() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let checked = |conn: &mut diesel::PgConnection| {
+        query_bool(
+            conn,
+            "SELECT checked_start = pg_postmaster_start_time() AS flag FROM lease.lineage",
+        )
+    };
+    assert!(checked(&mut conn));
+    conn.batch_execute(
+        "UPDATE lease.lineage SET checked_start = timestamptz '2000-01-01 00:00:00+00'",
+    )
+    .unwrap_or_else(|error| panic!("age the lineage row: {error}"));
+    assert!(!checked(&mut conn));
+    let lease = granted(leasehold::acquire(&mut conn, "lineage/a", "o", TTL).unwrap());
+    assert_eq!(lease.epoch(), 1, "no new generation for the same server");
+    assert!(checked(&mut conn), "the grant recorded this server's start");
+    let next = granted(leasehold::acquire(&mut conn, "lineage/b", "o", TTL).unwrap());
+    assert_eq!(next.epoch(), 1);
+}
