@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use diesel::connection::SimpleConnection;
 use leasehold_test_support::TestDb;
 
 use crate::common::*;
