@@ -83,7 +83,8 @@ $$;
 --      once); another owner's live grant: denied; the caller's: lock it
 --      FOR KEY SHARE (holds off a takeover until the caller's transaction
 --      ends, G6, without holding up its renewals).
--- A state that changed under both passes is lease_contention at once.
+-- A state that changed under four passes in a row is lease_contention at
+-- once (a key that other sessions grant and release that fast).
 CREATE FUNCTION lease._acquire_settle(key_hash bytea, key text, owner text, ttl interval, lock_left interval,
                                       OUT outcome text, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
@@ -102,7 +103,7 @@ DECLARE
     v_generation bigint;
 BEGIN
     BEGIN
-        FOR v_pass IN 1..2 LOOP
+        FOR v_pass IN 1..4 LOOP
             -- A.
             PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
             SELECT l.group_id INTO v_row
@@ -230,6 +231,14 @@ BEGIN
     END IF;
     IF NOT lease._allowed(v_key) THEN
         PERFORM lease._raise_forbidden('acquire', 'key', v_key);
+    END IF;
+    -- A grant writes, so acquire refuses a read-only transaction (a
+    -- standby, a primary being demoted) before it reads anything, denials
+    -- included: a denial read on a server that no longer takes writes
+    -- would answer from state that may be stale.
+    IF current_setting('transaction_read_only')::boolean THEN
+        RAISE EXCEPTION 'cannot execute lease.acquire in a read-only transaction'
+            USING ERRCODE = '25006';
     END IF;
     v_hash := lease._key_hash(v_key);
     -- Judged by the time it adds: '1 mon -30 days' orders as zero but
