@@ -6,4 +6,5 @@ DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);
 DROP FUNCTION IF EXISTS lease.acquire(text, text, interval, interval);
 DROP FUNCTION IF EXISTS lease._acquire_settle(bytea, text, text, interval, interval);
 DROP FUNCTION IF EXISTS lease._raise_wait_timeout(text, interval, text);
+DROP FUNCTION IF EXISTS lease._limit_lock_wait(interval);
 DROP FUNCTION IF EXISTS lease._lock_budget(interval);

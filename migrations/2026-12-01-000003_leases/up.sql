@@ -38,6 +38,14 @@ AS $$
     END
 $$;
 
+-- Bounds the next lock wait of this transaction by what is `left` of a
+-- call's bound (lease._lock_budget), until the transaction ends or the
+-- caller puts its own lock_timeout back. Inlined.
+CREATE FUNCTION lease._limit_lock_wait("left" interval)
+RETURNS text
+LANGUAGE sql VOLATILE
+AS $$ SELECT pg_catalog.set_config('lock_timeout', lease._lock_budget("left"), true) $$;
+
 -- Raised when lease.acquire's wait ran out (SQLSTATE 57014). `reason` says
 -- whether another owner held the key or another transaction kept its row
 -- locked for the whole bound.
@@ -102,7 +110,7 @@ BEGIN
     BEGIN
         FOR v_pass IN 1..4 LOOP
             -- A.
-            PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+            PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
             SELECT l.group_id INTO v_row
               FROM lease.leases AS l
              WHERE l.key_hash = v_hash AND l.key = v_key AND NOT lease._live(l)
@@ -110,12 +118,12 @@ BEGIN
             IF FOUND THEN
                 v_live := false;
                 IF v_row.group_id IS NOT NULL THEN
-                    PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                    PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                     PERFORM 1 FROM lease.groups AS g WHERE g.id = v_row.group_id FOR NO KEY UPDATE;
                     SELECT lease._live(l) INTO v_live FROM lease.leases AS l WHERE l.key_hash = v_hash;
                 END IF;
                 IF NOT v_live THEN
-                    PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                    PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                     v_generation := lease._generation(true);
                     UPDATE lease.leases AS l
                        SET owner = v_owner,
@@ -132,7 +140,7 @@ BEGIN
             END IF;
             -- B.
             IF v_share THEN
-                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                 SELECT l.owner, l.epoch, lease._expiry(l) AS expiry, lease._live(l) AS live INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.key = v_key
@@ -146,7 +154,7 @@ BEGIN
                 -- A first grant. ON CONFLICT DO NOTHING waits (within the
                 -- bound) for a concurrent first grant of the key and then
                 -- inserts nothing; the next pass finds that row.
-                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                 v_generation := lease._generation(true);
                 INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
                 SELECT v_key, v_hash, v_owner, e.epoch, lease._expires_in(_acquire_settle.ttl), NULL, e.epoch
@@ -162,7 +170,7 @@ BEGIN
                 outcome := 'denied';
                 RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the locks back
             ELSIF v_row.live THEN
-                PERFORM set_config('lock_timeout', lease._lock_budget(v_lock_deadline - clock_timestamp()), true);
+                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                 SELECT l.epoch, lease._expiry(l) AS expiry INTO v_row
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.owner = v_owner AND lease._live(l)
@@ -460,6 +468,7 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION lease._lock_budget(interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._limit_lock_wait(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_wait_timeout(text, interval, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._acquire_settle(bytea, text, text, interval, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
