@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Server instructions per call, counted by valgrind (callgrind), for the SQL
+# functions of the working tree beside the fast path of commit 8dace47 and
+# the floors they are measured by. CPU time on a shared 2-core VM moves by
+# ±20 % between runs; an instruction count moves by well under 1 %, so
+# this is the instrument for "what does this piece of a function cost"
+# (docs/PERFORMANCE.md, "One SQL path").
+#
+#   benches/levers/instructions.sh [-b REV] [-n CALLS]
+#
+# It builds a throwaway cluster (binaries from PGBIN, default
+# /usr/lib/postgresql/15/bin; as user postgres when run as root), with two
+# databases: `before` (migrations of REV, default 8dace47) and `after` (the
+# working tree's migrations), and a copy `c.leases_nocheck` of lease.leases
+# without its CHECK constraint. Then, with the server stopped, it runs the
+# backend in single-user mode under callgrind: PREPARE of the statement
+# and N EXECUTEs (each its own transaction, fsync off), once with 50 and
+# once with 50+N executions. The difference divided by N is the cost of one
+# call, commit included, with the session's start and plan caching
+# subtracted out. Needs valgrind. Takes about 4 minutes.
+set -euo pipefail
+before_rev=8dace47
+calls=500
+while getopts "b:n:" opt; do
+    case "$opt" in
+        b) before_rev=$OPTARG ;;
+        n) calls=$OPTARG ;;
+        *) exit 2 ;;
+    esac
+done
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+bin=${PGBIN:-/usr/lib/postgresql/15/bin}
+command -v valgrind >/dev/null || { echo "instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+scratch=$(mktemp -d /tmp/instructions.XXXXXX)
+as_server=()
+if [ "$(id -u)" -eq 0 ]; then
+    chown postgres: "$scratch"
+    as_server=(runuser -u postgres --)
+fi
+started=""
+cleanup() {
+    [ -z "$started" ] || "${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -m immediate stop >/dev/null 2>&1 || true
+    rm -rf "$scratch"
+}
+trap cleanup EXIT
+"${as_server[@]}" "$bin/initdb" -D "$scratch/data" -U postgres -A trust -E UTF8 --no-instructions >/dev/null
+"${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -l "$scratch/server.log" -w \
+    -o "-c fsync=off -c listen_addresses='' -c unix_socket_directories='$scratch' -p 5432" start >/dev/null
+started=yes
+export PGHOST=$scratch PGPORT=5432 PGUSER=postgres
+unset PGDATABASE PGSERVICE PGOPTIONS PGHOSTADDR
+psql() { "$bin/psql" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+psql -d postgres -c "CREATE DATABASE before" -c "CREATE DATABASE after"
+for m in $(git -C "$root" ls-tree --name-only "$before_rev" migrations/); do
+    git -C "$root" show "$before_rev:$m/up.sql" | PGOPTIONS="-c client_min_messages=warning" psql -d before -1 -f - >/dev/null
+done
+for m in "$root"/migrations/*/up.sql; do
+    PGOPTIONS="-c client_min_messages=warning" psql -d after -1 -f "$m" >/dev/null
+done
+for db in before after; do
+    [ "$(psql -d "$db" -c "SELECT acquired FROM lease.acquire('ab-held', 'ab-owner', interval '100 years')")" = t ]
+done
+psql -d after >/dev/null <<'SQL'
+SET client_min_messages = warning;
+CREATE SCHEMA c;
+CREATE TABLE c.leases_nocheck (LIKE lease.leases INCLUDING DEFAULTS, PRIMARY KEY (key_hash));
+INSERT INTO c.leases_nocheck SELECT * FROM lease.leases;
+CREATE FUNCTION c.renew_minimal(key text, owner text, epoch bigint, ttl interval,
+                                OUT status text, OUT expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE lease.leases AS l SET expires_at = clock_timestamp() + renew_minimal.ttl
+     WHERE l.key_hash = sha256(convert_to(renew_minimal.key, 'UTF8')) AND l.key = renew_minimal.key
+       AND l.owner = renew_minimal.owner AND l.epoch = renew_minimal.epoch AND l.expires_at > clock_timestamp()
+    RETURNING l.expires_at INTO renew_minimal.expires_at;
+    status := CASE WHEN FOUND THEN 'ok' ELSE 'lost' END;
+END;
+$$;
+SQL
+"${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -m fast stop >/dev/null
+started=""
+
+# count DB STATEMENT N: instructions of a single-user backend running
+# PREPARE p AS STATEMENT and N EXECUTEs with the held key's arguments.
+count() {
+    local db=$1 stmt=$2 n=$3 input=$scratch/input.sql i
+    { echo "PREPARE p(text, text, bigint, interval) AS $stmt;"
+      for i in $(seq "$n"); do echo "EXECUTE p('ab-held', 'ab-owner', 1, '1 hour');"; done
+    } > "$input"
+    chmod a+r "$input"
+    "${as_server[@]}" valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$bin/postgres" --single -D "$scratch/data" -c fsync=off "$db" < "$input" 2>&1 >/dev/null |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+per_call() {
+    local low high
+    low=$(count "$1" "$2" 50)
+    high=$(count "$1" "$2" $((50 + calls)))
+    echo $(((high - low) / calls))
+}
+plain='UPDATE %s SET expires_at = clock_timestamp() + $4 WHERE key_hash = sha256(convert_to($1, '"'UTF8'"')) AND key = $1 AND owner = $2 AND epoch = $3 AND expires_at > clock_timestamp() RETURNING expires_at'
+echo "| call | instructions per call |"
+echo "|---|---:|"
+echo "| plain UPDATE, table without the CHECK | $(per_call after "$(printf "$plain" c.leases_nocheck)") |"
+echo "| plain UPDATE of lease.leases (one CHECK) | $(per_call after "$(printf "$plain" lease.leases)") |"
+echo "| before ($before_rev): fast_renew through its rule | $(per_call before 'UPDATE lease.fast_renew SET key = $1, owner = $2, epoch = $3, ttl = $4 RETURNING expires_at') |"
+echo "| before ($before_rev): lease.renew | $(per_call before 'SELECT * FROM lease.renew($1, $2, $3, $4)') |"
+echo "| minimal definer renew of lease.leases | $(per_call after 'SELECT * FROM c.renew_minimal($1, $2, $3, $4)') |"
+echo "| after: lease.renew | $(per_call after 'SELECT * FROM lease.renew($1, $2, $3, $4)') |"
