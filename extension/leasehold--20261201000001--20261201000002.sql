@@ -457,6 +457,25 @@ BEGIN
 END;
 $$;
 
+-- The role a namespace rule binds: its role_oid while the role with that
+-- oid still has the name the rule was bound to, else 0, which no role is a
+-- member of (a dropped or renamed role, or a rule restored into another
+-- cluster where the oid means another role or none). So a rule fails
+-- closed until an operator binds it again. PL/pgSQL: it reads pg_authid.
+CREATE FUNCTION lease._rule_role(rule lease.namespaces)
+RETURNS oid
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF (SELECT r.rolname::text COLLATE "C" FROM pg_catalog.pg_roles AS r WHERE r.oid = (rule).role_oid)
+       IS NOT DISTINCT FROM (rule).role_name THEN
+        RETURN (rule).role_oid;
+    END IF;
+    RETURN 0;
+END;
+$$;
+
 -- Whether the calling session may act on `name`, by the namespace rules
 -- that exist (docs/SPECIFICATION.md §4). The caller is session_user, the
 -- role that logged in: inside a SECURITY DEFINER function current_user is
@@ -493,7 +512,7 @@ BEGIN
                       HINT = 'Retry the transaction: a new snapshot sees the rules as they are now.';
         END;
     END IF;
-    SELECT n.role_oid INTO v_role
+    SELECT lease._rule_role(n) INTO v_role
       FROM lease.namespaces AS n
      WHERE starts_with(_allowed_by_rules.name COLLATE "C", n.prefix)
      ORDER BY octet_length(n.prefix) DESC
@@ -501,6 +520,7 @@ BEGIN
     IF NOT FOUND THEN
         RETURN true;
     END IF;
+    -- A rule whose role cannot be matched (v_role 0) admits superusers only.
     RETURN COALESCE(pg_has_role(session_user, v_role, 'MEMBER'), false);
 END;
 $$;
@@ -654,12 +674,16 @@ BEGIN
 END
 $$;
 
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();
+
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
--- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it,
+-- and the initial privileges pg_dump compares against name the new owner.
 DO $$
 DECLARE
     v_extension oid;
@@ -701,6 +725,12 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));
+        -- Records the object's privileges again, now under its new owner, as
+        -- its initial privileges (pg_init_privs): ALTER ... OWNER does not
+        -- update them before PostgreSQL 17, and pg_dump compares against
+        -- them, so a dump would otherwise GRANT ALL to the owner. Revoking a
+        -- grant option PUBLIC cannot hold changes nothing else.
+        EXECUTE pg_catalog.format('REVOKE GRANT OPTION FOR ALL ON %s %s FROM PUBLIC', v_object.kind, v_object.name);
     END LOOP;
 END
 $$;

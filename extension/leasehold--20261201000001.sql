@@ -98,6 +98,66 @@ $$;
 REVOKE ALL ON SCHEMA lease FROM PUBLIC;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
+-- docs/PRIVILEGES.md: default privileges (ALTER DEFAULT
+-- PRIVILEGES of the installing role, or of the superuser a trusted
+-- extension's script runs as) add grants to every object a migration
+-- creates; a monitoring role's "SELECT, TRIGGER on tables" would let it put
+-- a trigger on lease.leases that runs as the owner. None of those grants is
+-- leasehold's to give. Every migration ends by calling this: it takes back,
+-- from each object in schema lease that this transaction wrote, every grant
+-- to a role other than the owner and PUBLIC that a default privilege
+-- names. (PUBLIC's rights are set by each migration's own GRANT and REVOKE
+-- statements. A grant an operator made to such a role on an object that a
+-- later migration replaces is taken back too, which docs/PRIVILEGES.md
+-- says.)
+CREATE FUNCTION lease._drop_default_grants()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_xid xid := pg_catalog.xid(pg_catalog.pg_current_xact_id());
+    v_schema oid := pg_catalog.to_regnamespace('lease');
+    v_grant record;
+BEGIN
+    FOR v_grant IN
+        WITH objects AS (
+            SELECT 'SCHEMA' AS kind, pg_catalog.quote_ident(n.nspname) AS name, n.nspowner AS owner,
+                   n.nspacl AS acl, 'n'::"char" AS objtype
+              FROM pg_catalog.pg_namespace AS n
+             WHERE n.oid = v_schema AND n.xmin = v_xid
+            UNION ALL
+            SELECT CASE WHEN c.relkind = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.oid::regclass::text, c.relowner,
+                   c.relacl, CASE WHEN c.relkind = 'S' THEN 'S'::"char" ELSE 'r'::"char" END
+              FROM pg_catalog.pg_class AS c
+             WHERE c.relnamespace = v_schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND c.xmin = v_xid
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, p.proowner, p.proacl, 'f'::"char"
+              FROM pg_catalog.pg_proc AS p
+             WHERE p.pronamespace = v_schema AND p.xmin = v_xid
+            UNION ALL
+            SELECT CASE WHEN t.typtype = 'd' THEN 'DOMAIN' ELSE 'TYPE' END, t.oid::regtype::text, t.typowner,
+                   t.typacl, 'T'::"char"
+              FROM pg_catalog.pg_type AS t
+             WHERE t.typnamespace = v_schema AND t.typtype IN ('b', 'd', 'e', 'r', 'm') AND t.typcategory <> 'A'
+               AND t.xmin = v_xid
+        )
+        SELECT DISTINCT o.kind, o.name, a.grantee
+          FROM objects AS o, pg_catalog.aclexplode(o.acl) AS a
+         WHERE a.grantee <> o.owner AND a.grantee <> 0
+           AND EXISTS (SELECT 1
+                         FROM pg_catalog.pg_default_acl AS d, pg_catalog.aclexplode(d.defaclacl) AS da
+                        WHERE d.defaclobjtype = o.objtype
+                          AND d.defaclnamespace IN (0, v_schema)
+                          AND da.grantee = a.grantee)
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %I CASCADE', v_grant.kind, v_grant.name,
+                                  pg_catalog.pg_get_userbyid(v_grant.grantee));
+    END LOOP;
+END;
+$$;
+REVOKE ALL ON FUNCTION lease._drop_default_grants() FROM PUBLIC;
+
 -- Every function and operator in a constraint below is written
 -- pg_catalog-qualified, so that no object a role put on the installer's
 -- search_path can stand in for a built-in.
@@ -201,11 +261,17 @@ CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NU
 -- role (and superusers) may act on it. Without rules every role may act on
 -- every name. Rules are written only by the operator functions.
 --   prefix: not empty, at most 1024 bytes (a btree key).
---   role_oid: the bound role. A rule whose role was dropped admits nobody
---          but superusers: it fails closed.
+--   role_oid, role_name: the bound role, by oid and by the name it had
+--          when bound. The rule applies to its role only while the role
+--          with that oid still has that name: a rule whose role was
+--          dropped or renamed, or that was restored into another cluster
+--          where the oid names another role or none, admits nobody but
+--          superusers until an operator binds the prefix again. It fails
+--          closed (docs/SPECIFICATION.md §4).
 CREATE TABLE lease.namespaces (
     prefix     text        COLLATE "C" PRIMARY KEY,
     role_oid   oid         NOT NULL,
+    role_name  text        COLLATE "C" NOT NULL,
     created_at timestamptz NOT NULL,
     CONSTRAINT namespaces_prefix_size CHECK (pg_catalog.octet_length(prefix) BETWEEN 1 AND 1024)
 );
@@ -307,13 +373,26 @@ REVOKE ALL ON TABLE lease.lineage FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.lineage', '');
 
 -- Extension only (generated): on restore, the dump's lineage row replaces
--- the one CREATE EXTENSION inserted, so the dump keeps its lineage.
+-- the one CREATE EXTENSION inserted, so the dump keeps its lineage. It
+-- merges, never lowers: the generation floor becomes at least the
+-- generation the row already there gives now, and the pruning watermark
+-- the higher of the two, so an INSERT outside a restore loses nothing.
 CREATE FUNCTION lease._lineage_restore()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_old lease.lineage;
 BEGIN
-    DELETE FROM lease.lineage AS g WHERE g.singleton;
+    SELECT g.* INTO v_old FROM lease.lineage AS g WHERE g.singleton FOR UPDATE;
+    IF FOUND THEN
+        NEW.external_floor := LEAST(lease._max_generation(),
+                                    GREATEST(NEW.external_floor, v_old.external_floor,
+                                             lease._lineage_generation(v_old, lease._timeline())));
+        NEW.pruned_through := GREATEST(NEW.pruned_through, v_old.pruned_through);
+        DELETE FROM lease.lineage AS g WHERE g.singleton;
+    END IF;
     RETURN NEW;
 END;
 $$;
@@ -369,12 +448,16 @@ CREATE TABLE lease.prune_sightings (
 REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.prune_sightings', '');
 
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();
+
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
--- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it,
+-- and the initial privileges pg_dump compares against name the new owner.
 DO $$
 DECLARE
     v_extension oid;
@@ -416,6 +499,12 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));
+        -- Records the object's privileges again, now under its new owner, as
+        -- its initial privileges (pg_init_privs): ALTER ... OWNER does not
+        -- update them before PostgreSQL 17, and pg_dump compares against
+        -- them, so a dump would otherwise GRANT ALL to the owner. Revoking a
+        -- grant option PUBLIC cannot hold changes nothing else.
+        EXECUTE pg_catalog.format('REVOKE GRANT OPTION FOR ALL ON %s %s FROM PUBLIC', v_object.kind, v_object.name);
     END LOOP;
 END
 $$;

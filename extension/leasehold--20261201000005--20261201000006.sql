@@ -94,10 +94,11 @@ BEGIN
                END);
     END IF;
     PERFORM lease._namespaces_changed();
-    INSERT INTO lease.namespaces AS n (prefix, role_oid, created_at)
-    VALUES (v_prefix, v_role, clock_timestamp())
+    INSERT INTO lease.namespaces AS n (prefix, role_oid, role_name, created_at)
+    VALUES (v_prefix, v_role, v_role_name, clock_timestamp())
     ON CONFLICT ON CONSTRAINT namespaces_pkey DO UPDATE
        SET role_oid = excluded.role_oid,
+           role_name = excluded.role_name,
            created_at = excluded.created_at;
     PERFORM lease._make_durable();
 END;
@@ -126,8 +127,9 @@ BEGIN
 END;
 $$;
 
--- Every rule, by prefix. `role` is the bound role's name, or, for a role
--- that was dropped (its rule admits nobody but superusers),
+-- Every rule, by prefix. `role` is the bound role's name, or, for a rule
+-- whose role cannot be matched (dropped, renamed, or restored into another
+-- cluster; it admits nobody but superusers, see lease._rule_role),
 -- lease._dropped_role_label(oid): `pg_dropped_role(<oid>)`.
 CREATE FUNCTION lease.list_namespaces()
 RETURNS TABLE (prefix text, role text, created_at timestamptz)
@@ -135,10 +137,10 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT n.prefix,
-           COALESCE(r.rolname::text, lease._dropped_role_label(n.role_oid)),
+           CASE WHEN lease._rule_role(n) <> 0 THEN n.role_name
+                ELSE lease._dropped_role_label(n.role_oid) END,
            n.created_at
       FROM lease.namespaces AS n
-      LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = n.role_oid
      ORDER BY n.prefix
 $$;
 
@@ -323,12 +325,16 @@ REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;
 
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();
+
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
--- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it,
+-- and the initial privileges pg_dump compares against name the new owner.
 DO $$
 DECLARE
     v_extension oid;
@@ -370,6 +376,12 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));
+        -- Records the object's privileges again, now under its new owner, as
+        -- its initial privileges (pg_init_privs): ALTER ... OWNER does not
+        -- update them before PostgreSQL 17, and pg_dump compares against
+        -- them, so a dump would otherwise GRANT ALL to the owner. Revoking a
+        -- grant option PUBLIC cannot hold changes nothing else.
+        EXECUTE pg_catalog.format('REVOKE GRANT OPTION FOR ALL ON %s %s FROM PUBLIC', v_object.kind, v_object.name);
     END LOOP;
 END
 $$;

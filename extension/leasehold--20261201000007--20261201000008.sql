@@ -529,12 +529,16 @@ REVOKE ALL ON FUNCTION lease._raise_forbidden_many(text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew_many(text[], text, bigint[], interval, bytea[]) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release_many(text[], text, bigint[], bytea[]) TO PUBLIC;
 
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();
+
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
--- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it,
+-- and the initial privileges pg_dump compares against name the new owner.
 DO $$
 DECLARE
     v_extension oid;
@@ -576,6 +580,12 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));
+        -- Records the object's privileges again, now under its new owner, as
+        -- its initial privileges (pg_init_privs): ALTER ... OWNER does not
+        -- update them before PostgreSQL 17, and pg_dump compares against
+        -- them, so a dump would otherwise GRANT ALL to the owner. Revoking a
+        -- grant option PUBLIC cannot hold changes nothing else.
+        EXECUTE pg_catalog.format('REVOKE GRANT OPTION FOR ALL ON %s %s FROM PUBLIC', v_object.kind, v_object.name);
     END LOOP;
 END
 $$;

@@ -33,22 +33,30 @@
 //!   `pg_extension_config_dump`, so `pg_dump` keeps every lease, epoch,
 //!   guard record, namespace rule and the lineage row.
 //! - `lease.lineage` gets one object the migrations do not have: a BEFORE
-//!   INSERT trigger that removes the row already there. On restore,
-//!   `CREATE EXTENSION` inserts a fresh lineage row and the dump's row then
-//!   arrives by COPY; without the trigger the dump's row (the lineage that
-//!   orders epochs across clusters) would be refused as a duplicate. The
-//!   functions never insert into the table, so nothing else reaches it.
+//!   INSERT trigger that merges the row already there into the new one and
+//!   removes it. On restore, `CREATE EXTENSION` inserts a fresh lineage row
+//!   and the dump's row then arrives by COPY; without the trigger the
+//!   dump's row (the lineage that orders epochs across clusters) would be
+//!   refused as a duplicate. The merge never lowers the generation or the
+//!   pruning watermark, so an INSERT outside a restore loses nothing.
 //! - Every script ends by giving the extension's tables and functions to
 //!   the extension's owner (the role that ran `CREATE EXTENSION`), as the
-//!   installing role owns them with the migrations. A trusted extension's
-//!   script runs as the bootstrap superuser, and SECURITY DEFINER functions
-//!   owned by a superuser in a schema the installing role owns would let
-//!   that role run code as the superuser (by renaming the schema and
-//!   putting its own `lease._allowed` in place, say). So a dump is restored
-//!   as the role that should own leasehold (`pg_restore --role=<owner>`),
-//!   or with `--no-owner` by a superuser who is to own everything; a
-//!   superuser restoring the dump as is would own the extension while the
-//!   installing role owns the schema, which the ownership check refuses.
+//!   installing role owns them with the migrations, and by recording each
+//!   moved object's privileges again as its initial privileges
+//!   (`pg_init_privs`), now under that owner. A trusted extension's script
+//!   runs as the bootstrap superuser, and SECURITY DEFINER functions owned
+//!   by a superuser in a schema the installing role owns would let that
+//!   role run code as the superuser (by renaming the schema and putting its
+//!   own `lease._allowed` in place, say). Initial privileges left naming the
+//!   superuser would make `pg_dump` grant ALL on every object to the owner,
+//!   and after a `--no-owner` restore that owner could put a trigger on a
+//!   table that superuser-owned definer functions write. Default privileges
+//!   are taken back by the migrations themselves
+//!   (`lease._drop_default_grants`). A dump is restored as the role that
+//!   should own leasehold (`pg_restore --role=<owner>`), or with
+//!   `--no-owner` by a superuser who is to own everything; a superuser
+//!   restoring the dump as is would own the extension while the installing
+//!   role owns the schema, which the ownership check refuses.
 
 use std::fmt::Write as _;
 
@@ -220,13 +228,26 @@ $$;";
 /// the module documentation).
 const LINEAGE_RESTORE: &str = "
 -- Extension only (generated): on restore, the dump's lineage row replaces
--- the one CREATE EXTENSION inserted, so the dump keeps its lineage.
+-- the one CREATE EXTENSION inserted, so the dump keeps its lineage. It
+-- merges, never lowers: the generation floor becomes at least the
+-- generation the row already there gives now, and the pruning watermark
+-- the higher of the two, so an INSERT outside a restore loses nothing.
 CREATE FUNCTION lease._lineage_restore()
 RETURNS trigger
 LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_old lease.lineage;
 BEGIN
-    DELETE FROM lease.lineage AS g WHERE g.singleton;
+    SELECT g.* INTO v_old FROM lease.lineage AS g WHERE g.singleton FOR UPDATE;
+    IF FOUND THEN
+        NEW.external_floor := LEAST(lease._max_generation(),
+                                    GREATEST(NEW.external_floor, v_old.external_floor,
+                                             lease._lineage_generation(v_old, lease._timeline())));
+        NEW.pruned_through := GREATEST(NEW.pruned_through, v_old.pruned_through);
+        DELETE FROM lease.lineage AS g WHERE g.singleton;
+    END IF;
     RETURN NEW;
 END;
 $$;
@@ -244,7 +265,8 @@ const REASSIGN_TO_EXTENSION_OWNER: &str =
 -- migrations. A trusted extension's script runs as the bootstrap superuser,
 -- whose SECURITY DEFINER functions in a schema the installing role owns
 -- would let that role run code as the superuser. Ownership moves with the
--- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it.
+-- privileges: REVOKE ALL ... FROM PUBLIC stays as the migrations leave it,
+-- and the initial privileges pg_dump compares against name the new owner.
 DO $$
 DECLARE
     v_extension oid;
@@ -286,6 +308,12 @@ BEGIN
     LOOP
         EXECUTE pg_catalog.format('ALTER %s %s OWNER TO %I', v_object.kind, v_object.name,
                                   pg_catalog.pg_get_userbyid(v_owner));
+        -- Records the object's privileges again, now under its new owner, as
+        -- its initial privileges (pg_init_privs): ALTER ... OWNER does not
+        -- update them before PostgreSQL 17, and pg_dump compares against
+        -- them, so a dump would otherwise GRANT ALL to the owner. Revoking a
+        -- grant option PUBLIC cannot hold changes nothing else.
+        EXECUTE pg_catalog.format('REVOKE GRANT OPTION FOR ALL ON %s %s FROM PUBLIC', v_object.kind, v_object.name);
     END LOOP;
 END
 $$;";

@@ -8,6 +8,7 @@ DROP TABLE IF EXISTS lease.namespace_changes;
 DROP TABLE IF EXISTS lease.namespaces;
 DROP TABLE IF EXISTS lease.leases;
 DROP TABLE IF EXISTS lease.groups;
+DROP FUNCTION IF EXISTS lease._drop_default_grants();
 DROP DOMAIN IF EXISTS lease.lease_epoch;
 DROP DOMAIN IF EXISTS lease.lease_name;
 -- The schema goes only when nothing else lives in it (leasehold's own install

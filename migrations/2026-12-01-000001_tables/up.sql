@@ -81,6 +81,66 @@ $$;
 REVOKE ALL ON SCHEMA lease FROM PUBLIC;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
+-- docs/PRIVILEGES.md: default privileges (ALTER DEFAULT
+-- PRIVILEGES of the installing role, or of the superuser a trusted
+-- extension's script runs as) add grants to every object a migration
+-- creates; a monitoring role's "SELECT, TRIGGER on tables" would let it put
+-- a trigger on lease.leases that runs as the owner. None of those grants is
+-- leasehold's to give. Every migration ends by calling this: it takes back,
+-- from each object in schema lease that this transaction wrote, every grant
+-- to a role other than the owner and PUBLIC that a default privilege
+-- names. (PUBLIC's rights are set by each migration's own GRANT and REVOKE
+-- statements. A grant an operator made to such a role on an object that a
+-- later migration replaces is taken back too, which docs/PRIVILEGES.md
+-- says.)
+CREATE FUNCTION lease._drop_default_grants()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_xid xid := pg_catalog.xid(pg_catalog.pg_current_xact_id());
+    v_schema oid := pg_catalog.to_regnamespace('lease');
+    v_grant record;
+BEGIN
+    FOR v_grant IN
+        WITH objects AS (
+            SELECT 'SCHEMA' AS kind, pg_catalog.quote_ident(n.nspname) AS name, n.nspowner AS owner,
+                   n.nspacl AS acl, 'n'::"char" AS objtype
+              FROM pg_catalog.pg_namespace AS n
+             WHERE n.oid = v_schema AND n.xmin = v_xid
+            UNION ALL
+            SELECT CASE WHEN c.relkind = 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.oid::regclass::text, c.relowner,
+                   c.relacl, CASE WHEN c.relkind = 'S' THEN 'S'::"char" ELSE 'r'::"char" END
+              FROM pg_catalog.pg_class AS c
+             WHERE c.relnamespace = v_schema AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND c.xmin = v_xid
+            UNION ALL
+            SELECT 'FUNCTION', p.oid::regprocedure::text, p.proowner, p.proacl, 'f'::"char"
+              FROM pg_catalog.pg_proc AS p
+             WHERE p.pronamespace = v_schema AND p.xmin = v_xid
+            UNION ALL
+            SELECT CASE WHEN t.typtype = 'd' THEN 'DOMAIN' ELSE 'TYPE' END, t.oid::regtype::text, t.typowner,
+                   t.typacl, 'T'::"char"
+              FROM pg_catalog.pg_type AS t
+             WHERE t.typnamespace = v_schema AND t.typtype IN ('b', 'd', 'e', 'r', 'm') AND t.typcategory <> 'A'
+               AND t.xmin = v_xid
+        )
+        SELECT DISTINCT o.kind, o.name, a.grantee
+          FROM objects AS o, pg_catalog.aclexplode(o.acl) AS a
+         WHERE a.grantee <> o.owner AND a.grantee <> 0
+           AND EXISTS (SELECT 1
+                         FROM pg_catalog.pg_default_acl AS d, pg_catalog.aclexplode(d.defaclacl) AS da
+                        WHERE d.defaclobjtype = o.objtype
+                          AND d.defaclnamespace IN (0, v_schema)
+                          AND da.grantee = a.grantee)
+    LOOP
+        EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %I CASCADE', v_grant.kind, v_grant.name,
+                                  pg_catalog.pg_get_userbyid(v_grant.grantee));
+    END LOOP;
+END;
+$$;
+REVOKE ALL ON FUNCTION lease._drop_default_grants() FROM PUBLIC;
+
 -- Every function and operator in a constraint below is written
 -- pg_catalog-qualified, so that no object a role put on the installer's
 -- search_path can stand in for a built-in.
@@ -182,11 +242,17 @@ CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NU
 -- role (and superusers) may act on it. Without rules every role may act on
 -- every name. Rules are written only by the operator functions.
 --   prefix: not empty, at most 1024 bytes (a btree key).
---   role_oid: the bound role. A rule whose role was dropped admits nobody
---          but superusers: it fails closed.
+--   role_oid, role_name: the bound role, by oid and by the name it had
+--          when bound. The rule applies to its role only while the role
+--          with that oid still has that name: a rule whose role was
+--          dropped or renamed, or that was restored into another cluster
+--          where the oid names another role or none, admits nobody but
+--          superusers until an operator binds the prefix again. It fails
+--          closed (docs/SPECIFICATION.md §4).
 CREATE TABLE lease.namespaces (
     prefix     text        COLLATE "C" PRIMARY KEY,
     role_oid   oid         NOT NULL,
+    role_name  text        COLLATE "C" NOT NULL,
     created_at timestamptz NOT NULL,
     CONSTRAINT namespaces_prefix_size CHECK (pg_catalog.octet_length(prefix) BETWEEN 1 AND 1024)
 );
@@ -328,3 +394,6 @@ CREATE TABLE lease.prune_sightings (
     seen_at  timestamptz NOT NULL
 );
 REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

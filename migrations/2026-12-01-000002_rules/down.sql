@@ -8,6 +8,7 @@ DROP FUNCTION IF EXISTS lease._raise_forbidden(text, text, text);
 DROP FUNCTION IF EXISTS lease._allowed(text);
 DROP FUNCTION IF EXISTS lease._any_rules();
 DROP FUNCTION IF EXISTS lease._allowed_by_rules(text);
+DROP FUNCTION IF EXISTS lease._rule_role(lease.namespaces);
 DROP FUNCTION IF EXISTS lease._generation(boolean);
 DROP FUNCTION IF EXISTS lease._grant_epoch(bigint, bigint, bigint);
 DROP FUNCTION IF EXISTS lease._lineage_generation(lease.lineage, bigint);

@@ -476,3 +476,6 @@ GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.inspect(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.generation() TO PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

@@ -406,3 +406,6 @@ GRANT EXECUTE ON FUNCTION lease.inspect_guard(text) TO PUBLIC;
 -- lease.fence is an operator action: PUBLIC keeps the EXECUTE it gets by
 -- default only until this REVOKE (G7).
 REVOKE ALL ON FUNCTION lease.fence(text, text, bigint) FROM PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

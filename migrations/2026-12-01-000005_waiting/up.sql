@@ -176,3 +176,6 @@ $$;
 GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_unwatch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_reset() TO PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

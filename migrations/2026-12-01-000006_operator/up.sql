@@ -91,10 +91,11 @@ BEGIN
                END);
     END IF;
     PERFORM lease._namespaces_changed();
-    INSERT INTO lease.namespaces AS n (prefix, role_oid, created_at)
-    VALUES (v_prefix, v_role, clock_timestamp())
+    INSERT INTO lease.namespaces AS n (prefix, role_oid, role_name, created_at)
+    VALUES (v_prefix, v_role, v_role_name, clock_timestamp())
     ON CONFLICT ON CONSTRAINT namespaces_pkey DO UPDATE
        SET role_oid = excluded.role_oid,
+           role_name = excluded.role_name,
            created_at = excluded.created_at;
     PERFORM lease._make_durable();
 END;
@@ -123,8 +124,9 @@ BEGIN
 END;
 $$;
 
--- Every rule, by prefix. `role` is the bound role's name, or, for a role
--- that was dropped (its rule admits nobody but superusers),
+-- Every rule, by prefix. `role` is the bound role's name, or, for a rule
+-- whose role cannot be matched (dropped, renamed, or restored into another
+-- cluster; it admits nobody but superusers, see lease._rule_role),
 -- lease._dropped_role_label(oid): `pg_dropped_role(<oid>)`.
 CREATE FUNCTION lease.list_namespaces()
 RETURNS TABLE (prefix text, role text, created_at timestamptz)
@@ -132,10 +134,10 @@ LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT n.prefix,
-           COALESCE(r.rolname::text, lease._dropped_role_label(n.role_oid)),
+           CASE WHEN lease._rule_role(n) <> 0 THEN n.role_name
+                ELSE lease._dropped_role_label(n.role_oid) END,
            n.created_at
       FROM lease.namespaces AS n
-      LEFT JOIN pg_catalog.pg_roles AS r ON r.oid = n.role_oid
      ORDER BY n.prefix
 $$;
 
@@ -319,3 +321,6 @@ REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

@@ -265,3 +265,6 @@ $$;
 REVOKE ALL ON FUNCTION lease._check_prune_input(text, interval, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_guards(interval, bytea, integer, boolean) FROM PUBLIC;
+
+-- Every migration ends so (see lease._drop_default_grants).
+SELECT lease._drop_default_grants();

@@ -270,6 +270,27 @@ fn every_function_pins_its_search_path_and_no_rule_exists() {
     );
 }
 
+/// Every migration ends by taking back what default privileges granted on
+/// the objects it wrote (docs/PRIVILEGES.md), so a new migration cannot
+/// forget it: its last statement is the call.
+#[test]
+fn each_migration_ends_by_dropping_default_grants() {
+    for dir in migration_dirs() {
+        let up = std::fs::read_to_string(dir.join("up.sql")).expect("up.sql");
+        let last = up
+            .lines()
+            .map(str::trim)
+            .rfind(|line| !line.is_empty() && !line.starts_with("--"))
+            .unwrap_or_default();
+        assert_eq!(
+            last,
+            "SELECT lease._drop_default_grants();",
+            "{}",
+            dir.display()
+        );
+    }
+}
+
 /// Each migration's `down.sql` drops exactly the functions its `up.sql`
 /// creates, so that reverting one migration leaves none behind.
 #[test]
