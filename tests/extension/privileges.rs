@@ -212,8 +212,13 @@ fn each_install_path_grants_exactly_the_documented_privileges() {
 enum Restore {
     /// `pg_restore --role=app`, connected as the superuser.
     AsOwner,
+    /// `pg_restore` connected as `app` itself.
+    ConnectedAsOwner,
     /// `pg_restore --no-owner`, by the superuser.
     NoOwner,
+    /// `pg_restore` by the superuser, owners as dumped (a migrations
+    /// install only; the extension refuses it, see docs/PRIVILEGES.md).
+    Plain,
 }
 
 fn pg_dump_file(from: &str) -> std::path::PathBuf {
@@ -242,19 +247,25 @@ fn pg_restore(file: &std::path::Path, how: Restore, defaults: bool) -> String {
     if defaults {
         conn(&to).batch_execute(MONITOR_DEFAULTS).unwrap();
     }
-    let option = match how {
-        Restore::AsOwner => "--role=app",
-        Restore::NoOwner => "--no-owner",
+    let (option, url) = match how {
+        Restore::AsOwner => (Some("--role=app"), server.pg.url_for(&to)),
+        Restore::ConnectedAsOwner => (
+            None,
+            server.pg.url_for(&to).replacen("postgres@", "app@", 1),
+        ),
+        Restore::NoOwner => (Some("--no-owner"), server.pg.url_for(&to)),
+        Restore::Plain => (None, server.pg.url_for(&to)),
     };
     let out = Command::new(dump_tool("pg_restore"))
-        .args([option, "--exit-on-error", "-d"])
-        .arg(server.pg.url_for(&to))
+        .args(option)
+        .args(["--exit-on-error", "-d"])
+        .arg(url)
         .arg(file)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "pg_restore {option}: {}",
+        "pg_restore {how:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     to
@@ -307,13 +318,29 @@ fn restores_keep_power_where_it_was(use_extension: bool) {
         &[false]
     };
     for &defaults in targets {
-        for how in [Restore::AsOwner, Restore::NoOwner] {
+        let ways: &[Restore] = if use_extension {
+            &[
+                Restore::AsOwner,
+                Restore::ConnectedAsOwner,
+                Restore::NoOwner,
+            ]
+        } else {
+            &[
+                Restore::AsOwner,
+                Restore::ConnectedAsOwner,
+                Restore::NoOwner,
+                Restore::Plain,
+            ]
+        };
+        for &how in ways {
             let what = format!("restore {how:?}, default privileges {defaults}");
             let restored = pg_restore(&file, how, defaults);
             let mut r = conn(&restored);
             assert_eq!(state(&mut r), before, "{what}: the rows");
             match how {
-                Restore::AsOwner => assert_eq!(owners(&mut r), ["app"], "{what}"),
+                Restore::AsOwner | Restore::ConnectedAsOwner | Restore::Plain => {
+                    assert_eq!(owners(&mut r), ["app"], "{what}")
+                }
                 Restore::NoOwner => {
                     assert_eq!(owners(&mut r), ["postgres"], "{what}");
                     former_owner_cannot_escalate(&restored);
