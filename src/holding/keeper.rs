@@ -461,9 +461,22 @@ impl Shared {
             return Ok(Release::Refused(reason));
         }
         let lease = &self.lease;
-        with_conn(&self.pool, |conn| {
-            leases::release(conn, lease.key(), lease.owner(), lease.epoch())
-        })
+        // After a failover, pooled connections may still reach the old
+        // primary, now read-only. A release refused there changed nothing
+        // and discarded its connection, so it is sent again; after at most
+        // the pool's size of such refusals a new connection reaches the
+        // writable server (a multi-host URL with target_session_attrs).
+        let mut attempts = self.pool.max_size().saturating_add(1);
+        loop {
+            let answer = with_conn(&self.pool, |conn| {
+                leases::release(conn, lease.key(), lease.owner(), lease.epoch())
+            });
+            attempts = attempts.saturating_sub(1);
+            match answer {
+                Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,
+                answer => return answer,
+            }
+        }
     }
 }
 
@@ -573,7 +586,9 @@ impl Keeper {
 
     /// Stops renewing, waits for the keeper's threads, and releases the
     /// lease. Returns what the release answered ([`Release::Refused`] when the
-    /// lease was already lost).
+    /// lease was already lost). A release that a read-only server refused
+    /// (a pooled connection still on a demoted primary) is sent again on
+    /// another connection, at most the pool's size of times.
     pub fn stop(mut self) -> Result<Release, KeeperError> {
         let released = self.shared.stop_and_release();
         for thread in self.threads.drain(..) {
