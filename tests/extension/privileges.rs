@@ -138,7 +138,8 @@ fn install_as_app(db: &str, use_extension: bool) -> PgConnection {
 
 /// Default privileges a careful superuser sets for a monitoring role, for
 /// itself (a trusted extension's script runs as the bootstrap superuser,
-/// `postgres` here) and for `app`, in this database.
+/// `postgres` here) and for `app`, in this database; and a careless one's
+/// for PUBLIC.
 const MONITOR_DEFAULTS: &str = "
     ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT SELECT, TRIGGER ON TABLES TO lh_monitor;
     ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT EXECUTE ON FUNCTIONS TO lh_monitor;
@@ -147,7 +148,10 @@ const MONITOR_DEFAULTS: &str = "
     ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT SELECT, TRIGGER ON TABLES TO lh_monitor;
     ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT EXECUTE ON FUNCTIONS TO lh_monitor;
     ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT USAGE ON TYPES TO lh_monitor;
-    ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT CREATE ON SCHEMAS TO lh_monitor;";
+    ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT CREATE ON SCHEMAS TO lh_monitor;
+    ALTER DEFAULT PRIVILEGES FOR ROLE postgres GRANT SELECT ON TABLES TO PUBLIC;
+    ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT SELECT ON TABLES TO PUBLIC;
+    ALTER DEFAULT PRIVILEGES FOR ROLE app GRANT CREATE ON SCHEMAS TO PUBLIC;";
 
 /// What a monitoring role that default privileges were meant for tries:
 /// each must be refused.
