@@ -103,6 +103,14 @@
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+// Waiting reads its listener connection's socket through std::os::unix
+// (src/waiting/), so the crate builds on Unix-like systems only: stop with
+// a message that says so instead of a missing-module error.
+#[cfg(not(unix))]
+compile_error!(
+    "leasehold supports Unix-like systems only (Linux, macOS, the BSDs): its waiters use Unix socket APIs"
+);
+
 mod client;
 mod errors;
 mod extension;

@@ -48,6 +48,11 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+// Starting a server uses std::os::unix (process groups, ownership, modes):
+// stop with a message that says so on any other target.
+#[cfg(not(unix))]
+compile_error!("leasehold-local supports Unix-like systems only (Linux, macOS, the BSDs)");
+
 mod binaries;
 mod builder;
 mod control;

@@ -51,3 +51,66 @@ pub(crate) const CONTENTION: &str = "lease_contention";
 /// change of the namespace rules, under REPEATABLE READ or SERIALIZABLE
 /// (SQLSTATE 40001; retry the transaction).
 pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
+
+/// `CONSTRAINT` name of a `CREATE EXTENSION leasehold` refused because the
+/// migrations installed leasehold in the database already (SQLSTATE 55000;
+/// raised by the extension's first script, src/extension.rs). Nothing in
+/// this crate maps it: `CREATE EXTENSION` is a statement users run.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    /// Every `CONSTRAINT` name the SQL raises: the migrations' and the
+    /// extension scripts' `RAISE ... USING CONSTRAINT = '...'`.
+    fn raised() -> BTreeSet<String> {
+        let root = env!("CARGO_MANIFEST_DIR");
+        let mut texts =
+            vec![std::fs::read_to_string(format!("{root}/src/extension.rs")).unwrap_or_default()];
+        let mut dirs: Vec<_> = std::fs::read_dir(format!("{root}/migrations"))
+            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        dirs.sort();
+        for dir in dirs {
+            texts.push(std::fs::read_to_string(dir.join("up.sql")).unwrap_or_default());
+        }
+        let mut names = BTreeSet::new();
+        for text in texts {
+            for piece in text.split("CONSTRAINT = '").skip(1) {
+                if let Some(name) = piece.split('\'').next() {
+                    names.insert(name.to_owned());
+                }
+            }
+        }
+        names
+    }
+
+    /// The names this module knows are exactly the names the SQL raises.
+    #[test]
+    fn every_raised_constraint_name_is_named_here() {
+        let known: BTreeSet<String> = [
+            super::INVALID_INPUT,
+            super::WAIT_TIMEOUT,
+            super::GUARD_STALE,
+            super::GUARD_WRONG_KEY,
+            super::GUARD_EPOCH_NOT_GRANTED,
+            super::GUARD_NOT_HELD,
+            super::NAMESPACE_DENIED,
+            super::SCHEMA_NOT_OWNED,
+            super::UNSUPPORTED_VERSION,
+            super::WAITER_LIMIT,
+            super::GENERATION_NOT_ABOVE,
+            super::CONTENTION,
+            super::NAMESPACE_CHANGED,
+            super::INSTALLED_BY_MIGRATIONS,
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        let raised = raised();
+        assert!(raised.len() >= 10, "the scan found too few: {raised:?}");
+        assert_eq!(known, raised);
+    }
+}
