@@ -46,6 +46,9 @@
 //! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
 //! | `holding` | [`Keeper`], [`KeeperSet`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
+//! | `extension` | the `CREATE EXTENSION` files generated from the migrations |
+//! | `prune` | [`prune`]: removing rows lapsed or unused for long |
+//! | `field_text` | the percent-encoding of token fields |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
 //! | `telemetry` | spans, events and metrics (features `tracing`, `metrics`) |
 //!
