@@ -59,15 +59,25 @@ const TOKEN_HEADER: &str = "Fencing-Token";
 const MIN_TTL_MS: u64 = 100;
 const MAX_TTL_MS: u64 = 3_600_000;
 
-/// The results table; created if missing when the service starts.
+/// The results table, in a schema of the example's own so that it never
+/// writes into a table of the user's; created if missing when the service
+/// starts.
 const SCHEMA: &str = "\
-CREATE TABLE IF NOT EXISTS job_results (
+CREATE SCHEMA IF NOT EXISTS leasehold_example;
+CREATE TABLE IF NOT EXISTS leasehold_example.job_results (
     job       text        PRIMARY KEY,
     worker    text        NOT NULL,
     epoch     bigint      NOT NULL,
     result    jsonb       NOT NULL,
     stored_at timestamptz NOT NULL DEFAULT clock_timestamp()
 )";
+
+/// Reads no row but names every column with the type the service binds: a
+/// table of that name with another shape fails here, at start, instead of
+/// at the first request.
+const SHAPE_PROBE: &str = "\
+SELECT job::text, worker::text, epoch::bigint, result::jsonb, stored_at::timestamptz
+  FROM leasehold_example.job_results LIMIT 0";
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -165,7 +175,12 @@ fn prepare(client: &LeaseClient) -> Result<(), StartError> {
         .map_err(|error| StartError::Database(error.to_string()))?;
     leasehold::install(&mut conn).map_err(|error| StartError::Database(error.to_string()))?;
     conn.batch_execute(SCHEMA)
-        .map_err(|error| StartError::Database(error.to_string()))
+        .map_err(|error| StartError::Database(error.to_string()))?;
+    conn.batch_execute(SHAPE_PROBE).map_err(|error| {
+        StartError::Database(format!(
+            "leasehold_example.job_results exists but is not the example's table ({error})"
+        ))
+    })
 }
 
 /// One serving thread: take a request, answer it, until stopped.
@@ -425,7 +440,7 @@ fn submit(
     let resource = format!("job-results/{job}");
     let stored = client.run_fenced(&resource, token, Check::LeaseHeld, |conn| {
         diesel::sql_query(
-            "INSERT INTO job_results (job, worker, epoch, result) VALUES ($1, $2, $3, $4::jsonb)
+            "INSERT INTO leasehold_example.job_results (job, worker, epoch, result) VALUES ($1, $2, $3, $4::jsonb)
              ON CONFLICT (job) DO UPDATE SET worker = excluded.worker, epoch = excluded.epoch,
                  result = excluded.result, stored_at = excluded.stored_at",
         )
@@ -480,7 +495,7 @@ fn show(client: &LeaseClient, job: &str) -> Result<Value, ApiError> {
     };
     let mut conn = client.pool().get().map_err(unavailable)?;
     let stored = diesel::sql_query(
-        "SELECT worker, epoch, result::text AS result, stored_at FROM job_results WHERE job = $1",
+        "SELECT worker, epoch, result::text AS result, stored_at FROM leasehold_example.job_results WHERE job = $1",
     )
     .bind::<Text, _>(job)
     .get_results::<StoredResult>(&mut conn)

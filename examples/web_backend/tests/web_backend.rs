@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use leasehold::LeaseClient;
@@ -195,9 +196,11 @@ fn paused_worker_late_result_is_refused_with_409_and_the_successors_is_stored() 
     assert_eq!(shown["result"]["epoch"], 2);
     assert_eq!(shown["result"]["result"], json!({"rows": 42}));
     assert_eq!(shown["lease"]["owner"], "worker-b");
-    let rows = diesel::sql_query("SELECT worker, epoch, result::text AS result FROM job_results")
-        .load::<StoredRow>(&mut fixture.conn())
-        .expect("read job_results");
+    let rows = diesel::sql_query(
+        "SELECT worker, epoch, result::text AS result FROM leasehold_example.job_results",
+    )
+    .load::<StoredRow>(&mut fixture.conn())
+    .expect("read leasehold_example.job_results");
     assert_eq!(
         rows,
         vec![StoredRow {
@@ -281,4 +284,98 @@ fn bad_input_gets_400_saying_what_was_wrong() {
     }
     let (status, missing) = worker.send("GET", "/nothing", None, "");
     assert_eq!(status, 404, "{missing}");
+}
+
+/// The binary, as a service manager runs it: standard input closed from
+/// the start, it keeps serving; SIGTERM stops it cleanly (exit status 0);
+/// and its results live in a schema of its own, beside a user's table of
+/// the same name that it leaves alone.
+#[test]
+fn the_binary_serves_with_stdin_closed_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    let db = TestDb::empty_on(TestServer::local());
+    // A user's own table named like the example's: never touched.
+    db.conn()
+        .batch_execute("CREATE TABLE public.job_results (id int PRIMARY KEY)")
+        .expect("the user's table");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_web_backend"))
+        .env("DATABASE_URL", &db.url)
+        .env("LISTEN", "127.0.0.1:0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        let read = stderr.read_line(&mut line).expect("read stderr");
+        assert!(read > 0, "the binary exited before listening");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split(';').next().unwrap_or_default().trim().to_owned();
+        }
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let claimed = agent
+        .post(&format!("http://{addr}/jobs/job-1/claim"))
+        .send(json!({"worker": "w", "ttl_ms": 30000}).to_string())
+        .expect("claim");
+    assert_eq!(claimed.status(), 200, "serving with stdin closed");
+    assert_eq!(
+        db.conn()
+            .batch_execute("SELECT id FROM public.job_results")
+            .map(|()| "untouched"),
+        Ok("untouched")
+    );
+
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running a minute after SIGTERM"
+        );
+        std::thread::park_timeout(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).expect("rest of stderr");
+    assert!(rest.contains("stopping"), "{rest}");
+}
+
+/// A table of the example's name with another shape stops the service at
+/// start with an error that names it, instead of failing requests later.
+#[test]
+fn a_foreign_table_of_the_examples_name_is_refused_at_start() {
+    let db = TestDb::empty_on(TestServer::local());
+    db.conn()
+        .batch_execute(
+            "CREATE SCHEMA leasehold_example;
+             CREATE TABLE leasehold_example.job_results (job int PRIMARY KEY)",
+        )
+        .expect("a foreign table");
+    let client = LeaseClient::connect(&db.url, 2).expect("pool");
+    let error = service::Service::start(client, "127.0.0.1:0", 1)
+        .err()
+        .expect("refused at start");
+    assert!(
+        error.to_string().contains("is not the example's table"),
+        "{error}"
+    );
 }
