@@ -42,6 +42,7 @@ use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
 use crate::many::{check_answers, key_renewal, Batch};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
+use crate::telemetry;
 
 /// A heartbeat group, as [`join_group`] made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -121,6 +122,18 @@ pub fn join_group(
     grants: &[(&str, i64)],
     ttl: Duration,
 ) -> Result<GroupJoin, LeaseError> {
+    telemetry::lease_call(Operation::JoinGroup, "", owner, None, || {
+        join_group_unobserved(conn, owner, grants, ttl)
+    })
+}
+
+/// [`join_group`] without its span and counters.
+fn join_group_unobserved(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+    ttl: Duration,
+) -> Result<GroupJoin, LeaseError> {
     let batch = Batch::new(owner, grants)?;
     let on_error = batch.on_error(Operation::JoinGroup, conn);
     let call = JoinGroupCall {
@@ -156,6 +169,18 @@ pub fn join_group(
 /// time + `ttl` in one row write, while it is live and `owner`'s. A
 /// refusal changes nothing.
 pub fn renew_group(
+    conn: &mut PgConnection,
+    group: GroupId,
+    owner: &str,
+    ttl: Duration,
+) -> Result<GroupRenewal, LeaseError> {
+    telemetry::lease_call(Operation::RenewGroup, "", owner, None, || {
+        renew_group_unobserved(conn, group, owner, ttl)
+    })
+}
+
+/// [`renew_group`] without its span and counters.
+fn renew_group_unobserved(
     conn: &mut PgConnection,
     group: GroupId,
     owner: &str,

@@ -58,8 +58,9 @@
 //! compiles to nothing); the library installs no subscriber and no
 //! recorder, the application does.
 //!
-//! With `tracing`, every lease call runs in a `DEBUG` span `lease`
-//! (target `leasehold::lease`), every guard call in a span `guard`
+//! With `tracing`, every lease call (the single-key calls, the batch and
+//! group calls, the operator calls and [`prune`]) runs in a `DEBUG` span
+//! `lease` (target `leasehold::lease`), every guard call in a span `guard`
 //! (`leasehold::guard`), and a [`LeaseWaiter`] acquire in a span
 //! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
 //! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
@@ -86,14 +87,22 @@
 //! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
 //!
 //! Label values:
-//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `admit`,
-//!   `check_held`, `admit_held`, `renew_admit`, `fence`, `inspect_guard`.
+//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `renew_many`,
+//!   `release_many`, `join_group`, `renew_group`, `admit`, `check_held`,
+//!   `admit_held`, `renew_admit`, `fence`, `inspect_guard`,
+//!   `force_release`, `bind_namespace`, `unbind_namespace`,
+//!   `list_namespaces`, `generation`, `raise_generation`, `prune`.
 //! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
 //!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
 //!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
 //!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
-//!   refusal's `kind`; or the failure `invalid`, `timed_out`, `forbidden`,
-//!   `outcome_unknown`, `read_only`, `error`.
+//!   refusal's `kind`; `all`, `partial`, `none` (a batch: how many keys got
+//!   `renewed` or `released`); `joined`, `refused` (join_group);
+//!   `released`, `newer_grant`, `already_free`, `no_such_grant`,
+//!   `never_leased` (force_release); `done`, `absent` (namespace rules,
+//!   raise_generation), `listed`, `read` (generation), `not_above`;
+//!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
+//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `error`.
 //! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
 //!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
 //! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`

@@ -29,6 +29,7 @@ use crate::errors::{LeaseError, Operation};
 use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
 use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
 use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
+use crate::telemetry;
 
 /// The most keys one [`renew_many`] or [`release_many`] call may carry
 /// (the SQL functions' own cap). A call's row locks last until its
@@ -61,6 +62,18 @@ pub fn renew_many(
     grants: &[(&str, i64)],
     ttl: Duration,
 ) -> Result<Vec<KeyRenewal>, LeaseError> {
+    telemetry::lease_call(Operation::RenewMany, "", owner, None, || {
+        renew_many_unobserved(conn, owner, grants, ttl)
+    })
+}
+
+/// [`renew_many`] without its span and counters.
+fn renew_many_unobserved(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+    ttl: Duration,
+) -> Result<Vec<KeyRenewal>, LeaseError> {
     let batch = Batch::new(owner, grants)?;
     let on_error = batch.on_error(Operation::RenewMany, conn);
     let call = RenewManyCall {
@@ -86,6 +99,17 @@ pub fn renew_many(
 /// answering per key, in the order given: what [`crate::release`] would
 /// have answered for each key alone.
 pub fn release_many(
+    conn: &mut PgConnection,
+    owner: &str,
+    grants: &[(&str, i64)],
+) -> Result<Vec<KeyRelease>, LeaseError> {
+    telemetry::lease_call(Operation::ReleaseMany, "", owner, None, || {
+        release_many_unobserved(conn, owner, grants)
+    })
+}
+
+/// [`release_many`] without its span and counters.
+fn release_many_unobserved(
     conn: &mut PgConnection,
     owner: &str,
     grants: &[(&str, i64)],

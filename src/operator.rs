@@ -29,6 +29,7 @@ use crate::sql::calls::{
     RaiseGenerationCall, UnbindNamespaceCall,
 };
 use crate::sql::{decode, input};
+use crate::telemetry;
 
 /// One namespace rule, as [`list_namespaces`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +88,17 @@ pub fn bind_namespace(
     prefix: &str,
     role: &str,
 ) -> Result<(), NamespaceError> {
+    telemetry::lease_call(Operation::BindNamespace, prefix, "", None, || {
+        bind_namespace_unobserved(conn, prefix, role)
+    })
+}
+
+/// [`bind_namespace`] without its span and counters.
+fn bind_namespace_unobserved(
+    conn: &mut PgConnection,
+    prefix: &str,
+    role: &str,
+) -> Result<(), NamespaceError> {
     check_name("prefix", prefix)?;
     check_name("role", role)?;
     BindNamespaceCall {
@@ -103,6 +115,16 @@ pub fn bind_namespace(
 /// there was one. The names it governed fall to the next-longest bound
 /// prefix, or to no rule at all (every role may act).
 pub fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, NamespaceError> {
+    telemetry::lease_call(Operation::UnbindNamespace, prefix, "", None, || {
+        unbind_namespace_unobserved(conn, prefix)
+    })
+}
+
+/// [`unbind_namespace`] without its span and counters.
+fn unbind_namespace_unobserved(
+    conn: &mut PgConnection,
+    prefix: &str,
+) -> Result<bool, NamespaceError> {
     check_name("prefix", prefix)?;
     UnbindNamespaceCall {
         prefix,
@@ -114,6 +136,15 @@ pub fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, N
 
 /// Operator action: every namespace rule, ordered by prefix (byte order).
 pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, NamespaceError> {
+    telemetry::lease_call(Operation::ListNamespaces, "", "", None, || {
+        list_namespaces_unobserved(conn)
+    })
+}
+
+/// [`list_namespaces`] without its span and counters.
+fn list_namespaces_unobserved(
+    conn: &mut PgConnection,
+) -> Result<Vec<NamespaceRule>, NamespaceError> {
     let rows = ListNamespacesCall {
         _borrow: std::marker::PhantomData,
     }
@@ -148,6 +179,13 @@ pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, Na
 /// without it gets [`LeaseError::Database`], whose source is PostgreSQL's
 /// "permission denied for function force_release".
 pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
+    telemetry::lease_call(Operation::ForceRelease, key, "", None, || {
+        force_release_unobserved(conn, key)
+    })
+}
+
+/// [`force_release`] without its span and counters.
+fn force_release_unobserved(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
     check_text("key", key)?;
     let call = ForceReleaseCall {
         key,
@@ -225,6 +263,17 @@ pub fn force_release_epoch(
     key: &str,
     epoch: i64,
 ) -> Result<ForcedRelease, LeaseError> {
+    telemetry::lease_call(Operation::ForceRelease, key, "", Some(epoch), || {
+        force_release_epoch_unobserved(conn, key, epoch)
+    })
+}
+
+/// [`force_release_epoch`] without its span and counters.
+fn force_release_epoch_unobserved(
+    conn: &mut PgConnection,
+    key: &str,
+    epoch: i64,
+) -> Result<ForcedRelease, LeaseError> {
     check_text("key", key)?;
     if epoch < 1 {
         return Err(LeaseError::InvalidInput {
@@ -296,6 +345,13 @@ impl Generation {
 /// The server's current generation and timeline. Any role may ask; nothing
 /// is written, and it works on a standby.
 pub fn generation(conn: &mut PgConnection) -> Result<Generation, GenerationError> {
+    telemetry::lease_call(Operation::Generation, "", "", None, || {
+        generation_unobserved(conn)
+    })
+}
+
+/// [`generation`] without its span and counters.
+fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, GenerationError> {
     let (generation, timeline) = GenerationCall {
         _borrow: std::marker::PhantomData,
     }
@@ -326,6 +382,16 @@ pub fn generation(conn: &mut PgConnection) -> Result<Generation, GenerationError
 /// # Ok(()) }
 /// ```
 pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, GenerationError> {
+    telemetry::lease_call(Operation::RaiseGeneration, "", "", None, || {
+        raise_generation_unobserved(conn, generation)
+    })
+}
+
+/// [`raise_generation`] without its span and counters.
+fn raise_generation_unobserved(
+    conn: &mut PgConnection,
+    generation: i64,
+) -> Result<i64, GenerationError> {
     if generation > MAX_GENERATION {
         return Err(GenerationError::TooHigh {
             requested: generation,

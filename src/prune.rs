@@ -29,6 +29,7 @@ use diesel::RunQueryDsl;
 use crate::errors::Operation;
 use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
 use crate::sql::{decode, input, names};
+use crate::telemetry;
 
 /// How many rows one batch looks at by default: small enough that a batch
 /// locks for milliseconds, large enough that a prune of a million rows
@@ -148,6 +149,16 @@ impl PruneError {
 /// # Ok(()) }
 /// ```
 pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, PruneError> {
+    telemetry::lease_call(Operation::Prune, "", "", None, || {
+        prune_unobserved(conn, options)
+    })
+}
+
+/// [`prune`] without its span and counters.
+fn prune_unobserved(
+    conn: &mut PgConnection,
+    options: &PruneOptions,
+) -> Result<PruneReport, PruneError> {
     let idle =
         input::interval("idle", options.idle).map_err(|violation| PruneError::InvalidInput {
             violations: vec![violation],

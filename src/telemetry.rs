@@ -144,6 +144,149 @@ impl Outcome for Option<LeaseState> {
     }
 }
 
+/// A batch's label: `all` when every key got the first answer (`renewed`,
+/// `released`), `partial` when some did, `none` when none did (an empty
+/// batch is `all`).
+fn batch_outcome<'a>(answers: impl Iterator<Item = &'a str> + Clone, first: &str) -> &'static str {
+    match (
+        answers.clone().all(|answer| answer == first),
+        answers.clone().any(|answer| answer == first),
+    ) {
+        (true, _) => "all",
+        (false, true) => "partial",
+        (false, false) => "none",
+    }
+}
+
+impl Outcome for Vec<crate::outcome::KeyRenewal> {
+    fn outcome(&self) -> &'static str {
+        batch_outcome(self.iter().map(|k| k.renewal.outcome()), "renewed")
+    }
+}
+
+impl Outcome for Vec<crate::outcome::KeyRelease> {
+    fn outcome(&self) -> &'static str {
+        batch_outcome(self.iter().map(|k| k.release.outcome()), "released")
+    }
+}
+
+impl Outcome for crate::groups::GroupJoin {
+    fn outcome(&self) -> &'static str {
+        if self.group.is_some() {
+            "joined"
+        } else {
+            "refused"
+        }
+    }
+}
+
+impl Outcome for crate::groups::GroupRenewal {
+    fn outcome(&self) -> &'static str {
+        match self {
+            crate::groups::GroupRenewal::Renewed { .. } => "renewed",
+            crate::groups::GroupRenewal::Refused(why) => why.as_status(),
+        }
+    }
+}
+
+impl Outcome for Vec<crate::operator::NamespaceRule> {
+    fn outcome(&self) -> &'static str {
+        "listed"
+    }
+}
+
+impl Outcome for crate::operator::ForcedRelease {
+    fn outcome(&self) -> &'static str {
+        match self {
+            crate::operator::ForcedRelease::Released { .. } => "released",
+            crate::operator::ForcedRelease::NewerGrant { .. } => "newer_grant",
+            crate::operator::ForcedRelease::AlreadyFree { .. } => "already_free",
+            crate::operator::ForcedRelease::NoSuchGrant { .. } => "no_such_grant",
+        }
+    }
+}
+
+/// `force_release` by key: the counter after, or `None` for a key never
+/// leased.
+impl Outcome for Option<i64> {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Some(_) => "released",
+            None => "never_leased",
+        }
+    }
+}
+
+/// `bind_namespace`.
+impl Outcome for () {
+    fn outcome(&self) -> &'static str {
+        "done"
+    }
+}
+
+/// `unbind_namespace`: whether there was a rule.
+impl Outcome for bool {
+    fn outcome(&self) -> &'static str {
+        if *self {
+            "done"
+        } else {
+            "absent"
+        }
+    }
+}
+
+/// `raise_generation`: the generation now.
+impl Outcome for i64 {
+    fn outcome(&self) -> &'static str {
+        "done"
+    }
+}
+
+impl Outcome for crate::operator::Generation {
+    fn outcome(&self) -> &'static str {
+        "read"
+    }
+}
+
+impl Outcome for crate::prune::PruneReport {
+    fn outcome(&self) -> &'static str {
+        if self.dry_run {
+            "dry_run"
+        } else {
+            "pruned"
+        }
+    }
+}
+
+impl Outcome for crate::errors::NamespaceError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            crate::errors::NamespaceError::InvalidInput { .. } => "invalid",
+            _ => "error",
+        }
+    }
+}
+
+impl Outcome for crate::errors::GenerationError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            crate::errors::GenerationError::InvalidInput { .. }
+            | crate::errors::GenerationError::TooHigh { .. } => "invalid",
+            crate::errors::GenerationError::NotAbove { .. } => "not_above",
+            _ => "error",
+        }
+    }
+}
+
+impl Outcome for crate::prune::PruneError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            crate::prune::PruneError::InvalidInput { .. } => "invalid",
+            _ => "error",
+        }
+    }
+}
+
 impl Outcome for LeaseError {
     fn outcome(&self) -> &'static str {
         match self {
@@ -285,36 +428,39 @@ mod timing {
     }
 }
 
-/// Runs one lease call (acquire, renew, release, inspect) in its span and
-/// counts it. `epoch` is the one the caller presented, if any.
+/// Runs one lease call in its span and counts it: acquire, renew,
+/// release, inspect, the batch and group calls, the operator calls and
+/// prune (`key` empty when a call names no single key, `owner` empty when
+/// it has none). `epoch` is the one the caller presented, if any.
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn lease_call<T, F>(
+pub(crate) fn lease_call<T, E, F>(
     _operation: Operation,
     _key: &str,
     _owner: &str,
     _epoch: Option<i64>,
     call: F,
-) -> Result<T, LeaseError>
+) -> Result<T, E>
 where
-    F: FnOnce() -> Result<T, LeaseError>,
+    F: FnOnce() -> Result<T, E>,
 {
     call()
 }
 
-/// Runs one lease call (acquire, renew, release, inspect) in its span and
-/// counts it. `epoch` is the one the caller presented, if any.
+/// Runs one lease call in its span and counts it (see the other
+/// definition, used when both features are off).
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn lease_call<T, F>(
+pub(crate) fn lease_call<T, E, F>(
     operation: Operation,
     key: &str,
     owner: &str,
     epoch: Option<i64>,
     call: F,
-) -> Result<T, LeaseError>
+) -> Result<T, E>
 where
     T: Outcome,
-    F: FnOnce() -> Result<T, LeaseError>,
+    E: Outcome,
+    F: FnOnce() -> Result<T, E>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(

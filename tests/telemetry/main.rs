@@ -8,6 +8,7 @@
 //! reports outside the test's thread (thread-local ones would miss them).
 
 mod capture;
+mod every_call;
 mod metrics_scenario;
 mod recorder;
 mod tracing_spans;
