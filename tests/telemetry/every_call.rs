@@ -53,8 +53,15 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
     leasehold::renew_many(&mut conn, "w", &stale, TTL).expect("renew_many, one stale");
     let joined = leasehold::join_group(&mut conn, "w", &grants, TTL).expect("join_group");
     let group = joined.group.expect("a group");
-    leasehold::renew_group(&mut conn, group, "w", TTL).expect("renew_group");
-    leasehold::renew_group(&mut conn, group, "someone-else", TTL).expect("renew_group, refused");
+    assert!(matches!(
+        leasehold::renew_group(&mut conn, group, "w", TTL).expect("renew_group"),
+        leasehold::GroupRenewal::Renewed { .. }
+    ));
+    assert!(matches!(
+        leasehold::renew_group(&mut conn, group, "someone-else", TTL)
+            .expect("renew_group, refused"),
+        leasehold::GroupRenewal::Refused(_)
+    ));
     leasehold::release_many(&mut conn, "w", &grants).expect("release_many");
 
     leasehold::bind_namespace(&mut conn, "team/", &me).expect("bind");
