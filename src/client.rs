@@ -25,7 +25,7 @@ use crate::pool::{self, with_conn, PgPool, PreparedStatements};
 /// mid-call, [`LeaseError::ReadOnlyServer`] when the old primary stayed up
 /// read-only, or [`LeaseError::Database`] when it broke before the call
 /// was sent) and the connection is discarded, so the next call reaches the
-/// new primary. README.md, "Clients across a failover", has the whole story.
+/// new primary. docs/guide/failover.md, "Clients across a failover", has the whole story.
 ///
 /// ```no_run
 /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -69,7 +69,7 @@ impl LeaseClient {
 
     /// [`LeaseClient::connect`] with the statement caching `prepared` says:
     /// [`PreparedStatements::Uncached`] for a URL that goes through a
-    /// transaction-mode pooler (README.md, "Poolers").
+    /// transaction-mode pooler (docs/guide/poolers.md, "Poolers").
     ///
     /// ```no_run
     /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {

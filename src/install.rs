@@ -44,7 +44,7 @@ use crate::sql::install;
 ///
 /// Applications that prefer `diesel migration run` can copy the directories
 /// into their own migrations folder instead of calling [`install`] (see
-/// README, "Vendoring the migrations").
+/// docs/guide/getting-started.md, "Vendoring the migrations").
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).

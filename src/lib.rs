@@ -202,3 +202,24 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's pages (docs/guide/): their Rust compiles, as the README's.
+#[cfg(doctest)]
+pub mod guide_doctests {
+    #[doc = include_str!("../docs/guide/getting-started.md")]
+    pub struct GettingStarted;
+    #[doc = include_str!("../docs/guide/guards.md")]
+    pub struct Guards;
+    #[doc = include_str!("../docs/guide/waiting-and-keeping.md")]
+    pub struct WaitingAndKeeping;
+    #[doc = include_str!("../docs/guide/security.md")]
+    pub struct Security;
+    #[doc = include_str!("../docs/guide/failover.md")]
+    pub struct Failover;
+    #[doc = include_str!("../docs/guide/poolers.md")]
+    pub struct Poolers;
+    #[doc = include_str!("../docs/guide/operations.md")]
+    pub struct Operations;
+    #[doc = include_str!("../docs/guide/benchmarks.md")]
+    pub struct Benchmarks;
+}

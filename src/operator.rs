@@ -5,7 +5,7 @@
 //!
 //! The SQL functions behind these are granted to nobody: the role that
 //! installed leasehold runs them, or grants EXECUTE on them to an operator
-//! role (README.md, "Security model"). Application roles cannot run them.
+//! role (docs/guide/security.md, "Security model"). Application roles cannot run them.
 //! They do not obey namespace rules: an operator acts on every name, which
 //! is what lets it repair a key whose role was dropped.
 //!

@@ -44,7 +44,7 @@ pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 /// session (or collides with the same name prepared there by another
 /// client). Each call is then sent as one unnamed `Parse`/`Bind`/`Execute`
 /// (libpq's `PQsendQueryParams`, still one round trip) and parsed and
-/// planned every time. README.md, "Poolers", has the measured cost.
+/// planned every time. docs/guide/poolers.md, "Poolers", has the measured cost.
 ///
 /// The free functions ([`crate::acquire`], ...) use whatever the caller's
 /// connection says: call

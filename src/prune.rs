@@ -18,7 +18,7 @@
 //! The SQL functions are granted to nobody: the installing role runs them
 //! or grants EXECUTE on `lease.prune_keys(interval, bytea, integer, boolean)`
 //! and `lease.prune_guards(interval, bytea, integer, boolean)` to an
-//! operator role (README.md, "Security model").
+//! operator role (docs/guide/security.md, "Security model").
 
 use std::time::Duration;
 

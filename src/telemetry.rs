@@ -24,7 +24,7 @@
 //! sets only, so a metric's series count does not grow with the keys.
 //!
 //! The metrics' names, types and labels are listed in the crate docs
-//! (src/lib.rs, "Telemetry") and README.md ("Metrics and tracing"); the
+//! (src/lib.rs, "Telemetry") and docs/guide/operations.md ("Metrics and tracing"); the
 //! label values come from the mappings below, each a closed set.
 
 use std::sync::atomic::{AtomicBool, Ordering};

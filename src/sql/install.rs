@@ -22,7 +22,7 @@ pub(crate) const MINIMUM_MAJOR: u32 = 14;
 /// DETAIL `minimum=14 server_version=<server_version>`. The same block opens
 /// migration 1, so that `diesel migration run` with the vendored migrations
 /// refuses too; the two must stay the same. Only versions the test matrix
-/// has run are accepted (README, "Supported PostgreSQL versions").
+/// has run are accepted (docs/guide/getting-started.md, "Supported PostgreSQL versions").
 pub(crate) const VERSION_CHECK: &str = "DO $$
 BEGIN
     IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN

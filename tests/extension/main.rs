@@ -504,7 +504,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
         vec!["true".to_owned()],
         "version 3 (tables, rules, lease functions) has no guard functions yet"
     );
-    // The library needs the schema of its own version (README, "Upgrading"):
+    // The library needs the schema of its own version (docs/guide/getting-started.md, "Upgrading"):
     // against version 3 a guard call fails and changes nothing. Version 3's
     // own SQL API sets up the state the updates must keep.
     assert!(matches!(

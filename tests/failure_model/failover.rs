@@ -1,4 +1,4 @@
-//! Clients across a failover (README.md, "Clients across a failover"):
+//! Clients across a failover (docs/guide/failover.md, "Clients across a failover"):
 //! multi-host URLs, read-only servers, commits that wait for a synchronous
 //! standby, and a keeper through the gap.
 //!

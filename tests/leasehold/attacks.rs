@@ -367,7 +367,7 @@ fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admission
     );
 }
 
-/// README "Security model", hardening checklist: with EXECUTE on the whole
+/// docs/guide/security.md "Security model", hardening checklist: with EXECUTE on the whole
 /// schema revoked from PUBLIC and the API granted to the application role
 /// alone, the application keeps working (leases, guards) and any other role
 /// is refused by PostgreSQL itself (42501) before leasehold runs at all.

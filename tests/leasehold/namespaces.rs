@@ -23,7 +23,7 @@ use leasehold_test_support::Deployment;
 
 use crate::common::*;
 
-/// The GRANT an owner runs to make a role an operator (README.md,
+/// The GRANT an owner runs to make a role an operator (docs/guide/security.md,
 /// "Security model"), without `fence`, which has its own test.
 fn grant_namespace_and_release_actions(deployment: &Deployment, to: &str) {
     deployment

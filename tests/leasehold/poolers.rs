@@ -1,4 +1,4 @@
-//! Through PgBouncer 1.18 (README.md, "Poolers"): in session mode
+//! Through PgBouncer 1.18 (docs/guide/poolers.md, "Poolers"): in session mode
 //! everything works; in transaction mode the lease calls, guards and the
 //! pool client work with `PreparedStatements::Uncached`, fail detectably
 //! without it, and a waiter's listener refuses a transaction-mode URL with

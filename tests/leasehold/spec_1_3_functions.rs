@@ -340,7 +340,7 @@ fn refused_renew_and_release_change_nothing() {
 
 /// The wait every timing test below asks for.
 const WAIT: Duration = Duration::from_secs(1);
-/// The documented poll interval of a waiting acquire (README: "polls every
+/// The documented poll interval of a waiting acquire (docs/guide/getting-started.md: "polls every
 /// 50 ms").
 const POLL: Duration = Duration::from_millis(50);
 /// Allowance on top of one poll interval for a loaded machine: between its

@@ -123,8 +123,8 @@ fn refused_by_namespace(outcome: &Outcome) -> bool {
         || outcome.failed_with("42501", "lease_namespace_denied")
 }
 
-/// Lets the operator role bind and unbind prefixes (README, "Security
-/// model").
+/// Lets the operator role bind and unbind prefixes (docs/guide/security.md,
+/// "Security model").
 fn make_operator(deployment: &Deployment) {
     deployment
         .conn_as(&deployment.owner)

@@ -40,7 +40,7 @@
 //!   the same PUT as the content, so content and epoch change atomically.
 //! * **G4** Every write reads the current version (epoch, key, ETag/version),
 //!   checks it, then PUTs with `If-Match` on exactly that version
-//!   ([`PutMode::Update`]), or `If-None-Match: *` ([`PutMode::Create`]) when
+//!   ([`PutMode::Update`](object_store::PutMode::Update)), or `If-None-Match: *` ([`PutMode::Create`](object_store::PutMode::Create)) when
 //!   the object does not exist yet. A lost race re-reads and re-checks,
 //!   a bounded number of times ([`FencedStore::with_max_attempts`]). So no
 //!   write can overwrite a state it did not check, and a lower epoch can never
@@ -98,7 +98,7 @@
 //! # Features
 //!
 //! * `s3`: enables object_store's `aws` feature and [`FencedStore::s3`].
-//!   Without it only the core (and any [`ObjectStore`] you construct
+//!   Without it only the core (and any [`ObjectStore`](object_store::ObjectStore) you construct
 //!   yourself, e.g. `InMemory`) is available.
 
 #![deny(missing_docs)]

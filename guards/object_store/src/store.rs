@@ -79,7 +79,7 @@ impl FencedStore {
     ///
     /// The check is a probe, because object_store does not report
     /// capabilities and some stores silently ignore preconditions: under
-    /// [`PROBE_PREFIX`] it creates an object with `If-None-Match: *` and user
+    /// [`PROBE_PREFIX`](crate::PROBE_PREFIX) it creates an object with `If-None-Match: *` and user
     /// metadata, checks a second create is refused, that HEAD returns the
     /// metadata and an ETag or version, that an `If-Match` update on that
     /// version succeeds and that a second one on the now stale version is
