@@ -713,7 +713,19 @@ impl Drop for TempFile<'_> {
     }
 }
 
-/// Crash-point hooks for this crate's own tests. Not part of the API.
+/// Crash-point hooks for this crate's own tests, behind the test-only
+/// feature `fault-hooks`; without it the phases call nothing.
+#[cfg(not(feature = "fault-hooks"))]
+mod hooks {
+    use std::path::Path;
+
+    #[inline(always)]
+    pub(crate) fn fire(_phase: &'static str, _path: &Path, _epoch: i64) {}
+}
+
+/// Crash-point hooks for this crate's own tests (feature `fault-hooks`,
+/// test-only). Not part of the API.
+#[cfg(feature = "fault-hooks")]
 #[doc(hidden)]
 pub mod hooks {
     use std::path::Path;
