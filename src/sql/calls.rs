@@ -279,6 +279,10 @@ pub(crate) mod listener {
     pub(crate) const UNWATCH: &str = "SELECT lease._waiter_unwatch($1)";
     /// Probes an idle session.
     pub(crate) const PROBE: &str = "SELECT 1";
+    /// Listens for release notifications (channel
+    /// [`crate::sql::names::RELEASE_CHANNEL`]; a unit test keeps the two
+    /// equal).
+    pub(crate) const LISTEN_RELEASES: &str = "LISTEN lease_released";
     /// The channel of the delivery check: a notification sent to it from
     /// another session must reach the listener's session.
     pub(crate) const DELIVERY_CHANNEL: &str = "lease_listener_check";
@@ -288,4 +292,15 @@ pub(crate) mod listener {
     pub(crate) const UNLISTEN_DELIVERY: &str = "UNLISTEN lease_listener_check";
     /// Sends the delivery check's notification, payload `$1`.
     pub(crate) const SEND_DELIVERY: &str = "SELECT pg_notify('lease_listener_check', $1)";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_listener_listens_on_the_release_channel() {
+        assert_eq!(
+            super::listener::LISTEN_RELEASES,
+            format!("LISTEN {}", crate::sql::names::RELEASE_CHANNEL)
+        );
+    }
 }

@@ -185,7 +185,7 @@ impl Session {
         session.reconcile(shared, false)?;
         session
             .conn
-            .query(&format!("LISTEN {RELEASE_CHANNEL}"), &[])
+            .query(statements::LISTEN_RELEASES, &[])
             .map_err(|e| format!("LISTEN failed: {e}"))?;
         // Reported before anyone can see the status say so.
         telemetry::listener_up(session.conn.backend_pid());
