@@ -365,3 +365,39 @@ fn doctor_fails_a_read_only_role_like_a_standby() {
         .unwrap()
         .contains("target_session_attrs=read-write"));
 }
+
+/// The operator GRANT the security guide gives (docs/guide/security.md),
+/// run verbatim with its `ops` replaced by the deployment's operator role:
+/// doctor then finds the operator's privileges complete, so a setup that
+/// follows the guide is healthy.
+#[test]
+fn the_guides_operator_grant_is_complete_for_doctor() {
+    let guide = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/guide/security.md"
+    ))
+    .expect("docs/guide/security.md");
+    let start = guide
+        .find("GRANT EXECUTE ON FUNCTION lease.fence")
+        .expect("the guide's operator GRANT");
+    let end = start + guide[start..].find(';').expect("the GRANT's end");
+    let grant = &guide[start..end];
+    assert!(grant.ends_with(" TO ops"), "{grant}");
+    let deployment = deployment();
+    let owner = &deployment.owner;
+    let op = &deployment.operator;
+    deployment.admin_exec(&format!(
+        "SET ROLE {owner}; {} TO {op}",
+        grant.trim_end_matches(" TO ops")
+    ));
+    let (code, json, list) = findings(&deployment.url_as(op));
+    assert_eq!(code, 0, "{json}");
+    only_these_not_ok(&list, &[]);
+    assert!(
+        finding(&json, "privilege.operate")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("every operator action"),
+        "{json}"
+    );
+}
