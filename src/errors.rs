@@ -276,9 +276,21 @@ pub enum LeaseError {
         source: DieselError,
     },
     /// No connection could be taken from the pool: the database is
-    /// unreachable or the pool is too small for the load.
-    #[error("no database connection available from the pool")]
+    /// unreachable or the pool is too small for the load. The message
+    /// carries r2d2's, which names the last connection error when there
+    /// was one.
+    #[error("no database connection available from the pool: {0}")]
     Pool(#[from] r2d2::Error),
+    /// Building a client, waiter or pool: the first connection failed, so
+    /// no pool was built (a wrong password, user, host, port or database
+    /// name, or a server that is down). The message is libpq's, at once,
+    /// instead of a pool that waits for connections that never come.
+    #[error("cannot connect to the database: {source}")]
+    Connect {
+        /// What libpq said.
+        #[source]
+        source: diesel::ConnectionError,
+    },
 }
 
 impl LeaseError {
@@ -598,8 +610,9 @@ pub enum GuardError {
         #[source]
         source: DieselError,
     },
-    /// No connection could be taken from the pool.
-    #[error("no database connection available from the pool")]
+    /// No connection could be taken from the pool (r2d2's message, which
+    /// names the last connection error when there was one).
+    #[error("no database connection available from the pool: {0}")]
     Pool(#[from] r2d2::Error),
 }
 

@@ -81,21 +81,27 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementCacheSe
 /// `SELECT 1` on every checkout (a full round trip per operation): a
 /// connection found dead by a call is discarded by [`with_conn`] instead,
 /// so only that call fails and the next one gets a fresh connection.
-pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, r2d2::Error> {
+pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, LeaseError> {
     build_with(database_url, max_size, PreparedStatements::Cached)
 }
 
-/// [`build`] with the statement caching `prepared` says.
+/// [`build`] with the statement caching `prepared` says. One connection is
+/// opened first, outside the pool: a URL that cannot connect (a wrong
+/// password, a database that does not exist) fails at once with libpq's
+/// message ([`LeaseError::Connect`]), instead of the pool waiting its
+/// connection timeout (30 s) for connections that never come and then
+/// saying only that none is available.
 pub(crate) fn build_with(
     database_url: &str,
     max_size: u32,
     prepared: PreparedStatements,
-) -> Result<PgPool, r2d2::Error> {
-    Pool::builder()
+) -> Result<PgPool, LeaseError> {
+    drop(PgConnection::establish(database_url).map_err(|source| LeaseError::Connect { source })?);
+    Ok(Pool::builder()
         .max_size(max_size.max(1))
         .test_on_check_out(false)
         .connection_customizer(Box::new(StatementCacheSetting(prepared)))
-        .build(ConnectionManager::<PgConnection>::new(database_url))
+        .build(ConnectionManager::<PgConnection>::new(database_url))?)
 }
 
 /// A pool for [`crate::LeaseClient::new`], [`crate::LeaseWaiter::new`] or
@@ -108,7 +114,7 @@ pub fn build_pool(
     max_size: u32,
     prepared: PreparedStatements,
 ) -> Result<PgPool, LeaseError> {
-    Ok(build_with(database_url, max_size, prepared)?)
+    build_with(database_url, max_size, prepared)
 }
 
 /// Whether `error` says the connection (not the request) failed, or that

@@ -68,3 +68,31 @@ fn pool_client_discards_a_connection_whose_session_died_and_recovers_on_the_next
         Renewal::Renewed { .. }
     ));
 }
+
+/// Building a client or a waiter for a URL that cannot connect fails at
+/// once with libpq's own message (here: the database does not exist),
+/// typed `LeaseError::Connect`, instead of a pool that waits its connection
+/// timeout and then says only that no connection is available.
+#[test]
+fn connecting_to_a_database_that_refuses_says_why_at_once() {
+    let url = TestServer::from_env().url_for("leasehold_no_such_database");
+    for (what, result) in [
+        ("client", LeaseClient::connect(&url, 2).map(drop)),
+        ("waiter", leasehold::LeaseWaiter::connect(&url, 2).map(drop)),
+        (
+            "pool",
+            leasehold::build_pool(&url, 2, leasehold::PreparedStatements::Cached).map(drop),
+        ),
+    ] {
+        let error = result.expect_err(what);
+        assert!(
+            matches!(error, leasehold::LeaseError::Connect { .. }),
+            "{what}: {error:?}"
+        );
+        let message = error.to_string();
+        assert!(
+            message.contains("leasehold_no_such_database") && message.contains("does not exist"),
+            "{what}: {message}"
+        );
+    }
+}
