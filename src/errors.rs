@@ -444,9 +444,19 @@ pub enum InstallError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The installing role may not create schema `lease` in this database
+    /// (it has no CREATE on the database, and there is no schema `lease` of
+    /// its own). Nothing was installed.
+    #[error("role {role:?} may not create schema lease in database {database:?}: GRANT CREATE ON DATABASE to it, or install as the database owner; nothing was installed")]
+    NotPermitted {
+        /// The installing role.
+        role: String,
+        /// The database.
+        database: String,
+    },
     /// The install bookkeeping (schema `lease`, its version table, the
     /// install lock) could not be read or written.
-    #[error("leasehold install bookkeeping failed")]
+    #[error("leasehold install bookkeeping failed: {0}")]
     Database(#[from] DieselError),
     /// The migrations embedded in the crate could not be listed: a build
     /// problem, fixed by rebuilding the crate.
@@ -488,6 +498,14 @@ impl InstallError {
                     return InstallError::UnsupportedVersion {
                         found: found.to_owned(),
                         minimum,
+                    };
+                }
+            }
+            if info.constraint_name() == Some(names::INSTALL_NOT_PERMITTED) {
+                if let Some((role, database)) = info.details().and_then(decode::role_and_database) {
+                    return InstallError::NotPermitted {
+                        role: role.to_owned(),
+                        database: database.to_owned(),
                     };
                 }
             }

@@ -186,6 +186,8 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     }
     // The ownership check comes before the bookkeeping table: a schema
     // owned by someone else is never written to.
+    conn.batch_execute(install::CREATE_PERMITTED_CHECK)
+        .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::SCHEMA_OWNER_CHECK)

@@ -61,6 +61,13 @@ pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
     detail.strip_prefix("owner=")
 }
 
+/// What a refused install's permission DETAIL names
+/// (`role=<role> database=<database>`): the role and the database. Split at
+/// the last ` database=`, so a role name with spaces survives.
+pub(crate) fn role_and_database(detail: &str) -> Option<(&str, &str)> {
+    detail.strip_prefix("role=")?.rsplit_once(" database=")
+}
+
 /// What a refused install's version DETAIL names
 /// (`minimum=<major> server_version=<server_version>`): the minimum major
 /// and the server's version, which may hold spaces

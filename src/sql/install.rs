@@ -35,6 +35,24 @@ BEGIN
 END
 $$";
 
+/// Refuses, before anything is created, a role that may not create schema
+/// `lease` (no CREATE on the database and no schema `lease` of its own):
+/// SQLSTATE 42501, constraint `lease_install_not_permitted`, DETAIL
+/// `role=<role> database=<database>`.
+pub(crate) const CREATE_PERMITTED_CHECK: &str = "DO $$
+BEGIN
+    IF pg_catalog.to_regnamespace('lease') IS NULL
+       AND NOT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE') THEN
+        RAISE EXCEPTION 'role % may not create schema lease in database %', current_user, pg_catalog.current_database()
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_install_not_permitted',
+                  DETAIL = 'role=' OPERATOR(pg_catalog.||) current_user
+                           OPERATOR(pg_catalog.||) ' database=' OPERATOR(pg_catalog.||) pg_catalog.current_database(),
+                  HINT = 'GRANT CREATE ON DATABASE to the installing role, or install as the database owner; nothing was installed.';
+    END IF;
+END
+$$";
+
 /// The schema the migrations install into.
 pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 

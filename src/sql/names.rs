@@ -59,16 +59,24 @@ pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
 
+/// `CONSTRAINT` name of an install refused because the installing role may
+/// not create schema `lease` (SQLSTATE 42501; DETAIL `role=<role>
+/// database=<database>`).
+pub(crate) const INSTALL_NOT_PERMITTED: &str = "lease_install_not_permitted";
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
-    /// Every `CONSTRAINT` name the SQL raises: the migrations' and the
-    /// extension scripts' `RAISE ... USING CONSTRAINT = '...'`.
+    /// Every `CONSTRAINT` name the SQL raises: the migrations', the
+    /// extension scripts' and the installer's `RAISE ... USING CONSTRAINT =
+    /// '...'`.
     fn raised() -> BTreeSet<String> {
         let root = env!("CARGO_MANIFEST_DIR");
-        let mut texts =
-            vec![std::fs::read_to_string(format!("{root}/src/extension.rs")).unwrap_or_default()];
+        let mut texts = ["src/extension.rs", "src/sql/install.rs"]
+            .iter()
+            .map(|file| std::fs::read_to_string(format!("{root}/{file}")).unwrap_or_default())
+            .collect::<Vec<_>>();
         let mut dirs: Vec<_> = std::fs::read_dir(format!("{root}/migrations"))
             .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
             .unwrap_or_default();
@@ -105,6 +113,7 @@ mod tests {
             super::CONTENTION,
             super::NAMESPACE_CHANGED,
             super::INSTALLED_BY_MIGRATIONS,
+            super::INSTALL_NOT_PERMITTED,
         ]
         .into_iter()
         .map(str::to_owned)

@@ -186,14 +186,24 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
         .unwrap();
     let mut conn = db.conn_as(&role);
     let error = install(&mut conn).unwrap_err();
-    // The server's refusal is kept as the cause of the install error.
-    let mut chain = error.to_string();
-    let mut cause = std::error::Error::source(&error);
-    while let Some(inner) = cause {
-        chain = format!("{chain}: {inner}");
-        cause = inner.source();
+    // Typed, naming the role and the database, and saying what to do, in
+    // the message itself (not only in a source behind it).
+    match &error {
+        leasehold::InstallError::NotPermitted {
+            role: named,
+            database,
+        } => {
+            assert_eq!(named, &role);
+            assert_eq!(database, &db.name);
+        }
+        other => panic!("expected NotPermitted, got {other:?}"),
     }
-    assert!(chain.contains("permission denied"), "{chain}");
+    let message = error.to_string();
+    assert!(
+        message.contains("may not create schema lease")
+            && message.contains("GRANT CREATE ON DATABASE"),
+        "{message}"
+    );
     assert!(!query_bool(
         &mut admin,
         "SELECT to_regnamespace('lease') IS NOT NULL AS flag"
