@@ -142,6 +142,23 @@ pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
         && (message.contains("does not exist") || message.contains("already exists"))
 }
 
+/// Whether `error` says the lease schema or one of its functions does not
+/// exist: leasehold is not installed in this database (or is older than
+/// this crate). Read from the server's message (diesel does not expose the
+/// SQLSTATE, 3F000 or 42883); a server whose messages are translated
+/// (`lc_messages`) falls back to the `Database` variant, whose message
+/// carries the server's own.
+fn is_not_installed(error: &DieselError) -> bool {
+    match error {
+        DieselError::DatabaseError(_, info) => {
+            let message = info.message();
+            message.contains("schema \"lease\" does not exist")
+                || (message.starts_with("function lease.") && message.ends_with("does not exist"))
+        }
+        _ => false,
+    }
+}
+
 fn is_read_only(error: &DieselError) -> bool {
     matches!(
         error,
@@ -231,11 +248,23 @@ pub enum LeaseError {
     /// installed, the caller's transaction already aborted, ...). The call's
     /// effect is undone with its transaction. Check the connection and that
     /// [`crate::install`] has run on this database.
-    #[error("lease {operation} failed in the database")]
+    #[error("lease {operation} failed in the database: {source}")]
     Database {
         /// The failed call.
         operation: Operation,
         /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+    /// leasehold is not installed in this database, or is older than this
+    /// crate (the lease schema or function does not exist). Nothing
+    /// changed. Run [`crate::install`] (or `leasehold install`) as the
+    /// role that should own leasehold.
+    #[error("leasehold is not installed in this database (lease {operation}: {source}); run leasehold::install or `leasehold install` first")]
+    NotInstalled {
+        /// The call.
+        operation: Operation,
+        /// The server's error.
         #[source]
         source: DieselError,
     },
@@ -312,6 +341,12 @@ impl LeaseError {
                     source: error,
                 };
             }
+        }
+        if is_not_installed(&error) {
+            return LeaseError::NotInstalled {
+                operation,
+                source: error,
+            };
         }
         if is_read_only(&error) {
             return LeaseError::ReadOnlyServer {
@@ -605,9 +640,20 @@ pub enum GuardError {
         /// Every violated rule.
         violations: Vec<String>,
     },
+    /// leasehold is not installed in this database, or is older than this
+    /// crate; the caller's transaction is rolled back. Run
+    /// [`crate::install`] (or `leasehold install`).
+    #[error("leasehold is not installed in this database (guard {operation}: {source}); run leasehold::install or `leasehold install` first")]
+    NotInstalled {
+        /// The call.
+        operation: Operation,
+        /// The server's error.
+        #[source]
+        source: DieselError,
+    },
     /// The database failed the call; the caller's transaction is rolled
     /// back. Check the connection and that [`crate::install`] has run.
-    #[error("guard {operation} failed in the database")]
+    #[error("guard {operation} failed in the database: {source}")]
     Database {
         /// The failed call.
         operation: Operation,
@@ -645,6 +691,12 @@ pub(crate) struct GuardContext<'a> {
 
 impl GuardError {
     pub(crate) fn from_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
+        if is_not_installed(&error) {
+            return GuardError::NotInstalled {
+                operation: context.operation,
+                source: error,
+            };
+        }
         if is_read_only(&error) {
             return GuardError::ReadOnlyServer {
                 operation: context.operation,
@@ -757,7 +809,7 @@ pub enum NamespaceError {
     },
     /// The database failed the call, or the role may not run it (see the
     /// type's documentation). Nothing changed.
-    #[error("{operation} failed in the database")]
+    #[error("{operation} failed in the database: {source}")]
     Database {
         /// The failed call.
         operation: Operation,
@@ -825,7 +877,7 @@ pub enum GenerationError {
         violations: Vec<String>,
     },
     /// The database failed the call, or the role may not run it.
-    #[error("{operation} failed in the database")]
+    #[error("{operation} failed in the database: {source}")]
     Database {
         /// The failed call.
         operation: Operation,

@@ -102,7 +102,7 @@
 //!   `never_leased` (force_release); `done`, `absent` (namespace rules,
 //!   raise_generation), `listed`, `read` (generation), `not_above`;
 //!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
-//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `error`.
+//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
 //! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
 //!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
 //! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`

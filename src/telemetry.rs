@@ -296,6 +296,7 @@ impl Outcome for LeaseError {
             LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
             LeaseError::ReadOnlyServer { .. } => "read_only",
             LeaseError::Retry { .. } => "retry",
+            LeaseError::NotInstalled { .. } => "not_installed",
             _ => "error",
         }
     }
@@ -308,6 +309,7 @@ impl Outcome for GuardError {
             None => match self {
                 GuardError::InvalidInput { .. } => "invalid",
                 GuardError::ReadOnlyServer { .. } => "read_only",
+                GuardError::NotInstalled { .. } => "not_installed",
                 _ => "error",
             },
         }

@@ -273,3 +273,30 @@ fn the_test_server_runs_the_expected_major() {
         leasehold_test_support::server::check_expected_major(&TestServer::from_env().admin_url());
     eprintln!("the tests run on PostgreSQL {version}");
 }
+
+/// On a database where leasehold was never installed, lease and guard
+/// calls say so, typed, with the advice in the message: not an internal
+/// name that does not exist.
+#[test]
+fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
+    let db = TestDb::empty();
+    let mut conn = db.conn();
+    let error = leasehold::acquire(&mut conn, "k", "o", TTL).unwrap_err();
+    assert!(
+        matches!(error, leasehold::LeaseError::NotInstalled { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("leasehold install"), "{error}");
+    let error = leasehold::inspect(&mut conn, "k").unwrap_err();
+    assert!(
+        matches!(error, leasehold::LeaseError::NotInstalled { .. }),
+        "{error:?}"
+    );
+    let token = leasehold::FencingToken::new("k", "o", 1).expect("token");
+    let error = leasehold::admit(&mut conn, "r", &token).unwrap_err();
+    assert!(
+        matches!(error, leasehold::GuardError::NotInstalled { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("not installed"), "{error}");
+}
