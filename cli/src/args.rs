@@ -33,9 +33,10 @@ Exit codes:
  11  doctor: warnings (leasehold works, something should be looked at)
  12  doctor: failures (leasehold cannot work as intended here)
 
-Without --database-url or DATABASE_URL every command runs against a
-throwaway local PostgreSQL that is deleted when the command exits: nothing
-persists between invocations. `leasehold demo` always uses its own.
+Every command but `demo` and `extension` needs --database-url or
+DATABASE_URL; without either it exits 2 and changes nothing. --throwaway
+runs one command against a throwaway local PostgreSQL, deleted when the
+command exits. `leasehold demo` always uses its own.
 
 LEASEHOLD_LOG=FILTER (e.g. leasehold=debug) writes leasehold's tracing
 spans and events to stderr (stdout stays as it is); RUST_LOG is ignored.";
@@ -46,10 +47,16 @@ spans and events to stderr (stdout stays as it is); RUST_LOG is ignored.";
 pub struct Cli {
     /// PostgreSQL URL, e.g. postgres://user@host/db, or with several hosts
     /// postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write
-    /// (libpq connects to the first writable one). Without it (and without
-    /// DATABASE_URL) a throwaway local server is used for this one command.
+    /// (libpq connects to the first writable one). Every command but
+    /// `demo` and `extension` needs it, DATABASE_URL, or --throwaway.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+
+    /// Run this one command against a throwaway local PostgreSQL, deleted
+    /// when the command exits (nothing persists between invocations). Only
+    /// when no database URL is given.
+    #[arg(long, global = true)]
+    pub throwaway: bool,
 
     /// Print machine-readable JSON on stdout (one object per result; `watch`
     /// prints one object per refresh, `watch --events` one per event).

@@ -1,10 +1,13 @@
 //! Where the commands run: the database named by `--database-url` /
-//! `DATABASE_URL`, or else a throwaway local server for this one command.
+//! `DATABASE_URL`, or, only when asked with `--throwaway`, a throwaway local
+//! server for this one command.
 //!
-//! The embedded default makes `leasehold acquire ...` work on a machine with
-//! nothing configured, but its state dies with the command, which would
-//! surprise anyone running two commands in a row. So it says so on stderr
-//! every time, and installs leasehold into it (it is always empty).
+//! Without a URL and without `--throwaway` a command refuses to run: a
+//! command that silently acted on a server nobody else sees (and exited 0)
+//! would tell a user that `force-release` or `fence` worked on their real
+//! database. The throwaway server's state dies with the command, so it says
+//! so on stderr every time, and installs leasehold into it (it is always
+//! empty).
 
 use diesel::prelude::*;
 use diesel::sql_types::Bool;
@@ -34,10 +37,14 @@ pub enum Needs {
     Installed,
 }
 
-/// Connects to `url`, or starts the embedded default when `url` is `None`.
-pub fn open(url: Option<&str>, needs: Needs) -> Result<Session, CliError> {
+/// Connects to `url`, or starts a throwaway server when `url` is `None` and
+/// `throwaway` asks for one; refuses ([`CliError::NoDatabase`]) otherwise.
+pub fn open(url: Option<&str>, throwaway: bool, needs: Needs) -> Result<Session, CliError> {
     let Some(url) = url.filter(|u| !u.is_empty()) else {
-        return open_embedded();
+        if throwaway {
+            return open_embedded();
+        }
+        return Err(CliError::NoDatabase);
     };
     let mut conn = establish(url)?;
     if needs == Needs::Installed && !is_installed(&mut conn)? {
@@ -52,9 +59,9 @@ pub fn open(url: Option<&str>, needs: Needs) -> Result<Session, CliError> {
 
 fn open_embedded() -> Result<Session, CliError> {
     eprintln!(
-        "note: no --database-url or DATABASE_URL given: using a throwaway local PostgreSQL \
-         that is deleted when this command exits, so nothing persists between invocations; \
-         pass --database-url postgres://... to work on a real database"
+        "note: --throwaway: using a throwaway local PostgreSQL that is deleted when this \
+         command exits, so nothing persists between invocations; pass --database-url \
+         postgres://... to work on a real database"
     );
     let server = LocalPostgres::start()?;
     let url = server.url();

@@ -149,6 +149,10 @@ pub enum CliError {
     /// The embedded local server could not be started or restarted.
     #[error("the embedded local PostgreSQL failed: {0}")]
     LocalServer(#[from] LocalServerError),
+    /// No database was named: no --database-url, no DATABASE_URL and no
+    /// --throwaway. Nothing ran.
+    #[error("no database given: pass --database-url postgres://user@host/db or set DATABASE_URL; for a throwaway PostgreSQL that lives only for this one command, pass --throwaway")]
+    NoDatabase,
     /// The lease functions are missing from the database.
     #[error("leasehold is not installed in this database; run `leasehold install` with the same --database-url first")]
     NotInstalled,
@@ -208,7 +212,7 @@ impl CliError {
     /// The exit code for this failure.
     pub fn exit(&self) -> Exit {
         match self {
-            CliError::InvalidInput(_) => Exit::InvalidInput,
+            CliError::InvalidInput(_) | CliError::NoDatabase => Exit::InvalidInput,
             // Installing a global subscriber twice is this command's bug.
             CliError::LogSetup(LogSetupError::Install(_)) => Exit::Unexpected,
             CliError::LogSetup(_) => Exit::InvalidInput,
@@ -248,6 +252,7 @@ impl CliError {
     /// A stable machine-readable name for `--json`.
     fn kind(&self) -> &'static str {
         match self {
+            CliError::NoDatabase => "no_database",
             CliError::InvalidInput(_) | CliError::Guard(GuardError::InvalidInput { .. }) => {
                 "invalid_input"
             }

@@ -48,7 +48,9 @@ fn main() -> ExitCode {
     let result = match logging::install(cli.trace_keys) {
         Err(error) => Err(CliError::from(error)),
         Ok(()) => match cli.command {
-            Command::Doctor { idle } => doctor(cli.database_url.as_deref(), out, idle),
+            Command::Doctor { idle } => {
+                doctor(cli.database_url.as_deref(), cli.throwaway, out, idle)
+            }
             _ => run(cli, out).map(|()| Exit::Ok),
         },
     };
@@ -67,8 +69,13 @@ fn main() -> ExitCode {
 
 /// `leasehold doctor`: its exit code depends on what it found, and it
 /// runs on a database where leasehold may be missing (that is a finding).
-fn doctor(url: Option<&str>, out: Printer, idle: std::time::Duration) -> Result<Exit, CliError> {
-    let mut session = connect::open(url, Needs::Nothing)?;
+fn doctor(
+    url: Option<&str>,
+    throwaway: bool,
+    out: Printer,
+    idle: std::time::Duration,
+) -> Result<Exit, CliError> {
+    let mut session = connect::open(url, throwaway, Needs::Nothing)?;
     let session_url = session.url.clone();
     doctor::run(
         &mut session.conn,
@@ -100,7 +107,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
         }
         _ => Needs::Installed,
     };
-    let mut session = connect::open(url, needs)?;
+    let mut session = connect::open(url, cli.throwaway, needs)?;
     let session_url = session.url.clone();
     let conn = &mut session.conn;
     match cli.command {

@@ -50,9 +50,34 @@ fn demo_timeline_shows_takeover_refused_stale_write_and_intact_epochs() {
     assert!(out.contains("epoch 2 before the crash, 2 after"), "{out}");
 }
 
+/// Without a database URL a command refuses to run (exit 2) and says how
+/// to name one: it never acts on a server nobody else sees. Not even
+/// `force-release`, which would otherwise report "nothing changed" about a
+/// database that is not the user's.
 #[test]
-fn without_a_database_url_the_embedded_default_warns_that_nothing_persists() {
-    let inspect = run(&["inspect", "job-1"]);
+fn without_a_database_url_a_command_refuses_and_says_how_to_name_one() {
+    for args in [
+        &["inspect", "job-1"][..],
+        &["force-release", "nightly-billing"][..],
+        &["doctor"][..],
+    ] {
+        let refused = run(args);
+        assert_eq!(refused.code, 2, "{args:?}: {refused:?}");
+        assert!(
+            refused.stderr.contains("no database given")
+                && refused.stderr.contains("--database-url")
+                && refused.stderr.contains("--throwaway"),
+            "{args:?}: {refused:?}"
+        );
+        assert!(refused.stdout.is_empty(), "{args:?}: {refused:?}");
+    }
+}
+
+/// `--throwaway` asks for a server that lives for one command, and the
+/// command says so on stderr.
+#[test]
+fn with_throwaway_a_command_runs_on_a_server_that_lives_for_it_alone() {
+    let inspect = run(&["--throwaway", "inspect", "job-1"]);
     assert_eq!(inspect.code, 0, "{inspect:?}");
     assert!(
         inspect.stderr.contains("throwaway local PostgreSQL"),
