@@ -259,6 +259,7 @@ fn dump_restored_into_a_new_cluster_grants_above_the_source() {
     let source = start(LocalPostgres::builder().durable(false));
     let mut src = connect(&source);
     leasehold::install(&mut src).expect("install");
+    leasehold_test_support::apply_sql_patch(&mut src);
     let first = grant(&mut src, "k1", "a");
     release_ok(&mut src, &first);
     let held = grant(&mut src, "k1", "b");
@@ -314,6 +315,7 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     let source = start(LocalPostgres::builder().durable(false));
     let mut src = connect(&source);
     leasehold::install(&mut src).expect("install");
+    leasehold_test_support::apply_sql_patch(&mut src);
     let first = grant(&mut src, "k1", "a");
     release_ok(&mut src, &first);
 
@@ -338,6 +340,16 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     assert_eq!((k1.epoch(), k2.epoch()), (GENERATION_1, GENERATION_1));
     let now = generation(&mut dst).expect("generation");
     assert_eq!((now.generation, now.timeline), (1, 2));
+    // The lineage row records the newest timeline its grants ran on, so a
+    // dump of this database, restored elsewhere, starts its new lineage
+    // above the generation this timeline gave (§1.7) from the row alone.
+    assert_eq!(
+        leasehold_test_support::query_lines(
+            &mut dst,
+            "SELECT last_timeline::text AS line FROM lease.lineage"
+        ),
+        ["2"]
+    );
 }
 
 /// §1.2, scenario 5: a server that was never promoted, with a standby
@@ -387,6 +399,7 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     let server = start(LocalPostgres::builder().durable(false));
     let mut conn = connect(&server);
     leasehold::install(&mut conn).expect("install");
+    leasehold_test_support::apply_sql_patch(&mut conn);
     let held = grant(&mut conn, "held", "a");
     let lineage = |conn: &mut PgConnection| {
         query_lines(
