@@ -259,7 +259,7 @@ fn dump_restored_into_a_new_cluster_grants_above_the_source() {
     let source = start(LocalPostgres::builder().durable(false));
     let mut src = connect(&source);
     leasehold::install(&mut src).expect("install");
-    leasehold_test_support::apply_sql_patch(&mut src);
+    leasehold_test_support::database::apply_sql_patch(&mut src);
     let first = grant(&mut src, "k1", "a");
     release_ok(&mut src, &first);
     let held = grant(&mut src, "k1", "b");
@@ -315,7 +315,7 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     let source = start(LocalPostgres::builder().durable(false));
     let mut src = connect(&source);
     leasehold::install(&mut src).expect("install");
-    leasehold_test_support::apply_sql_patch(&mut src);
+    leasehold_test_support::database::apply_sql_patch(&mut src);
     let first = grant(&mut src, "k1", "a");
     release_ok(&mut src, &first);
 
@@ -399,7 +399,7 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     let server = start(LocalPostgres::builder().durable(false));
     let mut conn = connect(&server);
     leasehold::install(&mut conn).expect("install");
-    leasehold_test_support::apply_sql_patch(&mut conn);
+    leasehold_test_support::database::apply_sql_patch(&mut conn);
     let held = grant(&mut conn, "held", "a");
     let lineage = |conn: &mut PgConnection| {
         query_lines(
