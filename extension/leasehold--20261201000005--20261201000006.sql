@@ -7,7 +7,7 @@
 --
 -- The rules of 000001_tables apply, with one difference: these functions
 -- are granted to nobody. The role that installed leasehold owns them and may run them; it grants EXECUTE to the
--- roles that operate the deployment (README.md, "Security model"), e.g.
+-- roles that operate the deployment (docs/guide/security.md), e.g.
 --
 --   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.force_release(text, bigint),
 --         lease.bind_namespace(text, text),

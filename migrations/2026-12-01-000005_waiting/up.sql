@@ -1,5 +1,4 @@
--- leasehold: wake-on-release for client-side waiters (README.md, "Waiting for
--- a lease, keeping it, and stopping when it is gone"; docs/SPECIFICATION.md
+-- leasehold: wake-on-release for client-side waiters (docs/guide/waiting-and-keeping.md; docs/SPECIFICATION.md
 -- §1.5 and §4).
 --
 -- A process that waits for keys keeps one listener session (LISTEN
@@ -54,8 +53,8 @@
 -- whether a waiter gets a lease is decided by lease.acquire alone.
 --
 -- Cost: a release calls lease._on_release (one try-lock and one index probe
--- of lease.waiters). benches/primitive.rs measures it; README.md
--- reports it.
+-- of lease.waiters). benches/primitive.rs measures it;
+-- docs/guide/benchmarks.md reports it.
 --
 -- Storage: a session may hold at most 10 000 registrations
 -- (lease_waiter_limit); rows of sessions that are gone are pruned by

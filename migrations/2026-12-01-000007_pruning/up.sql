@@ -7,7 +7,7 @@
 --
 -- The rules of 000001_tables apply. Like the operator actions of
 -- 000006_operator, the prune functions are granted to nobody: the installing role runs them or grants EXECUTE on
--- them (README.md, "Security model").
+-- them (docs/guide/security.md).
 --
 -- The argument, in short (docs/SPECIFICATION.md §1.8 has it in full):
 --
