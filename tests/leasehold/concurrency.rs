@@ -751,3 +751,72 @@ fn same_owner_acquire_of_a_lapsed_grant_whose_takeover_rolled_back_gets_a_new_ep
         })
     );
 }
+
+// ---- operator force-release vs a regrant ----
+
+/// An operator force-releases while another transaction has granted the
+/// key again (epoch 3), uncommitted. The force-release locks the key's row
+/// before it decides, so it waits for that transaction and then judges the
+/// newest row: the epoch form, asked for grant 1, answers `NewerGrant`; the
+/// key form, called on a key that was free when it looked, frees grant 3
+/// (whatever grant the key has once the call can lock it). Neither decides
+/// on a row version it did not lock.
+fn force_release_races_a_regrant(by_epoch: bool) {
+    let db = TestDb::new();
+    let (mut regrant, _) = session(&db);
+    let (operator, pid) = session(&db);
+    let mut observer = db.conn();
+    let first = granted(acquire(&mut regrant, "k", "a", TTL).unwrap());
+    assert_eq!(first.epoch(), 1);
+    // The epoch form: grant 1 is held when the operator looks, and released
+    // and regranted uncommitted. The key form: the key is free when the
+    // operator looks, and granted again uncommitted.
+    if !by_epoch {
+        assert_eq!(
+            release(&mut regrant, "k", "a", 1).unwrap(),
+            leasehold::Release::Released
+        );
+    }
+    regrant.batch_execute("BEGIN").unwrap();
+    if by_epoch {
+        assert_eq!(
+            release(&mut regrant, "k", "a", 1).unwrap(),
+            leasehold::Release::Released
+        );
+    }
+    assert_eq!(
+        granted(acquire(&mut regrant, "k", "b", TTL).unwrap()).epoch(),
+        3
+    );
+    let racer = in_thread(operator, move |c| {
+        if by_epoch {
+            leasehold::force_release_epoch(c, "k", 1).map(|forced| format!("{forced:?}"))
+        } else {
+            leasehold::force_release(c, "k").map(|counter| format!("{counter:?}"))
+        }
+    });
+    wait_until_blocked_on_lock(&mut observer, pid);
+    regrant.batch_execute("COMMIT").unwrap();
+    let answer = racer.join().unwrap().unwrap();
+    if by_epoch {
+        assert_eq!(answer, "NewerGrant { current_epoch: 3 }");
+        assert_eq!(holder(&mut observer), Some(("b".into(), 3)));
+    } else {
+        assert_eq!(answer, "Some(4)");
+        assert_eq!(holder(&mut observer), None);
+        assert_eq!(
+            inspect(&mut observer, "k").unwrap(),
+            Some(LeaseState::Unowned { epoch: 4 })
+        );
+    }
+}
+
+#[test]
+fn force_release_of_an_epoch_waits_for_a_regrant_and_leaves_the_newer_grant_alone() {
+    force_release_races_a_regrant(true);
+}
+
+#[test]
+fn force_release_of_a_key_waits_for_a_regrant_and_frees_the_newest_grant() {
+    force_release_races_a_regrant(false);
+}
