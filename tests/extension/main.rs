@@ -596,11 +596,10 @@ fn dump_tool(program: &str) -> PathBuf {
     }
 }
 
-/// Dumps `from` and restores it into a new database, `as_role` naming the
-/// role pg_restore acts as (`--role`).
-fn dump_and_restore(from: &str, as_role: Option<&str>) -> String {
+/// `pg_dump -Fc` of database `from` into a file of the test server's
+/// directory; panics with pg_dump's stderr when it fails.
+fn pg_dump_file(from: &str) -> PathBuf {
     let server = server();
-    let to = database();
     let file = server.pg.root_dir().join(format!("{from}.dump"));
     let out = Command::new(dump_tool("pg_dump"))
         .args(["-Fc", "-f"])
@@ -614,6 +613,15 @@ fn dump_and_restore(from: &str, as_role: Option<&str>) -> String {
         "pg_dump: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    file
+}
+
+/// Dumps `from` and restores it into a new database, `as_role` naming the
+/// role pg_restore acts as (`--role`).
+fn dump_and_restore(from: &str, as_role: Option<&str>) -> String {
+    let server = server();
+    let to = database();
+    let file = pg_dump_file(from);
     let out = Command::new(dump_tool("pg_restore"))
         .args(as_role.map(|role| format!("--role={role}")))
         .args(["--exit-on-error", "-d"])

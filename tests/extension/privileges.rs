@@ -14,7 +14,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::install;
 
-use super::{app_conn, conn, database, dump_tool, owners, rows, seed, seed_checks, server, state};
+use super::{
+    app_conn, conn, database, dump_tool, owners, pg_dump_file, rows, seed, seed_checks, server,
+    state,
+};
 
 /// The grants besides the owner's that docs/PRIVILEGES.md lists.
 fn documented_acl() -> Vec<String> {
@@ -223,24 +226,6 @@ enum Restore {
     /// `pg_restore` by the superuser, owners as dumped (a migrations
     /// install only; the extension refuses it, see docs/PRIVILEGES.md).
     Plain,
-}
-
-fn pg_dump_file(from: &str) -> std::path::PathBuf {
-    let server = server();
-    let file = server.pg.root_dir().join(format!("{from}.privileges.dump"));
-    let out = Command::new(dump_tool("pg_dump"))
-        .args(["-Fc", "-f"])
-        .arg(&file)
-        .arg("-d")
-        .arg(server.pg.url_for(from))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "pg_dump: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    file
 }
 
 /// Restores `file` into a new database; `defaults` first sets
