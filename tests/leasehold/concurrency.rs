@@ -31,50 +31,70 @@ fn session(db: &TestDb) -> (PgConnection, i32) {
     (conn, pid)
 }
 
-/// Waits until backend `pid` waits for a row/transaction lock held by
-/// another transaction (pg_stat_activity: wait_event_type = 'Lock').
-fn wait_until_blocked_on_lock(observer: &mut PgConnection, pid: i32) {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock') \
-         AND EXISTS (SELECT 1 FROM pg_locks WHERE pid = {pid} AND NOT granted) AS flag"
-    );
-    for _ in 0..4_000 {
+/// How long a helper below watches a backend before it gives up. Generous:
+/// the suite shares two cores with other suites' servers.
+const OBSERVE_FOR: Duration = Duration::from_secs(60);
+
+/// Polls `condition` (one boolean query about backend `pid`) until it holds;
+/// on timeout, panics with what pg_stat_activity last said of the backend,
+/// so a failure tells a slow machine from a backend that finished or hung.
+fn observe(observer: &mut PgConnection, pid: i32, condition: &str, what: &str) {
+    let sql = format!("SELECT ({condition}) AS flag");
+    let started = std::time::Instant::now();
+    while started.elapsed() < OBSERVE_FOR {
         if query_bool(observer, &sql) {
             return;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    panic!("backend {pid} never waited on a lock");
+    let last = query_lines(
+        observer,
+        &format!(
+            "SELECT coalesce((SELECT format('state=%s wait=%s/%s query=%s', state, wait_event_type, wait_event, left(query, 120)) \
+               FROM pg_stat_activity WHERE pid = {pid}), 'gone') AS line"
+        ),
+    );
+    panic!("backend {pid} never {what} within {OBSERVE_FOR:?}; last seen: {last:?}");
+}
+
+/// Waits until backend `pid` waits for a row/transaction lock held by
+/// another transaction (pg_stat_activity: wait_event_type = 'Lock').
+fn wait_until_blocked_on_lock(observer: &mut PgConnection, pid: i32) {
+    observe(
+        observer,
+        pid,
+        &format!(
+            "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} AND wait_event_type = 'Lock') \
+             AND EXISTS (SELECT 1 FROM pg_locks WHERE pid = {pid} AND NOT granted)"
+        ),
+        "waited on a lock",
+    );
 }
 
 /// Waits until backend `pid` polls inside a blocking acquire.
 fn wait_until_polling(observer: &mut PgConnection, pid: i32) {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} AND wait_event = 'PgSleep') AS flag"
+    observe(
+        observer,
+        pid,
+        &format!(
+            "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} AND wait_event = 'PgSleep')"
+        ),
+        "polled",
     );
-    for _ in 0..4_000 {
-        if query_bool(observer, &sql) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("backend {pid} never polled");
 }
 
 /// Waits until backend `pid` waits inside a blocking acquire, either
 /// polling or queued on a lock.
 fn wait_until_waiting(observer: &mut PgConnection, pid: i32) {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} \
-         AND (wait_event = 'PgSleep' OR wait_event_type = 'Lock')) AS flag"
+    observe(
+        observer,
+        pid,
+        &format!(
+            "EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = {pid} \
+             AND (wait_event = 'PgSleep' OR wait_event_type = 'Lock'))"
+        ),
+        "waited",
     );
-    for _ in 0..4_000 {
-        if query_bool(observer, &sql) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("backend {pid} never waited");
 }
 
 fn in_thread<T: Send + 'static>(
@@ -285,7 +305,9 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
     let db = TestDb::new();
     let (mut first, _) = session(&db);
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut first, "k", "first", TTL).unwrap());
+    // A ttl no slow start of the waiters can outlast: the first grant must
+    // end by its release below, never by lapsing while the test sets up.
+    let lease = granted(acquire(&mut first, "k", "first", Duration::from_secs(3600)).unwrap());
     const WAITERS: usize = 5;
     let holding: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let mut pids = Vec::new();
@@ -296,7 +318,8 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
             let holding = holding.clone();
             in_thread(conn, move |c| {
                 let owner = format!("w{i}");
-                let lease = acquire_waiting(c, "k", &owner, TTL, Duration::from_secs(60)).unwrap();
+                let lease = acquire_waiting(c, "k", &owner, TTL, Duration::from_secs(300))
+                    .unwrap_or_else(|error| panic!("{owner}: {error}"));
                 let previous = holding.lock().unwrap().replace(owner.clone());
                 assert_eq!(previous, None, "{owner} granted while another held the key");
                 assert_eq!(holder(c), Some((owner.clone(), lease.epoch())));
