@@ -67,26 +67,43 @@
 //! [`FenceError::Corrupt`]. Readers get the payload with [`FencedFile::read`],
 //! never by reading the file directly.
 //!
-//! Next to `name` the guard keeps two sibling files in the same directory:
+//! Next to `name` the guard keeps sibling files in the same directory:
 //!
-//! * `.name.lhfs-lock`: the lock file. It is never deleted (deleting a lock
-//!   file while another process waits on it would let two writers in), and
-//!   must not be deleted by hand either.
-//! * `.name.lhfs-tmp`: the next version while it is being written. Only the
-//!   lock holder creates it, so a leftover one (from a writer that crashed)
-//!   is removed by the next writer; leftovers never break later writes.
+//! * `.name.lhfs-lock`: the lock file. The guard never deletes it. Should
+//!   someone delete or replace it anyway, a writer notices: one that was
+//!   waiting for it takes the file now at the name instead, and one that
+//!   held it abandons its write before the rename with
+//!   [`FenceError::LockLost`], so two writers never both commit. (A writer
+//!   stopped in the few instructions between that last check and its
+//!   rename is the one window this cannot close.) The holder writes its
+//!   process id into the lock file, which [`FenceError::Busy`] reports.
+//! * `.name.lhfs-tmp.<pid>.<n>`: a writer's next version while it is being
+//!   written, named for that writer, so no writer ever renames or removes
+//!   another's. A leftover (from a writer that crashed) is removed by a
+//!   later writer once no live process has that pid; leftovers never break
+//!   later writes.
+//!
+//! Names of that shape cannot be fenced files themselves:
+//! [`FencedFile::new`] refuses them.
 //!
 //! # Write path and fsync ordering
 //!
-//! 1. Take an exclusive lock on the lock file (`File::lock`, which is
-//!    `flock(2)` on Linux and the BSDs). It blocks while another writer holds
-//!    it and is released by the kernel when that writer exits or is killed.
+//! Every step of one operation works in the directory it opened first (see
+//! "One directory per operation" below).
+//!
+//! 1. Open the parent directory. Take an exclusive lock on the lock file
+//!    (`flock(2)` on Linux and the BSDs), waiting at most the lock wait
+//!    ([`FencedFile::with_lock_wait`], 30 s unless set), and check that the
+//!    lock file is still the one at its name. The kernel releases the lock
+//!    when its holder exits or is killed.
 //! 2. Read and parse the current header; check key (G5) and epoch (G2).
 //!    A refused write returns here and has changed nothing.
-//! 3. Write header + payload to `.name.lhfs-tmp` (created fresh) and
-//!    `fsync` it, so the data is durable *before* it becomes visible.
-//! 4. `rename` it over `name`: atomically, every reader sees the old or the
-//!    new file, never a mix.
+//! 3. Write header + payload to this writer's temporary file (created
+//!    fresh) and `fsync` it, so the data is durable *before* it becomes
+//!    visible.
+//! 4. Check the lock file is still the one locked in step 1, then `rename`
+//!    the temporary file over `name`: atomically, every reader sees the old
+//!    or the new file, never a mix.
 //! 5. `fsync` the directory, so the rename itself is durable.
 //! 6. Release the lock.
 //!
@@ -95,6 +112,45 @@
 //! old version; between steps 4 and 5 the new version is visible and, after a
 //! power loss, either old or new survives, whole. Either way the file parses
 //! and holds exactly one complete version.
+//!
+//! # One directory per operation
+//!
+//! The kernel resolves a path again at every use. If the lock, the header
+//! read, the temporary file and the rename each named the path, a directory
+//! swapped in between (`cur -> v1` re-pointed to `v2`) would leave a writer
+//! holding `v1`'s lock while it checks and replaces `v2`'s file, next to a
+//! writer that holds `v2`'s lock: two writers, one file, a torn or lost
+//! version. So each operation opens the parent directory once and does every
+//! step relative to that handle (`openat`, `renameat`, `unlinkat`). A swap
+//! then decides only *which* directory an operation works in, the one its
+//! path named when it began, and inside it the rules hold. Entries are
+//! opened without following symbolic links: a link placed at the fenced
+//! name or at a sidecar is refused with [`FenceError::NotRegularFile`], as
+//! is a FIFO, a socket, a device or a directory (opened without blocking,
+//! so a FIFO never hangs a caller that holds the lock).
+//!
+//! # Stopped holders and operator fences
+//!
+//! A holder stopped inside `write` (SIGSTOP, a debugger, a frozen
+//! container) holds the write lock until it resumes or dies. Other writers
+//! and [`FencedFile::fence`] wait for it at most the lock wait, then fail
+//! with [`FenceError::Busy`], which names the holder's process id; they
+//! change nothing. A fence is therefore never overtaken: when `fence`
+//! returns `Ok`, no write that could land at or below its floor is in
+//! flight, because every write checks the record under the lock the fence
+//! took. When it returns `Busy`, the stopped holder may still land its write
+//! when it resumes (it was admitted before it stopped); kill it, and a write
+//! it had not renamed into place never lands, then fence again.
+//!
+//! # Deleting a fenced file
+//!
+//! The record lives in the file. **Deleting the file deletes its record**:
+//! the next write of any epoch creates the file again, so a stale holder
+//! whose write comes next is admitted. Do not delete fenced files while
+//! their lease is in use; to start over, [`FencedFile::fence`] the new file
+//! to the lease's current epoch (what `lease.inspect` reports) before any
+//! holder writes. Deleting the lock file is covered above; deleting the
+//! whole directory deletes the records of every file in it.
 //!
 //! # Assumptions (read these)
 //!
@@ -109,164 +165,50 @@
 //!   mount options; test your setup before relying on it.
 //! * The path names a regular file, not a symbolic link (the rename would
 //!   replace the link, not its target), in a directory that exists and is
-//!   writable (the lock and temporary files live there).
-//! * `write` blocks while another writer holds the lock. A holder that is
-//!   stopped (not dead) inside `write` keeps others waiting until it resumes
-//!   or dies; a dead one releases the lock at once.
+//!   writable (the lock and temporary files live there). Symbolic links in
+//!   the directory part of the path are followed, once per operation.
 //! * Unix is the tested platform.
 
 #![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+mod directory;
+mod error;
+mod record;
 
-use leasehold::__private::field_text::{decode as percent_decode, encode as percent_encode};
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 pub use leasehold::FencingToken;
 
-/// Version tag that opens every header.
-const MAGIC: &str = "lhfs1";
-/// Upper bound on the header line; a longer one is reported as corrupt.
-const MAX_HEADER_LEN: u64 = 64 * 1024;
+use directory::{Directory, OpenError};
+pub use error::FenceError;
+pub use record::FenceRecord;
+use record::{encode_header, parse_header, HeaderError};
+
+/// Suffix of the lock file, `.name.lhfs-lock`.
 const LOCK_SUFFIX: &str = ".lhfs-lock";
-const TEMP_SUFFIX: &str = ".lhfs-tmp";
-
-/// What a fenced file remembers about its lease (G1).
-///
-/// ```
-/// use leasehold_fs::FenceRecord;
-/// let record = FenceRecord::new("job", 7, 5);
-/// // Epoch 7 was accepted, so 6 is stale; equal epochs are the same grant.
-/// assert!(record.admits(7) && !record.admits(6));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FenceRecord {
-    /// The lease key the file is fenced by; tokens of other keys are refused.
-    pub key: String,
-    /// The highest epoch whose write was accepted: the epoch of the current
-    /// payload. `0` if the file was created or fenced but never written.
-    pub epoch: i64,
-    /// The floor raised by [`FencedFile::fence`]: every epoch up to and
-    /// including this one is refused. `0` if never raised.
-    pub fenced_through: i64,
-}
-
-impl FenceRecord {
-    /// Builds a record; useful for comparisons and tests.
-    pub fn new(key: &str, epoch: i64, fenced_through: i64) -> Self {
-        Self {
-            key: key.to_owned(),
-            epoch,
-            fenced_through,
-        }
-    }
-
-    /// Whether a write with `epoch` would be admitted by this record (key
-    /// aside): at or above the accepted epoch and above the fenced floor.
-    pub fn admits(&self, epoch: i64) -> bool {
-        epoch >= self.epoch && epoch > self.fenced_through
-    }
-}
-
-/// Why a fenced-file operation failed.
-///
-/// [`FenceError::StaleEpoch`] is the expected outcome for a superseded
-/// holder; the others point at misuse, damage or the environment.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FenceError {
-    /// The path cannot name a fenced file.
-    #[error("invalid fenced-file path {path:?}: {reason}")]
-    InvalidPath {
-        /// The path as given.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// An empty lease key was given to [`FencedFile::create`] or
-    /// [`FencedFile::fence`].
-    #[error("lease key for {resource:?} must not be empty")]
-    EmptyKey {
-        /// The fenced file.
-        resource: PathBuf,
-    },
-    /// A negative epoch was given to [`FencedFile::fence`].
-    #[error("cannot fence {resource:?} up to epoch {epoch}: epochs are never negative")]
-    NegativeEpoch {
-        /// The fenced file.
-        resource: PathBuf,
-        /// The rejected value.
-        epoch: i64,
-    },
-    /// G2: the token's epoch is below what the file has accepted (or at or
-    /// below the fenced floor). The holder was superseded; the file is
-    /// untouched.
-    #[error("stale epoch {presented} for {resource:?}: it accepted epoch {accepted} and is fenced through epoch {fenced_through}")]
-    StaleEpoch {
-        /// The fenced file.
-        resource: PathBuf,
-        /// The epoch of the refused token.
-        presented: i64,
-        /// The highest epoch the file has accepted.
-        accepted: i64,
-        /// The floor set by [`FencedFile::fence`] (`0` if none).
-        fenced_through: i64,
-    },
-    /// G5: the token belongs to a different lease than the one fencing the
-    /// file. This is a misuse (wrong file or wrong lease), not a race.
-    #[error("{resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}")]
-    WrongLeaseKey {
-        /// The fenced file.
-        resource: PathBuf,
-        /// The lease key the file is fenced by.
-        fenced_by: String,
-        /// The key of the presented token.
-        presented: String,
-    },
-    /// The file does not exist yet, so there is nothing to read.
-    #[error("{resource:?} does not exist, so it is not fenced yet")]
-    NotFenced {
-        /// The fenced file.
-        resource: PathBuf,
-    },
-    /// The file exists but is not a valid fenced file. Nothing was changed.
-    #[error("{resource:?} is not a valid fenced file: {reason}")]
-    Corrupt {
-        /// The fenced file.
-        resource: PathBuf,
-        /// What exactly did not parse.
-        reason: String,
-    },
-    /// The operating system refused an operation.
-    #[error("could not {action} for fenced file {resource:?}")]
-    Io {
-        /// The fenced file.
-        resource: PathBuf,
-        /// What was being done, e.g. "take the write lock".
-        action: &'static str,
-        /// The underlying error.
-        #[source]
-        source: io::Error,
-    },
-}
-
-impl FenceError {
-    /// True for [`FenceError::StaleEpoch`]: the presenting holder has been
-    /// superseded and must stop, as opposed to a misuse or an I/O failure.
-    pub fn is_stale(&self) -> bool {
-        matches!(self, FenceError::StaleEpoch { .. })
-    }
-}
+/// Infix of the temporary files, `.name.lhfs-tmp.<pid>.<n>`.
+const TEMP_INFIX: &str = ".lhfs-tmp";
+/// How long an operation waits for the write lock unless
+/// [`FencedFile::with_lock_wait`] says otherwise.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(30);
+/// Longest pause between two tries of a lock that is held.
+const MAX_LOCK_PAUSE: Duration = Duration::from_millis(10);
 
 /// A file guarded by a lease's fencing epochs.
 ///
-/// The handle holds only paths; it is cheap to clone, `Send + Sync`, and
+/// The handle holds only names; it is cheap to clone, `Send + Sync`, and
 /// several handles (in one or many processes) to the same path cooperate
-/// through the lock file. Nothing touches the disk until an operation runs.
+/// through the lock file. Nothing touches the disk until an operation runs,
+/// and each operation resolves the path's directory once (see the crate
+/// docs).
 ///
 /// ```
 /// use leasehold::FencingToken;
@@ -287,8 +229,18 @@ impl FenceError {
 pub struct FencedFile {
     path: PathBuf,
     dir: PathBuf,
-    lock_path: PathBuf,
-    temp_path: PathBuf,
+    name: OsString,
+    lock_name: OsString,
+    temp_prefix: OsString,
+    lock_wait: Duration,
+}
+
+/// The write lock of one operation: the directory it was taken in and the
+/// locked file (released when dropped, or by the kernel when the process
+/// dies).
+struct Locked {
+    dir: Directory,
+    lock: File,
 }
 
 impl FencedFile {
@@ -296,7 +248,10 @@ impl FencedFile {
     /// file is created (and fenced to the token's key) by the first write.
     ///
     /// Fails with [`FenceError::InvalidPath`] for an empty path, a path
-    /// without a file name (`/`, `a/..`, `dir/`) or an existing symbolic link.
+    /// without a file name (`/`, `a/..`, `dir/`), a name shaped like the
+    /// guard's own sidecar files (`.x.lhfs-lock`, `.x.lhfs-tmp…`), or an
+    /// existing entry that is not a regular file (a symbolic link, a
+    /// directory, a FIFO).
     pub fn new(path: impl AsRef<Path>) -> Result<Self, FenceError> {
         let path = path.as_ref();
         let invalid = |reason| FenceError::InvalidPath {
@@ -306,7 +261,7 @@ impl FencedFile {
         if path.as_os_str().is_empty() {
             return Err(invalid("the path is empty"));
         }
-        if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        if path.as_os_str().as_bytes().ends_with(b"/") {
             return Err(invalid(
                 "the path ends with a separator, so it names a directory",
             ));
@@ -314,12 +269,22 @@ impl FencedFile {
         let Some(name) = path.file_name() else {
             return Err(invalid("the path has no file name"));
         };
-        if let Ok(meta) = fs::symlink_metadata(path) {
+        if is_sidecar_name(name) {
+            return Err(invalid(
+                "the name has the shape of a fenced file's lock or temporary file (.x.lhfs-lock, .x.lhfs-tmp…), which writes of another fenced file would replace or remove",
+            ));
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
             if meta.file_type().is_symlink() {
                 return Err(invalid("the path is a symbolic link, which the atomic rename would replace; pass the link's target"));
             }
             if meta.is_dir() {
                 return Err(invalid("the path is a directory"));
+            }
+            if !meta.is_file() {
+                return Err(invalid(
+                    "the path is not a regular file (a FIFO, socket or device)",
+                ));
             }
         }
         let dir = match path.parent() {
@@ -330,13 +295,15 @@ impl FencedFile {
             let mut hidden = OsString::from(".");
             hidden.push(name);
             hidden.push(suffix);
-            dir.join(hidden)
+            hidden
         };
         Ok(Self {
             path: path.to_path_buf(),
-            lock_path: sibling(LOCK_SUFFIX),
-            temp_path: sibling(TEMP_SUFFIX),
+            name: name.to_os_string(),
+            lock_name: sibling(LOCK_SUFFIX),
+            temp_prefix: sibling(&format!("{TEMP_INFIX}.")),
             dir,
+            lock_wait: DEFAULT_LOCK_WAIT,
         })
     }
 
@@ -353,12 +320,32 @@ impl FencedFile {
                 resource: file.path.clone(),
             });
         }
-        let _lock = file.lock()?;
-        match file.load_header()? {
+        let locked = file.lock(0)?;
+        match file.load_header(&locked.dir)? {
             Some((record, _)) => file.check_key(&record, key)?,
-            None => file.commit(&FenceRecord::new(key, 0, 0), &[], None)?,
+            None => file.commit(&locked, &FenceRecord::new(key, 0, 0), &[], None)?,
         }
         Ok(file)
+    }
+
+    /// Sets how long [`write`](Self::write), [`fence`](Self::fence) and
+    /// [`create`](Self::create) wait for a write lock another writer holds
+    /// before they give up with [`FenceError::Busy`] (default
+    /// [`DEFAULT_LOCK_WAIT`]). A write normally holds the lock for as long
+    /// as it takes to write and `fsync` the payload; the bound is for a
+    /// holder that stopped inside its write, so that an operator's fence
+    /// reports it instead of waiting forever.
+    ///
+    /// ```
+    /// use leasehold_fs::FencedFile;
+    /// use std::time::Duration;
+    /// # let dir = std::env::temp_dir();
+    /// let file = FencedFile::new(dir.join("big.bin"))?.with_lock_wait(Duration::from_secs(300));
+    /// # Ok::<(), leasehold_fs::FenceError>(())
+    /// ```
+    pub fn with_lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
     }
 
     /// The path of the fenced file.
@@ -372,10 +359,12 @@ impl FencedFile {
     /// Refused with [`FenceError::WrongLeaseKey`] if the file is fenced by
     /// another key, and with [`FenceError::StaleEpoch`] if the token's epoch
     /// is below the accepted epoch or at or below the fenced floor; a refused
-    /// write leaves the file untouched. On `Ok` the content and the raised
-    /// record are durable together. An [`FenceError::Io`] means the outcome
-    /// is unknown only if it came from the final directory `fsync` (the new
-    /// version is then already visible); call [`FencedFile::read`] to see.
+    /// write leaves the file untouched, as do [`FenceError::Busy`],
+    /// [`FenceError::LockLost`] and [`FenceError::NotRegularFile`]. On `Ok`
+    /// the content and the raised record are durable together. An
+    /// [`FenceError::Io`] means the outcome is unknown only if it came from
+    /// the final directory `fsync` (the new version is then already
+    /// visible); call [`FencedFile::read`] to see.
     ///
     /// ```
     /// use leasehold::FencingToken;
@@ -392,9 +381,9 @@ impl FencedFile {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write(&self, token: &FencingToken, bytes: &[u8]) -> Result<FenceRecord, FenceError> {
-        let _lock = self.lock()?;
+        let locked = self.lock(token.epoch())?;
         hooks::fire("locked", &self.path, token.epoch());
-        let (next, permissions) = match self.load_header()? {
+        let (next, permissions) = match self.load_header(&locked.dir)? {
             None => (FenceRecord::new(token.key(), token.epoch(), 0), None),
             Some((record, permissions)) => {
                 self.check_key(&record, token.key())?;
@@ -413,7 +402,7 @@ impl FencedFile {
                 (next, Some(permissions))
             }
         };
-        self.commit(&next, bytes, permissions)?;
+        self.commit(&locked, &next, bytes, permissions)?;
         Ok(next)
     }
 
@@ -427,6 +416,14 @@ impl FencedFile {
     /// refused), changes nothing. If the file does not exist it is created,
     /// fenced to `key`, with an empty payload. A different `key` than the
     /// file's gives [`FenceError::WrongLeaseKey`].
+    ///
+    /// When it returns `Ok`, no write at or below the floor can land any
+    /// more: a write checks the record under the same lock. A holder stopped
+    /// inside its write holds that lock; the fence then waits at most the
+    /// lock wait and fails with [`FenceError::Busy`] naming the holder's
+    /// process, and the holder's write may still land when it resumes. Kill
+    /// that process (a write it had not renamed into place never lands) and
+    /// fence again.
     ///
     /// ```
     /// use leasehold::FencingToken;
@@ -454,11 +451,11 @@ impl FencedFile {
                 epoch,
             });
         }
-        let _lock = self.lock()?;
-        match self.load_full()? {
+        let locked = self.lock(epoch)?;
+        match self.load_full(&locked.dir)? {
             None => {
                 let record = FenceRecord::new(key, 0, epoch);
-                self.commit(&record, &[], None)?;
+                self.commit(&locked, &record, &[], None)?;
                 Ok(record)
             }
             Some((record, payload, permissions)) => {
@@ -470,7 +467,7 @@ impl FencedFile {
                     fenced_through: epoch,
                     ..record
                 };
-                self.commit(&next, &payload, Some(permissions))?;
+                self.commit(&locked, &next, &payload, Some(permissions))?;
                 Ok(next)
             }
         }
@@ -483,7 +480,7 @@ impl FencedFile {
     /// complete version, never a mix. [`FenceError::NotFenced`] if the file
     /// does not exist.
     pub fn read(&self) -> Result<(i64, Vec<u8>), FenceError> {
-        match self.load_full()? {
+        match self.load_full(&self.open_dir()?)? {
             Some((record, payload, _)) => Ok((record.epoch, payload)),
             None => Err(FenceError::NotFenced {
                 resource: self.path.clone(),
@@ -494,7 +491,9 @@ impl FencedFile {
     /// The current record (key, accepted epoch, floor) without the payload,
     /// or `None` if the file does not exist yet. Takes no lock.
     pub fn record(&self) -> Result<Option<FenceRecord>, FenceError> {
-        Ok(self.load_header()?.map(|(record, _)| record))
+        Ok(self
+            .load_header(&self.open_dir()?)?
+            .map(|(record, _)| record))
     }
 
     fn io(&self, action: &'static str) -> impl FnOnce(io::Error) -> FenceError + '_ {
@@ -512,6 +511,25 @@ impl FencedFile {
         }
     }
 
+    fn header_error(&self, error: HeaderError) -> FenceError {
+        match error {
+            HeaderError::Io(source) => self.io("read the header")(source),
+            HeaderError::Corrupt(reason) => self.corrupt(reason),
+        }
+    }
+
+    /// Maps a refused or failed open of `entry` (a name in the directory).
+    fn open_error(&self, entry: &OsStr, action: &'static str, error: OpenError) -> FenceError {
+        match error {
+            OpenError::NotRegular(found) => FenceError::NotRegularFile {
+                resource: self.path.clone(),
+                entry: self.dir.join(entry),
+                found,
+            },
+            OpenError::Io(source) => self.io(action)(source),
+        }
+    }
+
     fn check_key(&self, record: &FenceRecord, presented: &str) -> Result<(), FenceError> {
         if record.key == presented {
             Ok(())
@@ -524,108 +542,97 @@ impl FencedFile {
         }
     }
 
-    /// Takes the exclusive write lock; released when the returned file is
-    /// dropped (or the process dies).
-    fn lock(&self) -> Result<File, FenceError> {
-        let lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.lock_path)
-            .map_err(self.io("open the lock file"))?;
-        lock.lock().map_err(self.io("take the write lock"))?;
-        Ok(lock)
+    /// Opens the parent directory: the one resolution of the path an
+    /// operation makes.
+    fn open_dir(&self) -> Result<Directory, FenceError> {
+        Directory::open(&self.dir).map_err(self.io("open the directory"))
     }
 
-    fn open_existing(&self) -> Result<Option<File>, FenceError> {
-        match File::open(&self.path) {
-            Ok(file) => Ok(Some(file)),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(self.io("open the file")(error)),
-        }
-    }
-
-    /// Parses the header from `reader`, checking that the total file length
-    /// matches. Leaves `reader` positioned at the payload.
-    fn parse_header(
-        &self,
-        reader: &mut BufReader<&File>,
-        file_len: u64,
-    ) -> Result<(FenceRecord, u64), FenceError> {
-        let mut line = Vec::new();
-        reader
-            .by_ref()
-            .take(MAX_HEADER_LEN)
-            .read_until(b'\n', &mut line)
-            .map_err(self.io("read the header"))?;
-        if line.pop() != Some(b'\n') {
-            return Err(self.corrupt(
-                "no header line: the file is empty, truncated, or was not written by leasehold-fs",
-            ));
-        }
-        let line =
-            std::str::from_utf8(&line).map_err(|_| self.corrupt("the header line is not ASCII"))?;
-        let fields: Vec<&str> = line.split(' ').collect();
-        let [magic, epoch, fenced_through, payload_len, key] = fields[..] else {
-            return Err(self.corrupt(format!(
-                "the header has {} fields, expected 5 (lhfs1 <epoch> <fenced_through> <len> <key>)",
-                fields.len()
-            )));
-        };
-        if magic != MAGIC {
-            return Err(self.corrupt(format!("unknown header tag {magic:?}, expected {MAGIC:?}")));
-        }
-        let number = |text: &str, what: &str| -> Result<u64, FenceError> {
-            if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(self.corrupt(format!("{what} {text:?} is not a decimal number")));
+    /// Step 1 of the write path: opens the directory, then takes the
+    /// exclusive write lock within the lock wait, on the lock file that is
+    /// at its name once the lock is held (one deleted or replaced while this
+    /// call waited is let go and the new one taken). `epoch` is for the
+    /// test hooks only.
+    fn lock(&self, epoch: i64) -> Result<Locked, FenceError> {
+        let dir = self.open_dir()?;
+        hooks::fire("opened", &self.path, epoch);
+        let started = Instant::now();
+        loop {
+            let lock = dir
+                .open_or_create(&self.lock_name)
+                .map_err(|error| self.open_error(&self.lock_name, "open the lock file", error))?;
+            self.wait_for(&lock, started)?;
+            if dir
+                .still_names(&self.lock_name, &lock)
+                .map_err(self.io("check the lock file"))?
+            {
+                // Who holds it, for a Busy error elsewhere. Informational:
+                // nothing depends on it being current.
+                let pid = std::process::id().to_string();
+                lock.set_len(0)
+                    .and_then(|()| lock.write_all_at(pid.as_bytes(), 0))
+                    .map_err(self.io("record the lock holder"))?;
+                return Ok(Locked { dir, lock });
             }
-            text.parse::<u64>()
-                .map_err(|_| self.corrupt(format!("{what} {text:?} is out of range")))
-        };
-        let epoch = i64::try_from(number(epoch, "epoch")?)
-            .map_err(|_| self.corrupt("epoch is out of range"))?;
-        let fenced_through = i64::try_from(number(fenced_through, "fenced_through")?)
-            .map_err(|_| self.corrupt("fenced_through is out of range"))?;
-        let payload_len = number(payload_len, "payload length")?;
-        let key = percent_decode(key)
-            .ok_or_else(|| self.corrupt("the lease key is not validly percent-encoded"))?;
-        if key.is_empty() {
-            return Err(self.corrupt("the lease key is empty"));
         }
-        let header_len = line.len() as u64 + 1;
-        if header_len.checked_add(payload_len) != Some(file_len) {
-            return Err(self.corrupt(format!(
-                "the header announces {payload_len} payload bytes but the file holds {}",
-                file_len.saturating_sub(header_len)
-            )));
+    }
+
+    /// Takes the lock on `lock`, retrying with short growing pauses until
+    /// the lock wait counted from `started` is over.
+    fn wait_for(&self, lock: &File, started: Instant) -> Result<(), FenceError> {
+        let mut pause = Duration::from_micros(200);
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) => {}
+                Err(std::fs::TryLockError::Error(source)) => {
+                    return Err(self.io("take the write lock")(source))
+                }
+            }
+            let waited = started.elapsed();
+            if waited >= self.lock_wait {
+                return Err(FenceError::Busy {
+                    resource: self.path.clone(),
+                    waited,
+                    holder: lock_holder(lock),
+                });
+            }
+            std::thread::sleep(pause.min(self.lock_wait - waited));
+            pause = (pause * 2).min(MAX_LOCK_PAUSE);
         }
-        let record = FenceRecord {
-            key,
-            epoch,
-            fenced_through,
-        };
-        Ok((record, payload_len))
+    }
+
+    fn open_existing(&self, dir: &Directory) -> Result<Option<File>, FenceError> {
+        dir.open_existing(&self.name)
+            .map_err(|error| self.open_error(&self.name, "open the file", error))
     }
 
     /// The record and the file's permissions, reading only the header.
-    fn load_header(&self) -> Result<Option<(FenceRecord, fs::Permissions)>, FenceError> {
-        let Some(file) = self.open_existing()? else {
+    fn load_header(
+        &self,
+        dir: &Directory,
+    ) -> Result<Option<(FenceRecord, std::fs::Permissions)>, FenceError> {
+        let Some(file) = self.open_existing(dir)? else {
             return Ok(None);
         };
         let meta = file.metadata().map_err(self.io("inspect the file"))?;
-        let (record, _) = self.parse_header(&mut BufReader::new(&file), meta.len())?;
+        let (record, _) = parse_header(&mut BufReader::new(&file), meta.len())
+            .map_err(|error| self.header_error(error))?;
         Ok(Some((record, meta.permissions())))
     }
 
     #[allow(clippy::type_complexity)]
-    fn load_full(&self) -> Result<Option<(FenceRecord, Vec<u8>, fs::Permissions)>, FenceError> {
-        let Some(file) = self.open_existing()? else {
+    fn load_full(
+        &self,
+        dir: &Directory,
+    ) -> Result<Option<(FenceRecord, Vec<u8>, std::fs::Permissions)>, FenceError> {
+        let Some(file) = self.open_existing(dir)? else {
             return Ok(None);
         };
         let meta = file.metadata().map_err(self.io("inspect the file"))?;
         let mut reader = BufReader::new(&file);
-        let (record, payload_len) = self.parse_header(&mut reader, meta.len())?;
+        let (record, payload_len) =
+            parse_header(&mut reader, meta.len()).map_err(|error| self.header_error(error))?;
         let mut payload = Vec::new();
         reader
             .read_to_end(&mut payload)
@@ -641,37 +648,68 @@ impl FencedFile {
         Ok(Some((record, payload, meta.permissions())))
     }
 
+    /// Removes temporary files of this fenced file whose writer is gone
+    /// (no live process has the pid in their name). Never one of a live
+    /// writer: each writer renames only its own.
+    fn remove_leftovers(&self, dir: &Directory) -> Result<(), FenceError> {
+        let names = dir
+            .names_starting_with(&self.temp_prefix)
+            .map_err(self.io("list leftover temporary files"))?;
+        for name in names {
+            let writer = name.as_bytes()[self.temp_prefix.len()..]
+                .split(|&b| b == b'.')
+                .next()
+                .and_then(|pid| std::str::from_utf8(pid).ok()?.parse::<i32>().ok());
+            let gone = match writer {
+                Some(pid) => !process_alive(pid),
+                None => false, // not a name this crate makes: leave it
+            };
+            if gone {
+                dir.remove(&name)
+                    .map_err(self.io("remove a leftover temporary file"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates this writer's temporary file under a name no other writer
+    /// uses.
+    fn create_temp(&self, dir: &Directory) -> Result<(OsString, File), FenceError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let mut name = self.temp_prefix.clone();
+            name.push(format!(
+                "{}.{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            if let Some(file) = dir
+                .create_new(&name)
+                .map_err(self.io("create the temporary file"))?
+            {
+                return Ok((name, file));
+            }
+        }
+    }
+
     /// Steps 3 to 5 of the write path (see the crate docs); the caller holds
     /// the lock. On failure before the rename the old version stays in place.
     fn commit(
         &self,
+        locked: &Locked,
         record: &FenceRecord,
         payload: &[u8],
-        permissions: Option<fs::Permissions>,
+        permissions: Option<std::fs::Permissions>,
     ) -> Result<(), FenceError> {
-        // Only the lock holder writes the temporary file, so any existing one
-        // is a leftover from a writer that died mid-write.
-        match fs::remove_file(&self.temp_path) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(self.io("remove a leftover temporary file")(error)),
-        }
-        let header = format!(
-            "{MAGIC} {} {} {} {}\n",
-            record.epoch,
-            record.fenced_through,
-            payload.len(),
-            percent_encode(&record.key)
-        );
+        let dir = &locked.dir;
+        self.remove_leftovers(dir)?;
+        let header = encode_header(record, payload.len());
+        let (temp_name, mut file) = self.create_temp(dir)?;
         let mut temp = TempFile {
-            path: &self.temp_path,
+            dir,
+            name: &temp_name,
             armed: true,
         };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(temp.path)
-            .map_err(self.io("create the temporary file"))?;
         if let Some(permissions) = permissions {
             file.set_permissions(permissions)
                 .map_err(self.io("copy permissions to the temporary file"))?;
@@ -687,28 +725,67 @@ impl FencedFile {
             .map_err(self.io("fsync the temporary file"))?;
         drop(file);
         hooks::fire("temp-synced", &self.path, record.epoch);
-        fs::rename(temp.path, &self.path).map_err(self.io("rename the new version into place"))?;
+        if !dir
+            .still_names(&self.lock_name, &locked.lock)
+            .map_err(self.io("check the lock file"))?
+        {
+            return Err(FenceError::LockLost {
+                resource: self.path.clone(),
+            });
+        }
+        dir.rename(&temp_name, &self.name)
+            .map_err(self.io("rename the new version into place"))?;
         temp.armed = false;
         hooks::fire("renamed", &self.path, record.epoch);
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(self.io("fsync the directory"))?;
+        dir.sync().map_err(self.io("fsync the directory"))?;
         hooks::fire("dir-synced", &self.path, record.epoch);
         Ok(())
     }
 }
 
-/// Removes the temporary file on an error path (best effort: the next writer
-/// removes it anyway).
+/// Whether `name` has the shape of a sidecar this crate keeps next to a
+/// fenced file: fencing such a name would let another fenced file's writes
+/// replace or remove it.
+fn is_sidecar_name(name: &OsStr) -> bool {
+    let bytes = name.as_bytes();
+    bytes.starts_with(b".")
+        && (bytes.ends_with(LOCK_SUFFIX.as_bytes())
+            || bytes
+                .windows(TEMP_INFIX.len())
+                .any(|window| window == TEMP_INFIX.as_bytes()))
+}
+
+/// The pid a lock holder wrote into `lock`, if it can be read.
+fn lock_holder(lock: &File) -> Option<u32> {
+    let mut text = [0u8; 16];
+    let read = lock.read_at(&mut text, 0).ok()?;
+    std::str::from_utf8(&text[..read]).ok()?.trim().parse().ok()
+}
+
+/// Whether a process with `pid` exists (signal 0 is a permission check
+/// only; EPERM means it exists but belongs to another user).
+fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return true; // never a writer's pid; do not touch
+    }
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::Error::ESRCH)
+    )
+}
+
+/// Removes the temporary file on an error path (best effort: a later writer
+/// removes it once this process is gone).
 struct TempFile<'a> {
-    path: &'a Path,
+    dir: &'a Directory,
+    name: &'a OsStr,
     armed: bool,
 }
 
 impl Drop for TempFile<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let _ = fs::remove_file(self.path);
+            let _ = self.dir.remove(self.name);
         }
     }
 }
@@ -733,7 +810,9 @@ pub mod hooks {
 
     /// Called with a phase name (`"locked"`, `"temp-partial"`,
     /// `"temp-synced"`, `"renamed"`, `"dir-synced"`), the file and the
-    /// epoch of the record being written, while the write lock is held.
+    /// epoch of the record being written, while the write lock is held;
+    /// `"opened"` comes first, after the directory was opened and before
+    /// the lock is taken.
     pub type Hook = fn(phase: &'static str, path: &Path, epoch: i64);
 
     static HOOK: OnceLock<Hook> = OnceLock::new();
@@ -747,29 +826,5 @@ pub mod hooks {
         if let Some(hook) = HOOK.get() {
             hook(phase, path, epoch);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn key_encoding_round_trips_awkward_keys() {
-        for key in ["plain", "with space", "a.b/c", "ä%20\n", "x y\tz"] {
-            let encoded = percent_encode(key);
-            assert!(!encoded.contains([' ', '\n']));
-            assert_eq!(percent_decode(&encoded).as_deref(), Some(key));
-        }
-    }
-
-    #[test]
-    fn record_admission_rule() {
-        let record = FenceRecord::new("k", 4, 6);
-        assert!(!record.admits(4));
-        assert!(!record.admits(6));
-        assert!(record.admits(7));
-        let record = FenceRecord::new("k", 4, 0);
-        assert!(record.admits(4) && record.admits(5) && !record.admits(3));
     }
 }

@@ -12,83 +12,20 @@ use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::Child;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{payload, scratch, temp_path};
+use common::{
+    env, message, payload, say, scratch, spawn_child, temp_files, wait_for, watchdog, ROLE,
+};
 use leasehold::FencingToken;
 use leasehold_fs::{hooks, FenceError, FencedFile};
 
-const ROLE: &str = "LHFS_CHILD_ROLE";
 const BIG: usize = 4 * 1024 * 1024;
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
-}
 
 fn token(epoch: i64) -> FencingToken {
     FencingToken::new("shared", &format!("pid-{}", std::process::id()), epoch).unwrap()
-}
-
-fn spawn_child(role: &str, vars: &[(&str, String)]) -> Child {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    for (name, value) in vars {
-        command.env(name, value);
-    }
-    command.spawn().unwrap()
-}
-
-/// The message of a line a child printed with [`say`]. The test harness of
-/// the child may print `test child_entry ... ` before it on the same line.
-fn message(line: &str) -> Option<&str> {
-    line.trim_end()
-        .split_once("LHFS ")
-        .map(|(_, message)| message)
-}
-
-/// Reads the child's stdout until a `LHFS ` line satisfying `want`; returns
-/// it. Panics if the child exits first.
-fn wait_for(out: &mut BufReader<ChildStdout>, want: impl Fn(&str) -> bool) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
-        if let Some(message) = message(&line) {
-            if want(message) {
-                return message.to_owned();
-            }
-        }
-    }
-}
-
-/// Safety net only: aborts the test process if a test hangs (a bug), so it
-/// fails instead of blocking forever. Children notice the parent's death
-/// (broken stdout or closed stdin) and exit too.
-struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
-
-fn watchdog(name: &'static str) -> Watchdog {
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-            rx.recv_timeout(Duration::from_secs(600))
-        {
-            eprintln!("{name} hung for 10 minutes; aborting");
-            std::process::abort();
-        }
-    });
-    Watchdog(tx)
-}
-
-fn say(message: &str) {
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "LHFS {message}").unwrap();
-    stdout.flush().unwrap();
 }
 
 fn append_line(path: &Path, line: &str) {
@@ -110,6 +47,7 @@ fn child_entry() {
         "mixed-writer" => mixed_writer(),
         "hang-at" => hang_at(),
         "loop-writer" => loop_writer(),
+        "soak-writer" => soak_writer(),
         other => panic!("unknown child role {other}"),
     }
     std::process::exit(0);
@@ -359,7 +297,7 @@ fn sigkill_at_every_crash_point_leaves_one_whole_version() {
         let epoch = assert_one_whole_version(&path);
         assert_eq!(epoch, if committed { 11 } else { 10 }, "killed at {phase}");
         assert_eq!(
-            temp_path(&path).exists(),
+            !temp_files(&path).is_empty(),
             matches!(phase, "temp-partial" | "temp-synced"),
             "temp file after kill at {phase}"
         );
@@ -370,7 +308,7 @@ fn sigkill_at_every_crash_point_leaves_one_whole_version() {
             .is_stale());
         file.write(&token(12), &payload(12, BIG)).unwrap();
         assert_eq!(assert_one_whole_version(&path), 12);
-        assert!(!temp_path(&path).exists());
+        assert!(temp_files(&path).is_empty());
     }
     fs::remove_dir_all(dir).unwrap();
 }
@@ -427,7 +365,7 @@ fn sigkill_at_arbitrary_moments_never_tears_or_lowers_the_file() {
             }
         }
         began = began.max(target);
-        if temp_path(&path).exists() {
+        if !temp_files(&path).is_empty() {
             torn_temp_seen += 1;
         }
         let epoch = if round == 0 && !path.exists() {
@@ -449,4 +387,142 @@ fn sigkill_at_arbitrary_moments_never_tears_or_lowers_the_file() {
     eprintln!("kills that left a temporary file behind: {torn_temp_seen}/10; final epoch {floor}");
     assert!(floor >= 5, "writes should have made progress across rounds");
     fs::remove_dir_all(dir).unwrap();
+}
+
+// ---- soak: random SIGSTOP, SIGCONT and SIGKILL (not part of the suite) ----
+
+/// Writes rising epochs forever. Refused as stale, it takes over as a new
+/// holder would: the next epoch above the one the file accepted. Says
+/// `ok <epoch>` after every acknowledged write.
+fn soak_writer() {
+    let file = FencedFile::new(env("LHFS_FILE")).unwrap();
+    let mut epoch: i64 = env("LHFS_FIRST_EPOCH").parse().unwrap();
+    loop {
+        match file.write(&token(epoch), &payload(epoch, 256 * 1024)) {
+            Ok(_) => {
+                say(&format!("ok {epoch}"));
+                epoch += 1;
+            }
+            Err(FenceError::StaleEpoch {
+                accepted,
+                fenced_through,
+                ..
+            }) => epoch = accepted.max(fenced_through) + 1,
+            Err(FenceError::Busy { .. }) => {}
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+}
+
+/// Soak: three writer processes on one file while the parent stops,
+/// resumes and kills them at random for `LHFS_SOAK_SECS` seconds (default
+/// 60); the file must always hold one whole version, its epoch must never
+/// go down, and it must never be below an epoch a writer was told was
+/// written. Run with
+/// `cargo test -p leasehold-fs --all-features --test processes -- --ignored soak`.
+#[test]
+#[ignore = "soak: run on demand (see the crate README)"]
+fn soak_random_stops_and_kills_never_tear_lower_or_lose_an_acknowledged_write() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+    let seconds: u64 = std::env::var("LHFS_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let dir = scratch("soak");
+    let path = dir.join("data");
+    let acknowledged = Arc::new(AtomicI64::new(0));
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("soak seed {seed}, {seconds} s");
+    let mut random = move |bound: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % bound
+    };
+    let spawn = |first: i64, acknowledged: Arc<AtomicI64>| {
+        let mut child = spawn_child(
+            "soak-writer",
+            &[
+                ("LHFS_FILE", path.display().to_string()),
+                ("LHFS_FIRST_EPOCH", first.to_string()),
+            ],
+        );
+        let out = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                if let Some(epoch) = message(&line).and_then(|m| m.strip_prefix("ok ")) {
+                    acknowledged.fetch_max(epoch.parse().unwrap(), Ordering::SeqCst);
+                }
+            }
+        });
+        child
+    };
+    let mut children: Vec<Child> = (0..3).map(|i| spawn(1 + i, acknowledged.clone())).collect();
+    let pid = |child: &Child| nix::unistd::Pid::from_raw(child.id() as i32);
+    let started = std::time::Instant::now();
+    let (mut floor, mut checks, mut kills, mut stops) = (0, 0, 0, 0);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let victim = random(3) as usize;
+        match random(4) {
+            0 => {
+                nix::sys::signal::kill(pid(&children[victim]), nix::sys::signal::Signal::SIGKILL)
+                    .unwrap();
+                children[victim].wait().unwrap();
+                let first = acknowledged.load(Ordering::SeqCst) + 1;
+                children[victim] = spawn(first, acknowledged.clone());
+                kills += 1;
+            }
+            _ => {
+                nix::sys::signal::kill(pid(&children[victim]), nix::sys::signal::Signal::SIGSTOP)
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(random(50)));
+                nix::sys::signal::kill(pid(&children[victim]), nix::sys::signal::Signal::SIGCONT)
+                    .unwrap();
+                stops += 1;
+            }
+        }
+        // Read the acknowledged epoch before the file: the file must be at
+        // or above it.
+        let known = acknowledged.load(Ordering::SeqCst);
+        if path.exists() {
+            let epoch = assert_one_whole_soak_version(&path);
+            assert!(
+                epoch >= floor,
+                "the epoch went down from {floor} to {epoch}"
+            );
+            assert!(
+                epoch >= known,
+                "acknowledged epoch {known} lost: the file is at {epoch}"
+            );
+            floor = epoch;
+            checks += 1;
+        }
+    }
+    for child in &mut children {
+        let _ = nix::sys::signal::kill(pid(child), nix::sys::signal::Signal::SIGCONT);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let epoch = assert_one_whole_soak_version(&path);
+    assert!(epoch >= acknowledged.load(Ordering::SeqCst));
+    eprintln!("soak: {checks} checks, {stops} stops, {kills} kills, final epoch {epoch}");
+    assert!(epoch > 10, "the writers should have made progress");
+    fs::remove_dir_all(dir).unwrap();
+}
+
+fn assert_one_whole_soak_version(path: &Path) -> i64 {
+    let (epoch, bytes) = FencedFile::new(path)
+        .unwrap()
+        .read()
+        .expect("header and payload must parse");
+    assert!(
+        bytes == payload(epoch, 256 * 1024),
+        "not exactly version {epoch}"
+    );
+    epoch
 }

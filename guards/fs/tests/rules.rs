@@ -8,7 +8,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{payload, scratch, temp_path};
+use common::{payload, scratch, temp_files};
 use leasehold::FencingToken;
 use leasehold_fs::{FenceError, FenceRecord, FencedFile};
 
@@ -57,7 +57,7 @@ fn stale_token_is_refused_and_file_bytes_untouched() {
             before,
             "a refused write touched the file"
         );
-        assert!(!temp_path(&path).exists());
+        assert!(temp_files(&path).is_empty());
     }
     assert_eq!(file.read().unwrap(), (5, b"epoch five".to_vec()));
     fs::remove_dir_all(dir).unwrap();
@@ -317,17 +317,30 @@ fn corrupt_files_are_reported_and_never_overwritten() {
 }
 
 #[test]
-fn leftover_temp_file_does_not_break_later_writes() {
+fn leftover_temp_files_of_dead_writers_go_and_a_live_writers_stays() {
     let dir = scratch("leftover");
     let path = dir.join("f");
     let file = FencedFile::new(&path).unwrap();
     file.write(&token("k", 1), b"one").unwrap();
-    fs::write(temp_path(&path), b"half a version from a writer that died").unwrap();
+    // A writer that died: a process that has exited and been reaped.
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let dead_temp = dir.join(format!(".f.lhfs-tmp.{dead_pid}.0"));
+    fs::write(&dead_temp, b"half a version from a writer that died").unwrap();
+    // A live writer's (this test's parent process is alive): never touched.
+    let live_temp = dir.join(format!(
+        ".f.lhfs-tmp.{}.7",
+        std::os::unix::process::parent_id()
+    ));
+    fs::write(&live_temp, b"a live writer's next version").unwrap();
+
     file.write(&token("k", 2), b"two").unwrap();
     assert_eq!(file.read().unwrap(), (2, b"two".to_vec()));
-    assert!(
-        !temp_path(&path).exists(),
-        "the leftover should have been replaced and renamed"
+    assert_eq!(temp_files(&path), vec![live_temp.clone()]);
+    assert_eq!(
+        fs::read(&live_temp).unwrap(),
+        b"a live writer's next version"
     );
     fs::remove_dir_all(dir).unwrap();
 }
