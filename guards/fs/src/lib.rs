@@ -568,9 +568,10 @@ impl FencedFile {
             {
                 // Who holds it, for a Busy error elsewhere. Informational:
                 // nothing depends on it being current.
-                let pid = std::process::id().to_string();
-                lock.set_len(0)
-                    .and_then(|()| lock.write_all_at(pid.as_bytes(), 0))
+                // Fixed width, so it overwrites the previous holder's in
+                // place: no truncation, no new block after the first.
+                let pid = format!("{:<15}\n", std::process::id());
+                lock.write_all_at(pid.as_bytes(), 0)
                     .map_err(self.io("record the lock holder"))?;
                 return Ok(Locked { dir, lock });
             }
