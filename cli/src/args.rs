@@ -139,6 +139,40 @@ pub enum Command {
         #[arg(long = "epoch", requires = "force", value_name = "N")]
         force_epoch: Option<i64>,
     },
+    /// Run CMD while holding KEY: acquire it (or --wait for it), keep it
+    /// alive while CMD runs, stop CMD (SIGTERM, then SIGKILL after --grace)
+    /// if the lease is lost, and release it when CMD ends (or hold it until
+    /// --hold-at-least after it began). CMD gets LEASEHOLD_KEY,
+    /// LEASEHOLD_OWNER, LEASEHOLD_EPOCH and LEASEHOLD_TOKEN; SIGINT, SIGTERM
+    /// and SIGHUP sent to `run` are passed on to it.
+    #[command(after_help = EXIT_CODES)]
+    Run {
+        /// The lease key, e.g. nightly-billing.
+        key: String,
+        /// Who acquires it (default: HOST:PID of this process).
+        #[arg(long)]
+        owner: Option<String>,
+        /// The grant's ttl; the keeper renews it every ttl/3 and treats it
+        /// as lost ttl/10 before it would lapse.
+        #[arg(long, value_parser = duration::parse, default_value = "30s")]
+        ttl: Duration,
+        /// Wait up to this long while another owner holds the key (exit 7
+        /// on timeout) instead of failing at once (exit 3).
+        #[arg(long, value_parser = duration::parse)]
+        wait: Option<Duration>,
+        /// Keep the grant until this long after it began even if CMD ends
+        /// sooner, so no other runner starts the job again meanwhile.
+        #[arg(long, value_parser = duration::parse)]
+        hold_at_least: Option<Duration>,
+        /// After a loss, how long CMD has between SIGTERM and SIGKILL
+        /// (default: the keeper's margin, ttl/10, so SIGKILL lands no later
+        /// than the server's expiry of the last renewed grant).
+        #[arg(long, value_parser = duration::parse)]
+        grace: Option<Duration>,
+        /// The command and its arguments, after --.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Show KEY's state: holder, epoch, expiry (advisory, may be stale).
     #[command(after_help = EXIT_CODES)]
     Inspect {

@@ -50,8 +50,22 @@ pub fn acquire(
     ttl: Duration,
     wait: Option<Duration>,
 ) -> Result<(), CliError> {
+    let lease = obtain(conn, url, key, owner, ttl, wait)?;
+    print_grant(out, &lease, ttl)
+}
+
+/// Acquires `key` for `owner`, waiting up to `wait` when given (and not
+/// zero); a denial or a wait that timed out is the error.
+pub fn obtain(
+    conn: &mut PgConnection,
+    url: &str,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+    wait: Option<Duration>,
+) -> Result<Lease, CliError> {
     check_names(key, owner)?;
-    let lease = match wait.filter(|w| !w.is_zero()) {
+    Ok(match wait.filter(|w| !w.is_zero()) {
         // Wake on release (LISTEN/NOTIFY) or at the holder's expiry, holding
         // no transaction while waiting, instead of the SQL 50 ms poll.
         Some(wait) => {
@@ -70,8 +84,7 @@ pub fn acquire(
             Acquisition::Granted(lease) => lease,
             Acquisition::Denied => return Err(denied(conn, key)),
         },
-    };
-    print_grant(out, &lease, ttl)
+    })
 }
 
 /// Builds the denial error, naming the holder if it is still there.

@@ -46,6 +46,8 @@ pub enum Exit {
     DoctorWarnings = 11,
     /// 12: `doctor` found at least one failure.
     DoctorFailures = 12,
+    /// 13: `run` could not start the command.
+    CommandNotStarted = 13,
 }
 
 impl Exit {
@@ -146,6 +148,32 @@ pub enum CliError {
         /// What libpq said.
         message: String,
     },
+    /// `run`: the lease was lost while the command ran; the command was
+    /// stopped.
+    #[error("lease {key:?} (epoch {epoch}) was lost while the command ran: {loss}; the command was sent SIGTERM {} before the safe deadline and {status}; its writes after that must be fenced by the token (a guard refuses them once a successor's epoch reached the resource)", duration::format(*.ahead))]
+    LostWhileRunning {
+        /// The key.
+        key: String,
+        /// The lost grant's epoch.
+        epoch: i64,
+        /// What the keeper reported.
+        loss: String,
+        /// How long before the safe deadline the SIGTERM went out.
+        ahead: Duration,
+        /// How the command ended.
+        status: String,
+    },
+    /// `run` could not start the command.
+    #[error(
+        "cannot run {command:?}: {source}; check the command after --; the lease was released"
+    )]
+    CommandNotStarted {
+        /// The program.
+        command: String,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The embedded local server could not be started or restarted.
     #[error("the embedded local PostgreSQL failed: {0}")]
     LocalServer(#[from] LocalServerError),
@@ -217,6 +245,8 @@ impl CliError {
             CliError::LogSetup(LogSetupError::Install(_)) => Exit::Unexpected,
             CliError::LogSetup(_) => Exit::InvalidInput,
             CliError::Denied { .. } => Exit::Denied,
+            CliError::LostWhileRunning { .. } => Exit::Lapsed,
+            CliError::CommandNotStarted { .. } => Exit::CommandNotStarted,
             CliError::Lost { why, .. } => match why {
                 Refusal::Lapsed => Exit::Lapsed,
                 Refusal::EpochMismatch => Exit::EpochMismatch,
@@ -259,6 +289,8 @@ impl CliError {
             CliError::LogSetup(LogSetupError::Install(_)) => "log_setup",
             CliError::LogSetup(_) => "invalid_input",
             CliError::Denied { .. } => "denied",
+            CliError::LostWhileRunning { .. } => "lost",
+            CliError::CommandNotStarted { .. } => "command_not_started",
             CliError::Lost { why, .. } => why.as_status(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
             CliError::ForceReleaseRefused { status, .. } => status,

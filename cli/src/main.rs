@@ -31,6 +31,7 @@ mod logging;
 mod operator;
 mod output;
 mod prune;
+mod run;
 mod table;
 
 use std::process::ExitCode;
@@ -49,13 +50,37 @@ fn main() -> ExitCode {
         Err(error) => Err(CliError::from(error)),
         Ok(()) => match cli.command {
             Command::Doctor { idle } => {
-                doctor(cli.database_url.as_deref(), cli.throwaway, out, idle)
+                doctor(cli.database_url.as_deref(), cli.throwaway, out, idle).map(Exit::code)
             }
-            _ => run(cli, out).map(|()| Exit::Ok),
+            Command::Run {
+                ref key,
+                ref owner,
+                ttl,
+                wait,
+                hold_at_least,
+                grace,
+                ref command,
+            } => {
+                let request = run::RunRequest {
+                    key,
+                    owner: owner.clone().unwrap_or_else(run::default_owner),
+                    ttl,
+                    wait,
+                    hold_at_least,
+                    grace,
+                    command,
+                };
+                connect::open(cli.database_url.as_deref(), cli.throwaway, Needs::Installed)
+                    .and_then(|mut session| {
+                        let url = session.url.clone();
+                        run::run(&mut session.conn, &url, &request)
+                    })
+            }
+            _ => run(cli, out).map(|()| Exit::Ok.code()),
         },
     };
     match result {
-        Ok(exit) => ExitCode::from(exit.code()),
+        Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("error: {error}");
             if out.is_json() {
@@ -141,6 +166,8 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
                 "pass either OWNER EPOCH, or --force --epoch N".into(),
             )),
         },
+        // Dispatched by main: it exits with the command's own status.
+        Command::Run { .. } => Ok(()),
         Command::Inspect { key } => commands::inspect(conn, out, &key),
         Command::Ls(list) => listing::ls(conn, out, &list),
         Command::Watch {

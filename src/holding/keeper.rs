@@ -596,6 +596,28 @@ impl Keeper {
         }
         Ok(released?)
     }
+
+    /// Stops renewing and keeps the grant: nothing is released, and the
+    /// grant lapses at the expiry of the last renew unless the caller
+    /// renews or releases it. Returns the lease, for that call.
+    ///
+    /// For "hold at least": a scheduled job that finished early keeps
+    /// others out until a minimum time has passed since it began, by
+    /// renewing the returned lease once with the time that is left (a renew
+    /// counts its ttl from the call, so that also shortens a longer grant)
+    /// instead of releasing it. `leasehold run --hold-at-least` does that.
+    pub fn stop_renewing(mut self) -> Lease {
+        {
+            let mut state = lock(&self.shared.state);
+            state.stopping = true;
+            self.shared.valid_until.store(0, Ordering::SeqCst);
+            self.shared.changed.notify_all();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        self.shared.lease.clone()
+    }
 }
 
 impl Drop for Keeper {

@@ -10,4 +10,5 @@ mod logging;
 mod operations;
 mod operator;
 mod prune;
+mod run;
 mod support;

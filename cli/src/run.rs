@@ -1,0 +1,286 @@
+//! `leasehold run KEY -- CMD ARGS...`: runs a command while holding a lease.
+//!
+//! The shell and cron story: acquire (or wait for) the lease, keep it alive
+//! with a [`Keeper`] while CMD runs, and hand CMD the grant in its
+//! environment so it can fence its writes:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `LEASEHOLD_KEY` | the lease key |
+//! | `LEASEHOLD_OWNER` | the owner the grant was made to |
+//! | `LEASEHOLD_EPOCH` | the grant's fencing epoch |
+//! | `LEASEHOLD_TOKEN` | the fencing token (`leasehold renew --token` and guards take it) |
+//!
+//! **Loss.** The supervisor sleeps until 5 ms before the keeper's safe
+//! deadline (the last successful renew's send time + ttl − margin) or
+//! 20 ms, whichever comes first, and checks the keeper. When a renew was
+//! refused, or the deadline is 5 ms away with no renew since, it sends CMD
+//! SIGTERM at once, and SIGKILL after the grace period
+//! (`--grace`, default the keeper's margin, ttl / 10). With the default
+//! grace, SIGKILL lands no later than the server's expiry of the last
+//! renewed grant; anything CMD writes after the safe deadline must carry
+//! the token to a guard, which refuses it once a successor's epoch reached
+//! the resource. `run` then exits 4 (lapsed).
+//!
+//! **End.** When CMD exits, `run` releases the lease, or, with
+//! `--hold-at-least D`, renews it once so that it lapses D after the grant
+//! began (ShedLock's "lock at least for"): a job that finished early keeps
+//! other runners out for its minimum period. `run` exits with CMD's status
+//! (128 + N when a signal N ended it).
+//!
+//! **Signals.** SIGINT, SIGTERM and SIGHUP sent to `run` are passed on to
+//! CMD; the lease stays kept until CMD exits, then is released as above.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use diesel::PgConnection;
+use leasehold::{Keeper, Lease, LeaseLoss, PreparedStatements, Renewal};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::commands;
+use crate::failure::CliError;
+
+/// Longest sleep of the supervisor between two looks at CMD and the keeper.
+const TICK: Duration = Duration::from_millis(20);
+/// How long before the keeper's safe deadline the supervisor stops CMD when
+/// no renew has moved the deadline: a sleep ends a little after its
+/// target, and the deadline is the last moment, not a suggestion.
+const AHEAD: Duration = Duration::from_millis(5);
+/// The signals `run` passes on to CMD.
+const FORWARDED: [i32; 3] = [
+    signal_hook::consts::SIGINT,
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+];
+
+/// What `leasehold run` was asked to do.
+pub struct RunRequest<'a> {
+    /// The lease key.
+    pub key: &'a str,
+    /// The owner to acquire as.
+    pub owner: String,
+    /// The grant's ttl, renewed by the keeper.
+    pub ttl: Duration,
+    /// Wait this long for a held key (None: fail at once, exit 3).
+    pub wait: Option<Duration>,
+    /// Keep the grant at least this long after it began.
+    pub hold_at_least: Option<Duration>,
+    /// SIGTERM to SIGKILL after a loss (None: the keeper's margin).
+    pub grace: Option<Duration>,
+    /// CMD and its arguments.
+    pub command: &'a [OsString],
+}
+
+/// The default owner: host name and process id, unique among concurrent
+/// runners and readable in `leasehold ls`.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
+}
+
+/// Runs the request; returns the exit code for the process.
+pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Result<u8, CliError> {
+    let Some((program, args)) = request.command.split_first() else {
+        return Err(CliError::InvalidInput(
+            "no command given: write it after --, e.g. `leasehold run KEY -- ./job.sh`".into(),
+        ));
+    };
+    let began = Instant::now();
+    let lease = commands::obtain(
+        conn,
+        url,
+        request.key,
+        &request.owner,
+        request.ttl,
+        request.wait,
+    )?;
+    // Caught from the grant on (while waiting for it, a signal ends `run`
+    // as usual: nothing is held then), so no signal ends `run` without
+    // ending CMD and releasing the lease.
+    let pending = Arc::new(AtomicUsize::new(0));
+    for signal in FORWARDED {
+        if let Err(error) =
+            signal_hook::flag::register_usize(signal, pending.clone(), signal as usize)
+        {
+            let _ = leasehold::release(conn, lease.key(), lease.owner(), lease.epoch());
+            return Err(CliError::Database(format!(
+                "cannot catch signal {signal}: {error}"
+            )));
+        }
+    }
+    let pool =
+        leasehold::build_pool(url, 2, PreparedStatements::Cached).map_err(CliError::from_lease)?;
+    let keeper = Keeper::builder(pool, lease.clone())
+        .ttl(request.ttl)
+        .start()
+        .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
+    let grace = request.grace.unwrap_or_else(|| keeper.margin());
+
+    let mut child = match Command::new(program)
+        .args(args)
+        .env("LEASEHOLD_KEY", lease.key())
+        .env("LEASEHOLD_OWNER", lease.owner())
+        .env("LEASEHOLD_EPOCH", lease.epoch().to_string())
+        .env("LEASEHOLD_TOKEN", lease.token().to_string())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(source) => {
+            let _ = keeper.stop();
+            return Err(CliError::CommandNotStarted {
+                command: program.to_string_lossy().into_owned(),
+                source,
+            });
+        }
+    };
+    let ended = supervise(&mut child, &keeper, &pending, grace)?;
+    match ended.lost {
+        Some((loss, ahead)) => {
+            let _ = keeper.stop();
+            Err(CliError::LostWhileRunning {
+                key: lease.key().to_owned(),
+                epoch: lease.epoch(),
+                loss: loss.to_string(),
+                ahead,
+                status: describe(ended.status),
+            })
+        }
+        None => {
+            finish(conn, keeper, request.hold_at_least, began)?;
+            Ok(exit_code(ended.status))
+        }
+    }
+}
+
+/// How CMD ended, and whether the lease was lost first.
+struct Ended {
+    status: ExitStatus,
+    /// The loss and how long before the safe deadline SIGTERM was sent.
+    lost: Option<(LeaseLoss, Duration)>,
+}
+
+/// Waits for CMD, passing signals on and stopping it once the lease is no
+/// longer safe.
+fn supervise(
+    child: &mut Child,
+    keeper: &Keeper,
+    pending: &AtomicUsize,
+    grace: Duration,
+) -> Result<Ended, CliError> {
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let mut lost: Option<(LeaseLoss, Duration)> = None;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|error| CliError::Database(format!("cannot wait for the command: {error}")))?
+        {
+            return Ok(Ended { status, lost });
+        }
+        let signal = pending.swap(0, Ordering::SeqCst);
+        if signal != 0 {
+            if let Ok(signal) = Signal::try_from(signal as i32) {
+                let _ = kill(pid, signal);
+            }
+        }
+        let safe_until = keeper.safe_until();
+        let stop_at = safe_until.checked_sub(AHEAD).unwrap_or(safe_until);
+        if lost.is_none() && (!keeper.is_valid() || Instant::now() >= stop_at) {
+            let ahead = safe_until.saturating_duration_since(Instant::now());
+            let loss = keeper
+                .loss()
+                .unwrap_or(LeaseLoss::DeadlinePassed { last_error: None });
+            eprintln!(
+                "leasehold run: lease lost ({loss}); sent SIGTERM to the command, SIGKILL follows in {}",
+                crate::duration::format(grace)
+            );
+            let _ = kill(pid, Signal::SIGTERM);
+            kill_at = Some(Instant::now() + grace);
+            lost = Some((loss, ahead));
+        }
+        let now = Instant::now();
+        if let Some(at) = kill_at {
+            if now >= at {
+                let _ = kill(pid, Signal::SIGKILL);
+                kill_at = None;
+            }
+        }
+        // Sleep until just before the safe deadline at the latest, so the
+        // SIGTERM is not later than it; wake early when the keeper reports
+        // a loss.
+        let mut nap = TICK;
+        if lost.is_none() {
+            nap = nap.min(stop_at.saturating_duration_since(now));
+        }
+        if let Some(at) = kill_at {
+            nap = nap.min(at.saturating_duration_since(now));
+        }
+        if lost.is_none() {
+            let _ = keeper.wait_for_loss(nap);
+        } else {
+            std::thread::sleep(nap);
+        }
+    }
+}
+
+/// After CMD ended with the lease safe: release it, or keep it until
+/// `hold_at_least` after `began`.
+fn finish(
+    conn: &mut PgConnection,
+    keeper: Keeper,
+    hold_at_least: Option<Duration>,
+    began: Instant,
+) -> Result<(), CliError> {
+    let left = hold_at_least.and_then(|hold| hold.checked_sub(began.elapsed()));
+    match left.filter(|left| *left >= Duration::from_millis(1)) {
+        None => {
+            // Refused only if the grant ended in the instant since CMD's
+            // exit was seen with the lease safe: nothing left to release.
+            let _released = keeper
+                .stop()
+                .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
+        }
+        Some(left) => {
+            let lease: Lease = keeper.stop_renewing();
+            match leasehold::renew(conn, lease.key(), lease.owner(), lease.epoch(), left)
+                .map_err(CliError::from_lease)?
+            {
+                Renewal::Renewed { expires_at } => eprintln!(
+                    "leasehold run: holding {:?} until {expires_at} (--hold-at-least)",
+                    lease.key()
+                ),
+                // Lost meanwhile: nothing to hold any more.
+                Renewal::Refused(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// CMD's status as a process exit code: its own code, or 128 + the signal
+/// that ended it (the shell's convention).
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(signal)) => format!("ended by signal {signal}"),
+        (None, None) => "ended".to_owned(),
+    }
+}
