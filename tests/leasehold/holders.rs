@@ -387,6 +387,47 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
     );
 }
 
+/// `stop_renewing` ends the renewals and keeps the grant: nothing is
+/// released, no renew follows, and the grant lapses at the expiry of the
+/// last renew.
+#[test]
+fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let ttl = Duration::from_secs(2);
+    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let (builder, rx) = events(
+        Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
+    );
+    let keeper = builder.start().unwrap();
+    next_renewal(&rx);
+    let kept = keeper.stop_renewing();
+    assert_eq!(kept, lease);
+    // The last renew's expiry stands: held now, and nothing renews it.
+    let Some(LeaseState::Held {
+        owner,
+        epoch,
+        expires_at,
+    }) = leasehold::inspect(&mut conn, "k").unwrap()
+    else {
+        panic!("released by stop_renewing");
+    };
+    assert_eq!((owner.as_str(), epoch), ("a", lease.epoch()));
+    while let Ok(event) = rx.try_recv() {
+        // Renewals sent before the stop may still report; none after.
+        assert!(matches!(event, KeeperEvent::Renewed { .. }), "{event:?}");
+    }
+    wait_until_server_time_passes(&mut conn, expires_at);
+    assert_eq!(
+        leasehold::inspect(&mut conn, "k").unwrap(),
+        Some(LeaseState::Unowned {
+            epoch: lease.epoch()
+        }),
+        "renewed after stop_renewing"
+    );
+    assert!(rx.try_recv().is_err(), "an event after stop_renewing");
+}
+
 #[test]
 fn keeper_releases_on_drop() {
     let db = TestDb::new();
