@@ -102,35 +102,50 @@ pub enum Command {
         #[arg(long, value_parser = duration::parse)]
         wait: Option<Duration>,
     },
-    /// Extend the grant (KEY, OWNER, EPOCH) by --ttl from now.
+    /// Extend the grant (KEY, OWNER, EPOCH), or the grant of --token, by
+    /// --ttl from now.
     #[command(after_help = EXIT_CODES)]
     Renew {
-        /// The lease key.
-        key: String,
+        /// The lease key (or give --token).
+        #[arg(required_unless_present = "token", conflicts_with = "token")]
+        key: Option<String>,
         /// The owner of the grant.
-        owner: String,
+        #[arg(required_unless_present = "token", conflicts_with = "token")]
+        owner: Option<String>,
         /// The grant's epoch, as acquire printed it.
-        epoch: i64,
+        #[arg(required_unless_present = "token", conflicts_with = "token")]
+        epoch: Option<i64>,
+        /// The fencing token acquire printed (or LEASEHOLD_TOKEN under
+        /// `leasehold run`): key, owner and epoch in one argument.
+        #[arg(long, value_parser = parse_token)]
+        token: Option<leasehold::FencingToken>,
         /// The new ttl, counted from now on the server clock.
         #[arg(long, value_parser = duration::parse)]
         ttl: Duration,
     },
-    /// Release the grant (KEY, OWNER, EPOCH); its epoch becomes stale.
-    /// Operator: `release --force KEY --epoch N` ends exactly grant N of
-    /// KEY, whoever holds it, and never a newer one (exit 5 if the key is
-    /// held under a newer epoch, 6 if epoch N was never granted); needs
-    /// EXECUTE on lease.force_release(text, bigint) (granted to nobody by
-    /// default).
+    /// Release the grant (KEY, OWNER, EPOCH), or the grant of --token; its
+    /// epoch becomes stale. Releasing a grant that is over already, with
+    /// the key free, answers `already_released` (exit 0): running it twice
+    /// is harmless. Operator: `release --force KEY --epoch N` ends exactly
+    /// grant N of KEY, whoever holds it, and never a newer one (exit 5 if
+    /// the key is held under a newer epoch, 6 if epoch N was never
+    /// granted); needs EXECUTE on lease.force_release(text, bigint)
+    /// (granted to nobody by default).
     #[command(after_help = EXIT_CODES)]
     Release {
-        /// The lease key.
-        key: String,
-        /// The owner of the grant (not with --force).
-        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        /// The lease key (or give --token).
+        #[arg(required_unless_present = "token")]
+        key: Option<String>,
+        /// The owner of the grant (not with --force or --token).
+        #[arg(required_unless_present_any = ["force", "token"], conflicts_with_all = ["force", "token"])]
         owner: Option<String>,
         /// The grant's epoch (not with --force, which takes --epoch).
-        #[arg(required_unless_present = "force", conflicts_with = "force")]
+        #[arg(required_unless_present_any = ["force", "token"], conflicts_with_all = ["force", "token"])]
         epoch: Option<i64>,
+        /// The fencing token acquire printed: key, owner and epoch in one
+        /// argument.
+        #[arg(long, value_parser = parse_token, conflicts_with_all = ["force", "key"])]
+        token: Option<leasehold::FencingToken>,
         /// Operator: end the grant at --epoch whoever holds it.
         #[arg(long, requires = "force_epoch")]
         force: bool,
@@ -409,4 +424,10 @@ pub enum SortBy {
     Expires,
     /// Highest epoch first.
     Epoch,
+}
+
+/// Parses a fencing token as `acquire` prints it.
+fn parse_token(text: &str) -> Result<leasehold::FencingToken, String> {
+    text.parse()
+        .map_err(|error| format!("not a fencing token as acquire prints it: {error}"))
 }

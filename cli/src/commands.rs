@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
-use leasehold::{Acquisition, Lease, LeaseState, Release, Renewal};
+use leasehold::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 
 use crate::duration;
 use crate::failure::CliError;
@@ -168,6 +168,17 @@ pub fn release(
             );
             Ok(out.emit(&text, &status_json(key, owner, epoch, None))?)
         }
+        // Released before (or freed by an operator): the grant is over and
+        // the key free, which is what the caller asked for. Answered like
+        // `release --force`'s already_free, so running it twice is harmless.
+        Release::Refused(Refusal::NotOwner) if ended_and_free(conn, key, epoch) => {
+            let text = format!("{key} is free already: grant {epoch} has ended; nothing changed");
+            let mut json = status_json(key, owner, epoch, None);
+            if let Json::Object(fields) = &mut json {
+                fields[0] = ("status", Json::str("already_released"));
+            }
+            Ok(out.emit(&text, &json)?)
+        }
         Release::Refused(why) => Err(CliError::Lost {
             operation: "release",
             key: key.to_owned(),
@@ -176,6 +187,15 @@ pub fn release(
             why,
         }),
     }
+}
+
+/// Whether grant `epoch` of `key` is over with the key free: the key's
+/// counter has reached it and nobody holds the key.
+fn ended_and_free(conn: &mut PgConnection, key: &str, epoch: i64) -> bool {
+    matches!(
+        leasehold::inspect(conn, key),
+        Ok(Some(LeaseState::Unowned { epoch: counter })) if epoch >= 1 && epoch <= counter
+    )
 }
 
 fn status_json(key: &str, owner: &str, epoch: i64, expires_at: Option<DateTime<Utc>>) -> Json {

@@ -147,23 +147,42 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             key,
             owner,
             epoch,
+            token,
             ttl,
-        } => commands::renew(conn, out, &key, &owner, epoch, ttl),
+        } => match (token, key, owner, epoch) {
+            (Some(token), ..) => {
+                commands::renew(conn, out, token.key(), token.owner(), token.epoch(), ttl)
+            }
+            (None, Some(key), Some(owner), Some(epoch)) => {
+                commands::renew(conn, out, &key, &owner, epoch, ttl)
+            }
+            // clap's requires/conflicts rules make any other mix a usage
+            // error before this point.
+            _ => Err(CliError::InvalidInput(
+                "pass either KEY OWNER EPOCH, or --token TOKEN".into(),
+            )),
+        },
         Command::Release {
             key,
             owner,
             epoch,
+            token,
             force,
             force_epoch,
-        } => match (force, force_epoch, owner, epoch) {
-            (true, Some(epoch), _, _) => operator::force_release_epoch(conn, out, &key, epoch),
-            (false, None, Some(owner), Some(epoch)) => {
+        } => match (force, force_epoch, token, key, owner, epoch) {
+            (true, Some(epoch), None, Some(key), _, _) => {
+                operator::force_release_epoch(conn, out, &key, epoch)
+            }
+            (false, None, Some(token), None, None, None) => {
+                commands::release(conn, out, token.key(), token.owner(), token.epoch())
+            }
+            (false, None, None, Some(key), Some(owner), Some(epoch)) => {
                 commands::release(conn, out, &key, &owner, epoch)
             }
             // clap's requires/conflicts rules make any other mix a usage
             // error before this point.
             _ => Err(CliError::InvalidInput(
-                "pass either OWNER EPOCH, or --force --epoch N".into(),
+                "pass either KEY OWNER EPOCH, --token TOKEN, or KEY --force --epoch N".into(),
             )),
         },
         // Dispatched by main: it exits with the command's own status.

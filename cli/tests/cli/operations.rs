@@ -62,6 +62,50 @@ fn acquire_renew_release_inspect_round_trip_in_json() {
     assert_eq!(free["epoch"], 2, "release moves the counter past the epoch");
 }
 
+/// `renew` and `release` take the token `acquire` printed; a second
+/// release of the same grant answers `already_released` (exit 0), as
+/// `release --force` answers `already_free`; a grant that never was is
+/// still refused.
+#[test]
+fn renew_and_release_take_the_token_and_a_second_release_is_harmless() {
+    let db = Db::installed();
+    let (code, grant) = db.json(&["acquire", "job-2", "worker-b", "--ttl", "30s"]);
+    assert_eq!(code, 0, "{grant}");
+    let token = grant["token"].as_str().unwrap().to_owned();
+    let expires = time_of(&grant["expires_at"]);
+
+    let (code, renewed) = db.json(&["renew", "--token", &token, "--ttl", "1m"]);
+    assert_eq!(code, 0, "{renewed}");
+    assert_eq!(renewed["status"], "ok");
+    assert!(time_of(&renewed["expires_at"]) > expires);
+
+    let (code, released) = db.json(&["release", "--token", &token]);
+    assert_eq!(code, 0, "{released}");
+    assert_eq!(released["status"], "ok");
+    let (code, again) = db.json(&["release", "--token", &token]);
+    assert_eq!(code, 0, "{again}");
+    assert_eq!(again["status"], "already_released");
+    let text = db.run(&["release", "job-2", "worker-b", "1"]);
+    assert_eq!(text.code, 0, "{text:?}");
+    assert!(text.stdout.contains("free already"), "{text:?}");
+
+    // Renewing a released grant is still refused (not_owner, exit 6), and
+    // so is releasing an epoch the key never had, or a key never leased.
+    let (code, refused) = db.json(&["renew", "--token", &token, "--ttl", "1m"]);
+    assert_eq!((code, refused["error"].as_str()), (6, Some("not_owner")));
+    let run = db.run(&["release", "job-2", "worker-b", "9"]);
+    assert_eq!(run.code, 6, "{run:?}");
+    let run = db.run(&["release", "never-leased", "worker-b", "1"]);
+    assert_eq!(run.code, 6, "{run:?}");
+    // A malformed token and a token next to positionals are usage errors.
+    assert_eq!(db.run(&["release", "--token", "not-a-token"]).code, 2);
+    assert_eq!(
+        db.run(&["release", "job-2", "--token", &token]).code,
+        2,
+        "a token with a key"
+    );
+}
+
 #[test]
 fn text_output_names_epoch_token_and_state() {
     let db = Db::installed();
