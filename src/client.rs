@@ -61,6 +61,12 @@ impl LeaseClient {
     /// round trip per operation); a connection found dead by a call is
     /// discarded instead of being returned to the pool, so only that call
     /// fails and the next one gets a fresh connection.
+    ///
+    /// One connection is opened first: a wrong password, user, host or
+    /// database fails here with libpq's message ([`LeaseError::Connect`]).
+    /// Every connection attempt gives up after libpq's `connect_timeout`,
+    /// 5 seconds unless the URL sets one (`?connect_timeout=10`) or
+    /// `PGCONNECT_TIMEOUT` is set.
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
         Ok(Self {
             pool: pool::build(database_url, max_size)?,

@@ -195,6 +195,12 @@ pub mod __private {
     pub mod field_text {
         pub use crate::field_text::{decode, encode};
     }
+
+    /// The URL with the library's default connect timeout, for the
+    /// `leasehold` command's own connections.
+    pub fn with_connect_timeout(url: &str) -> String {
+        crate::libpq::with_connect_timeout(url)
+    }
 }
 
 /// Compiles the Rust examples of README.md as doc-tests, so the README

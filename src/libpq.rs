@@ -103,6 +103,62 @@ unsafe fn copy_c_str(text: *const c_char) -> String {
         .into_owned()
 }
 
+/// How long a connection attempt may take when neither the URL nor
+/// `PGCONNECT_TIMEOUT` says: libpq's own default is to wait as long as the
+/// operating system does (minutes for a host that drops packets), which a
+/// caller sees as a hang.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_SECS: u32 = 5;
+
+/// `url` with `connect_timeout` set to [`DEFAULT_CONNECT_TIMEOUT_SECS`],
+/// unless the URL sets one itself or `PGCONNECT_TIMEOUT` is set (theirs
+/// wins), or libpq cannot parse it (then the connection attempt reports
+/// that, unchanged).
+pub(crate) fn with_connect_timeout(url: &str) -> String {
+    if std::env::var_os("PGCONNECT_TIMEOUT").is_some() || sets_connect_timeout(url) != Some(false) {
+        return url.to_owned();
+    }
+    let seconds = DEFAULT_CONNECT_TIMEOUT_SECS;
+    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}connect_timeout={seconds}")
+    } else {
+        format!("{url} connect_timeout={seconds}")
+    }
+}
+
+/// Whether the connection string `url` sets `connect_timeout`; `None` if
+/// libpq cannot parse it.
+fn sets_connect_timeout(url: &str) -> Option<bool> {
+    let url = CString::new(url).ok()?;
+    let mut error: *mut c_char = ptr::null_mut();
+    // SAFETY: `url` is NUL-terminated; libpq allocates the options array
+    // (or an error message) and we free whichever it returns.
+    let options = unsafe { pq::PQconninfoParse(url.as_ptr(), &mut error) };
+    if options.is_null() {
+        if !error.is_null() {
+            // SAFETY: allocated by libpq for this call.
+            unsafe { pq::PQfreemem(error.cast()) };
+        }
+        return None;
+    }
+    let mut found = false;
+    let mut option = options;
+    // SAFETY: the array ends with an entry whose keyword is NULL; every
+    // string in it is owned by the array until PQconninfoFree.
+    unsafe {
+        while !(*option).keyword.is_null() {
+            if CStr::from_ptr((*option).keyword).to_bytes() == b"connect_timeout" {
+                let value = (*option).val;
+                found = !value.is_null() && !CStr::from_ptr(value).to_bytes().is_empty();
+                break;
+            }
+            option = option.add(1);
+        }
+        pq::PQconninfoFree(options);
+    }
+    Some(found)
+}
+
 /// A libpq notice processor that drops the notice.
 unsafe extern "C" fn ignore_notice(_arg: *mut std::os::raw::c_void, _message: *const c_char) {}
 
@@ -110,21 +166,21 @@ impl PqConn {
     /// Connects to `url` (any libpq connection string or URI, several hosts
     /// and `target_session_attrs` included: libpq picks the host), naming the
     /// session `application_name` so operators can find it in
-    /// pg_stat_activity. A `connect_timeout` in the URL wins over the
-    /// default of 10 seconds.
+    /// pg_stat_activity. A `connect_timeout` in the URL (or
+    /// `PGCONNECT_TIMEOUT`) wins over the default of
+    /// [`DEFAULT_CONNECT_TIMEOUT_SECS`].
     pub(crate) fn connect(url: &str, application_name: &str) -> Result<Self, String> {
-        let keys = [c"connect_timeout", c"dbname", c"application_name"];
-        let url = c_string("the database URL", url)?;
+        let keys = [c"dbname", c"application_name"];
+        let url = c_string("the database URL", &with_connect_timeout(url))?;
         let name = c_string("the application name", application_name)?;
-        let values = [c"10", url.as_c_str(), name.as_c_str()];
+        let values = [url.as_c_str(), name.as_c_str()];
         let mut key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
         let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
         key_ptrs.push(ptr::null());
         value_ptrs.push(ptr::null());
         // SAFETY: both arrays are NULL-terminated and their strings outlive
         // the call; expand_dbname = 1 lets `dbname` carry a whole URL, whose
-        // settings override the earlier defaults and are overridden by the
-        // later application_name.
+        // settings are overridden by the later application_name.
         let raw = unsafe { pq::PQconnectdbParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 1) };
         let raw =
             NonNull::new(raw).ok_or_else(|| "libpq could not allocate a connection".to_owned())?;

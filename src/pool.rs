@@ -90,12 +90,16 @@ pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, LeaseEr
 /// password, a database that does not exist) fails at once with libpq's
 /// message ([`LeaseError::Connect`]), instead of the pool waiting its
 /// connection timeout (30 s) for connections that never come and then
-/// saying only that none is available.
+/// saying only that none is available. Every connection attempt is bounded
+/// by libpq's `connect_timeout`: 5 seconds unless the URL (or
+/// `PGCONNECT_TIMEOUT`) says otherwise, so an unreachable host fails in
+/// seconds instead of after the operating system's TCP timeout.
 pub(crate) fn build_with(
     database_url: &str,
     max_size: u32,
     prepared: PreparedStatements,
 ) -> Result<PgPool, LeaseError> {
+    let database_url = &crate::libpq::with_connect_timeout(database_url);
     drop(PgConnection::establish(database_url).map_err(|source| LeaseError::Connect { source })?);
     Ok(Pool::builder()
         .max_size(max_size.max(1))

@@ -32,6 +32,12 @@ Exit codes:
      an operator bound the key's (or resource's) prefix to another role
  11  doctor: warnings (leasehold works, something should be looked at)
  12  doctor: failures (leasehold cannot work as intended here)
+ 13  run: the command could not be started (not found, not executable)
+
+`leasehold run` exits with the command's own status (128 + N when signal
+N ended it) once it ran under the lease; 3, 7 and 8 when it never got the
+lease; 4 when the lease was lost while the command ran (the command was
+sent SIGTERM at the safe deadline, SIGKILL after --grace).
 
 Every command but `demo` and `extension` needs --database-url or
 DATABASE_URL; without either it exits 2 and changes nothing. --throwaway

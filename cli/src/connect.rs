@@ -75,9 +75,12 @@ fn open_embedded() -> Result<Session, CliError> {
     })
 }
 
-/// Opens a connection; the error names the URL without its password.
+/// Opens a connection, giving up after the library's connect timeout (5 s
+/// unless the URL or PGCONNECT_TIMEOUT says otherwise); the error names the
+/// URL without its password.
 pub fn establish(url: &str) -> Result<PgConnection, CliError> {
-    PgConnection::establish(url).map_err(|error| CliError::Connect {
+    let bounded = leasehold::__private::with_connect_timeout(url);
+    PgConnection::establish(&bounded).map_err(|error| CliError::Connect {
         url: redact(url),
         message: error.to_string().trim().to_owned(),
     })

@@ -96,3 +96,49 @@ fn connecting_to_a_database_that_refuses_says_why_at_once() {
         );
     }
 }
+
+/// A server that accepts connections and never answers: building a client,
+/// a waiter or a pool fails within the connect timeout (5 s by default,
+/// the URL's `connect_timeout` when it sets one) with libpq's message,
+/// instead of waiting as long as the operating system would.
+#[test]
+fn connecting_to_a_server_that_never_answers_fails_within_the_connect_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        // Accept and hold every connection; never say a word.
+        let mut silent = Vec::new();
+        for stream in listener.incoming() {
+            silent.push(stream);
+        }
+    });
+    let url = format!("postgres://nobody@127.0.0.1:{port}/db");
+    let bounded = format!("{url}?connect_timeout=2");
+    type Connect = fn(&str) -> Result<(), leasehold::LeaseError>;
+    let ways: [(&str, Connect); 3] = [
+        ("client", |url| LeaseClient::connect(url, 2).map(drop)),
+        ("waiter", |url| {
+            leasehold::LeaseWaiter::connect(url, 2).map(drop)
+        }),
+        ("pool", |url| {
+            leasehold::build_pool(url, 2, leasehold::PreparedStatements::Cached).map(drop)
+        }),
+    ];
+    for (what, connect) in ways {
+        for (url, at_least, below) in [(&url, 4, 15), (&bounded, 1, 5)] {
+            let started = std::time::Instant::now();
+            let error = connect(url).expect_err(what);
+            let took = started.elapsed();
+            assert!(
+                matches!(error, leasehold::LeaseError::Connect { .. }),
+                "{what}: {error:?}"
+            );
+            assert!(error.to_string().contains("timeout"), "{what}: {error}");
+            assert!(
+                took >= std::time::Duration::from_secs(at_least)
+                    && took < std::time::Duration::from_secs(below),
+                "{what} {url}: failed after {took:?}"
+            );
+        }
+    }
+}

@@ -19,6 +19,7 @@ fn help_documents_every_exit_code() {
         "7  wait timed out",
         "8  cannot connect",
         "9  guard refusal",
+        "13  run: the command could not be started",
     ] {
         assert!(
             help.stdout.contains(line),
@@ -224,4 +225,25 @@ fn a_read_only_server_exits_8_and_says_to_connect_to_the_primary() {
     }
     // Reads still work.
     assert_eq!(db.run(&["inspect", "k"]).code, 0);
+}
+
+/// A server that accepts and never answers: the command exits 8 within the
+/// connect timeout (5 s by default) and says so, instead of hanging.
+#[test]
+fn a_server_that_never_answers_exits_8_within_the_connect_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut silent = Vec::new();
+        for stream in listener.incoming() {
+            silent.push(stream);
+        }
+    });
+    let url = format!("postgres://nobody@127.0.0.1:{port}/db");
+    let started = std::time::Instant::now();
+    let run = crate::support::run(&["--database-url", &url, "inspect", "k"]);
+    let took = started.elapsed();
+    assert_eq!(run.code, 8, "{run:?}");
+    assert!(run.stderr.contains("timeout"), "{run:?}");
+    assert!(took < std::time::Duration::from_secs(15), "took {took:?}");
 }
