@@ -33,16 +33,19 @@ Exit codes:
  11  doctor: warnings (leasehold works, something should be looked at)
  12  doctor: failures (leasehold cannot work as intended here)
  13  run: the command could not be started (not found, not executable)
+ 14  local: the development server is not running (status, env)
 
 `leasehold run` exits with the command's own status (128 + N when signal
 N ended it) once it ran under the lease; 3, 7 and 8 when it never got the
 lease; 4 when the lease was lost while the command ran (the command was
 sent SIGTERM at the safe deadline, SIGKILL after --grace).
 
-Every command but `demo` and `extension` needs --database-url or
-DATABASE_URL; without either it exits 2 and changes nothing. --throwaway
-runs one command against a throwaway local PostgreSQL, deleted when the
-command exits. `leasehold demo` always uses its own.
+Every command but `demo`, `extension` and `local` needs a database:
+--database-url, DATABASE_URL, or else the development server of
+`leasehold local start` when it runs; without any of them it exits 2 and
+changes nothing. --throwaway runs one command against a throwaway local
+PostgreSQL, deleted when the command exits. `leasehold demo` always uses
+its own.
 
 LEASEHOLD_LOG=FILTER (e.g. leasehold=debug) writes leasehold's tracing
 spans and events to stderr (stdout stays as it is); RUST_LOG is ignored.";
@@ -54,7 +57,8 @@ pub struct Cli {
     /// PostgreSQL URL, e.g. postgres://user@host/db, or with several hosts
     /// postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write
     /// (libpq connects to the first writable one). Every command but
-    /// `demo` and `extension` needs it, DATABASE_URL, or --throwaway.
+    /// `demo`, `extension` and `local` needs it, DATABASE_URL, a running
+    /// `leasehold local` server, or --throwaway.
     #[arg(long, global = true, env = "DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
 
@@ -86,6 +90,16 @@ pub struct Cli {
 pub enum Command {
     /// Install or upgrade the lease functions in the database (idempotent).
     Install,
+    /// A persistent PostgreSQL for development on this machine, with
+    /// leasehold installed: `leasehold local start`, then every command
+    /// without --database-url uses it. Its data lives in
+    /// $XDG_DATA_HOME/leasehold/local (~/.local/share/leasehold/local;
+    /// /var/lib/leasehold/local for root; LEASEHOLD_LOCAL_DIR overrides).
+    Local {
+        /// What to do.
+        #[command(subcommand)]
+        action: LocalCommand,
+    },
     /// The PostgreSQL extension `leasehold` (`CREATE EXTENSION leasehold`),
     /// an alternative to `install`.
     Extension {
@@ -344,6 +358,22 @@ pub enum GenerationCommand {
         /// The new generation.
         generation: i64,
     },
+}
+
+/// `leasehold local ...`.
+#[derive(Debug, Subcommand)]
+pub enum LocalCommand {
+    /// Create (the first time) and start the development server; prints
+    /// its URL. Its data stays between starts.
+    Start,
+    /// Stop the development server (its data stays).
+    Stop,
+    /// Whether the development server runs (exit 0) or not (exit 14), and
+    /// its URL.
+    Status,
+    /// Print `export DATABASE_URL=...` for the running development server:
+    /// `eval "$(leasehold local env)"`.
+    Env,
 }
 
 /// `leasehold extension ...`.

@@ -37,14 +37,23 @@ pub enum Needs {
     Installed,
 }
 
-/// Connects to `url`, or starts a throwaway server when `url` is `None` and
-/// `throwaway` asks for one; refuses ([`CliError::NoDatabase`]) otherwise.
+/// Connects to `url`; without one, starts a throwaway server when
+/// `throwaway` asks for one, or else uses the development server of
+/// `leasehold local start` when it runs; refuses
+/// ([`CliError::NoDatabase`]) otherwise.
 pub fn open(url: Option<&str>, throwaway: bool, needs: Needs) -> Result<Session, CliError> {
-    let Some(url) = url.filter(|u| !u.is_empty()) else {
-        if throwaway {
-            return open_embedded();
-        }
-        return Err(CliError::NoDatabase);
+    let local;
+    let url = match url.filter(|u| !u.is_empty()) {
+        Some(url) => url,
+        None if throwaway => return open_embedded(),
+        None => match crate::local::running_url() {
+            Some(found) => {
+                eprintln!("note: no --database-url: using the development server at {found} (`leasehold local`)");
+                local = found;
+                &local
+            }
+            None => return Err(CliError::NoDatabase),
+        },
     };
     let mut conn = establish(url)?;
     if needs == Needs::Installed && !is_installed(&mut conn)? {

@@ -48,6 +48,9 @@ pub enum Exit {
     DoctorFailures = 12,
     /// 13: `run` could not start the command.
     CommandNotStarted = 13,
+    /// 14: `local status` / `local env`: the development server is not
+    /// running.
+    LocalNotRunning = 14,
 }
 
 impl Exit {
@@ -179,8 +182,16 @@ pub enum CliError {
     LocalServer(#[from] LocalServerError),
     /// No database was named: no --database-url, no DATABASE_URL and no
     /// --throwaway. Nothing ran.
-    #[error("no database given: pass --database-url postgres://user@host/db or set DATABASE_URL; for a throwaway PostgreSQL that lives only for this one command, pass --throwaway")]
+    #[error("no database given: pass --database-url postgres://user@host/db or set DATABASE_URL; for a development server on this machine, run `leasehold local start` (then commands use it); for a throwaway PostgreSQL that lives only for this one command, pass --throwaway")]
     NoDatabase,
+    /// `local status` / `local env`: the development server does not run.
+    #[error(
+        "the development server in {dir} is not running; start it with `leasehold local start`"
+    )]
+    LocalNotRunning {
+        /// Where it lives.
+        dir: String,
+    },
     /// The lease functions are missing from the database.
     #[error("leasehold is not installed in this database; run `leasehold install` with the same --database-url first")]
     NotInstalled,
@@ -247,6 +258,7 @@ impl CliError {
             CliError::Denied { .. } => Exit::Denied,
             CliError::LostWhileRunning { .. } => Exit::Lapsed,
             CliError::CommandNotStarted { .. } => Exit::CommandNotStarted,
+            CliError::LocalNotRunning { .. } => Exit::LocalNotRunning,
             CliError::Lost { why, .. } => match why {
                 Refusal::Lapsed => Exit::Lapsed,
                 Refusal::EpochMismatch => Exit::EpochMismatch,
@@ -291,6 +303,7 @@ impl CliError {
             CliError::Denied { .. } => "denied",
             CliError::LostWhileRunning { .. } => "lost",
             CliError::CommandNotStarted { .. } => "command_not_started",
+            CliError::LocalNotRunning { .. } => "local_not_running",
             CliError::Lost { why, .. } => why.as_status(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
             CliError::ForceReleaseRefused { status, .. } => status,

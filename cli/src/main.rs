@@ -27,6 +27,7 @@ mod extension;
 mod failure;
 mod json;
 mod listing;
+mod local;
 mod logging;
 mod operator;
 mod output;
@@ -116,6 +117,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
     let url = cli.database_url.as_deref();
     let needs = match cli.command {
         Command::Install | Command::Doctor { .. } => Needs::Nothing,
+        Command::Local { action } => return local::run(action, out),
         Command::Extension { action } => {
             return match action {
                 ExtensionCommand::Generate { out: dir } => extension::generate(&dir, out),
@@ -221,6 +223,6 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
         Command::Prune { idle, dry_run } => prune::prune(conn, out, idle, dry_run),
         Command::Demo => demo::run(out),
         // Handled before: see `doctor` and the early returns above.
-        Command::Extension { .. } | Command::Doctor { .. } => Ok(()),
+        Command::Extension { .. } | Command::Doctor { .. } | Command::Local { .. } => Ok(()),
     }
 }

@@ -56,6 +56,7 @@ compile_error!("leasehold-local supports Unix-like systems only (Linux, macOS, t
 mod binaries;
 mod builder;
 mod control;
+mod dev_server;
 mod error;
 mod from_env;
 mod procfs;
@@ -70,6 +71,7 @@ mod watchdog;
 pub use binaries::BIN_DIR_ENV;
 pub use builder::LocalPostgresBuilder;
 pub use control::StopMode;
+pub use dev_server::{DevServer, DevStatus, LOCAL_DIR_ENV};
 pub use error::LocalServerError;
 pub use from_env::{DatabaseServer, DATABASE_URL_ENV};
 pub use replication::BackupMode;

@@ -6,6 +6,7 @@ mod doctor;
 mod exit_codes;
 mod extension;
 mod listing;
+mod local;
 mod logging;
 mod operations;
 mod operator;

@@ -1,0 +1,91 @@
+//! `leasehold local start|stop|status|env`: a real development server in a
+//! scratch directory (LEASEHOLD_LOCAL_DIR), started and stopped by the
+//! binary, keeping its data between starts; commands without a URL use it
+//! while it runs and refuse while it does not.
+
+use std::path::PathBuf;
+
+use crate::support::{command, Run};
+
+struct Local {
+    dir: PathBuf,
+}
+
+impl Local {
+    fn new(name: &str) -> Self {
+        // Under /tmp: the server may run as another user (root's tests run
+        // it as postgres), who must be able to enter the directory.
+        let dir = PathBuf::from(format!("/tmp/lh-cli-local-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        Local { dir }
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let mut command = command(args);
+        command.env("LEASEHOLD_LOCAL_DIR", &self.dir);
+        let output = command.output().unwrap();
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        let _ = self.run(&["local", "stop"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn local_start_status_env_stop_and_commands_without_a_url_use_it_while_it_runs() {
+    let local = Local::new("cycle");
+    // Not created yet: status and env say so (exit 14); commands refuse.
+    assert_eq!(local.run(&["local", "status"]).code, 14);
+    let env = local.run(&["local", "env"]);
+    assert_eq!(env.code, 14, "{env:?}");
+    assert!(env.stderr.contains("leasehold local start"), "{env:?}");
+    let refused = local.run(&["inspect", "job"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains("leasehold local start"),
+        "{refused:?}"
+    );
+
+    let started = local.run(&["--json", "local", "start"]);
+    assert_eq!(started.code, 0, "{started:?}");
+    let url = started.json()["url"].as_str().unwrap().to_owned();
+    assert!(url.starts_with("postgres://postgres@127.0.0.1:"), "{url}");
+    // Idempotent: a second start answers the same URL.
+    let again = local.run(&["--json", "local", "start"]);
+    assert_eq!(again.json()["url"], url.as_str());
+    assert_eq!(local.run(&["local", "status"]).code, 0);
+    let env = local.run(&["local", "env"]);
+    assert_eq!(env.stdout.trim(), format!("export DATABASE_URL='{url}'"));
+
+    // Without --database-url, commands use it (and say so on stderr).
+    let acquired = local.run(&["--json", "acquire", "job", "dev", "--ttl", "1h"]);
+    assert_eq!(acquired.code, 0, "{acquired:?}");
+    assert!(acquired.stderr.contains(&url), "{acquired:?}");
+    assert_eq!(acquired.json()["epoch"], 1);
+
+    // Stopped: its data stays; commands refuse until it runs again.
+    assert_eq!(local.run(&["local", "stop"]).code, 0);
+    assert_eq!(local.run(&["local", "status"]).code, 14);
+    assert_eq!(local.run(&["inspect", "job"]).code, 2);
+    assert_eq!(local.run(&["local", "start"]).code, 0);
+    let held = local.run(&["--json", "inspect", "job"]);
+    assert_eq!(held.code, 0, "{held:?}");
+    assert_eq!(held.json()["owner"], "dev");
+    assert_eq!(held.json()["epoch"], 1);
+    // An explicit URL still wins over the development server.
+    let elsewhere = local.run(&[
+        "--database-url",
+        "postgres://nobody@127.0.0.1:1/db",
+        "inspect",
+        "job",
+    ]);
+    assert_eq!(elsewhere.code, 8, "{elsewhere:?}");
+}
