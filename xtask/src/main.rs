@@ -33,7 +33,9 @@ const PACKAGES: &[Package] = &[
     Package {
         name: "libpq-dev",
         why: "diesel's postgres backend links libpq",
-        present: || Path::new("/usr/include/postgresql/libpq-fe.h").exists() && on_path("pg_config"),
+        present: || {
+            Path::new("/usr/include/postgresql/libpq-fe.h").exists() && on_path("pg_config")
+        },
     },
     Package {
         name: "pgbouncer",
@@ -127,10 +129,11 @@ fn setup() -> Result<OsString, ExitCode> {
                 venv.display()
             );
             run_checked(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-            run_checked(
-                Command::new(bin.join("pip"))
-                    .args(["install", "--quiet", "moto[server]"]),
-            )?;
+            run_checked(Command::new(bin.join("pip")).args([
+                "install",
+                "--quiet",
+                "moto[server]",
+            ]))?;
         }
         let mut parts = vec![bin];
         parts.extend(env::split_paths(&path));
