@@ -128,6 +128,7 @@ mod errors;
 mod extension;
 mod field_text;
 mod groups;
+pub mod guard;
 mod guards;
 mod holding;
 mod install;

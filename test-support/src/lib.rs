@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod database;
 pub mod deployment;
+pub mod guard_conformance;
 pub mod json;
 pub mod moto;
 pub mod nemesis;

@@ -6,6 +6,7 @@ mod attacks;
 mod common;
 mod concurrency;
 mod groups;
+mod guard_contract;
 mod holders;
 mod install;
 mod lock_order;

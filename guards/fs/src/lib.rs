@@ -473,6 +473,57 @@ impl FencedFile {
         }
     }
 
+    /// Admits `token` without writing content: refused like
+    /// [`write`](Self::write) (stale, wrong key), otherwise the record's
+    /// epoch rises to the token's and the payload stays. A new holder's
+    /// first move after a takeover: from then on every lower epoch is
+    /// refused, before the new holder has anything to write. A file that
+    /// does not exist is created empty, fenced to the token's key.
+    ///
+    /// ```
+    /// use leasehold::FencingToken;
+    /// use leasehold_fs::FencedFile;
+    /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-admit-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir).unwrap();
+    /// let file = FencedFile::new(dir.join("data"))?;
+    /// file.write(&FencingToken::new("k", "a", 3)?, b"v3")?;
+    /// file.admit(&FencingToken::new("k", "b", 4)?)?;
+    /// assert!(file.write(&FencingToken::new("k", "a", 3)?, b"late").unwrap_err().is_stale());
+    /// assert_eq!(file.read()?, (4, b"v3".to_vec()));
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn admit(&self, token: &FencingToken) -> Result<FenceRecord, FenceError> {
+        let locked = self.lock(token.epoch())?;
+        match self.load_full(&locked.dir)? {
+            None => {
+                let record = FenceRecord::new(token.key(), token.epoch(), 0);
+                self.commit(&locked, &record, &[], None)?;
+                Ok(record)
+            }
+            Some((record, payload, permissions)) => {
+                self.check_key(&record, token.key())?;
+                if !record.admits(token.epoch()) {
+                    return Err(FenceError::StaleEpoch {
+                        resource: self.path.clone(),
+                        presented: token.epoch(),
+                        accepted: record.epoch,
+                        fenced_through: record.fenced_through,
+                    });
+                }
+                if token.epoch() == record.epoch {
+                    return Ok(record); // the same grant: nothing to raise
+                }
+                let next = FenceRecord {
+                    epoch: token.epoch(),
+                    ..record
+                };
+                self.commit(&locked, &next, &payload, Some(permissions))?;
+                Ok(next)
+            }
+        }
+    }
+
     /// Reads the current content: `(epoch, payload)`, where `epoch` is the
     /// epoch of the write that produced the payload (`0` if never written).
     ///
@@ -787,6 +838,51 @@ impl Drop for TempFile<'_> {
     fn drop(&mut self) {
         if self.armed {
             let _ = self.dir.remove(self.name);
+        }
+    }
+}
+
+/// The workspace's one guard contract ([`leasehold::guard::Guard`]): the
+/// floor is the lowest epoch the file admits, one above its fence or its
+/// accepted epoch, whichever is higher.
+impl leasehold::guard::Guard for FencedFile {
+    type Error = FenceError;
+
+    fn admit(&self, token: &FencingToken) -> Result<(), FenceError> {
+        FencedFile::admit(self, token).map(drop)
+    }
+
+    fn fence(&self, key: &str, through: i64) -> Result<(), FenceError> {
+        FencedFile::fence(self, key, through).map(drop)
+    }
+
+    fn floor(&self) -> Result<Option<leasehold::guard::Floor>, FenceError> {
+        Ok(self.record()?.map(|record| leasehold::guard::Floor {
+            lowest_admitted: record.epoch.max(record.fenced_through.saturating_add(1)),
+            key: record.key,
+        }))
+    }
+
+    fn refused(error: &FenceError) -> Option<leasehold::guard::Refused> {
+        match error {
+            FenceError::StaleEpoch {
+                presented,
+                accepted,
+                fenced_through,
+                ..
+            } => Some(leasehold::guard::Refused::Stale {
+                presented: *presented,
+                lowest_admitted: (*accepted).max(fenced_through.saturating_add(1)),
+            }),
+            FenceError::WrongLeaseKey {
+                fenced_by,
+                presented,
+                ..
+            } => Some(leasehold::guard::Refused::WrongKey {
+                fenced_by: fenced_by.clone(),
+                presented: presented.clone(),
+            }),
+            _ => None,
         }
     }
 }

@@ -1,0 +1,162 @@
+//! One contract for every guard: a database resource, a fenced file, a
+//! fenced object.
+//!
+//! Each guard keeps, per resource, the lease key that fences it and the
+//! lowest epoch it still admits, and refuses everything else
+//! (docs/SPECIFICATION.md §2):
+//!
+//! * a token below the floor is refused as stale, and changes nothing;
+//! * a token of another key is refused as a misuse, and changes nothing;
+//! * a token at or above the floor is admitted and raises the floor to its
+//!   epoch (the same epoch again is the same grant, admitted again);
+//! * an operator's fence through epoch N refuses every epoch up to N;
+//! * the floor never goes down.
+//!
+//! [`Guard`] says that once, in one vocabulary, for all three, so code that
+//! protects "a resource" can take any of them, and one conformance suite
+//! (`leasehold-test-support`'s `guard_conformance`) runs the same cases
+//! against each. The guards' own APIs (`leasehold::admit` in the caller's
+//! transaction, `FencedFile::write`, `FencedStore::write`) stay where a
+//! write must go with the admission; this trait is their common floor.
+
+use crate::errors::GuardError;
+use crate::guards;
+use crate::pool::PgPool;
+use crate::token::FencingToken;
+
+/// The fence of one resource: the key that fences it and the lowest epoch
+/// it admits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Floor {
+    /// The lease key whose epochs fence the resource.
+    pub key: String,
+    /// Every token below this epoch is refused.
+    pub lowest_admitted: i64,
+}
+
+/// Why a guard refused a token, in the contract's words. Any other failure
+/// (I/O, the database, a store whose answer was lost) is not a refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refused {
+    /// The token's epoch is below the floor: its holder was superseded.
+    Stale {
+        /// The token's epoch.
+        presented: i64,
+        /// The floor.
+        lowest_admitted: i64,
+    },
+    /// The resource is fenced by another lease key.
+    WrongKey {
+        /// The key that fences the resource.
+        fenced_by: String,
+        /// The token's key.
+        presented: String,
+    },
+}
+
+/// A resource that refuses superseded lease holders (see the module docs).
+pub trait Guard {
+    /// What a call can fail with; [`Guard::refused`] picks the refusals out.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Admits `token` without writing anything else: refused as stale below
+    /// the floor or as a misuse for another key; otherwise the floor rises
+    /// to the token's epoch (a resource never fenced is fenced to its key).
+    fn admit(&self, token: &FencingToken) -> Result<(), Self::Error>;
+
+    /// Operator action: refuses every epoch up to and including `through`
+    /// from now on (never lowers the floor; a resource never fenced is
+    /// fenced to `key`).
+    fn fence(&self, key: &str, through: i64) -> Result<(), Self::Error>;
+
+    /// The resource's fence, `None` if it was never fenced.
+    fn floor(&self) -> Result<Option<Floor>, Self::Error>;
+
+    /// The refusal `error` is, if it is one.
+    fn refused(error: &Self::Error) -> Option<Refused>;
+}
+
+/// A database resource (a name in `lease.guards`) as a [`Guard`]: each
+/// call runs in a transaction of its own on a pooled connection.
+///
+/// For a guarded *write*, call [`crate::admit`] (or [`crate::run_fenced`])
+/// in the writer's own transaction instead: only there does the admission
+/// commit or roll back with the write.
+#[derive(Debug, Clone)]
+pub struct DatabaseGuard {
+    pool: PgPool,
+    resource: String,
+}
+
+impl DatabaseGuard {
+    /// The guard of `resource`, reached through `pool`.
+    pub fn new(pool: PgPool, resource: impl Into<String>) -> Self {
+        Self {
+            pool,
+            resource: resource.into(),
+        }
+    }
+
+    /// The resource's name.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+}
+
+impl Guard for DatabaseGuard {
+    type Error = GuardError;
+
+    fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
+        pooled(&self.pool, |conn| {
+            guards::admit(conn, &self.resource, token)
+        })
+    }
+
+    fn fence(&self, key: &str, through: i64) -> Result<(), GuardError> {
+        pooled(&self.pool, |conn| {
+            guards::fence(conn, &self.resource, key, through).map(drop)
+        })
+    }
+
+    fn floor(&self) -> Result<Option<Floor>, GuardError> {
+        Ok(pooled(&self.pool, |conn| {
+            guards::inspect_guard(conn, &self.resource)
+        })?
+        .map(|record| Floor {
+            key: record.lease_key,
+            lowest_admitted: record.accepted_epoch,
+        }))
+    }
+
+    fn refused(error: &GuardError) -> Option<Refused> {
+        match error {
+            GuardError::StaleEpoch {
+                presented,
+                accepted,
+                ..
+            } => Some(Refused::Stale {
+                presented: *presented,
+                lowest_admitted: *accepted,
+            }),
+            GuardError::WrongLeaseKey {
+                fenced_by,
+                presented,
+                ..
+            } => Some(Refused::WrongKey {
+                fenced_by: fenced_by.clone(),
+                presented: presented.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Runs a guard call on a pooled connection.
+fn pooled<T>(
+    pool: &PgPool,
+    call: impl FnOnce(&mut diesel::PgConnection) -> Result<T, GuardError>,
+) -> Result<T, GuardError> {
+    let mut conn = pool.get()?;
+    call(&mut conn)
+}

@@ -1,0 +1,67 @@
+//! The workspace's guard conformance suite against a database resource
+//! (`leasehold::guard::DatabaseGuard`): the same cases fenced files and
+//! fenced objects pass.
+
+use std::sync::Mutex;
+
+use leasehold::guard::DatabaseGuard;
+use leasehold::{FencingToken, LeaseState, PgPool, PreparedStatements, Release};
+use leasehold_test_support::guard_conformance::Harness;
+
+use crate::common::*;
+
+/// A database of its own per case.
+struct Database {
+    db: TestDb,
+    pool: PgPool,
+    /// Grants are made one at a time (the harness raises counters).
+    granting: Mutex<()>,
+}
+
+impl Database {
+    fn new() -> Self {
+        let db = TestDb::new();
+        let pool = leasehold::build_pool(&db.url, 8, PreparedStatements::Cached).unwrap();
+        Database {
+            db,
+            pool,
+            granting: Mutex::new(()),
+        }
+    }
+}
+
+impl Harness for Database {
+    type G = DatabaseGuard;
+
+    fn guard(&self, case: &str) -> DatabaseGuard {
+        DatabaseGuard::new(self.pool.clone(), format!("resource-{case}"))
+    }
+
+    /// A database guard refuses an epoch its key never reached (G7), so
+    /// the key is granted and released until its counter reaches `epoch`.
+    fn token(&self, _case: &str, key: &str, owner: &str, epoch: i64) -> FencingToken {
+        let _one_at_a_time = self.granting.lock().unwrap();
+        let mut conn = self.db.conn();
+        loop {
+            let counter = match leasehold::inspect(&mut conn, key).unwrap() {
+                Some(state) => state.epoch(),
+                None => 0,
+            };
+            if counter >= epoch {
+                break;
+            }
+            let lease = granted(leasehold::acquire(&mut conn, key, "harness", TTL).unwrap());
+            assert_eq!(
+                leasehold::release(&mut conn, key, "harness", lease.epoch()).unwrap(),
+                Release::Released
+            );
+        }
+        assert!(!matches!(
+            leasehold::inspect(&mut conn, key).unwrap(),
+            Some(LeaseState::Held { .. })
+        ));
+        FencingToken::new(key, owner, epoch).unwrap()
+    }
+}
+
+leasehold_test_support::guard_conformance!(Database::new());
