@@ -104,12 +104,16 @@
 #![deny(missing_docs)]
 
 mod error;
+mod limits;
+mod outcome;
 mod probe;
 mod record;
 mod runtime;
 mod store;
 
 pub use error::FenceError;
+pub use limits::{S3_MAX_TOKEN_TEXT, S3_USER_METADATA_BYTES};
+pub use probe::{PROBE_RACE_BODY_BYTES, PROBE_RACE_ROUNDS};
 pub use record::FenceState;
 pub use store::{FencedObject, FencedStore, WriteReceipt};
 
@@ -129,5 +133,16 @@ pub const META_EPOCH: &str = "leasehold-epoch";
 /// carries the lease key the object is bound to and the last writer.
 pub const META_TOKEN: &str = "leasehold-token";
 
+/// User-metadata name of the write id: a fresh random id per PUT (also on
+/// the object's first body line), by which the adapter recognises its own
+/// write after the store's answer was lost.
+pub const META_WRITE_ID: &str = "leasehold-write";
+
 /// Default bound on compare-and-swap attempts per call.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
+
+/// How many times one call re-sends a conditional PUT after answers were
+/// lost, each time only after a re-read showed the object still exactly at
+/// the version the lost PUT was conditioned on. Then the call answers
+/// [`FenceError::OutcomeUnknown`].
+pub const UNKNOWN_OUTCOME_RETRIES: u32 = 3;

@@ -1,8 +1,20 @@
 //! The construction probe: object_store does not report capabilities and
 //! some stores silently ignore preconditions, so [`crate::FencedStore::new`]
 //! tries each capability fencing relies on, under [`crate::PROBE_PREFIX`].
+//!
+//! Trying each step one at a time shows that a store *has* conditional PUT,
+//! not that it is atomic. A store can check `If-Match` and then store the
+//! body without holding a lock (moto as shipped does, which shows once
+//! bodies take a while to store, from about 5 MiB), so two PUTs on the same
+//! version both succeed and an acknowledged write is overwritten. The last
+//! step therefore races two such PUTs with large bodies, a few times.
 
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+
+use bytes::Bytes;
 
 use object_store::path::Path;
 use object_store::{
@@ -13,6 +25,22 @@ use object_store::{
 use crate::error::{store_error, FenceError};
 use crate::store::random_u64;
 use crate::PROBE_PREFIX;
+
+/// Body size of each PUT in the probe's compare-and-swap race: 8 MiB.
+///
+/// Large enough that a store which checks `If-Match` before storing the
+/// body, without a lock, has both racing PUTs past the check before either
+/// is stored (moto as shipped loses the race from about 5 MiB), small
+/// enough to keep the probe to well under a second on a local store.
+pub const PROBE_RACE_BODY_BYTES: usize = 8 << 20;
+
+/// Rounds of the probe's compare-and-swap race: each round sends two
+/// `If-Match` PUTs of [`PROBE_RACE_BODY_BYTES`] on the same version at the
+/// same time, and the store is refused if both succeed in any round.
+///
+/// The probe stops at the first round that catches a non-atomic store; an
+/// atomic one costs all rounds: 6 PUTs, 48 MiB uploaded.
+pub const PROBE_RACE_ROUNDS: usize = 3;
 
 /// Checks the capabilities fencing relies on; see [`FencedStore::new`].
 /// The outer error is an infrastructure failure, the inner one the verdict.
@@ -96,10 +124,120 @@ async fn probe_steps(store: &dyn ObjectStore, location: &Path) -> Result<(), Fen
         .await
         .map_err(|e| classify("an update with If-Match", e))?;
     match put("probe-3", PutMode::Update(read_version)).await {
-        Err(object_store::Error::Precondition { .. }) => Ok(()),
-        Ok(_) => Err(unsupported(
-            "an update on a superseded version succeeded, so If-Match is ignored".into(),
-        )),
-        Err(error) => Err(classify("an update on a superseded version", error)),
+        Err(object_store::Error::Precondition { .. }) => {}
+        Ok(_) => {
+            return Err(unsupported(
+                "an update on a superseded version succeeded, so If-Match is ignored".into(),
+            ))
+        }
+        Err(error) => return Err(classify("an update on a superseded version", error)),
     }
+
+    let filler = Bytes::from(vec![b'.'; PROBE_RACE_BODY_BYTES]);
+    for round in 1..=PROBE_RACE_ROUNDS {
+        let head = store
+            .get_opts(
+                location,
+                GetOptions {
+                    head: true,
+                    ..GetOptions::default()
+                },
+            )
+            .await
+            .map_err(|e| classify("a HEAD", e))?;
+        let version = UpdateVersion {
+            e_tag: head.meta.e_tag,
+            version: head.meta.version,
+        };
+        let racer = |side: &str| {
+            let body: PutPayload = [Bytes::from(format!("race {round} {side}\n")), filler.clone()]
+                .into_iter()
+                .collect();
+            store.put_opts(
+                location,
+                body,
+                PutOptions::from(PutMode::Update(version.clone())),
+            )
+        };
+        let (first, second) = both(racer("a"), racer("b")).await;
+        let winner = match (first, second) {
+            (Ok(_), Ok(_)) => {
+                return Err(unsupported(format!(
+                    "two If-Match updates on the same version, sent at the same time, both \
+                     succeeded (round {round} of {PROBE_RACE_ROUNDS}, {PROBE_RACE_BODY_BYTES} \
+                     bytes each), so its compare-and-swap is not atomic"
+                )))
+            }
+            (Ok(won), Err(lost)) | (Err(lost), Ok(won)) => {
+                if !is_refusal(&lost) {
+                    return Err(classify("a racing update", lost));
+                }
+                won
+            }
+            // Neither won (a store may refuse both of two concurrent
+            // conditional writes): no evidence either way this round.
+            (Err(a), Err(b)) => {
+                for error in [a, b] {
+                    if !is_refusal(&error) {
+                        return Err(classify("a racing update", error));
+                    }
+                }
+                continue;
+            }
+        };
+        let after = store
+            .get_opts(
+                location,
+                GetOptions {
+                    head: true,
+                    ..GetOptions::default()
+                },
+            )
+            .await
+            .map_err(|e| classify("a HEAD", e))?;
+        if (after.meta.e_tag, after.meta.version) != (winner.e_tag, winner.version) {
+            return Err(unsupported(format!(
+                "after two racing If-Match updates (round {round}), the current version is \
+                 not the one the store acknowledged, so its compare-and-swap is not atomic"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A conditional PUT refused by its precondition (or, as a 409, by a
+/// concurrent conditional write).
+fn is_refusal(error: &object_store::Error) -> bool {
+    matches!(
+        error,
+        object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }
+    )
+}
+
+/// Runs two futures concurrently (on the caller's task) and returns both
+/// outputs: the two PUTs of a race must be in flight at the same time.
+async fn both<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    let (mut out_a, mut out_b) = (None, None);
+    poll_fn(|cx| {
+        if out_a.is_none() {
+            if let Poll::Ready(value) = a.as_mut().poll(cx) {
+                out_a = Some(value);
+            }
+        }
+        if out_b.is_none() {
+            if let Poll::Ready(value) = b.as_mut().poll(cx) {
+                out_b = Some(value);
+            }
+        }
+        match (out_a.take(), out_b.take()) {
+            (Some(a), Some(b)) => Poll::Ready((a, b)),
+            (a, b) => {
+                out_a = a;
+                out_b = b;
+                Poll::Pending
+            }
+        }
+    })
+    .await
 }
