@@ -49,10 +49,12 @@ pub struct Seen {
 
 type Hook = Box<dyn FnOnce() + Send>;
 
-/// The armed fault: the next `If-Match` PUT to `path` loses its answer.
+/// The armed fault: the next `times` `If-Match` PUTs to `path` lose their
+/// answers.
 struct Armed {
     path: String,
     how: LostAnswer,
+    times: usize,
     before_answer: Option<Hook>,
 }
 
@@ -126,7 +128,18 @@ impl FaultProxy {
         *lock(&self.shared.armed) = Some(Armed {
             path: path.to_owned(),
             how,
+            times: 1,
             before_answer: Some(Box::new(before_answer)),
+        });
+    }
+
+    /// Arms the fault for the next `times` PUTs with `If-Match` to `path`.
+    pub fn lose_next_answers(&self, path: &str, how: LostAnswer, times: usize) {
+        *lock(&self.shared.armed) = (times > 0).then(|| Armed {
+            path: path.to_owned(),
+            how,
+            times,
+            before_answer: None,
         });
     }
 
@@ -224,13 +237,21 @@ fn serve(client: TcpStream, upstream: &str, shared: &Shared) -> io::Result<()> {
     let if_match = request.header("if-match").is_some();
     let armed = {
         let mut armed = lock(&shared.armed);
-        let hit = armed.as_ref().is_some_and(|a| {
-            request.method == "PUT" && if_match && a.path == request.path()
-        });
-        if hit {
-            armed.take()
-        } else {
-            None
+        let hit = armed
+            .as_ref()
+            .is_some_and(|a| request.method == "PUT" && if_match && a.path == request.path());
+        match armed.as_mut() {
+            Some(a) if hit && a.times > 1 => {
+                a.times -= 1;
+                Some(Armed {
+                    path: a.path.clone(),
+                    how: a.how,
+                    times: 1,
+                    before_answer: a.before_answer.take(),
+                })
+            }
+            _ if hit => armed.take(),
+            _ => None,
         }
     };
     let mut seen = Seen {

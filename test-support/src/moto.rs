@@ -178,9 +178,8 @@ impl MotoServer {
 
 /// Whether `program` is an executable file in one of `PATH`'s directories.
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 impl Drop for MotoServer {

@@ -71,9 +71,10 @@ pub enum FenceError {
         /// The write ids of the PUTs whose answer was lost (each PUT carries
         /// a fresh random id in its metadata and first line).
         write_ids: Vec<String>,
-        /// The store's error for the first PUT whose answer was lost.
+        /// The store's error for the first PUT whose answer was lost
+        /// (boxed to keep `FenceError` small).
         #[source]
-        source: object_store::Error,
+        source: Box<object_store::Error>,
     },
     /// The token's text form is too long for the store's metadata limit
     /// (S3: 2 KB of user metadata per object, see

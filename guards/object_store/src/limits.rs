@@ -108,7 +108,11 @@ mod tests {
         };
         assert!(matches!(
             check_token_len(&path, &longer, Some(S3_MAX_TOKEN_TEXT)),
-            Err(FenceError::TokenTooLong { token_len: 1792, max: 1791, .. })
+            Err(FenceError::TokenTooLong {
+                token_len: 1792,
+                max: 1791,
+                ..
+            })
         ));
     }
 }

@@ -134,7 +134,7 @@ impl Unresolved {
             reason,
             attempts,
             write_ids: self.write_ids,
-            source: self.source,
+            source: Box::new(self.source),
         }
     }
 }

@@ -160,13 +160,12 @@ async fn race_rounds(
     location: &Path,
     classify: &impl Fn(&str, object_store::Error) -> FenceError,
 ) -> Result<(), FenceError> {
-    let unsupported = |reason: String, source: Option<object_store::Error>| {
-        FenceError::UnsupportedStore {
+    let unsupported =
+        |reason: String, source: Option<object_store::Error>| FenceError::UnsupportedStore {
             store: store.to_string(),
             reason,
             source,
-        }
-    };
+        };
     let head = || async {
         store
             .get_opts(
@@ -196,9 +195,12 @@ async fn race_rounds(
             version: current.meta.version,
         };
         let racer = |side: &str| {
-            let body: PutPayload = [Bytes::from(format!("race {round} {side}\n")), filler.clone()]
-                .into_iter()
-                .collect();
+            let body: PutPayload = [
+                Bytes::from(format!("race {round} {side}\n")),
+                filler.clone(),
+            ]
+            .into_iter()
+            .collect();
             store.put_opts(
                 location,
                 body,

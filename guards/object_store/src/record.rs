@@ -94,9 +94,7 @@ pub(crate) fn fence_state(
         .map(|id| id.as_ref().to_owned());
     if let Some(id) = &write_id {
         if !is_write_id(id) {
-            return Err(corrupt(format!(
-                "{META_WRITE_ID} {id:?} is not a write id"
-            )));
+            return Err(corrupt(format!("{META_WRITE_ID} {id:?} is not a write id")));
         }
     }
     let (epoch, token) = match (epoch, token) {

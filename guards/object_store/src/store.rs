@@ -16,15 +16,15 @@ use object_store::{
 
 use crate::error::{contended, not_fenced, store_error, FenceError};
 use crate::limits::check_token_len;
-use crate::outcome::{Unresolved, VersionStamp, Verdict};
+use crate::outcome::{Unresolved, Verdict, VersionStamp};
 use crate::probe::probe;
 use crate::record::{
     admit, fence_state, header_line, new_write_id, strip_header, Current, FenceState,
 };
 use crate::runtime::RuntimeBridge;
 use crate::{
-    FencingToken, DEFAULT_MAX_ATTEMPTS, META_EPOCH, META_TOKEN, META_WRITE_ID,
-    S3_MAX_TOKEN_TEXT, UNKNOWN_OUTCOME_RETRIES,
+    FencingToken, DEFAULT_MAX_ATTEMPTS, META_EPOCH, META_TOKEN, META_WRITE_ID, S3_MAX_TOKEN_TEXT,
+    UNKNOWN_OUTCOME_RETRIES,
 };
 
 /// The content of a fenced object together with its fence record, read in

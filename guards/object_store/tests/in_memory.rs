@@ -120,9 +120,7 @@ fn in_memory_takes_tokens_of_any_length_unless_limited() {
     assert_eq!(store.read(&path).unwrap().state.key(), key);
 
     let limited = store.with_max_token_text(Some(leasehold_object_store::S3_MAX_TOKEN_TEXT));
-    let err = limited
-        .write(&Path::from("other"), &long, "x")
-        .unwrap_err();
+    let err = limited.write(&Path::from("other"), &long, "x").unwrap_err();
     match err {
         FenceError::TokenTooLong {
             resource,

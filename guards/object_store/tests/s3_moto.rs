@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 use leasehold_object_store::object_store::aws::AmazonS3Builder;
 use leasehold_object_store::object_store::path::Path;
-use leasehold_object_store::{FenceError, FencedStore, WriteReceipt, S3_MAX_TOKEN_TEXT};
+use leasehold_object_store::{
+    FenceError, FencedStore, WriteReceipt, S3_MAX_TOKEN_TEXT, UNKNOWN_OUTCOME_RETRIES,
+};
 use leasehold_test_support::fault_proxy::{FaultProxy, LostAnswer, Seen};
 use leasehold_test_support::moto::{self, MotoServer};
 
@@ -244,37 +246,43 @@ fn s3_probe_refuses_moto_as_shipped_whose_conditional_put_is_not_atomic() {
 /// stale). Now the adapter re-reads, finds its write id and answers Ok,
 /// naming the version the write really replaced.
 #[test]
-fn s3_write_whose_answer_is_lost_after_it_landed_is_recognised() {
-    for how in [
-        LostAnswer::ServerErrorAfterApplying,
-        LostAnswer::DropAfterApplying,
-    ] {
-        let Some(setup) = proxied() else {
-            return;
-        };
-        let path = Path::from("o");
-        let old = setup
-            .direct
-            .write(&path, &common::token("k", "old-holder", 1), "from 1")
-            .unwrap();
-        setup
-            .proxy
-            .lose_next_answer(&setup.wire_path(&path), how, || {});
-        let receipt = setup
-            .proxied
-            .write(&path, &common::token("k", "new-holder", 2), "from 2")
-            .unwrap_or_else(|err| panic!("{how:?}: expected Ok, got {err:?}"));
-        assert!(!setup.proxy.armed(), "{how:?}: the fault did not fire");
-        let replaced = receipt.replaced.expect("the write replaced a version");
-        assert_eq!(replaced.epoch(), 1, "{how:?}");
-        assert_eq!(replaced.e_tag, old.state.e_tag, "{how:?}: wrong replaced version");
-        let applied = setup.applied_puts(&path);
-        assert_eq!(applied.len(), 1, "{how:?}: moto applied {applied:?}");
-        assert!(applied[0].answer_lost, "{how:?}");
-        let read = setup.direct.read(&path).unwrap();
-        assert_eq!(read.content, "from 2");
-        assert_eq!(read.state, receipt.state, "{how:?}");
-    }
+fn s3_write_answered_500_after_it_landed_is_recognised() {
+    write_whose_answer_is_lost_after_it_landed_is_recognised(LostAnswer::ServerErrorAfterApplying);
+}
+
+/// The same when the connection is closed instead of answered (object_store
+/// takes that for "request not sent" and used to re-send it).
+#[test]
+fn s3_write_whose_connection_dropped_after_it_landed_is_recognised() {
+    write_whose_answer_is_lost_after_it_landed_is_recognised(LostAnswer::DropAfterApplying);
+}
+
+fn write_whose_answer_is_lost_after_it_landed_is_recognised(how: LostAnswer) {
+    let Some(setup) = proxied() else {
+        return;
+    };
+    let path = Path::from("o");
+    let old = setup
+        .direct
+        .write(&path, &common::token("k", "old-holder", 1), "from 1")
+        .unwrap();
+    setup
+        .proxy
+        .lose_next_answer(&setup.wire_path(&path), how, || {});
+    let receipt = setup
+        .proxied
+        .write(&path, &common::token("k", "new-holder", 2), "from 2")
+        .unwrap_or_else(|err| panic!("expected Ok, got {err:?}"));
+    assert!(!setup.proxy.armed(), "the fault did not fire");
+    let replaced = receipt.replaced.expect("the write replaced a version");
+    assert_eq!(replaced.epoch(), 1, "the receipt names the wrong version");
+    assert_eq!(replaced.e_tag, old.state.e_tag, "wrong replaced version");
+    let applied = setup.applied_puts(&path);
+    assert_eq!(applied.len(), 1, "moto applied {applied:?}");
+    assert!(applied[0].answer_lost);
+    let read = setup.direct.read(&path).unwrap();
+    assert_eq!(read.content, "from 2");
+    assert_eq!(read.state, receipt.state);
 }
 
 /// Same for an operator fence (`admit`).
@@ -301,7 +309,10 @@ fn s3_admit_whose_answer_is_lost_after_it_landed_is_recognised() {
     assert_eq!(receipt.replaced.map(|r| r.e_tag), Some(old.state.e_tag));
     assert_eq!(setup.applied_puts(&path).len(), 1);
     let read = setup.direct.read(&path).unwrap();
-    assert_eq!((read.state.epoch(), &read.content[..]), (5, &b"payload"[..]));
+    assert_eq!(
+        (read.state.epoch(), &read.content[..]),
+        (5, &b"payload"[..])
+    );
 }
 
 /// The old holder's write landed, then the new holder wrote, then the old
@@ -391,6 +402,51 @@ fn s3_answer_lost_before_applying_is_resent_on_the_unchanged_version() {
     assert_eq!(applied.len(), 1, "{applied:?}");
     assert!(!applied[0].answer_lost);
     assert_eq!(setup.direct.read(&path).unwrap().content, "v2");
+}
+
+/// Every answer is lost and nothing is applied: the adapter re-sends on the
+/// unchanged version a bounded number of times, then says it does not
+/// know (a late PUT could still land), instead of a plain store error.
+#[test]
+fn s3_answers_lost_every_time_end_in_outcome_unknown_after_bounded_resends() {
+    let Some(setup) = proxied() else {
+        return;
+    };
+    let path = Path::from("o");
+    let old = setup
+        .direct
+        .write(&path, &common::token("k", "a", 1), "v1")
+        .unwrap();
+    setup.proxy.lose_next_answers(
+        &setup.wire_path(&path),
+        LostAnswer::ServerErrorWithoutForwarding,
+        100,
+    );
+    let err = setup
+        .proxied
+        .write(&path, &common::token("k", "a", 1), "v2")
+        .unwrap_err();
+    match err {
+        FenceError::OutcomeUnknown {
+            attempts,
+            write_ids,
+            reason,
+            ..
+        } => {
+            assert_eq!(attempts, 1 + UNKNOWN_OUTCOME_RETRIES);
+            assert_eq!(write_ids.len(), attempts as usize);
+            assert!(reason.contains("still at the version"), "{reason}");
+        }
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    let sent = setup
+        .proxy
+        .seen()
+        .into_iter()
+        .filter(|seen| seen.method == "PUT" && seen.path == setup.wire_path(&path))
+        .count();
+    assert_eq!(sent, 1 + UNKNOWN_OUTCOME_RETRIES as usize);
+    assert_eq!(setup.direct.read(&path).unwrap().state, old.state);
 }
 
 /// S3 keeps the token in 2 KB of user metadata: a longer token is refused
