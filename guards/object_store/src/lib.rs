@@ -192,7 +192,7 @@ mod store;
 
 pub use error::FenceError;
 pub use limits::{S3_MAX_TOKEN_TEXT, S3_USER_METADATA_BYTES};
-pub use probe::{PROBE_RACE_BODY_BYTES, PROBE_RACE_ROUNDS};
+pub use probe::{PROBE_RACERS, PROBE_RACE_BODY_BYTES, PROBE_RACE_ROUNDS};
 pub use record::FenceState;
 pub use store::{FencedObject, FencedStore, WriteReceipt};
 
