@@ -2,7 +2,9 @@
 //! helper exists once: a PostgreSQL server per test binary and a database
 //! per test ([`TestServer`], [`TestDb`]), waits on the *server's* clock,
 //! small query helpers, the nemesis run with its history checker, and a
-//! Patroni cluster for failover tests ([`patroni::PatroniCluster`]).
+//! Patroni cluster for failover tests ([`patroni::PatroniCluster`]); for
+//! the object-store adapter, moto ([`moto::MotoServer`]) and a proxy that
+//! loses answers ([`fault_proxy::FaultProxy`]).
 //!
 //! Test tooling, not library code: helpers panic with a message saying what
 //! failed instead of returning errors, because a failed setup step is a
@@ -11,6 +13,7 @@
 pub mod clock;
 pub mod database;
 pub mod deployment;
+pub mod fault_proxy;
 pub mod guard_conformance;
 pub mod json;
 pub mod moto;

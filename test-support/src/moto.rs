@@ -1,6 +1,21 @@
 //! A `moto_server` (an S3-compatible test server, `pip install
 //! 'moto[server]'`) on a free loopback port, for the object-store adapter's
 //! S3 tests and benchmark.
+//!
+//! Two ways to run it:
+//!
+//! * [`MotoServer::start`]: moto as shipped, `moto_server`, which serves
+//!   each request on its own thread. Its conditional PUT is **not atomic**:
+//!   it checks `If-Match`, then stores the body without a lock, so two PUTs
+//!   on the same ETag can both succeed once bodies take a while to store
+//!   (a few MiB). Use it to show that something notices.
+//! * [`MotoServer::start_serialized`]: the same moto application, served by
+//!   werkzeug's `run_simple(..., threaded=False)` in a Python process of its
+//!   own: one request at a time, start to finish, so every conditional PUT
+//!   is atomic (check and store happen with no other request in between).
+//!   A non-threaded werkzeug server answers HTTP/1.0 and closes each
+//!   connection after its response, so an idle keep-alive connection cannot
+//!   hold the server. Use it for tests that rely on compare-and-swap.
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -18,6 +33,17 @@ pub const ACCESS_KEY_ID: &str = "testing";
 pub const SECRET_ACCESS_KEY: &str = "testing";
 /// See [`ACCESS_KEY_ID`].
 pub const REGION: &str = "us-east-1";
+
+/// The serialised runner: moto's own WSGI application (the one
+/// `moto_server` builds) served without threads. Arguments: host, port.
+const SERIALIZED_MOTO: &str = r#"
+import os, sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+host, port = sys.argv[1], int(sys.argv[2])
+os.environ.setdefault("MOTO_PORT", str(port))
+run_simple(host, port, DomainDispatcherApplication(create_backend_app), threaded=False)
+"#;
 
 /// A running `moto_server`, killed on drop.
 #[derive(Debug)]
@@ -61,15 +87,38 @@ impl fmt::Display for MotoError {
 impl std::error::Error for MotoError {}
 
 impl MotoServer {
-    /// Starts `moto_server` on a free loopback port and waits until it
-    /// answers HTTP.
+    /// Starts `moto_server` as shipped (threaded, conditional PUT not
+    /// atomic; see the module docs) on a free loopback port and waits until
+    /// it answers HTTP.
     pub fn start() -> Result<MotoServer, MotoError> {
+        Self::start_with(|port| {
+            let mut command = Command::new("moto_server");
+            command.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+            command
+        })
+    }
+
+    /// Starts moto serving one request at a time, so its conditional PUT is
+    /// atomic (see the module docs), with the Python that runs
+    /// `moto_server` (`python3`, or `LEASEHOLD_MOTO_PYTHON` if set).
+    pub fn start_serialized() -> Result<MotoServer, MotoError> {
+        let python = std::env::var("LEASEHOLD_MOTO_PYTHON").unwrap_or_else(|_| "python3".into());
+        if !on_path("moto_server") {
+            return Err(MotoError::NotInstalled);
+        }
+        Self::start_with(|port| {
+            let mut command = Command::new(&python);
+            command.args(["-c", SERIALIZED_MOTO, "127.0.0.1", &port.to_string()]);
+            command
+        })
+    }
+
+    fn start_with(command: impl FnOnce(u16) -> Command) -> Result<MotoServer, MotoError> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(MotoError::Io)?
             .port();
-        let child = Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        let child = command(port)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -125,6 +174,12 @@ impl MotoServer {
         stream.read_to_string(&mut response)?;
         Ok(response.lines().next().unwrap_or_default().to_owned())
     }
+}
+
+/// Whether `program` is an executable file in one of `PATH`'s directories.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 impl Drop for MotoServer {

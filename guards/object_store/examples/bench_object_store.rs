@@ -1,7 +1,9 @@
 //! Write latency with and without the guard: a plain PUT versus a fenced
 //! write (HEAD + conditional PUT), 4 KiB objects, median of 200 each, same
 //! run. Always measures `InMemory`; with `--features s3` and `moto_server` on
-//! PATH it also measures S3 via a moto server it starts on loopback.
+//! PATH it also measures S3 via a moto server it starts on loopback, served
+//! one request at a time (moto as shipped fails the construction probe: its
+//! conditional PUT is not atomic).
 //!
 //! ```text
 //! cargo run --release -p leasehold-object-store --features s3 --example bench_object_store
@@ -24,7 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     report("InMemory", &memory)?;
 
     #[cfg(feature = "s3")]
-    match leasehold_test_support::moto::MotoServer::start() {
+    match leasehold_test_support::moto::MotoServer::start_serialized() {
         Ok(moto) => {
             let s3 = FencedStore::s3(s3_builder(&moto, "leasehold-bench")?)?;
             report("S3 (moto on loopback)", &s3)?;

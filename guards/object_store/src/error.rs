@@ -12,7 +12,11 @@ use crate::{META_EPOCH, META_TOKEN};
 #[non_exhaustive]
 pub enum FenceError {
     /// The token's epoch is below the one the object already accepted: the
-    /// lease was taken over. The object was not modified.
+    /// lease was taken over. The object was not modified by this call.
+    ///
+    /// Only answered when that is certain: after a conditional PUT whose
+    /// answer was lost the adapter answers [`FenceError::OutcomeUnknown`]
+    /// instead, even if the object now carries a higher epoch.
     #[error("stale epoch {presented} for {resource}: it accepts only epochs >= {accepted}")]
     StaleEpoch {
         /// The object path.
@@ -33,13 +37,59 @@ pub enum FenceError {
         /// The lease key recorded on the object.
         fenced_by: String,
     },
-    /// Every compare-and-swap attempt lost a race with another writer.
+    /// Every compare-and-swap attempt lost a race with another writer
+    /// (each attempt was refused by the store's precondition, so none of
+    /// them was applied).
     #[error("gave up on {resource} after {attempts} compare-and-swap attempts lost races")]
     Contended {
         /// The object path.
         resource: String,
         /// How many attempts were made.
         attempts: u32,
+    },
+    /// A conditional PUT was sent, but its answer was lost (connection
+    /// dropped, timeout, a 5xx from the store or a proxy), and re-reading
+    /// the object could not settle whether it was applied: another write
+    /// replaced the version it was conditioned on, or the re-read failed,
+    /// or the retries the adapter allows itself ran out.
+    ///
+    /// The write **may or may not have landed**; it must not be taken as
+    /// refused. Read the object ([`FencedStore::read`](crate::FencedStore::read))
+    /// and decide from what is there: if its
+    /// [`FenceState::write_id`](crate::FenceState::write_id) is one of
+    /// `write_ids`, this call's write is the current version. A different
+    /// id does not prove the write was never applied (it may have been
+    /// overwritten since).
+    #[error("the outcome of a conditional write to {resource} is unknown: {reason}")]
+    OutcomeUnknown {
+        /// The object path.
+        resource: String,
+        /// What the re-read found (or why there was none).
+        reason: String,
+        /// Conditional PUTs sent by this call.
+        attempts: u32,
+        /// The write ids of the PUTs whose answer was lost (each PUT carries
+        /// a fresh random id in its metadata and first line).
+        write_ids: Vec<String>,
+        /// The store's error for the first PUT whose answer was lost
+        /// (boxed to keep `FenceError` small).
+        #[source]
+        source: Box<object_store::Error>,
+    },
+    /// The token's text form is too long for the store's metadata limit
+    /// (S3: 2 KB of user metadata per object, see
+    /// [`S3_MAX_TOKEN_TEXT`](crate::S3_MAX_TOKEN_TEXT)). Refused before any
+    /// request was sent.
+    #[error(
+        "the token for {resource} is {token_len} bytes in text form; this store takes at most {max} (shorten the lease key or owner)"
+    )]
+    TokenTooLong {
+        /// The object path.
+        resource: String,
+        /// Length of the token's text form (percent-encoded key and owner).
+        token_len: usize,
+        /// The longest text form this store accepts.
+        max: usize,
     },
     /// The object exists but carries no leasehold metadata: it was written
     /// around the guard.

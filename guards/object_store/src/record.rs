@@ -7,9 +7,10 @@ use object_store::path::Path;
 use object_store::{Attribute, Attributes};
 
 use crate::error::FenceError;
-use crate::{FencingToken, META_EPOCH, META_TOKEN};
+use crate::{FencingToken, META_EPOCH, META_TOKEN, META_WRITE_ID};
 
 /// What a HEAD/GET found at a path, before interpretation.
+#[derive(Clone)]
 pub(crate) struct Current {
     pub(crate) attributes: Attributes,
     pub(crate) e_tag: Option<String>,
@@ -28,6 +29,13 @@ pub struct FenceState {
     pub e_tag: Option<String>,
     /// The store's version id of this version, if it reports one.
     pub version: Option<String>,
+    /// The random id of the PUT that created this version (metadata
+    /// [`META_WRITE_ID`](crate::META_WRITE_ID), repeated in the first body
+    /// line). `None` for objects written before write ids existed.
+    ///
+    /// It is how the adapter recognises its own write after a lost answer,
+    /// and it makes every version's bytes (hence its ETag) unique.
+    pub write_id: Option<String>,
 }
 
 impl FenceState {
@@ -80,6 +88,15 @@ pub(crate) fn fence_state(
     let token = current
         .attributes
         .get(&Attribute::Metadata(META_TOKEN.into()));
+    let write_id = current
+        .attributes
+        .get(&Attribute::Metadata(META_WRITE_ID.into()))
+        .map(|id| id.as_ref().to_owned());
+    if let Some(id) = &write_id {
+        if !is_write_id(id) {
+            return Err(corrupt(format!("{META_WRITE_ID} {id:?} is not a write id")));
+        }
+    }
     let (epoch, token) = match (epoch, token) {
         (None, None) => return Ok(None),
         (Some(epoch), Some(token)) => (epoch, token),
@@ -107,7 +124,33 @@ pub(crate) fn fence_state(
         token,
         e_tag: current.e_tag,
         version: current.version,
+        write_id,
     }))
+}
+
+/// A fresh write id: 128 random bits as 32 lowercase hex digits.
+pub(crate) fn new_write_id() -> String {
+    format!(
+        "{:016x}{:016x}",
+        crate::store::random_u64(),
+        crate::store::random_u64()
+    )
+}
+
+/// What [`new_write_id`] produces (and nothing that could break the
+/// header line: no spaces, no line breaks).
+fn is_write_id(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The first body line of a version written by `token` with `write_id`;
+/// token text never contains a space (its fields are percent-encoded), so
+/// the space separates the two unambiguously.
+pub(crate) fn header_line(token: &FencingToken, write_id: Option<&str>) -> String {
+    match write_id {
+        Some(id) => format!("{token} {id}\n"),
+        None => format!("{token}\n"),
+    }
 }
 
 /// Splits off and verifies the header line written by `put_raw`.
@@ -116,7 +159,7 @@ pub(crate) fn strip_header(
     state: &FenceState,
     body: Bytes,
 ) -> Result<Bytes, FenceError> {
-    let expected = format!("{}\n", state.token);
+    let expected = header_line(&state.token, state.write_id.as_deref());
     if body.starts_with(expected.as_bytes()) {
         Ok(body.slice(expected.len()..))
     } else {
@@ -124,7 +167,7 @@ pub(crate) fn strip_header(
             resource: location.to_string(),
             reason: format!(
                 "the body does not start with the header line {:?} matching its metadata",
-                state.token.to_string()
+                expected.trim_end()
             ),
         })
     }

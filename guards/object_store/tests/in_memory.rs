@@ -41,7 +41,7 @@ fn fence_record_round_trips_as_object_metadata() {
 #[test]
 fn racing_writers_never_lose_updates_or_go_back() {
     let store = Arc::new(store().with_max_attempts(100_000));
-    common::racing_writers_never_lose_updates_or_go_back(store, &Path::from("race"), 16, 50);
+    common::racing_writers_never_lose_updates_or_go_back(store, &Path::from("race"), 16, 50, 0);
 }
 
 #[test]
@@ -107,4 +107,33 @@ fn inconsistent_fence_record_is_reported_as_corrupt() {
         .unwrap_err();
     assert!(matches!(err, FenceError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("disagrees"), "{err}");
+}
+
+#[test]
+fn in_memory_takes_tokens_of_any_length_unless_limited() {
+    let store = store();
+    assert_eq!(store.max_token_text(), None);
+    let path = Path::from("long");
+    let key = "k".repeat(16 * 1024);
+    let long = common::token(&key, "owner", 1);
+    store.write(&path, &long, "x").unwrap();
+    assert_eq!(store.read(&path).unwrap().state.key(), key);
+
+    let limited = store.with_max_token_text(Some(leasehold_object_store::S3_MAX_TOKEN_TEXT));
+    let err = limited.write(&Path::from("other"), &long, "x").unwrap_err();
+    match err {
+        FenceError::TokenTooLong {
+            resource,
+            token_len,
+            max,
+        } => {
+            assert_eq!(resource, "other");
+            assert_eq!(token_len, long.to_string().len());
+            assert_eq!(max, 1791);
+        }
+        other => panic!("expected TokenTooLong, got {other:?}"),
+    }
+    let err = limited.admit(&Path::from("other"), &long).unwrap_err();
+    assert!(matches!(err, FenceError::TokenTooLong { .. }), "{err:?}");
+    assert_eq!(limited.state(&Path::from("other")).unwrap(), None);
 }

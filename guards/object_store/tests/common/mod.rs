@@ -15,7 +15,7 @@ use leasehold_object_store::object_store::{
     Attribute, Error as ObjectStoreError, GetOptions, ObjectStoreExt, PutMode, PutOptions,
     UpdateVersion,
 };
-use leasehold_object_store::{FenceError, FencedStore, META_EPOCH, META_TOKEN};
+use leasehold_object_store::{FenceError, FencedStore, META_EPOCH, META_TOKEN, META_WRITE_ID};
 
 pub fn token(key: &str, owner: &str, epoch: i64) -> FencingToken {
     FencingToken::new(key, owner, epoch).unwrap()
@@ -172,9 +172,9 @@ pub fn admit_raises_the_floor_without_changing_content(store: &FencedStore, path
     assert_eq!(read.state.epoch(), 2);
 }
 
-/// G1 on the wire: the epoch and the token are the object's own user
-/// metadata, and the body starts with the token line, as read back through
-/// the raw store.
+/// G1 on the wire: the epoch, the token and the write id are the object's
+/// own user metadata, and the body starts with the token and write id line,
+/// as read back through the raw store.
 pub fn fence_record_round_trips_as_object_metadata(store: &FencedStore, path: &Path) {
     let t = token("job/42 ä", "worker.1", 12);
     store.write(path, &t, "content").unwrap();
@@ -194,8 +194,21 @@ pub fn fence_record_round_trips_as_object_metadata(store: &FencedStore, path: &P
         .get(&Attribute::Metadata(META_TOKEN.into()))
         .expect("token metadata missing");
     assert_eq!(stored.as_ref().parse::<FencingToken>().unwrap(), t);
-    assert_eq!(body, format!("{t}\ncontent").into_bytes());
-    assert_eq!(store.read(path).unwrap().state.token, t);
+    let write_id = attributes
+        .get(&Attribute::Metadata(META_WRITE_ID.into()))
+        .expect("write id metadata missing")
+        .as_ref()
+        .to_owned();
+    assert_eq!(write_id.len(), 32, "{write_id}");
+    assert_eq!(body, format!("{t} {write_id}\ncontent").into_bytes());
+    let read = store.read(path).unwrap();
+    assert_eq!(read.state.token, t);
+    assert_eq!(read.state.write_id.as_deref(), Some(write_id.as_str()));
+    // Every PUT gets a fresh id, so the same content at the same epoch is
+    // a new version with a new ETag.
+    let again = store.write(path, &t, "content").unwrap();
+    assert_ne!(again.state.write_id.as_deref(), Some(write_id.as_str()));
+    assert_ne!(again.state.e_tag, read.state.e_tag);
 }
 
 /// What one racing write attempt came to.
@@ -207,7 +220,9 @@ struct Accepted {
     e_tag: Option<String>,
 }
 
-/// G4: many threads with mixed epochs race on one object.
+/// G4: many threads with mixed epochs race on one object. Each content is
+/// followed by `padding` bytes, so on a server that checks `If-Match`
+/// before storing a large body without a lock the race has room to bite.
 ///
 /// The store itself tells us the accept order: every receipt names the
 /// version (ETag) it replaced, and contents (hence ETags) are unique, so the
@@ -223,6 +238,7 @@ pub fn racing_writers_never_lose_updates_or_go_back(
     path: &Path,
     threads: usize,
     writes_per_thread: usize,
+    padding: usize,
 ) {
     let barrier = Arc::new(Barrier::new(threads));
     let accepted = Arc::new(Mutex::new(Vec::<Accepted>::new()));
@@ -244,7 +260,8 @@ pub fn racing_writers_never_lose_updates_or_go_back(
         handles.push(thread::spawn(move || {
             barrier.wait();
             for (w, epoch) in epochs.into_iter().enumerate() {
-                let content = format!("thread {t} write {w} epoch {epoch}");
+                let mut content = format!("thread {t} write {w} epoch {epoch}\n");
+                content.push_str(&".".repeat(padding));
                 let tok = token("race", &format!("thread-{t}"), epoch);
                 match store.write(&path, &tok, content.clone()) {
                     Ok(receipt) => accepted.lock().unwrap().push(Accepted {
@@ -325,7 +342,10 @@ pub fn racing_writers_never_lose_updates_or_go_back(
     let last = chain.last().unwrap();
     let read = store.read(path).unwrap();
     assert_eq!(read.state.epoch(), max_epoch);
-    assert_eq!(read.content, last.content.as_bytes());
+    assert!(
+        read.content == last.content.as_bytes(),
+        "the final object is not the last write of the accept chain"
+    );
     assert_eq!(read.state.e_tag, last.e_tag);
     assert!(
         !refused.is_empty(),
