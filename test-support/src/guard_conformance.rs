@@ -4,7 +4,7 @@
 //!
 //! A guard's test file implements [`Harness`] (how to make a fresh guard,
 //! and a token of a given epoch, which for a database means an epoch really
-//! granted) and expands [`guard_conformance!`](crate::guard_conformance)
+//! granted) and expands [`guard_conformance!`](macro@crate::guard_conformance)
 //! with it: one `#[test]` per case, so a failure names the case.
 
 use std::sync::atomic::{AtomicI64, Ordering};

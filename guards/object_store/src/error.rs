@@ -91,6 +91,15 @@ pub enum FenceError {
         /// The longest text form this store accepts.
         max: usize,
     },
+    /// A fence that cannot be expressed as a token: an empty key, or an
+    /// epoch with nothing above it. Nothing was changed.
+    #[error("cannot fence {resource}: {reason}")]
+    InvalidFence {
+        /// The object path.
+        resource: String,
+        /// What is wrong with the fence.
+        reason: String,
+    },
     /// The object exists but carries no leasehold metadata: it was written
     /// around the guard.
     #[error(

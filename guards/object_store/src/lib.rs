@@ -183,6 +183,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod guard;
 mod limits;
 mod outcome;
 mod probe;
@@ -191,6 +192,7 @@ mod runtime;
 mod store;
 
 pub use error::FenceError;
+pub use guard::{ObjectGuard, FENCE_OWNER};
 pub use limits::{S3_MAX_TOKEN_TEXT, S3_USER_METADATA_BYTES};
 pub use probe::{PROBE_RACERS, PROBE_RACE_BODY_BYTES, PROBE_RACE_ROUNDS};
 pub use record::FenceState;
