@@ -61,6 +61,8 @@
 //! Because record and content are in the same file, a single `rename(2)`
 //! commits both; no crash window can leave a raised record with old content
 //! or new content with an old record, which a separate "epoch file" could.
+//! The header holds at most 64 KiB, so every lease key leasehold accepts
+//! (up to 16 KiB, percent-encoded at most three times as long) fits.
 //! `lhfs1` versions the format: a reader refuses what it does not know
 //! instead of misreading it. `payload_len` lets a reader detect truncation
 //! (for instance a copy made with a tool that stopped half way), reported as
