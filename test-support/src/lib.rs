@@ -20,6 +20,7 @@ pub mod moto;
 pub mod nemesis;
 pub mod patroni;
 pub mod pgbouncer;
+pub mod process;
 pub mod replication;
 pub mod server;
 pub mod sql;

@@ -99,12 +99,9 @@ impl HolderProcess {
         self.child.id()
     }
 
-    fn signal(&self, sig: &str) {
-        let status = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill {sig} failed");
+    fn signal(&self, sig: libc::c_int) {
+        leasehold_test_support::process::send_signal(self.pid(), sig)
+            .unwrap_or_else(|error| panic!("signal {sig} to {}: {error}", self.pid()));
     }
 
     /// The process state letter from /proc (R, S, T, Z...).
@@ -191,7 +188,7 @@ fn holder_process_killed_keeps_the_lease_until_expiry_then_it_is_taken_over() {
     let mut observer = cluster.conn();
     let (mut holder, epoch, expires_at, backend) =
         HolderProcess::start(&cluster, Duration::from_secs(2));
-    holder.signal("-KILL");
+    holder.signal(libc::SIGKILL);
     holder.child.wait().unwrap();
     // The server notices the dead client and ends its backend.
     wait_until_backend_gone(&mut observer, backend);
@@ -230,7 +227,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     let mut conn = cluster.conn();
     let (mut holder, epoch, expires_at, _) =
         HolderProcess::start(&cluster, Duration::from_millis(800));
-    holder.signal("-STOP");
+    holder.signal(libc::SIGSTOP);
     assert_eq!(
         holder.wait_for_state('T'),
         'T',
@@ -240,7 +237,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), epoch + 1);
     fenced_write(&mut conn, &new.token(), Check::Token).unwrap();
-    holder.signal("-CONT");
+    holder.signal(libc::SIGCONT);
     holder.stdin.write_all(b"GO\n").unwrap();
     assert_eq!(holder.expect_line("RENEW"), "lapsed");
     assert_eq!(holder.expect_line("TOKEN"), "stale_epoch accepted=2");

@@ -336,12 +336,11 @@ fn the_binary_serves_with_stdin_closed_and_stops_cleanly_on_sigterm() {
         Ok("untouched")
     );
 
-    let pid = child.id().to_string();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    leasehold_test_support::process::send_signal(
+        child.id(),
+        leasehold_test_support::process::SIGTERM,
+    )
+    .expect("SIGTERM to the server");
     let deadline = Instant::now() + Duration::from_secs(60);
     let exit = loop {
         if let Some(exit) = child.try_wait().expect("wait") {

@@ -474,11 +474,9 @@ fn renew_key(
     Ok((leasehold::renew(conn, key, owner, epoch, ttl)?, false))
 }
 
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
+/// Best effort: the holder may have exited already.
+fn signal(pid: u32, sig: libc::c_int) {
+    let _ = crate::process::send_signal(pid, sig);
 }
 
 /// What the run did and what the checker found.
@@ -624,12 +622,12 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
             let pid = workers[victim].0.id();
             let pause = Duration::from_millis(rng.range(100, 2000));
             say(format!("pause worker {victim} for {pause:?}"));
-            signal(pid, "-STOP");
+            signal(pid, libc::SIGSTOP);
             driver.record(&Event::Nemesis {
                 action: "pause".into(),
             });
             std::thread::sleep(pause);
-            signal(pid, "-CONT");
+            signal(pid, libc::SIGCONT);
             pauses += 1;
         } else if roll < 75 {
             say(format!("kill worker {victim}"));

@@ -800,24 +800,15 @@ fn kill_pid(pid: u32) {
     signal(pid, libc::SIGKILL);
 }
 
+/// Best effort: the process may be gone already.
 fn signal(pid: u32, signal: libc::c_int) {
-    if let Ok(pid) = i32::try_from(pid) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe {
-            libc::kill(pid, signal);
-        }
-    }
+    let _ = crate::process::send_signal(pid, signal);
 }
 
 /// SIGKILLs the process group led by `pid` (started with
-/// `process_group(0)`).
+/// `process_group(0)`); best effort.
 fn kill_group(pid: u32) {
-    if let Ok(pid) = i32::try_from(pid) {
-        // SAFETY: kill(2) has no memory-safety preconditions.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-    }
+    let _ = crate::process::signal_group(pid, libc::SIGKILL);
 }
 
 fn log_tail(path: &Path, lines: usize) -> String {
