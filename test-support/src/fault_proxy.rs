@@ -339,3 +339,26 @@ fn forward(request: &Request, upstream: &str) -> io::Result<(u16, Vec<u8>)> {
     bytes.extend_from_slice(body);
     Ok((status, bytes))
 }
+
+/// A server that accepts TCP connections on a loopback port and never says
+/// a word, for tests of connect timeouts: a client's connection attempt
+/// succeeds at the TCP level and then waits for an answer that never comes.
+/// Returns the port; the listener lives as long as the test process.
+pub fn silent_server() -> u16 {
+    let listener = match TcpListener::bind("127.0.0.1:0") {
+        Ok(listener) => listener,
+        Err(error) => panic!("bind a silent server: {error}"),
+    };
+    let port = match listener.local_addr() {
+        Ok(address) => address.port(),
+        Err(error) => panic!("the silent server's port: {error}"),
+    };
+    thread::spawn(move || {
+        // Accept and hold every connection; never answer.
+        let mut silent = Vec::new();
+        for stream in listener.incoming() {
+            silent.push(stream);
+        }
+    });
+    port
+}

@@ -103,15 +103,7 @@ fn connecting_to_a_database_that_refuses_says_why_at_once() {
 /// instead of waiting as long as the operating system would.
 #[test]
 fn connecting_to_a_server_that_never_answers_fails_within_the_connect_timeout() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        // Accept and hold every connection; never say a word.
-        let mut silent = Vec::new();
-        for stream in listener.incoming() {
-            silent.push(stream);
-        }
-    });
+    let port = leasehold_test_support::fault_proxy::silent_server();
     let url = format!("postgres://nobody@127.0.0.1:{port}/db");
     let bounded = format!("{url}?connect_timeout=2");
     type Connect = fn(&str) -> Result<(), leasehold::LeaseError>;

@@ -231,14 +231,7 @@ fn a_read_only_server_exits_8_and_says_to_connect_to_the_primary() {
 /// connect timeout (5 s by default) and says so, instead of hanging.
 #[test]
 fn a_server_that_never_answers_exits_8_within_the_connect_timeout() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut silent = Vec::new();
-        for stream in listener.incoming() {
-            silent.push(stream);
-        }
-    });
+    let port = leasehold_test_support::fault_proxy::silent_server();
     let url = format!("postgres://nobody@127.0.0.1:{port}/db");
     let started = std::time::Instant::now();
     let run = crate::support::run(&["--database-url", &url, "inspect", "k"]);

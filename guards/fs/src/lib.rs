@@ -388,15 +388,7 @@ impl FencedFile {
         let (next, permissions) = match self.load_header(&locked.dir)? {
             None => (FenceRecord::new(token.key(), token.epoch(), 0), None),
             Some((record, permissions)) => {
-                self.check_key(&record, token.key())?;
-                if !record.admits(token.epoch()) {
-                    return Err(FenceError::StaleEpoch {
-                        resource: self.path.clone(),
-                        presented: token.epoch(),
-                        accepted: record.epoch,
-                        fenced_through: record.fenced_through,
-                    });
-                }
+                self.check_token(&record, token)?;
                 let next = FenceRecord {
                     epoch: token.epoch(),
                     ..record
@@ -504,15 +496,7 @@ impl FencedFile {
                 Ok(record)
             }
             Some((record, payload, permissions)) => {
-                self.check_key(&record, token.key())?;
-                if !record.admits(token.epoch()) {
-                    return Err(FenceError::StaleEpoch {
-                        resource: self.path.clone(),
-                        presented: token.epoch(),
-                        accepted: record.epoch,
-                        fenced_through: record.fenced_through,
-                    });
-                }
+                self.check_token(&record, token)?;
                 if token.epoch() == record.epoch {
                     return Ok(record); // the same grant: nothing to raise
                 }
@@ -580,6 +564,22 @@ impl FencedFile {
                 found,
             },
             OpenError::Io(source) => self.io(action)(source),
+        }
+    }
+
+    /// The admission rule for `token` against `record`: key first (G5),
+    /// then epoch (G2); `write` and `admit` both decide with it.
+    fn check_token(&self, record: &FenceRecord, token: &FencingToken) -> Result<(), FenceError> {
+        self.check_key(record, token.key())?;
+        if record.admits(token.epoch()) {
+            Ok(())
+        } else {
+            Err(FenceError::StaleEpoch {
+                resource: self.path.clone(),
+                presented: token.epoch(),
+                accepted: record.epoch,
+                fenced_through: record.fenced_through,
+            })
         }
     }
 
