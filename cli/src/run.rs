@@ -118,12 +118,21 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
             )));
         }
     }
-    let pool =
-        leasehold::build_pool(url, 2, PreparedStatements::Cached).map_err(CliError::from_lease)?;
-    let keeper = Keeper::builder(pool, lease.clone())
-        .ttl(request.ttl)
-        .start()
-        .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
+    let keeper = match leasehold::build_pool(url, 2, PreparedStatements::Cached)
+        .map_err(CliError::from_lease)
+        .and_then(|pool| {
+            Keeper::builder(pool, lease.clone())
+                .ttl(request.ttl)
+                .start()
+                .map_err(|error| CliError::Database(crate::failure::report(&error)))
+        }) {
+        Ok(keeper) => keeper,
+        Err(error) => {
+            // CMD never ran: give the grant back rather than let it lapse.
+            let _ = leasehold::release(conn, lease.key(), lease.owner(), lease.epoch());
+            return Err(error);
+        }
+    };
     let grace = request.grace.unwrap_or_else(|| keeper.margin());
 
     let mut child = match Command::new(program)
