@@ -21,7 +21,7 @@
 
 use crate::errors::GuardError;
 use crate::guards;
-use crate::pool::PgPool;
+use crate::pool::{discard, is_guard_connection_error, PgPool};
 use crate::token::FencingToken;
 
 /// The fence of one resource: the key that fences it and the lowest epoch
@@ -152,11 +152,19 @@ impl Guard for DatabaseGuard {
     }
 }
 
-/// Runs a guard call on a pooled connection.
+/// Runs a guard call on a pooled connection; a connection that failed, or
+/// reaches a server that turned read-only, is not given back to the pool
+/// (as [`crate::LeaseClient`]'s calls do).
 fn pooled<T>(
     pool: &PgPool,
     call: impl FnOnce(&mut diesel::PgConnection) -> Result<T, GuardError>,
 ) -> Result<T, GuardError> {
     let mut conn = pool.get()?;
-    call(&mut conn)
+    let result = call(&mut conn);
+    if let Err(error) = &result {
+        if is_guard_connection_error(error) {
+            discard(&mut conn);
+        }
+    }
+    result
 }

@@ -24,7 +24,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
 
-use crate::errors::LeaseError;
+use crate::errors::{GuardError, LeaseError};
 
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
@@ -133,14 +133,30 @@ pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
         LeaseError::Pool(_)
         | LeaseError::OutcomeUnknown { .. }
         | LeaseError::ReadOnlyServer { .. } => true,
-        LeaseError::Database { source, .. } => matches!(
-            source,
-            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
-                | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
-                | DieselError::BrokenTransactionManager
-        ),
+        LeaseError::Database { source, .. } => is_dead_connection(source),
         _ => false,
     }
+}
+
+/// [`is_connection_error`] for a guard call's error: the same connection
+/// failures, and a read-only server.
+pub(crate) fn is_guard_connection_error(error: &GuardError) -> bool {
+    match error {
+        GuardError::Pool(_) | GuardError::ReadOnlyServer { .. } => true,
+        GuardError::Database { source, .. } => is_dead_connection(source),
+        _ => false,
+    }
+}
+
+/// Whether diesel says the session itself is gone (not that a statement
+/// failed).
+fn is_dead_connection(error: &DieselError) -> bool {
+    matches!(
+        error,
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
+            | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
+            | DieselError::BrokenTransactionManager
+    )
 }
 
 /// Runs `call` on a connection from `pool`; when it fails because the

@@ -18,8 +18,8 @@ use bytes::Bytes;
 
 use object_store::path::Path;
 use object_store::{
-    Attribute, AttributeValue, GetOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
-    PutPayload, PutResult, UpdateVersion,
+    Attribute, AttributeValue, GetOptions, GetResult, ObjectStore, ObjectStoreExt, PutMode,
+    PutOptions, PutPayload, PutResult, UpdateVersion,
 };
 
 use crate::error::{store_error, FenceError};
@@ -107,16 +107,7 @@ async fn probe_steps(store: &dyn ObjectStore, location: &Path) -> Result<(), Fen
         }
         Err(error) => return Err(classify("a repeated create", error)),
     }
-    let head = store
-        .get_opts(
-            location,
-            GetOptions {
-                head: true,
-                ..GetOptions::default()
-            },
-        )
-        .await
-        .map_err(|e| classify("a HEAD", e))?;
+    let head = head(store, location, &classify).await?;
     if head.attributes.get(&marker).map(|v| v.as_ref()) != Some("1") {
         return Err(unsupported(
             "user metadata written with a PUT is not returned by HEAD".into(),
@@ -147,6 +138,22 @@ async fn probe_steps(store: &dyn ObjectStore, location: &Path) -> Result<(), Fen
     race_rounds(store, location, &classify).await
 }
 
+/// A HEAD of the probe object, its failure classified as the probe's.
+async fn head(
+    store: &dyn ObjectStore,
+    location: &Path,
+    classify: &impl Fn(&str, object_store::Error) -> FenceError,
+) -> Result<GetResult, FenceError> {
+    let options = GetOptions {
+        head: true,
+        ..GetOptions::default()
+    };
+    store
+        .get_opts(location, options)
+        .await
+        .map_err(|e| classify("a HEAD", e))
+}
+
 /// The compare-and-swap race: [`PROBE_RACE_ROUNDS`] rounds of two `If-Match`
 /// PUTs on the same version, sent at the same time. A round is *clean* when
 /// one succeeds and the other is refused by its precondition, and the
@@ -173,18 +180,7 @@ async fn race_rounds(
             reason,
             source,
         };
-    let head = || async {
-        store
-            .get_opts(
-                location,
-                GetOptions {
-                    head: true,
-                    ..GetOptions::default()
-                },
-            )
-            .await
-            .map_err(|e| classify("a HEAD", e))
-    };
+    let head = || head(store, location, classify);
     // As many requests at once as there are racers first, so an HTTP
     // client has that many connections open and the first round's PUTs
     // start together instead of waiting for new connections.
