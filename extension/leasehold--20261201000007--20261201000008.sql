@@ -224,6 +224,7 @@ DECLARE
     v_expires timestamptz[];     -- by ordinal
     v_done bigint[];             -- ordinals renewed in this pass
     v_done_expires timestamptz[];
+    v_whole boolean;             -- this pass renewed every key it tried
 BEGIN
     IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
        OR NOT lease._name_ok(owner)
@@ -236,58 +237,78 @@ BEGIN
         PERFORM lease._check_many_keys('renew_many', keys, epochs, key_hashes);
         PERFORM lease._raise_forbidden_many('renew_many', keys);
     END IF;
-    FOR v_pass IN 1..2 LOOP
-        WITH renewed AS (
-            UPDATE lease.leases AS l
-               SET expires_at = lease._expires_in(renew_many.ttl)
-              FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
-                      FROM unnest(renew_many.keys, renew_many.epochs, renew_many.key_hashes)
-                           WITH ORDINALITY AS k(key, epoch, given_hash, ord)
-                     WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                     ORDER BY key_hash
-                    OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
-             WHERE l.key_hash = i.key_hash AND l.key = i.key COLLATE "C" AND l.owner = renew_many.owner COLLATE "C"
-               AND l.epoch = i.epoch AND lease._live(l)
-            RETURNING i.ord, l.expires_at
-        )
-        SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
-          INTO v_done, v_done_expires
-          FROM renewed AS r;
-        IF v_todo IS NULL AND cardinality(v_done) IS NOT DISTINCT FROM cardinality(keys) THEN
-            -- The common case: every key renewed, in one statement.
-            v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
-            v_expires := v_done_expires;
-        ELSE
-            IF v_todo IS NULL THEN
-                -- Some key did not match: the per-key input rules first.
-                PERFORM lease._check_many_keys('renew_many', keys, epochs, key_hashes);
-                v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
-                v_expires := array_fill(NULL::timestamptz, ARRAY[cardinality(keys)]);
+    FOR v_pass IN 1..3 LOOP
+        -- A pass renews every key still to answer, or nothing: when some key
+        -- was not renewed, the UPDATE may still have locked the newest
+        -- version of its row (it locks before it checks the grant again,
+        -- as in lease.renew), so the pass is rolled back, the answers are
+        -- read, and the keys whose grants match are tried again.
+        v_whole := false;
+        BEGIN
+            WITH renewed AS (
+                UPDATE lease.leases AS l
+                   SET expires_at = lease._expires_in(renew_many.ttl)
+                  FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
+                          FROM unnest(renew_many.keys, renew_many.epochs, renew_many.key_hashes)
+                               WITH ORDINALITY AS k(key, epoch, given_hash, ord)
+                         WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
+                         ORDER BY key_hash
+                        OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
+                 WHERE l.key_hash = i.key_hash AND l.key = i.key COLLATE "C" AND l.owner = renew_many.owner COLLATE "C"
+                   AND l.epoch = i.epoch AND lease._live(l)
+                RETURNING i.ord, l.expires_at
+            )
+            SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
+              INTO v_done, v_done_expires
+              FROM renewed AS r;
+            IF COALESCE(cardinality(v_done), 0) <> COALESCE(cardinality(v_todo), cardinality(keys)) THEN
+                RAISE EXCEPTION USING ERRCODE = 'LH001';
+            END IF;
+            v_whole := true;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;
+        END;
+        IF v_whole THEN
+            IF v_status IS NULL THEN
+                -- The common case: every key renewed by the first pass.
+                v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
+                v_expires := v_done_expires;
             END IF;
             FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
                 v_status[v_done[v_i]] := 'ok';
                 v_expires[v_done[v_i]] := v_done_expires[v_i];
             END LOOP;
-            -- Why the others were not renewed: lease._status, the single
-            -- renew's answer (its own fresh snapshot per key, and refusals
-            -- only); NULL, to try again, where the grant matches after all.
-            SELECT array_agg(s.status ORDER BY s.ord),
-                   array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
-              INTO v_status, v_todo
-              FROM (SELECT k.ord,
-                           COALESCE(k.status,
-                                    NULLIF(lease._status(lease._key_hash(k.key), k.key, renew_many.owner, k.epoch), 'ok'))
-                               AS status
-                      FROM unnest(renew_many.keys, renew_many.epochs, v_status)
-                           WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
-        END IF;
-        IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
-            IF array_position(v_status, 'ok') IS NOT NULL THEN
+            IF v_done IS NOT NULL THEN
                 PERFORM lease._make_durable();
             END IF;
             RETURN QUERY
                 SELECT k.key, k.status, k.expires_at
                   FROM unnest(renew_many.keys, v_status, v_expires) AS k(key, status, expires_at);
+            RETURN;
+        END IF;
+        IF v_status IS NULL THEN
+            -- Some key did not match: the per-key input rules first.
+            PERFORM lease._check_many_keys('renew_many', keys, epochs, key_hashes);
+            v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+            v_expires := array_fill(NULL::timestamptz, ARRAY[cardinality(keys)]);
+        END IF;
+        -- Why the keys were not renewed: lease._status, the single renew's
+        -- answer (its own fresh snapshot per key, and refusals only); NULL,
+        -- to try again, where the grant matches.
+        SELECT array_agg(s.status ORDER BY s.ord),
+               array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
+          INTO v_status, v_todo
+          FROM (SELECT k.ord,
+                       COALESCE(k.status,
+                                NULLIF(lease._status(lease._key_hash(k.key), k.key, renew_many.owner, k.epoch), 'ok'))
+                           AS status
+                  FROM unnest(renew_many.keys, renew_many.epochs, v_status)
+                       WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
+        IF v_todo IS NULL THEN
+            -- Every key refused: nothing changed.
+            RETURN QUERY
+                SELECT k.key, k.status, NULL::timestamptz
+                  FROM unnest(renew_many.keys, v_status) AS k(key, status);
             RETURN;
         END IF;
     END LOOP;
@@ -320,6 +341,7 @@ DECLARE
     v_done_hashes bytea[];
     v_left_groups bigint[];
     v_hash bytea;
+    v_whole boolean;
 BEGIN
     IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
        OR NOT lease._name_ok(owner) THEN
@@ -330,60 +352,76 @@ BEGIN
         PERFORM lease._check_many_keys('release_many', keys, epochs, key_hashes);
         PERFORM lease._raise_forbidden_many('release_many', keys);
     END IF;
-    FOR v_pass IN 1..2 LOOP
-        -- The matching rows are locked first (`d`, in key_hash order, as
-        -- above), so that the heartbeat group each one leaves is read from
-        -- its newest version; the UPDATE then writes exactly those rows.
-        WITH released AS (
-            UPDATE lease.leases AS l
-               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
-              FROM (SELECT o.key_hash, o.group_id, i.ord
-                      FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
-                              FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)
-                                   WITH ORDINALITY AS k(key, epoch, given_hash, ord)
-                             WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                             ORDER BY key_hash
-                            OFFSET 0) AS i
-                      JOIN lease.leases AS o
-                        ON o.key_hash = i.key_hash AND o.key = i.key COLLATE "C" AND o.owner = release_many.owner COLLATE "C"
-                       AND o.epoch = i.epoch AND lease._live(o)
-                       FOR NO KEY UPDATE OF o) AS d
-             WHERE l.key_hash = d.key_hash
-            RETURNING d.ord, l.key_hash, d.group_id
-        )
-        SELECT array_agg(r.ord), array_agg(r.key_hash), array_agg(r.group_id) FILTER (WHERE r.group_id IS NOT NULL)
-          INTO v_done, v_done_hashes, v_left_groups
-          FROM released AS r;
-        PERFORM lease._left_groups(v_left_groups);
-        -- Each released key wakes its waiters, as lease.release does.
-        FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
-            PERFORM lease._on_release(v_hash);
-        END LOOP;
-        IF v_todo IS NULL AND cardinality(v_done) IS NOT DISTINCT FROM cardinality(keys) THEN
-            v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
-        ELSE
-            IF v_todo IS NULL THEN
-                -- Some key did not match: the per-key input rules first.
-                PERFORM lease._check_many_keys('release_many', keys, epochs, key_hashes);
-                v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+    FOR v_pass IN 1..3 LOOP
+        -- A pass releases every key still to answer, or nothing, as in
+        -- lease.renew_many. The matching rows are locked first (`d`, in
+        -- key_hash order, as there), so that the heartbeat group each one
+        -- leaves is read from its newest version; the UPDATE then writes
+        -- exactly those rows.
+        v_whole := false;
+        BEGIN
+            WITH released AS (
+                UPDATE lease.leases AS l
+                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+                  FROM (SELECT o.key_hash, o.group_id, i.ord
+                          FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
+                                  FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)
+                                       WITH ORDINALITY AS k(key, epoch, given_hash, ord)
+                                 WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
+                                 ORDER BY key_hash
+                                OFFSET 0) AS i
+                          JOIN lease.leases AS o
+                            ON o.key_hash = i.key_hash AND o.key = i.key COLLATE "C" AND o.owner = release_many.owner COLLATE "C"
+                           AND o.epoch = i.epoch AND lease._live(o)
+                           FOR NO KEY UPDATE OF o) AS d
+                 WHERE l.key_hash = d.key_hash
+                RETURNING d.ord, l.key_hash, d.group_id
+            )
+            SELECT array_agg(r.ord), array_agg(r.key_hash), array_agg(r.group_id) FILTER (WHERE r.group_id IS NOT NULL)
+              INTO v_done, v_done_hashes, v_left_groups
+              FROM released AS r;
+            IF COALESCE(cardinality(v_done), 0) <> COALESCE(cardinality(v_todo), cardinality(keys)) THEN
+                RAISE EXCEPTION USING ERRCODE = 'LH001';
+            END IF;
+            PERFORM lease._left_groups(v_left_groups);
+            -- Each released key wakes its waiters, as lease.release does.
+            FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
+                PERFORM lease._on_release(v_hash);
+            END LOOP;
+            v_whole := true;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;
+        END;
+        IF v_whole THEN
+            IF v_status IS NULL THEN
+                v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
             END IF;
             FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
                 v_status[v_done[v_i]] := 'ok';
             END LOOP;
-            SELECT array_agg(s.status ORDER BY s.ord),
-                   array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
-              INTO v_status, v_todo
-              FROM (SELECT k.ord,
-                           COALESCE(k.status,
-                                    NULLIF(lease._status(lease._key_hash(k.key), k.key, release_many.owner, k.epoch), 'ok'))
-                               AS status
-                      FROM unnest(release_many.keys, release_many.epochs, v_status)
-                           WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
-        END IF;
-        IF v_todo IS NULL OR cardinality(v_todo) = 0 THEN
-            IF array_position(v_status, 'ok') IS NOT NULL THEN
+            IF v_done IS NOT NULL THEN
                 PERFORM lease._make_durable();
             END IF;
+            RETURN QUERY
+                SELECT k.key, k.status FROM unnest(release_many.keys, v_status) AS k(key, status);
+            RETURN;
+        END IF;
+        IF v_status IS NULL THEN
+            -- Some key did not match: the per-key input rules first.
+            PERFORM lease._check_many_keys('release_many', keys, epochs, key_hashes);
+            v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+        END IF;
+        SELECT array_agg(s.status ORDER BY s.ord),
+               array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
+          INTO v_status, v_todo
+          FROM (SELECT k.ord,
+                       COALESCE(k.status,
+                                NULLIF(lease._status(lease._key_hash(k.key), k.key, release_many.owner, k.epoch), 'ok'))
+                           AS status
+                  FROM unnest(release_many.keys, release_many.epochs, v_status)
+                       WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
+        IF v_todo IS NULL THEN
+            -- Every key refused: nothing changed.
             RETURN QUERY
                 SELECT k.key, k.status FROM unnest(release_many.keys, v_status) AS k(key, status);
             RETURN;
@@ -501,17 +539,24 @@ BEGIN
             (SELECT array_agg(l.key ORDER BY l.key) FROM lease.leases AS l
               WHERE l.group_id = renew_group.group_id));
     END IF;
-    UPDATE lease.groups AS g
-       SET expires_at = lease._expires_in(renew_group.ttl)
-     WHERE g.id = renew_group.group_id AND g.owner = renew_group.owner COLLATE "C"
-       AND lease._group_live(g)
-    RETURNING g.expires_at, g.members INTO renew_group.expires_at, renew_group.members;
-    IF FOUND THEN
+    -- In a subtransaction, rolled back when nothing was renewed, for the
+    -- reason lease.renew gives.
+    BEGIN
+        UPDATE lease.groups AS g
+           SET expires_at = lease._expires_in(renew_group.ttl)
+         WHERE g.id = renew_group.group_id AND g.owner = renew_group.owner COLLATE "C"
+           AND lease._group_live(g)
+        RETURNING g.expires_at, g.members INTO renew_group.expires_at, renew_group.members;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = 'LH001';
+        END IF;
         PERFORM lease._make_durable();
         status := 'ok';
         RETURN NEXT;
         RETURN;
-    END IF;
+    EXCEPTION WHEN SQLSTATE 'LH001' THEN
+        NULL;
+    END;
     SELECT g.owner INTO v_row FROM lease.groups AS g WHERE g.id = renew_group.group_id;
     status := CASE WHEN NOT FOUND OR v_row.owner <> renew_group.owner COLLATE "C" THEN 'not_owner' ELSE 'lapsed' END;
     expires_at := NULL;

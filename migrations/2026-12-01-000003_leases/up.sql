@@ -258,25 +258,36 @@ BEGIN
           FROM lease.leases AS l
          WHERE l.key_hash = v_hash AND l.key = v_key;
         IF FOUND AND NOT v_row.live AND v_row.group_id IS NULL THEN
-            -- The common grant.
-            UPDATE lease.leases AS l
-               SET owner = v_owner,
-                   epoch = lease._grant_epoch(l.epoch, g.generation, NULL),
-                   expires_at = lease._expires_in(acquire.ttl),
-                   lapsed_owner = l.owner
-              FROM (SELECT o.key_hash
-                      FROM lease.leases AS o
-                     WHERE o.key_hash = v_hash AND NOT lease._live(o) AND o.group_id IS NULL
-                       FOR UPDATE SKIP LOCKED) AS c,
-                   (SELECT lease._lineage_generation(lg, lg.last_timeline) AS generation
-                      FROM lease.lineage AS lg
-                     WHERE lg.singleton
-                       AND lg.checked_start = pg_postmaster_start_time()
-                       AND lg.last_timeline = lease._timeline()) AS g
-             WHERE l.key_hash = c.key_hash
-            RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
-            IF FOUND THEN
+            -- The common grant, in a subtransaction: when a change committed
+            -- after this statement's snapshot, PostgreSQL locks the row's
+            -- newest version before it finds the row live again, and keeps
+            -- that lock although nothing is updated. Rolling the
+            -- subtransaction back lets it go (§1.5: a refusal keeps no lock).
+            BEGIN
+                UPDATE lease.leases AS l
+                   SET owner = v_owner,
+                       epoch = lease._grant_epoch(l.epoch, g.generation, NULL),
+                       expires_at = lease._expires_in(acquire.ttl),
+                       lapsed_owner = l.owner
+                  FROM (SELECT o.key_hash
+                          FROM lease.leases AS o
+                         WHERE o.key_hash = v_hash AND NOT lease._live(o) AND o.group_id IS NULL
+                           FOR UPDATE SKIP LOCKED) AS c,
+                       (SELECT lease._lineage_generation(lg, lg.last_timeline) AS generation
+                          FROM lease.lineage AS lg
+                         WHERE lg.singleton
+                           AND lg.checked_start = pg_postmaster_start_time()
+                           AND lg.last_timeline = lease._timeline()) AS g
+                 WHERE l.key_hash = c.key_hash
+                RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = 'LH001';
+                END IF;
                 acquired := true;
+            EXCEPTION WHEN SQLSTATE 'LH001' THEN
+                NULL;
+            END;
+            IF acquired THEN
                 EXIT;
             END IF;
         END IF;
@@ -345,16 +356,25 @@ BEGIN
     END IF;
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
-        UPDATE lease.leases AS l
-           SET expires_at = lease._expires_in(renew.ttl)
-         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = renew.epoch
-           AND lease._live(l)
-        RETURNING l.expires_at INTO renew.expires_at;
-        IF FOUND THEN
+        -- In a subtransaction, rolled back when nothing was renewed: an
+        -- UPDATE that waited for a concurrent change locks the row's newest
+        -- version before it checks the grant again, and would keep that
+        -- lock (§1.5: a refusal keeps no lock).
+        BEGIN
+            UPDATE lease.leases AS l
+               SET expires_at = lease._expires_in(renew.ttl)
+             WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = renew.epoch
+               AND lease._live(l)
+            RETURNING l.expires_at INTO renew.expires_at;
+            IF NOT FOUND THEN
+                RAISE EXCEPTION USING ERRCODE = 'LH001';
+            END IF;
             PERFORM lease._make_durable();
             status := 'ok';
             RETURN;
-        END IF;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;
+        END;
         status := lease._status(v_hash, v_key, v_owner, renew.epoch);
         IF status <> 'ok' THEN
             RETURN;
@@ -391,32 +411,37 @@ BEGIN
     END IF;
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
-        -- A grant outside any heartbeat group: one UPDATE.
-        UPDATE lease.leases AS l
-           SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
-         WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
-           AND l.group_id IS NULL AND lease._live(l);
-        IF NOT FOUND THEN
-            -- A grant in a group: lock it to learn its group, then release
-            -- it and count it out of the group.
-            SELECT l.group_id INTO v_group
-              FROM lease.leases AS l
+        -- In a subtransaction, rolled back when nothing was released, for
+        -- the reason lease.renew gives.
+        BEGIN
+            -- A grant outside any heartbeat group: one UPDATE.
+            UPDATE lease.leases AS l
+               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
-               AND l.group_id IS NOT NULL AND lease._live(l)
-               FOR NO KEY UPDATE;
-            IF FOUND THEN
+               AND l.group_id IS NULL AND lease._live(l);
+            IF NOT FOUND THEN
+                -- A grant in a group: lock it to learn its group, then
+                -- release it and count it out of the group.
+                SELECT l.group_id INTO v_group
+                  FROM lease.leases AS l
+                 WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
+                   AND l.group_id IS NOT NULL AND lease._live(l)
+                   FOR NO KEY UPDATE;
+                IF NOT FOUND THEN
+                    RAISE EXCEPTION USING ERRCODE = 'LH001';
+                END IF;
                 UPDATE lease.leases AS l
                    SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
                  WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
             END IF;
-        END IF;
-        IF FOUND THEN
             PERFORM lease._on_release(v_hash);
             PERFORM lease._make_durable();
             status := 'ok';
             RETURN;
-        END IF;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;
+        END;
         status := lease._status(v_hash, v_key, v_owner, release.epoch);
         IF status <> 'ok' THEN
             RETURN;

@@ -369,3 +369,112 @@ fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
     done_tx.send(()).unwrap();
     loser.join().unwrap();
 }
+
+/// The calls a refusal can follow a lock wait in: each is made, inside an
+/// open transaction, on a grant whose row another transaction has locked,
+/// and is refused once that transaction commits the grant's release.
+#[derive(Clone, Copy, Debug)]
+enum WaitingCall {
+    Renew,
+    Release,
+    RenewMany,
+    ReleaseMany,
+}
+
+impl WaitingCall {
+    /// Makes the call on ("k", "a", `epoch`), with "k2" (held by "a" at
+    /// `epoch2`) beside it in the batches; answers whether "k" was refused.
+    fn refused(self, conn: &mut PgConnection, epoch: i64, epoch2: i64) -> bool {
+        let batch = [("k", epoch), ("k2", epoch2)];
+        match self {
+            Self::Renew => matches!(
+                renew(conn, "k", "a", epoch, TTL).unwrap(),
+                Renewal::Refused(_)
+            ),
+            Self::Release => matches!(
+                release(conn, "k", "a", epoch).unwrap(),
+                Release::Refused(_)
+            ),
+            Self::RenewMany => {
+                let answers = leasehold::renew_many(conn, "a", &batch, TTL).unwrap();
+                assert!(
+                    matches!(answers[1].renewal, Renewal::Renewed { .. }),
+                    "{self:?}: the other key is renewed: {answers:?}"
+                );
+                matches!(answers[0].renewal, Renewal::Refused(_))
+            }
+            Self::ReleaseMany => {
+                let answers = leasehold::release_many(conn, "a", &batch).unwrap();
+                assert_eq!(
+                    answers[1].release,
+                    Release::Released,
+                    "{self:?}: the other key is released"
+                );
+                matches!(answers[0].release, Release::Refused(_))
+            }
+        }
+    }
+}
+
+/// A renew or release (single or in a batch) that waited for another
+/// transaction's lock on the row, and is refused because that transaction
+/// changed the grant, keeps no lock on the row, even inside an open
+/// transaction: the next owner's grant, renew and release go through at
+/// once. PostgreSQL locks the newest version of a row before it checks the
+/// statement's conditions again, and keeps that lock when they fail; the
+/// calls roll such a lock back.
+#[test]
+fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
+    for call in [
+        WaitingCall::Renew,
+        WaitingCall::Release,
+        WaitingCall::RenewMany,
+        WaitingCall::ReleaseMany,
+    ] {
+        let db = TestDb::new();
+        let mut changer = db.conn();
+        let mut observer = db.conn();
+        let lease = granted(acquire(&mut changer, "k", "a", TTL).unwrap());
+        let other = granted(acquire(&mut changer, "k2", "a", TTL).unwrap());
+        changer.batch_execute("BEGIN").unwrap();
+        assert_eq!(
+            release(&mut changer, "k", "a", lease.epoch()).unwrap(),
+            Release::Released
+        );
+        let url = db.url.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let (epoch, epoch2) = (lease.epoch(), other.epoch());
+        let caller = std::thread::spawn(move || {
+            let mut conn = PgConnection::establish(&url).unwrap();
+            conn.batch_execute("BEGIN").unwrap();
+            tx.send(call.refused(&mut conn, epoch, epoch2)).unwrap();
+            // Keep the transaction open until the next owner is done.
+            done_rx.recv().unwrap();
+            conn.batch_execute("COMMIT").unwrap();
+        });
+        wait_for_lock_waiter(&mut observer, &db.name);
+        changer.batch_execute("COMMIT").unwrap();
+        assert!(rx.recv().unwrap(), "{call:?}: refused");
+        // Were the refused call still holding the row lock, the grant would
+        // wait out its one-second bound and fail.
+        let next = match acquire(&mut observer, "k", "b", TTL) {
+            Ok(acquisition) => granted(acquisition),
+            Err(error) => panic!("{call:?}: the next owner's grant failed: {error}"),
+        };
+        assert!(
+            matches!(
+                renew(&mut observer, "k", "b", next.epoch(), TTL).unwrap(),
+                Renewal::Renewed { .. }
+            ),
+            "{call:?}"
+        );
+        assert_eq!(
+            release(&mut observer, "k", "b", next.epoch()).unwrap(),
+            Release::Released,
+            "{call:?}"
+        );
+        done_tx.send(()).unwrap();
+        caller.join().unwrap();
+    }
+}
