@@ -391,10 +391,7 @@ impl WaitingCall {
                 renew(conn, "k", "a", epoch, TTL).unwrap(),
                 Renewal::Refused(_)
             ),
-            Self::Release => matches!(
-                release(conn, "k", "a", epoch).unwrap(),
-                Release::Refused(_)
-            ),
+            Self::Release => matches!(release(conn, "k", "a", epoch).unwrap(), Release::Refused(_)),
             Self::RenewMany => {
                 let answers = leasehold::renew_many(conn, "a", &batch, TTL).unwrap();
                 assert!(
