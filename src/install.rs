@@ -15,8 +15,8 @@
 //!   the rest find everything done; a failure leaves nothing behind;
 //! - it needs only CREATE on the database (for schema `lease`);
 //! - it refuses a database where leasehold is installed as the extension
-//!   `leasehold` ([`InstallError::ExtensionInstalled`]; see
-//!   [`crate::extension_files`]);
+//!   `leasehold` ([`InstallError::ExtensionInstalled`]; the command
+//!   `leasehold extension generate` writes the extension's files);
 //! - it refuses a server older than PostgreSQL 14
 //!   ([`InstallError::UnsupportedVersion`]) before creating anything;
 //! - it never adopts a schema `lease` another role owns

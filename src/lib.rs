@@ -46,7 +46,7 @@
 //! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
 //! | `holding` | [`Keeper`], [`KeeperSet`], [`run_while_held`], [`CancelToken`] |
 //! | `install` | the embedded migrations and their installer |
-//! | `extension` | the `CREATE EXTENSION` files generated from the migrations |
+//! | `migration_sql` | the migrations' text, handed to the command that generates the `CREATE EXTENSION` files |
 //! | `prune` | [`prune`]: removing rows lapsed or unused for long |
 //! | `field_text` | the percent-encoding of token fields |
 //! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
@@ -125,7 +125,6 @@ compile_error!(
 
 mod client;
 mod errors;
-mod extension;
 mod field_text;
 mod groups;
 pub mod guard;
@@ -136,6 +135,7 @@ mod leases;
 #[allow(unsafe_code)]
 mod libpq;
 mod many;
+mod migration_sql;
 mod operator;
 mod outcome;
 mod pool;
@@ -151,9 +151,6 @@ pub use client::LeaseClient;
 pub use errors::{
     GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
     LOCK_WAIT_BOUND,
-};
-pub use extension::{
-    extension_files, extension_version, ExtensionError, ExtensionFile, EXTENSION_NAME,
 };
 pub use groups::{join_group, renew_group, GroupId, GroupJoin, GroupRenewal};
 pub use guards::{
@@ -195,6 +192,15 @@ pub mod __private {
     /// headers so both spell a key the same way.
     pub mod field_text {
         pub use crate::field_text::{decode, encode};
+    }
+
+    /// What the `leasehold` command needs to generate the PostgreSQL
+    /// extension from the migrations (a build-time job, kept out of the
+    /// library): each migration's text, and the schema-ownership check the
+    /// extension replaces with its own.
+    pub mod extension_inputs {
+        pub use crate::migration_sql::MIGRATION_SQL;
+        pub use crate::sql::install::SCHEMA_OWNER_CHECK;
     }
 
     /// The URL with the library's default connect timeout, for the

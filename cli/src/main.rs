@@ -24,6 +24,7 @@ mod doctor;
 mod duration;
 mod events;
 mod extension;
+mod extension_files;
 mod failure;
 mod json;
 mod listing;

@@ -62,7 +62,7 @@ pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 /// migration 1, so that `diesel migration run` with the vendored migrations
 /// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
 /// EXISTS`, so a schema created concurrently is judged as well.
-pub(crate) const SCHEMA_OWNER_CHECK: &str = "DO $$
+pub const SCHEMA_OWNER_CHECK: &str = "DO $$
 DECLARE
     v_owner text;
 BEGIN

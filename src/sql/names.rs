@@ -73,16 +73,22 @@ mod tests {
     /// '...'`.
     fn raised() -> BTreeSet<String> {
         let root = env!("CARGO_MANIFEST_DIR");
-        let mut texts = ["src/extension.rs", "src/sql/install.rs"]
-            .iter()
-            .map(|file| std::fs::read_to_string(format!("{root}/{file}")).unwrap_or_default())
-            .collect::<Vec<_>>();
+        let mut texts =
+            vec![std::fs::read_to_string(format!("{root}/src/sql/install.rs")).unwrap_or_default()];
         let mut dirs: Vec<_> = std::fs::read_dir(format!("{root}/migrations"))
             .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
             .unwrap_or_default();
         dirs.sort();
         for dir in dirs {
             texts.push(std::fs::read_to_string(dir.join("up.sql")).unwrap_or_default());
+        }
+        // The extension scripts as generated (and committed), with the
+        // statements the generator adds.
+        let scripts = std::fs::read_dir(format!("{root}/extension"))
+            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_else(|_| Vec::new());
+        for script in scripts {
+            texts.push(std::fs::read_to_string(script).unwrap_or_default());
         }
         let mut names = BTreeSet::new();
         for text in texts {

@@ -271,7 +271,7 @@ fn doctor_warns_about_a_partial_operator_grant_and_pending_migrations() {
     // The newest migration's record missing: an upgrade is pending.
     deployment.admin_exec(&format!(
         "SET ROLE {owner}; DELETE FROM lease.schema_migrations WHERE version = '{}'",
-        leasehold::extension_version()
+        crate::support::newest_migration_version()
     ));
     let (code, json, list) = findings(&deployment.url_as(owner));
     assert_eq!(code, 11, "{json}");
@@ -280,7 +280,7 @@ fn doctor_warns_about_a_partial_operator_grant_and_pending_migrations() {
     assert!(
         upgrades["detail"].as_str().unwrap().contains(&format!(
             "pending migrations: {}",
-            leasehold::extension_version()
+            crate::support::newest_migration_version()
         )),
         "{upgrades}"
     );

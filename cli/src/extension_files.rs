@@ -1,14 +1,16 @@
 //! Packaging the migrations as a PostgreSQL extension: `CREATE EXTENSION
-//! leasehold` installs what [`crate::install`] installs, from the same SQL.
+//! leasehold` installs what `leasehold::install` installs, from the same SQL.
+//! A build-time job, so it lives in the command, not in the library.
 //!
 //! [`extension_files`] generates the control file and one script per
-//! migration from the files under `migrations/` (compiled into the crate):
+//! migration from the files under `migrations/` (compiled into the library,
+//! which hands their text over):
 //! `leasehold--<v1>.sql` installs the first migration, and
 //! `leasehold--<vN-1>--<vN>.sql` applies migration N, so `CREATE EXTENSION`
 //! (PostgreSQL chains the steps up to `default_version`) and `ALTER
 //! EXTENSION leasehold UPDATE` run exactly the migrations' statements in the
 //! migrations' order. Versions are the migration versions
-//! [`crate::installed_versions`] reports (`20261201000001`, ...). The
+//! `leasehold::installed_versions` reports (`20261201000001`, ...). The
 //! command `leasehold extension generate --out DIR` writes them; the copies
 //! committed under `extension/` are checked against this generator by a
 //! test and are never edited by hand.
@@ -60,45 +62,10 @@
 
 use std::fmt::Write as _;
 
-/// The extension's name (`CREATE EXTENSION leasehold`).
-pub const EXTENSION_NAME: &str = "leasehold";
+use leasehold::__private::extension_inputs::{MIGRATION_SQL, SCHEMA_OWNER_CHECK};
 
-/// The migrations, oldest first: directory name and `up.sql`. A unit test
-/// checks that this list is exactly the `migrations/` directory.
-const MIGRATIONS: &[(&str, &str)] = &[
-    (
-        "2026-12-01-000001_tables",
-        include_str!("../migrations/2026-12-01-000001_tables/up.sql"),
-    ),
-    (
-        "2026-12-01-000002_rules",
-        include_str!("../migrations/2026-12-01-000002_rules/up.sql"),
-    ),
-    (
-        "2026-12-01-000003_leases",
-        include_str!("../migrations/2026-12-01-000003_leases/up.sql"),
-    ),
-    (
-        "2026-12-01-000004_guards",
-        include_str!("../migrations/2026-12-01-000004_guards/up.sql"),
-    ),
-    (
-        "2026-12-01-000005_waiting",
-        include_str!("../migrations/2026-12-01-000005_waiting/up.sql"),
-    ),
-    (
-        "2026-12-01-000006_operator",
-        include_str!("../migrations/2026-12-01-000006_operator/up.sql"),
-    ),
-    (
-        "2026-12-01-000007_pruning",
-        include_str!("../migrations/2026-12-01-000007_pruning/up.sql"),
-    ),
-    (
-        "2026-12-01-000008_batches",
-        include_str!("../migrations/2026-12-01-000008_batches/up.sql"),
-    ),
-];
+/// The extension's name (`CREATE EXTENSION leasehold`).
+const EXTENSION_NAME: &str = "leasehold";
 
 /// Tables that `pg_dump` does not keep: session state of a running server,
 /// and the namespace-change marker, whose value means nothing elsewhere.
@@ -131,7 +98,7 @@ pub enum ExtensionError {
 }
 
 /// The version of a migration directory `YYYY-MM-DD-NNNNNN_<what>`: its
-/// digits, as [`crate::installed_versions`] reports it.
+/// digits, as `leasehold::installed_versions` reports it.
 fn version_of(dir: &str) -> String {
     dir.split('_')
         .next()
@@ -144,7 +111,7 @@ fn version_of(dir: &str) -> String {
 /// The extension version every `CREATE EXTENSION leasehold` installs: the
 /// newest migration's version.
 pub fn extension_version() -> String {
-    MIGRATIONS
+    MIGRATION_SQL
         .last()
         .map(|(dir, _)| version_of(dir))
         .unwrap_or_default()
@@ -158,7 +125,7 @@ pub fn extension_files() -> Result<Vec<ExtensionFile>, ExtensionError> {
         contents: control_file(),
     }];
     let mut previous: Option<String> = None;
-    for (index, (dir, up)) in MIGRATIONS.iter().enumerate() {
+    for (index, (dir, up)) in MIGRATION_SQL.iter().enumerate() {
         let version = version_of(dir);
         let name = match &previous {
             None => format!("{EXTENSION_NAME}--{version}.sql"),
@@ -330,7 +297,7 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
             return Err(unexpected(format!("the statement {create:?}")));
         }
         body = body.replacen(create, "", 1);
-        let check = format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK);
+        let check = format!("{};", SCHEMA_OWNER_CHECK);
         if !body.contains(&check) {
             return Err(unexpected("the schema-ownership check".to_owned()));
         }
@@ -400,31 +367,10 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
 mod tests {
     use super::*;
 
-    /// The list compiled in is exactly the migrations directory.
-    #[test]
-    fn the_list_is_the_migrations_directory() {
-        let mut dirs: Vec<String> =
-            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
-                .map(|entries| {
-                    entries
-                        .filter_map(Result::ok)
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-        dirs.sort();
-        let listed: Vec<String> = MIGRATIONS.iter().map(|(d, _)| (*d).to_owned()).collect();
-        assert_eq!(dirs, listed);
-        for (dir, up) in MIGRATIONS {
-            let path = format!("{}/migrations/{dir}/up.sql", env!("CARGO_MANIFEST_DIR"));
-            assert_eq!(std::fs::read_to_string(path).ok().as_deref(), Some(*up));
-        }
-    }
-
     #[test]
     fn generates_one_script_per_migration() {
         let files = extension_files().expect("generate");
-        assert_eq!(files.len(), MIGRATIONS.len() + 1);
+        assert_eq!(files.len(), MIGRATION_SQL.len() + 1);
         assert_eq!(files[1].name, "leasehold--20261201000001.sql");
         assert_eq!(
             files[2].name,
