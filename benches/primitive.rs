@@ -20,7 +20,7 @@ use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Integer};
 use diesel::{Connection, PgConnection, QueryResult, RunQueryDsl};
-use leasehold::{run_fenced, Check};
+use leasehold::guard::{run_fenced, Check};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 /// `UPDATE bench_floor SET n = n + 1 WHERE id = $1 RETURNING n`, prepared

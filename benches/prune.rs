@@ -7,7 +7,7 @@
 //! clients, each on its own connection, cycling acquire → renew → release
 //! over keys of their own (a never-seen key every tenth cycle, so the
 //! never-seen-key path, which reads the watermark, is in the mix). Phases,
-//! interleaved: load alone, load while `leasehold::prune` removes all
+//! interleaved: load alone, load while `leasehold::admin::prune` removes all
 //! 250 000 rows (batches of the default 1000), load alone again. Every
 //! latency is one call, measured at the client.
 //!
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::{Acquisition, PruneOptions};
+use leasehold::{admin::PruneOptions, Acquisition};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const LOAD_CLIENTS: usize = 2;
@@ -162,7 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rows.push(("load alone (before)", before, String::new()));
     // Measured exactly while the prune runs.
     let (during, report, took) = phase(&url, Duration::ZERO, || {
-        leasehold::prune(&mut conn, &PruneOptions::new(Duration::from_secs(60)))
+        leasehold::admin::prune(&mut conn, &PruneOptions::new(Duration::from_secs(60)))
     });
     let report = report?;
     let pruned = report.keys_pruned + report.guards_pruned;
@@ -191,7 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
          | phase | calls | p50 (µs) | p99 (µs) | max (µs) | note |\n|---|---:|---:|---:|---:|---|\n",
         chrono::Utc::now().format("%Y-%m-%dT%H:%MZ"),
         length.as_secs(),
-        leasehold::DEFAULT_PRUNE_BATCH,
+        leasehold::admin::DEFAULT_PRUNE_BATCH,
         if server.local().is_some() {
             "embedded LocalPostgres (unix socket)"
         } else {

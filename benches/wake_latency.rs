@@ -23,7 +23,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
-use leasehold::{Acquisition, LeaseWaiter, Wait};
+use leasehold::{
+    wait::{LeaseWaiter, Wait},
+    Acquisition,
+};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 /// The release without its wake-up, for the release-cost comparison: the

@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::{run_fenced, Check};
-use leasehold::{Acquisition, FencedError, GuardError};
+use leasehold::guard::{run_fenced, Check};
+use leasehold::{
+    error::{FencedError, GuardError},
+    Acquisition,
+};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const KEY: &str = "report-2026-11";

@@ -23,7 +23,10 @@ use std::time::{Duration, Instant};
 use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::{Connection, PgConnection};
 use leasehold::{
-    run_while_held, CancelToken, Keeper, KeeperEvent, LeaseWaiter, Wait, WaitError, WorkOutcome,
+    error::WaitError,
+    hold::{run_while_held, CancelToken, KeeperEvent, WorkOutcome},
+    wait::{LeaseWaiter, Wait},
+    Keeper,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
 

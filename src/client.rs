@@ -79,7 +79,7 @@ impl LeaseClient {
     ///
     /// ```no_run
     /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use leasehold::{LeaseClient, PreparedStatements};
+    /// use leasehold::{LeaseClient, pool::PreparedStatements};
     /// let client = LeaseClient::connect_with("postgres://pgbouncer:6432/app", 4, PreparedStatements::Uncached)?;
     /// # let _ = client; Ok(()) }
     /// ```
@@ -199,12 +199,11 @@ impl LeaseClient {
     where
         F: FnOnce(&mut PgConnection) -> Result<T, E>,
     {
-        let mut conn = self
-            .pool
-            .get()
-            .map_err(|error| crate::guards::FencedError::Guard(crate::GuardError::Pool(error)))?;
+        let mut conn = self.pool.get().map_err(|error| {
+            crate::guards::FencedError::Guard(crate::error::GuardError::Pool(error))
+        })?;
         let result = crate::guards::run_fenced(&mut conn, resource, token, check, work);
-        if let Err(crate::guards::FencedError::Guard(crate::GuardError::ReadOnlyServer {
+        if let Err(crate::guards::FencedError::Guard(crate::error::GuardError::ReadOnlyServer {
             ..
         })) = &result
         {

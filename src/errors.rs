@@ -275,7 +275,7 @@ pub enum LeaseError {
     /// call before it writes. Connect to the primary: list every host in the
     /// URL and add `target_session_attrs=read-write`, so that libpq skips
     /// read-only servers. The pooled clients ([`crate::LeaseClient`],
-    /// [`crate::LeaseWaiter`], [`crate::Keeper`]) discard the connection
+    /// [`crate::wait::LeaseWaiter`], [`crate::Keeper`]) discard the connection
     /// after this error, so their next call connects anew and reaches
     /// whichever server is the primary by then.
     #[error("lease {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary")]
@@ -292,7 +292,7 @@ pub enum LeaseError {
     /// which runs each transaction on whichever server session is free.
     /// Whether the call was applied is unknown only if it was the execution
     /// that failed; it never was, since a missing statement fails before it
-    /// runs. Use [`crate::PreparedStatements::Uncached`] (or disable the
+    /// runs. Use [`crate::pool::PreparedStatements::Uncached`] (or disable the
     /// statement cache of your own connection) with such a pooler, or point
     /// the client at a session-mode pooler or at the server. The pooled
     /// clients discard the connection after this error.
@@ -418,7 +418,7 @@ impl LeaseError {
     }
 }
 
-/// Errors of [`crate::install`] and [`crate::uninstall`].
+/// Errors of [`crate::install`] and [`crate::admin::uninstall`].
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum InstallError {
@@ -468,7 +468,7 @@ pub enum InstallError {
     },
     /// Another session held a lock the install needs (the install lock of a
     /// concurrent `install`, schema `lease` being created, a table being
-    /// used) for longer than the install waits, [`crate::INSTALL_LOCK_TIMEOUT`];
+    /// used) for longer than the install waits, [`crate::admin::INSTALL_LOCK_TIMEOUT`];
     /// nothing was installed or changed. Find the session in `pg_locks` and
     /// `pg_stat_activity`, let it finish, and install again.
     #[error("leasehold install was blocked: another session held a lock it needs for more than {waited:?} (lock_timeout); nothing was installed")]
@@ -589,7 +589,7 @@ pub enum GuardError {
     /// The presented epoch was never granted for the key: above its counter,
     /// or any epoch of a key never leased in this database. A forged or
     /// mistaken token, refused so that nobody can fence out the key's real
-    /// holders with it (G7); nothing changed. From [`crate::fence`], the
+    /// holders with it (G7); nothing changed. From [`crate::guard::fence`], the
     /// `up_to` was above the counter.
     #[error(
         "epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}"
@@ -789,8 +789,8 @@ impl GuardError {
     }
 }
 
-/// Errors of the namespace operator actions: [`crate::bind_namespace`],
-/// [`crate::unbind_namespace`] and [`crate::list_namespaces`].
+/// Errors of the namespace operator actions: [`crate::admin::bind_namespace`],
+/// [`crate::admin::unbind_namespace`] and [`crate::admin::list_namespaces`].
 ///
 /// A role that was not granted EXECUTE on the operator function gets
 /// [`NamespaceError::Database`], whose source is PostgreSQL's own
@@ -843,7 +843,7 @@ impl NamespaceError {
     }
 }
 
-/// Why [`crate::raise_generation`] or [`crate::generation`] failed. Nothing
+/// Why [`crate::admin::raise_generation`] or [`crate::admin::generation`] failed. Nothing
 /// changed.
 ///
 /// As with [`NamespaceError`], a role that was not granted EXECUTE on
@@ -861,10 +861,10 @@ pub enum GenerationError {
         /// The server's current generation.
         current: i64,
     },
-    /// The generation asked for is above [`crate::MAX_GENERATION`].
+    /// The generation asked for is above [`crate::admin::MAX_GENERATION`].
     #[error(
         "generation {requested} is above the highest generation, {}",
-        crate::MAX_GENERATION
+        crate::admin::MAX_GENERATION
     )]
     TooHigh {
         /// The generation asked for.

@@ -1,7 +1,7 @@
 //! Heartbeat groups: one row write keeps a whole set of one owner's grants
 //! alive, whatever their number (docs/SPECIFICATION.md §1.9).
 //!
-//! [`crate::renew_many`] renews a thousand keys in one call, but still
+//! [`crate::batch::renew_many`] renews a thousand keys in one call, but still
 //! writes a thousand rows: on a disk with fast commits that costs as much as
 //! dozens of single renews. A group is what etcd calls attaching keys to one
 //! lease: [`join_group`] renews the keys once and puts them into a group,
@@ -13,19 +13,19 @@
 //! The group's answer counts its members: a member leaves when it is
 //! released, force-released, or taken over after the group lapsed, so a
 //! heartbeat that answers fewer members than were joined tells the caller
-//! to ask [`crate::renew_many`] which keys it lost. A lapsed group is never
+//! to ask [`crate::batch::renew_many`] which keys it lost. A lapsed group is never
 //! renewed again; the keys that are still live join a new one.
-//! [`crate::KeeperSet`] does all of this for its keys.
+//! [`crate::hold::KeeperSet`] does all of this for its keys.
 //!
 //! ```no_run
 //! # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 //! use std::time::Duration;
 //! let held = [("shard-1", 7_i64), ("shard-2", 3)];
-//! let joined = leasehold::join_group(conn, "worker-a1", &held, Duration::from_secs(30))?;
+//! let joined = leasehold::batch::join_group(conn, "worker-a1", &held, Duration::from_secs(30))?;
 //! let Some(group) = joined.group else { return Ok(()) }; // no key was renewed
 //! // ... once per heartbeat:
-//! match leasehold::renew_group(conn, group, "worker-a1", Duration::from_secs(30))? {
-//!     leasehold::GroupRenewal::Renewed { members, .. } if members == joined.renewed() => {}
+//! match leasehold::batch::renew_group(conn, group, "worker-a1", Duration::from_secs(30))? {
+//!     leasehold::batch::GroupRenewal::Renewed { members, .. } if members == joined.renewed() => {}
 //!     _ => { /* some key is lost: renew_many tells which */ }
 //! }
 //! # Ok(()) }
@@ -74,7 +74,7 @@ pub struct GroupJoin {
     /// The new group holding every renewed key; `None` when no key was
     /// renewed (then no group was made).
     pub group: Option<GroupId>,
-    /// Each key's answer, in the order given: what [`crate::renew_many`]
+    /// Each key's answer, in the order given: what [`crate::batch::renew_many`]
     /// would have answered. The renewed keys are the group's members.
     pub keys: Vec<KeyRenewal>,
 }
@@ -109,12 +109,12 @@ pub enum GroupRenewal {
 }
 
 /// Renews every grant `(key, owner, epoch)` of `grants` to server time +
-/// `ttl`, as [`crate::renew_many`] does, and puts the renewed ones into a
+/// `ttl`, as [`crate::batch::renew_many`] does, and puts the renewed ones into a
 /// new heartbeat group, which [`renew_group`] then keeps alive in one row
 /// write. A renewed key that was in another group moves to the new one.
 ///
-/// Input rules and errors are [`crate::renew_many`]'s (at most
-/// [`crate::MAX_KEYS_PER_CALL`] keys, no key twice, ...), named for this
+/// Input rules and errors are [`crate::batch::renew_many`]'s (at most
+/// [`crate::batch::MAX_KEYS_PER_CALL`] keys, no key twice, ...), named for this
 /// call; nothing changes on an error.
 pub fn join_group(
     conn: &mut PgConnection,

@@ -15,9 +15,21 @@
 //! [`Guard`] says that once, in one vocabulary, for all three, so code that
 //! protects "a resource" can take any of them, and one conformance suite
 //! (`leasehold-test-support`'s `guard_conformance`) runs the same cases
-//! against each. The guards' own APIs (`leasehold::admit` in the caller's
-//! transaction, `FencedFile::write`, `FencedStore::write`) stay where a
-//! write must go with the admission; this trait is their common floor.
+//! against each. The guards' own APIs ([`admit`] and [`run_fenced`] in the
+//! caller's transaction, `FencedFile::write`, `FencedStore::write`) stay
+//! where a write must go with the admission; this trait is their common
+//! floor.
+//!
+//! The database guard's calls are here too: [`run_fenced`] runs a closure's
+//! writes in one transaction behind [`admit_held`]; [`admit`],
+//! [`check_held`], [`admit_held`] and [`renew_and_admit`] check a token in
+//! the caller's own transaction; [`fence`] is the operator's action and
+//! [`inspect_guard`] reads a resource's record.
+
+pub use crate::guards::{
+    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
+    GuardRecord,
+};
 
 use crate::errors::GuardError;
 use crate::guards;
@@ -80,7 +92,7 @@ pub trait Guard {
 /// A database resource (a name in `lease.guards`) as a [`Guard`]: each
 /// call runs in a transaction of its own on a pooled connection.
 ///
-/// For a guarded *write*, call [`crate::admit`] (or [`crate::run_fenced`])
+/// For a guarded *write*, call [`crate::guard::admit`] (or [`crate::guard::run_fenced`])
 /// in the writer's own transaction instead: only there does the admission
 /// commit or roll back with the write.
 #[derive(Debug, Clone)]

@@ -123,7 +123,7 @@ fn check_resource(resource: &str) -> Result<(), GuardError> {
 /// # fn demo(conn: &mut diesel::PgConnection, token: &leasehold::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel::Connection;
 /// conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
-///     leasehold::admit(conn, "invoices", token)?;
+///     leasehold::guard::admit(conn, "invoices", token)?;
 ///     // ... the writes the token protects ...
 ///     Ok(())
 /// })?;
@@ -371,7 +371,7 @@ fn inspect_guard_sql(
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
 /// use diesel::connection::SimpleConnection;
-/// use leasehold::{run_fenced, Check};
+/// use leasehold::{guard::{run_fenced, Check}};
 /// let token = lease.token();
 /// run_fenced(conn, "report-2026-11", &token, Check::LeaseHeld, |conn| {
 ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")

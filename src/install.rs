@@ -51,7 +51,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
 
 /// How long an install waits for any lock before it gives up and changes
-/// nothing ([`crate::InstallError::Blocked`]): the `lock_timeout` every
+/// nothing ([`crate::error::InstallError::Blocked`]): the `lock_timeout` every
 /// migration and the install transaction set.
 pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -75,7 +75,7 @@ struct VersionRow {
 /// called inside an open transaction of the caller's (it commits).
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::InstallError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::InstallError> {
 /// let report = leasehold::install(conn)?;
 /// println!("applied {:?}", report.applied);
 /// # Ok(()) }

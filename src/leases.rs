@@ -26,7 +26,7 @@ use crate::sql::input;
 use crate::telemetry;
 
 /// Tries to acquire `key` for `owner` for `ttl`, without waiting for
-/// another owner. It may still wait up to [`crate::LOCK_WAIT_BOUND`] for a
+/// another owner. It may still wait up to [`crate::error::LOCK_WAIT_BOUND`] for a
 /// row lock another transaction holds on the key (an uncommitted grant, or
 /// an open lease-checked write), and returns [`LeaseError::TimedOut`] if
 /// that lock outlasts the bound.
@@ -59,7 +59,7 @@ pub fn acquire(
 /// statement.
 ///
 /// This holds a connection and a transaction open for the whole wait; a
-/// [`crate::LeaseWaiter`] needs neither and wakes on release. On timeout
+/// [`crate::wait::LeaseWaiter`] needs neither and wakes on release. On timeout
 /// returns [`LeaseError::TimedOut`] (SQLSTATE 57014 in SQL).
 pub fn acquire_waiting(
     conn: &mut PgConnection,

@@ -26,91 +26,36 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Map
+//! # Where things are
 //!
-//! Every public item is exported here, at the crate root; the modules
-//! behind them are private and each does one job:
+//! The crate root holds what a first program needs: [`acquire`],
+//! [`renew`], [`release`], [`inspect`] and [`acquire_waiting`] on a
+//! caller's connection, their answers ([`Acquisition`], [`Renewal`],
+//! [`Release`], [`Refusal`], [`LeaseState`]), the [`Lease`] and its
+//! [`FencingToken`], [`LeaseError`], [`LeaseClient`] over a pool,
+//! [`Keeper`] and [`install()`]. The rest is in public modules named by
+//! concern:
 //!
-//! | module | job |
+//! | module | what |
 //! |---|---|
-//! | `sql` | the only place with SQL text, constraint names and answer decoding |
-//! | `outcome` | grants, refusals and observed states, as values |
-//! | `leases` | acquire, renew, release, inspect on a caller's connection |
-//! | `many` | [`renew_many`], [`release_many`]: many keys of one owner in one call |
-//! | `groups` | [`join_group`], [`renew_group`]: one row write keeps many keys alive |
-//! | `guards` | fenced database writes ([`run_fenced`], [`admit`], ...) |
-//! | `operator` | operator actions: namespace rules ([`bind_namespace`], ...), [`force_release`], [`raise_generation`]; and [`generation`] |
-//! | `token` | the fencing token and its text form |
-//! | `errors` | typed errors that keep their sources |
-//! | `pool`, `client` | the connection pool and [`LeaseClient`] over it |
-//! | `waiting` | [`LeaseWaiter`]: wake-on-release waiting and its listener |
-//! | `holding` | [`Keeper`], [`KeeperSet`], [`run_while_held`], [`CancelToken`] |
-//! | `install` | the embedded migrations and their installer |
-//! | `migration_sql` | the migrations' text, handed to the command that generates the `CREATE EXTENSION` files |
-//! | `prune` | [`prune`]: removing rows lapsed or unused for long |
-//! | `field_text` | the percent-encoding of token fields |
-//! | `libpq` | the listener's libpq FFI: the only module allowed `unsafe` |
-//! | `telemetry` | spans, events and metrics (features `tracing`, `metrics`) |
+//! | [`guard`] | the one guard contract; fenced database writes ([`guard::run_fenced`], [`guard::admit`], ...) |
+//! | [`hold`] | [`hold::Keeper`], [`hold::KeeperSet`], [`hold::run_while_held`], [`hold::CancelToken`] |
+//! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications |
+//! | [`batch`] | many keys of one owner in one call; heartbeat groups |
+//! | [`admin`] | install and uninstall, namespace rules, forced releases, the generation, pruning |
+//! | [`pool`] | the connection pool ([`pool::build_pool`]) |
+//! | [`error`] | every error type |
+//! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
 //!
-//! # Telemetry
-//!
-//! Two cargo features, both off by default (and then the instrumentation
-//! compiles to nothing); the library installs no subscriber and no
-//! recorder, the application does.
-//!
-//! With `tracing`, every lease call (the single-key calls, the batch and
-//! group calls, the operator calls and [`prune`]) runs in a `DEBUG` span
-//! `lease` (target `leasehold::lease`), every guard call in a span `guard`
-//! (`leasehold::guard`), and a [`LeaseWaiter`] acquire in a span
-//! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
-//! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
-//! [`Keeper`]'s loss (`WARN`, `leasehold::keeper`, with `reason`), a
-//! waiter's wake-up (`DEBUG`, `leasehold::waiter`, with `cause`), the
-//! listener's connection and loss (`INFO`/`WARN`, `leasehold::listener`).
-//! Lease keys and resource names (`key`, `resource`) are recorded only
-//! after [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`: they are the
-//! application's own names, and traces usually leave the process.
-//!
-//! With `metrics`, through the `metrics` facade ([`describe_metrics`]
-//! gives the recorder their help texts). Labels come from small closed
-//! sets; keys are never labels.
-//!
-//! | name | type | labels | meaning |
-//! |---|---|---|---|
-//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
-//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
-//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
-//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
-//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
-//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::LeaseWaiter`] acquire waited |
-//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
-//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
-//!
-//! Label values:
-//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `renew_many`,
-//!   `release_many`, `join_group`, `renew_group`, `admit`, `check_held`,
-//!   `admit_held`, `renew_admit`, `fence`, `inspect_guard`,
-//!   `force_release`, `bind_namespace`, `unbind_namespace`,
-//!   `list_namespaces`, `generation`, `raise_generation`, `prune`.
-//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
-//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
-//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
-//!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
-//!   refusal's `kind`; `all`, `partial`, `none` (a batch: how many keys got
-//!   `renewed` or `released`); `joined`, `refused` (join_group);
-//!   `released`, `newer_grant`, `already_free`, `no_such_grant`,
-//!   `never_leased` (force_release); `done`, `absent` (namespace rules,
-//!   raise_generation), `listed`, `read` (generation), `not_above`;
-//!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
-//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
-//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
-//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
-//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
-//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
-//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
-//! - `cause` of a wake-up: `listener` (a release notification for the key,
-//!   or the listener session going down or up), `timer` (the holder's
-//!   expiry, a poll or re-check, or the wait's deadline).
+//! Behind them, private modules each do one job: `sql` (the only place
+//! with SQL text, constraint names and answer decoding), `outcome`
+//! (grants, refusals and states as values), `leases`, `many`, `groups`,
+//! `guards`, `operator`, `prune`, `install` (the operations on a caller's
+//! connection), `token` (the fencing token and its text form), `errors`,
+//! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
+//! for the command that generates the `CREATE EXTENSION` files),
+//! `field_text` (the percent-encoding of token fields) and `libpq` (the
+//! listener's libpq FFI, the only module allowed `unsafe`).
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -138,51 +83,89 @@ mod many;
 mod migration_sql;
 mod operator;
 mod outcome;
-mod pool;
+pub mod pool;
 mod prune;
 mod sql;
 // With both telemetry features off only the pass-throughs are used.
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
-mod telemetry;
+pub mod telemetry;
 mod token;
 mod waiting;
 
+// The crate root: what a newcomer reaches for first. Everything else is in
+// a public module named by its concern, below.
 pub use client::LeaseClient;
-pub use errors::{
-    GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
-    LOCK_WAIT_BOUND,
-};
-pub use groups::{join_group, renew_group, GroupId, GroupJoin, GroupRenewal};
-pub use guards::{
-    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
-    FencedError, GuardRecord,
-};
-pub use holding::{
-    run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperError, KeeperEvent, KeeperSet,
-    KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
-};
-pub use install::{
-    install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
-};
+pub use errors::LeaseError;
+pub use holding::Keeper;
+pub use install::install;
 pub use leases::{acquire, acquire_waiting, inspect, release, renew};
-pub use many::{release_many, renew_many, MAX_KEYS_PER_CALL};
-pub use operator::{
-    bind_namespace, force_release, force_release_epoch, generation, list_namespaces,
-    raise_generation, unbind_namespace, BoundRole, ForcedRelease, Generation, NamespaceRule,
-    GENERATION_SHIFT, MAX_GENERATION,
-};
-pub use outcome::{
-    Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Refusal, Release, Renewal,
-};
-pub use pool::{build_pool, PgPool, PreparedStatements};
-pub use prune::{prune, PruneError, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
-pub use telemetry::{describe_metrics, set_trace_keys, trace_keys, TraceKeys};
-pub use token::{FencingToken, TokenError};
-pub use waiting::{
-    LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WaitError, WakeMode,
-    DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
-    WAITER_LIMIT,
-};
+pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+pub use token::FencingToken;
+
+/// Many keys of one owner in one call: [`renew_many`](batch::renew_many)
+/// and [`release_many`](batch::release_many) answer per key what the
+/// single-key calls would; a heartbeat group ([`join_group`](batch::join_group),
+/// [`renew_group`](batch::renew_group)) keeps many grants alive with one row
+/// write.
+pub mod batch {
+    pub use crate::groups::{join_group, renew_group, GroupId, GroupJoin, GroupRenewal};
+    pub use crate::many::{release_many, renew_many, MAX_KEYS_PER_CALL};
+    pub use crate::outcome::{KeyRelease, KeyRenewal};
+}
+
+/// Holding a lease over time: a [`Keeper`] renews one in the
+/// background and reports its loss, a [`KeeperSet`](hold::KeeperSet) keeps
+/// many with one heartbeat, and [`run_while_held`](hold::run_while_held)
+/// runs work that stops when the lease is lost.
+pub mod hold {
+    pub use crate::holding::{
+        run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperEvent, KeeperSet,
+        KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
+    };
+}
+
+/// Waiting for a lease: a [`LeaseWaiter`](wait::LeaseWaiter) blocks until a
+/// key is granted, woken by release notifications from one listener
+/// session per database URL (the free function
+/// [`acquire_waiting`] waits inside the server
+/// instead).
+pub mod wait {
+    pub use crate::waiting::{
+        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WakeMode,
+        DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
+        WAITER_LIMIT,
+    };
+}
+
+/// Operating leasehold: installing and removing it, namespace rules, forced
+/// releases, the generation, and pruning. The operator actions are granted
+/// to nobody by default (docs/guide/security.md).
+pub mod admin {
+    pub use crate::install::{
+        install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
+    };
+    pub use crate::operator::{
+        bind_namespace, force_release, force_release_epoch, generation, list_namespaces,
+        raise_generation, unbind_namespace, BoundRole, ForcedRelease, Generation, NamespaceRule,
+        GENERATION_SHIFT, MAX_GENERATION,
+    };
+    pub use crate::prune::{prune, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
+}
+
+/// Every error type, each keeping its source. One call returns one of
+/// them: lease calls [`LeaseError`], guard calls
+/// [`GuardError`](error::GuardError), and so on.
+pub mod error {
+    pub use crate::errors::{
+        GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
+        LOCK_WAIT_BOUND,
+    };
+    pub use crate::guards::FencedError;
+    pub use crate::holding::KeeperError;
+    pub use crate::prune::PruneError;
+    pub use crate::token::TokenError;
+    pub use crate::waiting::WaitError;
+}
 
 /// Plumbing shared with the adapter crates in `guards/` (not a public API:
 /// it may change in any release).

@@ -49,7 +49,7 @@ pub const MAX_KEYS_PER_CALL: usize = 1000;
 /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 /// use std::time::Duration;
 /// let held = [("shard-1", 7_i64), ("shard-2", 3)];
-/// for answer in leasehold::renew_many(conn, "worker-a1", &held, Duration::from_secs(30))? {
+/// for answer in leasehold::batch::renew_many(conn, "worker-a1", &held, Duration::from_secs(30))? {
 ///     if let leasehold::Renewal::Refused(why) = answer.renewal {
 ///         eprintln!("lost {} ({why}); stop working on it", answer.key);
 ///     }

@@ -1,7 +1,7 @@
 //! The text of the migrations under `migrations/`, compiled into the
 //! crate, for tools that package the same SQL differently (the `leasehold`
 //! command generates the PostgreSQL extension from it). Installing uses
-//! [`crate::MIGRATIONS`], Diesel's embedding of the same files.
+//! [`crate::admin::MIGRATIONS`], Diesel's embedding of the same files.
 
 /// The migrations, oldest first: directory name and `up.sql`. A unit test
 /// checks that this list is exactly the `migrations/` directory.

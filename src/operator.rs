@@ -79,8 +79,8 @@ impl std::fmt::Display for BoundRole {
 /// keys concerned).
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::NamespaceError> {
-/// leasehold::bind_namespace(conn, "billing/", "billing_app")?;
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::NamespaceError> {
+/// leasehold::admin::bind_namespace(conn, "billing/", "billing_app")?;
 /// # Ok(()) }
 /// ```
 pub fn bind_namespace(
@@ -170,7 +170,7 @@ fn list_namespaces_unobserved(
 ///
 /// Returns the key's counter after the call, `None` for a key that was
 /// never leased (nothing is written). Every epoch at or below the counter
-/// is stale: fence resources up to it ([`crate::fence`]) so that even a
+/// is stale: fence resources up to it ([`crate::guard::fence`]) so that even a
 /// writer that never heard of the forced release is refused by a
 /// token-checked guard. A key that was already free keeps its counter.
 ///
@@ -212,7 +212,7 @@ pub enum ForcedRelease {
     /// and waiters were woken.
     Released {
         /// The key's counter now, the grant's epoch + 1: every epoch up to
-        /// it is stale; fence resources up to it ([`crate::fence`]).
+        /// it is stale; fence resources up to it ([`crate::guard::fence`]).
         counter: i64,
     },
     /// The key is held (or lapsed) under a higher epoch: the grant asked
@@ -252,8 +252,8 @@ pub enum ForcedRelease {
 ///
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// match leasehold::force_release_epoch(conn, "job-42", 7)? {
-///     leasehold::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
+/// match leasehold::admin::force_release_epoch(conn, "job-42", 7)? {
+///     leasehold::admin::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
 ///     other => println!("nothing changed: {other:?}"),
 /// }
 /// # Ok(()) }
@@ -376,9 +376,9 @@ fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, Generati
 /// [`GenerationError::TooHigh`], and nothing changes.
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::GenerationError> {
-/// let now = leasehold::generation(conn)?;
-/// leasehold::raise_generation(conn, now.generation + 1)?;
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::GenerationError> {
+/// let now = leasehold::admin::generation(conn)?;
+/// leasehold::admin::raise_generation(conn, now.generation + 1)?;
 /// # Ok(()) }
 /// ```
 pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, GenerationError> {

@@ -156,7 +156,7 @@ pub enum Release {
     Refused(Refusal),
 }
 
-/// One key's answer to [`crate::renew_many`]: what [`crate::renew`] would
+/// One key's answer to [`crate::batch::renew_many`]: what [`crate::renew`] would
 /// have answered for that key alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder of that key"]
@@ -167,7 +167,7 @@ pub struct KeyRenewal {
     pub renewal: Renewal,
 }
 
-/// One key's answer to [`crate::release_many`]: what [`crate::release`]
+/// One key's answer to [`crate::batch::release_many`]: what [`crate::release`]
 /// would have answered for that key alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused release did nothing for that key"]

@@ -7,7 +7,7 @@
 //! whose server session died (terminated backend, server restart) looks
 //! healthy and would be handed out again and again, failing each time,
 //! unless the pool tests connections on checkout (an extra round trip per
-//! call, which [`build`] turns off). The waiter and the
+//! call, which the pool built here turns off). The waiter and the
 //! keeper retry after such failures, so they mark the connection broken
 //! first: r2d2 then drops it and the retry gets a fresh one.
 //!
@@ -108,7 +108,7 @@ pub(crate) fn build_with(
         .build(ConnectionManager::<PgConnection>::new(database_url))?)
 }
 
-/// A pool for [`crate::LeaseClient::new`], [`crate::LeaseWaiter::new`] or
+/// A pool for [`crate::LeaseClient::new`], [`crate::wait::LeaseWaiter::new`] or
 /// [`crate::Keeper`]: up to `max_size` connections to `database_url`, with
 /// the statement caching `prepared` says (use
 /// [`PreparedStatements::Uncached`] behind a transaction-mode pooler), and

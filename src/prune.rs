@@ -141,10 +141,10 @@ impl PruneError {
 /// batch commits on its own and holds its locks for one batch only.
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::PruneError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::PruneError> {
 /// use std::time::Duration;
-/// let options = leasehold::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
-/// let report = leasehold::prune(conn, &options)?;
+/// let options = leasehold::admin::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
+/// let report = leasehold::admin::prune(conn, &options)?;
 /// println!("removed {} keys and {} guard records", report.keys_pruned, report.guards_pruned);
 /// # Ok(()) }
 /// ```

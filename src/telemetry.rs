@@ -1,16 +1,62 @@
-//! Spans, events and metrics: the only module that talks to the `tracing`
-//! and `metrics` facades.
+//! Spans, events and metrics.
 //!
-//! Each is behind the cargo feature of the same name, off by default. With
-//! a feature off, its half of this module compiles to nothing and the
-//! helpers the call sites use are inline pass-throughs, so an application
-//! that enables neither pays nothing (benches/primitive.rs measures it).
-//! The call sites stay one short line each: lease calls in `leases`, guard
-//! calls in `guards`, the keeper's loss in `holding`, waits, wake-ups and
-//! the listener's state in `waiting`.
+//! Two cargo features, both off by default (and then the instrumentation
+//! compiles to nothing); the library installs no subscriber and no
+//! recorder, the application does.
 //!
-//! The library installs neither a subscriber nor a recorder: the
-//! application chooses where telemetry goes.
+//! With `tracing`, every lease call (the single-key calls, the batch and
+//! group calls, the operator calls and [`prune`](crate::admin::prune)) runs in a `DEBUG` span
+//! `lease` (target `leasehold::lease`), every guard call in a span `guard`
+//! (`leasehold::guard`), and a [`LeaseWaiter`](crate::wait::LeaseWaiter) acquire in a span
+//! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
+//! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
+//! [`Keeper`](crate::Keeper)'s loss (`WARN`, `leasehold::keeper`, with `reason`), a
+//! waiter's wake-up (`DEBUG`, `leasehold::waiter`, with `cause`), the
+//! listener's connection and loss (`INFO`/`WARN`, `leasehold::listener`).
+//! Lease keys and resource names (`key`, `resource`) are recorded only
+//! after [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`: they are the
+//! application's own names, and traces usually leave the process.
+//!
+//! With `metrics`, through the `metrics` facade ([`describe_metrics`]
+//! gives the recorder their help texts). Labels come from small closed
+//! sets; keys are never labels.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
+//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
+//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
+//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
+//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
+//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::wait::LeaseWaiter`] acquire waited |
+//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
+//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
+//!
+//! Label values:
+//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `renew_many`,
+//!   `release_many`, `join_group`, `renew_group`, `admit`, `check_held`,
+//!   `admit_held`, `renew_admit`, `fence`, `inspect_guard`,
+//!   `force_release`, `bind_namespace`, `unbind_namespace`,
+//!   `list_namespaces`, `generation`, `raise_generation`, `prune`.
+//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
+//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
+//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
+//!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
+//!   refusal's `kind`; `all`, `partial`, `none` (a batch: how many keys got
+//!   `renewed` or `released`); `joined`, `refused` (join_group);
+//!   `released`, `newer_grant`, `already_free`, `no_such_grant`,
+//!   `never_leased` (force_release); `done`, `absent` (namespace rules,
+//!   raise_generation), `listed`, `read` (generation), `not_above`;
+//!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
+//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
+//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
+//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
+//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
+//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
+//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
+//! - `cause` of a wake-up: `listener` (a release notification for the key,
+//!   or the listener session going down or up), `timer` (the holder's
+//!   expiry, a poll or re-check, or the wait's deadline).
 //!
 //! # Key names
 //!
@@ -22,10 +68,16 @@
 //! which is what a trace of lease traffic is for. Metrics never carry names
 //! of any kind, whatever the setting: their labels come from small closed
 //! sets only, so a metric's series count does not grow with the keys.
-//!
-//! The metrics' names, types and labels are listed in the crate docs
-//! (src/lib.rs, "Telemetry") and docs/guide/operations.md ("Metrics and tracing"); the
-//! label values come from the mappings below, each a closed set.
+
+// The only module that talks to the `tracing` and `metrics` facades. Each
+// is behind the cargo feature of the same name, off by default. With a
+// feature off, its half of this module compiles to nothing and the helpers
+// the call sites use are inline pass-throughs, so an application that
+// enables neither pays nothing (benches/primitive.rs measures it). The call
+// sites stay one short line each: lease calls in `leases`, guard calls in
+// `guards`, the keeper's loss in `holding`, waits, wake-ups and the
+// listener's state in `waiting`. The label values come from the mappings
+// below, each a closed set.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -19,7 +19,7 @@ use crate::output::Printer;
 pub fn install(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
     let report = leasehold::install(conn)
         .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
-    let installed = leasehold::installed_versions(conn)
+    let installed = leasehold::admin::installed_versions(conn)
         .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
     let text = if report.applied.is_empty() {
         format!(
@@ -69,14 +69,15 @@ pub fn obtain(
         // Wake on release (LISTEN/NOTIFY) or at the holder's expiry, holding
         // no transaction while waiting, instead of the SQL 50 ms poll.
         Some(wait) => {
-            let waiter = leasehold::LeaseWaiter::connect(url, 1).map_err(CliError::from_lease)?;
+            let waiter =
+                leasehold::wait::LeaseWaiter::connect(url, 1).map_err(CliError::from_lease)?;
             waiter
-                .acquire(key, owner, ttl, leasehold::Wait::AtMost(wait))
+                .acquire(key, owner, ttl, leasehold::wait::Wait::AtMost(wait))
                 .map_err(|error| match error {
-                    leasehold::WaitError::TimedOut { key, .. } => {
+                    leasehold::error::WaitError::TimedOut { key, .. } => {
                         CliError::WaitTimedOut { key, wait }
                     }
-                    leasehold::WaitError::Lease(error) => CliError::from_lease(error),
+                    leasehold::error::WaitError::Lease(error) => CliError::from_lease(error),
                     other => CliError::Database(crate::failure::report(&other)),
                 })?
         }
@@ -285,11 +286,11 @@ pub fn fence(
     key: &str,
     up_to: i64,
 ) -> Result<(), CliError> {
-    let accepted = match leasehold::fence(conn, resource, key, up_to) {
+    let accepted = match leasehold::guard::fence(conn, resource, key, up_to) {
         Ok(accepted) => accepted,
         // An operator action since security part 2: say when the role was
         // not granted it (see `operator::explain`).
-        Err(error @ leasehold::GuardError::Database { .. }) => {
+        Err(error @ leasehold::error::GuardError::Database { .. }) => {
             return Err(crate::operator::explain(
                 conn,
                 crate::operator::FENCE,

@@ -217,7 +217,7 @@ fn final_state(
     let rows = diesel::sql_query("SELECT epoch, worker, body FROM demo_results ORDER BY epoch")
         .load::<ResultRow>(conn)
         .map_err(|error| CliError::Demo(format!("could not read demo_results: {error}")))?;
-    let guard = leasehold::inspect_guard(conn, RESOURCE)
+    let guard = leasehold::guard::inspect_guard(conn, RESOURCE)
         .map_err(|error| CliError::Demo(crate::failure::report(&error)))?
         .ok_or_else(|| CliError::Demo(format!("no guard record for {RESOURCE}")))?;
     let lease = inspect(conn)?;

@@ -7,7 +7,7 @@
 //!   lease_released`). A release notifies only when some session registered
 //!   interest in the key (`lease._waiter_watch`, granted to PUBLIC), so the
 //!   watch registers every watched key from its own listener session (up
-//!   to [`leasehold::WAITER_LIMIT`]); each release of such a key then costs
+//!   to [`leasehold::wait::WAITER_LIMIT`]); each release of such a key then costs
 //!   one notification more, which every listener of the database receives.
 //!   The payload is the key's digest, never its name: the watch maps it
 //!   back through the digests of the keys it listed, so a digest of a key
@@ -214,7 +214,7 @@ impl Listener {
     /// whose release is in flight (NULL) is tried again next time.
     fn arm(&mut self, rows: &[Row]) {
         for row in rows {
-            if self.armed.len() >= leasehold::WAITER_LIMIT {
+            if self.armed.len() >= leasehold::wait::WAITER_LIMIT {
                 return;
             }
             if self.armed.contains(&row.key) || self.refused.contains(&row.key) {

@@ -10,7 +10,7 @@
 //! (PostgreSQL chains the steps up to `default_version`) and `ALTER
 //! EXTENSION leasehold UPDATE` run exactly the migrations' statements in the
 //! migrations' order. Versions are the migration versions
-//! `leasehold::installed_versions` reports (`20261201000001`, ...). The
+//! `leasehold::admin::installed_versions` reports (`20261201000001`, ...). The
 //! command `leasehold extension generate --out DIR` writes them; the copies
 //! committed under `extension/` are checked against this generator by a
 //! test and are never edited by hand.
@@ -98,7 +98,7 @@ pub enum ExtensionError {
 }
 
 /// The version of a migration directory `YYYY-MM-DD-NNNNNN_<what>`: its
-/// digits, as `leasehold::installed_versions` reports it.
+/// digits, as `leasehold::admin::installed_versions` reports it.
 fn version_of(dir: &str) -> String {
     dir.split('_')
         .next()

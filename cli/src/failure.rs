@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::{GuardError, LeaseError, Refusal};
+use leasehold::{error::GuardError, LeaseError, Refusal};
 use leasehold_local::LocalServerError;
 
 use crate::duration;

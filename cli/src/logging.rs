@@ -56,7 +56,7 @@ pub enum LogSetupError {
 /// `LEASEHOLD_LOG` is set to a filter. Call once, before any lease call.
 pub fn install(trace_keys: bool) -> Result<(), LogSetupError> {
     if trace_keys {
-        leasehold::set_trace_keys(leasehold::TraceKeys::Recorded);
+        leasehold::telemetry::set_trace_keys(leasehold::telemetry::TraceKeys::Recorded);
     }
     let Some(filter) = filter_from(std::env::var_os(LOG_VARIABLE))? else {
         return Ok(());

@@ -14,7 +14,10 @@
 use diesel::prelude::*;
 use diesel::sql_types::{Bool, Nullable, Text};
 use diesel::PgConnection;
-use leasehold::{BoundRole, ForcedRelease, GenerationError, NamespaceError, NamespaceRule};
+use leasehold::{
+    admin::{BoundRole, ForcedRelease, NamespaceRule},
+    error::{GenerationError, NamespaceError},
+};
 
 use crate::failure::{report, CliError};
 use crate::json::Json;
@@ -37,7 +40,7 @@ pub fn bind(
     prefix: &str,
     role: &str,
 ) -> Result<(), CliError> {
-    leasehold::bind_namespace(conn, prefix, role)
+    leasehold::admin::bind_namespace(conn, prefix, role)
         .map_err(|error| namespace_failure(conn, BIND, error))?;
     let text = format!(
         "bound prefix {prefix:?} to role {role:?}: from now on only members of {role:?} (and superusers) may act on keys and resources under it, unless a longer bound prefix governs them"
@@ -53,7 +56,7 @@ pub fn bind(
 /// `leasehold namespace unbind PREFIX`. Removing a rule that is not there
 /// is not an error (the state asked for holds), but the text says so.
 pub fn unbind(conn: &mut PgConnection, out: Printer, prefix: &str) -> Result<(), CliError> {
-    let removed = leasehold::unbind_namespace(conn, prefix)
+    let removed = leasehold::admin::unbind_namespace(conn, prefix)
         .map_err(|error| namespace_failure(conn, UNBIND, error))?;
     let text = if removed {
         format!("removed the rule for prefix {prefix:?}; names under it fall to the next longest bound prefix, or to no rule")
@@ -69,8 +72,8 @@ pub fn unbind(conn: &mut PgConnection, out: Printer, prefix: &str) -> Result<(),
 
 /// `leasehold namespace ls`.
 pub fn list(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
-    let rules =
-        leasehold::list_namespaces(conn).map_err(|error| namespace_failure(conn, LIST, error))?;
+    let rules = leasehold::admin::list_namespaces(conn)
+        .map_err(|error| namespace_failure(conn, LIST, error))?;
     let text = if rules.is_empty() {
         "no namespace rules: every role may act on every key and resource".to_owned()
     } else {
@@ -117,7 +120,7 @@ pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result
     if key.is_empty() {
         return Err(CliError::InvalidInput("KEY must not be empty".into()));
     }
-    let counter = match leasehold::force_release(conn, key) {
+    let counter = match leasehold::admin::force_release(conn, key) {
         Ok(counter) => counter,
         Err(error @ leasehold::LeaseError::Database { .. }) => {
             return Err(explain(
@@ -153,7 +156,7 @@ pub fn force_release_epoch(
     key: &str,
     epoch: i64,
 ) -> Result<(), CliError> {
-    let outcome = match leasehold::force_release_epoch(conn, key, epoch) {
+    let outcome = match leasehold::admin::force_release_epoch(conn, key, epoch) {
         Ok(outcome) => outcome,
         Err(error @ leasehold::LeaseError::Database { .. }) => {
             return Err(explain(
@@ -212,7 +215,8 @@ pub fn force_release_epoch(
 
 /// `leasehold generation show`.
 pub fn show_generation(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
-    let now = leasehold::generation(conn).map_err(|error| generation_failure(conn, None, error))?;
+    let now = leasehold::admin::generation(conn)
+        .map_err(|error| generation_failure(conn, None, error))?;
     let text = format!(
         "generation {} (timeline {}): every grant from now on has an epoch of at least {}",
         now.generation,
@@ -228,9 +232,10 @@ pub fn raise_generation(
     out: Printer,
     generation: i64,
 ) -> Result<(), CliError> {
-    leasehold::raise_generation(conn, generation)
+    leasehold::admin::raise_generation(conn, generation)
         .map_err(|error| generation_failure(conn, Some(RAISE_GENERATION), error))?;
-    let now = leasehold::generation(conn).map_err(|error| generation_failure(conn, None, error))?;
+    let now = leasehold::admin::generation(conn)
+        .map_err(|error| generation_failure(conn, None, error))?;
     let text = format!(
         "raised the generation to {}: every grant from now on, of every key, has an epoch of at least {}",
         now.generation,
@@ -239,7 +244,7 @@ pub fn raise_generation(
     Ok(out.emit(&text, &generation_json(now))?)
 }
 
-fn generation_json(now: leasehold::Generation) -> Json {
+fn generation_json(now: leasehold::admin::Generation) -> Json {
     Json::Object(vec![
         ("generation", Json::Int(now.generation)),
         ("timeline", Json::Int(now.timeline)),
@@ -258,7 +263,7 @@ fn generation_failure(
         )),
         GenerationError::TooHigh { requested } => CliError::InvalidInput(format!(
             "GENERATION {requested} is above the highest generation, {}; nothing changed",
-            leasehold::MAX_GENERATION
+            leasehold::admin::MAX_GENERATION
         )),
         GenerationError::InvalidInput { violations } => {
             CliError::InvalidInput(violations.join("; "))

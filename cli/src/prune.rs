@@ -1,6 +1,6 @@
 //! `leasehold prune --idle <duration> [--dry-run]`: the operator removes
 //! the rows of keys nobody uses any more (docs/SPECIFICATION.md §1.8),
-//! through [`leasehold::prune`], batch by batch, each batch committed on its
+//! through [`leasehold::admin::prune`], batch by batch, each batch committed on its
 //! own.
 //!
 //! The prune functions are granted to nobody by default, so a refusal is
@@ -9,7 +9,10 @@
 use std::time::Duration;
 
 use diesel::PgConnection;
-use leasehold::{PruneError, PruneOptions, PruneReport};
+use leasehold::{
+    admin::{PruneOptions, PruneReport},
+    error::PruneError,
+};
 
 use crate::duration;
 use crate::failure::{report, CliError};
@@ -37,7 +40,7 @@ pub fn prune(
         dry_run,
         ..PruneOptions::new(idle)
     };
-    let done = leasehold::prune(conn, &options).map_err(|error| failure(conn, error))?;
+    let done = leasehold::admin::prune(conn, &options).map_err(|error| failure(conn, error))?;
     Ok(out.emit(&text(&done, idle), &json(&done, idle))?)
 }
 

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::PgConnection;
-use leasehold::{Keeper, Lease, LeaseLoss, PreparedStatements, Renewal};
+use leasehold::{hold::LeaseLoss, pool::PreparedStatements, Keeper, Lease, Renewal};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -118,7 +118,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
             )));
         }
     }
-    let keeper = match leasehold::build_pool(url, 2, PreparedStatements::Cached)
+    let keeper = match leasehold::pool::build_pool(url, 2, PreparedStatements::Cached)
         .map_err(CliError::from_lease)
         .and_then(|pool| {
             Keeper::builder(pool, lease.clone())

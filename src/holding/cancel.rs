@@ -1,7 +1,7 @@
 //! Cooperative cancellation shared between threads.
 //!
-//! A blocking wait for a lease ([`crate::LeaseWaiter`]) and a worker loop
-//! ([`crate::run_while_held`]) must be stoppable from another thread, e.g. a
+//! A blocking wait for a lease ([`crate::wait::LeaseWaiter`]) and a worker loop
+//! ([`crate::hold::run_while_held`]) must be stoppable from another thread, e.g. a
 //! shutdown handler. A [`CancelToken`] is a shared flag; cancelling it wakes
 //! every wait that registered with it at once (no polling), and work that
 //! runs under it checks [`CancelToken::is_cancelled`] at its own pace.
@@ -26,7 +26,7 @@ pub(crate) trait Wake: Send + Sync {
 /// A cancellation flag shared by clones: cancel once, seen everywhere.
 ///
 /// ```
-/// use leasehold::CancelToken;
+/// use leasehold::hold::CancelToken;
 /// let token = CancelToken::new();
 /// let for_shutdown = token.clone();
 /// std::thread::spawn(move || for_shutdown.cancel()).join().unwrap();
@@ -98,7 +98,7 @@ impl CancelToken {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// let token = leasehold::CancelToken::new();
+    /// let token = leasehold::hold::CancelToken::new();
     /// assert!(!token.sleep(Duration::from_millis(1)));
     /// token.cancel();
     /// assert!(token.sleep(Duration::from_secs(60)));

@@ -48,7 +48,7 @@
 //! the renew's row lock anyway).
 //!
 //! ```no_run
-//! # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+//! # fn demo(pool: leasehold::pool::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! let keeper = leasehold::Keeper::start(pool, lease)?; // renews for lease.ttl()
 //! while keeper.is_valid() {
@@ -490,7 +490,7 @@ impl Keeper {
     /// A builder to change intervals, margin, or observe events.
     ///
     /// ```no_run
-    /// # fn demo(pool: leasehold::PgPool, lease: leasehold::Lease) -> Result<(), leasehold::KeeperError> {
+    /// # fn demo(pool: leasehold::pool::PgPool, lease: leasehold::Lease) -> Result<(), leasehold::error::KeeperError> {
     /// use std::time::Duration;
     /// let keeper = leasehold::Keeper::builder(pool, lease)
     ///     .ttl(Duration::from_secs(9))

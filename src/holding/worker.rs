@@ -10,7 +10,7 @@
 //!
 //! ```no_run
 //! # fn demo(keeper: leasehold::Keeper) {
-//! use leasehold::{run_while_held, CancelToken, WorkOutcome};
+//! use leasehold::{hold::{run_while_held, CancelToken, WorkOutcome}};
 //! let cancel = CancelToken::new();
 //! let outcome = run_while_held(keeper, &cancel, |ctx| {
 //!     for step in 0..100 {

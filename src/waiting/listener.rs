@@ -107,7 +107,7 @@ pub enum WakeMode {
     /// release wakes its waiters by notification.
     Notifications,
     /// Some or all waiters poll every
-    /// [`crate::LeaseWaiterBuilder::fallback_poll`] (and still wake at the
+    /// [`crate::wait::LeaseWaiterBuilder::fallback_poll`] (and still wake at the
     /// holder's expiry). Waiting works; it is slower and costs a query per
     /// poll.
     Polling(PollingReason),
@@ -124,7 +124,7 @@ pub enum PollingReason {
     /// (or a session holds the key's advisory lock); the listener keeps
     /// retrying.
     RegistrationBusy,
-    /// The listener session holds [`crate::WAITER_LIMIT`] registrations
+    /// The listener session holds [`crate::wait::WAITER_LIMIT`] registrations
     /// already (SQLSTATE 22023, constraint `lease_waiter_limit`).
     WaiterLimit,
     /// The key's namespace is bound to a role the application's role is
@@ -133,7 +133,7 @@ pub enum PollingReason {
     NamespaceDenied,
     /// The listener's session does not receive notifications: a
     /// notification sent from another session at its start never arrived
-    /// (see [`crate::LeaseWaiter::ensure_listening`]). This is what a
+    /// (see [`crate::wait::LeaseWaiter::ensure_listening`]). This is what a
     /// listen URL through a transaction-mode pooler (PgBouncer
     /// `pool_mode = transaction`) does: `LISTEN` appears to succeed, but
     /// the server session that ran it goes back to the pool. Give the

@@ -32,7 +32,7 @@
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leasehold::{LeaseWaiter, Wait, WaitError};
+//! use leasehold::{wait::{LeaseWaiter, Wait}, error::WaitError};
 //! let waiter = LeaseWaiter::connect("postgres://localhost/app", 4)?;
 //! match waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5))) {
 //!     Ok(lease) => println!("got epoch {}", lease.epoch()),
@@ -295,12 +295,12 @@ impl LeaseWaiter {
     /// soon as `cancel` is cancelled from any thread.
     ///
     /// ```no_run
-    /// # fn demo(waiter: leasehold::LeaseWaiter) {
+    /// # fn demo(waiter: leasehold::wait::LeaseWaiter) {
     /// use std::time::Duration;
-    /// let cancel = leasehold::CancelToken::new();
+    /// let cancel = leasehold::hold::CancelToken::new();
     /// let stopper = cancel.clone();
     /// std::thread::spawn(move || { std::thread::sleep(Duration::from_secs(1)); stopper.cancel() });
-    /// let result = waiter.acquire_cancellable("job-42", "w1", Duration::from_secs(30), leasehold::Wait::UntilCancelled, &cancel);
+    /// let result = waiter.acquire_cancellable("job-42", "w1", Duration::from_secs(30), leasehold::wait::Wait::UntilCancelled, &cancel);
     /// # let _ = result; }
     /// ```
     pub fn acquire_cancellable(

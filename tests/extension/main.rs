@@ -16,7 +16,12 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use leasehold::{acquire, admit, install, release, FencingToken, GuardError, InstallError};
+use leasehold::{
+    acquire,
+    error::{GuardError, InstallError},
+    guard::admit,
+    install, release, FencingToken,
+};
 use leasehold_local::LocalPostgres;
 
 mod privileges;
@@ -387,8 +392,8 @@ fn seed(conn: &mut PgConnection) {
         .granted()
         .unwrap();
     admit(conn, "res-b", &b.token()).unwrap();
-    leasehold::fence(conn, "res-c", "job-b", b.epoch()).unwrap();
-    let joined = leasehold::join_group(conn, "w1", &[("job-b", b.epoch())], TTL).unwrap();
+    leasehold::guard::fence(conn, "res-c", "job-b", b.epoch()).unwrap();
+    let joined = leasehold::batch::join_group(conn, "w1", &[("job-b", b.epoch())], TTL).unwrap();
     assert!(joined.group.is_some());
 }
 
@@ -445,12 +450,12 @@ fn seed_checks(conn: &mut PgConnection) {
     let group: i64 = rows(conn, "SELECT id::text AS t FROM lease.groups")[0]
         .parse()
         .unwrap();
-    let group = leasehold::GroupId::from_raw(group);
+    let group = leasehold::batch::GroupId::from_raw(group);
     assert!(matches!(
-        leasehold::renew_group(conn, group, "w1", TTL).unwrap(),
-        leasehold::GroupRenewal::Renewed { members: 1, .. }
+        leasehold::batch::renew_group(conn, group, "w1", TTL).unwrap(),
+        leasehold::batch::GroupRenewal::Renewed { members: 1, .. }
     ));
-    let joined = leasehold::join_group(conn, "w3", &[("job-a", next.epoch())], TTL).unwrap();
+    let joined = leasehold::batch::join_group(conn, "w3", &[("job-a", next.epoch())], TTL).unwrap();
     assert!(joined.group.is_some_and(|new| new != group));
 }
 
@@ -697,7 +702,7 @@ fn install_refuses_a_database_with_the_extension() {
         other => panic!("expected ExtensionInstalled, got {other:?}"),
     }
     assert!(matches!(
-        leasehold::uninstall(&mut c),
+        leasehold::admin::uninstall(&mut c),
         Err(InstallError::ExtensionInstalled { .. })
     ));
     assert_eq!(

@@ -19,8 +19,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
-    acquire, admit, force_release, generation, inspect, raise_generation, release, Acquisition,
-    GenerationError, GuardError, Lease, LeaseState, Release, MAX_GENERATION,
+    acquire,
+    admin::{force_release, generation, raise_generation, MAX_GENERATION},
+    error::{GenerationError, GuardError},
+    guard::admit,
+    inspect, release, Acquisition, Lease, LeaseState, Release,
 };
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
@@ -541,14 +544,14 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     release_ok(&mut old, &first);
     // Prune until the key and its record are gone: the first prune records
     // the FREE key, a prune 1 ms later (server clock) removes it.
-    let options = leasehold::PruneOptions::new(Duration::from_millis(1));
-    leasehold::prune(&mut old, &options).expect("first prune");
+    let options = leasehold::admin::PruneOptions::new(Duration::from_millis(1));
+    leasehold::admin::prune(&mut old, &options).expect("first prune");
     let seen = leasehold_test_support::server_now(&mut old);
     leasehold_test_support::wait_until_server_time_passes(
         &mut old,
         seen + chrono::Duration::milliseconds(1),
     );
-    let report = leasehold::prune(&mut old, &options).expect("second prune");
+    let report = leasehold::admin::prune(&mut old, &options).expect("second prune");
     assert_eq!(
         (report.keys_pruned, report.guards_pruned),
         (1, 1),

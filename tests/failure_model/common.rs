@@ -9,11 +9,12 @@ pub use chrono::{DateTime, Utc};
 pub use diesel::connection::SimpleConnection;
 pub use diesel::prelude::*;
 pub use diesel::sql_types::Text;
+pub use leasehold::guard::{run_fenced, Check};
 pub use leasehold::{
-    acquire, acquire_waiting, inspect, release, renew, Acquisition, FencedError, GuardError, Lease,
-    LeaseError, LeaseState, Refusal, Release, Renewal,
+    acquire, acquire_waiting,
+    error::{FencedError, GuardError},
+    inspect, release, renew, Acquisition, Lease, LeaseError, LeaseState, Refusal, Release, Renewal,
 };
-pub use leasehold::{run_fenced, Check};
 pub use leasehold_local::{LocalPostgres, StopMode};
 pub use leasehold_test_support::{
     query_bool, query_lines, server_now, wait_until_server_time_passes,

@@ -20,8 +20,11 @@ use std::time::Instant;
 
 use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
-    CancelToken, Keeper, KeeperError, KeeperEvent, LeaseClient, LeaseLoss, LeaseWaiter, Operation,
-    PgPool, Wait, WaitError, LISTENER_APPLICATION_NAME,
+    error::{KeeperError, Operation, WaitError},
+    hold::{CancelToken, KeeperEvent, LeaseLoss},
+    pool::PgPool,
+    wait::{LeaseWaiter, Wait, LISTENER_APPLICATION_NAME},
+    Keeper, LeaseClient,
 };
 
 use crate::common::*;
@@ -388,7 +391,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     );
     assert_eq!(inspect(&mut conn, "free").unwrap(), None);
 
-    let error = leasehold::admit(&mut conn, "r", &held.token()).unwrap_err();
+    let error = leasehold::guard::admit(&mut conn, "r", &held.token()).unwrap_err();
     assert!(
         matches!(
             error,

@@ -19,7 +19,7 @@ fn terminated_backend_during_a_blocking_acquire_reports_outcome_unknown_and_chan
     ));
     let error = waiter.join().unwrap().unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::Operation::Acquire, key, .. } if key == "k"),
+        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::error::Operation::Acquire, key, .. } if key == "k"),
         "{error:?}"
     );
     // Resolution: the re-read shows the holder unchanged.
@@ -55,7 +55,7 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
     proxy.drop_next_answer();
     let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
     assert!(
-        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::Operation::Acquire, key, .. } if key == "k"),
+        matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::error::Operation::Acquire, key, .. } if key == "k"),
         "{error:?}"
     );
     assert!(proxy.answer_was_dropped(), "the proxy never saw the answer");
@@ -86,7 +86,7 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: leasehold::Operation::Acquire,
+                operation: leasehold::error::Operation::Acquire,
                 ..
             }
         ),
@@ -111,7 +111,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: leasehold::Operation::Renew,
+                operation: leasehold::error::Operation::Renew,
                 ..
             }
         ),
@@ -129,7 +129,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         matches!(
             &error,
             LeaseError::OutcomeUnknown {
-                operation: leasehold::Operation::Release,
+                operation: leasehold::error::Operation::Release,
                 ..
             }
         ),

@@ -20,8 +20,9 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{
-    run_fenced, Acquisition, Check, FencedError, GuardError, LeaseError, LeaseState, Release,
-    Renewal,
+    error::{FencedError, GuardError},
+    guard::{run_fenced, Check},
+    Acquisition, LeaseError, LeaseState, Release, Renewal,
 };
 use leasehold_test_support::nemesis::history::Event;
 use leasehold_test_support::nemesis::run::Rng;

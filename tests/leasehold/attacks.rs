@@ -10,9 +10,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire, acquire_waiting, admit, admit_held, check_held, fence, inspect, inspect_guard,
-    release, renew, renew_and_admit, Acquisition, FencingToken, GuardError, GuardRecord,
-    LeaseError, LeaseState, Refusal, Release, Renewal, LOCK_WAIT_BOUND,
+    acquire, acquire_waiting,
+    error::{GuardError, LOCK_WAIT_BOUND},
+    guard::{admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, GuardRecord},
+    inspect, release, renew, Acquisition, FencingToken, LeaseError, LeaseState, Refusal, Release,
+    Renewal,
 };
 use leasehold_test_support::Deployment;
 

@@ -13,11 +13,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, PgConnection, RunQueryDsl};
+use leasehold::guard::{admit, admit_held, renew_and_admit};
 use leasehold::{
-    acquire, acquire_waiting, inspect, release, renew, Acquisition, FencingToken, GuardError,
-    LeaseError, LeaseState, Refusal, Release, Renewal,
+    acquire, acquire_waiting, error::GuardError, inspect, release, renew, Acquisition,
+    FencingToken, LeaseError, LeaseState, Refusal, Release, Renewal,
 };
-use leasehold::{admit, admit_held, renew_and_admit};
 
 use crate::common::*;
 
@@ -710,7 +710,7 @@ fn same_owner_acquire_and_renew_do_not_wait_for_the_holders_open_lease_checked_t
     let (mut again, _) = session(&db);
     let lease = granted(acquire(&mut holding, "k", "a", TTL).unwrap());
     holding.batch_execute("BEGIN").unwrap();
-    leasehold::check_held(&mut holding, &lease.token()).unwrap();
+    leasehold::guard::check_held(&mut holding, &lease.token()).unwrap();
     again.batch_execute("SET lock_timeout = '10s'").unwrap();
     let same = granted(acquire(&mut again, "k", "a", TTL).unwrap());
     assert_eq!(
@@ -813,9 +813,9 @@ fn force_release_races_a_regrant(by_epoch: bool) {
     );
     let racer = in_thread(operator, move |c| {
         if by_epoch {
-            leasehold::force_release_epoch(c, "k", 1).map(|forced| format!("{forced:?}"))
+            leasehold::admin::force_release_epoch(c, "k", 1).map(|forced| format!("{forced:?}"))
         } else {
-            leasehold::force_release(c, "k").map(|counter| format!("{counter:?}"))
+            leasehold::admin::force_release(c, "k").map(|counter| format!("{counter:?}"))
         }
     });
     wait_until_blocked_on_lock(&mut observer, pid);

@@ -12,10 +12,13 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
-    acquire, bind_namespace, check_held, force_release, inspect, join_group, prune, release,
-    release_many, renew, renew_group, renew_many, Acquisition, GroupId, GroupJoin, GroupRenewal,
-    KeeperSet, KeeperSetEvent, Lease, LeaseError, LeaseState, Operation, PruneOptions, Refusal,
-    Renewal,
+    acquire,
+    admin::{bind_namespace, force_release, prune, PruneOptions},
+    batch::{join_group, release_many, renew_group, renew_many, GroupId, GroupJoin, GroupRenewal},
+    error::Operation,
+    guard::check_held,
+    hold::{KeeperSet, KeeperSetEvent},
+    inspect, release, renew, Acquisition, Lease, LeaseError, LeaseState, Refusal, Renewal,
 };
 use leasehold_test_support::Deployment;
 

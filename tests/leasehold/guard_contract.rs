@@ -5,7 +5,10 @@
 use std::sync::Mutex;
 
 use leasehold::guard::DatabaseGuard;
-use leasehold::{FencingToken, LeaseState, PgPool, PreparedStatements, Release};
+use leasehold::{
+    pool::{PgPool, PreparedStatements},
+    FencingToken, LeaseState, Release,
+};
 use leasehold_test_support::guard_conformance::Harness;
 
 use crate::common::*;
@@ -21,7 +24,7 @@ struct Database {
 impl Database {
     fn new() -> Self {
         let db = TestDb::new();
-        let pool = leasehold::build_pool(&db.url, 8, PreparedStatements::Cached).unwrap();
+        let pool = leasehold::pool::build_pool(&db.url, 8, PreparedStatements::Cached).unwrap();
         Database {
             db,
             pool,

@@ -19,8 +19,11 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
-    run_while_held, CancelToken, Keeper, KeeperEvent, LeaseLoss, LeaseState, LeaseWaiter, PgPool,
-    Refusal, Release, Wait, WaitError, WorkOutcome,
+    error::WaitError,
+    hold::{run_while_held, CancelToken, KeeperEvent, LeaseLoss, WorkOutcome},
+    pool::PgPool,
+    wait::{LeaseWaiter, Wait},
+    Keeper, LeaseState, Refusal, Release,
 };
 use leasehold_local::{LocalPostgres, StopMode};
 
@@ -333,8 +336,8 @@ fn waiter_functions_are_security_definer_and_touch_only_the_callers_rows() {
 }
 
 fn events(
-    builder: leasehold::KeeperBuilder,
-) -> (leasehold::KeeperBuilder, mpsc::Receiver<KeeperEvent>) {
+    builder: leasehold::hold::KeeperBuilder,
+) -> (leasehold::hold::KeeperBuilder, mpsc::Receiver<KeeperEvent>) {
     let (tx, rx) = mpsc::channel();
     let builder = builder.on_event(move |event| {
         let _ = tx.send(event.clone());

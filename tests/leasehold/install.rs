@@ -6,7 +6,11 @@ use std::sync::{Arc, Barrier};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
-use leasehold::{acquire, install, installed_versions, uninstall};
+use leasehold::{
+    acquire,
+    admin::{installed_versions, uninstall},
+    install,
+};
 
 use crate::common::*;
 
@@ -111,11 +115,13 @@ fn install_leaves_the_applications_own_diesel_migrations_intact() {
 fn vendored_migrations_run_under_diesels_own_harness() {
     let db = TestDb::empty();
     let mut conn = db.conn();
-    conn.run_pending_migrations(leasehold::MIGRATIONS).unwrap();
+    conn.run_pending_migrations(leasehold::admin::MIGRATIONS)
+        .unwrap();
     let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
     assert_eq!(lease.epoch(), 1);
     // down.sql removes everything again.
-    conn.revert_all_migrations(leasehold::MIGRATIONS).unwrap();
+    conn.revert_all_migrations(leasehold::admin::MIGRATIONS)
+        .unwrap();
     assert!(!query_bool(
         &mut conn,
         "SELECT to_regnamespace('lease') IS NOT NULL AS flag"
@@ -189,7 +195,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
     // Typed, naming the role and the database, and saying what to do, in
     // the message itself (not only in a source behind it).
     match &error {
-        leasehold::InstallError::NotPermitted {
+        leasehold::error::InstallError::NotPermitted {
             role: named,
             database,
         } => {
@@ -293,9 +299,9 @@ fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
         "{error:?}"
     );
     let token = leasehold::FencingToken::new("k", "o", 1).expect("token");
-    let error = leasehold::admit(&mut conn, "r", &token).unwrap_err();
+    let error = leasehold::guard::admit(&mut conn, "r", &token).unwrap_err();
     assert!(
-        matches!(error, leasehold::GuardError::NotInstalled { .. }),
+        matches!(error, leasehold::error::GuardError::NotInstalled { .. }),
         "{error:?}"
     );
     assert!(error.to_string().contains("not installed"), "{error}");

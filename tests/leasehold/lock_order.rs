@@ -35,9 +35,10 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire, acquire_waiting, admit, admit_held, check_held, fence, inspect, inspect_guard,
-    release, renew, renew_and_admit, Acquisition, FencingToken, GuardError, LeaseError, LeaseState,
-    Release, Renewal,
+    acquire, acquire_waiting,
+    error::GuardError,
+    guard::{admit, admit_held, check_held, fence, inspect_guard, renew_and_admit},
+    inspect, release, renew, Acquisition, FencingToken, LeaseError, LeaseState, Release, Renewal,
 };
 
 use crate::common::*;

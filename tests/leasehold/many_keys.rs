@@ -16,9 +16,12 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use leasehold::{
-    acquire, bind_namespace, force_release, inspect, release, release_many, renew, renew_many,
-    KeeperError, KeeperSet, KeeperSetEvent, LeaseError, LeaseLoss, LeaseState, Operation, Refusal,
-    Release, Renewal, MAX_KEYS_PER_CALL,
+    acquire,
+    admin::{bind_namespace, force_release},
+    batch::{release_many, renew_many, MAX_KEYS_PER_CALL},
+    error::{KeeperError, Operation},
+    hold::{KeeperSet, KeeperSetEvent, LeaseLoss},
+    inspect, release, renew, LeaseError, LeaseState, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 

@@ -14,10 +14,16 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
-    acquire, admit, admit_held, bind_namespace, check_held, force_release, force_release_epoch,
-    inspect, inspect_guard, list_namespaces, release, renew, renew_and_admit, unbind_namespace,
-    BoundRole, ForcedRelease, GuardError, LeaseError, LeaseState, LeaseWaiter, NamespaceError,
-    Operation, Refusal, Release, Renewal,
+    acquire,
+    admin::{
+        bind_namespace, force_release, force_release_epoch, list_namespaces, unbind_namespace,
+        BoundRole, ForcedRelease,
+    },
+    error::{GuardError, NamespaceError, Operation},
+    guard::{admit, admit_held, check_held, inspect_guard, renew_and_admit},
+    inspect, release, renew,
+    wait::LeaseWaiter,
+    LeaseError, LeaseState, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -246,7 +252,10 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(leasehold::fence(&mut operator, "r", "k", 2).unwrap(), 3);
+    assert_eq!(
+        leasehold::guard::fence(&mut operator, "r", "k", 2).unwrap(),
+        3
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -538,7 +547,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
             .unwrap();
         let waiter = LeaseWaiter::builder(pool, &deployment.url_as(role)).build();
         match waiter.acquire("billing/k", role, TTL, Duration::from_secs(5)) {
-            Err(leasehold::WaitError::Lease(error)) => {
+            Err(leasehold::error::WaitError::Lease(error)) => {
                 assert_lease_forbidden::<()>(Err(error), Operation::Acquire, "billing/k", role)
             }
             other => panic!("waiter of {role}: expected Forbidden, got {other:?}"),

@@ -78,10 +78,14 @@ fn connecting_to_a_database_that_refuses_says_why_at_once() {
     let url = TestServer::from_env().url_for("leasehold_no_such_database");
     for (what, result) in [
         ("client", LeaseClient::connect(&url, 2).map(drop)),
-        ("waiter", leasehold::LeaseWaiter::connect(&url, 2).map(drop)),
+        (
+            "waiter",
+            leasehold::wait::LeaseWaiter::connect(&url, 2).map(drop),
+        ),
         (
             "pool",
-            leasehold::build_pool(&url, 2, leasehold::PreparedStatements::Cached).map(drop),
+            leasehold::pool::build_pool(&url, 2, leasehold::pool::PreparedStatements::Cached)
+                .map(drop),
         ),
     ] {
         let error = result.expect_err(what);
@@ -110,10 +114,11 @@ fn connecting_to_a_server_that_never_answers_fails_within_the_connect_timeout() 
     let ways: [(&str, Connect); 3] = [
         ("client", |url| LeaseClient::connect(url, 2).map(drop)),
         ("waiter", |url| {
-            leasehold::LeaseWaiter::connect(url, 2).map(drop)
+            leasehold::wait::LeaseWaiter::connect(url, 2).map(drop)
         }),
         ("pool", |url| {
-            leasehold::build_pool(url, 2, leasehold::PreparedStatements::Cached).map(drop)
+            leasehold::pool::build_pool(url, 2, leasehold::pool::PreparedStatements::Cached)
+                .map(drop)
         }),
     ];
     for (what, connect) in ways {

@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 use diesel::connection::{CacheSize, SimpleConnection};
 use diesel::prelude::*;
 use leasehold::{
-    Check, LeaseClient, LeaseError, LeaseState, LeaseWaiter, PollingReason, PreparedStatements,
-    Release, Renewal, Wait, WaitError, WakeMode,
+    error::WaitError,
+    guard::Check,
+    pool::PreparedStatements,
+    wait::{LeaseWaiter, PollingReason, Wait, WakeMode},
+    LeaseClient, LeaseError, LeaseState, Release, Renewal,
 };
 use leasehold_test_support::{PgBouncer, PoolMode};
 
@@ -154,7 +157,7 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
         matches!(&state, LeaseState::Held { owner, .. } if owner == "a"),
         "{state:?}"
     );
-    leasehold::run_fenced(&mut b, "free-r", &lease.token(), Check::Token, |c| {
+    leasehold::guard::run_fenced(&mut b, "free-r", &lease.token(), Check::Token, |c| {
         write(c, "a", lease.epoch())
     })
     .unwrap();
@@ -211,7 +214,7 @@ fn transaction_mode_with_cached_statements_fails_with_a_named_error() {
 fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
     let (_db, _bouncer, url) = bouncer(PoolMode::Transaction, 4);
     let waiter = LeaseWaiter::builder(
-        leasehold::build_pool(&url, 2, PreparedStatements::Uncached).unwrap(),
+        leasehold::pool::build_pool(&url, 2, PreparedStatements::Uncached).unwrap(),
         &url,
     )
     .fallback_poll(Duration::from_millis(20))

@@ -10,8 +10,11 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire, admit, inspect, inspect_guard, prune, raise_generation, release, FencingToken,
-    GuardError, LeaseState, PruneError, PruneOptions, PruneReport,
+    acquire,
+    admin::{prune, raise_generation, PruneOptions, PruneReport},
+    error::{GuardError, PruneError},
+    guard::{admit, inspect_guard},
+    inspect, release, FencingToken, LeaseState,
 };
 use leasehold_test_support::Deployment;
 
@@ -478,7 +481,7 @@ fn the_watermark_and_a_raised_generation_compose() {
     // that only the counters (pruned or not) can order the new lineage.
     conn.batch_execute("UPDATE lease.lineage SET system_identifier = 1, external_floor = 0")
         .unwrap();
-    let generation = leasehold::generation(&mut conn).unwrap().generation;
+    let generation = leasehold::admin::generation(&mut conn).unwrap().generation;
     assert_eq!(
         generation, 6,
         "one above generation 5 of pruned counter {fifth}"

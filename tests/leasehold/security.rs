@@ -4,8 +4,8 @@
 use diesel::connection::SimpleConnection;
 use diesel_migrations::MigrationHarness;
 use leasehold::{
-    acquire, inspect, install, installed_versions, release, renew, Acquisition, InstallError,
-    LeaseState, Release, Renewal,
+    acquire, admin::installed_versions, error::InstallError, inspect, install, release, renew,
+    Acquisition, LeaseState, Release, Renewal,
 };
 
 use crate::common::*;
@@ -259,7 +259,9 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
     assert!(info.message().contains(&squatter), "{}", info.message());
 
     // diesel's own harness with the vendored migrations.
-    assert!(conn.run_pending_migrations(leasehold::MIGRATIONS).is_err());
+    assert!(conn
+        .run_pending_migrations(leasehold::admin::MIGRATIONS)
+        .is_err());
 
     assert_eq!(objects_in_lease(&mut admin), Vec::<String>::new());
     assert_eq!(

@@ -393,7 +393,7 @@ impl WaitingCall {
             ),
             Self::Release => matches!(release(conn, "k", "a", epoch).unwrap(), Release::Refused(_)),
             Self::RenewMany => {
-                let answers = leasehold::renew_many(conn, "a", &batch, TTL).unwrap();
+                let answers = leasehold::batch::renew_many(conn, "a", &batch, TTL).unwrap();
                 assert!(
                     matches!(answers[1].renewal, Renewal::Renewed { .. }),
                     "{self:?}: the other key is renewed: {answers:?}"
@@ -401,7 +401,7 @@ impl WaitingCall {
                 matches!(answers[0].renewal, Renewal::Refused(_))
             }
             Self::ReleaseMany => {
-                let answers = leasehold::release_many(conn, "a", &batch).unwrap();
+                let answers = leasehold::batch::release_many(conn, "a", &batch).unwrap();
                 assert_eq!(
                     answers[1].release,
                     Release::Released,

@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::{acquire, inspect, FencedError, FencingToken, GuardError, LeaseState, Refusal};
-use leasehold::{
+use leasehold::guard::{
     admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
     GuardRecord,
+};
+use leasehold::{
+    acquire,
+    error::{FencedError, GuardError},
+    inspect, FencingToken, LeaseState, Refusal,
 };
 
 use crate::common::*;

@@ -660,7 +660,7 @@ fn every_public_function_answers_an_outsider_alike_for_a_held_and_a_free_governe
     let mut app = deployment.conn_as(&deployment.app);
     let held = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
     assert_eq!(held.epoch(), 1, "the statements present epoch 1");
-    leasehold::admit(&mut app, HELD, &held.token()).unwrap();
+    leasehold::guard::admit(&mut app, HELD, &held.token()).unwrap();
     hold_and_release(&mut app, FREE, "app-1");
     for key in [HELD, FREE] {
         query_lines(
@@ -1126,7 +1126,7 @@ fn the_guard_table_refuses_impossible_rows_by_named_check_constraints() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(acquire(&mut app, "c/held", "app-1", TTL).unwrap());
-    leasehold::admit(&mut app, "c/res", &lease.token()).unwrap();
+    leasehold::guard::admit(&mut app, "c/res", &lease.token()).unwrap();
     let cases: Vec<(&str, String)> = vec![
         (
             "lease_epoch_positive",

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
-use leasehold::bind_namespace;
+use leasehold::admin::bind_namespace;
 use leasehold_test_support::Deployment;
 
 use crate::common::*;

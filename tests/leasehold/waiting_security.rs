@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use leasehold::{LeaseWaiter, ListenerStatus, PollingReason, WakeMode, WAITER_LIMIT};
+use leasehold::wait::{LeaseWaiter, ListenerStatus, PollingReason, WakeMode, WAITER_LIMIT};
 use leasehold_test_support::Deployment;
 
 use crate::common::*;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use leasehold::{Acquisition, KeeperSet, PruneOptions};
+use leasehold::{admin::PruneOptions, hold::KeeperSet, Acquisition};
 use leasehold_test_support::TestDb;
 
 use crate::{exclusive, wait_for};
@@ -48,40 +48,40 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
     let b = granted(leasehold::acquire(&mut conn, "b", "w", TTL).expect("acquire"));
     let grants = [(a.key(), a.epoch()), (b.key(), b.epoch())];
 
-    leasehold::renew_many(&mut conn, "w", &grants, TTL).expect("renew_many");
+    leasehold::batch::renew_many(&mut conn, "w", &grants, TTL).expect("renew_many");
     let stale = [(a.key(), a.epoch()), (b.key(), b.epoch() + 5)];
-    leasehold::renew_many(&mut conn, "w", &stale, TTL).expect("renew_many, one stale");
-    let joined = leasehold::join_group(&mut conn, "w", &grants, TTL).expect("join_group");
+    leasehold::batch::renew_many(&mut conn, "w", &stale, TTL).expect("renew_many, one stale");
+    let joined = leasehold::batch::join_group(&mut conn, "w", &grants, TTL).expect("join_group");
     let group = joined.group.expect("a group");
     assert!(matches!(
-        leasehold::renew_group(&mut conn, group, "w", TTL).expect("renew_group"),
-        leasehold::GroupRenewal::Renewed { .. }
+        leasehold::batch::renew_group(&mut conn, group, "w", TTL).expect("renew_group"),
+        leasehold::batch::GroupRenewal::Renewed { .. }
     ));
     assert!(matches!(
-        leasehold::renew_group(&mut conn, group, "someone-else", TTL)
+        leasehold::batch::renew_group(&mut conn, group, "someone-else", TTL)
             .expect("renew_group, refused"),
-        leasehold::GroupRenewal::Refused(_)
+        leasehold::batch::GroupRenewal::Refused(_)
     ));
-    leasehold::release_many(&mut conn, "w", &grants).expect("release_many");
+    leasehold::batch::release_many(&mut conn, "w", &grants).expect("release_many");
 
-    leasehold::bind_namespace(&mut conn, "team/", &me).expect("bind");
-    leasehold::list_namespaces(&mut conn).expect("list");
-    assert!(leasehold::unbind_namespace(&mut conn, "team/").expect("unbind"));
-    assert!(!leasehold::unbind_namespace(&mut conn, "team/").expect("unbind again"));
-    leasehold::bind_namespace(&mut conn, "", &me).expect_err("an empty prefix");
+    leasehold::admin::bind_namespace(&mut conn, "team/", &me).expect("bind");
+    leasehold::admin::list_namespaces(&mut conn).expect("list");
+    assert!(leasehold::admin::unbind_namespace(&mut conn, "team/").expect("unbind"));
+    assert!(!leasehold::admin::unbind_namespace(&mut conn, "team/").expect("unbind again"));
+    leasehold::admin::bind_namespace(&mut conn, "", &me).expect_err("an empty prefix");
 
     assert_eq!(
-        leasehold::force_release(&mut conn, "never").expect("force"),
+        leasehold::admin::force_release(&mut conn, "never").expect("force"),
         None
     );
     let c = granted(leasehold::acquire(&mut conn, "c", "w", TTL).expect("acquire"));
-    leasehold::force_release_epoch(&mut conn, c.key(), c.epoch()).expect("force epoch");
-    let now = leasehold::generation(&mut conn).expect("generation");
-    leasehold::raise_generation(&mut conn, now.generation + 1).expect("raise");
-    leasehold::raise_generation(&mut conn, now.generation + 1).expect_err("not above");
+    leasehold::admin::force_release_epoch(&mut conn, c.key(), c.epoch()).expect("force epoch");
+    let now = leasehold::admin::generation(&mut conn).expect("generation");
+    leasehold::admin::raise_generation(&mut conn, now.generation + 1).expect("raise");
+    leasehold::admin::raise_generation(&mut conn, now.generation + 1).expect_err("not above");
     let mut options = PruneOptions::new(Duration::from_secs(3600));
     options.dry_run = true;
-    leasehold::prune(&mut conn, &options).expect("prune");
+    leasehold::admin::prune(&mut conn, &options).expect("prune");
 
     let expected: BTreeMap<String, u64> = [
         ("acquire,outcome=granted", 3),

@@ -43,7 +43,7 @@ pub fn exclusive() -> (MutexGuard<'static, ()>, &'static Installed) {
     });
     installed.metrics.clear();
     installed.spans.clear();
-    leasehold::set_trace_keys(leasehold::TraceKeys::Hidden);
+    leasehold::telemetry::set_trace_keys(leasehold::telemetry::TraceKeys::Hidden);
     (guard, installed)
 }
 

@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{
-    Acquisition, Check, FencedError, GuardError, Keeper, KeeperEvent, KeeperSet, LeaseClient,
-    LeaseLoss, LeaseWaiter, Refusal, Release, Wait,
+    error::{FencedError, GuardError},
+    guard::Check,
+    hold::{KeeperEvent, KeeperSet, LeaseLoss},
+    wait::{LeaseWaiter, Wait},
+    Acquisition, Keeper, LeaseClient, Refusal, Release,
 };
 use leasehold_test_support::TestDb;
 
@@ -264,7 +267,7 @@ fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
 #[test]
 fn describing_names_every_metric_with_help_text() {
     let (_serial, installed) = exclusive();
-    leasehold::describe_metrics();
+    leasehold::telemetry::describe_metrics();
     let described = installed.metrics.described();
     let names: Vec<&str> = described.keys().map(String::as_str).collect();
     assert_eq!(

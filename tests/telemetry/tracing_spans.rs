@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use diesel::PgConnection;
 use leasehold::{
-    Acquisition, Check, FencedError, FencingToken, GuardError, Keeper, Lease, LeaseError,
-    LeaseWaiter, Refusal, Release, TraceKeys, Wait,
+    error::{FencedError, GuardError},
+    guard::Check,
+    telemetry::TraceKeys,
+    wait::{LeaseWaiter, Wait},
+    Acquisition, FencingToken, Keeper, Lease, LeaseError, Refusal, Release,
 };
 use leasehold_test_support::TestDb;
 use tracing::Level;
@@ -27,7 +30,7 @@ fn granted(acquisition: Acquisition) -> Lease {
 
 /// A fenced write of nothing to [`RESOURCE`].
 fn write(conn: &mut PgConnection, token: &FencingToken) -> Result<(), FencedError<Infallible>> {
-    leasehold::run_fenced(conn, RESOURCE, token, Check::Token, |_| Ok(()))
+    leasehold::guard::run_fenced(conn, RESOURCE, token, Check::Token, |_| Ok(()))
 }
 
 fn the_span<'a>(spans: &'a [Captured], name: &str, operation: &str) -> &'a Captured {
@@ -48,14 +51,14 @@ struct KeysRecorded;
 
 impl KeysRecorded {
     fn on() -> KeysRecorded {
-        leasehold::set_trace_keys(TraceKeys::Recorded);
+        leasehold::telemetry::set_trace_keys(TraceKeys::Recorded);
         KeysRecorded
     }
 }
 
 impl Drop for KeysRecorded {
     fn drop(&mut self) {
-        leasehold::set_trace_keys(TraceKeys::Hidden);
+        leasehold::telemetry::set_trace_keys(TraceKeys::Hidden);
     }
 }
 
@@ -63,7 +66,7 @@ impl Drop for KeysRecorded {
 fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     let (_serial, installed) = exclusive();
     let capture = &installed.spans;
-    assert_eq!(leasehold::trace_keys(), TraceKeys::Hidden);
+    assert_eq!(leasehold::telemetry::trace_keys(), TraceKeys::Hidden);
     let db = TestDb::new();
     let mut conn = db.conn();
 

@@ -18,8 +18,13 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::PgConnection;
-use leasehold::{run_fenced, Check, FencedError};
-use leasehold::{Acquisition, FencingToken, GuardError, Lease, LeaseState, Release, Renewal};
+use leasehold::{
+    error::FencedError,
+    guard::{run_fenced, Check},
+};
+use leasehold::{
+    error::GuardError, Acquisition, FencingToken, Lease, LeaseState, Release, Renewal,
+};
 
 use super::timeline::Timeline;
 use super::{KEY, RESOURCE, TTL};

@@ -127,14 +127,15 @@ struct VersionRow {
 
 /// The versions this binary embeds, oldest first.
 fn embedded_versions() -> Vec<String> {
-    let mut versions: Vec<String> = MigrationSource::<Pg>::migrations(&leasehold::MIGRATIONS)
-        .map(|migrations| {
-            migrations
-                .iter()
-                .map(|migration| migration.name().version().to_string())
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut versions: Vec<String> =
+        MigrationSource::<Pg>::migrations(&leasehold::admin::MIGRATIONS)
+            .map(|migrations| {
+                migrations
+                    .iter()
+                    .map(|migration| migration.name().version().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
     versions.sort();
     versions
 }

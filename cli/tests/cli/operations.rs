@@ -1,6 +1,6 @@
 //! The successful path of every one-shot subcommand, in text and JSON.
 
-use leasehold::GuardError;
+use leasehold::error::GuardError;
 
 use crate::support::{command, time_of, Db};
 
@@ -165,7 +165,7 @@ fn fence_raises_the_guard_floor() {
 
     let mut conn = db.conn();
     let stale = leasehold::FencingToken::new("job-4", "worker-a", 3).unwrap();
-    match leasehold::admit(&mut conn, "reports", &stale) {
+    match leasehold::guard::admit(&mut conn, "reports", &stale) {
         Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }
@@ -212,7 +212,7 @@ fn installers_in_separate_processes_started_together_all_succeed_once() {
     );
     let reference = Db::installed();
     assert_eq!(
-        leasehold::installed_versions(&mut db.conn()).unwrap(),
-        leasehold::installed_versions(&mut reference.conn()).unwrap()
+        leasehold::admin::installed_versions(&mut db.conn()).unwrap(),
+        leasehold::admin::installed_versions(&mut reference.conn()).unwrap()
     );
 }

@@ -169,7 +169,7 @@ while :; do sleep 0.02; done
     // The job's own guarded write while it holds the lease is admitted.
     let (owner, epoch, _) = held_by(&db, "job").unwrap();
     let job_token = leasehold::FencingToken::new("job", &owner, epoch).unwrap();
-    leasehold::admit(&mut operator, "res", &job_token).unwrap();
+    leasehold::guard::admit(&mut operator, "res", &job_token).unwrap();
     // Taken away: freed, granted to a successor, the resource fenced to it.
     let taken_at = chrono::Utc::now();
     operator
@@ -182,7 +182,7 @@ while :; do sleep 0.02; done
             leasehold::Acquisition::Granted(lease) => lease,
             leasehold::Acquisition::Denied => panic!("the successor was denied"),
         };
-    leasehold::admit(&mut operator, "res", &successor.token()).unwrap();
+    leasehold::guard::admit(&mut operator, "res", &successor.token()).unwrap();
 
     let (code, stderr) = exit_code(child);
     assert_eq!(code, 4, "{stderr}");

@@ -47,7 +47,7 @@ pub fn handle() -> Result<PrometheusHandle, MetricsError> {
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(MetricsError)?;
     // HELP and TYPE lines for leasehold's metrics.
-    leasehold::describe_metrics();
+    leasehold::telemetry::describe_metrics();
     let upkeep = handle.clone();
     std::thread::spawn(move || loop {
         std::thread::sleep(UPKEEP_EVERY);

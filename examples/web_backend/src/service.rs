@@ -40,10 +40,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
+use leasehold::{error::FencedError, guard::Check};
 use leasehold::{
-    Acquisition, FencingToken, GuardError, LeaseClient, LeaseError, LeaseState, Refusal, Renewal,
+    error::GuardError, Acquisition, FencingToken, LeaseClient, LeaseError, LeaseState, Refusal,
+    Renewal,
 };
-use leasehold::{Check, FencedError};
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 

@@ -218,7 +218,7 @@ fn a_token_fenced_out_by_an_operator_gets_409_stale_epoch() {
     let (status, claim) = worker.claim("job-9", "worker-a", 30_000);
     assert_eq!(status, 200, "{claim}");
     let token = claim["token"].as_str().unwrap().to_owned();
-    leasehold::fence(&mut fixture.conn(), "job-results/job-9", "job-9", 1).expect("fence");
+    leasehold::guard::fence(&mut fixture.conn(), "job-results/job-9", "job-9", 1).expect("fence");
     let (status, refused) = worker.submit("job-9", &token, json!("done"));
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["reason"], "stale_epoch");

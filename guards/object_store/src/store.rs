@@ -290,7 +290,7 @@ impl FencedStore {
 
     /// Admits `token` without writing: raises the object's record to the
     /// token's epoch and keeps its content, so holders of lower epochs are
-    /// refused from now on (the same as `leasehold::admit` for a database
+    /// refused from now on (the same as `leasehold::guard::admit` for a database
     /// resource).
     ///
     /// This is the operator's (or a new holder's) move after a takeover:

@@ -29,9 +29,11 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::{admit, admit_held};
+use leasehold::guard::{admit, admit_held};
 use leasehold::{
-    Acquisition, GroupId, GroupRenewal, GuardError, LeaseError, LeaseState, Release, Renewal,
+    batch::{GroupId, GroupRenewal},
+    error::GuardError,
+    Acquisition, LeaseError, LeaseState, Release, Renewal,
 };
 use leasehold_local::LocalPostgres;
 
@@ -285,7 +287,7 @@ pub fn worker_main(spec: &WorkerSpec) {
         // renews the key, each renew_group then extends the group.
         let mut group = None;
         if rng.chance(40) {
-            match leasehold::join_group(c, &owner, &[(&key, epoch)], ttl) {
+            match leasehold::batch::join_group(c, &owner, &[(&key, epoch)], ttl) {
                 Ok(joined) => {
                     if let (Some(joined_group), Renewal::Renewed { expires_at }) =
                         (joined.group, &joined.keys[0].renewal)
@@ -466,7 +468,7 @@ fn renew_key(
         if let GroupRenewal::Renewed {
             expires_at,
             members: 1,
-        } = leasehold::renew_group(conn, group, owner, ttl)?
+        } = leasehold::batch::renew_group(conn, group, owner, ttl)?
         {
             return Ok((Renewal::Renewed { expires_at }, true));
         }
@@ -733,9 +735,9 @@ pub struct PruneCounts {
 /// history: the checker judges the workers' calls, whatever the pruner did.
 fn prune_until(url: &str, deadline_ms: u64, seed: u64) -> PruneCounts {
     let mut rng = Rng::new(seed.wrapping_add(0x5052_554e));
-    let options = leasehold::PruneOptions {
+    let options = leasehold::admin::PruneOptions {
         batch: 2,
-        ..leasehold::PruneOptions::new(Duration::from_millis(1))
+        ..leasehold::admin::PruneOptions::new(Duration::from_millis(1))
     };
     let mut counts = PruneCounts::default();
     let mut conn: Option<PgConnection> = None;
@@ -747,7 +749,7 @@ fn prune_until(url: &str, deadline_ms: u64, seed: u64) -> PruneCounts {
             }
             continue;
         };
-        match leasehold::prune(c, &options) {
+        match leasehold::admin::prune(c, &options) {
             Ok(report) => {
                 counts.prunes += 1;
                 counts.keys += report.keys_pruned;
