@@ -304,6 +304,26 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
+    /// [`crate::admin::raise_generation`] was asked for a generation not
+    /// above the current one: a generation is only ever raised. Nothing
+    /// changed.
+    #[error("generation {requested} is not above the current generation {current}")]
+    GenerationNotAbove {
+        /// The generation asked for.
+        requested: i64,
+        /// The server's current generation.
+        current: i64,
+    },
+    /// [`crate::admin::raise_generation`] was asked for a generation above
+    /// [`crate::admin::MAX_GENERATION`]. Nothing changed.
+    #[error(
+        "generation {requested} is above the highest generation, {}",
+        crate::admin::MAX_GENERATION
+    )]
+    GenerationTooHigh {
+        /// The generation asked for.
+        requested: i64,
+    },
     /// No connection could be taken from the pool: the database is
     /// unreachable or the pool is too small for the load. The message
     /// carries r2d2's, which names the last connection error when there
@@ -415,6 +435,34 @@ impl LeaseError {
         LeaseError::InvalidInput {
             violations: vec![violation],
         }
+    }
+
+    /// Maps a diesel error raised by `lease.raise_generation` for the
+    /// generation `requested`: a generation not above the current one is
+    /// [`LeaseError::GenerationNotAbove`], anything else as any call.
+    pub(crate) fn from_raise_generation(
+        error: DieselError,
+        requested: i64,
+        autocommit: bool,
+    ) -> Self {
+        if let DieselError::DatabaseError(_, info) = &error {
+            if info.constraint_name() == Some(names::GENERATION_NOT_ABOVE) {
+                if let Some(current) = info
+                    .details()
+                    .and_then(|detail| decode::detail_field(detail, "current"))
+                    .and_then(|current| current.parse::<i64>().ok())
+                {
+                    return LeaseError::GenerationNotAbove { requested, current };
+                }
+            }
+        }
+        LeaseError::from_diesel(
+            Operation::RaiseGeneration,
+            error,
+            "",
+            Duration::ZERO,
+            autocommit,
+        )
     }
 }
 
@@ -785,131 +833,6 @@ impl GuardError {
     pub(crate) fn invalid(violation: String) -> Self {
         GuardError::InvalidInput {
             violations: vec![violation],
-        }
-    }
-}
-
-/// Errors of the namespace operator actions: [`crate::admin::bind_namespace`],
-/// [`crate::admin::unbind_namespace`] and [`crate::admin::list_namespaces`].
-///
-/// A role that was not granted EXECUTE on the operator function gets
-/// [`NamespaceError::Database`], whose source is PostgreSQL's own
-/// "permission denied for function ..." (SQLSTATE 42501, which diesel does
-/// not expose); the `leasehold` command tells that case apart by asking
-/// the server whether the role holds the privilege.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NamespaceError {
-    /// The arguments broke the rules (empty or over-long prefix, a role
-    /// that does not exist); nothing changed. Every violation is listed.
-    #[error("invalid namespace input: {}", .violations.join("; "))]
-    InvalidInput {
-        /// Every violated rule, e.g. `"prefix must not be empty"`.
-        violations: Vec<String>,
-    },
-    /// The database failed the call, or the role may not run it (see the
-    /// type's documentation). Nothing changed.
-    #[error("{operation} failed in the database: {source}")]
-    Database {
-        /// The failed call.
-        operation: Operation,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
-    },
-}
-
-impl NamespaceError {
-    /// Maps a diesel error raised by a namespace operator function.
-    pub(crate) fn from_diesel(operation: Operation, error: DieselError) -> Self {
-        if let DieselError::DatabaseError(_, info) = &error {
-            if info.constraint_name() == Some(names::INVALID_INPUT) {
-                return NamespaceError::InvalidInput {
-                    violations: decode::violations(info.as_ref()),
-                };
-            }
-        }
-        NamespaceError::Database {
-            operation,
-            source: error,
-        }
-    }
-
-    /// An input rule broken before the call was sent.
-    pub(crate) fn invalid(violation: String) -> Self {
-        NamespaceError::InvalidInput {
-            violations: vec![violation],
-        }
-    }
-}
-
-/// Why [`crate::admin::raise_generation`] or [`crate::admin::generation`] failed. Nothing
-/// changed.
-///
-/// As with [`NamespaceError`], a role that was not granted EXECUTE on
-/// `lease.raise_generation(bigint)` gets [`GenerationError::Database`],
-/// whose source is PostgreSQL's "permission denied for function".
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GenerationError {
-    /// The generation asked for is not above the current one: a generation
-    /// is only ever raised.
-    #[error("generation {requested} is not above the current generation {current}")]
-    NotAbove {
-        /// The generation asked for.
-        requested: i64,
-        /// The server's current generation.
-        current: i64,
-    },
-    /// The generation asked for is above [`crate::admin::MAX_GENERATION`].
-    #[error(
-        "generation {requested} is above the highest generation, {}",
-        crate::admin::MAX_GENERATION
-    )]
-    TooHigh {
-        /// The generation asked for.
-        requested: i64,
-    },
-    /// Another input rule was broken (the server's own words).
-    #[error("invalid generation input: {}", .violations.join("; "))]
-    InvalidInput {
-        /// Every violated rule.
-        violations: Vec<String>,
-    },
-    /// The database failed the call, or the role may not run it.
-    #[error("{operation} failed in the database: {source}")]
-    Database {
-        /// The failed call.
-        operation: Operation,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
-    },
-}
-
-impl GenerationError {
-    /// Maps a diesel error raised by `lease.raise_generation` or
-    /// `lease.generation` for the generation `requested`.
-    pub(crate) fn from_diesel(operation: Operation, requested: i64, error: DieselError) -> Self {
-        if let DieselError::DatabaseError(_, info) = &error {
-            if info.constraint_name() == Some(names::GENERATION_NOT_ABOVE) {
-                if let Some(current) = info
-                    .details()
-                    .and_then(|detail| decode::detail_field(detail, "current"))
-                    .and_then(|current| current.parse::<i64>().ok())
-                {
-                    return GenerationError::NotAbove { requested, current };
-                }
-            }
-            if info.constraint_name() == Some(names::INVALID_INPUT) {
-                return GenerationError::InvalidInput {
-                    violations: decode::violations(info.as_ref()),
-                };
-            }
-        }
-        GenerationError::Database {
-            operation,
-            source: error,
         }
     }
 }

@@ -156,13 +156,9 @@ pub mod admin {
 /// them: lease calls [`LeaseError`], guard calls
 /// [`GuardError`](error::GuardError), and so on.
 pub mod error {
-    pub use crate::errors::{
-        GenerationError, GuardError, InstallError, LeaseError, NamespaceError, Operation,
-        LOCK_WAIT_BOUND,
-    };
+    pub use crate::errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
     pub use crate::guards::FencedError;
     pub use crate::holding::KeeperError;
-    pub use crate::prune::PruneError;
     pub use crate::token::TokenError;
     pub use crate::waiting::WaitError;
 }

@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::RunQueryDsl;
 
-use crate::errors::{GenerationError, LeaseError, NamespaceError, Operation};
+use crate::errors::{LeaseError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
     BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, GenerationCall, ListNamespacesCall,
@@ -79,15 +79,11 @@ impl std::fmt::Display for BoundRole {
 /// keys concerned).
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::NamespaceError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 /// leasehold::admin::bind_namespace(conn, "billing/", "billing_app")?;
 /// # Ok(()) }
 /// ```
-pub fn bind_namespace(
-    conn: &mut PgConnection,
-    prefix: &str,
-    role: &str,
-) -> Result<(), NamespaceError> {
+pub fn bind_namespace(conn: &mut PgConnection, prefix: &str, role: &str) -> Result<(), LeaseError> {
     telemetry::lease_call(Operation::BindNamespace, prefix, "", None, || {
         bind_namespace_unobserved(conn, prefix, role)
     })
@@ -98,7 +94,8 @@ fn bind_namespace_unobserved(
     conn: &mut PgConnection,
     prefix: &str,
     role: &str,
-) -> Result<(), NamespaceError> {
+) -> Result<(), LeaseError> {
+    let autocommit = crate::leases::in_autocommit(conn);
     check_name("prefix", prefix)?;
     check_name("role", role)?;
     BindNamespaceCall {
@@ -108,48 +105,69 @@ fn bind_namespace_unobserved(
     }
     .get_result::<bool>(conn)
     .map(|_| ())
-    .map_err(|error| NamespaceError::from_diesel(Operation::BindNamespace, error))
+    .map_err(|error| {
+        LeaseError::from_diesel(
+            Operation::BindNamespace,
+            error,
+            "",
+            Duration::ZERO,
+            autocommit,
+        )
+    })
 }
 
 /// Operator action: removes the rule for exactly `prefix`. Returns whether
 /// there was one. The names it governed fall to the next-longest bound
 /// prefix, or to no rule at all (every role may act).
-pub fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, NamespaceError> {
+pub fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
     telemetry::lease_call(Operation::UnbindNamespace, prefix, "", None, || {
         unbind_namespace_unobserved(conn, prefix)
     })
 }
 
 /// [`unbind_namespace`] without its span and counters.
-fn unbind_namespace_unobserved(
-    conn: &mut PgConnection,
-    prefix: &str,
-) -> Result<bool, NamespaceError> {
+fn unbind_namespace_unobserved(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
+    let autocommit = crate::leases::in_autocommit(conn);
     check_name("prefix", prefix)?;
     UnbindNamespaceCall {
         prefix,
         _borrow: std::marker::PhantomData,
     }
     .get_result::<bool>(conn)
-    .map_err(|error| NamespaceError::from_diesel(Operation::UnbindNamespace, error))
+    .map_err(|error| {
+        LeaseError::from_diesel(
+            Operation::UnbindNamespace,
+            error,
+            "",
+            Duration::ZERO,
+            autocommit,
+        )
+    })
 }
 
 /// Operator action: every namespace rule, ordered by prefix (byte order).
-pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, NamespaceError> {
+pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
     telemetry::lease_call(Operation::ListNamespaces, "", "", None, || {
         list_namespaces_unobserved(conn)
     })
 }
 
 /// [`list_namespaces`] without its span and counters.
-fn list_namespaces_unobserved(
-    conn: &mut PgConnection,
-) -> Result<Vec<NamespaceRule>, NamespaceError> {
+fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
+    let autocommit = crate::leases::in_autocommit(conn);
     let rows = ListNamespacesCall {
         _borrow: std::marker::PhantomData,
     }
     .get_results::<(String, String, DateTime<Utc>)>(conn)
-    .map_err(|error| NamespaceError::from_diesel(Operation::ListNamespaces, error))?;
+    .map_err(|error| {
+        LeaseError::from_diesel(
+            Operation::ListNamespaces,
+            error,
+            "",
+            Duration::ZERO,
+            autocommit,
+        )
+    })?;
     Ok(rows
         .into_iter()
         .map(|(prefix, role, created_at)| NamespaceRule {
@@ -344,19 +362,22 @@ impl Generation {
 
 /// The server's current generation and timeline. Any role may ask; nothing
 /// is written, and it works on a standby.
-pub fn generation(conn: &mut PgConnection) -> Result<Generation, GenerationError> {
+pub fn generation(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
     telemetry::lease_call(Operation::Generation, "", "", None, || {
         generation_unobserved(conn)
     })
 }
 
 /// [`generation`] without its span and counters.
-fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, GenerationError> {
+fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
+    let autocommit = crate::leases::in_autocommit(conn);
     let (generation, timeline) = GenerationCall {
         _borrow: std::marker::PhantomData,
     }
     .get_result::<(i64, i64)>(conn)
-    .map_err(|error| GenerationError::from_diesel(Operation::Generation, 0, error))?;
+    .map_err(|error| {
+        LeaseError::from_diesel(Operation::Generation, error, "", Duration::ZERO, autocommit)
+    })?;
     Ok(Generation {
         generation,
         timeline,
@@ -372,16 +393,16 @@ fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, Generati
 /// than promotion or archive recovery (a file-system snapshot restored onto
 /// the same timeline), or a margin after a split brain. A generation is only
 /// ever raised: a value at or below the current one is
-/// [`GenerationError::NotAbove`], one above [`MAX_GENERATION`] is
-/// [`GenerationError::TooHigh`], and nothing changes.
+/// [`LeaseError::GenerationNotAbove`], one above [`MAX_GENERATION`] is
+/// [`LeaseError::GenerationTooHigh`], and nothing changes.
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::GenerationError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 /// let now = leasehold::admin::generation(conn)?;
 /// leasehold::admin::raise_generation(conn, now.generation + 1)?;
 /// # Ok(()) }
 /// ```
-pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, GenerationError> {
+pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, LeaseError> {
     telemetry::lease_call(Operation::RaiseGeneration, "", "", None, || {
         raise_generation_unobserved(conn, generation)
     })
@@ -391,9 +412,10 @@ pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64,
 fn raise_generation_unobserved(
     conn: &mut PgConnection,
     generation: i64,
-) -> Result<i64, GenerationError> {
+) -> Result<i64, LeaseError> {
+    let autocommit = crate::leases::in_autocommit(conn);
     if generation > MAX_GENERATION {
-        return Err(GenerationError::TooHigh {
+        return Err(LeaseError::GenerationTooHigh {
             requested: generation,
         });
     }
@@ -402,10 +424,10 @@ fn raise_generation_unobserved(
         _borrow: std::marker::PhantomData,
     }
     .get_result::<i64>(conn)
-    .map_err(|error| GenerationError::from_diesel(Operation::RaiseGeneration, generation, error))
+    .map_err(|error| LeaseError::from_raise_generation(error, generation, autocommit))
 }
 
 /// Checks a name for what PostgreSQL cannot store.
-fn check_name(field: &str, value: &str) -> Result<(), NamespaceError> {
-    input::text(field, value).map_err(NamespaceError::invalid)
+fn check_name(field: &str, value: &str) -> Result<(), LeaseError> {
+    input::text(field, value).map_err(LeaseError::invalid)
 }

@@ -23,12 +23,11 @@
 use std::time::Duration;
 
 use diesel::pg::PgConnection;
-use diesel::result::Error as DieselError;
 use diesel::RunQueryDsl;
 
-use crate::errors::Operation;
+use crate::errors::{LeaseError, Operation};
 use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
-use crate::sql::{decode, input, names};
+use crate::sql::input;
 use crate::telemetry;
 
 /// How many rows one batch looks at by default: small enough that a batch
@@ -92,63 +91,20 @@ pub struct PruneReport {
     pub batches: u64,
 }
 
-/// Why [`prune`] failed. Batches that committed before the failure stay
-/// done (each is safe on its own); the failing batch changed nothing.
-///
-/// A role that was not granted EXECUTE on the prune functions gets
-/// [`PruneError::Database`] whose source is PostgreSQL's "permission denied
-/// for function prune_keys" (SQLSTATE 42501).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PruneError {
-    /// The idle time or batch size broke the rules (not positive, more than
-    /// 100 years, a batch outside 1..=100 000); nothing changed.
-    #[error("invalid prune input: {}", .violations.join("; "))]
-    InvalidInput {
-        /// Every violated rule, e.g. `"idle must be positive"`.
-        violations: Vec<String>,
-    },
-    /// The database failed a batch, or the role may not prune.
-    #[error("{operation} failed in the database")]
-    Database {
-        /// The failed call.
-        operation: Operation,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
-    },
-}
-
-impl PruneError {
-    fn from_diesel(error: DieselError) -> Self {
-        if let DieselError::DatabaseError(_, info) = &error {
-            if info.constraint_name() == Some(names::INVALID_INPUT) {
-                return PruneError::InvalidInput {
-                    violations: decode::violations(info.as_ref()),
-                };
-            }
-        }
-        PruneError::Database {
-            operation: Operation::Prune,
-            source: error,
-        }
-    }
-}
-
 /// Operator action: prunes key rows, then guard records, idle for longer
 /// than `options.idle` (docs/SPECIFICATION.md §1.8), batch by batch.
 /// Call it on a connection outside any transaction of yours, so that every
 /// batch commits on its own and holds its locks for one batch only.
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::PruneError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 /// use std::time::Duration;
 /// let options = leasehold::admin::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
 /// let report = leasehold::admin::prune(conn, &options)?;
 /// println!("removed {} keys and {} guard records", report.keys_pruned, report.guards_pruned);
 /// # Ok(()) }
 /// ```
-pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, PruneError> {
+pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
     telemetry::lease_call(Operation::Prune, "", "", None, || {
         prune_unobserved(conn, options)
     })
@@ -158,9 +114,9 @@ pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneRep
 fn prune_unobserved(
     conn: &mut PgConnection,
     options: &PruneOptions,
-) -> Result<PruneReport, PruneError> {
+) -> Result<PruneReport, LeaseError> {
     let idle =
-        input::interval("idle", options.idle).map_err(|violation| PruneError::InvalidInput {
+        input::interval("idle", options.idle).map_err(|violation| LeaseError::InvalidInput {
             violations: vec![violation],
         })?;
     let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
@@ -178,7 +134,9 @@ fn prune_unobserved(
             _borrow: std::marker::PhantomData,
         }
         .get_result::<(i32, i32, i32, i32, i64, Option<Vec<u8>>)>(conn)
-        .map_err(PruneError::from_diesel)?;
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::Prune, error, "", Duration::ZERO, false)
+        })?;
         report.batches += 1;
         report.keys_examined += count(examined);
         report.keys_pruned += count(pruned);
@@ -200,7 +158,9 @@ fn prune_unobserved(
             _borrow: std::marker::PhantomData,
         }
         .get_result::<(i32, i32, Option<Vec<u8>>)>(conn)
-        .map_err(PruneError::from_diesel)?;
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::Prune, error, "", Duration::ZERO, false)
+        })?;
         report.batches += 1;
         report.guards_examined += count(examined);
         report.guards_pruned += count(pruned);

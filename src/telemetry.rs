@@ -310,39 +310,11 @@ impl Outcome for crate::prune::PruneReport {
     }
 }
 
-impl Outcome for crate::errors::NamespaceError {
-    fn outcome(&self) -> &'static str {
-        match self {
-            crate::errors::NamespaceError::InvalidInput { .. } => "invalid",
-            _ => "error",
-        }
-    }
-}
-
-impl Outcome for crate::errors::GenerationError {
-    fn outcome(&self) -> &'static str {
-        match self {
-            crate::errors::GenerationError::InvalidInput { .. }
-            | crate::errors::GenerationError::TooHigh { .. } => "invalid",
-            crate::errors::GenerationError::NotAbove { .. } => "not_above",
-            _ => "error",
-        }
-    }
-}
-
-impl Outcome for crate::prune::PruneError {
-    fn outcome(&self) -> &'static str {
-        match self {
-            crate::prune::PruneError::InvalidInput { .. } => "invalid",
-            _ => "error",
-        }
-    }
-}
-
 impl Outcome for LeaseError {
     fn outcome(&self) -> &'static str {
         match self {
-            LeaseError::InvalidInput { .. } => "invalid",
+            LeaseError::InvalidInput { .. } | LeaseError::GenerationTooHigh { .. } => "invalid",
+            LeaseError::GenerationNotAbove { .. } => "not_above",
             LeaseError::TimedOut { .. } => "timed_out",
             LeaseError::Forbidden { .. } => "forbidden",
             LeaseError::OutcomeUnknown { .. } => "outcome_unknown",

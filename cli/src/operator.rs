@@ -16,7 +16,7 @@ use diesel::sql_types::{Bool, Nullable, Text};
 use diesel::PgConnection;
 use leasehold::{
     admin::{BoundRole, ForcedRelease, NamespaceRule},
-    error::{GenerationError, NamespaceError},
+    error::LeaseError,
 };
 
 use crate::failure::{report, CliError};
@@ -255,17 +255,17 @@ fn generation_json(now: leasehold::admin::Generation) -> Json {
 fn generation_failure(
     conn: &mut PgConnection,
     function: Option<&'static str>,
-    error: GenerationError,
+    error: LeaseError,
 ) -> CliError {
     match error {
-        GenerationError::NotAbove { requested, current } => CliError::InvalidInput(format!(
+        LeaseError::GenerationNotAbove { requested, current } => CliError::InvalidInput(format!(
             "GENERATION {requested} is not above the current generation {current}; a generation is only ever raised; nothing changed"
         )),
-        GenerationError::TooHigh { requested } => CliError::InvalidInput(format!(
+        LeaseError::GenerationTooHigh { requested } => CliError::InvalidInput(format!(
             "GENERATION {requested} is above the highest generation, {}; nothing changed",
             leasehold::admin::MAX_GENERATION
         )),
-        GenerationError::InvalidInput { violations } => {
+        LeaseError::InvalidInput { violations } => {
             CliError::InvalidInput(violations.join("; "))
         }
         other => {
@@ -281,12 +281,10 @@ fn generation_failure(
 fn namespace_failure(
     conn: &mut PgConnection,
     function: &'static str,
-    error: NamespaceError,
+    error: LeaseError,
 ) -> CliError {
     match error {
-        NamespaceError::InvalidInput { violations } => {
-            CliError::InvalidInput(violations.join("; "))
-        }
+        LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
         other => explain(conn, function, CliError::Database(report(&other))),
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use diesel::PgConnection;
 use leasehold::{
     admin::{PruneOptions, PruneReport},
-    error::PruneError,
+    error::LeaseError,
 };
 
 use crate::duration;
@@ -81,9 +81,9 @@ fn json(done: &PruneReport, idle: Duration) -> Json {
     ])
 }
 
-fn failure(conn: &mut PgConnection, error: PruneError) -> CliError {
+fn failure(conn: &mut PgConnection, error: LeaseError) -> CliError {
     match error {
-        PruneError::InvalidInput { violations } => {
+        LeaseError::InvalidInput { violations } => {
             CliError::InvalidInput(format!("{}; nothing changed", violations.join("; ")))
         }
         other => {

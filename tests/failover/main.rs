@@ -21,7 +21,7 @@ use diesel::prelude::*;
 use leasehold::{
     acquire,
     admin::{force_release, generation, raise_generation, MAX_GENERATION},
-    error::{GenerationError, GuardError},
+    error::{GuardError, LeaseError},
     guard::admit,
     inspect, release, Acquisition, Lease, LeaseState, Release,
 };
@@ -415,14 +415,16 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
 
     for refused in [0, -1] {
         match raise_generation(&mut conn, refused) {
-            Err(GenerationError::NotAbove { requested, current }) => {
+            Err(LeaseError::GenerationNotAbove { requested, current }) => {
                 assert_eq!((requested, current), (refused, 0));
             }
             other => panic!("raise to {refused} must be refused: {other:?}"),
         }
     }
     match raise_generation(&mut conn, MAX_GENERATION + 1) {
-        Err(GenerationError::TooHigh { requested }) => assert_eq!(requested, MAX_GENERATION + 1),
+        Err(LeaseError::GenerationTooHigh { requested }) => {
+            assert_eq!(requested, MAX_GENERATION + 1)
+        }
         other => panic!("raise above the maximum must be refused: {other:?}"),
     }
     // The server refuses it too, when the client's check is bypassed.
@@ -452,7 +454,7 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     assert_eq!(grant(&mut conn, "held", "c").epoch(), floor);
     assert_eq!(grant(&mut conn, "never-seen", "d").epoch(), floor);
     match raise_generation(&mut conn, 5) {
-        Err(GenerationError::NotAbove { current, .. }) => assert_eq!(current, 5),
+        Err(LeaseError::GenerationNotAbove { current, .. }) => assert_eq!(current, 5),
         other => panic!("raise to the current generation must be refused: {other:?}"),
     }
 
@@ -464,7 +466,7 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     let mut app = PgConnection::establish(&url).expect("connect as app");
     assert!(matches!(
         raise_generation(&mut app, 9),
-        Err(GenerationError::Database { .. })
+        Err(LeaseError::Database { .. })
     ));
     assert_eq!(
         generation(&mut app)

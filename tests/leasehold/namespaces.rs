@@ -19,7 +19,7 @@ use leasehold::{
         bind_namespace, force_release, force_release_epoch, list_namespaces, unbind_namespace,
         BoundRole, ForcedRelease,
     },
-    error::{GuardError, NamespaceError, Operation},
+    error::{GuardError, Operation},
     guard::{admit, admit_held, check_held, inspect_guard, renew_and_admit},
     inspect, release, renew,
     wait::LeaseWaiter,
@@ -177,21 +177,21 @@ fn app_worker_attacker_and_an_ungranted_operator_cannot_run_operator_actions() {
         }
         assert!(matches!(
             bind_namespace(&mut conn, "job", role),
-            Err(NamespaceError::Database {
+            Err(LeaseError::Database {
                 operation: Operation::BindNamespace,
                 ..
             })
         ));
         assert!(matches!(
             unbind_namespace(&mut conn, "job"),
-            Err(NamespaceError::Database {
+            Err(LeaseError::Database {
                 operation: Operation::UnbindNamespace,
                 ..
             })
         ));
         assert!(matches!(
             list_namespaces(&mut conn),
-            Err(NamespaceError::Database {
+            Err(LeaseError::Database {
                 operation: Operation::ListNamespaces,
                 ..
             })
@@ -266,8 +266,8 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
 fn bind_namespace_names_every_violation_and_changes_nothing() {
     let deployment = Deployment::new();
     let mut owner = deployment.conn_as(&deployment.owner);
-    let violations = |result: Result<(), NamespaceError>| match result {
-        Err(NamespaceError::InvalidInput { violations }) => violations,
+    let violations = |result: Result<(), LeaseError>| match result {
+        Err(LeaseError::InvalidInput { violations }) => violations,
         other => panic!("expected invalid input, got {other:?}"),
     };
     assert_eq!(

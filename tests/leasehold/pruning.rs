@@ -12,7 +12,7 @@ use diesel::PgConnection;
 use leasehold::{
     acquire,
     admin::{prune, raise_generation, PruneOptions, PruneReport},
-    error::{GuardError, PruneError},
+    error::{GuardError, LeaseError},
     guard::{admit, inspect_guard},
     inspect, release, FencingToken, LeaseState,
 };
@@ -337,7 +337,7 @@ fn bad_input_is_22023_and_changes_nothing() {
     }
     for idle in [Duration::ZERO, Duration::from_secs(101 * 366 * 24 * 3600)] {
         match prune(&mut conn, &PruneOptions::new(idle)) {
-            Err(PruneError::InvalidInput { violations }) => {
+            Err(LeaseError::InvalidInput { violations }) => {
                 assert_eq!(violations.len(), 1, "{violations:?}");
                 assert!(violations[0].starts_with("idle must be"), "{violations:?}");
             }
@@ -350,7 +350,7 @@ fn bad_input_is_22023_and_changes_nothing() {
     };
     assert!(matches!(
         prune(&mut conn, &bad_batch),
-        Err(PruneError::InvalidInput { .. })
+        Err(LeaseError::InvalidInput { .. })
     ));
     assert_eq!(before, everything(&mut conn));
 }
@@ -372,7 +372,7 @@ fn a_role_without_the_grant_gets_42501_and_a_granted_operator_prunes() {
         }
     }
     match prune(&mut operator, &options()) {
-        Err(PruneError::Database { source, .. }) => {
+        Err(LeaseError::Database { source, .. }) => {
             let text = source.to_string();
             assert!(
                 text.contains("permission denied for function prune_keys"),
