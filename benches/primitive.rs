@@ -20,7 +20,8 @@ use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Integer};
 use diesel::{Connection, PgConnection, QueryResult, RunQueryDsl};
-use leasehold::guard::{run_fenced, Check};
+use leasehold::guard::Check;
+use leasehold::Leases;
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 /// `UPDATE bench_floor SET n = n + 1 WHERE id = $1 RETURNING n`, prepared
@@ -153,7 +154,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // hold) is refused before anything is sent, yet the call goes through
     // the whole instrumentation (span, outcome, counters, duration).
     let client_side = mean_of_rounds(n * 100, || {
-        let refused = leasehold::acquire(&mut conn, "nul\0key", "bench", Duration::from_secs(600));
+        let refused = conn.acquire("nul\0key", "bench", Duration::from_secs(600));
         assert!(matches!(
             refused,
             Err(leasehold::LeaseError::InvalidInput { .. })
@@ -189,38 +190,39 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (one conditional UPDATE); release makes them free again.
     let keys: Vec<String> = (0..n).map(|i| format!("bench-key-{i}")).collect();
     let acquire_new = time_ops(n, |i| {
-        let _ = leasehold::acquire(
-            &mut conn,
-            &format!("fresh-{i}-{}", keys.len()),
-            "bench",
-            ttl,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        let _ = conn
+            .acquire(&format!("fresh-{i}-{}", keys.len()), "bench", ttl)
+            .unwrap_or_else(|e| panic!("{e}"));
     });
     let mut epochs = vec![0_i64; n];
     let acquire = time_ops(n, |i| {
-        let lease =
-            leasehold::acquire(&mut conn, &keys[i], "bench", ttl).unwrap_or_else(|e| panic!("{e}"));
+        let lease = conn
+            .acquire(&keys[i], "bench", ttl)
+            .unwrap_or_else(|e| panic!("{e}"));
         epochs[i] = lease.granted().map_or(0, |l| l.epoch());
     });
     let renew = time_ops(n, |i| {
-        let _ = leasehold::renew(&mut conn, &keys[i], "bench", epochs[i], ttl)
+        let _ = conn
+            .renew(&keys[i], "bench", epochs[i], ttl)
             .unwrap_or_else(|e| panic!("{e}"));
     });
     let inspect = time_ops(n, |i| {
-        let _ = leasehold::inspect(&mut conn, &keys[i]).unwrap_or_else(|e| panic!("{e}"));
+        let _ = conn.inspect(&keys[i]).unwrap_or_else(|e| panic!("{e}"));
     });
     let release = time_ops(n, |i| {
-        let _ = leasehold::release(&mut conn, &keys[i], "bench", epochs[i])
+        let _ = conn
+            .release(&keys[i], "bench", epochs[i])
             .unwrap_or_else(|e| panic!("{e}"));
     });
     let cycle = time_ops(n, |i| {
         let key = &keys[i % 64];
-        if let Some(lease) = leasehold::acquire(&mut conn, key, "cycler", ttl)
+        if let Some(lease) = conn
+            .acquire(key, "cycler", ttl)
             .unwrap_or_else(|e| panic!("{e}"))
             .granted()
         {
-            let _ = leasehold::release(&mut conn, key, "cycler", lease.epoch())
+            let _ = conn
+                .release(key, "cycler", lease.epoch())
                 .unwrap_or_else(|e| panic!("{e}"));
         }
     });
@@ -232,7 +234,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("acquire -> release cycle (2 commits)", &cycle, &floor);
 
     // Fenced write vs the same write without a guard, each one transaction.
-    let lease = leasehold::acquire(&mut conn, "fenced-bench", "writer", ttl)?
+    let lease = conn
+        .acquire("fenced-bench", "writer", ttl)?
         .granted()
         .ok_or("fenced-bench is held")?;
     let token = lease.token();
@@ -246,33 +249,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|e| panic!("{e}"));
     });
     let fenced = time_ops(n, |i| {
-        run_fenced(
-            &mut conn,
-            &format!("item-{}", i % 64),
-            &token,
-            Check::Token,
-            |c| {
-                c.batch_execute(&format!(
-                    "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
-                    i % 64 + 1
-                ))
-            },
-        )
+        conn.run_fenced(&format!("item-{}", i % 64), &token, Check::Token, |c| {
+            c.batch_execute(&format!(
+                "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
+                i % 64 + 1
+            ))
+        })
         .unwrap_or_else(|e| panic!("{e}"));
     });
     let held = time_ops(n, |i| {
-        run_fenced(
-            &mut conn,
-            &format!("item-{}", i % 64),
-            &token,
-            Check::LeaseHeld,
-            |c| {
-                c.batch_execute(&format!(
-                    "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
-                    i % 64 + 1
-                ))
-            },
-        )
+        conn.run_fenced(&format!("item-{}", i % 64), &token, Check::LeaseHeld, |c| {
+            c.batch_execute(&format!(
+                "UPDATE bench_items SET body = 'v{i}', epoch = 1 WHERE id = {}",
+                i % 64 + 1
+            ))
+        })
         .unwrap_or_else(|e| panic!("{e}"));
     });
     println!(
@@ -308,13 +299,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         );
                         let t = Instant::now();
                         if fenced {
-                            run_fenced(
-                                &mut conn,
-                                &format!("item-{id}"),
-                                &token,
-                                Check::Token,
-                                |c| c.batch_execute(&sql),
-                            )
+                            conn.run_fenced(&format!("item-{id}"), &token, Check::Token, |c| {
+                                c.batch_execute(&sql)
+                            })
                             .unwrap_or_else(|e| panic!("{e}"));
                         } else {
                             conn.transaction::<_, diesel::result::Error, _>(|c| {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::{admin::PruneOptions, Acquisition};
+use leasehold::{admin::PruneOptions, Acquisition, Leases};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const LOAD_CLIENTS: usize = 2;
@@ -72,19 +72,19 @@ fn load(
             format!("hot-{client}-{}", cycle % 16)
         };
         let started = Instant::now();
-        let lease = match leasehold::acquire(&mut conn, &key, &owner, ttl) {
+        let lease = match conn.acquire(&key, &owner, ttl) {
             Ok(Acquisition::Granted(lease)) => lease,
             other => panic!("acquire {key}: {other:?}"),
         };
         timed(&mut samples, started);
         let started = Instant::now();
-        match leasehold::renew(&mut conn, &key, &owner, lease.epoch(), ttl) {
+        match conn.renew(&key, &owner, lease.epoch(), ttl) {
             Ok(leasehold::Renewal::Renewed { .. }) => {}
             other => panic!("renew {key}: {other:?}"),
         }
         timed(&mut samples, started);
         let started = Instant::now();
-        match leasehold::release(&mut conn, &key, &owner, lease.epoch()) {
+        match conn.release(&key, &owner, lease.epoch()) {
             Ok(leasehold::Release::Released) => {}
             other => panic!("release {key}: {other:?}"),
         }
@@ -162,7 +162,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     rows.push(("load alone (before)", before, String::new()));
     // Measured exactly while the prune runs.
     let (during, report, took) = phase(&url, Duration::ZERO, || {
-        leasehold::admin::prune(&mut conn, &PruneOptions::new(Duration::from_secs(60)))
+        conn.prune(&PruneOptions::new(Duration::from_secs(60)))
     });
     let report = report?;
     let pruned = report.keys_pruned + report.guards_pruned;

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
+use leasehold::Leases;
 use leasehold_local::{DatabaseServer, LocalPostgres};
 use sha2::{Digest, Sha256};
 
@@ -349,37 +350,24 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
                     let t = Instant::now();
                     match op.as_str() {
                         "acquire" => {
-                            let _ = leasehold::acquire(
-                                &mut conn,
-                                &op_key,
-                                &owner,
-                                Duration::from_micros(1),
-                            )
-                            .unwrap_or_else(|e| panic!("{e}"));
+                            let _ = conn
+                                .acquire(&op_key, &owner, Duration::from_micros(1))
+                                .unwrap_or_else(|e| panic!("{e}"));
                         }
                         "renew" => {
-                            let _ = leasehold::renew(
-                                &mut conn,
-                                &held_key,
-                                &owner,
-                                1,
-                                Duration::from_secs(3600),
-                            )
-                            .unwrap_or_else(|e| panic!("{e}"));
+                            let _ = conn
+                                .renew(&held_key, &owner, 1, Duration::from_secs(3600))
+                                .unwrap_or_else(|e| panic!("{e}"));
                         }
                         _ => {
-                            if let Some(lease) = leasehold::acquire(
-                                &mut conn,
-                                &cyc_key,
-                                &owner,
-                                Duration::from_secs(30),
-                            )
-                            .unwrap_or_else(|e| panic!("{e}"))
-                            .granted()
+                            if let Some(lease) = conn
+                                .acquire(&cyc_key, &owner, Duration::from_secs(30))
+                                .unwrap_or_else(|e| panic!("{e}"))
+                                .granted()
                             {
-                                let _ =
-                                    leasehold::release(&mut conn, &cyc_key, &owner, lease.epoch())
-                                        .unwrap_or_else(|e| panic!("{e}"));
+                                let _ = conn
+                                    .release(&cyc_key, &owner, lease.epoch())
+                                    .unwrap_or_else(|e| panic!("{e}"));
                             }
                         }
                     }

@@ -25,7 +25,7 @@ use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
 use leasehold::{
     wait::{LeaseWaiter, Wait},
-    Acquisition,
+    Acquisition, Leases,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
@@ -186,7 +186,7 @@ fn release_committing(
     lease: &leasehold::Lease,
 ) -> BenchResult<(Instant, Duration)> {
     conn.batch_execute("BEGIN")?;
-    let released = leasehold::release(conn, lease.key(), lease.owner(), lease.epoch())?;
+    let released = conn.release(lease.key(), lease.owner(), lease.epoch())?;
     if released != leasehold::Release::Released {
         return Err(format!("release answered {released:?}").into());
     }
@@ -221,7 +221,8 @@ fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Durat
                 .map_err(|e| e.to_string())?;
             let at = Instant::now();
             conn = w.pool().get().map_err(|e| e.to_string())?;
-            let _ = leasehold::release(&mut conn, lease.key(), lease.owner(), lease.epoch())
+            let _ = conn
+                .release(lease.key(), lease.owner(), lease.epoch())
                 .map_err(|e| e.to_string())?;
             drop(conn);
             if done_tx.send(at).is_err() {
@@ -234,7 +235,7 @@ fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Durat
     let mut latencies = Vec::with_capacity(n);
     let mut commits = Vec::with_capacity(n);
     for _ in 0..n {
-        let lease = granted(leasehold::acquire(&mut conn, "handover", "holder", TTL)?)?;
+        let lease = granted(conn.acquire("handover", "holder", TTL)?)?;
         go_tx.send(())?;
         let until = Instant::now() + Duration::from_secs(10);
         while waiter.armed_waiters("handover") != 1 {
@@ -278,16 +279,12 @@ fn handover_sql(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration
             .map_err(|e| e.to_string())?;
         pid_tx.send(pid.pid).map_err(|e| e.to_string())?;
         for _ in go_rx {
-            let lease = leasehold::acquire_waiting(
-                &mut conn,
-                "handover-sql",
-                "waiter",
-                TTL,
-                Duration::from_secs(10),
-            )
-            .map_err(|e| e.to_string())?;
+            let lease = conn
+                .acquire_waiting("handover-sql", "waiter", TTL, Duration::from_secs(10))
+                .map_err(|e| e.to_string())?;
             let at = Instant::now();
-            let _ = leasehold::release(&mut conn, lease.key(), lease.owner(), lease.epoch())
+            let _ = conn
+                .release(lease.key(), lease.owner(), lease.epoch())
                 .map_err(|e| e.to_string())?;
             if done_tx.send(at).is_err() {
                 break;
@@ -304,12 +301,7 @@ fn handover_sql(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration
     let mut latencies = Vec::with_capacity(n);
     let mut commits = Vec::with_capacity(n);
     for _ in 0..n {
-        let lease = granted(leasehold::acquire(
-            &mut conn,
-            "handover-sql",
-            "holder",
-            TTL,
-        )?)?;
+        let lease = granted(conn.acquire("handover-sql", "holder", TTL)?)?;
         go_tx.send(())?;
         let until = Instant::now() + Duration::from_secs(10);
         while !diesel::sql_query(&sleeping)
@@ -346,22 +338,16 @@ fn lapse(url: &str, n: usize, client: bool) -> BenchResult<Vec<Duration>> {
     let mut sql_waiter = PgConnection::establish(url)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        let held = granted(leasehold::acquire(&mut holder, key, "holder", short)?)?;
+        let held = granted(holder.acquire(key, "holder", short)?)?;
         std::thread::sleep(random_phase());
         let lease = if client {
             waiter.acquire(key, "waiter", TTL, Duration::from_secs(10))?
         } else {
-            leasehold::acquire_waiting(
-                &mut sql_waiter,
-                key,
-                "waiter",
-                TTL,
-                Duration::from_secs(10),
-            )?
+            sql_waiter.acquire_waiting(key, "waiter", TTL, Duration::from_secs(10))?
         };
         let started = lease.expires_at() - chrono::Duration::from_std(TTL)?;
         out.push((started - held.expires_at()).to_std().unwrap_or_default());
-        let _ = leasehold::release(&mut holder, lease.key(), lease.owner(), lease.epoch())?;
+        let _ = holder.release(lease.key(), lease.owner(), lease.epoch())?;
     }
     Ok(out)
 }
@@ -391,9 +377,9 @@ fn release_cost(old_url: &str, new_url: &str, sizes: &Sizes) -> BenchResult<()> 
                 _ => (&mut watched, "release-watched"),
             };
             for _ in 0..sizes.releases_per_round {
-                let lease = granted(leasehold::acquire(conn, key, "o", TTL)?)?;
+                let lease = granted(conn.acquire(key, "o", TTL)?)?;
                 let start = Instant::now();
-                let _ = leasehold::release(conn, key, "o", lease.epoch())?;
+                let _ = conn.release(key, "o", lease.epoch())?;
                 samples[case].push(start.elapsed());
             }
         }

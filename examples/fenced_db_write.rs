@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::guard::{run_fenced, Check};
+use leasehold::guard::Check;
 use leasehold::{
     error::{FencedError, GuardError},
-    Acquisition,
+    Acquisition, Leases,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
@@ -59,7 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut b = PgConnection::establish(&url)?;
     let ttl = Duration::from_millis(800);
 
-    let Acquisition::Granted(lease_a) = leasehold::acquire(&mut a, KEY, "worker-a", ttl)? else {
+    let Acquisition::Granted(lease_a) = a.acquire(KEY, "worker-a", ttl)? else {
         return Err("worker-a could not acquire the fresh key".into());
     };
     t.say(
@@ -73,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // B polls until A's grant lapses on the server clock, then takes over.
     let lease_b = loop {
-        match leasehold::acquire(&mut b, KEY, "worker-b", Duration::from_secs(30))? {
+        match b.acquire(KEY, "worker-b", Duration::from_secs(30))? {
             Acquisition::Granted(lease) => break lease,
             Acquisition::Denied => std::thread::sleep(Duration::from_millis(50)),
         }
@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "worker-b",
         &format!("A's lease lapsed; took over with epoch {}", lease_b.epoch()),
     );
-    run_fenced(&mut b, RESOURCE, &lease_b.token(), Check::Token, |conn| {
+    b.run_fenced(RESOURCE, &lease_b.token(), Check::Token, |conn| {
         write_rows(conn, "worker-b", lease_b.epoch())
     })?;
     t.say(
@@ -94,7 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     t.say("worker-a", "wakes up and writes its (now stale) report");
-    match run_fenced(&mut a, RESOURCE, &lease_a.token(), Check::Token, |conn| {
+    match a.run_fenced(RESOURCE, &lease_a.token(), Check::Token, |conn| {
         write_rows(conn, "worker-a", lease_a.epoch())
     }) {
         Err(FencedError::Guard(GuardError::StaleEpoch { presented, accepted, .. })) => t.say(
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(()) => return Err("the stale write was admitted: fencing failed".into()),
         Err(other) => return Err(other.into()),
     }
-    match leasehold::renew(&mut a, KEY, "worker-a", lease_a.epoch(), ttl)? {
+    match a.renew(KEY, "worker-a", lease_a.epoch(), ttl)? {
         leasehold::Renewal::Refused(why) => t.say(
             "worker-a",
             &format!("renew says `{why}`: stops acting on {KEY}"),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
-use leasehold::{Acquisition, LeaseState, Release, Renewal};
+use leasehold::{Acquisition, LeaseState, Leases, Release, Renewal};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("install: applied {:?}", report.applied);
 
     let ttl = Duration::from_secs(30);
-    let lease = match leasehold::acquire(&mut conn, "job-42", "worker-a1", ttl)? {
+    let lease = match conn.acquire("job-42", "worker-a1", ttl)? {
         Acquisition::Granted(lease) => lease,
         Acquisition::Denied => return Err("job-42 is held by someone else".into()),
     };
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lease.expires_at()
     );
 
-    match leasehold::renew(&mut conn, "job-42", "worker-a1", lease.epoch(), ttl)? {
+    match conn.renew("job-42", "worker-a1", lease.epoch(), ttl)? {
         Renewal::Renewed { expires_at } => {
             println!(
                 "renew('job-42', 'worker-a1', {}, 30s) -> ok expires_at={expires_at}",
@@ -43,12 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Renewal::Refused(why) => println!("renew -> {why}"),
     }
 
-    match leasehold::release(&mut conn, "job-42", "worker-a1", lease.epoch())? {
+    match conn.release("job-42", "worker-a1", lease.epoch())? {
         Release::Released => println!("release('job-42', 'worker-a1', {}) -> ok", lease.epoch()),
         Release::Refused(why) => println!("release -> {why}"),
     }
 
-    match leasehold::inspect(&mut conn, "job-42")? {
+    match conn.inspect("job-42")? {
         Some(LeaseState::Held {
             owner,
             epoch,

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use diesel::{Connection, PgConnection};
+use leasehold::Leases;
 use leasehold_local::LocalPostgres;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -25,18 +26,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log_start = std::fs::read_to_string(server.log_path())?.len();
     for i in 0..calls {
         let key = format!("rt-{}", i % 10);
-        let lease = leasehold::acquire(&mut conn, &key, "me", Duration::from_secs(30))?;
+        let lease = conn.acquire(&key, "me", Duration::from_secs(30))?;
         if let Some(lease) = lease.granted() {
-            let _ = leasehold::renew(
-                &mut conn,
-                &key,
-                "me",
-                lease.epoch(),
-                Duration::from_secs(30),
-            )?;
-            let _ = leasehold::release(&mut conn, &key, "me", lease.epoch())?;
+            let _ = conn.renew(&key, "me", lease.epoch(), Duration::from_secs(30))?;
+            let _ = conn.release(&key, "me", lease.epoch())?;
         }
-        let _ = leasehold::inspect(&mut conn, &key)?;
+        let _ = conn.inspect(&key)?;
     }
     let log = std::fs::read_to_string(server.log_path())?;
     let log = &log[log_start..];

@@ -26,7 +26,7 @@ use leasehold::{
     error::WaitError,
     hold::{run_while_held, CancelToken, KeeperEvent, WorkOutcome},
     wait::{LeaseWaiter, Wait},
-    Keeper,
+    Keeper, Leases,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
 

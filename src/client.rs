@@ -1,21 +1,20 @@
 //! A handle over an r2d2 pool, for callers without a connection at hand.
 //!
-//! Each method checks a connection out for exactly one call and autocommits,
-//! so nothing is held between calls. Callers that need an operation inside
-//! their own transaction use the free functions with their connection.
-
-use std::time::Duration;
+//! Its operations are those of [`crate::Leases`] (src/api.rs): each checks
+//! a connection out for exactly one call and autocommits, so nothing is
+//! held between calls. Callers that need an operation inside their own
+//! transaction call the same methods on their connection.
 
 use diesel::pg::PgConnection;
 
-use crate::errors::LeaseError;
-use crate::groups::{self, GroupId, GroupJoin, GroupRenewal};
-use crate::leases;
-use crate::many;
-use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
-use crate::pool::{self, with_conn, PgPool, PreparedStatements};
+use crate::errors::{GuardError, LeaseError};
+use crate::guards::{Check, FencedError};
+use crate::pool::{self, PgPool, PreparedStatements};
+use crate::token::FencingToken;
 
-/// Lease operations over a connection pool.
+/// Every lease operation over a connection pool: the methods of
+/// [`crate::Leases`]. Clone it for each thread or task that calls it (a
+/// clone shares the pool).
 ///
 /// `database_url` may name several hosts, as libpq allows
 /// (`postgres://u@h1:5432,h2:5432/app?target_session_attrs=read-write`):
@@ -30,7 +29,8 @@ use crate::pool::{self, with_conn, PgPool, PreparedStatements};
 /// ```no_run
 /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// let client = leasehold::LeaseClient::connect("postgres://localhost/app", 4)?;
+/// use leasehold::Leases;
+/// let mut client = leasehold::LeaseClient::connect("postgres://localhost/app", 4)?;
 /// if let Some(lease) = client.acquire("job-42", "worker-a1", Duration::from_secs(30))?.granted() {
 ///     client.release(lease.key(), lease.owner(), lease.epoch())?;
 /// }
@@ -38,7 +38,7 @@ use crate::pool::{self, with_conn, PgPool, PreparedStatements};
 /// ```
 #[derive(Clone)]
 pub struct LeaseClient {
-    pool: PgPool,
+    pub(crate) pool: PgPool,
 }
 
 impl std::fmt::Debug for LeaseClient {
@@ -97,125 +97,27 @@ impl LeaseClient {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
 
-    /// [`leases::acquire`] on a pooled connection.
-    pub fn acquire(
-        &self,
-        key: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<Acquisition, LeaseError> {
-        with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
+/// The whole fenced transaction of [`crate::Leases::run_fenced`] on one
+/// connection of `pool`, returned to the pool afterwards unless the server
+/// turned read-only (a failover): that connection would keep reaching it.
+pub(crate) fn run_fenced_pooled<T, E, F>(
+    pool: &PgPool,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+    work: F,
+) -> Result<T, FencedError<E>>
+where
+    F: FnOnce(&mut PgConnection) -> Result<T, E>,
+{
+    let mut conn = pool
+        .get()
+        .map_err(|error| FencedError::Guard(GuardError::Pool(error)))?;
+    let result = crate::guards::run_fenced(&mut conn, resource, token, check, work);
+    if let Err(FencedError::Guard(GuardError::ReadOnlyServer { .. })) = &result {
+        pool::discard(&mut conn);
     }
-
-    /// [`leases::acquire_waiting`] on a pooled connection (held for the
-    /// whole wait).
-    pub fn acquire_waiting(
-        &self,
-        key: &str,
-        owner: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Lease, LeaseError> {
-        with_conn(&self.pool, |conn| {
-            leases::acquire_waiting(conn, key, owner, ttl, wait)
-        })
-    }
-
-    /// [`leases::renew`] on a pooled connection.
-    pub fn renew(
-        &self,
-        key: &str,
-        owner: &str,
-        epoch: i64,
-        ttl: Duration,
-    ) -> Result<Renewal, LeaseError> {
-        with_conn(&self.pool, |conn| {
-            leases::renew(conn, key, owner, epoch, ttl)
-        })
-    }
-
-    /// [`leases::release`] on a pooled connection.
-    pub fn release(&self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
-        with_conn(&self.pool, |conn| leases::release(conn, key, owner, epoch))
-    }
-
-    /// [`many::renew_many`] on a pooled connection: one round trip for all
-    /// of `grants`.
-    pub fn renew_many(
-        &self,
-        owner: &str,
-        grants: &[(&str, i64)],
-        ttl: Duration,
-    ) -> Result<Vec<KeyRenewal>, LeaseError> {
-        with_conn(&self.pool, |conn| {
-            many::renew_many(conn, owner, grants, ttl)
-        })
-    }
-
-    /// [`many::release_many`] on a pooled connection.
-    pub fn release_many(
-        &self,
-        owner: &str,
-        grants: &[(&str, i64)],
-    ) -> Result<Vec<KeyRelease>, LeaseError> {
-        with_conn(&self.pool, |conn| many::release_many(conn, owner, grants))
-    }
-
-    /// [`groups::join_group`] on a pooled connection.
-    pub fn join_group(
-        &self,
-        owner: &str,
-        grants: &[(&str, i64)],
-        ttl: Duration,
-    ) -> Result<GroupJoin, LeaseError> {
-        with_conn(&self.pool, |conn| {
-            groups::join_group(conn, owner, grants, ttl)
-        })
-    }
-
-    /// [`groups::renew_group`] on a pooled connection: one row write keeps
-    /// every member alive.
-    pub fn renew_group(
-        &self,
-        group: GroupId,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<GroupRenewal, LeaseError> {
-        with_conn(&self.pool, |conn| {
-            groups::renew_group(conn, group, owner, ttl)
-        })
-    }
-
-    /// [`crate::guards::run_fenced`] on a pooled connection: the whole fenced
-    /// transaction runs on one connection, returned to the pool afterwards.
-    pub fn run_fenced<T, E, F>(
-        &self,
-        resource: &str,
-        token: &crate::FencingToken,
-        check: crate::guards::Check,
-        work: F,
-    ) -> Result<T, crate::guards::FencedError<E>>
-    where
-        F: FnOnce(&mut PgConnection) -> Result<T, E>,
-    {
-        let mut conn = self.pool.get().map_err(|error| {
-            crate::guards::FencedError::Guard(crate::error::GuardError::Pool(error))
-        })?;
-        let result = crate::guards::run_fenced(&mut conn, resource, token, check, work);
-        if let Err(crate::guards::FencedError::Guard(crate::error::GuardError::ReadOnlyServer {
-            ..
-        })) = &result
-        {
-            // The server turned read-only (a failover): this connection
-            // would keep reaching it, so it is not given back to the pool.
-            pool::discard(&mut conn);
-        }
-        result
-    }
-
-    /// [`leases::inspect`] on a pooled connection.
-    pub fn inspect(&self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        with_conn(&self.pool, |conn| leases::inspect(conn, key))
-    }
+    result
 }

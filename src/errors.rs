@@ -304,7 +304,7 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// [`crate::admin::raise_generation`] was asked for a generation not
+    /// [`crate::Leases::raise_generation`] was asked for a generation not
     /// above the current one: a generation is only ever raised. Nothing
     /// changed.
     #[error("generation {requested} is not above the current generation {current}")]
@@ -314,7 +314,7 @@ pub enum LeaseError {
         /// The server's current generation.
         current: i64,
     },
-    /// [`crate::admin::raise_generation`] was asked for a generation above
+    /// [`crate::Leases::raise_generation`] was asked for a generation above
     /// [`crate::admin::MAX_GENERATION`]. Nothing changed.
     #[error(
         "generation {requested} is above the highest generation, {}",
@@ -637,7 +637,7 @@ pub enum GuardError {
     /// The presented epoch was never granted for the key: above its counter,
     /// or any epoch of a key never leased in this database. A forged or
     /// mistaken token, refused so that nobody can fence out the key's real
-    /// holders with it (G7); nothing changed. From [`crate::guard::fence`], the
+    /// holders with it (G7); nothing changed. From [`crate::Leases::fence`], the
     /// `up_to` was above the counter.
     #[error(
         "epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}"

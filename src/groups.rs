@@ -1,11 +1,11 @@
 //! Heartbeat groups: one row write keeps a whole set of one owner's grants
 //! alive, whatever their number (docs/SPECIFICATION.md §1.9).
 //!
-//! [`crate::batch::renew_many`] renews a thousand keys in one call, but still
+//! [`crate::Leases::renew_many`] renews a thousand keys in one call, but still
 //! writes a thousand rows: on a disk with fast commits that costs as much as
 //! dozens of single renews. A group is what etcd calls attaching keys to one
-//! lease: [`join_group`] renews the keys once and puts them into a group,
-//! and from then on [`renew_group`] extends the group's one row, and with it
+//! lease: [`join_group`](crate::Leases::join_group) renews the keys once and puts them into a group,
+//! and from then on [`renew_group`](crate::Leases::renew_group) extends the group's one row, and with it
 //! every member. A member is live until the later of its own expiry and its
 //! group's, so every check of a key (a takeover, a guard, inspect, pruning)
 //! sees the group's heartbeat.
@@ -13,18 +13,19 @@
 //! The group's answer counts its members: a member leaves when it is
 //! released, force-released, or taken over after the group lapsed, so a
 //! heartbeat that answers fewer members than were joined tells the caller
-//! to ask [`crate::batch::renew_many`] which keys it lost. A lapsed group is never
+//! to ask [`crate::Leases::renew_many`] which keys it lost. A lapsed group is never
 //! renewed again; the keys that are still live join a new one.
 //! [`crate::hold::KeeperSet`] does all of this for its keys.
 //!
 //! ```no_run
 //! # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
 //! use std::time::Duration;
+//! use leasehold::Leases;
 //! let held = [("shard-1", 7_i64), ("shard-2", 3)];
-//! let joined = leasehold::batch::join_group(conn, "worker-a1", &held, Duration::from_secs(30))?;
+//! let joined = conn.join_group("worker-a1", &held, Duration::from_secs(30))?;
 //! let Some(group) = joined.group else { return Ok(()) }; // no key was renewed
 //! // ... once per heartbeat:
-//! match leasehold::batch::renew_group(conn, group, "worker-a1", Duration::from_secs(30))? {
+//! match conn.renew_group(group, "worker-a1", Duration::from_secs(30))? {
 //!     leasehold::batch::GroupRenewal::Renewed { members, .. } if members == joined.renewed() => {}
 //!     _ => { /* some key is lost: renew_many tells which */ }
 //! }
@@ -44,7 +45,7 @@ use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::telemetry;
 
-/// A heartbeat group, as [`join_group`] made it.
+/// A heartbeat group, as [`join_group`](crate::Leases::join_group) made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GroupId(i64);
 
@@ -67,14 +68,14 @@ impl std::fmt::Display for GroupId {
     }
 }
 
-/// What [`join_group`] answered.
+/// What [`join_group`](crate::Leases::join_group) answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused key was not joined and must stop its holder"]
 pub struct GroupJoin {
     /// The new group holding every renewed key; `None` when no key was
     /// renewed (then no group was made).
     pub group: Option<GroupId>,
-    /// Each key's answer, in the order given: what [`crate::batch::renew_many`]
+    /// Each key's answer, in the order given: what [`crate::Leases::renew_many`]
     /// would have answered. The renewed keys are the group's members.
     pub keys: Vec<KeyRenewal>,
 }
@@ -90,7 +91,7 @@ impl GroupJoin {
     }
 }
 
-/// What [`renew_group`] answered.
+/// What [`renew_group`](crate::Leases::renew_group) answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused heartbeat must stop the holder of every member"]
 pub enum GroupRenewal {
@@ -108,15 +109,8 @@ pub enum GroupRenewal {
     Refused(Refusal),
 }
 
-/// Renews every grant `(key, owner, epoch)` of `grants` to server time +
-/// `ttl`, as [`crate::batch::renew_many`] does, and puts the renewed ones into a
-/// new heartbeat group, which [`renew_group`] then keeps alive in one row
-/// write. A renewed key that was in another group moves to the new one.
-///
-/// Input rules and errors are [`crate::batch::renew_many`]'s (at most
-/// [`crate::batch::MAX_KEYS_PER_CALL`] keys, no key twice, ...), named for this
-/// call; nothing changes on an error.
-pub fn join_group(
+/// The connection's [`crate::Leases::join_group`]: its documentation is there.
+pub(crate) fn join_group(
     conn: &mut PgConnection,
     owner: &str,
     grants: &[(&str, i64)],
@@ -127,7 +121,7 @@ pub fn join_group(
     })
 }
 
-/// [`join_group`] without its span and counters.
+/// [`join_group`](crate::Leases::join_group) without its span and counters.
 fn join_group_unobserved(
     conn: &mut PgConnection,
     owner: &str,
@@ -165,10 +159,8 @@ fn join_group_unobserved(
     Ok(joined)
 }
 
-/// One heartbeat for every member of `group`: extends the group to server
-/// time + `ttl` in one row write, while it is live and `owner`'s. A
-/// refusal changes nothing.
-pub fn renew_group(
+/// The connection's [`crate::Leases::renew_group`]: its documentation is there.
+pub(crate) fn renew_group(
     conn: &mut PgConnection,
     group: GroupId,
     owner: &str,
@@ -179,7 +171,7 @@ pub fn renew_group(
     })
 }
 
-/// [`renew_group`] without its span and counters.
+/// [`renew_group`](crate::Leases::renew_group) without its span and counters.
 fn renew_group_unobserved(
     conn: &mut PgConnection,
     group: GroupId,

@@ -15,25 +15,26 @@
 //! [`Guard`] says that once, in one vocabulary, for all three, so code that
 //! protects "a resource" can take any of them, and one conformance suite
 //! (`leasehold-test-support`'s `guard_conformance`) runs the same cases
-//! against each. The guards' own APIs ([`admit`] and [`run_fenced`] in the
-//! caller's transaction, `FencedFile::write`, `FencedStore::write`) stay
-//! where a write must go with the admission; this trait is their common
-//! floor.
+//! against each. The guards' own APIs (the database guard's calls of
+//! [`crate::Leases`] in the caller's transaction, `FencedFile::write`,
+//! `FencedStore::write`) stay where a write must go with the admission;
+//! this trait is their common floor.
 //!
-//! The database guard's calls are here too: [`run_fenced`] runs a closure's
-//! writes in one transaction behind [`admit_held`]; [`admit`],
-//! [`check_held`], [`admit_held`] and [`renew_and_admit`] check a token in
-//! the caller's own transaction; [`fence`] is the operator's action and
-//! [`inspect_guard`] reads a resource's record.
+//! The database guard's calls are methods of [`crate::Leases`]:
+//! [`run_fenced`](crate::Leases::run_fenced) runs a closure's writes in one
+//! transaction behind the admission; [`admit`](crate::Leases::admit),
+//! [`check_held`](crate::Leases::check_held),
+//! [`admit_held`](crate::Leases::admit_held) and
+//! [`renew_and_admit`](crate::Leases::renew_and_admit) check a token in the
+//! caller's own transaction; [`fence`](crate::Leases::fence) is the
+//! operator's action and [`inspect_guard`](crate::Leases::inspect_guard)
+//! reads a resource's record. This module holds their types.
 
-pub use crate::guards::{
-    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
-    GuardRecord,
-};
+pub use crate::guards::{Check, GuardRecord};
 
 use crate::errors::GuardError;
 use crate::guards;
-use crate::pool::{discard, is_guard_connection_error, PgPool};
+use crate::pool::{with_guard_conn, PgPool};
 use crate::token::FencingToken;
 
 /// The fence of one resource: the key that fences it and the lowest epoch
@@ -92,7 +93,7 @@ pub trait Guard {
 /// A database resource (a name in `lease.guards`) as a [`Guard`]: each
 /// call runs in a transaction of its own on a pooled connection.
 ///
-/// For a guarded *write*, call [`crate::guard::admit`] (or [`crate::guard::run_fenced`])
+/// For a guarded *write*, call [`crate::Leases::admit`] (or [`crate::Leases::run_fenced`])
 /// in the writer's own transaction instead: only there does the admission
 /// commit or roll back with the write.
 #[derive(Debug, Clone)]
@@ -120,19 +121,19 @@ impl Guard for DatabaseGuard {
     type Error = GuardError;
 
     fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
-        pooled(&self.pool, |conn| {
+        with_guard_conn(&self.pool, |conn| {
             guards::admit(conn, &self.resource, token)
         })
     }
 
     fn fence(&self, key: &str, through: i64) -> Result<(), GuardError> {
-        pooled(&self.pool, |conn| {
+        with_guard_conn(&self.pool, |conn| {
             guards::fence(conn, &self.resource, key, through).map(drop)
         })
     }
 
     fn floor(&self) -> Result<Option<Floor>, GuardError> {
-        Ok(pooled(&self.pool, |conn| {
+        Ok(with_guard_conn(&self.pool, |conn| {
             guards::inspect_guard(conn, &self.resource)
         })?
         .map(|record| Floor {
@@ -162,21 +163,4 @@ impl Guard for DatabaseGuard {
             _ => None,
         }
     }
-}
-
-/// Runs a guard call on a pooled connection; a connection that failed, or
-/// reaches a server that turned read-only, is not given back to the pool
-/// (as [`crate::LeaseClient`]'s calls do).
-fn pooled<T>(
-    pool: &PgPool,
-    call: impl FnOnce(&mut diesel::PgConnection) -> Result<T, GuardError>,
-) -> Result<T, GuardError> {
-    let mut conn = pool.get()?;
-    let result = call(&mut conn);
-    if let Err(error) = &result {
-        if is_guard_connection_error(error) {
-            discard(&mut conn);
-        }
-    }
-    result
 }

@@ -22,8 +22,8 @@
 //! - [`Check::RenewAndAdmit`]: the same, renewing the lease in the same
 //!   transaction, so heartbeat and write commit together or not at all.
 //!
-//! The run-a-closure form is [`run_fenced`]; the single calls ([`admit`],
-//! [`admit_held`], [`renew_and_admit`], [`check_held`]) are for callers that
+//! The run-a-closure form is [`run_fenced`](crate::Leases::run_fenced); the single calls ([`admit`](crate::Leases::admit),
+//! [`admit_held`](crate::Leases::admit_held), [`renew_and_admit`](crate::Leases::renew_and_admit), [`check_held`](crate::Leases::check_held)) are for callers that
 //! manage their own transaction.
 
 use std::time::Duration;
@@ -40,7 +40,7 @@ use crate::sql::input;
 use crate::telemetry;
 use crate::token::FencingToken;
 
-/// How strictly [`run_fenced`] checks the writer.
+/// How strictly [`run_fenced`](crate::Leases::run_fenced) checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Check {
@@ -50,11 +50,11 @@ pub enum Check {
     /// from being taken over until commit (G6).
     LeaseHeld,
     /// Renew the lease by this ttl in the same transaction (G6, and the
-    /// heartbeat commits only with the write): [`renew_and_admit`].
+    /// heartbeat commits only with the write): [`renew_and_admit`](crate::Leases::renew_and_admit).
     RenewAndAdmit(Duration),
 }
 
-/// A resource's guard record, as [`inspect_guard`] reports it.
+/// A resource's guard record, as [`inspect_guard`](crate::Leases::inspect_guard) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
@@ -64,7 +64,7 @@ pub struct GuardRecord {
     pub accepted_epoch: i64,
 }
 
-/// Error of [`run_fenced`]: the guard refused, the caller's work failed, or
+/// Error of [`run_fenced`](crate::Leases::run_fenced): the guard refused, the caller's work failed, or
 /// the transaction itself failed. In every case everything was rolled back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -111,25 +111,8 @@ fn check_resource(resource: &str) -> Result<(), GuardError> {
     input::text("resource", resource).map_err(GuardError::invalid)
 }
 
-/// Admits `token` for `resource` in the caller's current transaction: raises
-/// the record to the token's epoch, or fails with
-/// [`GuardError::StaleEpoch`] / [`GuardError::WrongLeaseKey`]. The first
-/// admission registers the resource as fenced by the token's key.
-///
-/// Call it inside a transaction and write after it; outside one it commits
-/// at once and protects nothing.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection, token: &leasehold::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
-/// use diesel::Connection;
-/// conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
-///     leasehold::guard::admit(conn, "invoices", token)?;
-///     // ... the writes the token protects ...
-///     Ok(())
-/// })?;
-/// # Ok(()) }
-/// ```
-pub fn admit(
+/// The connection's [`crate::Leases::admit`]: its documentation is there.
+pub(crate) fn admit(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,
@@ -161,10 +144,8 @@ fn admit_sql(
     .map_err(|error| GuardError::from_diesel(&context(Operation::Admit, resource, token), error))
 }
 
-/// Checks that the token's lease is held right now by its owner and epoch,
-/// and keeps it so until the caller's transaction ends (a takeover waits).
-/// Returns the lease's expiry.
-pub fn check_held(
+/// The connection's [`crate::Leases::check_held`]: its documentation is there.
+pub(crate) fn check_held(
     conn: &mut PgConnection,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
@@ -192,8 +173,8 @@ fn check_held_sql(
     .map_err(|error| GuardError::from_diesel(&context(Operation::CheckHeld, "", token), error))
 }
 
-/// [`check_held`] and [`admit`] in one call. Returns the lease's expiry.
-pub fn admit_held(
+/// The connection's [`crate::Leases::admit_held`]: its documentation is there.
+pub(crate) fn admit_held(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,
@@ -227,9 +208,8 @@ fn admit_held_sql(
     })
 }
 
-/// Renews the token's lease by `ttl` and admits the token for `resource`, in
-/// the caller's transaction. Returns the new expiry (valid once committed).
-pub fn renew_and_admit(
+/// The connection's [`crate::Leases::renew_and_admit`]: its documentation is there.
+pub(crate) fn renew_and_admit(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,
@@ -267,15 +247,8 @@ fn renew_and_admit_sql(
     })
 }
 
-/// Operator action: refuses every epoch up to and including `up_to` for
-/// `resource` from now on, without writing anything else. Registers the
-/// resource as fenced by `lease_key` if it is new. Returns the new record
-/// (the lowest epoch admitted).
-///
-/// Typical use: after a holder lapsed or released, fence through the counter
-/// `inspect` reports, so even a writer that never saw the takeover is
-/// refused before the next holder writes.
-pub fn fence(
+/// The connection's [`crate::Leases::fence`]: its documentation is there.
+pub(crate) fn fence(
     conn: &mut PgConnection,
     resource: &str,
     lease_key: &str,
@@ -319,9 +292,8 @@ fn fence_sql(
     })
 }
 
-/// A resource's guard record; `None` if nothing was ever admitted or fenced
-/// for it.
-pub fn inspect_guard(
+/// The connection's [`crate::Leases::inspect_guard`]: its documentation is there.
+pub(crate) fn inspect_guard(
     conn: &mut PgConnection,
     resource: &str,
 ) -> Result<Option<GuardRecord>, GuardError> {
@@ -361,24 +333,8 @@ fn inspect_guard_sql(
         }))
 }
 
-/// Runs `work` as a fenced transaction: admit the token for `resource` with
-/// the chosen [`Check`], run the caller's writes, commit. Any refusal or
-/// error rolls everything back, the guard record included.
-///
-/// Inside an open transaction this runs in a savepoint, so a refusal undoes
-/// only the fenced part and the caller decides what happens to the rest.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-/// use diesel::connection::SimpleConnection;
-/// use leasehold::{guard::{run_fenced, Check}};
-/// let token = lease.token();
-/// run_fenced(conn, "report-2026-11", &token, Check::LeaseHeld, |conn| {
-///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
-/// })?;
-/// # Ok(()) }
-/// ```
-pub fn run_fenced<T, E, F>(
+/// The connection's [`crate::Leases::run_fenced`]: its documentation is there.
+pub(crate) fn run_fenced<T, E, F>(
     conn: &mut PgConnection,
     resource: &str,
     token: &FencingToken,

@@ -25,27 +25,8 @@ use crate::sql::decode::Status;
 use crate::sql::input;
 use crate::telemetry;
 
-/// Tries to acquire `key` for `owner` for `ttl`, without waiting for
-/// another owner. It may still wait up to [`crate::error::LOCK_WAIT_BOUND`] for a
-/// row lock another transaction holds on the key (an uncommitted grant, or
-/// an open lease-checked write), and returns [`LeaseError::TimedOut`] if
-/// that lock outlasts the bound.
-///
-/// On a connection outside a transaction the grant commits before this
-/// returns. Inside a transaction it commits with it, and a rollback gives
-/// its epoch to the next grant: use its token only for guard writes in the
-/// same transaction, never for files or objects before the commit.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// use std::time::Duration;
-/// match leasehold::acquire(conn, "job-42", "worker-a1", Duration::from_secs(30))? {
-///     leasehold::Acquisition::Granted(lease) => println!("epoch {}", lease.epoch()),
-///     leasehold::Acquisition::Denied => println!("someone else has it"),
-/// }
-/// # Ok(()) }
-/// ```
-pub fn acquire(
+/// The connection's [`crate::Leases::acquire`]: its documentation is there.
+pub(crate) fn acquire(
     conn: &mut PgConnection,
     key: &str,
     owner: &str,
@@ -54,14 +35,8 @@ pub fn acquire(
     acquire_call(conn, key, owner, ttl, Duration::ZERO)
 }
 
-/// Acquires `key`, waiting up to `wait` while another owner holds it: the
-/// SQL function's own `wait` argument, which polls every 50 ms inside one
-/// statement.
-///
-/// This holds a connection and a transaction open for the whole wait; a
-/// [`crate::wait::LeaseWaiter`] needs neither and wakes on release. On timeout
-/// returns [`LeaseError::TimedOut`] (SQLSTATE 57014 in SQL).
-pub fn acquire_waiting(
+/// The connection's [`crate::Leases::acquire_waiting`]: its documentation is there.
+pub(crate) fn acquire_waiting(
     conn: &mut PgConnection,
     key: &str,
     owner: &str,
@@ -127,19 +102,8 @@ fn acquire_sql(
     }
 }
 
-/// Extends the grant `(key, owner, epoch)` to server time + `ttl`. Never
-/// changes the epoch.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {
-/// use std::time::Duration;
-/// let ttl = Duration::from_secs(30);
-/// if let leasehold::Renewal::Refused(why) = leasehold::renew(conn, lease.key(), lease.owner(), lease.epoch(), ttl)? {
-///     eprintln!("lease refused ({why}); stop working on it");
-/// }
-/// # Ok(()) }
-/// ```
-pub fn renew(
+/// The connection's [`crate::Leases::renew`]: its documentation is there.
+pub(crate) fn renew(
     conn: &mut PgConnection,
     key: &str,
     owner: &str,
@@ -181,10 +145,8 @@ fn renew_sql(
     }
 }
 
-/// Releases the grant `(key, owner, epoch)`: the key becomes free and its
-/// fencing counter moves past `epoch`, so the released epoch is stale at
-/// every guard from now on.
-pub fn release(
+/// The connection's [`crate::Leases::release`]: its documentation is there.
+pub(crate) fn release(
     conn: &mut PgConnection,
     key: &str,
     owner: &str,
@@ -219,11 +181,11 @@ fn release_sql(
     }
 }
 
-/// Reports `key`'s state; `None` for a key that was never leased.
-///
-/// Advisory only: the answer may be stale by the time it arrives. Use it to
-/// decide what to try, never as permission to act.
-pub fn inspect(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+/// The connection's [`crate::Leases::inspect`]: its documentation is there.
+pub(crate) fn inspect(
+    conn: &mut PgConnection,
+    key: &str,
+) -> Result<Option<LeaseState>, LeaseError> {
     telemetry::lease_call(Operation::Inspect, key, "", None, || inspect_sql(conn, key))
 }
 
@@ -295,7 +257,7 @@ pub(crate) fn interval(
 }
 
 impl Lease {
-    /// Renews this grant for its own ttl ([`renew`]) and, when renewed,
+    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)) and, when renewed,
     /// records the new expiry.
     ///
     /// ```no_run
@@ -313,7 +275,7 @@ impl Lease {
         Ok(renewal)
     }
 
-    /// Releases this grant ([`release`]).
+    /// Releases this grant ([`release`](crate::Leases::release)).
     pub fn release(&self, conn: &mut PgConnection) -> Result<Release, LeaseError> {
         release(conn, &self.key, &self.owner, self.epoch)
     }

@@ -6,52 +6,53 @@
 //!
 //! The SQL side lives in `migrations/` (schema `lease`, the functions
 //! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
-//! installed by [`install()`]. The Rust side is a thin, synchronous, typed layer
-//! over diesel: every operation takes `&mut PgConnection` and so composes with
-//! the caller's own transactions; [`LeaseClient`] does the same over an r2d2
-//! pool.
+//! installed by [`install()`]. The Rust side is a thin, synchronous, typed
+//! layer over diesel with one API, the [`Leases`] trait: on a
+//! `PgConnection` every operation runs in the caller's own transaction; on
+//! a [`LeaseClient`] it runs on a pooled connection and autocommits.
 //!
 //! ```no_run
 //! use std::time::Duration;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use diesel::Connection;
+//! use leasehold::Leases;
 //! let mut conn = diesel::PgConnection::establish("postgres://localhost/app")?;
 //! leasehold::install(&mut conn)?;
 //! let ttl = Duration::from_secs(30);
-//! if let leasehold::Acquisition::Granted(lease) = leasehold::acquire(&mut conn, "job-42", "worker-a1", ttl)? {
+//! if let leasehold::Acquisition::Granted(lease) = conn.acquire("job-42", "worker-a1", ttl)? {
 //!     // ... work, presenting lease.token() to guards, renewing before ttl passes ...
-//!     let _ = leasehold::renew(&mut conn, lease.key(), lease.owner(), lease.epoch(), ttl)?;
-//!     let _ = leasehold::release(&mut conn, lease.key(), lease.owner(), lease.epoch())?;
+//!     let _ = conn.renew(lease.key(), lease.owner(), lease.epoch(), ttl)?;
+//!     let _ = conn.release(lease.key(), lease.owner(), lease.epoch())?;
 //! }
 //! # Ok(()) }
 //! ```
 //!
 //! # Where things are
 //!
-//! The crate root holds what a first program needs: [`acquire`],
-//! [`renew`], [`release`], [`inspect`] and [`acquire_waiting`] on a
-//! caller's connection, their answers ([`Acquisition`], [`Renewal`],
-//! [`Release`], [`Refusal`], [`LeaseState`]), the [`Lease`] and its
-//! [`FencingToken`], [`LeaseError`], [`LeaseClient`] over a pool,
+//! The crate root holds what a first program needs: [`Leases`] (every
+//! operation), [`LeaseClient`] (the pooled implementation), the answers
+//! ([`Acquisition`], [`Renewal`], [`Release`], [`Refusal`],
+//! [`LeaseState`]), the [`Lease`] and its [`FencingToken`], [`LeaseError`],
 //! [`Keeper`] and [`install()`]. The rest is in public modules named by
-//! concern:
+//! concern, mostly the types of the operations:
 //!
 //! | module | what |
 //! |---|---|
-//! | [`guard`] | the one guard contract; fenced database writes ([`guard::run_fenced`], [`guard::admit`], ...) |
+//! | [`guard`] | the one guard contract and the database guard's types |
 //! | [`hold`] | [`hold::Keeper`], [`hold::KeeperSet`], [`hold::run_while_held`], [`hold::CancelToken`] |
 //! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications |
-//! | [`batch`] | many keys of one owner in one call; heartbeat groups |
-//! | [`admin`] | install and uninstall, namespace rules, forced releases, the generation, pruning |
+//! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
+//! | [`admin`] | install and uninstall; the types of the operator calls |
 //! | [`pool`] | the connection pool ([`pool::build_pool`]) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
 //!
-//! Behind them, private modules each do one job: `sql` (the only place
-//! with SQL text, constraint names and answer decoding), `outcome`
-//! (grants, refusals and states as values), `leases`, `many`, `groups`,
-//! `guards`, `operator`, `prune`, `install` (the operations on a caller's
-//! connection), `token` (the fencing token and its text form), `errors`,
+//! Behind them, private modules each do one job: `api` (the [`Leases`]
+//! trait and its two implementations), `sql` (the only place with SQL
+//! text, constraint names and answer decoding), `outcome` (grants,
+//! refusals and states as values), `leases`, `many`, `groups`, `guards`,
+//! `operator`, `prune`, `install` (the operations on a connection, which
+//! the trait calls), `token` (the fencing token and its text form), `errors`,
 //! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
 //! for the command that generates the `CREATE EXTENSION` files),
 //! `field_text` (the percent-encoding of token fields) and `libpq` (the
@@ -68,6 +69,7 @@ compile_error!(
     "leasehold supports Unix-like systems only (Linux, macOS, the BSDs): its waiters use Unix socket APIs"
 );
 
+mod api;
 mod client;
 mod errors;
 mod field_text;
@@ -94,22 +96,21 @@ mod waiting;
 
 // The crate root: what a newcomer reaches for first. Everything else is in
 // a public module named by its concern, below.
+pub use api::Leases;
 pub use client::LeaseClient;
 pub use errors::LeaseError;
 pub use holding::Keeper;
 pub use install::install;
-pub use leases::{acquire, acquire_waiting, inspect, release, renew};
 pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 pub use token::FencingToken;
 
-/// Many keys of one owner in one call: [`renew_many`](batch::renew_many)
-/// and [`release_many`](batch::release_many) answer per key what the
-/// single-key calls would; a heartbeat group ([`join_group`](batch::join_group),
-/// [`renew_group`](batch::renew_group)) keeps many grants alive with one row
-/// write.
+/// The types of the calls on many keys of one owner: [`Leases::renew_many`]
+/// and [`Leases::release_many`] answer per key what the single-key calls
+/// would; a heartbeat group ([`Leases::join_group`],
+/// [`Leases::renew_group`]) keeps many grants alive with one row write.
 pub mod batch {
-    pub use crate::groups::{join_group, renew_group, GroupId, GroupJoin, GroupRenewal};
-    pub use crate::many::{release_many, renew_many, MAX_KEYS_PER_CALL};
+    pub use crate::groups::{GroupId, GroupJoin, GroupRenewal};
+    pub use crate::many::MAX_KEYS_PER_CALL;
     pub use crate::outcome::{KeyRelease, KeyRenewal};
 }
 
@@ -126,9 +127,8 @@ pub mod hold {
 
 /// Waiting for a lease: a [`LeaseWaiter`](wait::LeaseWaiter) blocks until a
 /// key is granted, woken by release notifications from one listener
-/// session per database URL (the free function
-/// [`acquire_waiting`] waits inside the server
-/// instead).
+/// session per database URL ([`Leases::acquire_waiting`] waits inside the
+/// server instead).
 pub mod wait {
     pub use crate::waiting::{
         LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WakeMode,
@@ -137,19 +137,18 @@ pub mod wait {
     };
 }
 
-/// Operating leasehold: installing and removing it, namespace rules, forced
-/// releases, the generation, and pruning. The operator actions are granted
-/// to nobody by default (docs/guide/security.md).
+/// Operating leasehold: installing and removing it, and the types of the
+/// operator calls of [`Leases`] (namespace rules, forced releases, the
+/// generation, pruning), which are granted to nobody by default
+/// (docs/guide/security.md).
 pub mod admin {
     pub use crate::install::{
         install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
     };
     pub use crate::operator::{
-        bind_namespace, force_release, force_release_epoch, generation, list_namespaces,
-        raise_generation, unbind_namespace, BoundRole, ForcedRelease, Generation, NamespaceRule,
-        GENERATION_SHIFT, MAX_GENERATION,
+        BoundRole, ForcedRelease, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
     };
-    pub use crate::prune::{prune, PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
+    pub use crate::prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
 }
 
 /// Every error type, each keeping its source. One call returns one of

@@ -31,32 +31,15 @@ use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
 use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::telemetry;
 
-/// The most keys one [`renew_many`] or [`release_many`] call may carry
+/// The most keys one [`renew_many`](crate::Leases::renew_many) or [`release_many`](crate::Leases::release_many) call may carry
 /// (the SQL functions' own cap). A call's row locks last until its
 /// transaction ends, and each key may be up to 16 KiB, so the cap bounds
 /// what one statement holds and sends; a worker with more keys splits them
 /// over several calls.
 pub const MAX_KEYS_PER_CALL: usize = 1000;
 
-/// Renews every grant `(key, owner, epoch)` of `grants` to server time +
-/// `ttl` in one call, answering per key, in the order given.
-///
-/// Each key's answer is what [`crate::renew`] would have answered for it:
-/// a refused key (not_owner, lapsed, epoch_mismatch) changes nothing and
-/// locks nothing, and does not stop the other keys from being renewed.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// use std::time::Duration;
-/// let held = [("shard-1", 7_i64), ("shard-2", 3)];
-/// for answer in leasehold::batch::renew_many(conn, "worker-a1", &held, Duration::from_secs(30))? {
-///     if let leasehold::Renewal::Refused(why) = answer.renewal {
-///         eprintln!("lost {} ({why}); stop working on it", answer.key);
-///     }
-/// }
-/// # Ok(()) }
-/// ```
-pub fn renew_many(
+/// The connection's [`crate::Leases::renew_many`]: its documentation is there.
+pub(crate) fn renew_many(
     conn: &mut PgConnection,
     owner: &str,
     grants: &[(&str, i64)],
@@ -67,7 +50,7 @@ pub fn renew_many(
     })
 }
 
-/// [`renew_many`] without its span and counters.
+/// [`renew_many`](crate::Leases::renew_many) without its span and counters.
 fn renew_many_unobserved(
     conn: &mut PgConnection,
     owner: &str,
@@ -95,10 +78,8 @@ fn renew_many_unobserved(
         .collect()
 }
 
-/// Releases every grant `(key, owner, epoch)` of `grants` in one call,
-/// answering per key, in the order given: what [`crate::release`] would
-/// have answered for each key alone.
-pub fn release_many(
+/// The connection's [`crate::Leases::release_many`]: its documentation is there.
+pub(crate) fn release_many(
     conn: &mut PgConnection,
     owner: &str,
     grants: &[(&str, i64)],
@@ -108,7 +89,7 @@ pub fn release_many(
     })
 }
 
-/// [`release_many`] without its span and counters.
+/// [`release_many`](crate::Leases::release_many) without its span and counters.
 fn release_many_unobserved(
     conn: &mut PgConnection,
     owner: &str,

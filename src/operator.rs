@@ -31,7 +31,7 @@ use crate::sql::calls::{
 use crate::sql::{decode, input};
 use crate::telemetry;
 
-/// One namespace rule, as [`list_namespaces`] reports it.
+/// One namespace rule, as [`list_namespaces`](crate::Leases::list_namespaces) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceRule {
     /// The bound prefix: every key and resource name starting with it, for
@@ -68,28 +68,18 @@ impl std::fmt::Display for BoundRole {
     }
 }
 
-/// Operator action: binds `prefix` to the existing role named `role` (the
-/// name as stored, not an SQL identifier: no quotes, case matters), or
-/// rebinds it. From the commit on, names governed by this prefix may be used
-/// only by members of `role`.
-///
-/// Rules protect names, not rows: a key already held by a non-member stays
-/// held, but its holder can no longer renew, release or admit with it, so
-/// bind prefixes before applications use them (or [`force_release`] the
-/// keys concerned).
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// leasehold::admin::bind_namespace(conn, "billing/", "billing_app")?;
-/// # Ok(()) }
-/// ```
-pub fn bind_namespace(conn: &mut PgConnection, prefix: &str, role: &str) -> Result<(), LeaseError> {
+/// The connection's [`crate::Leases::bind_namespace`]: its documentation is there.
+pub(crate) fn bind_namespace(
+    conn: &mut PgConnection,
+    prefix: &str,
+    role: &str,
+) -> Result<(), LeaseError> {
     telemetry::lease_call(Operation::BindNamespace, prefix, "", None, || {
         bind_namespace_unobserved(conn, prefix, role)
     })
 }
 
-/// [`bind_namespace`] without its span and counters.
+/// [`bind_namespace`](crate::Leases::bind_namespace) without its span and counters.
 fn bind_namespace_unobserved(
     conn: &mut PgConnection,
     prefix: &str,
@@ -116,16 +106,14 @@ fn bind_namespace_unobserved(
     })
 }
 
-/// Operator action: removes the rule for exactly `prefix`. Returns whether
-/// there was one. The names it governed fall to the next-longest bound
-/// prefix, or to no rule at all (every role may act).
-pub fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
+/// The connection's [`crate::Leases::unbind_namespace`]: its documentation is there.
+pub(crate) fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
     telemetry::lease_call(Operation::UnbindNamespace, prefix, "", None, || {
         unbind_namespace_unobserved(conn, prefix)
     })
 }
 
-/// [`unbind_namespace`] without its span and counters.
+/// [`unbind_namespace`](crate::Leases::unbind_namespace) without its span and counters.
 fn unbind_namespace_unobserved(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
     let autocommit = crate::leases::in_autocommit(conn);
     check_name("prefix", prefix)?;
@@ -145,14 +133,14 @@ fn unbind_namespace_unobserved(conn: &mut PgConnection, prefix: &str) -> Result<
     })
 }
 
-/// Operator action: every namespace rule, ordered by prefix (byte order).
-pub fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
+/// The connection's [`crate::Leases::list_namespaces`]: its documentation is there.
+pub(crate) fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
     telemetry::lease_call(Operation::ListNamespaces, "", "", None, || {
         list_namespaces_unobserved(conn)
     })
 }
 
-/// [`list_namespaces`] without its span and counters.
+/// [`list_namespaces`](crate::Leases::list_namespaces) without its span and counters.
 fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
     let autocommit = crate::leases::in_autocommit(conn);
     let rows = ListNamespacesCall {
@@ -181,28 +169,14 @@ fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRu
         .collect())
 }
 
-/// Operator action: frees `key` whatever its state. A held or lapsed grant
-/// ends as a release would end it: the counter moves on by one, so its
-/// epoch (and every lower one) is stale from then on, its holder's renew
-/// and release answer `not_owner`, and waiters for the key are woken.
-///
-/// Returns the key's counter after the call, `None` for a key that was
-/// never leased (nothing is written). Every epoch at or below the counter
-/// is stale: fence resources up to it ([`crate::guard::fence`]) so that even a
-/// writer that never heard of the forced release is refused by a
-/// token-checked guard. A key that was already free keeps its counter.
-///
-/// Acts on every key, whatever the namespace rules say: only the grant of
-/// EXECUTE on `lease.force_release(text)` limits who may call it. A role
-/// without it gets [`LeaseError::Database`], whose source is PostgreSQL's
-/// "permission denied for function force_release".
-pub fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
+/// The connection's [`crate::Leases::force_release`]: its documentation is there.
+pub(crate) fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
     telemetry::lease_call(Operation::ForceRelease, key, "", None, || {
         force_release_unobserved(conn, key)
     })
 }
 
-/// [`force_release`] without its span and counters.
+/// [`force_release`](crate::Leases::force_release) without its span and counters.
 fn force_release_unobserved(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
     check_text("key", key)?;
     let call = ForceReleaseCall {
@@ -221,7 +195,7 @@ fn force_release_unobserved(conn: &mut PgConnection, key: &str) -> Result<Option
     })
 }
 
-/// What [`force_release_epoch`] did with the grant it was given.
+/// What [`force_release_epoch`](crate::Leases::force_release_epoch) did with the grant it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForcedRelease {
@@ -230,7 +204,7 @@ pub enum ForcedRelease {
     /// and waiters were woken.
     Released {
         /// The key's counter now, the grant's epoch + 1: every epoch up to
-        /// it is stale; fence resources up to it ([`crate::guard::fence`]).
+        /// it is stale; fence resources up to it ([`crate::Leases::fence`]).
         counter: i64,
     },
     /// The key is held (or lapsed) under a higher epoch: the grant asked
@@ -254,29 +228,8 @@ pub enum ForcedRelease {
     },
 }
 
-/// Operator action: ends exactly the grant (`key`, `epoch`), whoever holds
-/// it, held or lapsed, and never a newer one. Where [`force_release`] frees
-/// whatever grant the key has when the call runs (which may be a grant made
-/// after the operator looked), this form acts only on the grant the
-/// operator saw: a holder that released and re-acquired meanwhile keeps its
-/// new grant ([`ForcedRelease::NewerGrant`]).
-///
-/// An ended grant is ended as a release ends it: counter + 1, waiters
-/// woken. An epoch below 1 is [`LeaseError::InvalidInput`] and nothing
-/// changes. Only the grant of EXECUTE on
-/// `lease.force_release(text, bigint)` limits who may call it (a role
-/// without it gets [`LeaseError::Database`], PostgreSQL's "permission
-/// denied for function force_release"); namespace rules do not.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// match leasehold::admin::force_release_epoch(conn, "job-42", 7)? {
-///     leasehold::admin::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
-///     other => println!("nothing changed: {other:?}"),
-/// }
-/// # Ok(()) }
-/// ```
-pub fn force_release_epoch(
+/// The connection's [`crate::Leases::force_release_epoch`]: its documentation is there.
+pub(crate) fn force_release_epoch(
     conn: &mut PgConnection,
     key: &str,
     epoch: i64,
@@ -286,7 +239,7 @@ pub fn force_release_epoch(
     })
 }
 
-/// [`force_release_epoch`] without its span and counters.
+/// [`force_release_epoch`](crate::Leases::force_release_epoch) without its span and counters.
 fn force_release_epoch_unobserved(
     conn: &mut PgConnection,
     key: &str,
@@ -340,7 +293,7 @@ pub const GENERATION_SHIFT: u32 = 40;
 pub const MAX_GENERATION: i64 = (1 << 23) - 1;
 
 /// The server's generation (docs/SPECIFICATION.md §1.2, §1.7), as
-/// [`generation`] reports it.
+/// [`generation`](crate::Leases::generation) reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation {
     /// The generation: 0 on a server that was never promoted, restored onto
@@ -360,15 +313,14 @@ impl Generation {
     }
 }
 
-/// The server's current generation and timeline. Any role may ask; nothing
-/// is written, and it works on a standby.
-pub fn generation(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
+/// The connection's [`crate::Leases::generation`]: its documentation is there.
+pub(crate) fn generation(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
     telemetry::lease_call(Operation::Generation, "", "", None, || {
         generation_unobserved(conn)
     })
 }
 
-/// [`generation`] without its span and counters.
+/// [`generation`](crate::Leases::generation) without its span and counters.
 fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
     let autocommit = crate::leases::in_autocommit(conn);
     let (generation, timeline) = GenerationCall {
@@ -384,31 +336,17 @@ fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseErr
     })
 }
 
-/// Operator action: raises the server's generation to `generation`, so that
-/// from the commit on every grant, of every key, has an epoch of at least
-/// `(generation << 40) + 1` (docs/SPECIFICATION.md §1.7). Returns the new
-/// generation.
-///
-/// For what timelines cannot see: a server brought back by other means
-/// than promotion or archive recovery (a file-system snapshot restored onto
-/// the same timeline), or a margin after a split brain. A generation is only
-/// ever raised: a value at or below the current one is
-/// [`LeaseError::GenerationNotAbove`], one above [`MAX_GENERATION`] is
-/// [`LeaseError::GenerationTooHigh`], and nothing changes.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// let now = leasehold::admin::generation(conn)?;
-/// leasehold::admin::raise_generation(conn, now.generation + 1)?;
-/// # Ok(()) }
-/// ```
-pub fn raise_generation(conn: &mut PgConnection, generation: i64) -> Result<i64, LeaseError> {
+/// The connection's [`crate::Leases::raise_generation`]: its documentation is there.
+pub(crate) fn raise_generation(
+    conn: &mut PgConnection,
+    generation: i64,
+) -> Result<i64, LeaseError> {
     telemetry::lease_call(Operation::RaiseGeneration, "", "", None, || {
         raise_generation_unobserved(conn, generation)
     })
 }
 
-/// [`raise_generation`] without its span and counters.
+/// [`raise_generation`](crate::Leases::raise_generation) without its span and counters.
 fn raise_generation_unobserved(
     conn: &mut PgConnection,
     generation: i64,

@@ -72,7 +72,7 @@ impl PartialEq for Lease {
 
 impl Eq for Lease {}
 
-/// Outcome of [`crate::acquire`].
+/// Outcome of [`crate::Leases::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a denied acquire does not grant the lease"]
 pub enum Acquisition {
@@ -133,7 +133,7 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// Outcome of [`crate::renew`].
+/// Outcome of [`crate::Leases::renew`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder"]
 pub enum Renewal {
@@ -146,7 +146,7 @@ pub enum Renewal {
     Refused(Refusal),
 }
 
-/// Outcome of [`crate::release`].
+/// Outcome of [`crate::Leases::release`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused release did nothing"]
 pub enum Release {
@@ -156,7 +156,7 @@ pub enum Release {
     Refused(Refusal),
 }
 
-/// One key's answer to [`crate::batch::renew_many`]: what [`crate::renew`] would
+/// One key's answer to [`crate::Leases::renew_many`]: what [`crate::Leases::renew`] would
 /// have answered for that key alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder of that key"]
@@ -167,7 +167,7 @@ pub struct KeyRenewal {
     pub renewal: Renewal,
 }
 
-/// One key's answer to [`crate::batch::release_many`]: what [`crate::release`]
+/// One key's answer to [`crate::Leases::release_many`]: what [`crate::Leases::release`]
 /// would have answered for that key alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused release did nothing for that key"]
@@ -178,7 +178,7 @@ pub struct KeyRelease {
     pub release: Release,
 }
 
-/// A key's observable state, as [`crate::inspect`] reports it.
+/// A key's observable state, as [`crate::Leases::inspect`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
     /// A live grant.

@@ -46,7 +46,7 @@ pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 /// (libpq's `PQsendQueryParams`, still one round trip) and parsed and
 /// planned every time. docs/guide/poolers.md, "Poolers", has the measured cost.
 ///
-/// The free functions ([`crate::acquire`], ...) use whatever the caller's
+/// The free functions ([`crate::Leases::acquire`], ...) use whatever the caller's
 /// connection says: call
 /// `conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled)`
 /// on it (diesel's `Connection` method) for the uncached behaviour.
@@ -182,4 +182,21 @@ pub(crate) fn discard(conn: &mut PgConnection) {
         conn,
     )
     .set_in_error();
+}
+
+/// Runs a guard call on a pooled connection; a connection that failed, or
+/// reaches a server that turned read-only, is not given back to the pool
+/// (as [`crate::LeaseClient`]'s calls do).
+pub(crate) fn with_guard_conn<T>(
+    pool: &PgPool,
+    call: impl FnOnce(&mut diesel::PgConnection) -> Result<T, GuardError>,
+) -> Result<T, GuardError> {
+    let mut conn = pool.get()?;
+    let result = call(&mut conn);
+    if let Err(error) = &result {
+        if is_guard_connection_error(error) {
+            discard(&mut conn);
+        }
+    }
+    result
 }

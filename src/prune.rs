@@ -91,26 +91,17 @@ pub struct PruneReport {
     pub batches: u64,
 }
 
-/// Operator action: prunes key rows, then guard records, idle for longer
-/// than `options.idle` (docs/SPECIFICATION.md §1.8), batch by batch.
-/// Call it on a connection outside any transaction of yours, so that every
-/// batch commits on its own and holds its locks for one batch only.
-///
-/// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-/// use std::time::Duration;
-/// let options = leasehold::admin::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
-/// let report = leasehold::admin::prune(conn, &options)?;
-/// println!("removed {} keys and {} guard records", report.keys_pruned, report.guards_pruned);
-/// # Ok(()) }
-/// ```
-pub fn prune(conn: &mut PgConnection, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
+/// The connection's [`crate::Leases::prune`]: its documentation is there.
+pub(crate) fn prune(
+    conn: &mut PgConnection,
+    options: &PruneOptions,
+) -> Result<PruneReport, LeaseError> {
     telemetry::lease_call(Operation::Prune, "", "", None, || {
         prune_unobserved(conn, options)
     })
 }
 
-/// [`prune`] without its span and counters.
+/// [`prune`](crate::Leases::prune) without its span and counters.
 fn prune_unobserved(
     conn: &mut PgConnection,
     options: &PruneOptions,

@@ -5,7 +5,7 @@
 //! recorder, the application does.
 //!
 //! With `tracing`, every lease call (the single-key calls, the batch and
-//! group calls, the operator calls and [`prune`](crate::admin::prune)) runs in a `DEBUG` span
+//! group calls, the operator calls and [`prune`](crate::Leases::prune)) runs in a `DEBUG` span
 //! `lease` (target `leasehold::lease`), every guard call in a span `guard`
 //! (`leasehold::guard`), and a [`LeaseWaiter`](crate::wait::LeaseWaiter) acquire in a span
 //! `lease_wait` (`leasehold::waiter`), with the fields `operation`,

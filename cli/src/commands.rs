@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
-use leasehold::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+use leasehold::{Acquisition, Lease, LeaseState, Leases, Refusal, Release, Renewal};
 
 use crate::duration;
 use crate::failure::CliError;
@@ -81,7 +81,10 @@ pub fn obtain(
                     other => CliError::Database(crate::failure::report(&other)),
                 })?
         }
-        None => match leasehold::acquire(conn, key, owner, ttl).map_err(CliError::from_lease)? {
+        None => match conn
+            .acquire(key, owner, ttl)
+            .map_err(CliError::from_lease)?
+        {
             Acquisition::Granted(lease) => lease,
             Acquisition::Denied => return Err(denied(conn, key)),
         },
@@ -90,7 +93,7 @@ pub fn obtain(
 
 /// Builds the denial error, naming the holder if it is still there.
 fn denied(conn: &mut PgConnection, key: &str) -> CliError {
-    let holder = match leasehold::inspect(conn, key) {
+    let holder = match conn.inspect(key) {
         Ok(Some(LeaseState::Held {
             owner,
             epoch,
@@ -135,7 +138,10 @@ pub fn renew(
     ttl: Duration,
 ) -> Result<(), CliError> {
     check_names(key, owner)?;
-    match leasehold::renew(conn, key, owner, epoch, ttl).map_err(CliError::from_lease)? {
+    match conn
+        .renew(key, owner, epoch, ttl)
+        .map_err(CliError::from_lease)?
+    {
         Renewal::Renewed { expires_at } => {
             let text = format!(
                 "renewed {key} for {owner} at epoch {epoch}, expires {expires_at} (ttl {})",
@@ -162,7 +168,10 @@ pub fn release(
     epoch: i64,
 ) -> Result<(), CliError> {
     check_names(key, owner)?;
-    match leasehold::release(conn, key, owner, epoch).map_err(CliError::from_lease)? {
+    match conn
+        .release(key, owner, epoch)
+        .map_err(CliError::from_lease)?
+    {
         Release::Released => {
             let text = format!(
                 "released {key} (owner {owner}, epoch {epoch}); epoch {epoch} is stale from now on and the next grant gets a higher one"
@@ -194,7 +203,7 @@ pub fn release(
 /// counter has reached it and nobody holds the key.
 fn ended_and_free(conn: &mut PgConnection, key: &str, epoch: i64) -> bool {
     matches!(
-        leasehold::inspect(conn, key),
+        conn.inspect(key),
         Ok(Some(LeaseState::Unowned { epoch: counter })) if epoch >= 1 && epoch <= counter
     )
 }
@@ -217,7 +226,7 @@ pub fn inspect(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), C
     if key.is_empty() {
         return Err(CliError::InvalidInput("KEY must not be empty".into()));
     }
-    let state = leasehold::inspect(conn, key).map_err(CliError::from_lease)?;
+    let state = conn.inspect(key).map_err(CliError::from_lease)?;
     let (text, json) = match state {
         None => (
             format!("{key} was never leased (no row); the first grant will be epoch 1"),
@@ -286,7 +295,7 @@ pub fn fence(
     key: &str,
     up_to: i64,
 ) -> Result<(), CliError> {
-    let accepted = match leasehold::guard::fence(conn, resource, key, up_to) {
+    let accepted = match conn.fence(resource, key, up_to) {
         Ok(accepted) => accepted,
         // An operator action since security part 2: say when the role was
         // not granted it (see `operator::explain`).

@@ -33,6 +33,7 @@ use crate::failure::CliError;
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
+use leasehold::Leases;
 use timeline::Timeline;
 use workers::{AChannels, BChannels};
 
@@ -178,7 +179,7 @@ fn crash_and_restart(
 }
 
 fn inspect(conn: &mut PgConnection) -> Result<LeaseState, CliError> {
-    leasehold::inspect(conn, KEY)
+    conn.inspect(KEY)
         .map_err(|error| CliError::Demo(crate::failure::report(&error)))?
         .ok_or_else(|| CliError::Demo(format!("{KEY} vanished")))
 }
@@ -217,7 +218,8 @@ fn final_state(
     let rows = diesel::sql_query("SELECT epoch, worker, body FROM demo_results ORDER BY epoch")
         .load::<ResultRow>(conn)
         .map_err(|error| CliError::Demo(format!("could not read demo_results: {error}")))?;
-    let guard = leasehold::guard::inspect_guard(conn, RESOURCE)
+    let guard = conn
+        .inspect_guard(RESOURCE)
         .map_err(|error| CliError::Demo(crate::failure::report(&error)))?
         .ok_or_else(|| CliError::Demo(format!("no guard record for {RESOURCE}")))?;
     let lease = inspect(conn)?;

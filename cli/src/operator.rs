@@ -17,6 +17,7 @@ use diesel::PgConnection;
 use leasehold::{
     admin::{BoundRole, ForcedRelease, NamespaceRule},
     error::LeaseError,
+    Leases,
 };
 
 use crate::failure::{report, CliError};
@@ -40,7 +41,7 @@ pub fn bind(
     prefix: &str,
     role: &str,
 ) -> Result<(), CliError> {
-    leasehold::admin::bind_namespace(conn, prefix, role)
+    conn.bind_namespace(prefix, role)
         .map_err(|error| namespace_failure(conn, BIND, error))?;
     let text = format!(
         "bound prefix {prefix:?} to role {role:?}: from now on only members of {role:?} (and superusers) may act on keys and resources under it, unless a longer bound prefix governs them"
@@ -56,7 +57,8 @@ pub fn bind(
 /// `leasehold namespace unbind PREFIX`. Removing a rule that is not there
 /// is not an error (the state asked for holds), but the text says so.
 pub fn unbind(conn: &mut PgConnection, out: Printer, prefix: &str) -> Result<(), CliError> {
-    let removed = leasehold::admin::unbind_namespace(conn, prefix)
+    let removed = conn
+        .unbind_namespace(prefix)
         .map_err(|error| namespace_failure(conn, UNBIND, error))?;
     let text = if removed {
         format!("removed the rule for prefix {prefix:?}; names under it fall to the next longest bound prefix, or to no rule")
@@ -72,7 +74,8 @@ pub fn unbind(conn: &mut PgConnection, out: Printer, prefix: &str) -> Result<(),
 
 /// `leasehold namespace ls`.
 pub fn list(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
-    let rules = leasehold::admin::list_namespaces(conn)
+    let rules = conn
+        .list_namespaces()
         .map_err(|error| namespace_failure(conn, LIST, error))?;
     let text = if rules.is_empty() {
         "no namespace rules: every role may act on every key and resource".to_owned()
@@ -120,7 +123,7 @@ pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result
     if key.is_empty() {
         return Err(CliError::InvalidInput("KEY must not be empty".into()));
     }
-    let counter = match leasehold::admin::force_release(conn, key) {
+    let counter = match conn.force_release(key) {
         Ok(counter) => counter,
         Err(error @ leasehold::LeaseError::Database { .. }) => {
             return Err(explain(
@@ -156,7 +159,7 @@ pub fn force_release_epoch(
     key: &str,
     epoch: i64,
 ) -> Result<(), CliError> {
-    let outcome = match leasehold::admin::force_release_epoch(conn, key, epoch) {
+    let outcome = match conn.force_release_epoch(key, epoch) {
         Ok(outcome) => outcome,
         Err(error @ leasehold::LeaseError::Database { .. }) => {
             return Err(explain(
@@ -215,7 +218,8 @@ pub fn force_release_epoch(
 
 /// `leasehold generation show`.
 pub fn show_generation(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
-    let now = leasehold::admin::generation(conn)
+    let now = conn
+        .generation()
         .map_err(|error| generation_failure(conn, None, error))?;
     let text = format!(
         "generation {} (timeline {}): every grant from now on has an epoch of at least {}",
@@ -232,9 +236,10 @@ pub fn raise_generation(
     out: Printer,
     generation: i64,
 ) -> Result<(), CliError> {
-    leasehold::admin::raise_generation(conn, generation)
+    conn.raise_generation(generation)
         .map_err(|error| generation_failure(conn, Some(RAISE_GENERATION), error))?;
-    let now = leasehold::admin::generation(conn)
+    let now = conn
+        .generation()
         .map_err(|error| generation_failure(conn, None, error))?;
     let text = format!(
         "raised the generation to {}: every grant from now on, of every key, has an epoch of at least {}",

@@ -12,6 +12,7 @@ use diesel::PgConnection;
 use leasehold::{
     admin::{PruneOptions, PruneReport},
     error::LeaseError,
+    Leases,
 };
 
 use crate::duration;
@@ -40,7 +41,7 @@ pub fn prune(
         dry_run,
         ..PruneOptions::new(idle)
     };
-    let done = leasehold::admin::prune(conn, &options).map_err(|error| failure(conn, error))?;
+    let done = conn.prune(&options).map_err(|error| failure(conn, error))?;
     Ok(out.emit(&text(&done, idle), &json(&done, idle))?)
 }
 

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::PgConnection;
-use leasehold::{hold::LeaseLoss, pool::PreparedStatements, Keeper, Lease, Renewal};
+use leasehold::{hold::LeaseLoss, pool::PreparedStatements, Keeper, Lease, Leases, Renewal};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -112,7 +112,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
         if let Err(error) =
             signal_hook::flag::register_usize(signal, pending.clone(), signal as usize)
         {
-            let _ = leasehold::release(conn, lease.key(), lease.owner(), lease.epoch());
+            let _ = conn.release(lease.key(), lease.owner(), lease.epoch());
             return Err(CliError::Database(format!(
                 "cannot catch signal {signal}: {error}"
             )));
@@ -129,7 +129,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
         Ok(keeper) => keeper,
         Err(error) => {
             // CMD never ran: give the grant back rather than let it lapse.
-            let _ = leasehold::release(conn, lease.key(), lease.owner(), lease.epoch());
+            let _ = conn.release(lease.key(), lease.owner(), lease.epoch());
             return Err(error);
         }
     };
@@ -261,7 +261,8 @@ fn finish(
         }
         Some(left) => {
             let lease: Lease = keeper.stop_renewing();
-            match leasehold::renew(conn, lease.key(), lease.owner(), lease.epoch(), left)
+            match conn
+                .renew(lease.key(), lease.owner(), lease.epoch(), left)
                 .map_err(CliError::from_lease)?
             {
                 Renewal::Renewed { expires_at } => eprintln!(

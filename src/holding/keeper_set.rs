@@ -1,12 +1,12 @@
 //! A heartbeat that keeps a whole set of one owner's grants alive with one
-//! call and one row write per beat ([`crate::batch::renew_group`]), and reports
+//! call and one row write per beat ([`crate::Leases::renew_group`]), and reports
 //! each lost key on its own.
 //!
 //! It is the [`Keeper`](super::Keeper) for a worker that holds many keys
 //! (partitions, shards, tenants): the same deadline rule, the same loss
 //! rules and the same threads, but one round trip per heartbeat for all
 //! keys instead of one per key. The keys are joined to a heartbeat group
-//! ([`crate::batch::join_group`]), whose one row each beat extends; a beat that
+//! ([`crate::Leases::join_group`]), whose one row each beat extends; a beat that
 //! answers the group lapsed, or holding fewer members than the set keeps,
 //! joins the kept keys again, which renews each and answers per key.
 //!
@@ -21,7 +21,7 @@
 //!   kept key is lost with [`LeaseLoss::DeadlinePassed`], each reported.
 //!
 //! [`KeeperSet::stop`] and drop release the kept keys in one call
-//! ([`crate::batch::release_many`]).
+//! ([`crate::Leases::release_many`]).
 //!
 //! ```no_run
 //! # fn demo(pool: leasehold::pool::PgPool, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {

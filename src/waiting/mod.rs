@@ -1,7 +1,7 @@
 //! Client-side blocking acquire: wait for a key without holding a
 //! transaction or a connection, and wake as soon as it is released.
 //!
-//! [`crate::acquire_waiting`] (the SQL function's `wait` argument) polls
+//! [`crate::Leases::acquire_waiting`] (the SQL function's `wait` argument) polls
 //! every 50 ms inside one statement, keeping a connection and a transaction
 //! open for the whole wait. A [`LeaseWaiter`] instead:
 //!

@@ -17,10 +17,8 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use leasehold::{
-    acquire,
     error::{GuardError, InstallError},
-    guard::admit,
-    install, release, FencingToken,
+    install, FencingToken, Leases,
 };
 use leasehold_local::LocalPostgres;
 
@@ -373,27 +371,18 @@ fn state(conn: &mut PgConnection) -> Vec<String> {
 
 /// Leases held, released and fenced, and guard records.
 fn seed(conn: &mut PgConnection) {
-    let a = acquire(conn, "job-a", "w1", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
-    admit(conn, "res-a", &a.token()).unwrap();
+    let a = conn.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
+    conn.admit("res-a", &a.token()).unwrap();
     assert_eq!(
-        release(conn, "job-a", "w1", a.epoch()).unwrap(),
+        conn.release("job-a", "w1", a.epoch()).unwrap(),
         leasehold::Release::Released
     );
-    let a2 = acquire(conn, "job-a", "w2", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
-    admit(conn, "res-a", &a2.token()).unwrap();
-    let b = acquire(conn, "job-b", "w1", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
-    admit(conn, "res-b", &b.token()).unwrap();
-    leasehold::guard::fence(conn, "res-c", "job-b", b.epoch()).unwrap();
-    let joined = leasehold::batch::join_group(conn, "w1", &[("job-b", b.epoch())], TTL).unwrap();
+    let a2 = conn.acquire("job-a", "w2", TTL).unwrap().granted().unwrap();
+    conn.admit("res-a", &a2.token()).unwrap();
+    let b = conn.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
+    conn.admit("res-b", &b.token()).unwrap();
+    conn.fence("res-c", "job-b", b.epoch()).unwrap();
+    let joined = conn.join_group("w1", &[("job-b", b.epoch())], TTL).unwrap();
     assert!(joined.group.is_some());
 }
 
@@ -411,7 +400,7 @@ fn seed_checks(conn: &mut PgConnection) {
     )[0]
     .parse()
     .unwrap();
-    let held = acquire(conn, "job-a", "w3", TTL).unwrap();
+    let held = conn.acquire("job-a", "w3", TTL).unwrap();
     assert!(held.granted().is_none(), "job-a is held by w2");
     let lease = rows(
         conn,
@@ -419,13 +408,10 @@ fn seed_checks(conn: &mut PgConnection) {
     );
     assert_eq!(lease, vec![counter.to_string()]);
     assert_eq!(
-        release(conn, "job-a", "w2", counter).unwrap(),
+        conn.release("job-a", "w2", counter).unwrap(),
         leasehold::Release::Released
     );
-    let next = acquire(conn, "job-a", "w3", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
+    let next = conn.acquire("job-a", "w3", TTL).unwrap().granted().unwrap();
     assert_eq!(
         next.epoch(),
         (counter + 2).max(floor),
@@ -433,11 +419,12 @@ fn seed_checks(conn: &mut PgConnection) {
     );
     let stale = leasehold::FencingToken::new("job-a", "w1", 1).unwrap();
     assert!(
-        admit(conn, "res-a", &stale).is_err(),
+        conn.admit("res-a", &stale).is_err(),
         "a stale epoch is refused"
     );
-    admit(conn, "res-a", &next.token()).unwrap();
-    let fresh = acquire(conn, "new-key", "w1", TTL)
+    conn.admit("res-a", &next.token()).unwrap();
+    let fresh = conn
+        .acquire("new-key", "w1", TTL)
         .unwrap()
         .granted()
         .unwrap();
@@ -452,10 +439,12 @@ fn seed_checks(conn: &mut PgConnection) {
         .unwrap();
     let group = leasehold::batch::GroupId::from_raw(group);
     assert!(matches!(
-        leasehold::batch::renew_group(conn, group, "w1", TTL).unwrap(),
+        conn.renew_group(group, "w1", TTL).unwrap(),
         leasehold::batch::GroupRenewal::Renewed { members: 1, .. }
     ));
-    let joined = leasehold::batch::join_group(conn, "w3", &[("job-a", next.epoch())], TTL).unwrap();
+    let joined = conn
+        .join_group("w3", &[("job-a", next.epoch())], TTL)
+        .unwrap();
     assert!(joined.group.is_some_and(|new| new != group));
 }
 
@@ -519,11 +508,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     // changes nothing. Version 3's own SQL API sets up the state the
     // updates must keep.
     assert!(matches!(
-        admit(
-            &mut c,
-            "res-0",
-            &FencingToken::new("job-0", "w0", 1).unwrap()
-        ),
+        c.admit("res-0", &FencingToken::new("job-0", "w0", 1).unwrap()),
         Err(GuardError::NotInstalled { .. })
     ));
     assert_eq!(
@@ -554,7 +539,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     );
     c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261201000004'")
         .unwrap();
-    admit(&mut c, "res-a", &held).unwrap();
+    c.admit("res-a", &held).unwrap();
     let before = state(&mut c);
     c.batch_execute("ALTER EXTENSION leasehold UPDATE").unwrap();
     assert_eq!(
@@ -576,14 +561,11 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     assert_eq!(installed_objects(&mut c), installed_objects(&mut f));
     // Still the same lease, and its guard still admits it; the library's
     // calls work on the updated schema.
-    admit(&mut c, "res-a", &held).unwrap();
-    let next = acquire(&mut c, "job-b", "w2", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
+    c.admit("res-a", &held).unwrap();
+    let next = c.acquire("job-b", "w2", TTL).unwrap().granted().unwrap();
     assert_eq!(next.epoch(), other_epoch + 2);
     assert_eq!(
-        release(&mut c, "job-b", "w2", next.epoch()).unwrap(),
+        c.release("job-b", "w2", next.epoch()).unwrap(),
         leasehold::Release::Released
     );
 }

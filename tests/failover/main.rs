@@ -19,11 +19,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
-    acquire,
-    admin::{force_release, generation, raise_generation, MAX_GENERATION},
+    admin::MAX_GENERATION,
     error::{GuardError, LeaseError},
-    guard::admit,
-    inspect, release, Acquisition, Lease, LeaseState, Release,
+    Acquisition, Lease, LeaseState, Leases, Release,
 };
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
@@ -44,18 +42,19 @@ fn granted(acquisition: Acquisition) -> Lease {
 }
 
 fn grant(conn: &mut PgConnection, key: &str, owner: &str) -> Lease {
-    granted(acquire(conn, key, owner, TTL).expect("acquire"))
+    granted(conn.acquire(key, owner, TTL).expect("acquire"))
 }
 
 fn release_ok(conn: &mut PgConnection, lease: &Lease) {
     assert_eq!(
-        release(conn, lease.key(), lease.owner(), lease.epoch()).expect("release"),
+        conn.release(lease.key(), lease.owner(), lease.epoch())
+            .expect("release"),
         Release::Released
     );
 }
 
 fn state(conn: &mut PgConnection, key: &str) -> LeaseState {
-    inspect(conn, key)
+    conn.inspect(key)
         .expect("inspect")
         .unwrap_or_else(|| panic!("key {key} is absent"))
 }
@@ -100,7 +99,8 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     // Replicated: a grant, its guarded writes, its release.
     let first = grant(&mut old, "seen", "old-a");
     assert_eq!(first.epoch(), 1);
-    admit(&mut old, "db-resource", &first.token()).expect("database guard admits epoch 1");
+    old.admit("db-resource", &first.token())
+        .expect("database guard admits epoch 1");
     file.write(&first.token(), b"a")
         .expect("file admits epoch 1");
     store
@@ -115,7 +115,8 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     assert_eq!(stale.epoch(), 3);
     let fresh_old = grant(&mut old, "fresh", "old-c");
     assert_eq!(fresh_old.epoch(), 1);
-    admit(&mut old, "db-resource", &stale.token()).expect("old primary's guard admits epoch 3");
+    old.admit("db-resource", &stale.token())
+        .expect("old primary's guard admits epoch 3");
     file.write(&stale.token(), b"b")
         .expect("file admits epoch 3");
     store
@@ -133,7 +134,7 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     let mut new = pair.standby_conn();
     // What the promoted server had replayed: the released first grant.
     assert_eq!(state(&mut new, "seen"), LeaseState::Unowned { epoch: 2 });
-    assert!(inspect(&mut new, "fresh").expect("inspect").is_none());
+    assert!(new.inspect("fresh").expect("inspect").is_none());
 
     let winner = grant(&mut new, "seen", "new-a");
     let fresh_new = grant(&mut new, "fresh", "new-c");
@@ -145,14 +146,15 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
         );
         assert_eq!(lease.epoch(), GENERATION_1);
     }
-    let now = generation(&mut new).expect("generation");
+    let now = new.generation().expect("generation");
     assert_eq!((now.generation, now.timeline), (1, 2));
     assert_eq!(now.floor_epoch(), GENERATION_1);
 
     // The database guard on the promoted server (it saw epoch 1 only).
-    admit(&mut new, "db-resource", &winner.token()).expect("database guard admits the new holder");
+    new.admit("db-resource", &winner.token())
+        .expect("database guard admits the new holder");
     for old_token in [first.token(), stale.token()] {
-        match admit(&mut new, "db-resource", &old_token) {
+        match new.admit("db-resource", &old_token) {
             Err(GuardError::StaleEpoch { presented, .. }) => {
                 assert_eq!(presented, old_token.epoch())
             }
@@ -231,8 +233,8 @@ fn sync_standby_promoted_after_the_primary_is_killed_has_every_acknowledged_call
     let never_seen = grant(&mut new, "k5", "g");
     assert_eq!(after_release.epoch(), GENERATION_1);
     assert_eq!(never_seen.epoch(), GENERATION_1);
-    assert_eq!(generation(&mut new).expect("generation").generation, 1);
-    let taken_over = force_release(&mut new, "k2").expect("force release");
+    assert_eq!(new.generation().expect("generation").generation, 1);
+    let taken_over = new.force_release("k2").expect("force release");
     assert_eq!(taken_over, Some(4));
     assert_eq!(grant(&mut new, "k2", "h").epoch(), GENERATION_1);
 }
@@ -306,7 +308,7 @@ fn dump_restored_into_a_new_cluster_grants_above_the_source() {
     // The new lineage is recorded: later grants stay in it.
     release_ok(&mut dst, &restored_k1);
     assert_eq!(grant(&mut dst, "k1", "z").epoch(), GENERATION_1 + 2);
-    assert_eq!(generation(&mut dst).expect("generation").generation, 1);
+    assert_eq!(dst.generation().expect("generation").generation, 1);
 }
 
 /// §1.7, scenario 4: a restore from a base backup that recovers to the
@@ -341,7 +343,7 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     assert!(k1.epoch() > after_backup.epoch(), "{}", k1.epoch());
     assert!(k2.epoch() > new_key_at_source.epoch(), "{}", k2.epoch());
     assert_eq!((k1.epoch(), k2.epoch()), (GENERATION_1, GENERATION_1));
-    let now = generation(&mut dst).expect("generation");
+    let now = dst.generation().expect("generation");
     assert_eq!((now.generation, now.timeline), (1, 2));
     // The lineage row records the newest timeline its grants ran on, so a
     // dump of this database, restored elsewhere, starts its new lineage
@@ -362,7 +364,7 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
 fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     let pair = ReplicatedPair::start(false);
     let mut conn = pair.primary_conn();
-    let now = generation(&mut conn).expect("generation");
+    let now = conn.generation().expect("generation");
     assert_eq!((now.generation, now.timeline, now.floor_epoch()), (0, 1, 1));
     let mut expected = 1;
     for round in 0..3 {
@@ -385,7 +387,8 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     pair.wait_caught_up();
     let mut standby = pair.standby_conn();
     assert_eq!(
-        generation(&mut standby)
+        standby
+            .generation()
             .expect("generation on the standby")
             .generation,
         0
@@ -414,14 +417,14 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     let before = lineage(&mut conn);
 
     for refused in [0, -1] {
-        match raise_generation(&mut conn, refused) {
+        match conn.raise_generation(refused) {
             Err(LeaseError::GenerationNotAbove { requested, current }) => {
                 assert_eq!((requested, current), (refused, 0));
             }
             other => panic!("raise to {refused} must be refused: {other:?}"),
         }
     }
-    match raise_generation(&mut conn, MAX_GENERATION + 1) {
+    match conn.raise_generation(MAX_GENERATION + 1) {
         Err(LeaseError::GenerationTooHigh { requested }) => {
             assert_eq!(requested, MAX_GENERATION + 1)
         }
@@ -443,8 +446,8 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     );
     assert_eq!(grant(&mut conn, "before", "b").epoch(), 1);
 
-    assert_eq!(raise_generation(&mut conn, 5).expect("raise to 5"), 5);
-    let now = generation(&mut conn).expect("generation");
+    assert_eq!(conn.raise_generation(5).expect("raise to 5"), 5);
+    let now = conn.generation().expect("generation");
     assert_eq!(now.generation, 5);
     let floor = (5 << 40) + 1;
     assert_eq!(now.floor_epoch(), floor);
@@ -453,7 +456,7 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     release_ok(&mut conn, &held);
     assert_eq!(grant(&mut conn, "held", "c").epoch(), floor);
     assert_eq!(grant(&mut conn, "never-seen", "d").epoch(), floor);
-    match raise_generation(&mut conn, 5) {
+    match conn.raise_generation(5) {
         Err(LeaseError::GenerationNotAbove { current, .. }) => assert_eq!(current, 5),
         other => panic!("raise to the current generation must be refused: {other:?}"),
     }
@@ -465,13 +468,11 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
         .replacen("postgres://postgres@", "postgres://app@", 1);
     let mut app = PgConnection::establish(&url).expect("connect as app");
     assert!(matches!(
-        raise_generation(&mut app, 9),
+        app.raise_generation(9),
         Err(LeaseError::Database { .. })
     ));
     assert_eq!(
-        generation(&mut app)
-            .expect("any role may read it")
-            .generation,
+        app.generation().expect("any role may read it").generation,
         5
     );
 }
@@ -493,8 +494,10 @@ fn a_split_brain_grants_a_key_twice_but_a_shared_guard_prefers_the_promoted_serv
     let mut old = pair.primary_conn();
     let dir = TempDir::new("split");
     let file = leasehold_fs::FencedFile::new(dir.0.join("report")).expect("fenced file");
-    let first =
-        granted(acquire(&mut old, "job", "a", Duration::from_millis(300)).expect("acquire"));
+    let first = granted(
+        old.acquire("job", "a", Duration::from_millis(300))
+            .expect("acquire"),
+    );
     pair.wait_caught_up();
     pair.standby
         .promote()
@@ -512,8 +515,8 @@ fn a_split_brain_grants_a_key_twice_but_a_shared_guard_prefers_the_promoted_serv
         matches!(state(&mut new, "job"), LeaseState::Held { ref owner, .. } if owner == "new-c"),
         "two holders at once: the split brain breaks I1"
     );
-    let old_generation = generation(&mut old).expect("generation").generation;
-    let new_generation = generation(&mut new).expect("generation").generation;
+    let old_generation = old.generation().expect("generation").generation;
+    let new_generation = new.generation().expect("generation").generation;
     assert!(
         new_generation > old_generation,
         "{new_generation} > {old_generation}"
@@ -542,18 +545,19 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     let pair = ReplicatedPair::start(false);
     let mut old = pair.primary_conn();
     let first = grant(&mut old, "job", "old-a");
-    admit(&mut old, "job-output", &first.token()).expect("admit epoch 1");
+    old.admit("job-output", &first.token())
+        .expect("admit epoch 1");
     release_ok(&mut old, &first);
     // Prune until the key and its record are gone: the first prune records
     // the FREE key, a prune 1 ms later (server clock) removes it.
     let options = leasehold::admin::PruneOptions::new(Duration::from_millis(1));
-    leasehold::admin::prune(&mut old, &options).expect("first prune");
+    old.prune(&options).expect("first prune");
     let seen = leasehold_test_support::server_now(&mut old);
     leasehold_test_support::wait_until_server_time_passes(
         &mut old,
         seen + chrono::Duration::milliseconds(1),
     );
-    let report = leasehold::admin::prune(&mut old, &options).expect("second prune");
+    let report = old.prune(&options).expect("second prune");
     assert_eq!(
         (report.keys_pruned, report.guards_pruned),
         (1, 1),
@@ -566,7 +570,8 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     pair.standby.stop(StopMode::Fast).expect("stop the standby");
     let again = grant(&mut old, "job", "old-b");
     assert_eq!(again.epoch(), 3, "one above the watermark");
-    admit(&mut old, "job-output", &again.token()).expect("admit epoch 3");
+    old.admit("job-output", &again.token())
+        .expect("admit epoch 3");
     drop(old);
     pair.primary
         .kill_postmaster()
@@ -577,7 +582,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     pair.standby.promote().expect("promote the standby");
 
     let mut new = pair.standby_conn();
-    assert!(inspect(&mut new, "job").expect("inspect").is_none());
+    assert!(new.inspect("job").expect("inspect").is_none());
     assert_eq!(
         query_lines(
             &mut new,
@@ -593,7 +598,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
         "above 3 and above the watermark"
     );
     for old_token in [first.token(), again.token()] {
-        match admit(&mut new, "job-output", &old_token) {
+        match new.admit("job-output", &old_token) {
             Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
             other => panic!(
                 "old epoch {} after the promotion: {other:?}",
@@ -601,5 +606,6 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
             ),
         }
     }
-    admit(&mut new, "job-output", &winner.token()).expect("admit the new holder");
+    new.admit("job-output", &winner.token())
+        .expect("admit the new holder");
 }

@@ -9,11 +9,10 @@ pub use chrono::{DateTime, Utc};
 pub use diesel::connection::SimpleConnection;
 pub use diesel::prelude::*;
 pub use diesel::sql_types::Text;
-pub use leasehold::guard::{run_fenced, Check};
+pub use leasehold::guard::Check;
 pub use leasehold::{
-    acquire, acquire_waiting,
     error::{FencedError, GuardError},
-    inspect, release, renew, Acquisition, Lease, LeaseError, LeaseState, Refusal, Release, Renewal,
+    Acquisition, Lease, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
 };
 pub use leasehold_local::{LocalPostgres, StopMode};
 pub use leasehold_test_support::{
@@ -142,7 +141,7 @@ pub fn fenced_write(
     check: Check,
 ) -> Result<(), FencedError<diesel::result::Error>> {
     let (owner, epoch) = (lease_token.owner().to_owned(), lease_token.epoch());
-    run_fenced(conn, "r", lease_token, check, |conn| {
+    conn.run_fenced("r", lease_token, check, |conn| {
         diesel::sql_query("INSERT INTO writes (owner, epoch) VALUES ($1, $2)")
             .bind::<Text, _>(&owner)
             .bind::<diesel::sql_types::BigInt, _>(epoch)
@@ -161,9 +160,8 @@ pub fn blocked_waiter(
     let mut conn = cluster.conn();
     conn.batch_execute(setup).unwrap();
     let pid = backend_pid(&mut conn);
-    let waiter = std::thread::spawn(move || {
-        acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(60))
-    });
+    let waiter =
+        std::thread::spawn(move || conn.acquire_waiting("k", "b", TTL, Duration::from_secs(60)));
     wait_until_polling(observer, pid);
     (pid, waiter)
 }

@@ -1,11 +1,12 @@
 //! Downtime never extends ownership (I11).
 
 use crate::common::*;
+use leasehold::Leases;
 
 fn downtime_past_expiry(crash: bool) {
     let cluster = Cluster::start(true);
     let mut conn = cluster.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", Duration::from_millis(500)).unwrap());
+    let lease = granted(conn.acquire("k", "a", Duration::from_millis(500)).unwrap());
     drop(conn);
     if crash {
         cluster.pg.kill_postmaster().unwrap();
@@ -20,11 +21,11 @@ fn downtime_past_expiry(crash: bool) {
     cluster.pg.restart().unwrap();
     let mut conn = cluster.conn();
     // First access after recovery, with no wait of any kind:
-    let taken = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let taken = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(taken.epoch(), 2);
     assert!(server_now(&mut conn) > lease.expires_at());
     assert_eq!(
-        renew(&mut conn, "k", "a", 1, TTL).unwrap(),
+        conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
 }

@@ -11,6 +11,7 @@
 //! write is gone after recovery.)
 
 use crate::common::*;
+use leasehold::Leases;
 
 fn cluster_with_a_slow_wal_writer() -> Cluster {
     Cluster::from(
@@ -38,11 +39,11 @@ fn asynchronous_session(cluster: &Cluster) -> PgConnection {
 fn an_acknowledged_grant_survives_a_crash_with_synchronous_commit_off() {
     let cluster = cluster_with_a_slow_wal_writer();
     let mut conn = asynchronous_session(&cluster);
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     cluster.crash_and_recover();
     drop(conn);
     assert_eq!(
-        inspect(&mut cluster.conn(), "k").unwrap(),
+        cluster.conn().inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: lease.epoch(),
@@ -55,16 +56,16 @@ fn an_acknowledged_grant_survives_a_crash_with_synchronous_commit_off() {
 #[test]
 fn an_acknowledged_release_survives_a_crash_with_synchronous_commit_off() {
     let cluster = cluster_with_a_slow_wal_writer();
-    let lease = granted(acquire(&mut cluster.conn(), "k", "a", TTL).unwrap());
+    let lease = granted(cluster.conn().acquire("k", "a", TTL).unwrap());
     let mut conn = asynchronous_session(&cluster);
     assert_eq!(
-        release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+        conn.release("k", "a", lease.epoch()).unwrap(),
         Release::Released
     );
     cluster.crash_and_recover();
     drop(conn);
     assert_eq!(
-        inspect(&mut cluster.conn(), "k").unwrap(),
+        cluster.conn().inspect("k").unwrap(),
         Some(LeaseState::Unowned {
             epoch: lease.epoch() + 1
         }),
@@ -75,7 +76,7 @@ fn an_acknowledged_release_survives_a_crash_with_synchronous_commit_off() {
 #[test]
 fn an_acknowledged_guarded_write_survives_a_crash_with_synchronous_commit_off() {
     let cluster = cluster_with_a_slow_wal_writer();
-    let lease = granted(acquire(&mut cluster.conn(), "k", "a", TTL).unwrap());
+    let lease = granted(cluster.conn().acquire("k", "a", TTL).unwrap());
     let mut conn = asynchronous_session(&cluster);
     fenced_write(&mut conn, &lease.token(), Check::Token).unwrap();
     cluster.crash_and_recover();

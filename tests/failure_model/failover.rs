@@ -24,7 +24,7 @@ use leasehold::{
     hold::{CancelToken, KeeperEvent, LeaseLoss},
     pool::PgPool,
     wait::{LeaseWaiter, Wait, LISTENER_APPLICATION_NAME},
-    Keeper, LeaseClient,
+    Keeper, LeaseClient, Leases,
 };
 
 use crate::common::*;
@@ -232,27 +232,27 @@ fn follow_the_writable_server(
         let mut conn = writer(server);
         leasehold::install(&mut conn).expect("install leasehold");
         // What replication would have carried over: the same grants.
-        granted(acquire(&mut conn, "kept", "keeper", TTL).unwrap());
-        granted(acquire(&mut conn, "waited", "holder", TTL).unwrap());
+        granted(conn.acquire("kept", "keeper", TTL).unwrap());
+        granted(conn.acquire("waited", "holder", TTL).unwrap());
     }
     let Some(LeaseState::Held {
         expires_at: seeded_on_standby,
         ..
-    }) = inspect(&mut plain(&standby), "kept").unwrap()
+    }) = plain(&standby).inspect("kept").unwrap()
     else {
         panic!("the kept lease must be held on the standby");
     };
     // The read-only server comes first: libpq must skip it.
     let url = multi_host_url(&[standby.port(), primary.port()], READ_WRITE);
 
-    let client = LeaseClient::new(pool(&url, 2));
+    let mut client = LeaseClient::new(pool(&url, 2));
     assert_eq!(
         server_port(&mut client.pool().get().unwrap()),
         primary.port()
     );
     granted(client.acquire("before", "c", TTL).unwrap());
-    assert!(inspect(&mut plain(&primary), "before").unwrap().is_some());
-    assert_eq!(inspect(&mut plain(&standby), "before").unwrap(), None);
+    assert!(plain(&primary).inspect("before").unwrap().is_some());
+    assert_eq!(plain(&standby).inspect("before").unwrap(), None);
 
     let kept = granted(client.acquire("kept", "keeper", TTL).unwrap());
     let (keeper, events) = keeper(pool(&url, 2), kept, TTL, TTL / 10);
@@ -293,7 +293,7 @@ fn follow_the_writable_server(
         server_port(&mut client.pool().get().unwrap()),
         standby.port()
     );
-    assert!(inspect(&mut plain(&standby), "after").unwrap().is_some());
+    assert!(plain(&standby).inspect("after").unwrap().is_some());
 
     // Keeper: a renewal sent after the promotion succeeds, on the new
     // primary (the only writable server left), and the lease stays safe.
@@ -310,7 +310,7 @@ fn follow_the_writable_server(
         expires_at: now_on_standby,
         epoch,
         ..
-    }) = inspect(&mut plain(&standby), "kept").unwrap()
+    }) = plain(&standby).inspect("kept").unwrap()
     else {
         panic!("the kept lease must be held on the new primary");
     };
@@ -343,7 +343,7 @@ fn follow_the_writable_server(
     let lease = blocked.join().unwrap().expect("the waiter gets the lease");
     assert_eq!(lease.owner(), "w");
     assert_eq!(
-        inspect(&mut plain(&standby), "waited").unwrap(),
+        plain(&standby).inspect("waited").unwrap(),
         Some(LeaseState::Held {
             owner: "w".to_owned(),
             epoch: lease.epoch(),
@@ -363,35 +363,35 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     let server = tcp_server(true);
     let mut setup = writer(&server);
     leasehold::install(&mut setup).expect("install leasehold");
-    let held = granted(acquire(&mut setup, "k", "a", TTL).unwrap());
+    let held = granted(setup.acquire("k", "a", TTL).unwrap());
     drop(setup);
     let mut conn = plain(&server);
 
-    let error = acquire(&mut conn, "free", "b", TTL).unwrap_err();
+    let error = conn.acquire("free", "b", TTL).unwrap_err();
     assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
     assert!(error.to_string().contains("read-only"), "{error}");
     assert!(std::error::Error::source(&error).is_some());
-    let error = renew(&mut conn, "k", "a", held.epoch(), TTL).unwrap_err();
+    let error = conn.renew("k", "a", held.epoch(), TTL).unwrap_err();
     assert!(is_read_only(&error, Operation::Renew), "{error:?}");
-    let error = release(&mut conn, "k", "a", held.epoch()).unwrap_err();
+    let error = conn.release("k", "a", held.epoch()).unwrap_err();
     assert!(is_read_only(&error, Operation::Release), "{error:?}");
     // Inside the caller's transaction too (and it stays usable).
     let in_transaction = conn.transaction::<_, diesel::result::Error, _>(|conn| {
-        Ok(acquire(conn, "free", "b", TTL).unwrap_err())
+        Ok(conn.acquire("free", "b", TTL).unwrap_err())
     });
     assert!(is_read_only(&in_transaction.unwrap(), Operation::Acquire));
     // Reads work on a read-only server: nothing above changed anything.
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".to_owned(),
             epoch: held.epoch(),
             expires_at: held.expires_at()
         })
     );
-    assert_eq!(inspect(&mut conn, "free").unwrap(), None);
+    assert_eq!(conn.inspect("free").unwrap(), None);
 
-    let error = leasehold::guard::admit(&mut conn, "r", &held.token()).unwrap_err();
+    let error = conn.admit("r", &held.token()).unwrap_err();
     assert!(
         matches!(
             error,
@@ -402,7 +402,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
         ),
         "{error:?}"
     );
-    let fenced = run_fenced(&mut conn, "r", &held.token(), Check::Token, |_| {
+    let fenced = conn.run_fenced("r", &held.token(), Check::Token, |_| {
         Ok::<_, diesel::result::Error>(())
     });
     assert!(
@@ -416,7 +416,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     // The pooled clients: the connection that met the read-only server is
     // not handed out again (the next one may reach a new primary).
     let url = url_of(&server);
-    let client = LeaseClient::new(pool(&url, 1));
+    let mut client = LeaseClient::new(pool(&url, 1));
     let first = backend_pid(&mut client.pool().get().unwrap());
     let error = client.acquire("free", "b", TTL).unwrap_err();
     assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
@@ -458,12 +458,12 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     );
     let mut conn = PgConnection::establish(&url).expect("connect past the read-only server");
     assert_eq!(server_port(&mut conn), primary.port());
-    let warm = granted(acquire(&mut conn, "warm-up", "w", TTL).unwrap());
-    let _ = release(&mut conn, "warm-up", "w", warm.epoch()).unwrap();
+    let warm = granted(conn.acquire("warm-up", "w", TTL).unwrap());
+    let _ = conn.release("warm-up", "w", warm.epoch()).unwrap();
 
     // A never-seen key: the SQL function grants it, in one request.
     proxy.drop_next_answer();
-    let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
+    let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
         matches!(
             &error,
@@ -475,8 +475,7 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
         "{error:?}"
     );
     assert!(proxy.answer_was_dropped());
-    let Some(LeaseState::Held { owner, epoch, .. }) = inspect(&mut plain(&primary), "k").unwrap()
-    else {
+    let Some(LeaseState::Held { owner, epoch, .. }) = plain(&primary).inspect("k").unwrap() else {
         panic!("the acquire committed, inspect must show it");
     };
     assert_eq!((owner.as_str(), epoch), ("a", 1));
@@ -523,7 +522,7 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
     let cluster = Cluster::start(false);
     let url = cluster.url();
     let mut admin = cluster.conn();
-    let kept = granted(acquire(&mut admin, "kept", "keeper", TTL).unwrap());
+    let kept = granted(admin.acquire("kept", "keeper", TTL).unwrap());
     let (keeper, _events) = keeper(pool(&url, 2), kept, TTL, TTL / 10);
     let waiter = LeaseWaiter::new(pool(&url, 2), &url);
 
@@ -580,12 +579,12 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
         .expect("the confirmed grant, not a cancellation");
     assert_eq!(lease.owner(), "w");
     assert!(matches!(
-        inspect(&mut admin, "free").unwrap(),
+        admin.inspect("free").unwrap(),
         Some(LeaseState::Held { owner, .. }) if owner == "w"
     ));
     assert_eq!(stopping.join().unwrap().unwrap(), Release::Released);
     assert!(matches!(
-        inspect(&mut admin, "kept").unwrap(),
+        admin.inspect("kept").unwrap(),
         Some(LeaseState::Unowned { .. })
     ));
     let log = cluster.pg.log_tail(10_000);
@@ -605,7 +604,7 @@ fn keeper_whose_only_reachable_server_turned_read_only_reports_the_loss_at_its_d
     let mut conn = writer(&server);
     leasehold::install(&mut conn).expect("install leasehold");
     let ttl = Duration::from_secs(3);
-    let lease = granted(acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     drop(conn);
     // No target_session_attrs: libpq takes the read-only server rather
     // than nothing, so the keeper sees the server's own refusal.
@@ -651,7 +650,7 @@ fn keeper_on_a_multi_host_url_with_every_server_gone_reports_the_loss_at_its_dea
     let mut conn = writer(&primary);
     leasehold::install(&mut conn).expect("install leasehold");
     let ttl = Duration::from_secs(3);
-    let lease = granted(acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     drop(conn);
     let url = multi_host_url(&[primary.port(), dead_port()], READ_WRITE);
     let (keeper, events) = keeper(pool(&url, 2), lease, ttl, Duration::from_millis(500));

@@ -1,11 +1,12 @@
 //! Holder death and hangs: the lease lapses at expiry, no earlier (I6, G2, G6).
 
 use crate::common::*;
+use leasehold::Leases;
 
 /// The session dying does not free the lease; expiry does.
 fn held_until_expiry_then_taken_over(conn: &mut PgConnection, lease: &Lease) {
     assert_eq!(
-        inspect(conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: lease.owner().to_owned(),
             epoch: lease.epoch(),
@@ -14,12 +15,12 @@ fn held_until_expiry_then_taken_over(conn: &mut PgConnection, lease: &Lease) {
         "the holder's death must not free the lease"
     );
     assert_eq!(
-        acquire(conn, "k", "b", TTL).unwrap(),
+        conn.acquire("k", "b", TTL).unwrap(),
         Acquisition::Denied,
         "nobody may take the lease before it expires"
     );
     wait_until_server_time_passes(conn, lease.expires_at());
-    let taken = granted(acquire(conn, "k", "b", TTL).unwrap());
+    let taken = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(taken.epoch(), lease.epoch() + 1);
 }
 
@@ -28,7 +29,7 @@ fn holder_backend_terminated_keeps_the_lease_until_expiry_then_it_is_taken_over(
     let cluster = Cluster::start(false);
     let mut holder = cluster.conn();
     let mut observer = cluster.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", Duration::from_secs(2)).unwrap());
+    let lease = granted(holder.acquire("k", "a", Duration::from_secs(2)).unwrap());
     let pid = backend_pid(&mut holder);
     assert!(query_bool(
         &mut observer,
@@ -37,7 +38,7 @@ fn holder_backend_terminated_keeps_the_lease_until_expiry_then_it_is_taken_over(
     wait_until_backend_gone(&mut observer, pid);
     held_until_expiry_then_taken_over(&mut observer, &lease);
     assert!(matches!(
-        renew(&mut holder, "k", "a", 1, TTL),
+        holder.renew("k", "a", 1, TTL),
         Err(LeaseError::OutcomeUnknown { .. }) | Err(LeaseError::Database { .. })
     ));
 }
@@ -142,7 +143,10 @@ fn holder_process() {
     };
     let ttl_ms: u64 = std::env::var(HOLDER_TTL_ENV).unwrap().parse().unwrap();
     let mut conn = PgConnection::establish(&url).unwrap();
-    let lease = granted(acquire(&mut conn, "k", "stalled", Duration::from_millis(ttl_ms)).unwrap());
+    let lease = granted(
+        conn.acquire("k", "stalled", Duration::from_millis(ttl_ms))
+            .unwrap(),
+    );
     let pid = backend_pid(&mut conn);
     let say = |text: String| {
         // Straight to the pipe: println! may be captured by the harness.
@@ -157,7 +161,7 @@ fn holder_process() {
     ));
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
-    let renewal = match renew(&mut conn, "k", "stalled", lease.epoch(), TTL).unwrap() {
+    let renewal = match conn.renew("k", "stalled", lease.epoch(), TTL).unwrap() {
         Renewal::Renewed { .. } => "renewed".to_owned(),
         Renewal::Refused(why) => why.to_string(),
     };
@@ -204,7 +208,7 @@ fn granted_view(
     conn: &mut PgConnection,
 ) -> Lease {
     assert_eq!(
-        inspect(conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: owner.into(),
             epoch,
@@ -213,7 +217,7 @@ fn granted_view(
     );
     // Re-acquiring as the owner is idempotent: the same grant, as a Lease,
     // and nothing changes.
-    granted(acquire(conn, "k", owner, TTL).unwrap())
+    granted(conn.acquire("k", owner, TTL).unwrap())
 }
 
 /// The seed's example 3 with a real hang: the holder's process is stopped
@@ -234,7 +238,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
         "the holder must be stopped"
     );
     wait_until_server_time_passes(&mut conn, expires_at);
-    let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let new = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), epoch + 1);
     fenced_write(&mut conn, &new.token(), Check::Token).unwrap();
     holder.signal(libc::SIGCONT);
@@ -244,7 +248,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     assert_eq!(holder.expect_line("HELD"), "lease_not_held reason=lapsed");
     assert_eq!(writes(&mut conn), ["b@2"]);
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "b".into(),
             epoch: 2,

@@ -1,12 +1,13 @@
 //! Interrupted blocking acquires change nothing (I9).
 
 use crate::common::*;
+use leasehold::Leases;
 
 #[test]
 fn statement_timeout_during_a_blocking_acquire_changes_nothing() {
     let cluster = Cluster::start(false);
     let mut conn = cluster.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     let before = snapshot(&mut conn);
     let (_, waiter) = blocked_waiter(&cluster, &mut conn, "SET statement_timeout = '400ms'");
     let error = waiter.join().unwrap().unwrap_err();
@@ -24,7 +25,7 @@ fn statement_timeout_during_a_blocking_acquire_changes_nothing() {
 fn cancel_during_a_blocking_acquire_changes_nothing() {
     let cluster = Cluster::start(false);
     let mut conn = cluster.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     let before = snapshot(&mut conn);
     let (pid, waiter) = blocked_waiter(&cluster, &mut conn, "SELECT 1");
     assert!(query_bool(

@@ -2,6 +2,7 @@
 
 use crate::common::*;
 use crate::proxy;
+use leasehold::Leases;
 
 /// The waiter's backend is terminated mid-call: the client cannot know
 /// whether anything committed, so it must say "outcome unknown"; the
@@ -10,7 +11,7 @@ use crate::proxy;
 fn terminated_backend_during_a_blocking_acquire_reports_outcome_unknown_and_changes_nothing() {
     let cluster = Cluster::start(false);
     let mut conn = cluster.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     let before = snapshot(&mut conn);
     let (pid, waiter) = blocked_waiter(&cluster, &mut conn, "SELECT 1");
     assert!(query_bool(
@@ -24,7 +25,7 @@ fn terminated_backend_during_a_blocking_acquire_reports_outcome_unknown_and_chan
     );
     // Resolution: the re-read shows the holder unchanged.
     assert_eq!(snapshot(&mut conn), before);
-    assert_eq!(inspect(&mut conn, "k").unwrap().unwrap().epoch(), 1);
+    assert_eq!(conn.inspect("k").unwrap().unwrap().epoch(), 1);
 }
 
 fn proxied(cluster_tcp: &LocalPostgres) -> (proxy::Proxy, PgConnection) {
@@ -32,9 +33,9 @@ fn proxied(cluster_tcp: &LocalPostgres) -> (proxy::Proxy, PgConnection) {
     let mut conn = PgConnection::establish(&proxy.url("postgres")).expect("connect via proxy");
     // Prepare every lease statement on this connection, so that the call
     // under test is exactly one Bind/Execute/Sync round trip.
-    let warm = granted(acquire(&mut conn, "warm-up", "w", TTL).unwrap());
-    let _ = renew(&mut conn, "warm-up", "w", warm.epoch(), TTL).unwrap();
-    let _ = release(&mut conn, "warm-up", "w", warm.epoch()).unwrap();
+    let warm = granted(conn.acquire("warm-up", "w", TTL).unwrap());
+    let _ = conn.renew("warm-up", "w", warm.epoch(), TTL).unwrap();
+    let _ = conn.release("warm-up", "w", warm.epoch()).unwrap();
     (proxy, conn)
 }
 
@@ -53,7 +54,7 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
     let cluster = tcp_cluster();
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_answer();
-    let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
+    let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
         matches!(&error, LeaseError::OutcomeUnknown { operation: leasehold::error::Operation::Acquire, key, .. } if key == "k"),
         "{error:?}"
@@ -64,12 +65,12 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
         owner,
         epoch,
         expires_at,
-    }) = inspect(&mut direct, "k").unwrap()
+    }) = direct.inspect("k").unwrap()
     else {
         panic!("the acquire committed, inspect must show it");
     };
     assert_eq!((owner.as_str(), epoch), ("a", 1));
-    let again = granted(acquire(&mut direct, "k", "a", TTL).unwrap());
+    let again = granted(direct.acquire("k", "a", TTL).unwrap());
     assert_eq!((again.epoch(), again.expires_at()), (1, expires_at));
 }
 
@@ -81,7 +82,7 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
     let cluster = tcp_cluster();
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_request();
-    let error = acquire(&mut conn, "k", "a", TTL).unwrap_err();
+    let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
         matches!(
             &error,
@@ -93,7 +94,7 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
         "{error:?}"
     );
     let mut direct = cluster.conn();
-    assert_eq!(inspect(&mut direct, "k").unwrap(), None);
+    assert_eq!(direct.inspect("k").unwrap(), None);
 }
 
 /// Renew and release with lost answers: OutcomeUnknown, and the re-read
@@ -102,11 +103,11 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
 fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_resolves_them() {
     let cluster = tcp_cluster();
     let mut direct = cluster.conn();
-    let lease = granted(acquire(&mut direct, "k", "a", Duration::from_secs(5)).unwrap());
+    let lease = granted(direct.acquire("k", "a", Duration::from_secs(5)).unwrap());
 
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_answer();
-    let error = renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap_err();
+    let error = conn.renew("k", "a", lease.epoch(), TTL).unwrap_err();
     assert!(
         matches!(
             &error,
@@ -117,14 +118,14 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         ),
         "{error:?}"
     );
-    let Some(LeaseState::Held { expires_at, .. }) = inspect(&mut direct, "k").unwrap() else {
+    let Some(LeaseState::Held { expires_at, .. }) = direct.inspect("k").unwrap() else {
         panic!("the lease must still be held");
     };
     assert!(expires_at > lease.expires_at(), "the renewal committed");
 
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_answer();
-    let error = release(&mut conn, "k", "a", lease.epoch()).unwrap_err();
+    let error = conn.release("k", "a", lease.epoch()).unwrap_err();
     assert!(
         matches!(
             &error,
@@ -136,7 +137,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         "{error:?}"
     );
     assert_eq!(
-        inspect(&mut direct, "k").unwrap(),
+        direct.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 }),
         "the release committed"
     );
@@ -152,7 +153,7 @@ fn a_lost_answer_inside_a_transaction_is_a_database_error_and_nothing_commits() 
     let mut lease_error = None;
     let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
         proxy.drop_next_answer();
-        lease_error = acquire(conn, "k", "a", TTL).err();
+        lease_error = conn.acquire("k", "a", TTL).err();
         Err(diesel::result::Error::RollbackTransaction)
     });
     let error = lease_error.expect("the acquire must fail");
@@ -163,5 +164,5 @@ fn a_lost_answer_inside_a_transaction_is_a_database_error_and_nothing_commits() 
         "the proxied backend exiting",
         "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'client backend' AND client_addr IS NOT NULL) AS flag",
     );
-    assert_eq!(inspect(&mut direct, "k").unwrap(), None);
+    assert_eq!(direct.inspect("k").unwrap(), None);
 }

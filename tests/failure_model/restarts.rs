@@ -1,20 +1,24 @@
 //! Restarts and crashes: the last committed state stands (I11).
 
 use crate::common::*;
+use leasehold::Leases;
 
 /// Builds a state with every kind of key (held, free, lapsed, taken over)
 /// and a guard record, and returns its exact snapshot.
 fn committed_state(cluster: &Cluster) -> Vec<String> {
     let mut conn = cluster.conn();
-    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
-    let free = granted(acquire(&mut conn, "free", "a", TTL).unwrap());
+    granted(conn.acquire("held", "a", TTL).unwrap());
+    let free = granted(conn.acquire("free", "a", TTL).unwrap());
     assert_eq!(
-        release(&mut conn, "free", "a", free.epoch()).unwrap(),
+        conn.release("free", "a", free.epoch()).unwrap(),
         Release::Released
     );
-    let old = granted(acquire(&mut conn, "taken", "a", Duration::from_millis(100)).unwrap());
+    let old = granted(
+        conn.acquire("taken", "a", Duration::from_millis(100))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut conn, old.expires_at());
-    let new = granted(acquire(&mut conn, "taken", "b", TTL).unwrap());
+    let new = granted(conn.acquire("taken", "b", TTL).unwrap());
     fenced_write(&mut conn, &new.token(), Check::LeaseHeld).unwrap();
     snapshot(&mut conn)
 }
@@ -24,21 +28,21 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
     let mut conn = cluster.conn();
     assert_eq!(snapshot(&mut conn), before, "the committed state changed");
     assert_eq!(
-        acquire(&mut conn, "held", "x", TTL).unwrap(),
+        conn.acquire("held", "x", TTL).unwrap(),
         Acquisition::Denied,
         "a held lease must stay held"
     );
     assert!(matches!(
-        renew(&mut conn, "held", "a", 1, TTL).unwrap(),
+        conn.renew("held", "a", 1, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        granted(acquire(&mut conn, "free", "x", TTL).unwrap()).epoch(),
+        granted(conn.acquire("free", "x", TTL).unwrap()).epoch(),
         3,
         "the released key's counter (2) must stand"
     );
     assert_eq!(
-        renew(&mut conn, "taken", "a", 1, TTL).unwrap(),
+        conn.renew("taken", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed),
         "the taken-over holder must still hear lapsed"
     );
@@ -90,36 +94,33 @@ fn postmaster_sigkill_keeps_the_last_committed_state_and_epochs() {
 fn uncommitted_calls_in_flight_at_a_crash_leave_no_trace() {
     let cluster = Cluster::start(true);
     let mut conn = cluster.conn();
-    let old = granted(acquire(&mut conn, "old", "a", TTL).unwrap());
+    let old = granted(conn.acquire("old", "a", TTL).unwrap());
     assert_eq!(
-        release(&mut conn, "old", "a", old.epoch()).unwrap(),
+        conn.release("old", "a", old.epoch()).unwrap(),
         Release::Released
     );
-    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    granted(conn.acquire("held", "a", TTL).unwrap());
     let before = snapshot(&mut conn);
     let mut in_flight = cluster.conn();
     in_flight.batch_execute("BEGIN").unwrap();
     assert_eq!(
-        granted(acquire(&mut in_flight, "new", "b", TTL).unwrap()).epoch(),
+        granted(in_flight.acquire("new", "b", TTL).unwrap()).epoch(),
         1
     );
     assert_eq!(
-        granted(acquire(&mut in_flight, "old", "b", TTL).unwrap()).epoch(),
+        granted(in_flight.acquire("old", "b", TTL).unwrap()).epoch(),
         3
     );
     assert_eq!(
-        release(&mut in_flight, "held", "a", 1).unwrap(),
+        in_flight.release("held", "a", 1).unwrap(),
         Release::Released
     );
     cluster.crash_and_recover();
     let mut conn = cluster.conn();
     assert_eq!(snapshot(&mut conn), before);
-    assert_eq!(inspect(&mut conn, "new").unwrap(), None);
-    assert_eq!(
-        granted(acquire(&mut conn, "old", "c", TTL).unwrap()).epoch(),
-        3
-    );
-    assert!(inspect(&mut conn, "held").unwrap().unwrap().is_held());
+    assert_eq!(conn.inspect("new").unwrap(), None);
+    assert_eq!(granted(conn.acquire("old", "c", TTL).unwrap()).epoch(), 3);
+    assert!(conn.inspect("held").unwrap().unwrap().is_held());
 }
 
 /// Epochs granted before each of several crashes stay below every epoch
@@ -131,20 +132,20 @@ fn epochs_never_regress_across_repeated_crashes() {
     for round in 0..3 {
         let mut conn = cluster.conn();
         for _ in 0..3 {
-            let lease = granted(acquire(&mut conn, "k", &format!("w{round}"), TTL).unwrap());
+            let lease = granted(conn.acquire("k", &format!("w{round}"), TTL).unwrap());
             assert!(lease.epoch() > highest, "round {round}: {lease:?}");
             highest = lease.epoch();
             assert_eq!(
-                release(&mut conn, "k", lease.owner(), lease.epoch()).unwrap(),
+                conn.release("k", lease.owner(), lease.epoch()).unwrap(),
                 Release::Released
             );
         }
-        let counter = inspect(&mut conn, "k").unwrap().unwrap().epoch();
+        let counter = conn.inspect("k").unwrap().unwrap().epoch();
         drop(conn);
         cluster.crash_and_recover();
         let mut conn = cluster.conn();
         assert_eq!(
-            inspect(&mut conn, "k").unwrap().unwrap().epoch(),
+            conn.inspect("k").unwrap().unwrap().epoch(),
             counter,
             "round {round}: the counter moved across the crash"
         );
@@ -159,15 +160,13 @@ fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
     let cluster = Cluster::start(true);
     let mut conn = cluster.conn();
     // Real grants up to epoch 3: guards admit only epochs a key granted.
-    let first = leasehold::acquire(&mut conn, "k", "a", TTL)
-        .unwrap()
-        .granted()
-        .unwrap();
+    let first = conn.acquire("k", "a", TTL).unwrap().granted().unwrap();
     assert_eq!(
-        leasehold::release(&mut conn, "k", "a", first.epoch()).unwrap(),
+        conn.release("k", "a", first.epoch()).unwrap(),
         leasehold::Release::Released
     );
-    let new = leasehold::acquire(&mut conn, "k", "b", TTL)
+    let new = conn
+        .acquire("k", "b", TTL)
         .unwrap()
         .granted()
         .unwrap()

@@ -1,24 +1,29 @@
 //! A too-short ttl: a liveness mistake, never a safety violation.
 
 use crate::common::*;
+use leasehold::Leases;
 
 #[test]
 fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     let cluster = Cluster::start(false);
     let mut hasty = cluster.conn();
     let mut other = cluster.conn();
-    let lease = granted(acquire(&mut hasty, "k", "hasty", Duration::from_millis(50)).unwrap());
+    let lease = granted(
+        hasty
+            .acquire("k", "hasty", Duration::from_millis(50))
+            .unwrap(),
+    );
     // The "work" outlasts the ttl; meanwhile someone else takes over.
     wait_until_server_time_passes(&mut other, lease.expires_at());
-    let next = granted(acquire(&mut other, "k", "b", TTL).unwrap());
+    let next = granted(other.acquire("k", "b", TTL).unwrap());
     fenced_write(&mut other, &next.token(), Check::LeaseHeld).unwrap();
     let before = snapshot(&mut other);
     assert_eq!(
-        renew(&mut hasty, "k", "hasty", lease.epoch(), TTL).unwrap(),
+        hasty.renew("k", "hasty", lease.epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        release(&mut hasty, "k", "hasty", lease.epoch()).unwrap(),
+        hasty.release("k", "hasty", lease.epoch()).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert!(matches!(

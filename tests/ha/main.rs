@@ -48,6 +48,7 @@ use diesel::prelude::*;
 use leasehold_test_support::nemesis::history::{self, Event, Kind, Report};
 use leasehold_test_support::patroni::{Mode, PatroniCluster};
 
+use leasehold::Leases;
 use workload::Workers;
 
 const WORKERS: usize = 3;
@@ -378,7 +379,8 @@ fn final_counters(conn: &mut PgConnection) -> BTreeMap<String, i64> {
     (0..KEYS)
         .filter_map(|k| {
             let key = format!("k{k}");
-            let state = leasehold::inspect(conn, &key)
+            let state = conn
+                .inspect(&key)
                 .unwrap_or_else(|e| panic!("inspect {key} at the end: {e}"))?;
             Some((key, state.epoch()))
         })

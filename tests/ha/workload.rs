@@ -21,8 +21,8 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{
     error::{FencedError, GuardError},
-    guard::{run_fenced, Check},
-    Acquisition, LeaseError, LeaseState, Release, Renewal,
+    guard::Check,
+    Acquisition, LeaseError, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_test_support::nemesis::history::Event;
 use leasehold_test_support::nemesis::run::Rng;
@@ -178,7 +178,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
         let ttl_us = ttl.as_micros() as i64;
         let key = format!("k{}", rng.range(0, keys as u64));
         let resource = format!("res-{key}");
-        let lease = match leasehold::acquire(c, &key, &owner, ttl) {
+        let lease = match c.acquire(&key, &owner, ttl) {
             Ok(Acquisition::Granted(lease)) => {
                 out.push(Event::Grant {
                     key: key.clone(),
@@ -220,7 +220,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 held,
             });
             let check = if held { Check::LeaseHeld } else { Check::Token };
-            let result = run_fenced(c, &resource, &token, check, |c| {
+            let result = c.run_fenced(&resource, &token, check, |c| {
                 diesel::sql_query(
                     "INSERT INTO ha_writes (op, resource, key, owner, epoch, at) \
                      VALUES ($1, $2, $3, $4, $5, now()) RETURNING seq, at",
@@ -275,7 +275,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 }
             }
             std::thread::sleep(Duration::from_micros(rng.range(0, ttl_us as u64 / 4)));
-            match leasehold::renew(c, &key, &owner, epoch, ttl) {
+            match c.renew(&key, &owner, epoch, ttl) {
                 Ok(Renewal::Renewed { expires_at }) => out.push(Event::Renew {
                     key: key.clone(),
                     owner: owner.clone(),
@@ -313,7 +313,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 owner: owner.clone(),
                 epoch,
             });
-            match leasehold::release(c, &key, &owner, epoch) {
+            match c.release(&key, &owner, epoch) {
                 Ok(Release::Released) => out.push(Event::ReleaseOk { key, owner, epoch }),
                 Ok(Release::Refused(why)) => out.push(Event::ReleaseLost {
                     key,
@@ -338,7 +338,9 @@ pub fn inspect_all(conn: &mut PgConnection, keys: usize) -> Vec<Event> {
     for k in 0..keys {
         let key = format!("k{k}");
         let before = server_now(conn);
-        let state = leasehold::inspect(conn, &key).unwrap_or_else(|e| panic!("inspect {key}: {e}"));
+        let state = conn
+            .inspect(&key)
+            .unwrap_or_else(|e| panic!("inspect {key}: {e}"));
         let after = server_now(conn);
         if let Some(state) = state {
             out.push(Event::Inspect {

@@ -10,11 +10,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire, acquire_waiting,
     error::{GuardError, LOCK_WAIT_BOUND},
-    guard::{admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, GuardRecord},
-    inspect, release, renew, Acquisition, FencingToken, LeaseError, LeaseState, Refusal, Release,
-    Renewal,
+    guard::GuardRecord,
+    Acquisition, FencingToken, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -55,7 +53,7 @@ fn returns<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
 
 /// What anybody learns from `inspect`: enough to present the holder's token.
 fn public_token(conn: &mut PgConnection, key: &str) -> FencingToken {
-    match inspect(conn, key).unwrap() {
+    match conn.inspect(key).unwrap() {
         Some(LeaseState::Held { owner, epoch, .. }) => {
             FencingToken::new(key, &owner, epoch).unwrap()
         }
@@ -70,35 +68,37 @@ fn public_token(conn: &mut PgConnection, key: &str) -> FencingToken {
 fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/1", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("jobs/1", "app-1", TTL).unwrap());
     let mut attacker = deployment.conn_as(&deployment.attacker);
     let token = public_token(&mut attacker, "jobs/1");
     attacker.batch_execute("BEGIN").unwrap();
-    check_held(&mut attacker, &token).unwrap();
-    admit_held(&mut attacker, "attacker/resource", &token).unwrap();
-    let again = granted(acquire(&mut attacker, "jobs/1", "app-1", TTL).unwrap());
+    attacker.check_held(&token).unwrap();
+    attacker.admit_held("attacker/resource", &token).unwrap();
+    let again = granted(attacker.acquire("jobs/1", "app-1", TTL).unwrap());
     assert_eq!(
         again.epoch(),
         lease.epoch(),
         "a same-owner acquire is idempotent"
     );
     assert_eq!(
-        renew(&mut attacker, "jobs/1", "nobody", lease.epoch(), TTL).unwrap(),
+        attacker
+            .renew("jobs/1", "nobody", lease.epoch(), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut attacker, "jobs/1", "nobody", lease.epoch()).unwrap(),
+        attacker.release("jobs/1", "nobody", lease.epoch()).unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     // Were the holder's calls to wait for the attacker, lock_timeout would
     // fail them instead of hanging the test.
     app.batch_execute("SET lock_timeout = '10s'").unwrap();
     assert!(matches!(
-        renew(&mut app, "jobs/1", "app-1", lease.epoch(), TTL).unwrap(),
+        app.renew("jobs/1", "app-1", lease.epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        release(&mut app, "jobs/1", "app-1", lease.epoch()).unwrap(),
+        app.release("jobs/1", "app-1", lease.epoch()).unwrap(),
         Release::Released
     );
     attacker.batch_execute("ROLLBACK").unwrap();
@@ -113,22 +113,19 @@ fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
 fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/2", "app-1", STILL_HELD_NEXT_STEP).unwrap());
+    let lease = granted(
+        app.acquire("jobs/2", "app-1", STILL_HELD_NEXT_STEP)
+            .unwrap(),
+    );
     app.batch_execute("BEGIN").unwrap();
-    check_held(&mut app, &lease.token()).unwrap();
+    app.check_held(&lease.token()).unwrap();
     wait_until_server_time_passes(&mut app, lease.expires_at());
 
     let url = deployment.url_as(&deployment.worker);
     let (no_wait, with_wait, sqlstate) = returns(move || {
-        let mut worker = diesel::Connection::establish(&url).unwrap();
-        let no_wait = acquire(&mut worker, "jobs/2", "worker-1", TTL);
-        let with_wait = acquire_waiting(
-            &mut worker,
-            "jobs/2",
-            "worker-1",
-            TTL,
-            Duration::from_secs(1),
-        );
+        let mut worker: diesel::PgConnection = diesel::Connection::establish(&url).unwrap();
+        let no_wait = worker.acquire("jobs/2", "worker-1", TTL);
+        let with_wait = worker.acquire_waiting("jobs/2", "worker-1", TTL, Duration::from_secs(1));
         let sqlstate = sqlstate_of(
             &mut worker,
             "SELECT * FROM lease.acquire('jobs/2', 'worker-1', '1 min', '300 ms')",
@@ -150,7 +147,7 @@ fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait
     app.batch_execute("COMMIT").unwrap();
     let mut worker = deployment.conn_as(&deployment.worker);
     assert_eq!(
-        granted(acquire(&mut worker, "jobs/2", "worker-1", TTL).unwrap()).epoch(),
+        granted(worker.acquire("jobs/2", "worker-1", TTL).unwrap()).epoch(),
         2
     );
 }
@@ -163,18 +160,21 @@ fn a_grant_that_waited_for_a_row_lock_is_not_expired_on_arrival() {
     let deployment = Deployment::new();
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
-    let first = granted(acquire(&mut app, "jobs/3", "app-1", Duration::from_millis(200)).unwrap());
+    let first = granted(
+        app.acquire("jobs/3", "app-1", Duration::from_millis(200))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut admin, first.expires_at());
     // The worker takes the lapsed key over in a transaction it keeps open.
     let mut taker = deployment.conn_as(&deployment.worker);
     taker.batch_execute("BEGIN").unwrap();
-    granted(acquire(&mut taker, "jobs/3", "worker-1", TTL).unwrap());
+    granted(taker.acquire("jobs/3", "worker-1", TTL).unwrap());
 
     let mut waiter = deployment.conn_as(&deployment.app);
     let pid = pid_of(&mut waiter);
     let ttl = Duration::from_secs(1);
     let racer = std::thread::spawn(move || {
-        acquire_waiting(&mut waiter, "jobs/3", "app-2", ttl, Duration::from_secs(30))
+        waiter.acquire_waiting("jobs/3", "app-2", ttl, Duration::from_secs(30))
     });
     wait_until_blocked(&mut admin, pid);
     let blocked_at = server_now(&mut admin);
@@ -202,7 +202,7 @@ fn a_grant_that_waited_for_a_row_lock_is_not_expired_on_arrival() {
 fn forged_epochs_cannot_fence_out_the_real_holders() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/4", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("jobs/4", "app-1", TTL).unwrap());
     let mut attacker = deployment.conn_as(&deployment.attacker);
     for (key, epoch, counter) in [
         ("jobs/4", i64::MAX, 1),
@@ -210,7 +210,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         ("jobs/never-leased", 1, 0),
     ] {
         let forged = FencingToken::new(key, "app-1", epoch).unwrap();
-        match admit(&mut attacker, "orders", &forged) {
+        match attacker.admit("orders", &forged) {
             Err(GuardError::EpochNotGranted {
                 presented,
                 counter: reported,
@@ -225,13 +225,13 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         "fence is not granted to PUBLIC"
     );
     assert!(matches!(
-        fence(&mut attacker, "orders", "jobs/4", 1),
+        attacker.fence("orders", "jobs/4", 1),
         Err(GuardError::Database { .. })
     ));
-    assert_eq!(inspect_guard(&mut attacker, "orders").unwrap(), None);
+    assert_eq!(attacker.inspect_guard("orders").unwrap(), None);
 
     // The real holder writes.
-    admit(&mut app, "orders", &lease.token()).unwrap();
+    app.admit("orders", &lease.token()).unwrap();
 
     // An operator the owner granted fence to: overflow and never-granted
     // epochs are refused; the counter itself fences.
@@ -243,19 +243,19 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    match fence(&mut operator, "orders", "jobs/4", i64::MAX) {
+    match operator.fence("orders", "jobs/4", i64::MAX) {
         Err(GuardError::InvalidInput { violations }) => {
             assert_eq!(violations, ["up_to must be below 9223372036854775807"])
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
     assert!(matches!(
-        fence(&mut operator, "orders", "jobs/4", 2),
+        operator.fence("orders", "jobs/4", 2),
         Err(GuardError::EpochNotGranted { counter: 1, .. })
     ));
-    assert_eq!(fence(&mut operator, "orders", "jobs/4", 1).unwrap(), 2);
+    assert_eq!(operator.fence("orders", "jobs/4", 1).unwrap(), 2);
     assert_eq!(
-        inspect_guard(&mut app, "orders").unwrap(),
+        app.inspect_guard("orders").unwrap(),
         Some(GuardRecord {
             lease_key: "jobs/4".into(),
             accepted_epoch: 2
@@ -281,20 +281,21 @@ fn fence_then_admit_held_against_a_concurrent_renew_and_admit_does_not_deadlock(
         .unwrap();
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/5", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("jobs/5", "app-1", TTL).unwrap());
     let mut operator = deployment.conn_as(&deployment.operator);
     operator.batch_execute("BEGIN").unwrap();
-    assert_eq!(fence(&mut operator, "orders", "jobs/5", 0).unwrap(), 1);
+    assert_eq!(operator.fence("orders", "jobs/5", 0).unwrap(), 1);
 
     let pid = pid_of(&mut app);
     let token = lease.token();
-    let renewing = std::thread::spawn(move || renew_and_admit(&mut app, "orders", &token, TTL));
+    let renewing = std::thread::spawn(move || app.renew_and_admit("orders", &token, TTL));
     wait_until_blocked(&mut admin, pid);
-    admit_held(&mut operator, "orders", &lease.token()).unwrap();
+    operator.admit_held("orders", &lease.token()).unwrap();
     operator.batch_execute("COMMIT").unwrap();
     renewing.join().unwrap().unwrap();
     assert_eq!(
-        inspect_guard(&mut admin, "orders")
+        admin
+            .inspect_guard("orders")
             .unwrap()
             .unwrap()
             .accepted_epoch,
@@ -311,29 +312,29 @@ fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
     let longest = "k".repeat(16_384);
-    let lease = granted(acquire(&mut app, &longest, &"o".repeat(16_384), TTL).unwrap());
-    admit(&mut app, &"r".repeat(16_384), &lease.token()).unwrap();
-    assert!(inspect(&mut app, &longest).unwrap().unwrap().is_held());
+    let lease = granted(app.acquire(&longest, &"o".repeat(16_384), TTL).unwrap());
+    app.admit(&"r".repeat(16_384), &lease.token()).unwrap();
+    assert!(app.inspect(&longest).unwrap().unwrap().is_held());
     let before = table_snapshot(&mut admin);
 
     let too_long = "k".repeat(16_385);
     let multibyte = "é".repeat(8_193); // 16386 bytes in 8193 characters
     let huge = "k".repeat(20 << 20);
     for key in [&too_long, &multibyte, &huge] {
-        match acquire(&mut app, key, "o", TTL) {
+        match app.acquire(key, "o", TTL) {
             Err(LeaseError::InvalidInput { violations }) => {
                 assert_eq!(violations, ["key must be at most 16384 bytes"])
             }
             other => panic!("expected InvalidInput, got {other:?}"),
         }
     }
-    match acquire(&mut app, "k", &too_long, TTL) {
+    match app.acquire("k", &too_long, TTL) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, ["owner must be at most 16384 bytes"])
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
-    match admit(&mut app, &too_long, &lease.token()) {
+    match app.admit(&too_long, &lease.token()) {
         Err(GuardError::InvalidInput { violations }) => {
             assert_eq!(violations, ["resource must be at most 16384 bytes"])
         }
@@ -355,16 +356,16 @@ fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admission
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     app.batch_execute("BEGIN").unwrap();
-    let uncommitted = granted(acquire(&mut app, "jobs/6", "app-1", TTL).unwrap());
-    admit(&mut app, "orders", &uncommitted.token()).unwrap();
+    let uncommitted = granted(app.acquire("jobs/6", "app-1", TTL).unwrap());
+    app.admit("orders", &uncommitted.token()).unwrap();
     app.batch_execute("ROLLBACK").unwrap();
 
     let mut worker = deployment.conn_as(&deployment.worker);
-    let next = granted(acquire(&mut worker, "jobs/6", "worker-1", TTL).unwrap());
+    let next = granted(worker.acquire("jobs/6", "worker-1", TTL).unwrap());
     assert_eq!(next.epoch(), uncommitted.epoch(), "the epoch is reused");
-    assert_eq!(inspect_guard(&mut worker, "orders").unwrap(), None);
+    assert_eq!(worker.inspect_guard("orders").unwrap(), None);
     assert_eq!(
-        acquire(&mut app, "jobs/6", "app-1", TTL).unwrap(),
+        app.acquire("jobs/6", "app-1", TTL).unwrap(),
         Acquisition::Denied
     );
 }
@@ -391,11 +392,11 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
         ))
         .unwrap();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/7", "app-1", TTL).unwrap());
-    admit(&mut app, "orders", &lease.token()).unwrap();
-    renew_and_admit(&mut app, "orders", &lease.token(), TTL).unwrap();
+    let lease = granted(app.acquire("jobs/7", "app-1", TTL).unwrap());
+    app.admit("orders", &lease.token()).unwrap();
+    app.renew_and_admit("orders", &lease.token(), TTL).unwrap();
     assert_eq!(
-        release(&mut app, "jobs/7", "app-1", lease.epoch()).unwrap(),
+        app.release("jobs/7", "app-1", lease.epoch()).unwrap(),
         Release::Released
     );
     let mut attacker = deployment.conn_as(&deployment.attacker);

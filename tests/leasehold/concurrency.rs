@@ -13,10 +13,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, PgConnection, RunQueryDsl};
-use leasehold::guard::{admit, admit_held, renew_and_admit};
 use leasehold::{
-    acquire, acquire_waiting, error::GuardError, inspect, release, renew, Acquisition,
-    FencingToken, LeaseError, LeaseState, Refusal, Release, Renewal,
+    error::GuardError, Acquisition, FencingToken, LeaseError, LeaseState, Leases, Refusal, Release,
+    Renewal,
 };
 
 use crate::common::*;
@@ -106,13 +105,13 @@ fn in_thread<T: Send + 'static>(
 
 /// `a` holds `k` with a short ttl that has run out (server time).
 fn lapsed_grant(conn: &mut PgConnection) -> leasehold::Lease {
-    let lease = granted(acquire(conn, "k", "a", Duration::from_millis(150)).unwrap());
+    let lease = granted(conn.acquire("k", "a", Duration::from_millis(150)).unwrap());
     wait_until_server_time_passes(conn, lease.expires_at());
     lease
 }
 
 fn holder(conn: &mut PgConnection) -> Option<(String, i64)> {
-    match inspect(conn, "k").unwrap() {
+    match conn.inspect("k").unwrap() {
         Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch)),
         _ => None,
     }
@@ -130,11 +129,8 @@ fn takeover_races_takeover(commit: bool) {
     let mut observer = db.conn();
     lapsed_grant(&mut first);
     first.batch_execute("BEGIN").unwrap();
-    assert_eq!(
-        granted(acquire(&mut first, "k", "b", TTL).unwrap()).epoch(),
-        2
-    );
-    let racer = in_thread(second, |c| acquire(c, "k", "c", TTL));
+    assert_eq!(granted(first.acquire("k", "b", TTL).unwrap()).epoch(), 2);
+    let racer = in_thread(second, |c| c.acquire("k", "c", TTL));
     wait_until_blocked_on_lock(&mut observer, pid);
     first
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
@@ -171,14 +167,18 @@ fn renewal_races_takeover(commit: bool) {
     let (mut holder_conn, _) = session(&db);
     let (competitor, pid) = session(&db);
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut holder_conn, "k", "a", Duration::from_secs(2)).unwrap());
+    let lease = granted(
+        holder_conn
+            .acquire("k", "a", Duration::from_secs(2))
+            .unwrap(),
+    );
     holder_conn.batch_execute("BEGIN").unwrap();
     assert!(matches!(
-        renew(&mut holder_conn, "k", "a", 1, TTL).unwrap(),
+        holder_conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     wait_until_server_time_passes(&mut observer, lease.expires_at());
-    let racer = in_thread(competitor, |c| acquire(c, "k", "b", TTL));
+    let racer = in_thread(competitor, |c| c.acquire("k", "b", TTL));
     wait_until_blocked_on_lock(&mut observer, pid);
     holder_conn
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
@@ -190,7 +190,7 @@ fn renewal_races_takeover(commit: bool) {
     } else {
         assert_eq!(granted(outcome).epoch(), 2);
         assert_eq!(
-            renew(&mut holder_conn, "k", "a", 1, TTL).unwrap(),
+            holder_conn.renew("k", "a", 1, TTL).unwrap(),
             Renewal::Refused(Refusal::Lapsed)
         );
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
@@ -219,14 +219,14 @@ fn stale_holder_races_takeover(commit: bool) {
     let mut observer = db.conn();
     lapsed_grant(&mut taker);
     taker.batch_execute("BEGIN").unwrap();
-    granted(acquire(&mut taker, "k", "b", TTL).unwrap());
+    granted(taker.acquire("k", "b", TTL).unwrap());
     stale.batch_execute("SET lock_timeout = '10s'").unwrap();
     assert_eq!(
-        renew(&mut stale, "k", "a", 1, TTL).unwrap(),
+        stale.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        release(&mut stale, "k", "a", 1).unwrap(),
+        stale.release("k", "a", 1).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     taker
@@ -235,12 +235,12 @@ fn stale_holder_races_takeover(commit: bool) {
     if commit {
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
         assert_eq!(
-            renew(&mut stale, "k", "a", 1, TTL).unwrap(),
+            stale.renew("k", "a", 1, TTL).unwrap(),
             Renewal::Refused(Refusal::Lapsed)
         );
     } else {
         assert_eq!(
-            inspect(&mut observer, "k").unwrap(),
+            observer.inspect("k").unwrap(),
             Some(LeaseState::Unowned { epoch: 1 })
         );
     }
@@ -266,14 +266,11 @@ fn release_races_acquire(commit: bool) {
     let (mut releaser, _) = session(&db);
     let (waiter, pid) = session(&db);
     let mut observer = db.conn();
-    granted(acquire(&mut releaser, "k", "a", TTL).unwrap());
+    granted(releaser.acquire("k", "a", TTL).unwrap());
     releaser.batch_execute("BEGIN").unwrap();
-    assert_eq!(
-        release(&mut releaser, "k", "a", 1).unwrap(),
-        Release::Released
-    );
+    assert_eq!(releaser.release("k", "a", 1).unwrap(), Release::Released);
     let wait = Duration::from_secs(if commit { 30 } else { 1 });
-    let racer = in_thread(waiter, move |c| acquire_waiting(c, "k", "b", TTL, wait));
+    let racer = in_thread(waiter, move |c| c.acquire_waiting("k", "b", TTL, wait));
     wait_until_waiting(&mut observer, pid);
     if commit {
         releaser.batch_execute("COMMIT").unwrap();
@@ -307,7 +304,11 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
     let mut observer = db.conn();
     // A ttl no slow start of the waiters can outlast: the first grant must
     // end by its release below, never by lapsing while the test sets up.
-    let lease = granted(acquire(&mut first, "k", "first", Duration::from_secs(3600)).unwrap());
+    let lease = granted(
+        first
+            .acquire("k", "first", Duration::from_secs(3600))
+            .unwrap(),
+    );
     const WAITERS: usize = 5;
     let holding: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     let mut pids = Vec::new();
@@ -318,14 +319,15 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
             let holding = holding.clone();
             in_thread(conn, move |c| {
                 let owner = format!("w{i}");
-                let lease = acquire_waiting(c, "k", &owner, TTL, Duration::from_secs(300))
+                let lease = c
+                    .acquire_waiting("k", &owner, TTL, Duration::from_secs(300))
                     .unwrap_or_else(|error| panic!("{owner}: {error}"));
                 let previous = holding.lock().unwrap().replace(owner.clone());
                 assert_eq!(previous, None, "{owner} granted while another held the key");
                 assert_eq!(holder(c), Some((owner.clone(), lease.epoch())));
                 holding.lock().unwrap().take();
                 assert_eq!(
-                    release(c, "k", &owner, lease.epoch()).unwrap(),
+                    c.release("k", &owner, lease.epoch()).unwrap(),
                     Release::Released
                 );
                 lease.epoch()
@@ -336,7 +338,7 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
         wait_until_polling(&mut observer, pid);
     }
     assert_eq!(
-        release(&mut first, "k", "first", lease.epoch()).unwrap(),
+        first.release("k", "first", lease.epoch()).unwrap(),
         Release::Released
     );
     let mut epochs: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -369,18 +371,17 @@ fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapsho
             let db = TestDb::new();
             let mut other = db.conn();
             let mut snap = db.conn();
-            granted(acquire(&mut other, "k", "a", TTL).unwrap());
+            granted(other.acquire("k", "a", TTL).unwrap());
             snap.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
                 .unwrap();
-            assert!(inspect(&mut snap, "k").unwrap().unwrap().is_held()); // snapshot
-            let Renewal::Renewed { expires_at } = renew(&mut other, "k", "a", 1, TTL).unwrap()
-            else {
+            assert!(snap.inspect("k").unwrap().unwrap().is_held()); // snapshot
+            let Renewal::Renewed { expires_at } = other.renew("k", "a", 1, TTL).unwrap() else {
                 panic!("renew failed");
             };
             let error = if operation == "renew" {
-                renew(&mut snap, "k", "a", 1, TTL).unwrap_err()
+                snap.renew("k", "a", 1, TTL).unwrap_err()
             } else {
-                release(&mut snap, "k", "a", 1).unwrap_err()
+                snap.release("k", "a", 1).unwrap_err()
             };
             assert!(
                 is_serialization_failure(&error),
@@ -388,7 +389,7 @@ fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapsho
             );
             snap.batch_execute("ROLLBACK").unwrap();
             assert_eq!(
-                inspect(&mut snap, "k").unwrap(),
+                snap.inspect("k").unwrap(),
                 Some(LeaseState::Held {
                     owner: "a".into(),
                     epoch: 1,
@@ -411,18 +412,18 @@ fn under_snapshot_isolation_calls_on_unchanged_rows_act_on_the_snapshot_and_comm
         let mut other = db.conn();
         conn.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
             .unwrap();
-        let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+        let lease = granted(conn.acquire("k", "a", TTL).unwrap());
         assert!(matches!(
-            renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
+            conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
-            release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+            conn.release("k", "a", lease.epoch()).unwrap(),
             Release::Released
         );
         conn.batch_execute("COMMIT").unwrap();
         assert_eq!(
-            inspect(&mut other, "k").unwrap(),
+            other.inspect("k").unwrap(),
             Some(LeaseState::Unowned { epoch: 2 }),
             "{level}"
         );
@@ -480,23 +481,23 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                     let key = ["a", "b", "c"][(n * 7 + i) % 3];
                     let resource = format!("r-{key}");
                     let result: Result<(), TxError> = conn.transaction(|c| {
-                        let lease = match acquire(c, key, &owner, ttl).unwrap() {
+                        let lease = match c.acquire(key, &owner, ttl).unwrap() {
                             Acquisition::Granted(lease) => lease,
                             Acquisition::Denied => {
                                 // A stale token: every epoch so far is fair game.
-                                let epoch = inspect(c, key).unwrap().map_or(1, |s| s.epoch());
+                                let epoch = c.inspect(key).unwrap().map_or(1, |s| s.epoch());
                                 let token = FencingToken::new(key, &owner, epoch.max(1)).unwrap();
-                                return Ok(admit(c, &resource, &token)?);
+                                return Ok(c.admit(&resource, &token)?);
                             }
                         };
                         let token = lease.token();
                         match n % 3 {
-                            0 => admit(c, &resource, &token)?,
+                            0 => c.admit(&resource, &token)?,
                             1 => {
-                                admit_held(c, &resource, &token)?;
+                                c.admit_held(&resource, &token)?;
                             }
                             _ => {
-                                renew_and_admit(c, &resource, &token, ttl)?;
+                                c.renew_and_admit(&resource, &token, ttl)?;
                             }
                         }
                         diesel::sql_query("INSERT INTO items (resource, epoch) VALUES ($1, $2)")
@@ -504,7 +505,7 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                             .bind::<diesel::sql_types::BigInt, _>(lease.epoch())
                             .execute(c)?;
                         if n % 2 == 0 {
-                            let _ = release(c, key, &owner, lease.epoch()).unwrap();
+                            let _ = c.release(key, &owner, lease.epoch()).unwrap();
                         }
                         Ok(())
                     });
@@ -516,7 +517,7 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                         Err(TxError::Guard(other)) => panic!("{owner}: unexpected error {other:?}"),
                         Err(TxError::Db(error)) => panic!("{owner}: unexpected error {error}"),
                     }
-                    let _ = renew(&mut conn, key, &owner, 1, ttl).unwrap();
+                    let _ = conn.renew(key, &owner, 1, ttl).unwrap();
                 }
                 refusals
             })
@@ -551,24 +552,24 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     let lease = lapsed_grant(&mut one);
     one.batch_execute("SET deadlock_timeout = '50ms'; BEGIN")
         .unwrap();
-    let lease2 = granted(acquire(&mut one, "k", "b", TTL).unwrap());
+    let lease2 = granted(one.acquire("k", "b", TTL).unwrap());
     assert_eq!(lease2.epoch(), lease.epoch() + 1);
     let racer = in_thread(two, |c| {
         c.batch_execute("SET deadlock_timeout = '50ms'").unwrap();
         c.transaction::<_, DieselError, _>(|c| {
-            let first = renew(c, "k", "a", 1, TTL).unwrap();
-            let second = acquire(c, "k", "c", TTL).unwrap();
-            let third = release(c, "k", "c", 2).unwrap();
+            let first = c.renew("k", "a", 1, TTL).unwrap();
+            let second = c.acquire("k", "c", TTL).unwrap();
+            let third = c.release("k", "c", 2).unwrap();
             Ok((first, second, third))
         })
     });
     wait_until_blocked_on_lock(&mut observer, pid);
     // Session one keeps using the key while two waits on it.
     assert!(matches!(
-        renew(&mut one, "k", "b", 2, TTL).unwrap(),
+        one.renew("k", "b", 2, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
-    assert_eq!(inspect(&mut one, "k").unwrap().unwrap().epoch(), 2);
+    assert_eq!(one.inspect("k").unwrap().unwrap().epoch(), 2);
     one.batch_execute("COMMIT").unwrap();
     let (first, second, third) = racer.join().unwrap().unwrap();
     assert_eq!(first, Renewal::Refused(Refusal::Lapsed));
@@ -591,7 +592,7 @@ fn regrant_in_an_open_transaction_after_txn_began(
     txn.batch_execute("BEGIN").unwrap();
     let started = crate::spec_1_1_state::transaction_start(txn);
     other.batch_execute("BEGIN").unwrap();
-    let lease = granted(acquire(other, "k", "a", ttl).unwrap());
+    let lease = granted(other.acquire("k", "a", ttl).unwrap());
     assert_eq!(lease.epoch(), 2);
     assert!(started < lease.expires_at());
     (lease, started)
@@ -619,12 +620,12 @@ fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(
     txn.batch_execute("SET LOCAL lock_timeout = '10s'").unwrap();
     let call = |txn: &mut PgConnection| {
         if renewing {
-            match renew(txn, "k", "a", 2, TTL).unwrap() {
+            match txn.renew("k", "a", 2, TTL).unwrap() {
                 Renewal::Renewed { .. } => "ok".to_owned(),
                 Renewal::Refused(why) => why.as_status().to_owned(),
             }
         } else {
-            match release(txn, "k", "a", 2).unwrap() {
+            match txn.release("k", "a", 2).unwrap() {
                 Release::Released => "ok".to_owned(),
                 Release::Refused(why) => why.as_status().to_owned(),
             }
@@ -642,7 +643,7 @@ fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(
     txn.batch_execute("COMMIT").unwrap();
     assert_eq!(table_snapshot(&mut observer), expected, "nothing changed");
     assert_eq!(
-        inspect(&mut observer, "k").unwrap(),
+        observer.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
 }
@@ -671,7 +672,7 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     other.batch_execute("COMMIT").unwrap();
     wait_until_server_time_passes(&mut observer, started + chrono::Duration::milliseconds(300));
     let before = server_now(&mut txn);
-    let renewal = renew(&mut txn, "k", "a", 2, TTL).unwrap();
+    let renewal = txn.renew("k", "a", 2, TTL).unwrap();
     let after = server_now(&mut txn);
     txn.batch_execute("COMMIT").unwrap();
     let Renewal::Renewed { expires_at } = renewal else {
@@ -687,7 +688,7 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
         "expiry later than server now + ttl"
     );
     assert_eq!(
-        inspect(&mut observer, "k").unwrap(),
+        observer.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 2,
@@ -708,18 +709,18 @@ fn same_owner_acquire_and_renew_do_not_wait_for_the_holders_open_lease_checked_t
     let db = TestDb::new();
     let (mut holding, _) = session(&db);
     let (mut again, _) = session(&db);
-    let lease = granted(acquire(&mut holding, "k", "a", TTL).unwrap());
+    let lease = granted(holding.acquire("k", "a", TTL).unwrap());
     holding.batch_execute("BEGIN").unwrap();
-    leasehold::guard::check_held(&mut holding, &lease.token()).unwrap();
+    holding.check_held(&lease.token()).unwrap();
     again.batch_execute("SET lock_timeout = '10s'").unwrap();
-    let same = granted(acquire(&mut again, "k", "a", TTL).unwrap());
+    let same = granted(again.acquire("k", "a", TTL).unwrap());
     assert_eq!(
         (same.epoch(), same.expires_at()),
         (1, lease.expires_at()),
         "idempotent"
     );
     assert!(matches!(
-        renew(&mut again, "k", "a", 1, TTL).unwrap(),
+        again.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     holding.batch_execute("COMMIT").unwrap();
@@ -737,17 +738,14 @@ fn same_owner_acquire_racing_a_takeover(commit: bool) -> (Acquisition, Option<Le
     let mut observer = db.conn();
     lapsed_grant(&mut taker);
     taker.batch_execute("BEGIN").unwrap();
-    assert_eq!(
-        granted(acquire(&mut taker, "k", "b", TTL).unwrap()).epoch(),
-        2
-    );
-    let racer = in_thread(again, |c| acquire(c, "k", "a", TTL));
+    assert_eq!(granted(taker.acquire("k", "b", TTL).unwrap()).epoch(), 2);
+    let racer = in_thread(again, |c| c.acquire("k", "a", TTL));
     wait_until_blocked_on_lock(&mut observer, pid);
     taker
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
         .unwrap();
     let outcome = racer.join().unwrap().unwrap();
-    (outcome, inspect(&mut observer, "k").unwrap())
+    (outcome, observer.inspect("k").unwrap())
 }
 
 #[test]
@@ -789,33 +787,31 @@ fn force_release_races_a_regrant(by_epoch: bool) {
     let (mut regrant, _) = session(&db);
     let (operator, pid) = session(&db);
     let mut observer = db.conn();
-    let first = granted(acquire(&mut regrant, "k", "a", TTL).unwrap());
+    let first = granted(regrant.acquire("k", "a", TTL).unwrap());
     assert_eq!(first.epoch(), 1);
     // The epoch form: grant 1 is held when the operator looks, and released
     // and regranted uncommitted. The key form: the key is free when the
     // operator looks, and granted again uncommitted.
     if !by_epoch {
         assert_eq!(
-            release(&mut regrant, "k", "a", 1).unwrap(),
+            regrant.release("k", "a", 1).unwrap(),
             leasehold::Release::Released
         );
     }
     regrant.batch_execute("BEGIN").unwrap();
     if by_epoch {
         assert_eq!(
-            release(&mut regrant, "k", "a", 1).unwrap(),
+            regrant.release("k", "a", 1).unwrap(),
             leasehold::Release::Released
         );
     }
-    assert_eq!(
-        granted(acquire(&mut regrant, "k", "b", TTL).unwrap()).epoch(),
-        3
-    );
+    assert_eq!(granted(regrant.acquire("k", "b", TTL).unwrap()).epoch(), 3);
     let racer = in_thread(operator, move |c| {
         if by_epoch {
-            leasehold::admin::force_release_epoch(c, "k", 1).map(|forced| format!("{forced:?}"))
+            c.force_release_epoch("k", 1)
+                .map(|forced| format!("{forced:?}"))
         } else {
-            leasehold::admin::force_release(c, "k").map(|counter| format!("{counter:?}"))
+            c.force_release("k").map(|counter| format!("{counter:?}"))
         }
     });
     wait_until_blocked_on_lock(&mut observer, pid);
@@ -828,7 +824,7 @@ fn force_release_races_a_regrant(by_epoch: bool) {
         assert_eq!(answer, "Some(4)");
         assert_eq!(holder(&mut observer), None);
         assert_eq!(
-            inspect(&mut observer, "k").unwrap(),
+            observer.inspect("k").unwrap(),
             Some(LeaseState::Unowned { epoch: 4 })
         );
     }

@@ -12,13 +12,11 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
-    acquire,
-    admin::{bind_namespace, force_release, prune, PruneOptions},
-    batch::{join_group, release_many, renew_group, renew_many, GroupId, GroupJoin, GroupRenewal},
+    admin::PruneOptions,
+    batch::{GroupId, GroupJoin, GroupRenewal},
     error::Operation,
-    guard::check_held,
     hold::{KeeperSet, KeeperSetEvent},
-    inspect, release, renew, Acquisition, Lease, LeaseError, LeaseState, Refusal, Renewal,
+    Acquisition, Lease, LeaseError, LeaseState, Leases, Refusal, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -31,10 +29,10 @@ const OWNER: &str = "worker";
 fn joined(conn: &mut PgConnection, keys: &[&str]) -> (Vec<Lease>, GroupId) {
     let leases: Vec<Lease> = keys
         .iter()
-        .map(|key| granted(acquire(conn, key, OWNER, TTL).unwrap()))
+        .map(|key| granted(conn.acquire(key, OWNER, TTL).unwrap()))
         .collect();
     let grants: Vec<(&str, i64)> = leases.iter().map(|l| (l.key(), l.epoch())).collect();
-    let join = join_group(conn, OWNER, &grants, TTL).unwrap();
+    let join = conn.join_group(OWNER, &grants, TTL).unwrap();
     assert_eq!(join.renewed(), keys.len(), "{join:?}");
     (leases, join.group.expect("a group for the renewed keys"))
 }
@@ -61,7 +59,7 @@ fn lapse_group(conn: &mut PgConnection, group: GroupId, ago: &str) {
 }
 
 fn members_now(conn: &mut PgConnection, group: GroupId) -> usize {
-    match renew_group(conn, group, OWNER, TTL).unwrap() {
+    match conn.renew_group(group, OWNER, TTL).unwrap() {
         GroupRenewal::Renewed { members, .. } => members,
         other => panic!("expected the group renewed, got {other:?}"),
     }
@@ -88,14 +86,14 @@ fn a_member_stays_held_by_its_groups_heartbeat_after_its_own_expiry_passed() {
     let GroupRenewal::Renewed {
         expires_at,
         members,
-    } = renew_group(&mut conn, group, OWNER, TTL).unwrap()
+    } = conn.renew_group(group, OWNER, TTL).unwrap()
     else {
         panic!("a live group is renewed");
     };
     assert_eq!(members, 2);
     // Every check of the key sees the group's expiry.
     assert_eq!(
-        inspect(&mut conn, "g/a").unwrap(),
+        conn.inspect("g/a").unwrap(),
         Some(LeaseState::Held {
             owner: OWNER.into(),
             epoch: leases[0].epoch(),
@@ -103,23 +101,20 @@ fn a_member_stays_held_by_its_groups_heartbeat_after_its_own_expiry_passed() {
         })
     );
     assert_eq!(
-        acquire(&mut conn, "g/a", "rival", TTL).unwrap(),
+        conn.acquire("g/a", "rival", TTL).unwrap(),
         Acquisition::Denied
     );
-    assert_eq!(
-        check_held(&mut conn, &leases[1].token()).unwrap(),
-        expires_at
-    );
+    assert_eq!(conn.check_held(&leases[1].token()).unwrap(), expires_at);
     // The same owner acquiring again is the idempotent success, same epoch.
-    let again = granted(acquire(&mut conn, "g/b", OWNER, TTL).unwrap());
+    let again = granted(conn.acquire("g/b", OWNER, TTL).unwrap());
     assert_eq!(again.epoch(), leases[1].epoch());
     // A single renew still works on a member, and a release ends it.
     assert!(matches!(
-        renew(&mut conn, "g/a", OWNER, leases[0].epoch(), TTL).unwrap(),
+        conn.renew("g/a", OWNER, leases[0].epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        release(&mut conn, "g/b", OWNER, leases[1].epoch()).unwrap(),
+        conn.release("g/b", OWNER, leases[1].epoch()).unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(members_now(&mut conn, group), 1);
@@ -134,14 +129,14 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
     lapse_group(&mut conn, group, "1 second");
 
     assert_eq!(
-        renew_group(&mut conn, group, OWNER, TTL).unwrap(),
+        conn.renew_group(group, OWNER, TTL).unwrap(),
         GroupRenewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        renew(&mut conn, "h/a", OWNER, leases[0].epoch(), TTL).unwrap(),
+        conn.renew("h/a", OWNER, leases[0].epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
-    let taken = granted(acquire(&mut conn, "h/a", "rival", TTL).unwrap());
+    let taken = granted(conn.acquire("h/a", "rival", TTL).unwrap());
     assert!(taken.epoch() > leases[0].epoch());
     // The takeover counted the key out of the group, and the lapsed group
     // stays lapsed.
@@ -156,13 +151,13 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
         vec!["1"]
     );
     assert_eq!(
-        renew_group(&mut conn, group, OWNER, TTL).unwrap(),
+        conn.renew_group(group, OWNER, TTL).unwrap(),
         GroupRenewal::Refused(Refusal::Lapsed)
     );
     // The taker's grant is its own, outside the group.
     lapse_group(&mut conn, group, "1 second");
     assert!(matches!(
-        renew(&mut conn, "h/a", "rival", taken.epoch(), TTL).unwrap(),
+        conn.renew("h/a", "rival", taken.epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
 }
@@ -176,26 +171,30 @@ fn every_way_out_of_a_group_is_counted() {
     assert_eq!(members_now(&mut conn, group), 5);
 
     assert_eq!(
-        release(&mut conn, "c/1", OWNER, leases[0].epoch()).unwrap(),
+        conn.release("c/1", OWNER, leases[0].epoch()).unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(members_now(&mut conn, group), 4);
-    assert!(force_release(&mut conn, "c/2").unwrap().is_some());
+    assert!(conn.force_release("c/2").unwrap().is_some());
     assert_eq!(members_now(&mut conn, group), 3);
-    let answers = release_many(&mut conn, OWNER, &[("c/3", leases[2].epoch())]).unwrap();
+    let answers = conn
+        .release_many(OWNER, &[("c/3", leases[2].epoch())])
+        .unwrap();
     assert_eq!(answers[0].release, leasehold::Release::Released);
     assert_eq!(members_now(&mut conn, group), 2);
     // Joining a member to a new group moves it.
-    let moved = join_group(&mut conn, OWNER, &[("c/4", leases[3].epoch())], TTL).unwrap();
+    let moved = conn
+        .join_group(OWNER, &[("c/4", leases[3].epoch())], TTL)
+        .unwrap();
     let new_group = moved.group.unwrap();
     assert_ne!(new_group, group);
     assert_eq!(members_now(&mut conn, group), 1);
     assert_eq!(members_now(&mut conn, new_group), 1);
     // A released key comes back outside any group.
-    let back = granted(acquire(&mut conn, "c/1", OWNER, TTL).unwrap());
+    let back = granted(conn.acquire("c/1", OWNER, TTL).unwrap());
     expire_own(&mut conn, &["c/1"]);
     assert_eq!(
-        renew(&mut conn, "c/1", OWNER, back.epoch(), TTL).unwrap(),
+        conn.renew("c/1", OWNER, back.epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
 }
@@ -205,8 +204,8 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
     let (group_db, many_db) = (TestDb::new(), TestDb::new());
     let (mut grouped, mut many) = (group_db.conn(), many_db.conn());
     for conn in [&mut grouped, &mut many] {
-        granted(acquire(conn, "j/held", OWNER, TTL).unwrap());
-        granted(acquire(conn, "j/other", "rival", TTL).unwrap());
+        granted(conn.acquire("j/held", OWNER, TTL).unwrap());
+        granted(conn.acquire("j/other", "rival", TTL).unwrap());
     }
     let grants = [
         ("j/other", 1),
@@ -214,8 +213,8 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
         ("j/never", 1),
         ("j/held-wrong", 1),
     ];
-    let joined: GroupJoin = join_group(&mut grouped, OWNER, &grants[..2], TTL).unwrap();
-    let renewed = renew_many(&mut many, OWNER, &grants[..2], TTL).unwrap();
+    let joined: GroupJoin = grouped.join_group(OWNER, &grants[..2], TTL).unwrap();
+    let renewed = many.renew_many(OWNER, &grants[..2], TTL).unwrap();
     assert_eq!(joined.keys.len(), renewed.len());
     for (group_answer, many_answer) in joined.keys.iter().zip(&renewed) {
         assert_eq!(group_answer.key, many_answer.key);
@@ -229,7 +228,7 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
     assert_eq!(joined.renewed(), 1);
     assert_eq!(members_now(&mut grouped, group), 1);
     // No key renewed: no group.
-    let none = join_group(&mut grouped, OWNER, &grants[2..], TTL).unwrap();
+    let none = grouped.join_group(OWNER, &grants[2..], TTL).unwrap();
     assert_eq!(none.group, None);
     assert_eq!(
         query_lines(
@@ -247,14 +246,15 @@ fn a_heartbeat_is_refused_to_another_owner_an_unknown_group_and_bad_input() {
     let (leases, group) = joined(&mut conn, &["r/a"]);
     let before = group_expiry_in_sql(&mut conn, group);
     assert_eq!(
-        renew_group(&mut conn, group, "rival", TTL).unwrap(),
+        conn.renew_group(group, "rival", TTL).unwrap(),
         GroupRenewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        renew_group(&mut conn, GroupId::from_raw(group.get() + 1000), OWNER, TTL).unwrap(),
+        conn.renew_group(GroupId::from_raw(group.get() + 1000), OWNER, TTL)
+            .unwrap(),
         GroupRenewal::Refused(Refusal::NotOwner)
     );
-    match renew_group(&mut conn, group, OWNER, Duration::ZERO) {
+    match conn.renew_group(group, OWNER, Duration::ZERO) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert!(
                 violations.iter().any(|v| v.contains("ttl")),
@@ -276,7 +276,7 @@ fn a_heartbeat_is_refused_to_another_owner_an_unknown_group_and_bad_input() {
     let snapshot = table_snapshot(&mut conn);
     let groups_before = query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.groups");
     let twice = [("r/a", leases[0].epoch()), ("r/a", leases[0].epoch())];
-    match join_group(&mut conn, OWNER, &twice, TTL) {
+    match conn.join_group(OWNER, &twice, TTL) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, vec!["keys must not contain a key twice"])
         }
@@ -315,7 +315,7 @@ fn a_takeover_waits_for_a_heartbeat_in_flight_and_then_finds_the_key_held() {
     let mut heartbeat = db.conn();
     heartbeat.batch_execute("BEGIN").unwrap();
     assert!(matches!(
-        renew_group(&mut heartbeat, group, OWNER, TTL).unwrap(),
+        heartbeat.renew_group(group, OWNER, TTL).unwrap(),
         GroupRenewal::Renewed { members: 1, .. }
     ));
     // The committed expiry passes (observed on the server's clock).
@@ -331,7 +331,7 @@ fn a_takeover_waits_for_a_heartbeat_in_flight_and_then_finds_the_key_held() {
     let taker_conn = db.conn();
     let taker = std::thread::spawn(move || {
         let mut taker_conn = taker_conn;
-        let answer = acquire(&mut taker_conn, "race/a", "rival", TTL);
+        let answer = taker_conn.acquire("race/a", "rival", TTL);
         sender.send(()).unwrap();
         answer
     });
@@ -343,7 +343,7 @@ fn a_takeover_waits_for_a_heartbeat_in_flight_and_then_finds_the_key_held() {
     heartbeat.batch_execute("COMMIT").unwrap();
     assert_eq!(taker.join().unwrap().unwrap(), Acquisition::Denied);
     assert!(matches!(
-        inspect(&mut conn, "race/a").unwrap(),
+        conn.inspect("race/a").unwrap(),
         Some(LeaseState::Held { owner, epoch, .. }) if owner == OWNER && epoch == leases[0].epoch()
     ));
     assert_eq!(members_now(&mut conn, group), 1);
@@ -358,7 +358,9 @@ fn pruning_keeps_members_of_a_live_group_and_removes_long_lapsed_groups() {
     expire_own(&mut conn, &["p/live", "p/dead"]);
     lapse_group(&mut conn, dead, "2 hours");
 
-    let report = prune(&mut conn, &PruneOptions::new(Duration::from_secs(60))).unwrap();
+    let report = conn
+        .prune(&PruneOptions::new(Duration::from_secs(60)))
+        .unwrap();
     assert_eq!(report.keys_pruned, 1, "{report:?}");
     let left = query_lines(
         &mut conn,
@@ -376,16 +378,16 @@ fn pruning_keeps_members_of_a_live_group_and_removes_long_lapsed_groups() {
 fn a_heartbeat_with_a_member_in_another_roles_namespace_is_refused() {
     let deployment = Deployment::new();
     let mut worker = deployment.conn_as(&deployment.worker);
-    let lease = granted(acquire(&mut worker, "ns/1", OWNER, TTL).unwrap());
-    let join = join_group(&mut worker, OWNER, &[("ns/1", lease.epoch())], TTL).unwrap();
+    let lease = granted(worker.acquire("ns/1", OWNER, TTL).unwrap());
+    let join = worker
+        .join_group(OWNER, &[("ns/1", lease.epoch())], TTL)
+        .unwrap();
     let group = join.group.unwrap();
-    bind_namespace(
-        &mut deployment.conn_as(&deployment.owner),
-        "ns/",
-        &deployment.app,
-    )
-    .unwrap();
-    match renew_group(&mut worker, group, OWNER, TTL) {
+    deployment
+        .conn_as(&deployment.owner)
+        .bind_namespace("ns/", &deployment.app)
+        .unwrap();
+    match worker.renew_group(group, OWNER, TTL) {
         Err(LeaseError::Forbidden { operation, key, .. }) => {
             assert_eq!(operation, Operation::RenewGroup);
             assert_eq!(key, "ns/1");
@@ -395,7 +397,7 @@ fn a_heartbeat_with_a_member_in_another_roles_namespace_is_refused() {
     // A member of the bound role may.
     let mut app = deployment.conn_as(&deployment.app);
     assert!(matches!(
-        renew_group(&mut app, group, OWNER, TTL).unwrap(),
+        app.renew_group(group, OWNER, TTL).unwrap(),
         GroupRenewal::Renewed { members: 1, .. }
     ));
 }
@@ -410,7 +412,7 @@ fn a_keeper_set_heartbeat_writes_the_group_row_and_still_reports_each_loss() {
     let mut conn = db.conn();
     let leases: Vec<Lease> = ["k/1", "k/2", "k/3"]
         .iter()
-        .map(|key| granted(acquire(&mut conn, key, OWNER, Duration::from_secs(3)).unwrap()))
+        .map(|key| granted(conn.acquire(key, OWNER, Duration::from_secs(3)).unwrap()))
         .collect();
     let (sender, receiver) = mpsc::channel();
     let keepers = KeeperSet::builder(pool(&db.url), leases)
@@ -453,7 +455,7 @@ fn a_keeper_set_heartbeat_writes_the_group_row_and_still_reports_each_loss() {
         group_before
     );
 
-    assert!(force_release(&mut conn, "k/2").unwrap().is_some());
+    assert!(conn.force_release("k/2").unwrap().is_some());
     let lost = loop {
         match receiver.recv_timeout(Duration::from_secs(30)).unwrap() {
             KeeperSetEvent::Lost { key, .. } => break key,

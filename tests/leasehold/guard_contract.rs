@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use leasehold::guard::DatabaseGuard;
 use leasehold::{
     pool::{PgPool, PreparedStatements},
-    FencingToken, LeaseState, Release,
+    FencingToken, LeaseState, Leases, Release,
 };
 use leasehold_test_support::guard_conformance::Harness;
 
@@ -46,21 +46,21 @@ impl Harness for Database {
         let _one_at_a_time = self.granting.lock().unwrap();
         let mut conn = self.db.conn();
         loop {
-            let counter = match leasehold::inspect(&mut conn, key).unwrap() {
+            let counter = match conn.inspect(key).unwrap() {
                 Some(state) => state.epoch(),
                 None => 0,
             };
             if counter >= epoch {
                 break;
             }
-            let lease = granted(leasehold::acquire(&mut conn, key, "harness", TTL).unwrap());
+            let lease = granted(conn.acquire(key, "harness", TTL).unwrap());
             assert_eq!(
-                leasehold::release(&mut conn, key, "harness", lease.epoch()).unwrap(),
+                conn.release(key, "harness", lease.epoch()).unwrap(),
                 Release::Released
             );
         }
         assert!(!matches!(
-            leasehold::inspect(&mut conn, key).unwrap(),
+            conn.inspect(key).unwrap(),
             Some(LeaseState::Held { .. })
         ));
         FencingToken::new(key, owner, epoch).unwrap()

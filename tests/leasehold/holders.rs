@@ -23,7 +23,7 @@ use leasehold::{
     hold::{run_while_held, CancelToken, KeeperEvent, LeaseLoss, WorkOutcome},
     pool::PgPool,
     wait::{LeaseWaiter, Wait},
-    Keeper, LeaseState, Refusal, Release,
+    Keeper, LeaseState, Leases, Refusal, Release,
 };
 use leasehold_local::{LocalPostgres, StopMode};
 
@@ -73,7 +73,7 @@ pub(crate) fn wait_armed(waiter: &LeaseWaiter, key: &str, count: usize) {
 }
 
 pub(crate) fn held_by(conn: &mut PgConnection, key: &str) -> Option<(String, i64)> {
-    match leasehold::inspect(conn, key).unwrap() {
+    match conn.inspect(key).unwrap() {
         Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch)),
         _ => None,
     }
@@ -83,7 +83,7 @@ pub(crate) fn held_by(conn: &mut PgConnection, key: &str) -> Option<(String, i64
 fn waiter_wakes_on_release_holding_no_connection_or_transaction_while_waiting() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter(&db);
     let waiting = {
         let waiter = waiter.clone();
@@ -108,7 +108,7 @@ fn waiter_wakes_on_release_holding_no_connection_or_transaction_while_waiting() 
 
     let released_at = Instant::now();
     assert_eq!(
-        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        conn.release("k", "holder", holder.epoch()).unwrap(),
         Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
@@ -125,7 +125,7 @@ fn waiter_wakes_at_the_holders_expiry_when_the_lease_lapses() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let short = Duration::from_millis(800);
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", short).unwrap());
+    let holder = granted(conn.acquire("k", "holder", short).unwrap());
     let waiter = strict_waiter(&db);
     let lease = waiter.acquire("k", "waiter", TTL, LONG_WAIT).unwrap();
     // Server clock only: the new grant started (expires_at - ttl) after the
@@ -144,7 +144,7 @@ fn waiter_wakes_at_the_holders_expiry_when_the_lease_lapses() {
 fn waiter_recovers_a_release_notification_missed_during_a_listener_reconnect() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter(&db);
     let first_pid = waiter.listener_status().backend_pid.unwrap();
     let waiting = {
@@ -194,7 +194,7 @@ fn waiter_recovers_a_release_notification_missed_during_a_listener_reconnect() {
 fn waiter_can_be_cancelled_from_another_thread_and_changes_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter(&db);
     let cancel = CancelToken::new();
     let waiting = {
@@ -227,7 +227,7 @@ fn waiter_can_be_cancelled_from_another_thread_and_changes_nothing() {
 fn waiter_timeout_is_a_typed_error_distinct_from_failures() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter(&db);
     let started = Instant::now();
     let wait = Duration::from_millis(300);
@@ -260,9 +260,9 @@ fn releases_notify_only_keys_somebody_waits_for() {
     let db = TestDb::new();
     let mut conn = db.conn();
     conn.batch_execute("LISTEN lease_released").unwrap();
-    let a = granted(leasehold::acquire(&mut conn, "unwatched", "o", TTL).unwrap());
-    let _ = leasehold::release(&mut conn, "unwatched", "o", a.epoch()).unwrap();
-    let b = granted(leasehold::acquire(&mut conn, "watched", "o", TTL).unwrap());
+    let a = granted(conn.acquire("unwatched", "o", TTL).unwrap());
+    let _ = conn.release("unwatched", "o", a.epoch()).unwrap();
+    let b = granted(conn.acquire("watched", "o", TTL).unwrap());
     let digest = query_lines(
         &mut conn,
         "SELECT encode(sha256(convert_to('watched', 'UTF8')), 'hex') AS line",
@@ -272,13 +272,13 @@ fn releases_notify_only_keys_somebody_waits_for() {
         query_lines(&mut conn, "SELECT lease._waiter_watch('watched') AS line"),
         digest
     );
-    let _ = leasehold::release(&mut conn, "watched", "o", b.epoch()).unwrap();
+    let _ = conn.release("watched", "o", b.epoch()).unwrap();
     query_lines(
         &mut conn,
         "SELECT lease._waiter_unwatch('watched')::text AS line",
     );
-    let c = granted(leasehold::acquire(&mut conn, "watched", "o", TTL).unwrap());
-    let _ = leasehold::release(&mut conn, "watched", "o", c.epoch()).unwrap();
+    let c = granted(conn.acquire("watched", "o", TTL).unwrap());
+    let _ = conn.release("watched", "o", c.epoch()).unwrap();
     let payloads: Vec<String> = conn
         .notifications_iter()
         .map(|n| n.unwrap().payload)
@@ -366,7 +366,7 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let ttl = Duration::from_secs(3);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
         Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(150)),
     );
@@ -383,7 +383,7 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
     assert!(keeper.loss().is_none());
     assert_eq!(keeper.stop().unwrap(), Release::Released);
     assert_eq!(
-        leasehold::inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned {
             epoch: lease.epoch() + 1
         })
@@ -398,7 +398,7 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let ttl = Duration::from_secs(2);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
         Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
     );
@@ -411,7 +411,7 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
         owner,
         epoch,
         expires_at,
-    }) = leasehold::inspect(&mut conn, "k").unwrap()
+    }) = conn.inspect("k").unwrap()
     else {
         panic!("released by stop_renewing");
     };
@@ -422,7 +422,7 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
     }
     wait_until_server_time_passes(&mut conn, expires_at);
     assert_eq!(
-        leasehold::inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned {
             epoch: lease.epoch()
         }),
@@ -435,14 +435,14 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
 fn keeper_releases_on_drop() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     drop(
         Keeper::builder(pool(&db.url), lease.clone())
             .start()
             .unwrap(),
     );
     assert_eq!(
-        leasehold::inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned {
             epoch: lease.epoch() + 1
         })
@@ -456,14 +456,14 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
     // A long ttl with frequent renews: the next renew (refused) comes long
     // before the deadline could pass, however busy the machine.
     let ttl = Duration::from_secs(30);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
         Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
     );
     let keeper = builder.start().unwrap();
     // Someone else ends the grant and takes the key over.
-    let _ = leasehold::release(&mut conn, "k", "a", lease.epoch()).unwrap();
-    let b = granted(leasehold::acquire(&mut conn, "k", "b", TTL).unwrap());
+    let _ = conn.release("k", "a", lease.epoch()).unwrap();
+    let b = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(matches!(
         keeper.wait_for_loss(Duration::from_secs(10)),
         Some(LeaseLoss::Refused(Refusal::NotOwner))
@@ -487,7 +487,7 @@ fn keeper_survives_a_terminated_connection() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let ttl = Duration::from_secs(3);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
         Keeper::builder(pool(&db.url), lease.clone())
             .renew_every(Duration::from_millis(200))
@@ -524,7 +524,7 @@ fn keeper_safe_until_ends_before_the_servers_expiry() {
     // freeze on a busy machine; the wait for it is then ttl - margin.
     let ttl = Duration::from_secs(4);
     let margin = Duration::from_millis(300);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
         Keeper::builder(pool(&db.url), lease.clone())
             .renew_every(Duration::from_millis(300))
@@ -558,7 +558,7 @@ fn keeper_safe_until_ends_before_the_servers_expiry() {
     }
     // The deadline has passed on the client's clock: the server, asked only
     // now, must still report the grant held.
-    let state = leasehold::inspect(&mut conn, "k").unwrap();
+    let state = conn.inspect("k").unwrap();
     assert!(
         matches!(&state, Some(LeaseState::Held { owner, epoch, .. }) if owner == "a" && *epoch == lease.epoch()),
         "{state:?}"
@@ -579,7 +579,7 @@ fn keeper_reports_loss_when_the_server_goes_away() {
     let mut conn = PgConnection::establish(&url).unwrap();
     leasehold::install(&mut conn).unwrap();
     let ttl = Duration::from_secs(3);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     drop(conn);
     let (builder, rx) = events(
         Keeper::builder(pool(&url), lease)
@@ -624,7 +624,7 @@ fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let ttl = Duration::from_secs(30);
-    let lease = granted(leasehold::acquire(&mut conn, "k", "a", ttl).unwrap());
+    let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let keeper = Keeper::builder(pool(&db.url), lease.clone())
         .renew_every(Duration::from_millis(100))
         .start()
@@ -644,8 +644,8 @@ fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
         })
     };
     assert_eq!(started_rx.recv().unwrap(), lease.token());
-    let _ = leasehold::release(&mut conn, "k", "a", lease.epoch()).unwrap();
-    granted(leasehold::acquire(&mut conn, "k", "b", TTL).unwrap());
+    let _ = conn.release("k", "a", lease.epoch()).unwrap();
+    granted(conn.acquire("k", "b", TTL).unwrap());
     match worker.join().unwrap() {
         WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NotOwner)) => {}
         other => panic!("{other:?}"),
@@ -657,7 +657,7 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let start = |key: &str| {
-        let lease = granted(leasehold::acquire(&mut db.conn(), key, "a", TTL).unwrap());
+        let lease = granted(db.conn().acquire(key, "a", TTL).unwrap());
         Keeper::builder(pool(&db.url), lease).start().unwrap()
     };
     let cancel = CancelToken::new();
@@ -676,7 +676,7 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     // Every run released its lease.
     for key in ["f", "e", "c"] {
         assert_eq!(
-            leasehold::inspect(&mut conn, key).unwrap(),
+            conn.inspect(key).unwrap(),
             Some(LeaseState::Unowned { epoch: 2 })
         );
     }

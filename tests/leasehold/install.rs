@@ -7,9 +7,8 @@ use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 use leasehold::{
-    acquire,
     admin::{installed_versions, uninstall},
-    install,
+    install, Leases,
 };
 
 use crate::common::*;
@@ -43,7 +42,7 @@ fn install_applies_every_migration_once_then_is_a_no_op() {
     assert_eq!(installed_versions(&mut conn).unwrap(), expected_versions());
     let second = install(&mut conn).unwrap();
     assert!(second.applied.is_empty(), "{second:?}");
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
 }
 
 #[test]
@@ -104,10 +103,10 @@ fn install_leaves_the_applications_own_diesel_migrations_intact() {
     assert!(!conn.has_pending_migration(app_migrations.clone()).unwrap());
     conn.batch_execute("INSERT INTO app_things VALUES (1)")
         .unwrap();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     // Reverting the app's migration touches nothing of leasehold's.
     conn.revert_last_migration(app_migrations).unwrap();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     std::fs::remove_dir_all(app_dir).unwrap();
 }
 
@@ -117,7 +116,7 @@ fn vendored_migrations_run_under_diesels_own_harness() {
     let mut conn = db.conn();
     conn.run_pending_migrations(leasehold::admin::MIGRATIONS)
         .unwrap();
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(lease.epoch(), 1);
     // down.sql removes everything again.
     conn.revert_all_migrations(leasehold::admin::MIGRATIONS)
@@ -133,7 +132,7 @@ fn uninstall_removes_everything_and_a_reinstall_starts_at_epoch_1() {
     let db = TestDb::empty();
     let mut conn = db.conn();
     install(&mut conn).unwrap();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     uninstall(&mut conn).unwrap();
     assert!(!query_bool(
         &mut conn,
@@ -141,10 +140,7 @@ fn uninstall_removes_everything_and_a_reinstall_starts_at_epoch_1() {
     ));
     assert!(installed_versions(&mut conn).unwrap().is_empty());
     install(&mut conn).unwrap();
-    assert_eq!(
-        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
-        1
-    );
+    assert_eq!(granted(conn.acquire("k", "b", TTL).unwrap()).epoch(), 1);
 }
 
 #[test]
@@ -161,7 +157,7 @@ fn install_works_for_a_role_that_does_not_own_public() {
     let mut conn = db.conn_as(&role);
     let report = install(&mut conn).unwrap();
     assert_eq!(report.applied, expected_versions());
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     let in_public = query_lines(
         &mut admin,
         "SELECT c.relname::text AS line FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' \
@@ -287,19 +283,19 @@ fn the_test_server_runs_the_expected_major() {
 fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
     let db = TestDb::empty();
     let mut conn = db.conn();
-    let error = leasehold::acquire(&mut conn, "k", "o", TTL).unwrap_err();
+    let error = conn.acquire("k", "o", TTL).unwrap_err();
     assert!(
         matches!(error, leasehold::LeaseError::NotInstalled { .. }),
         "{error:?}"
     );
     assert!(error.to_string().contains("leasehold install"), "{error}");
-    let error = leasehold::inspect(&mut conn, "k").unwrap_err();
+    let error = conn.inspect("k").unwrap_err();
     assert!(
         matches!(error, leasehold::LeaseError::NotInstalled { .. }),
         "{error:?}"
     );
     let token = leasehold::FencingToken::new("k", "o", 1).expect("token");
-    let error = leasehold::guard::admit(&mut conn, "r", &token).unwrap_err();
+    let error = conn.admit("r", &token).unwrap_err();
     assert!(
         matches!(error, leasehold::error::GuardError::NotInstalled { .. }),
         "{error:?}"

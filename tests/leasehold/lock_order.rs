@@ -35,10 +35,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire, acquire_waiting,
-    error::GuardError,
-    guard::{admit, admit_held, check_held, fence, inspect_guard, renew_and_admit},
-    inspect, release, renew, Acquisition, FencingToken, LeaseError, LeaseState, Release, Renewal,
+    error::GuardError, Acquisition, FencingToken, LeaseError, LeaseState, Leases, Release, Renewal,
 };
 
 use crate::common::*;
@@ -77,7 +74,7 @@ enum Call {
     Admit(Who),
     AdmitHeld(Who),
     RenewAdmit(Who),
-    /// `fence(r, k, E - 1)`: as the superuser (fence is an operator action).
+    /// `r.fence(k, E - 1)`: as the superuser (fence is an operator action).
     Fence,
     InspectGuard,
 }
@@ -88,24 +85,24 @@ use Who::*;
 impl Call {
     fn name(self) -> &'static str {
         match self {
-            Acquire(Holder) => "acquire(h)",
-            Acquire(Stranger) => "acquire(x)",
-            Acquire(Newcomer) => "acquire(new)",
-            Renew(Holder) => "renew(h)",
-            Renew(Stranger) => "renew(x)",
-            Release(Holder) => "release(h)",
-            Release(Stranger) => "release(x)",
+            Acquire(Holder) => "h.acquire()",
+            Acquire(Stranger) => "x.acquire()",
+            Acquire(Newcomer) => "new.acquire()",
+            Renew(Holder) => "h.renew()",
+            Renew(Stranger) => "x.renew()",
+            Release(Holder) => "h.release()",
+            Release(Stranger) => "x.release()",
             Inspect => "inspect",
-            CheckHeld(Holder) => "check_held(h)",
-            Admit(Holder) => "admit(h)",
-            Admit(Newcomer) => "admit(new)",
-            AdmitHeld(Holder) => "admit_held(h)",
-            AdmitHeld(Newcomer) => "admit_held(new)",
+            CheckHeld(Holder) => "h.check_held()",
+            Admit(Holder) => "h.admit()",
+            Admit(Newcomer) => "new.admit()",
+            AdmitHeld(Holder) => "h.admit_held()",
+            AdmitHeld(Newcomer) => "new.admit_held()",
             RenewAdmit(Holder) => "renew_admit(h)",
             RenewAdmit(Newcomer) => "renew_admit(new)",
-            CheckHeld(Newcomer) => "check_held(new)",
-            Renew(Newcomer) => "renew(new)",
-            Release(Newcomer) => "release(new)",
+            CheckHeld(Newcomer) => "new.check_held()",
+            Renew(Newcomer) => "new.renew()",
+            Release(Newcomer) => "new.release()",
             Fence => "fence",
             InspectGuard => "inspect_guard",
             other => panic!("no name for {other:?}"),
@@ -166,9 +163,10 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         Acquire(who) => {
             let t = token(fixture, who, tag);
             let answer = if who == Newcomer {
-                acquire_waiting(conn, k, t.owner(), TTL, LONG_WAIT).map(Acquisition::Granted)
+                conn.acquire_waiting(k, t.owner(), TTL, LONG_WAIT)
+                    .map(Acquisition::Granted)
             } else {
-                acquire(conn, k, t.owner(), TTL)
+                conn.acquire(k, t.owner(), TTL)
             };
             match answer {
                 Ok(Acquisition::Granted(lease)) => {
@@ -180,7 +178,7 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         }
         Renew(who) => {
             let t = token(fixture, who, tag);
-            match renew(conn, k, t.owner(), t.epoch(), TTL) {
+            match conn.renew(k, t.owner(), t.epoch(), TTL) {
                 Ok(Renewal::Renewed { .. }) => "renewed".to_owned(),
                 Ok(Renewal::Refused(why)) => format!("refused {}", why.as_status()),
                 Err(error) => lease_error(error),
@@ -188,39 +186,39 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         }
         Release(who) => {
             let t = token(fixture, who, tag);
-            match release(conn, k, t.owner(), t.epoch()) {
+            match conn.release(k, t.owner(), t.epoch()) {
                 Ok(Release::Released) => "released".to_owned(),
                 Ok(Release::Refused(why)) => format!("refused {}", why.as_status()),
                 Err(error) => lease_error(error),
             }
         }
-        Inspect => match inspect(conn, k) {
+        Inspect => match conn.inspect(k) {
             Ok(Some(LeaseState::Held { owner, epoch, .. })) => format!("held {owner} e{epoch}"),
             Ok(Some(LeaseState::Unowned { epoch })) => format!("unowned e{epoch}"),
             Ok(None) => "never leased".to_owned(),
             Err(error) => lease_error(error),
         },
-        CheckHeld(who) => match check_held(conn, &token(fixture, who, tag)) {
+        CheckHeld(who) => match conn.check_held(&token(fixture, who, tag)) {
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        Admit(who) => match admit(conn, r, &token(fixture, who, tag)) {
+        Admit(who) => match conn.admit(r, &token(fixture, who, tag)) {
             Ok(()) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        AdmitHeld(who) => match admit_held(conn, r, &token(fixture, who, tag)) {
+        AdmitHeld(who) => match conn.admit_held(r, &token(fixture, who, tag)) {
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        RenewAdmit(who) => match renew_and_admit(conn, r, &token(fixture, who, tag), TTL) {
+        RenewAdmit(who) => match conn.renew_and_admit(r, &token(fixture, who, tag), TTL) {
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        Fence => match fence(conn, r, k, E - 1) {
+        Fence => match conn.fence(r, k, E - 1) {
             Ok(accepted) => format!("fenced (admits >= {accepted})"),
             Err(error) => guard_error(error),
         },
-        InspectGuard => match inspect_guard(conn, r) {
+        InspectGuard => match conn.inspect_guard(r) {
             Ok(Some(record)) if record.lease_key == k => {
                 format!("admits >= {}", record.accepted_epoch)
             }
@@ -281,9 +279,9 @@ fn fixtures(conn: &mut PgConnection, state: State, prefix: &str, count: usize) -
                 key: format!("{prefix}-{i}/k"),
                 resource: format!("{prefix}-{i}/r"),
             };
-            let lease = granted(acquire(conn, &fixture.key, "h", ttl).unwrap());
+            let lease = granted(conn.acquire(&fixture.key, "h", ttl).unwrap());
             assert_eq!(lease.epoch(), E);
-            admit(conn, &fixture.resource, &lease.token()).unwrap();
+            conn.admit(&fixture.resource, &lease.token()).unwrap();
             latest = Some(lease.expires_at());
             fixture
         })
@@ -532,16 +530,16 @@ const HELD_CALLS: [Call; 13] = [
 /// renew_admit and fence conflict with each other. Columns in row order.
 const HELD_TABLE: [&str; 13] = [
     //               aH aX rH lH rX lX in ch ad aH rA fe iG
-    "acquire(h)      .  .  .  .  .  .  .  .  .  .  .  .  .",
-    "acquire(x)      .  .  .  .  .  .  .  .  .  .  .  .  .",
-    "renew(h)        .  .  W  W  .  .  .  .  .  .  W  .  .",
-    "release(h)      .  .  W  W  .  .  .  .  .  .  W  .  .",
-    "renew(x)        .  .  .  .  .  .  .  .  .  .  .  .  .",
-    "release(x)      .  .  .  .  .  .  .  .  .  .  .  .  .",
+    "h.acquire()      .  .  .  .  .  .  .  .  .  .  .  .  .",
+    "x.acquire()      .  .  .  .  .  .  .  .  .  .  .  .  .",
+    "h.renew()        .  .  W  W  .  .  .  .  .  .  W  .  .",
+    "h.release()      .  .  W  W  .  .  .  .  .  .  W  .  .",
+    "x.renew()        .  .  .  .  .  .  .  .  .  .  .  .  .",
+    "x.release()      .  .  .  .  .  .  .  .  .  .  .  .  .",
     "inspect         .  .  .  .  .  .  .  .  .  .  .  .  .",
-    "check_held(h)   .  .  .  .  .  .  .  .  .  .  .  .  .",
-    "admit(h)        .  .  .  .  .  .  .  .  W  W  W  W  .",
-    "admit_held(h)   .  .  .  .  .  .  .  .  W  W  W  W  .",
+    "h.check_held()   .  .  .  .  .  .  .  .  .  .  .  .  .",
+    "h.admit()        .  .  .  .  .  .  .  .  W  W  W  W  .",
+    "h.admit_held()   .  .  .  .  .  .  .  .  W  W  W  W  .",
     "renew_admit(h)  .  .  W  W  .  .  .  .  W  W  W  W  .",
     "fence           .  .  .  .  .  .  .  .  W  W  W  W  .",
     "inspect_guard   .  .  .  .  .  .  .  .  .  .  .  .  .",
@@ -566,13 +564,13 @@ const LAPSED_CALLS: [Call; 10] = [
 /// FOR KEY SHARE), and admit and fence conflict on the guard row.
 const LAPSED_TABLE: [&str; 10] = [
     //               aN rH lH in ch ad aH rA fe iG
-    "acquire(new)    W  .  .  .  .  W  .  .  W  .",
-    "renew(h)        .  .  .  .  .  .  .  .  .  .",
-    "release(h)      .  .  .  .  .  .  .  .  .  .",
+    "new.acquire()    W  .  .  .  .  W  .  .  W  .",
+    "h.renew()        .  .  .  .  .  .  .  .  .  .",
+    "h.release()      .  .  .  .  .  .  .  .  .  .",
     "inspect         .  .  .  .  .  .  .  .  .  .",
-    "check_held(h)   .  .  .  .  .  .  .  .  .  .",
-    "admit(h)        W  .  .  .  .  W  .  .  W  .",
-    "admit_held(h)   .  .  .  .  .  .  .  .  .  .",
+    "h.check_held()   .  .  .  .  .  .  .  .  .  .",
+    "h.admit()        W  .  .  .  .  W  .  .  W  .",
+    "h.admit_held()   .  .  .  .  .  .  .  .  .  .",
     "renew_admit(h)  .  .  .  .  .  .  .  .  .  .",
     "fence           W  .  .  .  .  W  .  .  W  .",
     "inspect_guard   .  .  .  .  .  .  .  .  .  .",

@@ -16,12 +16,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use leasehold::{
-    acquire,
-    admin::{bind_namespace, force_release},
-    batch::{release_many, renew_many, MAX_KEYS_PER_CALL},
+    batch::MAX_KEYS_PER_CALL,
     error::{KeeperError, Operation},
     hold::{KeeperSet, KeeperSetEvent, LeaseLoss},
-    inspect, release, renew, LeaseError, LeaseState, Refusal, Release, Renewal,
+    LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -127,7 +125,7 @@ fn renew_many_answers_each_key_as_a_single_renew_would_and_changes_the_same_rows
     write_states(&mut batch);
     write_states(&mut single);
 
-    let answers = renew_many(&mut batch, OWNER, &presented(), LONG_TTL).unwrap();
+    let answers = batch.renew_many(OWNER, &presented(), LONG_TTL).unwrap();
     let batch_answers: Vec<(String, &str)> = answers
         .into_iter()
         .map(|answer| (answer.key, renewal_status(answer.renewal)))
@@ -135,7 +133,7 @@ fn renew_many_answers_each_key_as_a_single_renew_would_and_changes_the_same_rows
     let single_answers: Vec<(String, &str)> = PRESENTED
         .iter()
         .map(|key| {
-            let renewal = renew(&mut single, key, OWNER, EPOCH, LONG_TTL).unwrap();
+            let renewal = single.renew(key, OWNER, EPOCH, LONG_TTL).unwrap();
             ((*key).to_owned(), renewal_status(renewal))
         })
         .collect();
@@ -158,7 +156,7 @@ fn release_many_answers_each_key_as_a_single_release_would_and_changes_the_same_
     write_states(&mut batch);
     write_states(&mut single);
 
-    let answers = release_many(&mut batch, OWNER, &presented()).unwrap();
+    let answers = batch.release_many(OWNER, &presented()).unwrap();
     let batch_answers: Vec<(String, &str)> = answers
         .into_iter()
         .map(|answer| (answer.key, release_status(answer.release)))
@@ -166,7 +164,7 @@ fn release_many_answers_each_key_as_a_single_release_would_and_changes_the_same_
     let single_answers: Vec<(String, &str)> = PRESENTED
         .iter()
         .map(|key| {
-            let released = release(&mut single, key, OWNER, EPOCH).unwrap();
+            let released = single.release(key, OWNER, EPOCH).unwrap();
             ((*key).to_owned(), release_status(released))
         })
         .collect();
@@ -180,15 +178,11 @@ fn release_many_answers_each_key_as_a_single_release_would_and_changes_the_same_
 fn a_renewed_key_gets_its_new_expiry_and_keeps_its_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let a = granted(acquire(&mut conn, "a", OWNER, TTL).unwrap());
-    let b = granted(acquire(&mut conn, "b", OWNER, TTL).unwrap());
-    let answers = renew_many(
-        &mut conn,
-        OWNER,
-        &[("b", b.epoch()), ("a", a.epoch())],
-        LONG_TTL,
-    )
-    .unwrap();
+    let a = granted(conn.acquire("a", OWNER, TTL).unwrap());
+    let b = granted(conn.acquire("b", OWNER, TTL).unwrap());
+    let answers = conn
+        .renew_many(OWNER, &[("b", b.epoch()), ("a", a.epoch())], LONG_TTL)
+        .unwrap();
     assert_eq!(answers.len(), 2);
     for (answer, lease) in answers.iter().zip([&b, &a]) {
         assert_eq!(answer.key, lease.key());
@@ -197,7 +191,7 @@ fn a_renewed_key_gets_its_new_expiry_and_keeps_its_epoch() {
         };
         assert!(expires_at > lease.expires_at());
         assert_eq!(
-            inspect(&mut conn, lease.key()).unwrap(),
+            conn.inspect(lease.key()).unwrap(),
             Some(LeaseState::Held {
                 owner: OWNER.into(),
                 epoch: lease.epoch(),
@@ -205,7 +199,7 @@ fn a_renewed_key_gets_its_new_expiry_and_keeps_its_epoch() {
             })
         );
     }
-    assert_eq!(renew_many(&mut conn, OWNER, &[], TTL).unwrap(), vec![]);
+    assert_eq!(conn.renew_many(OWNER, &[], TTL).unwrap(), vec![]);
 }
 
 /// The constraint name and DETAIL of a statement's error.
@@ -365,30 +359,32 @@ fn a_batchs_digests_must_be_its_keys_digests() {
     // renewed and released, so the client's digest is the server's (a
     // different one would have been refused as above).
     let key = "tenant/Zürich/日本";
-    let held = granted(acquire(&mut conn, key, OWNER, TTL).unwrap());
-    let renewed = renew_many(&mut conn, OWNER, &[(key, held.epoch())], LONG_TTL).unwrap();
+    let held = granted(conn.acquire(key, OWNER, TTL).unwrap());
+    let renewed = conn
+        .renew_many(OWNER, &[(key, held.epoch())], LONG_TTL)
+        .unwrap();
     assert!(
         matches!(renewed[0].renewal, Renewal::Renewed { .. }),
         "{renewed:?}"
     );
-    let released = release_many(&mut conn, OWNER, &[(key, held.epoch())]).unwrap();
+    let released = conn.release_many(OWNER, &[(key, held.epoch())]).unwrap();
     assert!(
         matches!(released[0].release, Release::Released),
         "{released:?}"
     );
-    assert!(!inspect(&mut conn, key).unwrap().unwrap().is_held());
+    assert!(!conn.inspect(key).unwrap().unwrap().is_held());
 }
 
 #[test]
 fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let held = granted(acquire(&mut conn, "a", OWNER, TTL).unwrap());
+    let held = granted(conn.acquire("a", OWNER, TTL).unwrap());
     let before = table_snapshot(&mut conn);
     let twice = [("a", held.epoch()), ("a", held.epoch())];
     for result in [
-        renew_many(&mut conn, OWNER, &twice, TTL).map(|_| ()),
-        release_many(&mut conn, OWNER, &twice).map(|_| ()),
+        conn.renew_many(OWNER, &twice, TTL).map(|_| ()),
+        conn.release_many(OWNER, &twice).map(|_| ()),
     ] {
         match result {
             Err(LeaseError::InvalidInput { violations }) => {
@@ -399,7 +395,7 @@ fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
     }
     let keys: Vec<String> = (0..=MAX_KEYS_PER_CALL).map(|i| format!("k{i}")).collect();
     let too_many: Vec<(&str, i64)> = keys.iter().map(|key| (key.as_str(), 1)).collect();
-    match renew_many(&mut conn, OWNER, &too_many, TTL) {
+    match conn.renew_many(OWNER, &too_many, TTL) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, vec!["keys must hold at most 1000 keys"]);
         }
@@ -411,16 +407,14 @@ fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
 #[test]
 fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
     let deployment = Deployment::new();
-    bind_namespace(
-        &mut deployment.conn_as(&deployment.owner),
-        "billing/",
-        &deployment.app,
-    )
-    .unwrap();
+    deployment
+        .conn_as(&deployment.owner)
+        .bind_namespace("billing/", &deployment.app)
+        .unwrap();
     let mut worker = deployment.conn_as(&deployment.worker);
-    let mine = granted(acquire(&mut worker, "jobs/1", "w", TTL).unwrap());
+    let mine = granted(worker.acquire("jobs/1", "w", TTL).unwrap());
     let mut app = deployment.conn_as(&deployment.app);
-    let theirs = granted(acquire(&mut app, "billing/1", "w", TTL).unwrap());
+    let theirs = granted(app.acquire("billing/1", "w", TTL).unwrap());
     let state = |deployment: &Deployment| table_snapshot(&mut deployment.admin());
     let before = state(&deployment);
 
@@ -428,11 +422,11 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
     let refused = [
         (
             Operation::RenewMany,
-            renew_many(&mut worker, "w", &batch, LONG_TTL).map(|_| ()),
+            worker.renew_many("w", &batch, LONG_TTL).map(|_| ()),
         ),
         (
             Operation::ReleaseMany,
-            release_many(&mut worker, "w", &batch).map(|_| ()),
+            worker.release_many("w", &batch).map(|_| ()),
         ),
     ];
     for (operation, result) in refused {
@@ -462,7 +456,7 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
         "42501"
     );
     // A member of the bound role may renew the same batch.
-    let answers = renew_many(&mut app, "w", &batch, LONG_TTL).unwrap();
+    let answers = app.renew_many("w", &batch, LONG_TTL).unwrap();
     assert!(answers
         .iter()
         .all(|answer| matches!(answer.renewal, Renewal::Renewed { .. })));
@@ -507,32 +501,36 @@ fn wait_for_lock_waiters(conn: &mut PgConnection, db: &str, count: usize) {
 fn a_refused_batch_locks_nothing_and_an_applied_one_holds_its_rows_until_commit() {
     let db = TestDb::new();
     let mut holder = impatient(&db, "10s");
-    let lease = granted(acquire(&mut holder, "k", OWNER, TTL).unwrap());
+    let lease = granted(holder.acquire("k", OWNER, TTL).unwrap());
 
     // Refused in an open transaction: the holder's renew does not wait.
     let mut other = db.conn();
     other.batch_execute("BEGIN").unwrap();
-    let refused = renew_many(&mut other, "x", &[("k", lease.epoch())], TTL).unwrap();
+    let refused = other.renew_many("x", &[("k", lease.epoch())], TTL).unwrap();
     assert_eq!(refused[0].renewal, Renewal::Refused(Refusal::NotOwner));
-    let refused = release_many(&mut other, OWNER, &[("k", lease.epoch() + 1)]).unwrap();
+    let refused = other
+        .release_many(OWNER, &[("k", lease.epoch() + 1)])
+        .unwrap();
     assert_eq!(refused[0].release, Release::Refused(Refusal::EpochMismatch));
     let mut quick = impatient(&db, "2s");
     assert!(matches!(
-        renew(&mut quick, "k", OWNER, lease.epoch(), TTL).unwrap(),
+        quick.renew("k", OWNER, lease.epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     other.batch_execute("COMMIT").unwrap();
 
     // Applied in an open transaction: the holder's renew waits for it.
     other.batch_execute("BEGIN").unwrap();
-    let applied = renew_many(&mut other, OWNER, &[("k", lease.epoch())], TTL).unwrap();
+    let applied = other
+        .renew_many(OWNER, &[("k", lease.epoch())], TTL)
+        .unwrap();
     assert!(matches!(applied[0].renewal, Renewal::Renewed { .. }));
     let (done_tx, done_rx) = mpsc::channel();
     let url = db.url.clone();
     let epoch = lease.epoch();
     let waiter = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
-        let answer = renew(&mut conn, "k", OWNER, epoch, TTL);
+        let answer = conn.renew("k", OWNER, epoch, TTL);
         done_tx.send(()).unwrap();
         answer
     });
@@ -553,7 +551,7 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
     let keys: Vec<String> = (0..40).map(|i| format!("shard-{i:02}")).collect();
     let mut grants = Vec::new();
     for key in &keys {
-        let lease = granted(acquire(&mut setup, key, OWNER, TTL).unwrap());
+        let lease = granted(setup.acquire(key, OWNER, TTL).unwrap());
         grants.push((key.clone(), lease.epoch()));
     }
     // A blocker holds the key in the middle of the input order, so both
@@ -563,7 +561,7 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
     let mut blocker = db.conn();
     blocker.batch_execute("BEGIN").unwrap();
     assert!(matches!(
-        renew(&mut blocker, &middle.0, OWNER, middle.1, TTL).unwrap(),
+        blocker.renew(&middle.0, OWNER, middle.1, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
 
@@ -578,7 +576,7 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
             conn.batch_execute("SET deadlock_timeout = '50ms'; SET lock_timeout = '60s'")
                 .unwrap();
             let refs: Vec<(&str, i64)> = order.iter().map(|(k, e)| (k.as_str(), *e)).collect();
-            renew_many(&mut conn, OWNER, &refs, TTL)
+            conn.renew_many(OWNER, &refs, TTL)
         })
     };
     let forward = spawn_batch(false);
@@ -607,14 +605,14 @@ fn batch_waits_for(then_release: bool) -> Vec<(String, &'static str)> {
     let mut setup = db.conn();
     let mut epochs = Vec::new();
     for key in ["w-0", "w-1", "w-2"] {
-        epochs.push(granted(acquire(&mut setup, key, OWNER, TTL).unwrap()).epoch());
+        epochs.push(granted(setup.acquire(key, OWNER, TTL).unwrap()).epoch());
     }
     let mut other = db.conn();
     other.batch_execute("BEGIN").unwrap();
-    let _ = renew(&mut other, "w-1", OWNER, epochs[1], TTL).unwrap();
+    let _ = other.renew("w-1", OWNER, epochs[1], TTL).unwrap();
     if then_release {
         assert_eq!(
-            release(&mut other, "w-1", OWNER, epochs[1]).unwrap(),
+            other.release("w-1", OWNER, epochs[1]).unwrap(),
             Release::Released
         );
     }
@@ -622,7 +620,7 @@ fn batch_waits_for(then_release: bool) -> Vec<(String, &'static str)> {
     let batch = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
         let grants = [("w-0", epochs[0]), ("w-1", epochs[1]), ("w-2", epochs[2])];
-        renew_many(&mut conn, OWNER, &grants, TTL)
+        conn.renew_many(OWNER, &grants, TTL)
     });
     let mut observer = db.conn();
     wait_for_lock_waiters(&mut observer, &db.name, 1);
@@ -661,7 +659,7 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
         .map(|key| {
             (
                 *key,
-                granted(acquire(&mut conn, key, OWNER, NEVER_LAPSES).unwrap()).epoch(),
+                granted(conn.acquire(key, OWNER, NEVER_LAPSES).unwrap()).epoch(),
             )
         })
         .collect();
@@ -677,7 +675,7 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
         wait_armed(&waiter, key, 1);
     }
     let released_at = Instant::now();
-    let released = release_many(&mut conn, OWNER, &grants).unwrap();
+    let released = conn.release_many(OWNER, &grants).unwrap();
     assert!(released
         .iter()
         .all(|answer| answer.release == Release::Released));
@@ -702,20 +700,22 @@ const NEVER_LAPSES: Duration = Duration::from_secs(600);
 fn an_applied_batch_is_durable_and_a_refused_one_leaves_synchronous_commit_alone() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", OWNER, TTL).unwrap());
+    let lease = granted(conn.acquire("k", OWNER, TTL).unwrap());
     let setting = |conn: &mut PgConnection| {
         query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
     };
     conn.batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
         .unwrap();
-    let _ = renew_many(&mut conn, "x", &[("k", lease.epoch())], TTL).unwrap();
-    let _ = release_many(&mut conn, "x", &[("k", lease.epoch())]).unwrap();
+    let _ = conn.renew_many("x", &[("k", lease.epoch())], TTL).unwrap();
+    let _ = conn.release_many("x", &[("k", lease.epoch())]).unwrap();
     assert_eq!(setting(&mut conn), "off");
-    let _ = renew_many(&mut conn, OWNER, &[("k", lease.epoch())], TTL).unwrap();
+    let _ = conn
+        .renew_many(OWNER, &[("k", lease.epoch())], TTL)
+        .unwrap();
     assert_eq!(setting(&mut conn), "on");
     conn.batch_execute("ROLLBACK; BEGIN; SET LOCAL synchronous_commit = local")
         .unwrap();
-    let _ = release_many(&mut conn, OWNER, &[("k", lease.epoch())]).unwrap();
+    let _ = conn.release_many(OWNER, &[("k", lease.epoch())]).unwrap();
     assert_eq!(setting(&mut conn), "on");
     conn.batch_execute("COMMIT").unwrap();
 }
@@ -728,7 +728,7 @@ const IN_TIME: Duration = Duration::from_secs(15);
 fn acquire_all(db: &TestDb, keys: &[&str], ttl: Duration) -> Vec<leasehold::Lease> {
     let mut conn = db.conn();
     keys.iter()
-        .map(|key| granted(acquire(&mut conn, key, "w", ttl).unwrap()))
+        .map(|key| granted(conn.acquire(key, "w", ttl).unwrap()))
         .collect()
 }
 
@@ -747,7 +747,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
         .start()
         .unwrap();
     let mut admin = db.conn();
-    force_release(&mut admin, "t-3").unwrap();
+    admin.force_release("t-3").unwrap();
 
     let losses = keepers.wait_for_losses(0, IN_TIME);
     assert_eq!(losses.len(), 1, "{losses:?}");
@@ -778,7 +778,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
     let mut conn = db.conn();
     for key in ["t-1", "t-2", "t-4", "t-5"] {
         assert!(keepers.is_valid(key), "{key}");
-        assert!(inspect(&mut conn, key).unwrap().unwrap().is_held(), "{key}");
+        assert!(conn.inspect(key).unwrap().unwrap().is_held(), "{key}");
     }
     assert_eq!(keepers.losses().len(), 1);
 
@@ -798,10 +798,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
         ]
     );
     for key in keys {
-        assert!(
-            !inspect(&mut conn, key).unwrap().unwrap().is_held(),
-            "{key}"
-        );
+        assert!(!conn.inspect(key).unwrap().unwrap().is_held(), "{key}");
     }
 }
 
@@ -843,8 +840,8 @@ fn a_stalled_heartbeat_loses_every_kept_key_at_the_deadline() {
 fn a_keeper_set_refuses_what_one_call_cannot_keep() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let a = granted(acquire(&mut conn, "a", "w", TTL).unwrap());
-    let b = granted(acquire(&mut conn, "b", "v", TTL).unwrap());
+    let a = granted(conn.acquire("a", "w", TTL).unwrap());
+    let b = granted(conn.acquire("b", "v", TTL).unwrap());
     for (leases, says) in [
         (vec![], "at least one lease"),
         (vec![a.clone(), b], "one owner"),
@@ -858,7 +855,7 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         }
     }
     // Every key already lost: nothing to keep.
-    let _ = release(&mut conn, "a", "w", a.epoch()).unwrap();
+    let _ = conn.release("a", "w", a.epoch()).unwrap();
     match KeeperSet::start(pool(&db.url), vec![a]) {
         Err(KeeperError::NotHeld { key, reason }) => {
             assert_eq!((key.as_str(), reason), ("a", Refusal::NotOwner));

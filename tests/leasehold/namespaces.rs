@@ -14,16 +14,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
-    acquire,
-    admin::{
-        bind_namespace, force_release, force_release_epoch, list_namespaces, unbind_namespace,
-        BoundRole, ForcedRelease,
-    },
+    admin::{BoundRole, ForcedRelease},
     error::{GuardError, Operation},
-    guard::{admit, admit_held, check_held, inspect_guard, renew_and_admit},
-    inspect, release, renew,
     wait::LeaseWaiter,
-    LeaseError, LeaseState, Refusal, Release, Renewal,
+    LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -43,7 +37,10 @@ fn grant_namespace_and_release_actions(deployment: &Deployment, to: &str) {
 
 /// Binds as the owner, who owns the operator functions and so may run them.
 fn bind(deployment: &Deployment, prefix: &str, role: &str) {
-    bind_namespace(&mut deployment.conn_as(&deployment.owner), prefix, role).unwrap();
+    deployment
+        .conn_as(&deployment.owner)
+        .bind_namespace(prefix, role)
+        .unwrap();
 }
 
 /// Everything leasehold stores, as the superuser sees it.
@@ -157,7 +154,7 @@ fn operator_functions_are_security_definer_with_a_pinned_search_path_and_granted
 fn app_worker_attacker_and_an_ungranted_operator_cannot_run_operator_actions() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    granted(app.acquire("job", "app-1", TTL).unwrap());
     let before = whole_state(&deployment);
     for role in [
         &deployment.app,
@@ -176,28 +173,28 @@ fn app_worker_attacker_and_an_ungranted_operator_cannot_run_operator_actions() {
             assert_eq!(sqlstate_of(&mut conn, &sql), "42501", "{role}: {sql}");
         }
         assert!(matches!(
-            bind_namespace(&mut conn, "job", role),
+            conn.bind_namespace("job", role),
             Err(LeaseError::Database {
                 operation: Operation::BindNamespace,
                 ..
             })
         ));
         assert!(matches!(
-            unbind_namespace(&mut conn, "job"),
+            conn.unbind_namespace("job"),
             Err(LeaseError::Database {
                 operation: Operation::UnbindNamespace,
                 ..
             })
         ));
         assert!(matches!(
-            list_namespaces(&mut conn),
+            conn.list_namespaces(),
             Err(LeaseError::Database {
                 operation: Operation::ListNamespaces,
                 ..
             })
         ));
         assert!(matches!(
-            force_release(&mut conn, "job"),
+            conn.force_release("job"),
             Err(LeaseError::Database {
                 operation: Operation::ForceRelease,
                 ..
@@ -212,17 +209,19 @@ fn operator_actions_work_once_the_owner_grants_them() {
     let deployment = Deployment::new();
     grant_namespace_and_release_actions(&deployment, &deployment.operator);
     let mut operator = deployment.conn_as(&deployment.operator);
-    bind_namespace(&mut operator, "billing/", &deployment.app).unwrap();
-    let rules = list_namespaces(&mut operator).unwrap();
+    operator
+        .bind_namespace("billing/", &deployment.app)
+        .unwrap();
+    let rules = operator.list_namespaces().unwrap();
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0].prefix, "billing/");
     assert_eq!(rules[0].role, BoundRole::Role(deployment.app.clone()));
-    assert!(unbind_namespace(&mut operator, "billing/").unwrap());
-    assert_eq!(list_namespaces(&mut operator).unwrap(), []);
-    assert_eq!(force_release(&mut operator, "never-leased").unwrap(), None);
+    assert!(operator.unbind_namespace("billing/").unwrap());
+    assert_eq!(operator.list_namespaces().unwrap(), []);
+    assert_eq!(operator.force_release("never-leased").unwrap(), None);
     // Still nobody else.
     let mut attacker = deployment.conn_as(&deployment.attacker);
-    assert!(list_namespaces(&mut attacker).is_err());
+    assert!(attacker.list_namespaces().is_err());
 }
 
 /// G7 / §4: `fence` raises a record above every real epoch, so it is an
@@ -242,7 +241,7 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
     assert_eq!(whole_state(&deployment), Vec::<String>::new());
     // G7: a fence reaches at most the key's counter (2 after a release).
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "k", "a", TTL).unwrap());
+    let lease = granted(app.acquire("k", "a", TTL).unwrap());
     assert_eq!(lease.release(&mut app).unwrap(), Release::Released);
     deployment
         .conn_as(&deployment.owner)
@@ -252,10 +251,7 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(
-        leasehold::guard::fence(&mut operator, "r", "k", 2).unwrap(),
-        3
-    );
+    assert_eq!(operator.fence("r", "k", 2).unwrap(), 3);
 }
 
 // ---------------------------------------------------------------------------
@@ -271,47 +267,41 @@ fn bind_namespace_names_every_violation_and_changes_nothing() {
         other => panic!("expected invalid input, got {other:?}"),
     };
     assert_eq!(
-        violations(bind_namespace(&mut owner, "", "no_such_role")),
+        violations(owner.bind_namespace("", "no_such_role")),
         [
             "prefix must not be empty",
             "role must name an existing role (there is no role 'no_such_role')",
         ]
     );
     assert_eq!(
-        violations(bind_namespace(&mut owner, &"p".repeat(1025), "")),
+        violations(owner.bind_namespace(&"p".repeat(1025), "")),
         [
             "prefix must be at most 1024 bytes",
             "role must not be empty"
         ]
     );
     // 1024 bytes of a two-byte character: 512 characters, at the limit.
-    bind_namespace(&mut owner, &"é".repeat(512), &deployment.app).unwrap();
+    owner
+        .bind_namespace(&"é".repeat(512), &deployment.app)
+        .unwrap();
     assert_eq!(
-        violations(bind_namespace(
-            &mut owner,
-            &"é".repeat(513),
-            &deployment.app
-        )),
+        violations(owner.bind_namespace(&"é".repeat(513), &deployment.app)),
         ["prefix must be at most 1024 bytes"]
     );
     assert_eq!(
-        violations(bind_namespace(&mut owner, "a\0b", &deployment.app)),
+        violations(owner.bind_namespace("a\0b", &deployment.app)),
         ["prefix must not contain NUL characters"]
     );
     // Role names are matched as stored: case matters, no identifier folding.
     assert_eq!(
-        violations(bind_namespace(
-            &mut owner,
-            "x/",
-            &deployment.app.to_uppercase()
-        )),
+        violations(owner.bind_namespace("x/", &deployment.app.to_uppercase())),
         [format!(
             "role must name an existing role (there is no role '{}')",
             deployment.app.to_uppercase()
         )]
     );
     assert_eq!(
-        violations(unbind_namespace(&mut owner, "").map(|_| ())),
+        violations(owner.unbind_namespace("").map(|_| ())),
         ["prefix must not be empty"]
     );
     let mut admin = deployment.admin();
@@ -328,11 +318,13 @@ fn bind_namespace_names_every_violation_and_changes_nothing() {
 fn rebinding_a_prefix_moves_it_and_unbind_says_whether_a_rule_was_removed() {
     let deployment = Deployment::new();
     let mut owner = deployment.conn_as(&deployment.owner);
-    bind_namespace(&mut owner, "billing/", &deployment.app).unwrap();
-    bind_namespace(&mut owner, "audit/", &deployment.worker).unwrap();
-    let first = list_namespaces(&mut owner).unwrap();
-    bind_namespace(&mut owner, "billing/", &deployment.worker).unwrap();
-    let rules = list_namespaces(&mut owner).unwrap();
+    owner.bind_namespace("billing/", &deployment.app).unwrap();
+    owner.bind_namespace("audit/", &deployment.worker).unwrap();
+    let first = owner.list_namespaces().unwrap();
+    owner
+        .bind_namespace("billing/", &deployment.worker)
+        .unwrap();
+    let rules = owner.list_namespaces().unwrap();
     let described: Vec<(String, BoundRole)> = rules
         .iter()
         .map(|rule| (rule.prefix.clone(), rule.role.clone()))
@@ -354,20 +346,20 @@ fn rebinding_a_prefix_moves_it_and_unbind_says_whether_a_rule_was_removed() {
         rules[1].created_at > first[1].created_at,
         "rebinding records when"
     );
-    assert!(unbind_namespace(&mut owner, "billing/").unwrap());
-    assert!(!unbind_namespace(&mut owner, "billing/").unwrap());
+    assert!(owner.unbind_namespace("billing/").unwrap());
+    assert!(!owner.unbind_namespace("billing/").unwrap());
     assert!(
-        !unbind_namespace(&mut owner, "audit").unwrap(),
+        !owner.unbind_namespace("audit").unwrap(),
         "exact prefixes only"
     );
-    assert_eq!(list_namespaces(&mut owner).unwrap().len(), 1);
+    assert_eq!(owner.list_namespaces().unwrap().len(), 1);
 }
 
 #[test]
 fn operator_writes_are_durable_at_commit_whatever_the_session_set() {
     let deployment = Deployment::new();
     let mut owner = deployment.conn_as(&deployment.owner);
-    granted(acquire(&mut owner, "held", "a", TTL).unwrap());
+    granted(owner.acquire("held", "a", TTL).unwrap());
     let setting = |conn: &mut PgConnection| {
         query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
     };
@@ -417,15 +409,15 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
     let deployment = Deployment::new();
     bind(&deployment, "billing/", &deployment.app);
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("billing/k", "app-1", TTL).unwrap());
     let token = lease.token();
-    admit(&mut app, "billing/invoices", &token).unwrap();
+    app.admit("billing/invoices", &token).unwrap();
     // Each other role gets a lease of its own outside the namespace, for
     // the calls that present an allowed key to a protected resource.
     let mut others = Vec::new();
     for role in [&deployment.worker, &deployment.attacker] {
         let mut conn = deployment.conn_as(role);
-        let own = granted(acquire(&mut conn, &format!("open/{role}"), role, TTL).unwrap());
+        let own = granted(conn.acquire(&format!("open/{role}"), role, TTL).unwrap());
         others.push((role.clone(), conn, own));
     }
     let before = whole_state(&deployment);
@@ -434,31 +426,31 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         let role = role.as_str();
         let epoch = lease.epoch();
         assert_lease_forbidden(
-            acquire(conn, "billing/k", role, TTL),
+            conn.acquire("billing/k", role, TTL),
             Operation::Acquire,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
-            acquire(conn, "billing/new", role, TTL),
+            conn.acquire("billing/new", role, TTL),
             Operation::Acquire,
             "billing/new",
             role,
         );
         assert_lease_forbidden(
-            leasehold::acquire_waiting(conn, "billing/k", role, TTL, Duration::from_secs(5)),
+            conn.acquire_waiting("billing/k", role, TTL, Duration::from_secs(5)),
             Operation::Acquire,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
-            renew(conn, "billing/k", "app-1", epoch, TTL),
+            conn.renew("billing/k", "app-1", epoch, TTL),
             Operation::Renew,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
-            release(conn, "billing/k", "app-1", epoch),
+            conn.release("billing/k", "app-1", epoch),
             Operation::Release,
             "billing/k",
             role,
@@ -466,44 +458,44 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         // Inspect refuses for a key that exists and for one that does not
         // alike: the refusal reveals nothing about the key's state.
         assert_lease_forbidden(
-            inspect(conn, "billing/k"),
+            conn.inspect("billing/k"),
             Operation::Inspect,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
-            inspect(conn, "billing/none"),
+            conn.inspect("billing/none"),
             Operation::Inspect,
             "billing/none",
             role,
         );
         // Protected key and resource.
         assert_guard_forbidden(
-            admit(conn, "billing/invoices", &token),
+            conn.admit("billing/invoices", &token),
             Operation::Admit,
             None,
             role,
         );
         assert_guard_forbidden(
-            check_held(conn, &token),
+            conn.check_held(&token),
             Operation::CheckHeld,
             Some(("key", "billing/k")),
             role,
         );
         assert_guard_forbidden(
-            admit_held(conn, "billing/invoices", &token),
+            conn.admit_held("billing/invoices", &token),
             Operation::AdmitHeld,
             None,
             role,
         );
         assert_guard_forbidden(
-            renew_and_admit(conn, "billing/invoices", &token, TTL),
+            conn.renew_and_admit("billing/invoices", &token, TTL),
             Operation::RenewAndAdmit,
             None,
             role,
         );
         assert_guard_forbidden(
-            inspect_guard(conn, "billing/invoices"),
+            conn.inspect_guard("billing/invoices"),
             Operation::InspectGuard,
             Some(("resource", "billing/invoices")),
             role,
@@ -513,15 +505,16 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         for (operation, result) in [
             (
                 Operation::Admit,
-                admit(conn, "billing/new-res", &own_token).map(|_| ()),
+                conn.admit("billing/new-res", &own_token).map(|_| ()),
             ),
             (
                 Operation::AdmitHeld,
-                admit_held(conn, "billing/new-res", &own_token).map(|_| ()),
+                conn.admit_held("billing/new-res", &own_token).map(|_| ()),
             ),
             (
                 Operation::RenewAndAdmit,
-                renew_and_admit(conn, "billing/new-res", &own_token, TTL).map(|_| ()),
+                conn.renew_and_admit("billing/new-res", &own_token, TTL)
+                    .map(|_| ()),
             ),
         ] {
             assert_guard_forbidden(
@@ -533,7 +526,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         }
         // A protected key presented to an unprotected resource.
         assert_guard_forbidden(
-            admit(conn, "open-resource", &token),
+            conn.admit("open-resource", &token),
             Operation::Admit,
             Some(("key", "billing/k")),
             role,
@@ -558,27 +551,28 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
 
     // The application acts as before.
     assert!(matches!(
-        inspect(&mut app, "billing/k").unwrap(),
+        app.inspect("billing/k").unwrap(),
         Some(LeaseState::Held { .. })
     ));
-    check_held(&mut app, &token).unwrap();
-    admit_held(&mut app, "billing/invoices", &token).unwrap();
-    renew_and_admit(&mut app, "billing/invoices", &token, TTL).unwrap();
+    app.check_held(&token).unwrap();
+    app.admit_held("billing/invoices", &token).unwrap();
+    app.renew_and_admit("billing/invoices", &token, TTL)
+        .unwrap();
     assert_eq!(
-        inspect_guard(&mut app, "billing/invoices")
+        app.inspect_guard("billing/invoices")
             .unwrap()
             .map(|r| r.accepted_epoch),
         Some(lease.epoch())
     );
     assert!(matches!(
-        renew(&mut app, "billing/k", "app-1", lease.epoch(), TTL).unwrap(),
+        app.renew("billing/k", "app-1", lease.epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        release(&mut app, "billing/k", "app-1", lease.epoch()).unwrap(),
+        app.release("billing/k", "app-1", lease.epoch()).unwrap(),
         Release::Released
     );
-    assert!(is_granted(acquire(&mut app, "billing/k", "app-2", TTL)));
+    assert!(is_granted(app.acquire("billing/k", "app-2", TTL)));
 }
 
 /// I15: the rule with the longest matching prefix decides, and a prefix is
@@ -592,25 +586,25 @@ fn the_longest_bound_prefix_decides_who_may_act() {
     let mut worker = deployment.conn_as(&deployment.worker);
     let mut attacker = deployment.conn_as(&deployment.attacker);
 
-    assert!(is_granted(acquire(&mut app, "billing/us/1", "a", TTL)));
-    assert!(is_granted(acquire(&mut worker, "billing/eu/1", "w", TTL)));
+    assert!(is_granted(app.acquire("billing/us/1", "a", TTL)));
+    assert!(is_granted(worker.acquire("billing/eu/1", "w", TTL)));
     assert_lease_forbidden(
-        acquire(&mut app, "billing/eu/2", "a", TTL),
+        app.acquire("billing/eu/2", "a", TTL),
         Operation::Acquire,
         "billing/eu/2",
         &deployment.app,
     );
     assert_lease_forbidden(
-        acquire(&mut worker, "billing/us/2", "w", TTL),
+        worker.acquire("billing/us/2", "w", TTL),
         Operation::Acquire,
         "billing/us/2",
         &deployment.worker,
     );
     // "billing/eu" (no slash) is governed by "billing/", not "billing/eu/".
-    assert!(is_granted(acquire(&mut app, "billing/eu", "a", TTL)));
+    assert!(is_granted(app.acquire("billing/eu", "a", TTL)));
     for name in ["billing/eu/3", "billing/x"] {
         assert_lease_forbidden(
-            acquire(&mut attacker, name, "x", TTL),
+            attacker.acquire(name, "x", TTL),
             Operation::Acquire,
             name,
             &deployment.attacker,
@@ -618,13 +612,16 @@ fn the_longest_bound_prefix_decides_who_may_act() {
     }
     // Names that merely contain a bound prefix are not governed by it.
     for name in ["billing", "billingX/1", "other/billing/1", "Billing/1"] {
-        assert!(is_granted(acquire(&mut attacker, name, "x", TTL)), "{name}");
+        assert!(is_granted(attacker.acquire(name, "x", TTL)), "{name}");
     }
     // Removing the longer rule hands its names to the shorter one.
-    unbind_namespace(&mut deployment.conn_as(&deployment.owner), "billing/eu/").unwrap();
-    assert!(is_granted(acquire(&mut app, "billing/eu/2", "a", TTL)));
+    deployment
+        .conn_as(&deployment.owner)
+        .unbind_namespace("billing/eu/")
+        .unwrap();
+    assert!(is_granted(app.acquire("billing/eu/2", "a", TTL)));
     assert_lease_forbidden(
-        renew(&mut worker, "billing/eu/1", "w", 1, TTL),
+        worker.renew("billing/eu/1", "w", 1, TTL),
         Operation::Renew,
         "billing/eu/1",
         &deployment.worker,
@@ -643,11 +640,11 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
     ));
     bind(&deployment, "legacy/", &retired);
     let mut app = deployment.conn_as(&deployment.app);
-    assert!(is_granted(acquire(&mut app, "legacy/1", "a", TTL)));
+    assert!(is_granted(app.acquire("legacy/1", "a", TTL)));
 
     deployment.admin_exec(&format!("DROP ROLE {retired}"));
     let mut owner = deployment.conn_as(&deployment.owner);
-    let rules = list_namespaces(&mut owner).unwrap();
+    let rules = owner.list_namespaces().unwrap();
     assert!(
         matches!(rules[0].role, BoundRole::Dropped { .. }),
         "{rules:?}"
@@ -655,13 +652,13 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
     for role in [&deployment.app, &deployment.attacker, &deployment.owner] {
         let mut conn = deployment.conn_as(role);
         assert_lease_forbidden(
-            acquire(&mut conn, "legacy/2", "a", TTL),
+            conn.acquire("legacy/2", "a", TTL),
             Operation::Acquire,
             "legacy/2",
             role,
         );
         assert_lease_forbidden(
-            inspect(&mut conn, "legacy/1"),
+            conn.inspect("legacy/1"),
             Operation::Inspect,
             "legacy/1",
             role,
@@ -672,26 +669,20 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
         deployment.app
     ));
     assert_lease_forbidden(
-        acquire(
-            &mut deployment.conn_as(&deployment.app),
-            "legacy/2",
-            "a",
-            TTL,
-        ),
+        deployment
+            .conn_as(&deployment.app)
+            .acquire("legacy/2", "a", TTL),
         Operation::Acquire,
         "legacy/2",
         &deployment.app,
     );
     // Superusers pass; an operator can repair the key and the rule.
-    assert!(is_granted(acquire(
-        &mut deployment.admin(),
-        "legacy/3",
-        "admin",
-        TTL
-    )));
-    assert_eq!(force_release(&mut owner, "legacy/1").unwrap(), Some(2));
-    bind_namespace(&mut owner, "legacy/", &deployment.app).unwrap();
-    assert!(is_granted(acquire(&mut app, "legacy/1", "a", TTL)));
+    assert!(is_granted(
+        deployment.admin().acquire("legacy/3", "admin", TTL)
+    ));
+    assert_eq!(owner.force_release("legacy/1").unwrap(), Some(2));
+    owner.bind_namespace("legacy/", &deployment.app).unwrap();
+    assert!(is_granted(app.acquire("legacy/1", "a", TTL)));
 }
 
 /// I15 and the identity rule: the caller is the login role (session_user)
@@ -708,7 +699,7 @@ fn membership_counts_and_set_role_does_not_change_who_acts() {
         deployment.app, deployment.attacker, deployment.app
     ));
     let mut as_member = deployment.conn_as(&member);
-    assert!(is_granted(acquire(&mut as_member, "billing/m", "m", TTL)));
+    assert!(is_granted(as_member.acquire("billing/m", "m", TTL)));
 
     // The app session SETs ROLE to the attacker role (it is a member of it):
     // still the app's login role acts.
@@ -719,7 +710,7 @@ fn membership_counts_and_set_role_does_not_change_who_acts() {
         query_lines(&mut app, "SELECT current_user::text AS line"),
         [deployment.attacker.as_str()]
     );
-    assert!(is_granted(acquire(&mut app, "billing/a", "a", TTL)));
+    assert!(is_granted(app.acquire("billing/a", "a", TTL)));
 
     // The attacker cannot become the app: SET ROLE is refused, and SET
     // SESSION AUTHORIZATION needs a superuser.
@@ -731,7 +722,7 @@ fn membership_counts_and_set_role_does_not_change_who_acts() {
         assert!(attacker.batch_execute(&sql).is_err(), "{sql}");
     }
     assert_lease_forbidden(
-        acquire(&mut attacker, "billing/a", "x", TTL),
+        attacker.acquire("billing/a", "x", TTL),
         Operation::Acquire,
         "billing/a",
         &deployment.attacker,
@@ -747,28 +738,33 @@ fn without_rules_every_role_acts_on_every_key_as_before() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     let mut attacker = deployment.conn_as(&deployment.attacker);
-    let lease = granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
-    admit(&mut app, "billing/res", &lease.token()).unwrap();
+    let lease = granted(app.acquire("billing/k", "app-1", TTL).unwrap());
+    app.admit("billing/res", &lease.token()).unwrap();
     assert!(matches!(
-        inspect(&mut attacker, "billing/k").unwrap(),
+        attacker.inspect("billing/k").unwrap(),
         Some(LeaseState::Held { .. })
     ));
     assert_eq!(
-        inspect_guard(&mut attacker, "billing/res")
+        attacker
+            .inspect_guard("billing/res")
             .unwrap()
             .map(|r| r.accepted_epoch),
         Some(1)
     );
     assert!(matches!(
-        renew(&mut attacker, "billing/k", "app-1", lease.epoch(), TTL).unwrap(),
+        attacker
+            .renew("billing/k", "app-1", lease.epoch(), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
-    check_held(&mut attacker, &lease.token()).unwrap();
+    attacker.check_held(&lease.token()).unwrap();
     assert_eq!(
-        release(&mut attacker, "billing/k", "app-1", lease.epoch()).unwrap(),
+        attacker
+            .release("billing/k", "app-1", lease.epoch())
+            .unwrap(),
         Release::Released
     );
-    assert!(is_granted(acquire(&mut attacker, "billing/k", "x", TTL)));
+    assert!(is_granted(attacker.acquire("billing/k", "x", TTL)));
 }
 
 // ---------------------------------------------------------------------------
@@ -784,24 +780,24 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     grant_namespace_and_release_actions(&deployment, &deployment.operator);
     let mut app = deployment.conn_as(&deployment.app);
     let mut operator = deployment.conn_as(&deployment.operator);
-    let lease = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
-    admit(&mut app, "out", &lease.token()).unwrap();
+    let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
+    app.admit("out", &lease.token()).unwrap();
 
-    assert_eq!(force_release(&mut operator, "job").unwrap(), Some(2));
+    assert_eq!(operator.force_release("job").unwrap(), Some(2));
     assert_eq!(
-        inspect(&mut app, "job").unwrap(),
+        app.inspect("job").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
     assert_eq!(
-        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        app.renew("job", "app-1", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut app, "job", "app-1", 1).unwrap(),
+        app.release("job", "app-1", 1).unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     assert!(matches!(
-        admit_held(&mut app, "out", &lease.token()),
+        app.admit_held("out", &lease.token()),
         Err(GuardError::LeaseNotHeld {
             reason: Refusal::NotOwner,
             ..
@@ -810,11 +806,11 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     // The next holder's epoch is above the counter; once it writes, the old
     // epoch is refused by a token-checked guard too.
     let mut worker = deployment.conn_as(&deployment.worker);
-    let next = granted(acquire(&mut worker, "job", "worker-1", TTL).unwrap());
+    let next = granted(worker.acquire("job", "worker-1", TTL).unwrap());
     assert_eq!(next.epoch(), 3);
-    admit(&mut worker, "out", &next.token()).unwrap();
+    worker.admit("out", &next.token()).unwrap();
     assert!(matches!(
-        admit(&mut app, "out", &lease.token()),
+        app.admit("out", &lease.token()),
         Err(GuardError::StaleEpoch {
             presented: 1,
             accepted: 3,
@@ -823,7 +819,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     ));
     // After the forced release, nobody hears `lapsed` for the old grant.
     assert_eq!(
-        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        app.renew("job", "app-1", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -836,32 +832,35 @@ fn force_release_of_lapsed_free_and_unknown_keys() {
     let mut admin = deployment.admin();
 
     // Lapsed: the grant still counts, so it is ended and its epoch passed.
-    let short = granted(acquire(&mut app, "lapsed", "a", Duration::from_millis(200)).unwrap());
+    let short = granted(
+        app.acquire("lapsed", "a", Duration::from_millis(200))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut admin, short.expires_at());
-    assert_eq!(force_release(&mut owner, "lapsed").unwrap(), Some(2));
+    assert_eq!(owner.force_release("lapsed").unwrap(), Some(2));
     assert_eq!(raw_row(&mut admin, "lapsed").unwrap(), "|2|f|");
     assert_eq!(
-        renew(&mut app, "lapsed", "a", 1, TTL).unwrap(),
+        app.renew("lapsed", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 
     // Free: nothing to end; the counter is reported unchanged.
-    let done = granted(acquire(&mut app, "free", "a", TTL).unwrap());
+    let done = granted(app.acquire("free", "a", TTL).unwrap());
     assert_eq!(
-        release(&mut app, "free", "a", done.epoch()).unwrap(),
+        app.release("free", "a", done.epoch()).unwrap(),
         Release::Released
     );
     let before = raw_row(&mut admin, "free");
-    assert_eq!(force_release(&mut owner, "free").unwrap(), Some(2));
+    assert_eq!(owner.force_release("free").unwrap(), Some(2));
     assert_eq!(raw_row(&mut admin, "free"), before);
 
     // Never leased: no counter, and no row is created.
-    assert_eq!(force_release(&mut owner, "unknown").unwrap(), None);
+    assert_eq!(owner.force_release("unknown").unwrap(), None);
     assert_eq!(raw_row(&mut admin, "unknown"), None);
 
     // Invalid input is refused, naming the violation.
     assert!(matches!(
-        force_release(&mut owner, ""),
+        owner.force_release(""),
         Err(LeaseError::InvalidInput { violations }) if violations == ["key must not be empty"]
     ));
     assert_eq!(
@@ -878,11 +877,11 @@ fn force_release_acts_on_keys_of_any_namespace() {
     grant_namespace_and_release_actions(&deployment, &deployment.operator);
     bind(&deployment, "billing/", &deployment.app);
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    granted(app.acquire("billing/k", "app-1", TTL).unwrap());
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(force_release(&mut operator, "billing/k").unwrap(), Some(2));
+    assert_eq!(operator.force_release("billing/k").unwrap(), Some(2));
     assert_eq!(
-        inspect(&mut app, "billing/k").unwrap(),
+        app.inspect("billing/k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
 }
@@ -894,15 +893,15 @@ fn force_release_acts_on_keys_of_any_namespace() {
 fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
     app.batch_execute("BEGIN").unwrap();
-    check_held(&mut app, &lease.token()).unwrap();
+    app.check_held(&lease.token()).unwrap();
     let mut owner = deployment.conn_as(&deployment.owner);
     owner.batch_execute("SET lock_timeout = '10s'").unwrap();
-    assert_eq!(force_release(&mut owner, "job").unwrap(), Some(2));
+    assert_eq!(owner.force_release("job").unwrap(), Some(2));
     app.batch_execute("COMMIT").unwrap();
     assert_eq!(
-        inspect(&mut app, "job").unwrap(),
+        app.inspect("job").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
 }
@@ -914,7 +913,10 @@ fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
 fn force_release_wakes_a_waiter_like_a_release() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let holder = granted(acquire(&mut app, "job", "holder", Duration::from_secs(60)).unwrap());
+    let holder = granted(
+        app.acquire("job", "holder", Duration::from_secs(60))
+            .unwrap(),
+    );
     let url = deployment.url_as(&deployment.worker);
     let pool = Pool::builder()
         .max_size(2)
@@ -936,7 +938,10 @@ fn force_release_wakes_a_waiter_like_a_release() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let forced_at = Instant::now();
-    let counter = force_release(&mut deployment.conn_as(&deployment.owner), "job").unwrap();
+    let counter = deployment
+        .conn_as(&deployment.owner)
+        .force_release("job")
+        .unwrap();
     assert_eq!(counter, Some(holder.epoch() + 1));
     let lease = waiting.join().unwrap().unwrap();
     assert!(forced_at.elapsed() < Duration::from_secs(15));
@@ -944,7 +949,7 @@ fn force_release_wakes_a_waiter_like_a_release() {
 }
 
 // ---------------------------------------------------------------------------
-// force_release(key, epoch): exactly one grant
+// key.force_release(epoch): exactly one grant
 // ---------------------------------------------------------------------------
 
 fn grant_epoch_exact_release(deployment: &Deployment, to: &str) {
@@ -990,19 +995,19 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     let mut operator = deployment.conn_as(&deployment.operator);
     let mut admin = deployment.admin();
 
-    let first = granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    let first = granted(app.acquire("job", "app-1", TTL).unwrap());
     assert_eq!(
-        force_release_epoch(&mut operator, "job", first.epoch()).unwrap(),
+        operator.force_release_epoch("job", first.epoch()).unwrap(),
         ForcedRelease::Released { counter: 2 }
     );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
     assert_eq!(
-        renew(&mut app, "job", "app-1", 1, TTL).unwrap(),
+        app.renew("job", "app-1", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // Twice: the grant is over, nothing more happens.
     assert_eq!(
-        force_release_epoch(&mut operator, "job", 1).unwrap(),
+        operator.force_release_epoch("job", 1).unwrap(),
         ForcedRelease::AlreadyFree { counter: 2 }
     );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
@@ -1010,30 +1015,35 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     // A newer grant is never ended by an older epoch, nor by one it was
     // never granted.
     let mut worker = deployment.conn_as(&deployment.worker);
-    let next = granted(acquire(&mut worker, "job", "worker-1", TTL).unwrap());
+    let next = granted(worker.acquire("job", "worker-1", TTL).unwrap());
     assert_eq!(next.epoch(), 3);
     let before = whole_state(&deployment);
     for stale in [1, 2] {
         assert_eq!(
-            force_release_epoch(&mut operator, "job", stale).unwrap(),
+            operator.force_release_epoch("job", stale).unwrap(),
             ForcedRelease::NewerGrant { current_epoch: 3 }
         );
     }
     assert_eq!(
-        force_release_epoch(&mut operator, "job", 4).unwrap(),
+        operator.force_release_epoch("job", 4).unwrap(),
         ForcedRelease::NoSuchGrant { counter: Some(3) }
     );
     assert_eq!(
-        force_release_epoch(&mut operator, "never-leased", 1).unwrap(),
+        operator.force_release_epoch("never-leased", 1).unwrap(),
         ForcedRelease::NoSuchGrant { counter: None }
     );
     assert_eq!(whole_state(&deployment), before);
 
     // A lapsed grant at exactly that epoch is ended too.
-    let short = granted(acquire(&mut app, "short", "a", Duration::from_millis(200)).unwrap());
+    let short = granted(
+        app.acquire("short", "a", Duration::from_millis(200))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut admin, short.expires_at());
     assert_eq!(
-        force_release_epoch(&mut operator, "short", short.epoch()).unwrap(),
+        operator
+            .force_release_epoch("short", short.epoch())
+            .unwrap(),
         ForcedRelease::Released { counter: 2 }
     );
     assert_eq!(raw_row(&mut admin, "short").unwrap(), "|2|f|");
@@ -1046,7 +1056,7 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
 fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, "job", "app-1", TTL).unwrap());
+    granted(app.acquire("job", "app-1", TTL).unwrap());
     let before = whole_state(&deployment);
     for role in [
         &deployment.app,
@@ -1061,7 +1071,7 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
             "{role}"
         );
         assert!(matches!(
-            force_release_epoch(&mut conn, "job", 1),
+            conn.force_release_epoch("job", 1),
             Err(LeaseError::Database {
                 operation: Operation::ForceRelease,
                 ..
@@ -1084,11 +1094,11 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
         );
     }
     assert!(matches!(
-        force_release_epoch(&mut owner, "job", 0),
+        owner.force_release_epoch("job", 0),
         Err(LeaseError::InvalidInput { violations }) if violations == ["epoch must be at least 1"]
     ));
     assert!(matches!(
-        force_release_epoch(&mut owner, "", 1),
+        owner.force_release_epoch("", 1),
         Err(LeaseError::InvalidInput { violations }) if violations == ["key must not be empty"]
     ));
     assert_eq!(whole_state(&deployment), before);
@@ -1101,7 +1111,10 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
 fn force_release_epoch_wakes_a_waiter_like_a_release() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let holder = granted(acquire(&mut app, "job", "holder", Duration::from_secs(60)).unwrap());
+    let holder = granted(
+        app.acquire("job", "holder", Duration::from_secs(60))
+            .unwrap(),
+    );
     let url = deployment.url_as(&deployment.worker);
     let pool = Pool::builder()
         .max_size(2)
@@ -1123,12 +1136,10 @@ fn force_release_epoch_wakes_a_waiter_like_a_release() {
         std::thread::sleep(Duration::from_millis(2));
     }
     let forced_at = Instant::now();
-    let outcome = force_release_epoch(
-        &mut deployment.conn_as(&deployment.owner),
-        "job",
-        holder.epoch(),
-    )
-    .unwrap();
+    let outcome = deployment
+        .conn_as(&deployment.owner)
+        .force_release_epoch("job", holder.epoch())
+        .unwrap();
     assert_eq!(
         outcome,
         ForcedRelease::Released {
@@ -1148,7 +1159,7 @@ fn the_waiter_registration_refuses_keys_of_another_roles_namespace() {
     let deployment = Deployment::new();
     bind(&deployment, "billing/", &deployment.app);
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, "billing/k", "app-1", TTL).unwrap());
+    granted(app.acquire("billing/k", "app-1", TTL).unwrap());
     let before = whole_state(&deployment);
     for role in [&deployment.worker, &deployment.attacker] {
         let mut conn = deployment.conn_as(role);

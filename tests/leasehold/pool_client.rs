@@ -1,5 +1,6 @@
 //! The r2d2 convenience handle behaves like the connection API.
 
+use leasehold::Leases;
 use leasehold::{Acquisition, LeaseClient, LeaseState, Release, Renewal};
 
 use crate::common::*;
@@ -7,7 +8,7 @@ use crate::common::*;
 #[test]
 fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
     let db = TestDb::new();
-    let client = LeaseClient::connect(&db.url, 2).unwrap();
+    let mut client = LeaseClient::connect(&db.url, 2).unwrap();
     let lease = client
         .acquire("k", "a", TTL)
         .unwrap()
@@ -46,7 +47,7 @@ fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
 fn pool_client_discards_a_connection_whose_session_died_and_recovers_on_the_next_call() {
     use diesel::connection::SimpleConnection;
     let db = TestDb::new();
-    let client = LeaseClient::connect(&db.url, 1).unwrap();
+    let mut client = LeaseClient::connect(&db.url, 1).unwrap();
     let lease = client.acquire("k", "a", TTL).unwrap().granted().unwrap();
     // Kill the pool's only session from outside.
     let mut admin = db.conn();

@@ -14,7 +14,7 @@ use leasehold::{
     guard::Check,
     pool::PreparedStatements,
     wait::{LeaseWaiter, PollingReason, Wait, WakeMode},
-    LeaseClient, LeaseError, LeaseState, Release, Renewal,
+    LeaseClient, LeaseError, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_test_support::{PgBouncer, PoolMode};
 
@@ -59,6 +59,7 @@ fn items(db: &TestDb) -> Vec<String> {
 fn full_cycle(client: &LeaseClient, threads: usize) {
     std::thread::scope(|scope| {
         for t in 0..threads {
+            let mut client = client.clone();
             scope.spawn(move || {
                 for round in 0..20 {
                     let key = format!("k{t}-{round}");
@@ -93,7 +94,7 @@ fn full_cycle(client: &LeaseClient, threads: usize) {
 
 /// One waiter blocked on a held key, armed (its release notification
 /// registered), woken by the release: the wake-up came by notification.
-fn waiter_is_woken_by_notification(waiter: &LeaseWaiter, client: &LeaseClient) {
+fn waiter_is_woken_by_notification(waiter: &LeaseWaiter, client: &mut LeaseClient) {
     waiter.ensure_listening(LONG_WAIT).unwrap();
     let holder = client
         .acquire("w", "holder", TTL)
@@ -124,18 +125,18 @@ fn waiter_is_woken_by_notification(waiter: &LeaseWaiter, client: &LeaseClient) {
 fn session_mode_runs_everything_with_cached_statements() {
     let (db, _bouncer, url) = bouncer(PoolMode::Session, 10);
     items_table(&db);
-    let client = LeaseClient::connect(&url, 4).unwrap();
+    let mut client = LeaseClient::connect(&url, 4).unwrap();
     full_cycle(&client, 3);
     assert_eq!(items(&db).len(), 60);
     let waiter = LeaseWaiter::connect(&url, 2).unwrap();
-    waiter_is_woken_by_notification(&waiter, &client);
+    waiter_is_woken_by_notification(&waiter, &mut client);
 }
 
 #[test]
 fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_statements() {
     let (db, _bouncer, url) = bouncer(PoolMode::Transaction, 2);
     items_table(&db);
-    let client = LeaseClient::connect_with(&url, 4, PreparedStatements::Uncached).unwrap();
+    let mut client = LeaseClient::connect_with(&url, 4, PreparedStatements::Uncached).unwrap();
     full_cycle(&client, 4);
     assert_eq!(items(&db).len(), 80);
 
@@ -145,31 +146,28 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
     let mut b = PgConnection::establish(&url).unwrap();
     a.set_prepared_statement_cache_size(CacheSize::Disabled);
     b.set_prepared_statement_cache_size(CacheSize::Disabled);
-    let lease = granted(leasehold::acquire(&mut a, "free", "a", TTL).unwrap());
-    assert!(leasehold::acquire(&mut b, "free", "b", TTL)
-        .unwrap()
-        .granted()
-        .is_none());
-    let renewed = leasehold::renew(&mut a, "free", "a", lease.epoch(), TTL).unwrap();
+    let lease = granted(a.acquire("free", "a", TTL).unwrap());
+    assert!(b.acquire("free", "b", TTL).unwrap().granted().is_none());
+    let renewed = a.renew("free", "a", lease.epoch(), TTL).unwrap();
     assert!(matches!(renewed, Renewal::Renewed { .. }), "{renewed:?}");
-    let state = leasehold::inspect(&mut b, "free").unwrap().unwrap();
+    let state = b.inspect("free").unwrap().unwrap();
     assert!(
         matches!(&state, LeaseState::Held { owner, .. } if owner == "a"),
         "{state:?}"
     );
-    leasehold::guard::run_fenced(&mut b, "free-r", &lease.token(), Check::Token, |c| {
+    b.run_fenced("free-r", &lease.token(), Check::Token, |c| {
         write(c, "a", lease.epoch())
     })
     .unwrap();
     assert_eq!(
-        leasehold::release(&mut a, "free", "a", lease.epoch()).unwrap(),
+        a.release("free", "a", lease.epoch()).unwrap(),
         Release::Released
     );
 
     // A waiter: attempts through the pooler, its listener session direct.
     let direct = TestServer::local().url_for(&db.name);
     let waiter = LeaseWaiter::connect_with(&url, &direct, 2, PreparedStatements::Uncached).unwrap();
-    waiter_is_woken_by_notification(&waiter, &client);
+    waiter_is_woken_by_notification(&waiter, &mut client);
 }
 
 /// With the default cached statements, a transaction-mode pooler breaks
@@ -181,8 +179,8 @@ fn transaction_mode_with_cached_statements_fails_with_a_named_error() {
     let (_db, _bouncer, url) = bouncer(PoolMode::Transaction, 1);
     let mut a = PgConnection::establish(&url).unwrap();
     let mut b = PgConnection::establish(&url).unwrap();
-    granted(leasehold::acquire(&mut a, "k", "a", TTL).unwrap());
-    let error = leasehold::acquire(&mut b, "other", "b", TTL).unwrap_err();
+    granted(a.acquire("k", "a", TTL).unwrap());
+    let error = b.acquire("other", "b", TTL).unwrap_err();
     assert!(
         matches!(error, LeaseError::PreparedStatementLost { .. }),
         "{error:?}"
@@ -193,10 +191,15 @@ fn transaction_mode_with_cached_statements_fails_with_a_named_error() {
     // Each call either works or fails with that error (and its connection
     // is discarded); some fail.
     drop((a, b));
-    let first = LeaseClient::connect(&url, 1).unwrap();
-    let second = LeaseClient::connect(&url, 1).unwrap();
+    let mut first = LeaseClient::connect(&url, 1).unwrap();
+    let mut second = LeaseClient::connect(&url, 1).unwrap();
     let mut lost = 0;
-    for client in [&first, &second, &first, &second] {
+    for round in 0..4 {
+        let client = if round % 2 == 0 {
+            &mut first
+        } else {
+            &mut second
+        };
         match client.inspect("k") {
             Ok(_) => {}
             Err(LeaseError::PreparedStatementLost { .. }) => lost += 1,
@@ -232,7 +235,7 @@ fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
     assert!(message.contains("transaction mode"), "{message}");
     assert!(!waiter.wait_until_listening(Duration::ZERO));
 
-    let client = LeaseClient::connect_with(&url, 1, PreparedStatements::Uncached).unwrap();
+    let mut client = LeaseClient::connect_with(&url, 1, PreparedStatements::Uncached).unwrap();
     let holder = client
         .acquire("k", "holder", TTL)
         .unwrap()
@@ -290,14 +293,14 @@ fn statement_caching_cost_is_measured() {
         let mut conn = PgConnection::establish(url).unwrap();
         conn.set_prepared_statement_cache_size(*cache);
         let key = format!("bench-{i}");
-        let lease = granted(leasehold::acquire(&mut conn, &key, "o", TTL).unwrap());
+        let lease = granted(conn.acquire(&key, "o", TTL).unwrap());
         let (mut acquires, mut renews) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             let started = Instant::now();
-            let again = leasehold::acquire(&mut conn, &key, "o", TTL).unwrap();
+            let again = conn.acquire(&key, "o", TTL).unwrap();
             acquires.push(started.elapsed());
             let started = Instant::now();
-            let renewed = leasehold::renew(&mut conn, &key, "o", lease.epoch(), TTL).unwrap();
+            let renewed = conn.renew(&key, "o", lease.epoch(), TTL).unwrap();
             renews.push(started.elapsed());
             assert!(again.granted().is_some() && matches!(renewed, Renewal::Renewed { .. }));
         }

@@ -10,11 +10,9 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    acquire,
-    admin::{prune, raise_generation, PruneOptions, PruneReport},
+    admin::{PruneOptions, PruneReport},
     error::{GuardError, LeaseError},
-    guard::{admit, inspect_guard},
-    inspect, release, FencingToken, LeaseState,
+    FencingToken, LeaseState, Leases,
 };
 use leasehold_test_support::Deployment;
 
@@ -38,18 +36,18 @@ fn wait_idle_after(conn: &mut PgConnection, instant: DateTime<Utc>) {
 /// FREE rows, the second removes them (and every guard record that may go
 /// once its key has gone). Returns the second report.
 fn prune_idle_rows(conn: &mut PgConnection) -> PruneReport {
-    prune(conn, &options()).unwrap();
+    conn.prune(&options()).unwrap();
     let now = server_now(conn);
     wait_idle_after(conn, now);
-    prune(conn, &options()).unwrap()
+    conn.prune(&options()).unwrap()
 }
 
 /// Grants `key` to `owner` and releases it: the key is FREE with a counter
 /// one above the returned epoch.
 fn grant_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
-    let lease = granted(acquire(conn, key, owner, TTL).unwrap());
+    let lease = granted(conn.acquire(key, owner, TTL).unwrap());
     assert_eq!(
-        release(conn, key, owner, lease.epoch()).unwrap(),
+        conn.release(key, owner, lease.epoch()).unwrap(),
         leasehold::Release::Released
     );
     lease.epoch()
@@ -101,7 +99,10 @@ fn a_recreated_key_starts_above_every_epoch_it_had() {
     grant_and_release(&mut conn, "job-1", "a");
     let last = grant_and_release(&mut conn, "job-1", "a");
     // A second key whose last grant lapsed, pruned by its expiry.
-    let lapsed = granted(acquire(&mut conn, "job-2", "b", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(
+        conn.acquire("job-2", "b", Duration::from_millis(1))
+            .unwrap(),
+    );
     wait_idle_after(&mut conn, lapsed.expires_at());
 
     let report = prune_idle_rows(&mut conn);
@@ -112,9 +113,9 @@ fn a_recreated_key_starts_above_every_epoch_it_had() {
     );
     assert!(report.watermark > last, "{report:?}");
 
-    let again = granted(acquire(&mut conn, "job-1", "a", TTL).unwrap());
+    let again = granted(conn.acquire("job-1", "a", TTL).unwrap());
     assert!(again.epoch() > last + 1, "{} after {}", again.epoch(), last);
-    let again = granted(acquire(&mut conn, "job-2", "b", TTL).unwrap());
+    let again = granted(conn.acquire("job-2", "b", TTL).unwrap());
     assert!(again.epoch() > lapsed.epoch());
 }
 
@@ -122,53 +123,53 @@ fn a_recreated_key_starts_above_every_epoch_it_had() {
 fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let old = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    admit(&mut conn, "r", &old.token()).unwrap();
+    let old = granted(conn.acquire("k", "a", TTL).unwrap());
+    conn.admit("r", &old.token()).unwrap();
     assert_eq!(
-        release(&mut conn, "k", "a", old.epoch()).unwrap(),
+        conn.release("k", "a", old.epoch()).unwrap(),
         leasehold::Release::Released
     );
     let newer = grant_and_release(&mut conn, "k", "b");
     let record_written = server_now(&mut conn);
-    admit(&mut conn, "r", &token("k", "b", newer)).unwrap();
+    conn.admit("r", &token("k", "b", newer)).unwrap();
     wait_idle_after(&mut conn, record_written);
 
     let report = prune_idle_rows(&mut conn);
     assert_eq!(report.guards_pruned, 1, "{report:?}");
-    assert_eq!(inspect_guard(&mut conn, "r").unwrap(), None);
+    assert_eq!(conn.inspect_guard("r").unwrap(), None);
 
     // The key has no row: every epoch of it is refused (G7).
     for epoch in [old.epoch(), newer] {
-        match admit(&mut conn, "r", &token("k", "x", epoch)) {
+        match conn.admit("r", &token("k", "x", epoch)) {
             Err(GuardError::EpochNotGranted { .. }) => {}
             other => panic!("epoch {epoch} without a key row: {other:?}"),
         }
     }
     // The key is back: its old epochs are refused as stale, its new one is
     // admitted.
-    let back = granted(acquire(&mut conn, "k", "c", TTL).unwrap());
+    let back = granted(conn.acquire("k", "c", TTL).unwrap());
     for epoch in [old.epoch(), newer] {
-        match admit(&mut conn, "r", &token("k", "x", epoch)) {
+        match conn.admit("r", &token("k", "x", epoch)) {
             Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, back.epoch()),
             other => panic!("stale epoch {epoch} after the prune: {other:?}"),
         }
     }
-    admit(&mut conn, "r", &back.token()).unwrap();
+    conn.admit("r", &back.token()).unwrap();
 }
 
 #[test]
 fn a_live_key_below_the_watermark_keeps_being_admitted() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let live = granted(acquire(&mut conn, "live", "a", TTL).unwrap());
+    let live = granted(conn.acquire("live", "a", TTL).unwrap());
     pretend_granted(&mut conn, "busy-past", 1_000);
     let report = prune_idle_rows(&mut conn);
     assert!(report.watermark >= 1_000, "{report:?}");
     assert!(row_exists(&mut conn, "live"));
     // A resource the live key never wrote: its first admission works.
-    admit(&mut conn, "fresh", &live.token()).unwrap();
+    conn.admit("fresh", &live.token()).unwrap();
     // A key created after the prune starts above the watermark.
-    let new = granted(acquire(&mut conn, "new", "a", TTL).unwrap());
+    let new = granted(conn.acquire("new", "a", TTL).unwrap());
     assert!(new.epoch() > 1_000);
 }
 
@@ -176,14 +177,14 @@ fn a_live_key_below_the_watermark_keeps_being_admitted() {
 fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_time() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let held = granted(acquire(&mut conn, "held", "a", TTL).unwrap());
-    admit(&mut conn, "r-held", &held.token()).unwrap();
+    let held = granted(conn.acquire("held", "a", TTL).unwrap());
+    conn.admit("r-held", &held.token()).unwrap();
     let free = grant_and_release(&mut conn, "free", "a");
-    admit(&mut conn, "r-free", &token("free", "a", free)).unwrap();
+    conn.admit("r-free", &token("free", "a", free)).unwrap();
     // An hour's idle time: the FREE key is recorded, twice, and stays.
     let an_hour = PruneOptions::new(Duration::from_secs(3600));
     for _ in 0..2 {
-        let report = prune(&mut conn, &an_hour).unwrap();
+        let report = conn.prune(&an_hour).unwrap();
         assert_eq!(
             (report.keys_pruned, report.guards_pruned),
             (0, 0),
@@ -195,9 +196,9 @@ fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_tim
     // the held key and its record stay.
     prune_idle_rows(&mut conn);
     assert!(!row_exists(&mut conn, "free"));
-    assert_eq!(inspect_guard(&mut conn, "r-free").unwrap(), None);
+    assert_eq!(conn.inspect_guard("r-free").unwrap(), None);
     assert!(row_exists(&mut conn, "held"));
-    assert!(inspect_guard(&mut conn, "r-held").unwrap().is_some());
+    assert!(conn.inspect_guard("r-held").unwrap().is_some());
 }
 
 /// Runs `sql` on a new connection in another thread and reports its
@@ -215,17 +216,17 @@ fn spawn_sql(db: &TestDb, sql: String) -> mpsc::Receiver<Result<(), String>> {
 fn a_prune_skips_a_key_whose_grant_is_in_progress() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lapsed = granted(acquire(&mut conn, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(conn.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
     let mut granter = db.conn();
     granter
         .batch_execute("BEGIN; SELECT * FROM lease.acquire('k', 'b', '30 s')")
         .unwrap();
     // The row is locked by the grant: skipped, not waited for.
-    let report = prune(&mut conn, &options()).unwrap();
+    let report = conn.prune(&options()).unwrap();
     assert_eq!(report.keys_pruned, 0, "{report:?}");
     granter.batch_execute("COMMIT").unwrap();
-    let state = inspect(&mut conn, "k").unwrap().unwrap();
+    let state = conn.inspect("k").unwrap().unwrap();
     assert!(
         matches!(&state, LeaseState::Held { owner, .. } if owner == "b"),
         "the grant committed: {state:?}"
@@ -238,7 +239,7 @@ fn a_prune_skips_a_key_whose_grant_is_in_progress() {
 fn a_grant_that_meets_a_prune_batch_waits_and_comes_back_above_the_watermark() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lapsed = granted(acquire(&mut conn, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(conn.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
     let mut pruner = db.conn();
     pruner
@@ -267,13 +268,13 @@ fn a_grant_that_meets_a_prune_batch_waits_and_comes_back_above_the_watermark() {
 fn a_repeatable_read_grant_from_before_the_prune_fails_to_serialize() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lapsed = granted(acquire(&mut conn, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(conn.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
     let mut granter = db.conn();
     granter
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM lease.leases")
         .unwrap();
-    prune(&mut conn, &options()).unwrap();
+    conn.prune(&options()).unwrap();
     assert!(!row_exists(&mut conn, "k"));
     let error = granter
         .batch_execute("SELECT * FROM lease.acquire('k', 'b', '30 s')")
@@ -281,7 +282,7 @@ fn a_repeatable_read_grant_from_before_the_prune_fails_to_serialize() {
         .to_string();
     assert!(error.contains("could not serialize"), "{error}");
     granter.batch_execute("ROLLBACK").unwrap();
-    let again = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let again = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(again.epoch() > lapsed.epoch());
 }
 
@@ -289,7 +290,7 @@ fn a_repeatable_read_grant_from_before_the_prune_fails_to_serialize() {
 fn a_prune_skips_a_key_an_open_admission_holds_and_an_admission_after_a_prune_is_refused() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lapsed = granted(acquire(&mut conn, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(conn.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
     let epoch = lapsed.epoch();
 
@@ -298,7 +299,7 @@ fn a_prune_skips_a_key_an_open_admission_holds_and_an_admission_after_a_prune_is
     writer
         .batch_execute(&format!("BEGIN; SELECT lease.admit('r', 'k', {epoch})"))
         .unwrap();
-    assert_eq!(prune(&mut conn, &options()).unwrap().keys_pruned, 0);
+    assert_eq!(conn.prune(&options()).unwrap().keys_pruned, 0);
     writer.batch_execute("COMMIT").unwrap();
     assert!(row_exists(&mut conn, "k"));
 
@@ -312,14 +313,14 @@ fn a_prune_skips_a_key_an_open_admission_holds_and_an_admission_after_a_prune_is
     pruner.batch_execute("COMMIT").unwrap();
     let error = outcome.recv().unwrap().unwrap_err();
     assert!(error.contains("was never granted"), "{error}");
-    assert_eq!(inspect_guard(&mut conn, "r2").unwrap(), None);
+    assert_eq!(conn.inspect_guard("r2").unwrap(), None);
 }
 
 #[test]
 fn bad_input_is_22023_and_changes_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lapsed = granted(acquire(&mut conn, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(conn.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
     let before = everything(&mut conn);
     for call in [
@@ -336,7 +337,7 @@ fn bad_input_is_22023_and_changes_nothing() {
         assert_eq!(sqlstate_of(&mut conn, call), "22023", "{call}");
     }
     for idle in [Duration::ZERO, Duration::from_secs(101 * 366 * 24 * 3600)] {
-        match prune(&mut conn, &PruneOptions::new(idle)) {
+        match conn.prune(&PruneOptions::new(idle)) {
             Err(LeaseError::InvalidInput { violations }) => {
                 assert_eq!(violations.len(), 1, "{violations:?}");
                 assert!(violations[0].starts_with("idle must be"), "{violations:?}");
@@ -349,7 +350,7 @@ fn bad_input_is_22023_and_changes_nothing() {
         ..options()
     };
     assert!(matches!(
-        prune(&mut conn, &bad_batch),
+        conn.prune(&bad_batch),
         Err(LeaseError::InvalidInput { .. })
     ));
     assert_eq!(before, everything(&mut conn));
@@ -360,7 +361,7 @@ fn a_role_without_the_grant_gets_42501_and_a_granted_operator_prunes() {
     let deployment = Deployment::new();
     let mut operator = deployment.conn_as(&deployment.operator);
     let mut app = deployment.conn_as(&deployment.app);
-    let lapsed = granted(acquire(&mut app, "k", "a", Duration::from_millis(1)).unwrap());
+    let lapsed = granted(app.acquire("k", "a", Duration::from_millis(1)).unwrap());
     wait_idle_after(&mut app, lapsed.expires_at());
     for role in [&deployment.app, &deployment.operator, &deployment.attacker] {
         let mut conn = deployment.conn_as(role);
@@ -371,7 +372,7 @@ fn a_role_without_the_grant_gets_42501_and_a_granted_operator_prunes() {
             assert_eq!(sqlstate_of(&mut conn, call), "42501", "{role}: {call}");
         }
     }
-    match prune(&mut operator, &options()) {
+    match operator.prune(&options()) {
         Err(LeaseError::Database { source, .. }) => {
             let text = source.to_string();
             assert!(
@@ -381,15 +382,15 @@ fn a_role_without_the_grant_gets_42501_and_a_granted_operator_prunes() {
         }
         other => panic!("an operator without the grant: {other:?}"),
     }
-    assert!(inspect(&mut app, "k").unwrap().is_some(), "nothing pruned");
+    assert!(app.inspect("k").unwrap().is_some(), "nothing pruned");
     deployment.admin_exec(&format!(
         "GRANT EXECUTE ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean), \
          lease.prune_guards(interval, bytea, integer, boolean) TO {}",
         deployment.operator
     ));
-    let report = prune(&mut operator, &options()).unwrap();
+    let report = operator.prune(&options()).unwrap();
     assert_eq!(report.keys_pruned, 1, "{report:?}");
-    assert!(inspect(&mut app, "k").unwrap().is_none());
+    assert!(app.inspect("k").unwrap().is_none());
 }
 
 #[test]
@@ -399,10 +400,14 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
     for n in 0..5 {
         let key = format!("free-{n}");
         let epoch = grant_and_release(&mut conn, &key, "a");
-        admit(&mut conn, &format!("r-{n}"), &token(&key, "a", epoch)).unwrap();
+        conn.admit(&format!("r-{n}"), &token(&key, "a", epoch))
+            .unwrap();
     }
-    let lapsed = granted(acquire(&mut conn, "lapsed", "a", Duration::from_millis(1)).unwrap());
-    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    let lapsed = granted(
+        conn.acquire("lapsed", "a", Duration::from_millis(1))
+            .unwrap(),
+    );
+    granted(conn.acquire("held", "a", TTL).unwrap());
     wait_idle_after(&mut conn, lapsed.expires_at());
 
     let dry = PruneOptions {
@@ -411,7 +416,7 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
         ..options()
     };
     let before = everything(&mut conn);
-    let report = prune(&mut conn, &dry).unwrap();
+    let report = conn.prune(&dry).unwrap();
     assert_eq!(before, everything(&mut conn), "a dry run wrote");
     assert!(report.dry_run);
     assert_eq!(
@@ -423,26 +428,24 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
         (7, 1, 5),
         "{report:?}"
     );
-    let real = prune(
-        &mut conn,
-        &PruneOptions {
+    let real = conn
+        .prune(&PruneOptions {
             batch: 2,
             ..options()
-        },
-    )
-    .unwrap();
+        })
+        .unwrap();
     assert_eq!((real.keys_pruned, real.keys_sighted), (1, 5), "{real:?}");
     let now = server_now(&mut conn);
     wait_idle_after(&mut conn, now);
     let before = everything(&mut conn);
-    let report = prune(&mut conn, &dry).unwrap();
+    let report = conn.prune(&dry).unwrap();
     assert_eq!(before, everything(&mut conn), "a dry run wrote");
     assert_eq!(
         (report.keys_pruned, report.keys_sighted),
         (5, 0),
         "{report:?}"
     );
-    let real = prune(&mut conn, &options()).unwrap();
+    let real = conn.prune(&options()).unwrap();
     assert_eq!((real.keys_pruned, real.guards_pruned), (5, 5), "{real:?}");
 }
 
@@ -453,27 +456,27 @@ fn the_watermark_and_a_raised_generation_compose() {
     // A pruned counter below a raised generation: the generation wins.
     let old = grant_and_release(&mut conn, "a", "x");
     prune_idle_rows(&mut conn);
-    raise_generation(&mut conn, 1).unwrap();
+    conn.raise_generation(1).unwrap();
     let floor = (1_i64 << 40) + 1;
-    let back = granted(acquire(&mut conn, "a", "x", TTL).unwrap());
+    let back = granted(conn.acquire("a", "x", TTL).unwrap());
     assert_eq!(back.epoch(), floor);
     assert!(back.epoch() > old);
     // A pruned counter above the generation's floor: the watermark wins,
     // for the pruned key and for every new key.
     assert_eq!(
-        release(&mut conn, "a", "x", back.epoch()).unwrap(),
+        conn.release("a", "x", back.epoch()).unwrap(),
         leasehold::Release::Released
     );
     let top = grant_and_release(&mut conn, "a", "x");
     let report = prune_idle_rows(&mut conn);
     assert!(report.watermark > top, "{report:?}");
-    let back = granted(acquire(&mut conn, "a", "x", TTL).unwrap());
+    let back = granted(conn.acquire("a", "x", TTL).unwrap());
     assert!(back.epoch() > top);
-    let new = granted(acquire(&mut conn, "b", "x", TTL).unwrap());
+    let new = granted(conn.acquire("b", "x", TTL).unwrap());
     assert!(new.epoch() > top && new.epoch() < (2_i64 << 40));
     // A dump restored into another cluster (a new lineage) starts a
     // generation above the pruned counters too, even when no row is left.
-    raise_generation(&mut conn, 5).unwrap();
+    conn.raise_generation(5).unwrap();
     let fifth = grant_and_release(&mut conn, "c", "x");
     prune_idle_rows(&mut conn);
     assert!(!row_exists(&mut conn, "c"));
@@ -481,7 +484,7 @@ fn the_watermark_and_a_raised_generation_compose() {
     // that only the counters (pruned or not) can order the new lineage.
     conn.batch_execute("UPDATE lease.lineage SET system_identifier = 1, external_floor = 0")
         .unwrap();
-    let generation = leasehold::admin::generation(&mut conn).unwrap().generation;
+    let generation = conn.generation().unwrap().generation;
     assert_eq!(
         generation, 6,
         "one above generation 5 of pruned counter {fifth}"

@@ -4,8 +4,8 @@
 use diesel::connection::SimpleConnection;
 use diesel_migrations::MigrationHarness;
 use leasehold::{
-    acquire, admin::installed_versions, error::InstallError, inspect, install, release, renew,
-    Acquisition, LeaseState, Release, Renewal,
+    admin::installed_versions, error::InstallError, install, Acquisition, LeaseState, Leases,
+    Release, Renewal,
 };
 
 use crate::common::*;
@@ -58,17 +58,17 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
     let role = app_role(&db, "caller");
     {
         let mut conn = db.conn_as(&role);
-        let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+        let lease = granted(conn.acquire("k", "a", TTL).unwrap());
         assert!(matches!(
-            renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
+            conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
-            release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+            conn.release("k", "a", lease.epoch()).unwrap(),
             Release::Released
         );
         assert_eq!(
-            inspect(&mut conn, "k").unwrap(),
+            conn.inspect("k").unwrap(),
             Some(LeaseState::Unowned { epoch: 2 })
         );
         for sql in [
@@ -88,7 +88,7 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
         }
     }
     assert_eq!(
-        inspect(&mut db.conn(), "k").unwrap(),
+        db.conn().inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
     drop_role(&db, &role);
@@ -102,7 +102,7 @@ fn shadowing_functions_and_operators_in_public_change_nothing() {
         .batch_execute(&format!("GRANT CREATE ON SCHEMA public TO {role}"))
         .unwrap();
     let mut conn = db.conn_as(&role);
-    granted(acquire(&mut conn, "k", "holder", TTL).unwrap());
+    granted(conn.acquire("k", "holder", TTL).unwrap());
     conn.batch_execute(
         "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT now() + interval '100 years' $$;
          CREATE FUNCTION public.text_always_equal(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT true $$;
@@ -115,22 +115,19 @@ fn shadowing_functions_and_operators_in_public_change_nothing() {
     // With the clock shadowed the lease would look lapsed; with `=` shadowed
     // any owner would match. Neither may happen.
     assert_eq!(
-        acquire(&mut conn, "k", "thief", TTL).unwrap(),
+        conn.acquire("k", "thief", TTL).unwrap(),
         Acquisition::Denied
     );
     assert_eq!(
-        renew(&mut conn, "k", "thief", 1, TTL).unwrap(),
+        conn.renew("k", "thief", 1, TTL).unwrap(),
         Renewal::Refused(leasehold::Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut conn, "k", "thief", 1).unwrap(),
+        conn.release("k", "thief", 1).unwrap(),
         Release::Refused(leasehold::Refusal::NotOwner)
     );
-    assert!(inspect(&mut conn, "k").unwrap().unwrap().is_held());
-    assert_eq!(
-        granted(acquire(&mut conn, "other", "a", TTL).unwrap()).epoch(),
-        1
-    );
+    assert!(conn.inspect("k").unwrap().unwrap().is_held());
+    assert_eq!(granted(conn.acquire("other", "a", TTL).unwrap()).epoch(), 1);
     drop(conn);
     drop_role(&db, &role);
 }
@@ -153,25 +150,26 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
         ("%s %d \\ \\\\".to_owned(), "$1".to_owned()),
     ];
     for (key, owner) in &names {
-        let lease = granted(acquire(&mut conn, key, owner, TTL).unwrap());
+        let lease = granted(conn.acquire(key, owner, TTL).unwrap());
         assert_eq!(
             (lease.key(), lease.owner(), lease.epoch()),
             (key.as_str(), owner.as_str(), 1)
         );
         assert_eq!(
-            acquire(&mut conn, key, "someone else", TTL).unwrap(),
+            conn.acquire(key, "someone else", TTL).unwrap(),
             Acquisition::Denied
         );
         assert!(matches!(
-            renew(&mut conn, key, owner, 1, TTL).unwrap(),
+            conn.renew(key, owner, 1, TTL).unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
-            inspect(&mut conn, key).unwrap(),
+            conn.inspect(key).unwrap(),
             Some(LeaseState::Held {
                 owner: owner.clone(),
                 epoch: 1,
-                expires_at: inspect(&mut conn, key)
+                expires_at: conn
+                    .inspect(key)
                     .unwrap()
                     .map(|s| match s {
                         LeaseState::Held { expires_at, .. } => expires_at,
@@ -180,10 +178,7 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
                     .unwrap()
             })
         );
-        assert_eq!(
-            release(&mut conn, key, owner, 1).unwrap(),
-            Release::Released
-        );
+        assert_eq!(conn.release(key, owner, 1).unwrap(), Release::Released);
         let token = lease.token();
         assert_eq!(
             token
@@ -196,8 +191,8 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
     // Keys differing only in the last byte of 10 KB are distinct keys.
     let a = format!("{}a", "x".repeat(10_000));
     let b = format!("{}b", "x".repeat(10_000));
-    granted(acquire(&mut conn, &a, "one", TTL).unwrap());
-    granted(acquire(&mut conn, &b, "two", TTL).unwrap());
+    granted(conn.acquire(&a, "one", TTL).unwrap());
+    granted(conn.acquire(&b, "two", TTL).unwrap());
 }
 
 /// The objects in schema `lease` (tables, sequences, functions), as seen by
@@ -276,7 +271,7 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
     admin.batch_execute("DROP SCHEMA lease").unwrap();
     assert!(!install(&mut conn).unwrap().applied.is_empty());
     assert!(install(&mut conn).unwrap().applied.is_empty());
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     drop(conn);
     let _ = admin.batch_execute(&format!(
         "DROP SCHEMA IF EXISTS lease CASCADE; ALTER DATABASE {db} OWNER TO CURRENT_USER;

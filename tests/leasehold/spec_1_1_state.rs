@@ -6,9 +6,7 @@ use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::sql_types::Timestamptz;
 use diesel::{PgConnection, QueryableByName, RunQueryDsl};
-use leasehold::{
-    acquire, inspect, release, renew, Acquisition, LeaseState, Refusal, Release, Renewal,
-};
+use leasehold::{Acquisition, LeaseState, Leases, Refusal, Release, Renewal};
 
 use crate::common::*;
 
@@ -31,7 +29,7 @@ pub(crate) fn transaction_start(conn: &mut PgConnection) -> DateTime<Utc> {
 fn never_leased_key_inspects_as_zero_rows() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    assert_eq!(inspect(&mut conn, "never").unwrap(), None);
+    assert_eq!(conn.inspect("never").unwrap(), None);
     let rows = query_lines(
         &mut conn,
         "SELECT held::text AS line FROM lease.inspect('never')",
@@ -43,13 +41,13 @@ fn never_leased_key_inspects_as_zero_rows() {
 fn released_key_keeps_one_unowned_row_with_its_counter() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+        conn.release("k", "a", lease.epoch()).unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
     let rows = query_lines(
@@ -63,9 +61,9 @@ fn released_key_keeps_one_unowned_row_with_its_counter() {
 fn held_key_inspects_with_owner_epoch_and_expiry() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 1,
@@ -78,10 +76,12 @@ fn held_key_inspects_with_owner_epoch_and_expiry() {
 fn lapsed_lease_reports_unowned_and_is_acquirable_with_no_reaper() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease =
-        granted(acquire(&mut conn, "k", "a", std::time::Duration::from_millis(300)).unwrap());
+    let lease = granted(
+        conn.acquire("k", "a", std::time::Duration::from_millis(300))
+            .unwrap(),
+    );
     assert_eq!(
-        acquire(&mut conn, "k", "b", TTL).unwrap(),
+        conn.acquire("k", "b", TTL).unwrap(),
         leasehold::Acquisition::Denied
     );
     wait_until_server_time_passes(&mut conn, lease.expires_at());
@@ -89,10 +89,10 @@ fn lapsed_lease_reports_unowned_and_is_acquirable_with_no_reaper() {
     assert!(raw_row(&mut conn, "k").unwrap().starts_with("a|1|t|"));
     // ...yet every operation evaluates expiry itself.
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 1 })
     );
-    let taken = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let taken = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(taken.epoch(), 2);
 }
 
@@ -101,7 +101,7 @@ fn expiry_is_server_clock_plus_ttl() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let before = server_now(&mut conn);
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let after = server_now(&mut conn);
     let ttl = chrono::Duration::from_std(TTL).unwrap();
     assert!(
@@ -129,14 +129,14 @@ fn no_function_accepts_a_client_timestamp_and_session_settings_do_not_move_the_c
         "functions taking timestamps: {timestamp_args:?}"
     );
     // A session time zone is presentation only; expiry is an absolute instant.
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     diesel::connection::SimpleConnection::batch_execute(
         &mut conn,
         "SET TimeZone = 'Pacific/Kiritimati'",
     )
     .unwrap();
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 1,
@@ -162,7 +162,11 @@ fn grant_lapsing_inside_an_open_transaction(
 ) -> leasehold::Lease {
     holder_tx.batch_execute("BEGIN").unwrap();
     let started = transaction_start(holder_tx);
-    let lease = granted(acquire(grantor, "k", "a", Duration::from_millis(200)).unwrap());
+    let lease = granted(
+        grantor
+            .acquire("k", "a", Duration::from_millis(200))
+            .unwrap(),
+    );
     assert!(started < lease.expires_at());
     wait_until_server_time_passes(grantor, lease.expires_at());
     assert_eq!(
@@ -181,7 +185,7 @@ fn release_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let lease = grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     let before = table_snapshot(&mut conn);
     assert_eq!(
-        release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+        conn.release("k", "a", lease.epoch()).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
@@ -192,7 +196,7 @@ fn release_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     conn.batch_execute("COMMIT").unwrap();
     assert_eq!(table_snapshot(&mut grantor), before);
     assert_eq!(
-        inspect(&mut grantor, "k").unwrap(),
+        grantor.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 1 })
     );
 }
@@ -205,7 +209,7 @@ fn renew_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let lease = grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     let before = table_snapshot(&mut conn);
     assert_eq!(
-        renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
+        conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
@@ -216,7 +220,7 @@ fn renew_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     conn.batch_execute("COMMIT").unwrap();
     assert_eq!(table_snapshot(&mut grantor), before);
     assert_eq!(
-        inspect(&mut grantor, "k").unwrap(),
+        grantor.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 1 })
     );
 }
@@ -230,11 +234,11 @@ fn inspect_and_acquire_inside_a_transaction_begun_before_expiry_see_the_grant_la
     let mut grantor = db.conn();
     grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 1 })
     );
     let before = server_now(&mut conn);
-    let taken = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let taken = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
     let ttl = chrono::Duration::from_std(TTL).unwrap();
     assert!(
@@ -242,10 +246,7 @@ fn inspect_and_acquire_inside_a_transaction_begun_before_expiry_see_the_grant_la
         "the takeover's expiry counts from the call, not the transaction start"
     );
     conn.batch_execute("COMMIT").unwrap();
-    assert_eq!(
-        acquire(&mut grantor, "k", "a", TTL).unwrap(),
-        Acquisition::Denied
-    );
+    assert_eq!(grantor.acquire("k", "a", TTL).unwrap(), Acquisition::Denied);
 }
 
 /// A renew inside a long transaction extends from the server clock at the
@@ -254,13 +255,12 @@ fn inspect_and_acquire_inside_a_transaction_begun_before_expiry_see_the_grant_la
 fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     conn.batch_execute("BEGIN").unwrap();
     let started = transaction_start(&mut conn);
     wait_until_server_time_passes(&mut conn, started + chrono::Duration::milliseconds(300));
     let before = server_now(&mut conn);
-    let Renewal::Renewed { expires_at } = renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap()
-    else {
+    let Renewal::Renewed { expires_at } = conn.renew("k", "a", lease.epoch(), TTL).unwrap() else {
         panic!("renew of a live grant failed");
     };
     let after = server_now(&mut conn);
@@ -275,7 +275,7 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     );
     conn.batch_execute("COMMIT").unwrap();
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: lease.epoch(),
@@ -293,7 +293,7 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
 fn lapsed_grant_inspects_as_not_held_with_null_owner_and_expiry_and_the_counter() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
+    let lease = granted(conn.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     let sql = "SELECT format('%s|%s|%s|%s', held, coalesce(owner, '<null>'), epoch, \
                coalesce(expires_at::text, '<null>')) AS line FROM lease.inspect('k')";
     let live = query_lines(&mut conn, sql);
@@ -303,11 +303,11 @@ fn lapsed_grant_inspects_as_not_held_with_null_owner_and_expiry_and_the_counter(
     assert!(raw_row(&mut conn, "k").unwrap().starts_with("a|1|t|"));
     assert_eq!(query_lines(&mut conn, sql), ["f|<null>|1|<null>"]);
     // Likewise once a second grant has lapsed after a takeover.
-    let second = granted(acquire(&mut conn, "k", "b", Duration::from_millis(200)).unwrap());
+    let second = granted(conn.acquire("k", "b", Duration::from_millis(200)).unwrap());
     wait_until_server_time_passes(&mut conn, second.expires_at());
     assert_eq!(query_lines(&mut conn, sql), ["f|<null>|2|<null>"]);
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
 }

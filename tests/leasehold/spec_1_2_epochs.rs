@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold::{acquire, inspect, release, renew, Acquisition, LeaseState, Release};
+use leasehold::{Acquisition, LeaseState, Leases, Release};
 
 use crate::common::*;
 
@@ -10,50 +10,41 @@ use crate::common::*;
 fn first_grant_of_a_fresh_key_is_epoch_1() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    assert_eq!(
-        granted(acquire(&mut conn, "fresh", "a", TTL).unwrap()).epoch(),
-        1
-    );
+    assert_eq!(granted(conn.acquire("fresh", "a", TTL).unwrap()).epoch(), 1);
 }
 
 #[test]
 fn takeover_of_a_lapsed_epoch_1_grant_is_epoch_2() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let first = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    let first = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
     wait_until_server_time_passes(&mut conn, first.expires_at());
-    assert_eq!(
-        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
-        2
-    );
+    assert_eq!(granted(conn.acquire("k", "b", TTL).unwrap()).epoch(), 2);
 }
 
 #[test]
 fn release_increments_the_counter_and_the_next_grant_is_counter_plus_one() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let first = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let first = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        release(&mut conn, "k", "a", first.epoch()).unwrap(),
+        conn.release("k", "a", first.epoch()).unwrap(),
         Release::Released
     );
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 2 })
     );
-    assert_eq!(
-        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
-        3
-    );
+    assert_eq!(granted(conn.acquire("k", "b", TTL).unwrap()).epoch(), 3);
 }
 
 #[test]
 fn owner_reacquiring_its_own_lapsed_grant_gets_a_new_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let first = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    let first = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
     wait_until_server_time_passes(&mut conn, first.expires_at());
-    let second = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let second = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(second.epoch(), 2);
     assert!(second.expires_at() > first.expires_at());
 }
@@ -62,11 +53,11 @@ fn owner_reacquiring_its_own_lapsed_grant_gets_a_new_epoch() {
 fn unowned_inspect_reports_the_counter_and_the_next_grant_exceeds_it() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let first = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    let first = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
     wait_until_server_time_passes(&mut conn, first.expires_at());
-    let reported = inspect(&mut conn, "k").unwrap().unwrap();
+    let reported = conn.inspect("k").unwrap().unwrap();
     assert_eq!(reported, LeaseState::Unowned { epoch: 1 });
-    let next = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let next = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(next.epoch() > reported.epoch());
 }
 
@@ -88,7 +79,7 @@ fn epochs_never_decrease_and_each_grant_exceeds_all_earlier_epochs() {
         let owner = owners[(seed % 3) as usize];
         match (seed >> 8) % 4 {
             0 | 1 => {
-                if let Acquisition::Granted(lease) = acquire(&mut conn, "k", owner, TTL).unwrap() {
+                if let Acquisition::Granted(lease) = conn.acquire("k", owner, TTL).unwrap() {
                     let same_grant = current.as_ref().is_some_and(|c| c.owner() == owner);
                     if same_grant {
                         assert_eq!(
@@ -110,18 +101,18 @@ fn epochs_never_decrease_and_each_grant_exceeds_all_earlier_epochs() {
             2 => {
                 if let Some(lease) = current.take() {
                     assert_eq!(
-                        release(&mut conn, "k", lease.owner(), lease.epoch()).unwrap(),
+                        conn.release("k", lease.owner(), lease.epoch()).unwrap(),
                         Release::Released
                     );
                 }
             }
             _ => {
                 if let Some(lease) = &current {
-                    let _ = renew(&mut conn, "k", lease.owner(), lease.epoch(), TTL).unwrap();
+                    let _ = conn.renew("k", lease.owner(), lease.epoch(), TTL).unwrap();
                 }
             }
         }
-        let reported = inspect(&mut conn, "k").unwrap().map_or(0, |s| s.epoch());
+        let reported = conn.inspect("k").unwrap().map_or(0, |s| s.epoch());
         assert!(
             reported >= highest_seen,
             "step {step}: inspect {reported} below {highest_seen}"

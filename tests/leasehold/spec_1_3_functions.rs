@@ -3,17 +3,14 @@
 
 use std::time::Duration;
 
-use leasehold::{
-    acquire, acquire_waiting, inspect, release, renew, Acquisition, LeaseError, LeaseState,
-    Refusal, Release, Renewal,
-};
+use leasehold::{Acquisition, LeaseError, LeaseState, Leases, Refusal, Release, Renewal};
 
 use crate::common::*;
 
 const SHORT: Duration = Duration::from_millis(250);
 
 fn lapse(conn: &mut diesel::PgConnection, key: &str, owner: &str) -> leasehold::Lease {
-    let lease = granted(acquire(conn, key, owner, SHORT).unwrap());
+    let lease = granted(conn.acquire(key, owner, SHORT).unwrap());
     wait_until_server_time_passes(conn, lease.expires_at());
     lease
 }
@@ -22,8 +19,8 @@ fn lapse(conn: &mut diesel::PgConnection, key: &str, owner: &str) -> leasehold::
 fn same_owner_acquire_of_a_held_lease_is_idempotent_same_epoch_and_expiry() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let first = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    let again = granted(acquire(&mut conn, "k", "a", Duration::from_secs(300)).unwrap());
+    let first = granted(conn.acquire("k", "a", TTL).unwrap());
+    let again = granted(conn.acquire("k", "a", Duration::from_secs(300)).unwrap());
     assert_eq!(again, first);
 }
 
@@ -31,11 +28,8 @@ fn same_owner_acquire_of_a_held_lease_is_idempotent_same_epoch_and_expiry() {
 fn other_owner_acquire_without_wait_is_denied_with_null_epoch_and_expiry() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    assert_eq!(
-        acquire(&mut conn, "k", "b", TTL).unwrap(),
-        Acquisition::Denied
-    );
+    granted(conn.acquire("k", "a", TTL).unwrap());
+    assert_eq!(conn.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
     let rows = query_lines(
         &mut conn,
         "SELECT format('%s|%s|%s', acquired, epoch IS NULL, expires_at IS NULL) AS line \
@@ -48,8 +42,10 @@ fn other_owner_acquire_without_wait_is_denied_with_null_epoch_and_expiry() {
 fn blocking_acquire_times_out_with_sqlstate_57014_and_a_distinct_error() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    let error = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_millis(150)).unwrap_err();
+    granted(conn.acquire("k", "a", TTL).unwrap());
+    let error = conn
+        .acquire_waiting("k", "b", TTL, Duration::from_millis(150))
+        .unwrap_err();
     assert!(
         matches!(error, LeaseError::TimedOut { ref key, waited } if key == "k" && waited == Duration::from_millis(150)),
         "{error:?}"
@@ -62,19 +58,18 @@ fn blocking_acquire_times_out_with_sqlstate_57014_and_a_distinct_error() {
         "57014"
     );
     // Denial (no wait) is distinguishable: a value, not an error.
-    assert_eq!(
-        acquire(&mut conn, "k", "b", TTL).unwrap(),
-        Acquisition::Denied
-    );
-    assert_eq!(inspect(&mut conn, "k").unwrap().unwrap().epoch(), 1);
+    assert_eq!(conn.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
+    assert_eq!(conn.inspect("k").unwrap().unwrap().epoch(), 1);
 }
 
 #[test]
 fn blocking_acquire_takes_over_when_the_holder_lapses_during_the_wait() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let held = granted(acquire(&mut conn, "k", "a", Duration::from_millis(400)).unwrap());
-    let lease = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(20)).unwrap();
+    let held = granted(conn.acquire("k", "a", Duration::from_millis(400)).unwrap());
+    let lease = conn
+        .acquire_waiting("k", "b", TTL, Duration::from_secs(20))
+        .unwrap();
     assert_eq!(lease.epoch(), 2);
     assert!(server_now(&mut conn) > held.expires_at());
 }
@@ -83,11 +78,11 @@ fn blocking_acquire_takes_over_when_the_holder_lapses_during_the_wait() {
 fn blocking_acquire_wakes_after_a_release() {
     let db = TestDb::new();
     let mut holder = db.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    let lease = granted(holder.acquire("k", "a", TTL).unwrap());
     let url = db.url.clone();
     let waiter = std::thread::spawn(move || {
-        let mut conn = diesel::Connection::establish(&url).unwrap();
-        acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_secs(20))
+        let mut conn: diesel::PgConnection = diesel::Connection::establish(&url).unwrap();
+        conn.acquire_waiting("k", "b", TTL, Duration::from_secs(20))
     });
     // Synchronise on the waiter really polling inside the SQL function.
     let sql = format!(
@@ -104,7 +99,7 @@ fn blocking_acquire_wakes_after_a_release() {
     }
     assert!(observed, "waiter never started polling");
     assert_eq!(
-        release(&mut holder, "k", "a", lease.epoch()).unwrap(),
+        holder.release("k", "a", lease.epoch()).unwrap(),
         Release::Released
     );
     let taken = waiter.join().unwrap().unwrap();
@@ -116,15 +111,14 @@ fn blocking_acquire_wakes_after_a_release() {
 fn renew_extends_expiry_and_never_changes_the_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", Duration::from_secs(5)).unwrap());
-    let Renewal::Renewed { expires_at } =
-        renew(&mut conn, "k", "a", 1, Duration::from_secs(60)).unwrap()
+    let lease = granted(conn.acquire("k", "a", Duration::from_secs(5)).unwrap());
+    let Renewal::Renewed { expires_at } = conn.renew("k", "a", 1, Duration::from_secs(60)).unwrap()
     else {
         panic!("renew of a held lease failed");
     };
     assert!(expires_at > lease.expires_at());
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 1,
@@ -138,15 +132,15 @@ fn renew_and_release_of_an_unknown_key_report_not_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
     assert_eq!(
-        renew(&mut conn, "nope", "a", 1, TTL).unwrap(),
+        conn.renew("nope", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut conn, "nope", "a", 1).unwrap(),
+        conn.release("nope", "a", 1).unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        inspect(&mut conn, "nope").unwrap(),
+        conn.inspect("nope").unwrap(),
         None,
         "a failed call must not create the key"
     );
@@ -156,14 +150,14 @@ fn renew_and_release_of_an_unknown_key_report_not_owner() {
 fn renew_and_release_of_a_free_key_report_not_owner_even_for_the_last_holder() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    assert_eq!(release(&mut conn, "k", "a", 1).unwrap(), Release::Released);
+    granted(conn.acquire("k", "a", TTL).unwrap());
+    assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
     assert_eq!(
-        renew(&mut conn, "k", "a", 1, TTL).unwrap(),
+        conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", 1).unwrap(),
+        conn.release("k", "a", 1).unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
 }
@@ -172,16 +166,16 @@ fn renew_and_release_of_a_free_key_report_not_owner_even_for_the_last_holder() {
 fn renew_and_release_by_a_different_owner_report_not_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        renew(&mut conn, "k", "b", 1, TTL).unwrap(),
+        conn.renew("k", "b", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        release(&mut conn, "k", "b", 1).unwrap(),
+        conn.release("k", "b", 1).unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
-    assert!(inspect(&mut conn, "k").unwrap().unwrap().is_held());
+    assert!(conn.inspect("k").unwrap().unwrap().is_held());
 }
 
 #[test]
@@ -190,15 +184,15 @@ fn renew_and_release_of_an_expired_own_grant_report_lapsed() {
     let mut conn = db.conn();
     let lease = lapse(&mut conn, "k", "a");
     assert_eq!(
-        renew(&mut conn, "k", "a", lease.epoch(), TTL).unwrap(),
+        conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", lease.epoch()).unwrap(),
+        conn.release("k", "a", lease.epoch()).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned { epoch: 1 })
     );
 }
@@ -208,24 +202,24 @@ fn renew_after_takeover_reports_lapsed_to_the_lapsed_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let old = lapse(&mut conn, "k", "a");
-    let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let new = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), 2);
     assert_eq!(
-        renew(&mut conn, "k", "a", old.epoch(), TTL).unwrap(),
+        conn.renew("k", "a", old.epoch(), TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", old.epoch()).unwrap(),
+        conn.release("k", "a", old.epoch()).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     // A bystander hears not_owner.
     assert_eq!(
-        renew(&mut conn, "k", "c", 2, TTL).unwrap(),
+        conn.renew("k", "c", 2, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // The new holder is untouched.
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "b".into(),
             epoch: 2,
@@ -240,13 +234,13 @@ fn takeover_history_is_one_grant_deep() {
     let mut conn = db.conn();
     lapse(&mut conn, "k", "a");
     lapse(&mut conn, "k", "b");
-    granted(acquire(&mut conn, "k", "c", TTL).unwrap());
+    granted(conn.acquire("k", "c", TTL).unwrap());
     assert_eq!(
-        renew(&mut conn, "k", "b", 2, TTL).unwrap(),
+        conn.renew("k", "b", 2, TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        renew(&mut conn, "k", "a", 1, TTL).unwrap(),
+        conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -255,11 +249,11 @@ fn takeover_history_is_one_grant_deep() {
 fn released_then_regranted_key_tells_the_releaser_not_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
-    assert_eq!(release(&mut conn, "k", "a", 1).unwrap(), Release::Released);
-    granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
+    assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
+    granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(
-        renew(&mut conn, "k", "a", 1, TTL).unwrap(),
+        conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -269,22 +263,22 @@ fn renew_and_release_with_a_stale_epoch_report_epoch_mismatch() {
     let db = TestDb::new();
     let mut conn = db.conn();
     lapse(&mut conn, "k", "a");
-    let current = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let current = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(current.epoch(), 2);
     assert_eq!(
-        renew(&mut conn, "k", "a", 1, TTL).unwrap(),
+        conn.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", 1).unwrap(),
+        conn.release("k", "a", 1).unwrap(),
         Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", 99).unwrap(),
+        conn.release("k", "a", 99).unwrap(),
         Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 2,
@@ -300,22 +294,22 @@ fn status_precedence_is_not_owner_then_lapsed_then_epoch_mismatch() {
     // Wrong owner AND expired AND wrong epoch: not_owner wins.
     lapse(&mut conn, "k", "a");
     assert_eq!(
-        renew(&mut conn, "k", "b", 7, TTL).unwrap(),
+        conn.renew("k", "b", 7, TTL).unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // Right owner, expired AND wrong epoch: lapsed wins.
     assert_eq!(
-        renew(&mut conn, "k", "a", 7, TTL).unwrap(),
+        conn.renew("k", "a", 7, TTL).unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        release(&mut conn, "k", "a", 7).unwrap(),
+        conn.release("k", "a", 7).unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     // Right owner, live, wrong epoch: epoch_mismatch.
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        renew(&mut conn, "k", "a", 7, TTL).unwrap(),
+        conn.renew("k", "a", 7, TTL).unwrap(),
         Renewal::Refused(Refusal::EpochMismatch)
     );
 }
@@ -325,14 +319,14 @@ fn refused_renew_and_release_change_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
     lapse(&mut conn, "gone", "a");
-    granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    granted(conn.acquire("held", "a", TTL).unwrap());
     let before = table_snapshot(&mut conn);
-    let _ = renew(&mut conn, "gone", "a", 1, TTL).unwrap();
-    let _ = release(&mut conn, "gone", "a", 1).unwrap();
-    let _ = renew(&mut conn, "held", "b", 1, TTL).unwrap();
-    let _ = renew(&mut conn, "held", "a", 5, TTL).unwrap();
-    let _ = release(&mut conn, "held", "a", 5).unwrap();
-    let _ = acquire(&mut conn, "held", "b", TTL).unwrap();
+    let _ = conn.renew("gone", "a", 1, TTL).unwrap();
+    let _ = conn.release("gone", "a", 1).unwrap();
+    let _ = conn.renew("held", "b", 1, TTL).unwrap();
+    let _ = conn.renew("held", "a", 5, TTL).unwrap();
+    let _ = conn.release("held", "a", 5).unwrap();
+    let _ = conn.acquire("held", "b", TTL).unwrap();
     assert_eq!(table_snapshot(&mut conn), before);
 }
 
@@ -431,7 +425,7 @@ fn blocking_acquire_raises_57014_no_later_than_one_poll_interval_after_the_wait(
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut waiter = db.conn();
-    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    granted(holder.acquire("k", "a", TTL).unwrap());
     let before = table_snapshot(&mut holder);
     assert_wait_ended_on_time(timed_blocking_acquire(&mut waiter, "k", "b", WAIT), WAIT);
     assert_eq!(table_snapshot(&mut holder), before);
@@ -447,7 +441,7 @@ fn blocking_acquire_inside_a_transaction_begun_long_before_waits_the_whole_wait_
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut waiter = db.conn();
-    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    granted(holder.acquire("k", "a", TTL).unwrap());
     let before = table_snapshot(&mut holder);
     waiter.batch_execute("BEGIN").unwrap();
     let started = crate::spec_1_1_state::transaction_start(&mut waiter);

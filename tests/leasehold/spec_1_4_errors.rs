@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use leasehold::{acquire, acquire_waiting, inspect, release, renew, LeaseError};
+use leasehold::{LeaseError, Leases};
 
 use crate::common::*;
 
@@ -100,7 +100,7 @@ const SQL_CASES: &[(&str, &[&str])] = &[
 fn every_invalid_input_raises_22023_naming_all_violations_and_changes_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "o", TTL).unwrap());
+    granted(conn.acquire("k", "o", TTL).unwrap());
     let before = table_snapshot(&mut conn);
     for (sql, expected) in SQL_CASES {
         assert_eq!(sqlstate_of(&mut conn, sql), "22023", "{sql}");
@@ -120,11 +120,11 @@ fn rust_api_maps_invalid_input_to_typed_violations() {
     let db = TestDb::new();
     let mut conn = db.conn();
     assert_eq!(
-        violations(acquire(&mut conn, "", "o", TTL).unwrap_err()),
+        violations(conn.acquire("", "o", TTL).unwrap_err()),
         ["key must not be empty"]
     );
     assert_eq!(
-        violations(acquire(&mut conn, "", "", Duration::ZERO).unwrap_err()),
+        violations(conn.acquire("", "", Duration::ZERO).unwrap_err()),
         [
             "key must not be empty",
             "owner must not be empty",
@@ -132,34 +132,35 @@ fn rust_api_maps_invalid_input_to_typed_violations() {
         ]
     );
     assert_eq!(
-        violations(renew(&mut conn, "k", "", 1, TTL).unwrap_err()),
+        violations(conn.renew("k", "", 1, TTL).unwrap_err()),
         ["owner must not be empty"]
     );
     assert_eq!(
-        violations(release(&mut conn, "", "o", 1).unwrap_err()),
+        violations(conn.release("", "o", 1).unwrap_err()),
         ["key must not be empty"]
     );
     assert_eq!(
-        violations(inspect(&mut conn, "").unwrap_err()),
+        violations(conn.inspect("").unwrap_err()),
         ["key must not be empty"]
     );
     assert_eq!(
-        violations(acquire(&mut conn, "k\0x", "o", TTL).unwrap_err()),
+        violations(conn.acquire("k\0x", "o", TTL).unwrap_err()),
         ["key must not contain NUL characters"]
     );
     assert_eq!(
         violations(
-            acquire(&mut conn, "k", "o", Duration::from_secs(200 * 366 * 86_400)).unwrap_err()
+            conn.acquire("k", "o", Duration::from_secs(200 * 366 * 86_400))
+                .unwrap_err()
         ),
         ["ttl must be at most 100 years"]
     );
-    let error = acquire(&mut conn, "", "o", TTL).unwrap_err().to_string();
+    let error = conn.acquire("", "o", TTL).unwrap_err().to_string();
     assert!(
         error.contains("key must not be empty") && !error.contains('\n'),
         "{error}"
     );
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         None,
         "invalid calls must create nothing"
     );
@@ -170,7 +171,7 @@ fn sub_microsecond_ttl_rounds_up_instead_of_becoming_zero() {
     let db = TestDb::new();
     let mut conn = db.conn();
     // 1 ns is a positive ttl; it must not be refused as "not positive".
-    let lease = granted(acquire(&mut conn, "k", "o", Duration::from_nanos(1)).unwrap());
+    let lease = granted(conn.acquire("k", "o", Duration::from_nanos(1)).unwrap());
     assert_eq!(lease.epoch(), 1);
 }
 
@@ -178,9 +179,11 @@ fn sub_microsecond_ttl_rounds_up_instead_of_becoming_zero() {
 fn timeout_error_changes_nothing() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     let before = table_snapshot(&mut conn);
-    let error = acquire_waiting(&mut conn, "k", "b", TTL, Duration::from_millis(60)).unwrap_err();
+    let error = conn
+        .acquire_waiting("k", "b", TTL, Duration::from_millis(60))
+        .unwrap_err();
     assert!(matches!(error, LeaseError::TimedOut { .. }));
     assert_eq!(table_snapshot(&mut conn), before);
 }
@@ -227,7 +230,7 @@ fn lease_and_guard_snapshot(conn: &mut diesel::PgConnection) -> Vec<String> {
 fn ttl_and_wait_are_judged_by_the_time_they_add_not_by_interval_ordering() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "o", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "o", TTL).unwrap());
     let epoch = lease.epoch();
     let before = lease_and_guard_snapshot(&mut conn);
     for (interval, ttl_violation, wait_violation) in ODD_INTERVALS {
@@ -284,7 +287,7 @@ fn writing_calls_raise_synchronous_commit_to_on_for_their_transaction_only() {
     let setting = |conn: &mut diesel::PgConnection| {
         query_lines(conn, "SELECT current_setting('synchronous_commit') AS line").remove(0)
     };
-    let held = granted(acquire(&mut conn, "held", "a", TTL).unwrap());
+    let held = granted(conn.acquire("held", "a", TTL).unwrap());
     // (call, whether it writes)
     let calls: Vec<(String, bool)> = vec![
         ("SELECT * FROM lease.inspect('held')".into(), false),
@@ -356,6 +359,6 @@ fn writing_calls_raise_synchronous_commit_to_on_for_their_transaction_only() {
     }
     // The raise ends with the transaction.
     conn.batch_execute("SET synchronous_commit = off").unwrap();
-    granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(setting(&mut conn), "off");
 }

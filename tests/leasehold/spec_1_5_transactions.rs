@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::{acquire, inspect, release, renew, Acquisition, LeaseState, Release, Renewal};
+use leasehold::{Acquisition, LeaseState, Leases, Release, Renewal};
 
 use crate::common::*;
 
@@ -16,32 +16,29 @@ fn acquire_in_a_rolled_back_transaction_leaves_no_trace() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let result: Result<(), diesel::result::Error> = conn.transaction(|conn| {
-        granted(acquire(conn, "k", "a", TTL).unwrap());
+        granted(conn.acquire("k", "a", TTL).unwrap());
         Err(diesel::result::Error::RollbackTransaction)
     });
     assert!(result.is_err());
-    assert_eq!(inspect(&mut conn, "k").unwrap(), None);
-    assert_eq!(
-        granted(acquire(&mut conn, "k", "b", TTL).unwrap()).epoch(),
-        1
-    );
+    assert_eq!(conn.inspect("k").unwrap(), None);
+    assert_eq!(granted(conn.acquire("k", "b", TTL).unwrap()).epoch(), 1);
 }
 
 #[test]
 fn renew_and_release_in_a_rolled_back_transaction_are_undone() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let _ = conn.transaction::<(), _, _>(|conn| {
         assert!(matches!(
-            renew(conn, "k", "a", 1, Duration::from_secs(600)).unwrap(),
+            conn.renew("k", "a", 1, Duration::from_secs(600)).unwrap(),
             Renewal::Renewed { .. }
         ));
-        assert_eq!(release(conn, "k", "a", 1).unwrap(), Release::Released);
+        assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
         Err(diesel::result::Error::RollbackTransaction)
     });
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 1,
@@ -63,7 +60,7 @@ fn concurrent_acquires_of_a_free_key_have_exactly_one_winner() {
                 std::thread::spawn(move || {
                     let mut conn = PgConnection::establish(&url).unwrap();
                     barrier.wait();
-                    acquire(&mut conn, &key, &format!("w{i}"), TTL).unwrap()
+                    conn.acquire(&key, &format!("w{i}"), TTL).unwrap()
                 })
             })
             .collect();
@@ -80,7 +77,10 @@ fn concurrent_acquires_of_a_free_key_have_exactly_one_winner() {
 fn concurrent_takeovers_of_a_lapsed_key_have_one_winner_with_a_greater_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let old = granted(acquire(&mut conn, "k", "old", Duration::from_millis(200)).unwrap());
+    let old = granted(
+        conn.acquire("k", "old", Duration::from_millis(200))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut conn, old.expires_at());
     const CONTENDERS: usize = 12;
     let barrier = Arc::new(Barrier::new(CONTENDERS));
@@ -90,7 +90,7 @@ fn concurrent_takeovers_of_a_lapsed_key_have_one_winner_with_a_greater_epoch() {
             std::thread::spawn(move || {
                 let mut conn = PgConnection::establish(&url).unwrap();
                 barrier.wait();
-                acquire(&mut conn, "k", &format!("w{i}"), TTL).unwrap()
+                conn.acquire("k", &format!("w{i}"), TTL).unwrap()
             })
         })
         .collect();
@@ -107,11 +107,11 @@ fn acquire_blocks_competitor_until(commit: bool) {
     let mut holder = db.conn();
     let mut observer = db.conn();
     holder.batch_execute("BEGIN").unwrap();
-    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    granted(holder.acquire("k", "a", TTL).unwrap());
     let url = db.url.clone();
     let competitor = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
-        acquire(&mut conn, "k", "b", TTL).unwrap()
+        conn.acquire("k", "b", TTL).unwrap()
     });
     wait_for_lock_waiter(&mut observer, &db.name);
     holder
@@ -145,22 +145,16 @@ fn a_denied_acquire_in_an_open_transaction_does_not_block_the_holder() {
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut denied = db.conn();
-    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    granted(holder.acquire("k", "a", TTL).unwrap());
     denied.batch_execute("BEGIN").unwrap();
-    assert_eq!(
-        acquire(&mut denied, "k", "b", TTL).unwrap(),
-        Acquisition::Denied
-    );
+    assert_eq!(denied.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
     // Were the row locked by the denial, these would fail on the lock timeout.
     holder.batch_execute("SET lock_timeout = '3s'").unwrap();
     assert!(matches!(
-        renew(&mut holder, "k", "a", 1, TTL).unwrap(),
+        holder.renew("k", "a", 1, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
-    assert_eq!(
-        release(&mut holder, "k", "a", 1).unwrap(),
-        Release::Released
-    );
+    assert_eq!(holder.release("k", "a", 1).unwrap(), Release::Released);
     denied.batch_execute("COMMIT").unwrap();
 }
 
@@ -170,14 +164,14 @@ fn distinct_keys_never_interact() {
     let mut a = db.conn();
     let mut b = db.conn();
     a.batch_execute("BEGIN").unwrap();
-    granted(acquire(&mut a, "k1", "a", TTL).unwrap());
+    granted(a.acquire("k1", "a", TTL).unwrap());
     b.batch_execute("SET lock_timeout = '3s'").unwrap();
-    let other = granted(acquire(&mut b, "k2", "a", TTL).unwrap());
+    let other = granted(b.acquire("k2", "a", TTL).unwrap());
     assert_eq!(other.epoch(), 1);
-    assert_eq!(release(&mut b, "k2", "a", 1).unwrap(), Release::Released);
+    assert_eq!(b.release("k2", "a", 1).unwrap(), Release::Released);
     a.batch_execute("COMMIT").unwrap();
-    assert_eq!(inspect(&mut b, "k1").unwrap().unwrap().epoch(), 1);
-    assert_eq!(inspect(&mut b, "k2").unwrap().unwrap().epoch(), 2);
+    assert_eq!(b.inspect("k1").unwrap().unwrap().epoch(), 1);
+    assert_eq!(b.inspect("k2").unwrap().unwrap().epoch(), 2);
 }
 
 /// Documented: under REPEATABLE READ a caller reads its snapshot. A key
@@ -189,22 +183,16 @@ fn repeatable_read_acquire_of_a_key_freed_after_the_snapshot_fails_with_serializ
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut reader = db.conn();
-    granted(acquire(&mut holder, "k", "a", TTL).unwrap());
+    granted(holder.acquire("k", "a", TTL).unwrap());
     reader
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .unwrap();
-    assert!(inspect(&mut reader, "k").unwrap().unwrap().is_held()); // snapshot taken
-    assert_eq!(
-        acquire(&mut reader, "k", "b", TTL).unwrap(),
-        Acquisition::Denied
-    );
-    assert_eq!(
-        release(&mut holder, "k", "a", 1).unwrap(),
-        Release::Released
-    );
+    assert!(reader.inspect("k").unwrap().unwrap().is_held()); // snapshot taken
+    assert_eq!(reader.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
+    assert_eq!(holder.release("k", "a", 1).unwrap(), Release::Released);
     // The snapshot still shows "a" holding the key.
-    assert!(inspect(&mut reader, "k").unwrap().unwrap().is_held());
-    let error = acquire(&mut reader, "k", "b", TTL).unwrap_err();
+    assert!(reader.inspect("k").unwrap().unwrap().is_held());
+    let error = reader.acquire("k", "b", TTL).unwrap_err();
     assert!(
         matches!(
             &error,
@@ -219,10 +207,7 @@ fn repeatable_read_acquire_of_a_key_freed_after_the_snapshot_fails_with_serializ
         "{error:?}"
     );
     reader.batch_execute("ROLLBACK").unwrap();
-    assert_eq!(
-        granted(acquire(&mut reader, "k", "b", TTL).unwrap()).epoch(),
-        3
-    );
+    assert_eq!(granted(reader.acquire("k", "b", TTL).unwrap()).epoch(), 3);
 }
 
 /// Documented: under REPEATABLE READ / SERIALIZABLE, an acquire racing a
@@ -234,13 +219,13 @@ fn repeatable_read_acquire_racing_a_committed_grant_fails_with_serialization_err
         let db = TestDb::new();
         let mut first = db.conn();
         let mut late = db.conn();
-        let lease = granted(acquire(&mut first, "k", "a", Duration::from_millis(200)).unwrap());
+        let lease = granted(first.acquire("k", "a", Duration::from_millis(200)).unwrap());
         wait_until_server_time_passes(&mut first, lease.expires_at());
         late.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
             .unwrap();
-        assert!(!inspect(&mut late, "k").unwrap().unwrap().is_held()); // snapshot: lapsed
-        granted(acquire(&mut first, "k", "b", TTL).unwrap()); // takeover commits
-        let error = acquire(&mut late, "k", "c", TTL).unwrap_err();
+        assert!(!late.inspect("k").unwrap().unwrap().is_held()); // snapshot: lapsed
+        granted(first.acquire("k", "b", TTL).unwrap()); // takeover commits
+        let error = late.acquire("k", "c", TTL).unwrap_err();
         let leasehold::LeaseError::Database {
             source: diesel::result::Error::DatabaseError(kind, _),
             ..
@@ -256,7 +241,7 @@ fn repeatable_read_acquire_racing_a_committed_grant_fails_with_serialization_err
             "{level}: {error}"
         );
         late.batch_execute("ROLLBACK").unwrap();
-        let state = inspect(&mut late, "k").unwrap().unwrap();
+        let state = late.inspect("k").unwrap().unwrap();
         assert!(
             matches!(state, LeaseState::Held { ref owner, epoch: 2, .. } if owner == "b"),
             "{level}: {state:?}"
@@ -279,23 +264,19 @@ fn mixed_operations_from_many_sessions_never_deadlock_or_fail_to_serialize() {
                 let mut grants = 0;
                 for n in 0..150 {
                     let key = ["a", "b", "c"][(n + i) % 3];
-                    if let Acquisition::Granted(lease) =
-                        acquire(&mut conn, key, &owner, Duration::from_millis(50)).unwrap()
+                    if let Acquisition::Granted(lease) = conn
+                        .acquire(key, &owner, Duration::from_millis(50))
+                        .unwrap()
                     {
                         grants += 1;
-                        let _ = renew(
-                            &mut conn,
-                            key,
-                            &owner,
-                            lease.epoch(),
-                            Duration::from_millis(50),
-                        )
-                        .unwrap();
+                        let _ = conn
+                            .renew(key, &owner, lease.epoch(), Duration::from_millis(50))
+                            .unwrap();
                         if n % 2 == 0 {
-                            let _ = release(&mut conn, key, &owner, lease.epoch()).unwrap();
+                            let _ = conn.release(key, &owner, lease.epoch()).unwrap();
                         }
                     }
-                    let _ = inspect(&mut conn, key).unwrap();
+                    let _ = conn.inspect(key).unwrap();
                 }
                 grants
             })
@@ -314,14 +295,14 @@ fn same_owner_reacquire_inside_a_transaction_holds_off_a_takeover_until_commit()
     let db = TestDb::new();
     let mut holder = db.conn();
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
+    let lease = granted(holder.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
-    assert_eq!(granted(acquire(&mut holder, "k", "a", TTL).unwrap()), lease);
+    assert_eq!(granted(holder.acquire("k", "a", TTL).unwrap()), lease);
     wait_until_server_time_passes(&mut observer, lease.expires_at());
     let url = db.url.clone();
     let taker = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
-        acquire(&mut conn, "k", "b", TTL).unwrap()
+        conn.acquire("k", "b", TTL).unwrap()
     });
     wait_for_lock_waiter(&mut observer, &db.name);
     holder.batch_execute("COMMIT").unwrap();
@@ -337,17 +318,21 @@ fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
     let db = TestDb::new();
     let mut taker = db.conn();
     let mut observer = db.conn();
-    let old = granted(acquire(&mut taker, "k", "old", Duration::from_millis(200)).unwrap());
+    let old = granted(
+        taker
+            .acquire("k", "old", Duration::from_millis(200))
+            .unwrap(),
+    );
     wait_until_server_time_passes(&mut observer, old.expires_at());
     taker.batch_execute("BEGIN").unwrap();
-    let new = granted(acquire(&mut taker, "k", "new", TTL).unwrap());
+    let new = granted(taker.acquire("k", "new", TTL).unwrap());
     let url = db.url.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let loser = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
         conn.batch_execute("BEGIN").unwrap();
-        let outcome = acquire(&mut conn, "k", "loser", TTL).unwrap();
+        let outcome = conn.acquire("k", "loser", TTL).unwrap();
         tx.send(outcome).unwrap();
         // Keep the transaction open until the holder has renewed and released.
         done_rx.recv().unwrap();
@@ -359,11 +344,11 @@ fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
     // Were the loser still holding the row lock, these would hit the timeout.
     observer.batch_execute("SET lock_timeout = '3s'").unwrap();
     assert!(matches!(
-        renew(&mut observer, "k", "new", new.epoch(), TTL).unwrap(),
+        observer.renew("k", "new", new.epoch(), TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        release(&mut observer, "k", "new", new.epoch()).unwrap(),
+        observer.release("k", "new", new.epoch()).unwrap(),
         Release::Released
     );
     done_tx.send(()).unwrap();
@@ -388,12 +373,12 @@ impl WaitingCall {
         let batch = [("k", epoch), ("k2", epoch2)];
         match self {
             Self::Renew => matches!(
-                renew(conn, "k", "a", epoch, TTL).unwrap(),
+                conn.renew("k", "a", epoch, TTL).unwrap(),
                 Renewal::Refused(_)
             ),
-            Self::Release => matches!(release(conn, "k", "a", epoch).unwrap(), Release::Refused(_)),
+            Self::Release => matches!(conn.release("k", "a", epoch).unwrap(), Release::Refused(_)),
             Self::RenewMany => {
-                let answers = leasehold::batch::renew_many(conn, "a", &batch, TTL).unwrap();
+                let answers = conn.renew_many("a", &batch, TTL).unwrap();
                 assert!(
                     matches!(answers[1].renewal, Renewal::Renewed { .. }),
                     "{self:?}: the other key is renewed: {answers:?}"
@@ -401,7 +386,7 @@ impl WaitingCall {
                 matches!(answers[0].renewal, Renewal::Refused(_))
             }
             Self::ReleaseMany => {
-                let answers = leasehold::batch::release_many(conn, "a", &batch).unwrap();
+                let answers = conn.release_many("a", &batch).unwrap();
                 assert_eq!(
                     answers[1].release,
                     Release::Released,
@@ -431,11 +416,11 @@ fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
         let db = TestDb::new();
         let mut changer = db.conn();
         let mut observer = db.conn();
-        let lease = granted(acquire(&mut changer, "k", "a", TTL).unwrap());
-        let other = granted(acquire(&mut changer, "k2", "a", TTL).unwrap());
+        let lease = granted(changer.acquire("k", "a", TTL).unwrap());
+        let other = granted(changer.acquire("k2", "a", TTL).unwrap());
         changer.batch_execute("BEGIN").unwrap();
         assert_eq!(
-            release(&mut changer, "k", "a", lease.epoch()).unwrap(),
+            changer.release("k", "a", lease.epoch()).unwrap(),
             Release::Released
         );
         let url = db.url.clone();
@@ -455,19 +440,19 @@ fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
         assert!(rx.recv().unwrap(), "{call:?}: refused");
         // Were the refused call still holding the row lock, the grant would
         // wait out its one-second bound and fail.
-        let next = match acquire(&mut observer, "k", "b", TTL) {
+        let next = match observer.acquire("k", "b", TTL) {
             Ok(acquisition) => granted(acquisition),
             Err(error) => panic!("{call:?}: the next owner's grant failed: {error}"),
         };
         assert!(
             matches!(
-                renew(&mut observer, "k", "b", next.epoch(), TTL).unwrap(),
+                observer.renew("k", "b", next.epoch(), TTL).unwrap(),
                 Renewal::Renewed { .. }
             ),
             "{call:?}"
         );
         assert_eq!(
-            release(&mut observer, "k", "b", next.epoch()).unwrap(),
+            observer.release("k", "b", next.epoch()).unwrap(),
             Release::Released,
             "{call:?}"
         );

@@ -5,14 +5,10 @@ use std::time::Duration;
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
-use leasehold::guard::{
-    admit, admit_held, check_held, fence, inspect_guard, renew_and_admit, run_fenced, Check,
-    GuardRecord,
-};
+use leasehold::guard::{Check, GuardRecord};
 use leasehold::{
-    acquire,
     error::{FencedError, GuardError},
-    inspect, FencingToken, LeaseState, Refusal,
+    FencingToken, LeaseState, Leases, Refusal,
 };
 
 use crate::common::*;
@@ -61,7 +57,7 @@ fn fenced_write(
     // These tests present epochs of their choosing; guards admit only
     // epochs the key has granted (G7, tested on its own).
     pretend_granted(conn, token.key(), epoch);
-    run_fenced(conn, resource, token, check, |conn| {
+    conn.run_fenced(resource, token, check, |conn| {
         write(conn, resource, &writer, epoch)
     })
 }
@@ -81,10 +77,10 @@ fn stale(error: FencedError<diesel::result::Error>) -> (String, i64, i64) {
 fn g1_record_is_the_highest_accepted_epoch_and_never_decreases() {
     let db = TestDb::new();
     let mut conn = setup(&db);
-    assert_eq!(inspect_guard(&mut conn, "r").unwrap(), None);
+    assert_eq!(conn.inspect_guard("r").unwrap(), None);
     fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
     assert_eq!(
-        inspect_guard(&mut conn, "r").unwrap(),
+        conn.inspect_guard("r").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
             accepted_epoch: 1
@@ -93,17 +89,11 @@ fn g1_record_is_the_highest_accepted_epoch_and_never_decreases() {
     fenced_write(&mut conn, "r", &token("k", "b", 3), Check::Token).unwrap();
     let _ = fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap_err();
     assert_eq!(
-        fence(&mut conn, "r", "k", 1).unwrap(),
+        conn.fence("r", "k", 1).unwrap(),
         3,
         "a lower fence must not lower the record"
     );
-    assert_eq!(
-        inspect_guard(&mut conn, "r")
-            .unwrap()
-            .unwrap()
-            .accepted_epoch,
-        3
-    );
+    assert_eq!(conn.inspect_guard("r").unwrap().unwrap().accepted_epoch, 3);
 }
 
 #[test]
@@ -128,7 +118,7 @@ fn g3_a_write_rolled_back_by_the_callers_own_error_does_not_raise_the_record() {
     fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
     pretend_granted(&mut conn, "k", 5);
     let result: Result<(), FencedError<&str>> =
-        run_fenced(&mut conn, "r", &token("k", "b", 5), Check::Token, |conn| {
+        conn.run_fenced("r", &token("k", "b", 5), Check::Token, |conn| {
             write(conn, "r", "b", 5).unwrap();
             Err("caller changed its mind")
         });
@@ -136,13 +126,7 @@ fn g3_a_write_rolled_back_by_the_callers_own_error_does_not_raise_the_record() {
         result,
         Err(FencedError::Work("caller changed its mind"))
     ));
-    assert_eq!(
-        inspect_guard(&mut conn, "r")
-            .unwrap()
-            .unwrap()
-            .accepted_epoch,
-        1
-    );
+    assert_eq!(conn.inspect_guard("r").unwrap().unwrap().accepted_epoch, 1);
     assert_eq!(items(&mut conn), ["r|a|1"]);
     // Epoch 2 is therefore still admissible.
     fenced_write(&mut conn, "r", &token("k", "c", 2), Check::Token).unwrap();
@@ -184,14 +168,14 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
         other => panic!("expected WrongLeaseKey, got {other:?}"),
     }
     assert_eq!(
-        inspect_guard(&mut conn, "r").unwrap().unwrap(),
+        conn.inspect_guard("r").unwrap().unwrap(),
         GuardRecord {
             lease_key: "k".into(),
             accepted_epoch: 1
         }
     );
     assert_eq!(items(&mut conn), ["r|a|1"]);
-    let error = fence(&mut conn, "r", "other-key", 5).unwrap_err();
+    let error = conn.fence("r", "other-key", 5).unwrap_err();
     assert!(
         matches!(error, GuardError::WrongLeaseKey { .. }),
         "{error:?}"
@@ -203,7 +187,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     let db = TestDb::new();
     let mut conn = setup(&db);
     // Held for the first write even on a busy machine; lapsed after the wait.
-    let old = granted(acquire(&mut conn, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
+    let old = granted(conn.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let lapsed = fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap_err();
@@ -218,7 +202,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         ),
         "{lapsed:?}"
     );
-    let new = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let new = granted(conn.acquire("k", "b", TTL).unwrap());
     let superseded =
         fenced_write(&mut conn, "r", &old.token(), Check::RenewAndAdmit(TTL)).unwrap_err();
     assert!(
@@ -253,15 +237,15 @@ fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
     let db = TestDb::new();
     let mut holder = setup(&db);
     let mut observer = db.conn();
-    let lease = granted(acquire(&mut holder, "k", "a", STILL_HELD_NEXT_STEP).unwrap());
+    let lease = granted(holder.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
-    admit_held(&mut holder, "r", &lease.token()).unwrap();
+    holder.admit_held("r", &lease.token()).unwrap();
     // The lease lapses while the transaction is open.
     wait_until_server_time_passes(&mut observer, lease.expires_at());
     let url = db.url.clone();
     let taker = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
-        acquire(&mut conn, "k", "b", TTL).unwrap()
+        conn.acquire("k", "b", TTL).unwrap()
     });
     wait_for_lock_waiter(&mut observer, &db.name);
     // Still blocked: the takeover has not happened.
@@ -278,8 +262,9 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     let result: Result<(), FencedError<diesel::result::Error>> = conn.transaction(|conn| {
-        let lease = granted(acquire(conn, "k", "a", TTL).unwrap());
-        admit(conn, "r", &lease.token()).map_err(FencedError::Guard)?;
+        let lease = granted(conn.acquire("k", "a", TTL).unwrap());
+        conn.admit("r", &lease.token())
+            .map_err(FencedError::Guard)?;
         write(conn, "r", "a", lease.epoch())?;
         Err(FencedError::Work(
             diesel::result::Error::RollbackTransaction,
@@ -287,11 +272,11 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
     });
     assert!(result.is_err());
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         None,
         "the acquire rolled back with the write"
     );
-    assert_eq!(inspect_guard(&mut conn, "r").unwrap(), None);
+    assert_eq!(conn.inspect_guard("r").unwrap(), None);
     assert!(items(&mut conn).is_empty());
 }
 
@@ -299,14 +284,15 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
 fn renew_and_write_commit_together_or_not_at_all() {
     let db = TestDb::new();
     let mut conn = setup(&db);
-    let lease = granted(acquire(&mut conn, "k", "a", TTL).unwrap());
+    let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
-        renew_and_admit(conn, "r", &lease.token(), Duration::from_secs(3_600)).unwrap();
+        conn.renew_and_admit("r", &lease.token(), Duration::from_secs(3_600))
+            .unwrap();
         write(conn, "r", "a", 1)?;
         Err(diesel::result::Error::RollbackTransaction)
     });
     assert_eq!(
-        inspect(&mut conn, "k").unwrap(),
+        conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
             epoch: 1,
@@ -322,11 +308,11 @@ fn renew_and_write_commit_together_or_not_at_all() {
         Check::RenewAndAdmit(Duration::from_secs(3_600)),
     )
     .unwrap();
-    let LeaseState::Held { expires_at, .. } = inspect(&mut conn, "k").unwrap().unwrap() else {
+    let LeaseState::Held { expires_at, .. } = conn.inspect("k").unwrap().unwrap() else {
         panic!()
     };
     assert!(expires_at > lease.expires_at());
-    assert_eq!(check_held(&mut conn, &lease.token()).unwrap(), expires_at);
+    assert_eq!(conn.check_held(&lease.token()).unwrap(), expires_at);
 }
 
 /// G4: many threads write one resource with interleaved epochs. Writers
@@ -393,7 +379,7 @@ fn g4_concurrent_writers_with_interleaved_epochs_commit_in_non_decreasing_epoch_
         );
     }
     assert_eq!(
-        inspect_guard(&mut conn, "shared")
+        conn.inspect_guard("shared")
             .unwrap()
             .unwrap()
             .accepted_epoch,
@@ -411,7 +397,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
     for round in 0..12 {
         let key = format!("k{round}");
         let resource = format!("r{round}");
-        let lease = granted(acquire(&mut conn, &key, "a", Duration::from_millis(150)).unwrap());
+        let lease = granted(conn.acquire(&key, "a", Duration::from_millis(150)).unwrap());
         let barrier = Arc::new(Barrier::new(2));
         let holder = {
             let (url, barrier, resource, token) = (
@@ -446,7 +432,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
                 let mut conn = PgConnection::establish(&url).unwrap();
                 barrier.wait();
                 for _ in 0..10_000 {
-                    match acquire(&mut conn, &key, "b", TTL).unwrap() {
+                    match conn.acquire(&key, "b", TTL).unwrap() {
                         leasehold::Acquisition::Granted(new) => {
                             return fenced_write(
                                 &mut conn,
@@ -458,7 +444,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
                         }
                         leasehold::Acquisition::Denied => {
                             if let Some(LeaseState::Held { expires_at, .. }) =
-                                inspect(&mut conn, &key).unwrap()
+                                conn.inspect(&key).unwrap()
                             {
                                 if expires_at > old_expiry {
                                     return false; // the holder renewed: it won
@@ -516,7 +502,7 @@ fn fenced_work_in_a_savepoint_rolls_back_alone_inside_an_outer_transaction() {
 fn fenced_writes_work_through_the_pool_client() {
     let db = TestDb::new();
     drop(setup(&db));
-    let client = leasehold::LeaseClient::connect(&db.url, 2).unwrap();
+    let mut client = leasehold::LeaseClient::connect(&db.url, 2).unwrap();
     let lease = client.acquire("k", "a", TTL).unwrap().granted().unwrap();
     client
         .run_fenced("r", &lease.token(), Check::LeaseHeld, |conn| {
@@ -534,20 +520,20 @@ fn fenced_writes_work_through_the_pool_client() {
 fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_writes() {
     let db = TestDb::new();
     let mut conn = setup(&db);
-    let old = granted(acquire(&mut conn, "k", "a", Duration::from_millis(200)).unwrap());
+    let old = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
     fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
-    let counter = inspect(&mut conn, "k").unwrap().unwrap().epoch();
-    assert_eq!(fence(&mut conn, "r", "k", counter).unwrap(), counter + 1);
+    let counter = conn.inspect("k").unwrap().unwrap().epoch();
+    assert_eq!(conn.fence("r", "k", counter).unwrap(), counter + 1);
     let error = fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap_err();
     assert_eq!(stale(error), ("r".to_owned(), 1, 2));
-    let next = granted(acquire(&mut conn, "k", "b", TTL).unwrap());
+    let next = granted(conn.acquire("k", "b", TTL).unwrap());
     fenced_write(&mut conn, "r", &next.token(), Check::Token).unwrap();
     // Fencing a brand-new resource registers it.
     assert_eq!(next.epoch(), 2);
-    assert_eq!(fence(&mut conn, "fresh", "k", 2).unwrap(), 3);
+    assert_eq!(conn.fence("fresh", "k", 2).unwrap(), 3);
     assert_eq!(
-        inspect_guard(&mut conn, "fresh").unwrap(),
+        conn.inspect_guard("fresh").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
             accepted_epoch: 3
@@ -560,12 +546,12 @@ fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
-    let error = admit(&mut conn, "", &token("k", "a", 1)).unwrap_err();
+    let error = conn.admit("", &token("k", "a", 1)).unwrap_err();
     assert!(
         matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty"]),
         "{error:?}"
     );
-    let error = fence(&mut conn, "", "", -1).unwrap_err();
+    let error = conn.fence("", "", -1).unwrap_err();
     assert!(
         matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty", "key must not be empty", "up_to must not be negative"]),
         "{error:?}"
@@ -580,13 +566,7 @@ fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
     ] {
         assert_eq!(sqlstate_of(&mut conn, sql), "22023", "{sql}");
     }
-    assert_eq!(
-        inspect_guard(&mut conn, "r")
-            .unwrap()
-            .unwrap()
-            .accepted_epoch,
-        1
-    );
+    assert_eq!(conn.inspect_guard("r").unwrap().unwrap().accepted_epoch, 1);
     assert_eq!(items(&mut conn), ["r|a|1"]);
 }
 
@@ -601,7 +581,7 @@ fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
     {
         let mut conn = db.conn_as(&role);
         conn.batch_execute("BEGIN").unwrap();
-        admit(&mut conn, "r", &token("k", "a", 1)).unwrap();
+        conn.admit("r", &token("k", "a", 1)).unwrap();
         conn.batch_execute("COMMIT").unwrap();
         for sql in [
             "SELECT * FROM lease.guards",
@@ -626,9 +606,9 @@ fn fence_up_to_zero_is_accepted_and_refuses_nothing_new() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     pretend_granted(&mut conn, "k", 2);
-    assert_eq!(fence(&mut conn, "fresh", "k", 0).unwrap(), 1);
+    assert_eq!(conn.fence("fresh", "k", 0).unwrap(), 1);
     assert_eq!(
-        inspect_guard(&mut conn, "fresh").unwrap(),
+        conn.inspect_guard("fresh").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
             accepted_epoch: 1
@@ -637,7 +617,7 @@ fn fence_up_to_zero_is_accepted_and_refuses_nothing_new() {
     fenced_write(&mut conn, "fresh", &token("k", "a", 1), Check::Token).unwrap();
     fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap();
     assert_eq!(
-        fence(&mut conn, "r", "k", 0).unwrap(),
+        conn.fence("r", "k", 0).unwrap(),
         2,
         "fencing through 0 must not move a record"
     );
@@ -658,7 +638,7 @@ fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
     fenced_write(&mut conn, "r", &token("k", "a", 3), Check::Token).unwrap();
     for up_to in [-1, i64::MIN] {
         for resource in ["r", "fresh"] {
-            let error = fence(&mut conn, resource, "k", up_to).unwrap_err();
+            let error = conn.fence(resource, "k", up_to).unwrap_err();
             assert!(
                 matches!(&error, GuardError::InvalidInput { violations } if violations == &["up_to must not be negative"]),
                 "{resource} {up_to}: {error:?}"
@@ -676,9 +656,9 @@ fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
             );
         }
     }
-    assert_eq!(inspect_guard(&mut conn, "fresh").unwrap(), None);
+    assert_eq!(conn.inspect_guard("fresh").unwrap(), None);
     assert_eq!(
-        inspect_guard(&mut conn, "r").unwrap(),
+        conn.inspect_guard("r").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
             accepted_epoch: 3

@@ -22,7 +22,7 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
-use leasehold::{acquire, release, renew, Acquisition, Release, Renewal};
+use leasehold::{Acquisition, Leases, Release, Renewal};
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
@@ -54,9 +54,9 @@ fn bound_deployment() -> Deployment {
 /// the key is FREE, its counter one above that epoch, so the next grant's
 /// epoch is two above it.
 fn hold_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
-    let lease = granted(acquire(conn, key, owner, TTL).unwrap());
+    let lease = granted(conn.acquire(key, owner, TTL).unwrap());
     assert_eq!(
-        release(conn, key, owner, lease.epoch()).unwrap(),
+        conn.release(key, owner, lease.epoch()).unwrap(),
         Release::Released
     );
     lease.epoch()
@@ -212,13 +212,13 @@ fn wait_for(conn: &mut PgConnection, sql: &str) {
 fn holder_renews_and_releases(app: &mut PgConnection, key: &str, epoch: i64) {
     assert!(
         matches!(
-            renew(app, key, "app-1", epoch, TTL).unwrap(),
+            app.renew(key, "app-1", epoch, TTL).unwrap(),
             Renewal::Renewed { .. }
         ),
         "the holder renews {key}"
     );
     assert_eq!(
-        release(app, key, "app-1", epoch).unwrap(),
+        app.release(key, "app-1", epoch).unwrap(),
         Release::Released,
         "the holder releases {key}"
     );
@@ -286,7 +286,7 @@ fn an_outsider_cannot_take_a_free_governed_key_with_a_key_that_changes_between_u
     assert_refused_or_own(&function_outcomes, function);
     assert_eq!(row_state(&mut admin, "team/a-free"), before);
 
-    let lease = granted(acquire(&mut app, "team/a-free", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("team/a-free", "app-1", TTL).unwrap());
     assert_eq!(lease.epoch(), first + 2, "the next grant after the release");
     holder_renews_and_releases(&mut app, "team/a-free", lease.epoch());
 }
@@ -303,7 +303,7 @@ fn an_outsider_cannot_extend_another_owners_grant_with_a_key_that_changes_betwee
     let deployment = bound_deployment();
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    let lease = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     let before = row_state(&mut admin, HELD);
     let mut attacker = deployment.conn_as(&deployment.attacker);
     install_attacker_tools(&mut attacker);
@@ -340,7 +340,7 @@ fn an_outsider_cannot_free_another_owners_grant_with_a_key_that_changes_between_
     let deployment = bound_deployment();
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    let lease = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     let before = row_state(&mut admin, HELD);
     let mut attacker = deployment.conn_as(&deployment.attacker);
     install_attacker_tools(&mut attacker);
@@ -376,7 +376,7 @@ fn an_outsider_cannot_free_another_owners_grant_with_a_key_that_changes_between_
 fn a_refused_outsider_in_an_open_transaction_keeps_no_lock_that_blocks_the_holder() {
     let deployment = bound_deployment();
     let mut app = deployment.conn_as(&deployment.app);
-    let held = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    let held = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     hold_and_release(&mut app, "team/free-1", "app-1");
     hold_and_release(&mut app, "team/free-2", "app-1");
     // A renew or release that had to wait for a lock fails instead.
@@ -401,13 +401,13 @@ fn a_refused_outsider_in_an_open_transaction_keeps_no_lock_that_blocks_the_holde
             assert_eq!(outcome.sqlstate, "42501", "{sql}: {outcome:?}");
         }
     }
-    let acquired = acquire(&mut app, "team/free-1", "app-1", TTL);
+    let acquired = app.acquire("team/free-1", "app-1", TTL);
     assert!(
         matches!(acquired, Ok(Acquisition::Granted(_))),
         "after refused function calls: {acquired:?}"
     );
     assert!(matches!(
-        renew(&mut app, HELD, "app-1", epoch, TTL).unwrap(),
+        app.renew(HELD, "app-1", epoch, TTL).unwrap(),
         Renewal::Renewed { .. }
     ));
 
@@ -437,7 +437,7 @@ fn a_refused_outsider_in_an_open_transaction_keeps_no_lock_that_blocks_the_holde
             "a refused call wrote: {outcome:?}"
         );
     }
-    let acquired = acquire(&mut app, "team/free-2", "app-1", TTL);
+    let acquired = app.acquire("team/free-2", "app-1", TTL);
     assert!(
         matches!(acquired, Ok(Acquisition::Granted(_))),
         "the application's acquire, while the outsider's refused fast grant ({fast_acquire:?}) \
@@ -467,7 +467,7 @@ struct Presented {
 fn an_outsider_counting_its_key_expression_learns_nothing_about_a_governed_key() {
     let deployment = bound_deployment();
     let mut app = deployment.conn_as(&deployment.app);
-    let held = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    let held = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     hold_and_release(&mut app, FREE, "app-1");
     let mut attacker = deployment.conn_as(&deployment.attacker);
     install_attacker_tools(&mut attacker);
@@ -548,7 +548,7 @@ fn an_outsider_counting_its_key_expression_learns_nothing_about_a_governed_key()
 fn fast_wake_is_no_oracle_of_whether_a_governed_key_is_free() {
     let deployment = bound_deployment();
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    granted(app.acquire(HELD, "app-1", TTL).unwrap());
     hold_and_release(&mut app, FREE, "app-1");
     // The application waits for both keys (its listener registered them).
     for key in [HELD, FREE] {
@@ -658,9 +658,9 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
 fn every_public_function_answers_an_outsider_alike_for_a_held_and_a_free_governed_key() {
     let deployment = bound_deployment();
     let mut app = deployment.conn_as(&deployment.app);
-    let held = granted(acquire(&mut app, HELD, "app-1", TTL).unwrap());
+    let held = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     assert_eq!(held.epoch(), 1, "the statements present epoch 1");
-    leasehold::guard::admit(&mut app, HELD, &held.token()).unwrap();
+    app.admit(HELD, &held.token()).unwrap();
     hold_and_release(&mut app, FREE, "app-1");
     for key in [HELD, FREE] {
         query_lines(
@@ -832,10 +832,10 @@ fn volatile_set_expressions_cannot_store_rows_no_function_would_write() {
         for threshold in THRESHOLDS {
             // A fresh key of the attacker's own for every try.
             let key = format!("mine/{number}/{threshold}");
-            let lease = granted(acquire(&mut attacker, &key, "evil-1", TTL).unwrap());
+            let lease = granted(attacker.acquire(&key, "evil-1", TTL).unwrap());
             if !attack.needs_held {
                 assert_eq!(
-                    release(&mut attacker, &key, "evil-1", lease.epoch()).unwrap(),
+                    attacker.release(&key, "evil-1", lease.epoch()).unwrap(),
                     Release::Released
                 );
             }
@@ -906,7 +906,7 @@ fn a_held_row_without_expiry_cannot_be_planted_to_make_acquire_spin() {
     }
     let mut worker = deployment.conn_as(&deployment.worker);
     for key in &keys {
-        let answer = acquire(&mut worker, key, "worker-1", TTL);
+        let answer = worker.acquire(key, "worker-1", TTL);
         assert!(
             answer.is_ok(),
             "acquire of {key} ({:?}): {answer:?}",
@@ -999,9 +999,9 @@ fn constraint_failures(
 fn the_lease_table_refuses_impossible_rows_by_named_check_constraints() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    granted(acquire(&mut app, "c/held", "app-1", TTL).unwrap());
+    granted(app.acquire("c/held", "app-1", TTL).unwrap());
     assert_eq!(hold_and_release(&mut app, "c/free", "app-1"), 1);
-    let grouped = granted(acquire(&mut app, "c/grouped", "app-1", TTL).unwrap());
+    let grouped = granted(app.acquire("c/grouped", "app-1", TTL).unwrap());
     let group = query_lines(
         &mut app,
         &format!(
@@ -1125,8 +1125,8 @@ fn the_lease_table_refuses_impossible_rows_by_named_check_constraints() {
 fn the_guard_table_refuses_impossible_rows_by_named_check_constraints() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "c/held", "app-1", TTL).unwrap());
-    leasehold::guard::admit(&mut app, "c/res", &lease.token()).unwrap();
+    let lease = granted(app.acquire("c/held", "app-1", TTL).unwrap());
+    app.admit("c/res", &lease.token()).unwrap();
     let cases: Vec<(&str, String)> = vec![
         (
             "lease_epoch_positive",
@@ -1165,13 +1165,13 @@ fn the_guard_table_refuses_impossible_rows_by_named_check_constraints() {
 fn a_grant_naming_a_group_that_is_gone_is_settled_by_its_own_expiry() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "c/grouped", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("c/grouped", "app-1", TTL).unwrap());
     let mut owner = deployment.conn_as(&deployment.owner);
     owner
         .batch_execute("UPDATE lease.leases SET group_id = -1 WHERE key = 'c/grouped'")
         .unwrap();
     assert!(matches!(
-        leasehold::inspect(&mut app, "c/grouped").unwrap(),
+        app.inspect("c/grouped").unwrap(),
         Some(leasehold::LeaseState::Held { .. })
     ));
     owner
@@ -1181,11 +1181,11 @@ fn a_grant_naming_a_group_that_is_gone_is_settled_by_its_own_expiry() {
         )
         .unwrap();
     assert!(matches!(
-        leasehold::inspect(&mut app, "c/grouped").unwrap(),
+        app.inspect("c/grouped").unwrap(),
         Some(leasehold::LeaseState::Unowned { .. })
     ));
     let mut worker = deployment.conn_as(&deployment.worker);
-    let taken = granted(acquire(&mut worker, "c/grouped", "worker-1", TTL).unwrap());
+    let taken = granted(worker.acquire("c/grouped", "worker-1", TTL).unwrap());
     assert_eq!(taken.epoch(), lease.epoch() + 1);
 }
 
@@ -1201,7 +1201,7 @@ fn a_member_of_a_pruned_group_is_acquirable_once_its_own_expiry_passes() {
     let deployment = Deployment::new();
     let mut admin = deployment.admin();
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = granted(acquire(&mut app, "jobs/grouped", "app-1", TTL).unwrap());
+    let lease = granted(app.acquire("jobs/grouped", "app-1", TTL).unwrap());
     let group = query_lines(
         &mut app,
         &format!(
@@ -1214,8 +1214,7 @@ fn a_member_of_a_pruned_group_is_acquirable_once_its_own_expiry_passes() {
     .remove(0);
     // The key alone, renewed past its group's expiry.
     assert!(matches!(
-        renew(
-            &mut app,
+        app.renew(
             "jobs/grouped",
             "app-1",
             lease.epoch(),
@@ -1252,7 +1251,7 @@ fn a_member_of_a_pruned_group_is_acquirable_once_its_own_expiry_passes() {
     );
 
     let mut worker = deployment.conn_as(&deployment.worker);
-    let answer = acquire(&mut worker, "jobs/grouped", "worker-1", TTL);
+    let answer = worker.acquire("jobs/grouped", "worker-1", TTL);
     match answer {
         Ok(Acquisition::Granted(taken)) => assert_eq!(taken.epoch(), lease.epoch() + 1),
         other => panic!(

@@ -12,6 +12,7 @@ use diesel::connection::SimpleConnection;
 use leasehold_test_support::TestDb;
 
 use crate::common::*;
+use leasehold::Leases;
 
 /// The helpers allowed to compare an expiry with the clock, or to compute
 /// one: the definitions of liveness, expiry and span validity
@@ -370,9 +371,9 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     )
     .unwrap_or_else(|error| panic!("age the lineage row: {error}"));
     assert!(!checked(&mut conn));
-    let lease = granted(leasehold::acquire(&mut conn, "lineage/a", "o", TTL).unwrap());
+    let lease = granted(conn.acquire("lineage/a", "o", TTL).unwrap());
     assert_eq!(lease.epoch(), 1, "no new generation for the same server");
     assert!(checked(&mut conn), "the grant recorded this server's start");
-    let next = granted(leasehold::acquire(&mut conn, "lineage/b", "o", TTL).unwrap());
+    let next = granted(conn.acquire("lineage/b", "o", TTL).unwrap());
     assert_eq!(next.epoch(), 1);
 }

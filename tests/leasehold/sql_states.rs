@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_migrations::{FileBasedMigrations, MigrationHarness};
-use leasehold::admin::bind_namespace;
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::Leases;
 
 /// What a statement run through [`probe`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,7 +321,9 @@ fn an_old_snapshot_does_not_let_a_role_outside_a_new_namespace_acquire_in_it() {
         attacker
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; SELECT 1"))
             .unwrap();
-        bind_namespace(&mut operator, &format!("{tag}/"), &deployment.app).unwrap();
+        operator
+            .bind_namespace(&format!("{tag}/"), &deployment.app)
+            .unwrap();
         let outcome = probe(
             &mut attacker,
             &format!(
@@ -370,11 +372,13 @@ fn an_old_snapshot_does_not_keep_a_rebound_prefix_for_its_old_role() {
     for (level, tag) in OLD_SNAPSHOT_LEVELS {
         let prefix = format!("{tag}-rebound/");
         let key = format!("{prefix}job");
-        bind_namespace(&mut operator, &prefix, &deployment.app).unwrap();
+        operator.bind_namespace(&prefix, &deployment.app).unwrap();
         let mut app = session(&deployment, &deployment.app);
         app.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; SELECT 1"))
             .unwrap();
-        bind_namespace(&mut operator, &prefix, &deployment.worker).unwrap();
+        operator
+            .bind_namespace(&prefix, &deployment.worker)
+            .unwrap();
         let outcome = probe(
             &mut app,
             &format!(
@@ -430,7 +434,7 @@ fn an_old_snapshot_does_not_let_renew_admit_or_release_act_under_a_new_namespace
         attacker
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; SELECT 1"))
             .unwrap();
-        bind_namespace(&mut operator, &prefix, &deployment.app).unwrap();
+        operator.bind_namespace(&prefix, &deployment.app).unwrap();
         let (k, r) = (quote(&key), quote(&resource));
         for sql in [
             format!("SELECT status FROM lease.renew({k}, 'x', {epoch}, interval '1 hour')"),
@@ -466,7 +470,7 @@ fn control_read_committed_sees_a_new_namespace_rule_at_its_next_statement() {
     let mut admin = deployment.admin();
     let mut attacker = session(&deployment, &deployment.attacker);
     attacker.batch_execute("BEGIN; SELECT 1").unwrap();
-    bind_namespace(&mut operator, "rc/", &deployment.app).unwrap();
+    operator.bind_namespace("rc/", &deployment.app).unwrap();
     let outcome = probe(
         &mut attacker,
         "SELECT acquired FROM lease.acquire('rc/job', 'x', interval '1 min')",
@@ -640,12 +644,10 @@ fn namespace_prefixes_match_as_bytes_whatever_collation_the_key_carries() {
     let deployment = Deployment::new();
     create_case_insensitive_collation(&deployment);
     make_operator(&deployment);
-    bind_namespace(
-        &mut deployment.conn_as(&deployment.operator),
-        "Team/",
-        &deployment.app,
-    )
-    .unwrap();
+    deployment
+        .conn_as(&deployment.operator)
+        .bind_namespace("Team/", &deployment.app)
+        .unwrap();
     let mut admin = deployment.admin();
     let mut app = session(&deployment, &deployment.app);
     let epoch = grant(&mut app, "Team/x", "a");

@@ -18,6 +18,7 @@ use leasehold_test_support::Deployment;
 
 use crate::common::*;
 use crate::holders::{held_by, pool, strict_waiter_at, wait_armed, LONG_WAIT, NEVER};
+use leasehold::Leases;
 
 /// hex(sha256(UTF-8 of `key`)), computed by the server.
 fn digest_of(conn: &mut PgConnection, key: &str) -> String {
@@ -81,24 +82,24 @@ fn waiter_registration_in_an_open_transaction_does_not_block_the_holder() {
     next.batch_execute("SET lock_timeout = '3s'").unwrap();
     for role in [d.owner.clone(), d.attacker.clone()] {
         let key = format!("k-{role}");
-        let lease = granted(leasehold::acquire(&mut holder, &key, "holder", TTL).unwrap());
+        let lease = granted(holder.acquire(&key, "holder", TTL).unwrap());
         let mut registrant = d.conn_as(&role);
         registrant.batch_execute("BEGIN").unwrap();
         let digest = digest_of(&mut holder, &key);
         assert_eq!(watch(&mut registrant, &key), digest, "{role}");
         assert!(
             matches!(
-                leasehold::renew(&mut holder, &key, "holder", lease.epoch(), TTL).unwrap(),
+                holder.renew(&key, "holder", lease.epoch(), TTL).unwrap(),
                 leasehold::Renewal::Renewed { .. }
             ),
             "{role}"
         );
         assert_eq!(
-            leasehold::release(&mut holder, &key, "holder", lease.epoch()).unwrap(),
+            holder.release(&key, "holder", lease.epoch()).unwrap(),
             leasehold::Release::Released,
             "{role}"
         );
-        let taken = granted(leasehold::acquire(&mut next, &key, "next", TTL).unwrap());
+        let taken = granted(next.acquire(&key, "next", TTL).unwrap());
         assert_eq!(taken.epoch(), lease.epoch() + 2);
         registrant.batch_execute("COMMIT").unwrap();
     }
@@ -113,10 +114,10 @@ fn waiter_registration_never_waits_for_a_release_in_flight() {
     let mut holder = d.conn_as(&d.app);
     let mut registrant = d.conn_as(&d.attacker);
     registrant.batch_execute("SET lock_timeout = '3s'").unwrap();
-    let lease = granted(leasehold::acquire(&mut holder, "k", "holder", TTL).unwrap());
+    let lease = granted(holder.acquire("k", "holder", TTL).unwrap());
     holder.batch_execute("BEGIN").unwrap();
     assert_eq!(
-        leasehold::release(&mut holder, "k", "holder", lease.epoch()).unwrap(),
+        holder.release("k", "holder", lease.epoch()).unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(watch(&mut registrant, "k"), "NULL");
@@ -133,7 +134,7 @@ fn waiter_of_an_application_role_is_woken_by_the_release_notification() {
     let d = Deployment::new();
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter_at(&url);
     let waiting = {
         let waiter = waiter.clone();
@@ -145,7 +146,7 @@ fn waiter_of_an_application_role_is_woken_by_the_release_notification() {
     assert_eq!(before.failed_registrations, 0, "{before:?}");
     assert_eq!(before.polled_keys, 0, "{before:?}");
     assert_eq!(
-        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        conn.release("k", "holder", holder.epoch()).unwrap(),
         leasehold::Release::Released
     );
     // Fallback and re-check are a minute away: only the notification can
@@ -171,7 +172,7 @@ fn waiter_whose_registration_is_refused_reports_polling_and_still_gets_the_lease
         .unwrap();
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = LeaseWaiter::builder(pool(&url), &url)
         .recheck_every(NEVER)
         .fallback_poll(Duration::from_millis(20))
@@ -193,7 +194,7 @@ fn waiter_whose_registration_is_refused_reports_polling_and_still_gets_the_lease
         "{status:?}"
     );
     assert_eq!(
-        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        conn.release("k", "holder", holder.epoch()).unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
@@ -247,7 +248,7 @@ fn waiter_registrations_per_session_are_capped_and_a_key_beyond_the_cap_is_polle
     // the superuser, for speed), then a waiter comes.
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = LeaseWaiter::builder(pool(&url), &url)
         .recheck_every(NEVER)
         .fallback_poll(Duration::from_millis(20))
@@ -274,7 +275,7 @@ fn waiter_registrations_per_session_are_capped_and_a_key_beyond_the_cap_is_polle
     assert_eq!(status.polled_keys, 1, "{status:?}");
     assert!(status.connected, "{status:?}");
     assert_eq!(
-        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        conn.release("k", "holder", holder.epoch()).unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
@@ -292,7 +293,7 @@ fn release_notifications_carry_the_keys_digest_and_never_its_name() {
     spy.batch_execute("LISTEN lease_released").unwrap();
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
-    let holder = granted(leasehold::acquire(&mut conn, key, "holder", TTL).unwrap());
+    let holder = granted(conn.acquire(key, "holder", TTL).unwrap());
     let waiter = strict_waiter_at(&url);
     let waiting = {
         let waiter = waiter.clone();
@@ -300,7 +301,7 @@ fn release_notifications_carry_the_keys_digest_and_never_its_name() {
     };
     wait_armed(&waiter, key, 1);
     assert_eq!(
-        leasehold::release(&mut conn, key, "holder", holder.epoch()).unwrap(),
+        conn.release(key, "holder", holder.epoch()).unwrap(),
         leasehold::Release::Released
     );
     waiting.join().unwrap().unwrap();
@@ -324,7 +325,7 @@ fn a_forged_release_notification_only_makes_the_waiter_check_again() {
     let d = Deployment::new();
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
-    let holder = granted(leasehold::acquire(&mut conn, "k", "holder", TTL).unwrap());
+    let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
     let waiter = strict_waiter_at(&url);
     let waiting = {
         let waiter = waiter.clone();
@@ -349,7 +350,7 @@ fn a_forged_release_notification_only_makes_the_waiter_check_again() {
     );
     // A real release still wakes it.
     assert_eq!(
-        leasehold::release(&mut conn, "k", "holder", holder.epoch()).unwrap(),
+        conn.release("k", "holder", holder.epoch()).unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
@@ -442,11 +443,11 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
     let mut holder = d.conn_as(&d.app);
     holder.batch_execute("LISTEN lease_released").unwrap();
     let mut registrant = d.conn_as(&d.worker);
-    let lease = granted(leasehold::acquire(&mut holder, "k", "holder", TTL).unwrap());
+    let lease = granted(holder.acquire("k", "holder", TTL).unwrap());
     registrant.batch_execute("BEGIN").unwrap();
     watch(&mut registrant, "k");
     assert_eq!(
-        leasehold::release(&mut holder, "k", "holder", lease.epoch()).unwrap(),
+        holder.release("k", "holder", lease.epoch()).unwrap(),
         leasehold::Release::Released
     );
     registrant.batch_execute("ROLLBACK").unwrap();
@@ -460,12 +461,12 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
     // Nobody registered: a READ COMMITTED release stays silent, a
     // REPEATABLE READ one notifies.
     for (isolation, expected) in [("READ COMMITTED", 0), ("REPEATABLE READ", 1)] {
-        let lease = granted(leasehold::acquire(&mut holder, "k", "holder", TTL).unwrap());
+        let lease = granted(holder.acquire("k", "holder", TTL).unwrap());
         holder
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}"))
             .unwrap();
         assert_eq!(
-            leasehold::release(&mut holder, "k", "holder", lease.epoch()).unwrap(),
+            holder.release("k", "holder", lease.epoch()).unwrap(),
             leasehold::Release::Released
         );
         holder.batch_execute("COMMIT").unwrap();

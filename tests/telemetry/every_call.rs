@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use leasehold::{admin::PruneOptions, hold::KeeperSet, Acquisition};
+use leasehold::{admin::PruneOptions, hold::KeeperSet, Acquisition, Leases};
 use leasehold_test_support::TestDb;
 
 use crate::{exclusive, wait_for};
@@ -44,44 +44,44 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
         .get_result::<Name>(&mut conn)
         .expect("current_user")
         .name;
-    let a = granted(leasehold::acquire(&mut conn, "a", "w", TTL).expect("acquire"));
-    let b = granted(leasehold::acquire(&mut conn, "b", "w", TTL).expect("acquire"));
+    let a = granted(conn.acquire("a", "w", TTL).expect("acquire"));
+    let b = granted(conn.acquire("b", "w", TTL).expect("acquire"));
     let grants = [(a.key(), a.epoch()), (b.key(), b.epoch())];
 
-    leasehold::batch::renew_many(&mut conn, "w", &grants, TTL).expect("renew_many");
+    conn.renew_many("w", &grants, TTL).expect("renew_many");
     let stale = [(a.key(), a.epoch()), (b.key(), b.epoch() + 5)];
-    leasehold::batch::renew_many(&mut conn, "w", &stale, TTL).expect("renew_many, one stale");
-    let joined = leasehold::batch::join_group(&mut conn, "w", &grants, TTL).expect("join_group");
+    conn.renew_many("w", &stale, TTL)
+        .expect("renew_many, one stale");
+    let joined = conn.join_group("w", &grants, TTL).expect("join_group");
     let group = joined.group.expect("a group");
     assert!(matches!(
-        leasehold::batch::renew_group(&mut conn, group, "w", TTL).expect("renew_group"),
+        conn.renew_group(group, "w", TTL).expect("renew_group"),
         leasehold::batch::GroupRenewal::Renewed { .. }
     ));
     assert!(matches!(
-        leasehold::batch::renew_group(&mut conn, group, "someone-else", TTL)
+        conn.renew_group(group, "someone-else", TTL)
             .expect("renew_group, refused"),
         leasehold::batch::GroupRenewal::Refused(_)
     ));
-    leasehold::batch::release_many(&mut conn, "w", &grants).expect("release_many");
+    conn.release_many("w", &grants).expect("release_many");
 
-    leasehold::admin::bind_namespace(&mut conn, "team/", &me).expect("bind");
-    leasehold::admin::list_namespaces(&mut conn).expect("list");
-    assert!(leasehold::admin::unbind_namespace(&mut conn, "team/").expect("unbind"));
-    assert!(!leasehold::admin::unbind_namespace(&mut conn, "team/").expect("unbind again"));
-    leasehold::admin::bind_namespace(&mut conn, "", &me).expect_err("an empty prefix");
+    conn.bind_namespace("team/", &me).expect("bind");
+    conn.list_namespaces().expect("list");
+    assert!(conn.unbind_namespace("team/").expect("unbind"));
+    assert!(!conn.unbind_namespace("team/").expect("unbind again"));
+    conn.bind_namespace("", &me).expect_err("an empty prefix");
 
-    assert_eq!(
-        leasehold::admin::force_release(&mut conn, "never").expect("force"),
-        None
-    );
-    let c = granted(leasehold::acquire(&mut conn, "c", "w", TTL).expect("acquire"));
-    leasehold::admin::force_release_epoch(&mut conn, c.key(), c.epoch()).expect("force epoch");
-    let now = leasehold::admin::generation(&mut conn).expect("generation");
-    leasehold::admin::raise_generation(&mut conn, now.generation + 1).expect("raise");
-    leasehold::admin::raise_generation(&mut conn, now.generation + 1).expect_err("not above");
+    assert_eq!(conn.force_release("never").expect("force"), None);
+    let c = granted(conn.acquire("c", "w", TTL).expect("acquire"));
+    conn.force_release_epoch(c.key(), c.epoch())
+        .expect("force epoch");
+    let now = conn.generation().expect("generation");
+    conn.raise_generation(now.generation + 1).expect("raise");
+    conn.raise_generation(now.generation + 1)
+        .expect_err("not above");
     let mut options = PruneOptions::new(Duration::from_secs(3600));
     options.dry_run = true;
-    leasehold::admin::prune(&mut conn, &options).expect("prune");
+    conn.prune(&options).expect("prune");
 
     let expected: BTreeMap<String, u64> = [
         ("acquire,outcome=granted", 3),
@@ -146,7 +146,7 @@ fn a_keeper_sets_heartbeat_is_counted_as_renew_group() {
     let mut conn = db.conn();
     let leases: Vec<leasehold::Lease> = ["s1", "s2"]
         .into_iter()
-        .map(|key| granted(leasehold::acquire(&mut conn, key, "w", TTL).expect("acquire")))
+        .map(|key| granted(conn.acquire(key, "w", TTL).expect("acquire")))
         .collect();
     let client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
     let set = KeeperSet::builder(client.pool().clone(), leases)

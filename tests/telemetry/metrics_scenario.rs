@@ -2,6 +2,7 @@
 //! keeper's loss and a waiter's wake-up, with the exact counters each one
 //! moves.
 
+use leasehold::Leases;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,7 +37,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     let (_serial, installed) = exclusive();
     let recorder = installed.metrics;
     let db = TestDb::new();
-    let client = LeaseClient::connect(&db.url, 4).expect("pool");
+    let mut client = LeaseClient::connect(&db.url, 4).expect("pool");
 
     // Grant, then denial.
     let first = granted(client.acquire("job", "worker-1", TTL).expect("acquire"));
@@ -46,8 +47,9 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     );
 
     // The first holder writes, releases; the second takes over and writes.
-    let write = |token: &leasehold::FencingToken, check: Check| {
-        client.run_fenced("report", token, check, |_| {
+    let mut writer = client.clone();
+    let mut write = |token: &leasehold::FencingToken, check: Check| {
+        writer.run_fenced("report", token, check, |_| {
             Ok::<(), std::convert::Infallible>(())
         })
     };
@@ -235,7 +237,7 @@ fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
     let (_serial, installed) = exclusive();
     let recorder = installed.metrics;
     let db = TestDb::new();
-    let client = LeaseClient::connect(&db.url, 4).expect("pool");
+    let mut client = LeaseClient::connect(&db.url, 4).expect("pool");
     let leases: Vec<leasehold::Lease> = ["shard-1", "shard-2", "shard-3"]
         .into_iter()
         .map(|key| granted(client.acquire(key, "worker-1", TTL).expect("acquire")))

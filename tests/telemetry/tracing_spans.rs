@@ -12,7 +12,7 @@ use leasehold::{
     guard::Check,
     telemetry::TraceKeys,
     wait::{LeaseWaiter, Wait},
-    Acquisition, FencingToken, Keeper, Lease, LeaseError, Refusal, Release,
+    Acquisition, FencingToken, Keeper, Lease, LeaseError, Leases, Refusal, Release,
 };
 use leasehold_test_support::TestDb;
 use tracing::Level;
@@ -30,7 +30,7 @@ fn granted(acquisition: Acquisition) -> Lease {
 
 /// A fenced write of nothing to [`RESOURCE`].
 fn write(conn: &mut PgConnection, token: &FencingToken) -> Result<(), FencedError<Infallible>> {
-    leasehold::guard::run_fenced(conn, RESOURCE, token, Check::Token, |_| Ok(()))
+    conn.run_fenced(RESOURCE, token, Check::Token, |_| Ok(()))
 }
 
 fn the_span<'a>(spans: &'a [Captured], name: &str, operation: &str) -> &'a Captured {
@@ -70,20 +70,21 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     let db = TestDb::new();
     let mut conn = db.conn();
 
-    let lease = granted(leasehold::acquire(&mut conn, KEY, "worker-1", TTL).expect("acquire"));
+    let lease = granted(conn.acquire(KEY, "worker-1", TTL).expect("acquire"));
     write(&mut conn, &lease.token()).expect("admit");
     assert_eq!(
-        leasehold::release(&mut conn, KEY, "worker-1", lease.epoch()).expect("release"),
+        conn.release(KEY, "worker-1", lease.epoch())
+            .expect("release"),
         Release::Released
     );
-    let next = granted(leasehold::acquire(&mut conn, KEY, "worker-2", TTL).expect("acquire"));
+    let next = granted(conn.acquire(KEY, "worker-2", TTL).expect("acquire"));
     write(&mut conn, &next.token()).expect("admit");
     let refused = write(&mut conn, &lease.token()).expect_err("the older epoch is stale");
     assert!(matches!(
         refused,
         FencedError::Guard(GuardError::StaleEpoch { .. })
     ));
-    let invalid = leasehold::acquire(&mut conn, "", "worker-1", TTL).expect_err("empty key");
+    let invalid = conn.acquire("", "worker-1", TTL).expect_err("empty key");
     assert!(matches!(invalid, LeaseError::InvalidInput { .. }));
 
     let spans = capture.spans();
@@ -138,7 +139,7 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     // Opted in, the same calls carry them.
     let _recorded = KeysRecorded::on();
     capture.clear();
-    let again = leasehold::acquire(&mut conn, KEY, "worker-2", TTL).expect("acquire");
+    let again = conn.acquire(KEY, "worker-2", TTL).expect("acquire");
     assert_eq!(again, Acquisition::Granted(next.clone()));
     write(&mut conn, &next.token()).expect("admit");
     let spans = capture.spans();
@@ -154,7 +155,7 @@ fn a_keepers_loss_is_a_warning_event() {
     let (_serial, installed) = exclusive();
     let capture = &installed.spans;
     let db = TestDb::new();
-    let client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
+    let mut client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
     let lease = client
         .acquire(KEY, "worker-1", TTL)
         .expect("acquire")
@@ -204,7 +205,7 @@ fn the_listener_and_the_waiters_wake_ups_are_events() {
     let capture = &installed.spans;
     let _recorded = KeysRecorded::on();
     let db = TestDb::new();
-    let client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
+    let mut client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
     let waiter = LeaseWaiter::new(client.pool().clone(), &db.url);
     assert!(waiter.wait_until_listening(Duration::from_secs(30)));
     let listener_events = || -> Vec<Captured> {

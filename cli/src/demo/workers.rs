@@ -18,10 +18,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::PgConnection;
-use leasehold::{
-    error::FencedError,
-    guard::{run_fenced, Check},
-};
+use leasehold::{error::FencedError, guard::Check, Leases};
 use leasehold::{
     error::GuardError, Acquisition, FencingToken, Lease, LeaseState, Release, Renewal,
 };
@@ -88,7 +85,7 @@ fn fenced_write(
     check: Check,
     body: &str,
 ) -> Result<(), FencedError<diesel::result::Error>> {
-    run_fenced(conn, RESOURCE, token, check, |conn| {
+    conn.run_fenced(RESOURCE, token, check, |conn| {
         diesel::sql_query("INSERT INTO demo_results (epoch, worker, body) VALUES ($1, $2, $3)")
             .bind::<BigInt, _>(token.epoch())
             .bind::<Text, _>(token.owner())
@@ -102,10 +99,7 @@ fn fenced_write(
 pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(), CliError> {
     const ME: &str = "worker-a";
     let mut conn = establish(url)?;
-    let lease = granted(
-        leasehold::acquire(&mut conn, KEY, ME, TTL).map_err(lease_error)?,
-        ME,
-    )?;
+    let lease = granted(conn.acquire(KEY, ME, TTL).map_err(lease_error)?, ME)?;
     timeline.log(
         ME,
         format!(
@@ -115,7 +109,10 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             lease.token()
         ),
     );
-    match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL).map_err(lease_error)? {
+    match conn
+        .renew(KEY, ME, lease.epoch(), TTL)
+        .map_err(lease_error)?
+    {
         Renewal::Renewed { .. } => timeline.log(ME, "heartbeat: renew -> ok (same epoch)"),
         Renewal::Refused(why) => return Err(demo_error(format!("{ME}'s first renew said {why}"))),
     }
@@ -151,7 +148,10 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             duration::format(TTL)
         ),
     );
-    match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL).map_err(lease_error)? {
+    match conn
+        .renew(KEY, ME, lease.epoch(), TTL)
+        .map_err(lease_error)?
+    {
         Renewal::Refused(why) => timeline.log(
             ME,
             format!("heartbeat: renew -> {why} (a careful worker would stop here)"),
@@ -205,7 +205,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
         .from_a
         .recv()
         .map_err(|_| hand_off_failed("worker-a"))?;
-    match leasehold::acquire(&mut conn, KEY, ME, TTL).map_err(lease_error)? {
+    match conn.acquire(KEY, ME, TTL).map_err(lease_error)? {
         Acquisition::Denied => {}
         Acquisition::Granted(_) => {
             return Err(demo_error(format!(
@@ -217,7 +217,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
         owner,
         epoch,
         expires_at,
-    }) = leasehold::inspect(&mut conn, KEY).map_err(lease_error)?
+    }) = conn.inspect(KEY).map_err(lease_error)?
     else {
         return Err(demo_error(format!(
             "{KEY} was not held after worker-a acquired it"
@@ -236,10 +236,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
         ME,
         format!("the server clock passed {expires_at}: worker-a's grant has lapsed"),
     );
-    let lease = granted(
-        leasehold::acquire(&mut conn, KEY, ME, TTL).map_err(lease_error)?,
-        ME,
-    )?;
+    let lease = granted(conn.acquire(KEY, ME, TTL).map_err(lease_error)?, ME)?;
     timeline.log(
         ME,
         format!(
@@ -270,7 +267,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
         .from_a
         .recv()
         .map_err(|_| hand_off_failed("worker-a"))?;
-    match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL_ACROSS_RESTART)
+    match conn.renew(KEY, ME, lease.epoch(), TTL_ACROSS_RESTART)
         .map_err(lease_error)?
     {
         Renewal::Renewed { .. } => timeline.log(
@@ -294,7 +291,10 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
     // The crash broke the old connection; a real worker's pool reconnects.
     drop(conn);
     let mut conn = establish(url)?;
-    match leasehold::renew(&mut conn, KEY, ME, lease.epoch(), TTL).map_err(lease_error)? {
+    match conn
+        .renew(KEY, ME, lease.epoch(), TTL)
+        .map_err(lease_error)?
+    {
         Renewal::Renewed { .. } => timeline.log(
             ME,
             format!(
@@ -308,7 +308,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
             )))
         }
     }
-    match leasehold::release(&mut conn, KEY, ME, lease.epoch()).map_err(lease_error)? {
+    match conn.release(KEY, ME, lease.epoch()).map_err(lease_error)? {
         Release::Released => timeline.log(
             ME,
             format!(

@@ -7,6 +7,7 @@ use leasehold_test_support::{Deployment, PgBouncer, PoolMode, TestDb, TestServer
 use serde_json::Value;
 
 use crate::support::{run, Run};
+use leasehold::Leases;
 
 /// The throwaway servers of the other tests run with fsync and
 /// synchronous_commit off (fast, and what doctor rightly flags), so these
@@ -138,20 +139,20 @@ fn doctor_counts_prunable_free_and_long_lapsed_rows() {
     let deployment = deployment();
     let owner_url = deployment.url_as(&deployment.owner);
     let mut app = deployment.conn_as(&deployment.app);
-    let lease = leasehold::acquire(&mut app, "free", "a", std::time::Duration::from_secs(30))
+    let lease = app
+        .acquire("free", "a", std::time::Duration::from_secs(30))
         .unwrap()
         .granted()
         .unwrap();
     assert_eq!(
-        leasehold::release(&mut app, "free", "a", lease.epoch()).unwrap(),
+        app.release("free", "a", lease.epoch()).unwrap(),
         leasehold::Release::Released
     );
-    assert!(
-        leasehold::acquire(&mut app, "held", "a", std::time::Duration::from_secs(30))
-            .unwrap()
-            .granted()
-            .is_some()
-    );
+    assert!(app
+        .acquire("held", "a", std::time::Duration::from_secs(30))
+        .unwrap()
+        .granted()
+        .is_some());
     // A grant that expired eight days ago, written as the installing owner
     // (the table's owner) could leave it after a crash of its holder.
     deployment.admin_exec(&format!(

@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::support::{admin_exec, command, time_of, wait_until_server_time_passes, Db};
+use leasehold::Leases;
 
 fn acquire(db: &Db, key: &str, owner: &str, ttl: &str) -> serde_json::Value {
     let (code, grant) = db.json(&["acquire", key, owner, "--ttl", ttl]);
@@ -107,9 +108,10 @@ fn watch_refreshes_until_count_and_marks_a_takeover() {
     assert_eq!(first["changed"], serde_json::json!([]));
 
     let mut conn = db.conn();
-    let released = leasehold::release(&mut conn, "job-w", "worker-a", 1).unwrap();
+    let released = conn.release("job-w", "worker-a", 1).unwrap();
     assert_eq!(released, leasehold::Release::Released);
-    let taken = leasehold::acquire(&mut conn, "job-w", "worker-b", Duration::from_secs(60))
+    let taken = conn
+        .acquire("job-w", "worker-b", Duration::from_secs(60))
         .unwrap()
         .granted()
         .expect("granted");
@@ -255,7 +257,7 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     let mut conn = db.conn();
     let epoch = first["epoch"].as_i64().unwrap();
     assert_eq!(
-        leasehold::release(&mut conn, "job-e", "worker-a", epoch).unwrap(),
+        conn.release("job-e", "worker-a", epoch).unwrap(),
         leasehold::Release::Released
     );
     let wake = next();
@@ -272,7 +274,8 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     assert_eq!(released["epoch"], epoch + 1);
     assert!(released["at"].is_string());
 
-    let short = leasehold::acquire(&mut conn, "job-e", "worker-b", Duration::from_millis(300))
+    let short = conn
+        .acquire("job-e", "worker-b", Duration::from_millis(300))
         .unwrap()
         .granted()
         .expect("granted");
@@ -289,7 +292,8 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     assert_eq!(lapsed["loss"], true);
     assert_eq!(lapsed["owner"], "worker-b");
 
-    let taken = leasehold::acquire(&mut conn, "job-e", "worker-c", Duration::from_secs(60))
+    let taken = conn
+        .acquire("job-e", "worker-c", Duration::from_secs(60))
         .unwrap()
         .granted()
         .expect("granted");

@@ -2,6 +2,7 @@
 //! key names only when asked for, stdout untouched.
 
 use crate::support::Db;
+use leasehold::Leases;
 
 const DEBUG: (&str, &str) = ("LEASEHOLD_LOG", "leasehold=debug");
 
@@ -159,9 +160,7 @@ fn an_invalid_leasehold_log_is_refused_and_changes_nothing() {
         "{run:?}"
     );
     assert!(
-        leasehold::inspect(&mut db.conn(), "job-4")
-            .unwrap()
-            .is_none(),
+        db.conn().inspect("job-4").unwrap().is_none(),
         "the acquire must not have run"
     );
 }

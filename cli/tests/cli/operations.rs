@@ -3,6 +3,7 @@
 use leasehold::error::GuardError;
 
 use crate::support::{command, time_of, Db};
+use leasehold::Leases;
 
 #[test]
 fn install_is_idempotent_and_reports_versions() {
@@ -165,7 +166,7 @@ fn fence_raises_the_guard_floor() {
 
     let mut conn = db.conn();
     let stale = leasehold::FencingToken::new("job-4", "worker-a", 3).unwrap();
-    match leasehold::guard::admit(&mut conn, "reports", &stale) {
+    match conn.admit("reports", &stale) {
         Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }

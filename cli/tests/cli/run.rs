@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use diesel::connection::SimpleConnection;
-use leasehold::{inspect, LeaseState};
+use leasehold::{LeaseState, Leases};
 
 use crate::support::{command, wait_until_server_time_passes, Db, BIN};
 
@@ -56,7 +56,7 @@ fn exit_code(child: Child) -> (i32, String) {
 }
 
 fn held_by(db: &Db, key: &str) -> Option<(String, i64, DateTime<Utc>)> {
-    match inspect(&mut db.conn(), key).unwrap() {
+    match db.conn().inspect(key).unwrap() {
         Some(LeaseState::Held {
             owner,
             epoch,
@@ -100,7 +100,9 @@ fn the_command_gets_the_grant_and_run_exits_with_its_status_and_releases() {
 
     // A held key: denied (3) and the command never runs.
     let mut holder = db.conn();
-    let _held = leasehold::acquire(&mut holder, "job", "other", Duration::from_secs(60)).unwrap();
+    let _held = holder
+        .acquire("job", "other", Duration::from_secs(60))
+        .unwrap();
     let never = dir.join("never");
     let run = db.run(&["run", "job", "--", "touch", never.to_str().unwrap()]);
     assert_eq!(run.code, 3, "{run:?}");
@@ -169,20 +171,20 @@ while :; do sleep 0.02; done
     // The job's own guarded write while it holds the lease is admitted.
     let (owner, epoch, _) = held_by(&db, "job").unwrap();
     let job_token = leasehold::FencingToken::new("job", &owner, epoch).unwrap();
-    leasehold::guard::admit(&mut operator, "res", &job_token).unwrap();
+    operator.admit("res", &job_token).unwrap();
     // Taken away: freed, granted to a successor, the resource fenced to it.
     let taken_at = chrono::Utc::now();
     operator
         .batch_execute("SELECT lease.force_release('job')")
         .unwrap();
-    let successor =
-        match leasehold::acquire(&mut operator, "job", "successor", Duration::from_secs(60))
-            .unwrap()
-        {
-            leasehold::Acquisition::Granted(lease) => lease,
-            leasehold::Acquisition::Denied => panic!("the successor was denied"),
-        };
-    leasehold::guard::admit(&mut operator, "res", &successor.token()).unwrap();
+    let successor = match operator
+        .acquire("job", "successor", Duration::from_secs(60))
+        .unwrap()
+    {
+        leasehold::Acquisition::Granted(lease) => lease,
+        leasehold::Acquisition::Denied => panic!("the successor was denied"),
+    };
+    operator.admit("res", &successor.token()).unwrap();
 
     let (code, stderr) = exit_code(child);
     assert_eq!(code, 4, "{stderr}");

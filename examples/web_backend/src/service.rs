@@ -22,7 +22,7 @@
 //! conventions would hide the leasehold calls. Each of a few threads takes
 //! a request, checks a connection out of the pool for one call, answers.
 //!
-//! Results are written with `run_fenced(.., Check::LeaseHeld, ..)`: the
+//! Results are written with `...run_fenced(Check::LeaseHeld, ..)`: the
 //! write commits only if the token's lease is held by its owner and epoch
 //! right now (and no takeover can commit in between), and the guard of
 //! resource `job-results/{job}` refuses any epoch below the highest one it
@@ -42,8 +42,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{error::FencedError, guard::Check};
 use leasehold::{
-    error::GuardError, Acquisition, FencingToken, LeaseClient, LeaseError, LeaseState, Refusal,
-    Renewal,
+    error::GuardError, Acquisition, FencingToken, LeaseClient, LeaseError, LeaseState, Leases,
+    Refusal, Renewal,
 };
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -191,12 +191,15 @@ fn serve(
     client: &LeaseClient,
     prometheus: &PrometheusHandle,
 ) {
+    // A clone of the client per serving thread: its calls take it mutably
+    // (leasehold::Leases), and clones share one pool.
+    let mut client = client.clone();
     loop {
         match server.recv() {
             Ok(request) if *request.method() == Method::Get && request.url() == metrics::PATH => {
                 metrics::respond(prometheus, request)
             }
-            Ok(request) => respond(client, request),
+            Ok(request) => respond(&mut client, request),
             Err(_) if stopping.load(Ordering::SeqCst) => return,
             // An accept error on one connection; keep serving the others.
             Err(_) => continue,
@@ -204,7 +207,7 @@ fn serve(
     }
 }
 
-fn respond(client: &LeaseClient, mut request: Request) {
+fn respond(client: &mut LeaseClient, mut request: Request) {
     let (status, body) = match handle(client, &mut request) {
         Ok(body) => (200, body),
         Err(error) => (error.status(), error.body()),
@@ -217,7 +220,7 @@ fn respond(client: &LeaseClient, mut request: Request) {
     let _ = request.respond(response);
 }
 
-fn handle(client: &LeaseClient, request: &mut Request) -> Result<Value, ApiError> {
+fn handle(client: &mut LeaseClient, request: &mut Request) -> Result<Value, ApiError> {
     let path = request.url().split('?').next().unwrap_or("").to_owned();
     let method = request.method().clone();
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -346,7 +349,7 @@ fn lease_error(error: LeaseError) -> ApiError {
 }
 
 /// The epoch the job accepts now: the holder's, or none while unheld.
-fn accepted_epoch(client: &LeaseClient, job: &str) -> Result<Option<i64>, ApiError> {
+fn accepted_epoch(client: &mut LeaseClient, job: &str) -> Result<Option<i64>, ApiError> {
     Ok(match client.inspect(job).map_err(lease_error)? {
         Some(LeaseState::Held { epoch, .. }) => Some(epoch),
         _ => None,
@@ -354,7 +357,7 @@ fn accepted_epoch(client: &LeaseClient, job: &str) -> Result<Option<i64>, ApiErr
 }
 
 fn stale(
-    client: &LeaseClient,
+    client: &mut LeaseClient,
     job: &str,
     token: &FencingToken,
     reason: &str,
@@ -373,7 +376,7 @@ fn stale(
     })
 }
 
-fn claim(client: &LeaseClient, job: &str, body: &Value) -> Result<Value, ApiError> {
+fn claim(client: &mut LeaseClient, job: &str, body: &Value) -> Result<Value, ApiError> {
     let worker = body
         .get("worker")
         .and_then(Value::as_str)
@@ -410,7 +413,7 @@ fn claim(client: &LeaseClient, job: &str, body: &Value) -> Result<Value, ApiErro
 }
 
 fn heartbeat(
-    client: &LeaseClient,
+    client: &mut LeaseClient,
     job: &str,
     token: &FencingToken,
     body: &Value,
@@ -430,7 +433,7 @@ fn heartbeat(
 }
 
 fn submit(
-    client: &LeaseClient,
+    client: &mut LeaseClient,
     job: &str,
     token: &FencingToken,
     body: &Value,
@@ -484,7 +487,7 @@ struct StoredResult {
     stored_at: DateTime<Utc>,
 }
 
-fn show(client: &LeaseClient, job: &str) -> Result<Value, ApiError> {
+fn show(client: &mut LeaseClient, job: &str) -> Result<Value, ApiError> {
     let lease = match client.inspect(job).map_err(lease_error)? {
         None => Value::Null,
         Some(LeaseState::Held {

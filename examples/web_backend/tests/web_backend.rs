@@ -7,6 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use leasehold::LeaseClient;
+use leasehold::Leases;
 use leasehold_test_support::{time_of, wait_until_server_time_passes, TestDb, TestServer};
 use serde_json::{json, Value};
 use web_backend::service;
@@ -218,7 +219,10 @@ fn a_token_fenced_out_by_an_operator_gets_409_stale_epoch() {
     let (status, claim) = worker.claim("job-9", "worker-a", 30_000);
     assert_eq!(status, 200, "{claim}");
     let token = claim["token"].as_str().unwrap().to_owned();
-    leasehold::guard::fence(&mut fixture.conn(), "job-results/job-9", "job-9", 1).expect("fence");
+    fixture
+        .conn()
+        .fence("job-results/job-9", "job-9", 1)
+        .expect("fence");
     let (status, refused) = worker.submit("job-9", &token, json!("done"));
     assert_eq!(status, 409, "{refused}");
     assert_eq!(refused["reason"], "stale_epoch");

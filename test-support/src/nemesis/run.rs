@@ -29,11 +29,10 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::guard::{admit, admit_held};
 use leasehold::{
     batch::{GroupId, GroupRenewal},
     error::GuardError,
-    Acquisition, LeaseError, LeaseState, Release, Renewal,
+    Acquisition, LeaseError, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_local::LocalPostgres;
 
@@ -248,7 +247,7 @@ pub fn worker_main(spec: &WorkerSpec) {
         };
         let key = format!("k{}", rng.range(0, spec.keys as u64));
         let resource = format!("res-{key}");
-        let lease = match leasehold::acquire(c, &key, &owner, ttl) {
+        let lease = match c.acquire(&key, &owner, ttl) {
             Ok(Acquisition::Granted(lease)) => {
                 out.record(&Event::Grant {
                     key: key.clone(),
@@ -287,7 +286,7 @@ pub fn worker_main(spec: &WorkerSpec) {
         // renews the key, each renew_group then extends the group.
         let mut group = None;
         if rng.chance(40) {
-            match leasehold::batch::join_group(c, &owner, &[(&key, epoch)], ttl) {
+            match c.join_group(&owner, &[(&key, epoch)], ttl) {
                 Ok(joined) => {
                     if let (Some(joined_group), Renewal::Renewed { expires_at }) =
                         (joined.group, &joined.keys[0].renewal)
@@ -329,9 +328,9 @@ pub fn worker_main(spec: &WorkerSpec) {
                 let result = c.transaction::<_, WriteError, _>(|c| {
                     let at = try_server_now(c)?;
                     if held {
-                        admit_held(c, &resource, &token)?;
+                        c.admit_held(&resource, &token)?;
                     } else {
-                        admit(c, &resource, &token)?;
+                        c.admit(&resource, &token)?;
                     }
                     let seq = diesel::sql_query(
                         "INSERT INTO nemesis_writes (op, resource, key, owner, epoch, at) \
@@ -420,7 +419,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                 owner: owner.clone(),
                 epoch,
             });
-            match leasehold::release(c, &key, &owner, epoch) {
+            match c.release(&key, &owner, epoch) {
                 Ok(Release::Released) => out.record(&Event::ReleaseOk {
                     key: key.clone(),
                     owner: owner.clone(),
@@ -468,12 +467,12 @@ fn renew_key(
         if let GroupRenewal::Renewed {
             expires_at,
             members: 1,
-        } = leasehold::batch::renew_group(conn, group, owner, ttl)?
+        } = conn.renew_group(group, owner, ttl)?
         {
             return Ok((Renewal::Renewed { expires_at }, true));
         }
     }
-    Ok((leasehold::renew(conn, key, owner, epoch, ttl)?, false))
+    Ok((conn.renew(key, owner, epoch, ttl)?, false))
 }
 
 /// Best effort: the holder may have exited already.
@@ -749,7 +748,7 @@ fn prune_until(url: &str, deadline_ms: u64, seed: u64) -> PruneCounts {
             }
             continue;
         };
-        match leasehold::admin::prune(c, &options) {
+        match c.prune(&options) {
             Ok(report) => {
                 counts.prunes += 1;
                 counts.keys += report.keys_pruned;
@@ -770,7 +769,7 @@ fn inspect_all(conn: &mut PgConnection, keys: usize, out: &mut Recorder) {
     for k in 0..keys {
         let key = format!("k{k}");
         let before = server_now(conn);
-        let state = leasehold::inspect(conn, &key).expect("inspect after a crash");
+        let state = conn.inspect(&key).expect("inspect after a crash");
         let after = server_now(conn);
         if let Some(state) = state {
             out.record(&Event::Inspect {
