@@ -257,7 +257,8 @@ pub(crate) fn interval(
 }
 
 impl Lease {
-    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)) and, when renewed,
+    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)),
+    /// on a connection or a [`crate::LeaseClient`], and, when renewed,
     /// records the new expiry.
     ///
     /// ```no_run
@@ -267,16 +268,17 @@ impl Lease {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn renew(&mut self, conn: &mut PgConnection) -> Result<Renewal, LeaseError> {
-        let renewal = renew(conn, &self.key, &self.owner, self.epoch, self.ttl)?;
+    pub fn renew(&mut self, leases: &mut impl crate::Leases) -> Result<Renewal, LeaseError> {
+        let renewal = leases.renew(&self.key, &self.owner, self.epoch, self.ttl)?;
         if let Renewal::Renewed { expires_at } = renewal {
             self.expires_at = expires_at;
         }
         Ok(renewal)
     }
 
-    /// Releases this grant ([`release`](crate::Leases::release)).
-    pub fn release(&self, conn: &mut PgConnection) -> Result<Release, LeaseError> {
-        release(conn, &self.key, &self.owner, self.epoch)
+    /// Releases this grant ([`release`](crate::Leases::release)), on a
+    /// connection or a [`crate::LeaseClient`].
+    pub fn release(&self, leases: &mut impl crate::Leases) -> Result<Release, LeaseError> {
+        leases.release(&self.key, &self.owner, self.epoch)
     }
 }
