@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::sql_types::{Bool, Integer};
 use leasehold::{
     wait::{LeaseWaiter, Wait},
-    Acquisition, Leases,
+    Acquisition, LeaseClient, Leases,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
@@ -196,11 +195,8 @@ fn release_committing(
 }
 
 fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {
-    let pool = Pool::builder()
-        .max_size(2)
-        .test_on_check_out(false)
-        .build(ConnectionManager::<PgConnection>::new(url))?;
-    let waiter = LeaseWaiter::new(pool, url);
+    let client = LeaseClient::connect(url, 2)?;
+    let waiter = LeaseWaiter::new(&client);
     if !waiter.wait_until_listening(Duration::from_secs(10)) {
         return Err(format!("listener not connected: {:?}", waiter.listener_status()).into());
     }
@@ -208,7 +204,7 @@ fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Durat
     let (done_tx, done_rx) = mpsc::channel::<Instant>();
     let w = waiter.clone();
     let thread = std::thread::spawn(move || -> Result<(), String> {
-        let mut conn = w.pool().get().map_err(|e| e.to_string())?;
+        let mut conn = w.client().pool().get().map_err(|e| e.to_string())?;
         drop(conn);
         for _ in go_rx {
             let lease = w
@@ -220,7 +216,7 @@ fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Durat
                 )
                 .map_err(|e| e.to_string())?;
             let at = Instant::now();
-            conn = w.pool().get().map_err(|e| e.to_string())?;
+            conn = w.client().pool().get().map_err(|e| e.to_string())?;
             let _ = conn
                 .release(lease.key(), lease.owner(), lease.epoch())
                 .map_err(|e| e.to_string())?;
@@ -329,11 +325,8 @@ fn handover_sql(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration
 fn lapse(url: &str, n: usize, client: bool) -> BenchResult<Vec<Duration>> {
     let short = Duration::from_millis(100);
     let key = if client { "lapse-client" } else { "lapse-sql" };
-    let pool = Pool::builder()
-        .max_size(2)
-        .test_on_check_out(false)
-        .build(ConnectionManager::<PgConnection>::new(url))?;
-    let waiter = LeaseWaiter::new(pool, url);
+    let pooled = LeaseClient::connect(url, 2)?;
+    let waiter = LeaseWaiter::new(&pooled);
     let mut holder = PgConnection::establish(url)?;
     let mut sql_waiter = PgConnection::establish(url)?;
     let mut out = Vec::with_capacity(n);

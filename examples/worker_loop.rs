@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use diesel::r2d2::{ConnectionManager, Pool};
 use diesel::{Connection, PgConnection};
 use leasehold::{
     error::WaitError,
@@ -63,11 +62,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let url = server.url();
     leasehold::install(&mut PgConnection::establish(&url)?)?;
-    let pool = Pool::builder()
-        .max_size(8)
-        .test_on_check_out(false)
-        .build(ConnectionManager::<PgConnection>::new(&url))?;
-    let waiter = LeaseWaiter::new(pool, &url);
+    let client = leasehold::LeaseClient::connect(&url, 8)?;
+    let waiter = LeaseWaiter::new(&client);
     waiter.wait_until_listening(Duration::from_secs(10));
 
     println!(
@@ -133,11 +129,10 @@ fn worker(
             Err(error) => return Err(error.to_string()),
         };
         if done.lock().map_err(|_| "poisoned")?.contains(job) {
-            let _ = leasehold::LeaseClient::new(waiter.pool().clone()).release(
-                lease.key(),
-                lease.owner(),
-                lease.epoch(),
-            );
+            let _ = waiter
+                .client()
+                .clone()
+                .release(lease.key(), lease.owner(), lease.epoch());
             continue;
         }
         timeline.log(me, job, format!("acquired, epoch {}", lease.epoch()));
@@ -146,7 +141,7 @@ fn worker(
         let paused = Arc::new(AtomicBool::new(false));
         let keeper = {
             let (paused, timeline) = (paused.clone(), timeline.clone());
-            Keeper::builder(waiter.pool().clone(), lease)
+            Keeper::builder(waiter.client(), lease)
                 .on_event(move |event| match event {
                     KeeperEvent::Renewed { .. } => {
                         while paused.load(Ordering::SeqCst) {

@@ -5,11 +5,14 @@
 //! held between calls. Callers that need an operation inside their own
 //! transaction call the same methods on their connection.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use diesel::pg::PgConnection;
 
 use crate::errors::{GuardError, LeaseError};
 use crate::guards::{Check, FencedError};
-use crate::pool::{self, PgPool, PreparedStatements};
+use crate::pool::{self, PgPool, PoolSettings, PreparedStatements};
 use crate::token::FencingToken;
 
 /// Every lease operation over a connection pool: the methods of
@@ -39,6 +42,8 @@ use crate::token::FencingToken;
 #[derive(Clone)]
 pub struct LeaseClient {
     pub(crate) pool: PgPool,
+    /// Where waiters built from this client open their listener session.
+    listen_url: Arc<str>,
 }
 
 impl std::fmt::Debug for LeaseClient {
@@ -50,12 +55,37 @@ impl std::fmt::Debug for LeaseClient {
 }
 
 impl LeaseClient {
-    /// Wraps an existing pool.
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    /// The one way to configure a client: the database URL, then the pool's
+    /// size, statement caching, checkout timeout, whether to connect at
+    /// once, and where waiters listen.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use leasehold::{pool::PreparedStatements, LeaseClient};
+    /// // Through a transaction-mode pooler, with the waiters' listener on
+    /// // the server itself (docs/guide/poolers.md).
+    /// let client = LeaseClient::builder("postgres://app@pgbouncer:6432/app")
+    ///     .max_size(8)
+    ///     .prepared_statements(PreparedStatements::Uncached)
+    ///     .listen_url("postgres://app@db:5432/app")
+    ///     .build()?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn builder(database_url: &str) -> LeaseClientBuilder {
+        LeaseClientBuilder {
+            database_url: database_url.to_owned(),
+            listen_url: None,
+            settings: PoolSettings {
+                max_size: DEFAULT_MAX_SIZE,
+                prepared: PreparedStatements::Cached,
+                checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
+                connect_at_once: true,
+            },
+        }
     }
 
-    /// Builds a pool of up to `max_size` connections to `database_url`.
+    /// `LeaseClient::builder(database_url).max_size(max_size).build()`:
+    /// the common case in one call.
     ///
     /// The pool skips r2d2's `SELECT 1` check on every checkout (a full
     /// round trip per operation); a connection found dead by a call is
@@ -68,34 +98,88 @@ impl LeaseClient {
     /// 5 seconds unless the URL sets one (`?connect_timeout=10`) or
     /// `PGCONNECT_TIMEOUT` is set.
     pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
-        Ok(Self {
-            pool: pool::build(database_url, max_size)?,
-        })
-    }
-
-    /// [`LeaseClient::connect`] with the statement caching `prepared` says:
-    /// [`PreparedStatements::Uncached`] for a URL that goes through a
-    /// transaction-mode pooler (docs/guide/poolers.md, "Poolers").
-    ///
-    /// ```no_run
-    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
-    /// use leasehold::{LeaseClient, pool::PreparedStatements};
-    /// let client = LeaseClient::connect_with("postgres://pgbouncer:6432/app", 4, PreparedStatements::Uncached)?;
-    /// # let _ = client; Ok(()) }
-    /// ```
-    pub fn connect_with(
-        database_url: &str,
-        max_size: u32,
-        prepared: PreparedStatements,
-    ) -> Result<Self, LeaseError> {
-        Ok(Self {
-            pool: pool::build_with(database_url, max_size, prepared)?,
-        })
+        Self::builder(database_url).max_size(max_size).build()
     }
 
     /// The underlying pool, for the caller's own queries.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Where waiters built from this client listen for release
+    /// notifications.
+    pub(crate) fn listen_url(&self) -> &str {
+        &self.listen_url
+    }
+}
+
+/// The pool's size unless [`LeaseClientBuilder::max_size`] says otherwise.
+const DEFAULT_MAX_SIZE: u32 = 10;
+
+/// How long a call waits for a pooled connection unless
+/// [`LeaseClientBuilder::checkout_timeout`] says otherwise (r2d2's own
+/// default).
+const DEFAULT_CHECKOUT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Configures a [`LeaseClient`] ([`LeaseClient::builder`]).
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LeaseClientBuilder {
+    database_url: String,
+    listen_url: Option<String>,
+    settings: PoolSettings,
+}
+
+impl LeaseClientBuilder {
+    /// At most this many connections (default 10; 0 is raised to 1). Each call holds one for its duration; a waiter holds
+    /// one per attempt, a keeper one per renewal.
+    pub fn max_size(mut self, max_size: u32) -> Self {
+        self.settings.max_size = max_size;
+        self
+    }
+
+    /// Whether the library's statements are prepared and cached per
+    /// connection ([`PreparedStatements::Cached`], the default) or sent with
+    /// their text every time ([`PreparedStatements::Uncached`], for a
+    /// transaction-mode pooler).
+    pub fn prepared_statements(mut self, prepared: PreparedStatements) -> Self {
+        self.settings.prepared = prepared;
+        self
+    }
+
+    /// How long a call waits for a free pooled connection before it fails
+    /// with [`LeaseError::Pool`] (default 30 s).
+    pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.checkout_timeout = timeout;
+        self
+    }
+
+    /// Builds without opening a connection: the pool connects when a call
+    /// needs one. For a process that may start before its database (or
+    /// during a failover); a wrong URL then shows at the first call.
+    pub fn connect_lazily(mut self) -> Self {
+        self.settings.connect_at_once = false;
+        self
+    }
+
+    /// Where waiters built from this client ([`crate::wait::LeaseWaiter`])
+    /// open their listener session; the database URL unless set. Behind a
+    /// transaction-mode pooler it must reach a server session of its own:
+    /// the server itself or a session-mode pooler.
+    pub fn listen_url(mut self, listen_url: &str) -> Self {
+        self.listen_url = Some(listen_url.to_owned());
+        self
+    }
+
+    /// Builds the pool (opening one connection first, unless
+    /// [`connect_lazily`](Self::connect_lazily)).
+    pub fn build(self) -> Result<LeaseClient, LeaseError> {
+        let pool = pool::build(&self.database_url, &self.settings)?;
+        let listen_url = self.listen_url.unwrap_or(self.database_url);
+        Ok(LeaseClient {
+            pool,
+            listen_url: listen_url.into(),
+        })
     }
 }
 

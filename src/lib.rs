@@ -30,7 +30,8 @@
 //! # Where things are
 //!
 //! The crate root holds what a first program needs: [`Leases`] (every
-//! operation), [`LeaseClient`] (the pooled implementation), the answers
+//! operation), [`LeaseClient`] (the pooled implementation) and its
+//! [`LeaseClientBuilder`], the answers
 //! ([`Acquisition`], [`Renewal`], [`Release`], [`Refusal`],
 //! [`LeaseState`]), the [`Lease`] and its [`FencingToken`], [`LeaseError`],
 //! [`Keeper`] and [`install()`]. The rest is in public modules named by
@@ -43,7 +44,7 @@
 //! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications |
 //! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
 //! | [`admin`] | install and uninstall; the types of the operator calls |
-//! | [`pool`] | the connection pool ([`pool::build_pool`]) |
+//! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
 //!
@@ -97,7 +98,7 @@ mod waiting;
 // The crate root: what a newcomer reaches for first. Everything else is in
 // a public module named by its concern, below.
 pub use api::Leases;
-pub use client::LeaseClient;
+pub use client::{LeaseClient, LeaseClientBuilder};
 pub use errors::LeaseError;
 pub use holding::Keeper;
 pub use install::install;

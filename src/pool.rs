@@ -46,8 +46,8 @@ pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 /// (libpq's `PQsendQueryParams`, still one round trip) and parsed and
 /// planned every time. docs/guide/poolers.md, "Poolers", has the measured cost.
 ///
-/// The free functions ([`crate::Leases::acquire`], ...) use whatever the caller's
-/// connection says: call
+/// Calls on a caller's own connection ([`crate::Leases`] on a
+/// `PgConnection`) use whatever that connection says: call
 /// `conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled)`
 /// on it (diesel's `Connection` method) for the uncached behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -77,48 +77,48 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementCacheSe
     }
 }
 
-/// A pool of up to `max_size` connections to `database_url`, without r2d2's
-/// `SELECT 1` on every checkout (a full round trip per operation): a
-/// connection found dead by a call is discarded by [`with_conn`] instead,
-/// so only that call fails and the next one gets a fresh connection.
-pub(crate) fn build(database_url: &str, max_size: u32) -> Result<PgPool, LeaseError> {
-    build_with(database_url, max_size, PreparedStatements::Cached)
+/// How [`build`] makes a pool: [`crate::LeaseClient`]'s builder fills it.
+#[derive(Debug, Clone)]
+pub(crate) struct PoolSettings {
+    pub(crate) max_size: u32,
+    pub(crate) prepared: PreparedStatements,
+    pub(crate) checkout_timeout: std::time::Duration,
+    pub(crate) connect_at_once: bool,
 }
 
-/// [`build`] with the statement caching `prepared` says. One connection is
-/// opened first, outside the pool: a URL that cannot connect (a wrong
-/// password, a database that does not exist) fails at once with libpq's
-/// message ([`LeaseError::Connect`]), instead of the pool waiting its
-/// connection timeout (30 s) for connections that never come and then
-/// saying only that none is available. Every connection attempt is bounded
-/// by libpq's `connect_timeout`: 5 seconds unless the URL (or
-/// `PGCONNECT_TIMEOUT`) says otherwise, so an unreachable host fails in
-/// seconds instead of after the operating system's TCP timeout.
-pub(crate) fn build_with(
-    database_url: &str,
-    max_size: u32,
-    prepared: PreparedStatements,
-) -> Result<PgPool, LeaseError> {
+/// A pool of connections to `database_url`, without r2d2's `SELECT 1` on
+/// every checkout (a full round trip per operation): a connection found
+/// dead by a call is discarded by [`with_conn`] instead, so only that call
+/// fails and the next one gets a fresh connection.
+///
+/// Unless told to connect lazily, one connection is opened first, outside
+/// the pool: a URL that cannot connect (a wrong password, a database that
+/// does not exist) fails at once with libpq's message
+/// ([`LeaseError::Connect`]), instead of the pool waiting its checkout
+/// timeout for connections that never come and then saying only that none
+/// is available. Every connection attempt is bounded by libpq's
+/// `connect_timeout`: 5 seconds unless the URL (or `PGCONNECT_TIMEOUT`)
+/// says otherwise, so an unreachable host fails in seconds instead of
+/// after the operating system's TCP timeout.
+pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPool, LeaseError> {
     let database_url = &crate::libpq::with_connect_timeout(database_url);
-    drop(PgConnection::establish(database_url).map_err(|source| LeaseError::Connect { source })?);
-    Ok(Pool::builder()
-        .max_size(max_size.max(1))
+    if settings.connect_at_once {
+        drop(
+            PgConnection::establish(database_url)
+                .map_err(|source| LeaseError::Connect { source })?,
+        );
+    }
+    let builder = Pool::builder()
+        .max_size(settings.max_size.max(1))
         .test_on_check_out(false)
-        .connection_customizer(Box::new(StatementCacheSetting(prepared)))
-        .build(ConnectionManager::<PgConnection>::new(database_url))?)
-}
-
-/// A pool for [`crate::LeaseClient::new`], [`crate::wait::LeaseWaiter::new`] or
-/// [`crate::Keeper`]: up to `max_size` connections to `database_url`, with
-/// the statement caching `prepared` says (use
-/// [`PreparedStatements::Uncached`] behind a transaction-mode pooler), and
-/// the same settings as [`crate::LeaseClient::connect`] otherwise.
-pub fn build_pool(
-    database_url: &str,
-    max_size: u32,
-    prepared: PreparedStatements,
-) -> Result<PgPool, LeaseError> {
-    build_with(database_url, max_size, prepared)
+        .connection_timeout(settings.checkout_timeout)
+        .connection_customizer(Box::new(StatementCacheSetting(settings.prepared)));
+    let manager = ConnectionManager::<PgConnection>::new(database_url);
+    Ok(if settings.connect_at_once {
+        builder.build(manager)?
+    } else {
+        builder.build_unchecked(manager)
+    })
 }
 
 /// Whether `error` says the connection (not the request) failed, or that

@@ -69,8 +69,8 @@ pub fn obtain(
         // Wake on release (LISTEN/NOTIFY) or at the holder's expiry, holding
         // no transaction while waiting, instead of the SQL 50 ms poll.
         Some(wait) => {
-            let waiter =
-                leasehold::wait::LeaseWaiter::connect(url, 1).map_err(CliError::from_lease)?;
+            let client = leasehold::LeaseClient::connect(url, 1).map_err(CliError::from_lease)?;
+            let waiter = leasehold::wait::LeaseWaiter::new(&client);
             waiter
                 .acquire(key, owner, ttl, leasehold::wait::Wait::AtMost(wait))
                 .map_err(|error| match error {

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel::PgConnection;
-use leasehold::{hold::LeaseLoss, pool::PreparedStatements, Keeper, Lease, Leases, Renewal};
+use leasehold::{hold::LeaseLoss, Keeper, Lease, LeaseClient, Leases, Renewal};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -118,10 +118,10 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
             )));
         }
     }
-    let keeper = match leasehold::pool::build_pool(url, 2, PreparedStatements::Cached)
+    let keeper = match LeaseClient::connect(url, 2)
         .map_err(CliError::from_lease)
-        .and_then(|pool| {
-            Keeper::builder(pool, lease.clone())
+        .and_then(|client| {
+            Keeper::builder(&client, lease.clone())
                 .ttl(request.ttl)
                 .start()
                 .map_err(|error| CliError::Database(crate::failure::report(&error)))

@@ -48,9 +48,8 @@
 //! the renew's row lock anyway).
 //!
 //! ```no_run
-//! # fn demo(pool: leasehold::pool::PgPool, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-//! use std::time::Duration;
-//! let keeper = leasehold::Keeper::start(pool, lease)?; // renews for lease.ttl()
+//! # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+//! let keeper = leasehold::Keeper::start(client, lease)?; // renews for lease.ttl()
 //! while keeper.is_valid() {
 //!     // ... one step of work, presenting keeper.token() to guards ...
 //!     # break;
@@ -67,6 +66,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::schedule::{lock, spawn, Schedule};
+use crate::client::LeaseClient;
 use crate::errors::LeaseError;
 use crate::leases;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
@@ -482,17 +482,18 @@ impl Shared {
 
 impl Keeper {
     /// Starts keeping `lease` alive with the default settings, renewing it
-    /// for its own [`Lease::ttl`]; renews once before returning.
-    pub fn start(pool: PgPool, lease: Lease) -> Result<Keeper, KeeperError> {
-        Self::builder(pool, lease).start()
+    /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
+    /// returning.
+    pub fn start(client: &LeaseClient, lease: Lease) -> Result<Keeper, KeeperError> {
+        Self::builder(client, lease).start()
     }
 
     /// A builder to change intervals, margin, or observe events.
     ///
     /// ```no_run
-    /// # fn demo(pool: leasehold::pool::PgPool, lease: leasehold::Lease) -> Result<(), leasehold::error::KeeperError> {
+    /// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), leasehold::error::KeeperError> {
     /// use std::time::Duration;
-    /// let keeper = leasehold::Keeper::builder(pool, lease)
+    /// let keeper = leasehold::Keeper::builder(client, lease)
     ///     .ttl(Duration::from_secs(9))
     ///     .renew_every(Duration::from_secs(2))
     ///     .margin(Duration::from_secs(1))
@@ -500,9 +501,9 @@ impl Keeper {
     ///     .start()?;
     /// # drop(keeper); Ok(()) }
     /// ```
-    pub fn builder(pool: PgPool, lease: Lease) -> KeeperBuilder {
+    pub fn builder(client: &LeaseClient, lease: Lease) -> KeeperBuilder {
         KeeperBuilder {
-            pool,
+            pool: client.pool().clone(),
             ttl: lease.ttl(),
             lease,
             renew_every: None,

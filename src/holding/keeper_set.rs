@@ -24,8 +24,8 @@
 //! ([`crate::Leases::release_many`]).
 //!
 //! ```no_run
-//! # fn demo(pool: leasehold::pool::PgPool, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
-//! let keepers = leasehold::hold::KeeperSet::start(pool, leases)?; // one renew_group per heartbeat
+//! # fn demo(client: &leasehold::LeaseClient, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
+//! let keepers = leasehold::hold::KeeperSet::start(client, leases)?; // one renew_group per heartbeat
 //! while keepers.is_valid("shard-1") {
 //!     // ... one step of work on shard-1, presenting keepers.token("shard-1") to guards ...
 //!     # break;
@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use super::keeper::{KeeperError, LeaseLoss};
 use super::schedule::{lock, spawn, Schedule};
+use crate::client::LeaseClient;
 use crate::errors::LeaseError;
 use crate::groups::{self, GroupId, GroupRenewal};
 use crate::many::{self, MAX_KEYS_PER_CALL};
@@ -613,15 +614,16 @@ impl Shared {
 
 impl KeeperSet {
     /// Starts keeping `leases` (one owner's, distinct keys) alive with the
-    /// default settings; sends the first heartbeat before returning.
-    pub fn start(pool: PgPool, leases: Vec<Lease>) -> Result<KeeperSet, KeeperError> {
-        Self::builder(pool, leases).start()
+    /// default settings, on `client`'s pool; sends the first heartbeat
+    /// before returning.
+    pub fn start(client: &LeaseClient, leases: Vec<Lease>) -> Result<KeeperSet, KeeperError> {
+        Self::builder(client, leases).start()
     }
 
     /// A builder to change the ttl, intervals, margin, or observe events.
-    pub fn builder(pool: PgPool, leases: Vec<Lease>) -> KeeperSetBuilder {
+    pub fn builder(client: &LeaseClient, leases: Vec<Lease>) -> KeeperSetBuilder {
         KeeperSetBuilder {
-            pool,
+            pool: client.pool().clone(),
             leases,
             ttl: None,
             renew_every: None,

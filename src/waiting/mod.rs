@@ -32,8 +32,9 @@
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leasehold::{wait::{LeaseWaiter, Wait}, error::WaitError};
-//! let waiter = LeaseWaiter::connect("postgres://localhost/app", 4)?;
+//! use leasehold::{wait::{LeaseWaiter, Wait}, error::WaitError, LeaseClient};
+//! let client = LeaseClient::connect("postgres://localhost/app", 4)?;
+//! let waiter = LeaseWaiter::new(&client);
 //! match waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5))) {
 //!     Ok(lease) => println!("got epoch {}", lease.epoch()),
 //!     Err(WaitError::TimedOut { .. }) => println!("still held by someone else"),
@@ -47,11 +48,12 @@ use std::time::{Duration, Instant};
 
 use diesel::RunQueryDsl;
 
+use crate::client::LeaseClient;
 use crate::errors::{LeaseError, Operation};
 use crate::holding::cancel::{CancelToken, Wake};
 use crate::leases;
 use crate::outcome::{Acquisition, Lease};
-use crate::pool::{self, is_connection_error, with_conn, PgPool, PreparedStatements};
+use crate::pool::{is_connection_error, with_conn, PgPool};
 use crate::sql::calls::RemainingCall;
 use crate::telemetry;
 
@@ -137,6 +139,7 @@ pub enum WaitError {
 /// URL) share one listener session.
 #[derive(Clone)]
 pub struct LeaseWaiter {
+    client: LeaseClient,
     pool: PgPool,
     listener: Arc<Listener>,
     fallback_poll: Duration,
@@ -157,8 +160,7 @@ impl std::fmt::Debug for LeaseWaiter {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct LeaseWaiterBuilder {
-    pool: PgPool,
-    listen_url: String,
+    client: LeaseClient,
     fallback_poll: Duration,
     recheck_every: Duration,
 }
@@ -184,8 +186,9 @@ impl LeaseWaiterBuilder {
     pub fn build(self) -> LeaseWaiter {
         let floor = Duration::from_millis(1);
         LeaseWaiter {
-            listener: Listener::for_url(&self.listen_url),
-            pool: self.pool,
+            listener: Listener::for_url(self.client.listen_url()),
+            pool: self.client.pool().clone(),
+            client: self.client,
             fallback_poll: self.fallback_poll.max(floor),
             recheck_every: self.recheck_every.max(floor),
         }
@@ -193,54 +196,27 @@ impl LeaseWaiterBuilder {
 }
 
 impl LeaseWaiter {
-    /// A waiter taking attempt connections from `pool` and listening through
-    /// a dedicated session to `listen_url` (the pool's database; r2d2 does
-    /// not reveal the URL it connects to).
-    pub fn new(pool: PgPool, listen_url: &str) -> Self {
-        Self::builder(pool, listen_url).build()
+    /// A waiter whose attempts run on `client`'s pool and whose listener
+    /// session goes to the client's listen URL (its database URL unless
+    /// [`LeaseClientBuilder::listen_url`](crate::LeaseClientBuilder::listen_url)
+    /// said otherwise).
+    pub fn new(client: &LeaseClient) -> Self {
+        Self::builder(client).build()
     }
 
     /// A builder with non-default intervals.
-    pub fn builder(pool: PgPool, listen_url: &str) -> LeaseWaiterBuilder {
+    pub fn builder(client: &LeaseClient) -> LeaseWaiterBuilder {
         LeaseWaiterBuilder {
-            pool,
-            listen_url: listen_url.to_owned(),
+            client: client.clone(),
             fallback_poll: DEFAULT_FALLBACK_POLL,
             recheck_every: DEFAULT_RECHECK,
         }
     }
 
-    /// A waiter over a new pool of up to `max_size` connections to
-    /// `database_url` (same pool settings as [`crate::LeaseClient::connect`]).
-    pub fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
-        Ok(Self::new(
-            pool::build(database_url, max_size)?,
-            database_url,
-        ))
-    }
-
-    /// A waiter whose attempts go through `database_url` with the statement
-    /// caching `prepared` says, and whose listener session goes to
-    /// `listen_url`. Behind a transaction-mode pooler, `database_url` may
-    /// be the pooler's with [`PreparedStatements::Uncached`], but
-    /// `listen_url` must reach a server session of its own: the server
-    /// itself or a session-mode pooler (a transaction-mode one is detected:
-    /// [`PollingReason::NotificationsNotDelivered`]).
-    pub fn connect_with(
-        database_url: &str,
-        listen_url: &str,
-        max_size: u32,
-        prepared: PreparedStatements,
-    ) -> Result<Self, LeaseError> {
-        Ok(Self::new(
-            pool::build_with(database_url, max_size, prepared)?,
-            listen_url,
-        ))
-    }
-
-    /// The pool attempts run on (also handy for a [`crate::Keeper`]).
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// The client attempts run on (also what a [`crate::Keeper`] of a
+    /// granted lease is built from).
+    pub fn client(&self) -> &LeaseClient {
+        &self.client
     }
 
     /// The shared listener's state.

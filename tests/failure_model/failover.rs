@@ -18,11 +18,9 @@
 use std::sync::mpsc;
 use std::time::Instant;
 
-use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
     error::{KeeperError, Operation, WaitError},
     hold::{CancelToken, KeeperEvent, LeaseLoss},
-    pool::PgPool,
     wait::{LeaseWaiter, Wait, LISTENER_APPLICATION_NAME},
     Keeper, LeaseClient, Leases,
 };
@@ -85,12 +83,13 @@ fn dead_port() -> u16 {
 
 /// A pool like the library's (no check on checkout), with a short
 /// checkout timeout so that calls fail quickly while no server is usable.
-fn pool(url: &str, size: u32) -> PgPool {
-    Pool::builder()
+fn lazy_client(url: &str, size: u32) -> LeaseClient {
+    LeaseClient::builder(url)
         .max_size(size)
-        .test_on_check_out(false)
-        .connection_timeout(Duration::from_secs(2))
-        .build_unchecked(ConnectionManager::new(url))
+        .checkout_timeout(Duration::from_secs(2))
+        .connect_lazily()
+        .build()
+        .expect("a lazily connecting client")
 }
 
 /// The port of the server `conn` reaches.
@@ -146,9 +145,9 @@ fn listener_runs_on(conn: &mut PgConnection, pid: Option<i32>) -> bool {
 /// A keeper's events, each with the instant it was reported.
 type Events = mpsc::Receiver<(Instant, KeeperEvent)>;
 
-fn keeper(pool: PgPool, lease: Lease, ttl: Duration, margin: Duration) -> (Keeper, Events) {
+fn keeper(client: &LeaseClient, lease: Lease, ttl: Duration, margin: Duration) -> (Keeper, Events) {
     let (tx, rx) = mpsc::channel();
-    let keeper = Keeper::builder(pool, lease)
+    let keeper = Keeper::builder(client, lease)
         .ttl(ttl)
         .margin(margin)
         .renew_every(Duration::from_millis(100))
@@ -245,7 +244,7 @@ fn follow_the_writable_server(
     // The read-only server comes first: libpq must skip it.
     let url = multi_host_url(&[standby.port(), primary.port()], READ_WRITE);
 
-    let mut client = LeaseClient::new(pool(&url, 2));
+    let mut client = lazy_client(&url, 2);
     assert_eq!(
         server_port(&mut client.pool().get().unwrap()),
         primary.port()
@@ -255,9 +254,9 @@ fn follow_the_writable_server(
     assert_eq!(plain(&standby).inspect("before").unwrap(), None);
 
     let kept = granted(client.acquire("kept", "keeper", TTL).unwrap());
-    let (keeper, events) = keeper(pool(&url, 2), kept, TTL, TTL / 10);
+    let (keeper, events) = keeper(&lazy_client(&url, 2), kept, TTL, TTL / 10);
 
-    let waiter = LeaseWaiter::builder(pool(&url, 2), &url)
+    let waiter = LeaseWaiter::builder(&lazy_client(&url, 2))
         .recheck_every(TTL)
         .fallback_poll(Duration::from_millis(20))
         .build();
@@ -416,7 +415,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     // The pooled clients: the connection that met the read-only server is
     // not handed out again (the next one may reach a new primary).
     let url = url_of(&server);
-    let mut client = LeaseClient::new(pool(&url, 1));
+    let mut client = lazy_client(&url, 1);
     let first = backend_pid(&mut client.pool().get().unwrap());
     let error = client.acquire("free", "b", TTL).unwrap_err();
     assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
@@ -429,7 +428,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
         Err(FencedError::Guard(GuardError::ReadOnlyServer { .. }))
     ));
 
-    let waiter = LeaseWaiter::new(pool(&url, 1), &url);
+    let waiter = LeaseWaiter::new(&lazy_client(&url, 1));
     let error = waiter
         .acquire("free", "b", TTL, Duration::from_secs(5))
         .unwrap_err();
@@ -437,7 +436,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
         matches!(&error, WaitError::Lease(e) if is_read_only(e, Operation::Acquire)),
         "{error:?}"
     );
-    let error = Keeper::start(pool(&url, 1), held).unwrap_err();
+    let error = Keeper::start(&lazy_client(&url, 1), held).unwrap_err();
     assert!(
         matches!(&error, KeeperError::Lease(e) if is_read_only(e, Operation::Renew)),
         "{error:?}"
@@ -523,8 +522,8 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
     let url = cluster.url();
     let mut admin = cluster.conn();
     let kept = granted(admin.acquire("kept", "keeper", TTL).unwrap());
-    let (keeper, _events) = keeper(pool(&url, 2), kept, TTL, TTL / 10);
-    let waiter = LeaseWaiter::new(pool(&url, 2), &url);
+    let (keeper, _events) = keeper(&lazy_client(&url, 2), kept, TTL, TTL / 10);
+    let waiter = LeaseWaiter::new(&lazy_client(&url, 2));
 
     // Every commit now waits for a standby that never comes. The lease
     // functions raise synchronous_commit to on for their own transaction,
@@ -609,7 +608,12 @@ fn keeper_whose_only_reachable_server_turned_read_only_reports_the_loss_at_its_d
     // No target_session_attrs: libpq takes the read-only server rather
     // than nothing, so the keeper sees the server's own refusal.
     let url = multi_host_url(&[dead_port(), server.port()], "");
-    let (keeper, events) = keeper(pool(&url, 2), lease, ttl, Duration::from_millis(500));
+    let (keeper, events) = keeper(
+        &lazy_client(&url, 2),
+        lease,
+        ttl,
+        Duration::from_millis(500),
+    );
 
     set_read_only(&server, true);
     let (_, failed) = next_event(
@@ -653,7 +657,12 @@ fn keeper_on_a_multi_host_url_with_every_server_gone_reports_the_loss_at_its_dea
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     drop(conn);
     let url = multi_host_url(&[primary.port(), dead_port()], READ_WRITE);
-    let (keeper, events) = keeper(pool(&url, 2), lease, ttl, Duration::from_millis(500));
+    let (keeper, events) = keeper(
+        &lazy_client(&url, 2),
+        lease,
+        ttl,
+        Duration::from_millis(500),
+    );
     next_event(&events, "a renewal", |e| {
         matches!(e, KeeperEvent::Renewed { .. })
     });

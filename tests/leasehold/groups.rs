@@ -21,7 +21,7 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
-use crate::holders::pool;
+use crate::holders::client;
 
 const OWNER: &str = "worker";
 
@@ -415,7 +415,7 @@ fn a_keeper_set_heartbeat_writes_the_group_row_and_still_reports_each_loss() {
         .map(|key| granted(conn.acquire(key, OWNER, Duration::from_secs(3)).unwrap()))
         .collect();
     let (sender, receiver) = mpsc::channel();
-    let keepers = KeeperSet::builder(pool(&db.url), leases)
+    let keepers = KeeperSet::builder(&client(&db.url), leases)
         .ttl(Duration::from_secs(3))
         .renew_every(Duration::from_millis(200))
         .on_event(move |event| {

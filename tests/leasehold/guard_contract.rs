@@ -5,10 +5,7 @@
 use std::sync::Mutex;
 
 use leasehold::guard::DatabaseGuard;
-use leasehold::{
-    pool::{PgPool, PreparedStatements},
-    FencingToken, LeaseState, Leases, Release,
-};
+use leasehold::{pool::PgPool, FencingToken, LeaseClient, LeaseState, Leases, Release};
 use leasehold_test_support::guard_conformance::Harness;
 
 use crate::common::*;
@@ -24,7 +21,7 @@ struct Database {
 impl Database {
     fn new() -> Self {
         let db = TestDb::new();
-        let pool = leasehold::pool::build_pool(&db.url, 8, PreparedStatements::Cached).unwrap();
+        let pool = LeaseClient::connect(&db.url, 8).unwrap().pool().clone();
         Database {
             db,
             pool,

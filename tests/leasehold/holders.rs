@@ -17,13 +17,11 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
     error::WaitError,
     hold::{run_while_held, CancelToken, KeeperEvent, LeaseLoss, WorkOutcome},
-    pool::PgPool,
     wait::{LeaseWaiter, Wait},
-    Keeper, LeaseState, Leases, Refusal, Release,
+    Keeper, LeaseClient, LeaseState, Leases, Refusal, Release,
 };
 use leasehold_local::{LocalPostgres, StopMode};
 
@@ -35,12 +33,11 @@ pub(crate) const LONG_WAIT: Duration = Duration::from_secs(20);
 /// [`NEVER`].
 const IN_TIME: Duration = Duration::from_secs(15);
 
-pub(crate) fn pool(url: &str) -> PgPool {
-    Pool::builder()
+pub(crate) fn client(url: &str) -> LeaseClient {
+    LeaseClient::builder(url)
         .max_size(4)
-        .test_on_check_out(false)
-        .connection_timeout(Duration::from_secs(1))
-        .build(ConnectionManager::<PgConnection>::new(url))
+        .checkout_timeout(Duration::from_secs(1))
+        .build()
         .unwrap()
 }
 
@@ -51,7 +48,7 @@ fn strict_waiter(db: &TestDb) -> LeaseWaiter {
 
 /// [`strict_waiter`] for the database and role of `url`.
 pub(crate) fn strict_waiter_at(url: &str) -> LeaseWaiter {
-    let waiter = LeaseWaiter::builder(pool(url), url)
+    let waiter = LeaseWaiter::builder(&client(url))
         .recheck_every(NEVER)
         .fallback_poll(NEVER)
         .build();
@@ -94,7 +91,7 @@ fn waiter_wakes_on_release_holding_no_connection_or_transaction_while_waiting() 
     // While waiting: every pooled connection is back in the pool, and no
     // session of the database (listener included) runs a statement or has
     // a transaction open.
-    let pool_state = waiter.pool().state();
+    let pool_state = waiter.client().pool().state();
     assert_eq!(pool_state.connections, pool_state.idle_connections);
     let busy = query_lines(
         &mut conn,
@@ -368,7 +365,7 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
     let ttl = Duration::from_secs(3);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
-        Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(150)),
+        Keeper::builder(&client(&db.url), lease.clone()).renew_every(Duration::from_millis(150)),
     );
     let keeper = builder.start().unwrap();
     assert_eq!(keeper.token(), &lease.token());
@@ -400,7 +397,7 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
     let ttl = Duration::from_secs(2);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
-        Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
+        Keeper::builder(&client(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
     );
     let keeper = builder.start().unwrap();
     next_renewal(&rx);
@@ -437,7 +434,7 @@ fn keeper_releases_on_drop() {
     let mut conn = db.conn();
     let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     drop(
-        Keeper::builder(pool(&db.url), lease.clone())
+        Keeper::builder(&client(&db.url), lease.clone())
             .start()
             .unwrap(),
     );
@@ -458,7 +455,7 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
     let ttl = Duration::from_secs(30);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
-        Keeper::builder(pool(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
+        Keeper::builder(&client(&db.url), lease.clone()).renew_every(Duration::from_millis(100)),
     );
     let keeper = builder.start().unwrap();
     // Someone else ends the grant and takes the key over.
@@ -489,7 +486,7 @@ fn keeper_survives_a_terminated_connection() {
     let ttl = Duration::from_secs(3);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
-        Keeper::builder(pool(&db.url), lease.clone())
+        Keeper::builder(&client(&db.url), lease.clone())
             .renew_every(Duration::from_millis(200))
             .retry_every(Duration::from_millis(20)),
     );
@@ -526,7 +523,7 @@ fn keeper_safe_until_ends_before_the_servers_expiry() {
     let margin = Duration::from_millis(300);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     let (builder, rx) = events(
-        Keeper::builder(pool(&db.url), lease.clone())
+        Keeper::builder(&client(&db.url), lease.clone())
             .renew_every(Duration::from_millis(300))
             .margin(margin),
     );
@@ -582,7 +579,7 @@ fn keeper_reports_loss_when_the_server_goes_away() {
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
     drop(conn);
     let (builder, rx) = events(
-        Keeper::builder(pool(&url), lease)
+        Keeper::builder(&client(&url), lease)
             .renew_every(Duration::from_millis(150))
             .retry_every(Duration::from_millis(50)),
     );
@@ -625,7 +622,7 @@ fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
     let mut conn = db.conn();
     let ttl = Duration::from_secs(30);
     let lease = granted(conn.acquire("k", "a", ttl).unwrap());
-    let keeper = Keeper::builder(pool(&db.url), lease.clone())
+    let keeper = Keeper::builder(&client(&db.url), lease.clone())
         .renew_every(Duration::from_millis(100))
         .start()
         .unwrap();
@@ -658,7 +655,7 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     let mut conn = db.conn();
     let start = |key: &str| {
         let lease = granted(db.conn().acquire(key, "a", TTL).unwrap());
-        Keeper::builder(pool(&db.url), lease).start().unwrap()
+        Keeper::builder(&client(&db.url), lease).start().unwrap()
     };
     let cancel = CancelToken::new();
     let finished = run_while_held(start("f"), &cancel, |ctx| Ok::<_, ()>(ctx.token().epoch()));

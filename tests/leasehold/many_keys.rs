@@ -24,7 +24,7 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
-use crate::holders::{pool, strict_waiter_at, wait_armed, LONG_WAIT};
+use crate::holders::{client, strict_waiter_at, wait_armed, LONG_WAIT};
 
 /// One fixture row: key, owner, epoch, expiry in seconds from now,
 /// lapsed_owner.
@@ -739,7 +739,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
     let leases = acquire_all(&db, &keys, Duration::from_secs(20));
     let (events_tx, events_rx) = mpsc::channel();
     let events_tx = std::sync::Mutex::new(events_tx);
-    let keepers = KeeperSet::builder(pool(&db.url), leases)
+    let keepers = KeeperSet::builder(&client(&db.url), leases)
         .renew_every(Duration::from_millis(100))
         .on_event(move |event| {
             let _ = events_tx.lock().unwrap().send(event.clone());
@@ -807,7 +807,7 @@ fn a_stalled_heartbeat_loses_every_kept_key_at_the_deadline() {
     let db = TestDb::new();
     let keys = ["s-1", "s-2", "s-3"];
     let leases = acquire_all(&db, &keys, Duration::from_secs(3));
-    let keepers = KeeperSet::builder(pool(&db.url), leases)
+    let keepers = KeeperSet::builder(&client(&db.url), leases)
         .ttl(Duration::from_secs(3))
         .renew_every(Duration::from_millis(200))
         .margin(Duration::from_millis(500))
@@ -847,7 +847,7 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         (vec![a.clone(), b], "one owner"),
         (vec![a.clone(), a.clone()], "twice"),
     ] {
-        match KeeperSet::start(pool(&db.url), leases) {
+        match KeeperSet::start(&client(&db.url), leases) {
             Err(KeeperError::InvalidConfig { reason }) => {
                 assert!(reason.contains(says), "{reason}");
             }
@@ -856,7 +856,7 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
     }
     // Every key already lost: nothing to keep.
     let _ = conn.release("a", "w", a.epoch()).unwrap();
-    match KeeperSet::start(pool(&db.url), vec![a]) {
+    match KeeperSet::start(&client(&db.url), vec![a]) {
         Err(KeeperError::NotHeld { key, reason }) => {
             assert_eq!((key.as_str(), reason), ("a", Refusal::NotOwner));
         }

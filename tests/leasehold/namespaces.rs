@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel::r2d2::{ConnectionManager, Pool};
 use leasehold::{
     admin::{BoundRole, ForcedRelease},
     error::{GuardError, Operation},
     wait::LeaseWaiter,
-    LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
+    LeaseClient, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -532,13 +531,8 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
             role,
         );
         // A waiter: its first attempt is an acquire.
-        let pool = Pool::builder()
-            .max_size(1)
-            .build(ConnectionManager::<PgConnection>::new(
-                deployment.url_as(role),
-            ))
-            .unwrap();
-        let waiter = LeaseWaiter::builder(pool, &deployment.url_as(role)).build();
+        let client = LeaseClient::connect(&deployment.url_as(role), 1).unwrap();
+        let waiter = LeaseWaiter::new(&client);
         match waiter.acquire("billing/k", role, TTL, Duration::from_secs(5)) {
             Err(leasehold::error::WaitError::Lease(error)) => {
                 assert_lease_forbidden::<()>(Err(error), Operation::Acquire, "billing/k", role)
@@ -918,12 +912,9 @@ fn force_release_wakes_a_waiter_like_a_release() {
             .unwrap(),
     );
     let url = deployment.url_as(&deployment.worker);
-    let pool = Pool::builder()
-        .max_size(2)
-        .build(ConnectionManager::<PgConnection>::new(url.clone()))
-        .unwrap();
+    let client = LeaseClient::connect(&url, 2).unwrap();
     let never = Duration::from_secs(60);
-    let waiter = LeaseWaiter::builder(pool, &url)
+    let waiter = LeaseWaiter::builder(&client)
         .recheck_every(never)
         .fallback_poll(never)
         .build();
@@ -1116,12 +1107,9 @@ fn force_release_epoch_wakes_a_waiter_like_a_release() {
             .unwrap(),
     );
     let url = deployment.url_as(&deployment.worker);
-    let pool = Pool::builder()
-        .max_size(2)
-        .build(ConnectionManager::<PgConnection>::new(url.clone()))
-        .unwrap();
+    let client = LeaseClient::connect(&url, 2).unwrap();
     let never = Duration::from_secs(60);
-    let waiter = LeaseWaiter::builder(pool, &url)
+    let waiter = LeaseWaiter::builder(&client)
         .recheck_every(never)
         .fallback_poll(never)
         .build();

@@ -33,11 +33,12 @@ fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
 #[test]
 fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
     let url = TestServer::from_env().url_for("leasehold_no_such_database");
-    let manager = diesel::r2d2::ConnectionManager::<diesel::PgConnection>::new(url);
-    let pool = diesel::r2d2::Pool::builder()
-        .connection_timeout(std::time::Duration::from_millis(300))
-        .build_unchecked(manager);
-    let error = LeaseClient::new(pool).acquire("k", "a", TTL).unwrap_err();
+    let mut client = LeaseClient::builder(&url)
+        .checkout_timeout(std::time::Duration::from_millis(300))
+        .connect_lazily()
+        .build()
+        .unwrap();
+    let error = client.acquire("k", "a", TTL).unwrap_err();
     assert!(matches!(error, leasehold::LeaseError::Pool(_)), "{error:?}");
     // The pool's own error is kept as the source.
     assert!(std::error::Error::source(&error).is_some(), "{error:?}");
@@ -80,12 +81,11 @@ fn connecting_to_a_database_that_refuses_says_why_at_once() {
     for (what, result) in [
         ("client", LeaseClient::connect(&url, 2).map(drop)),
         (
-            "waiter",
-            leasehold::wait::LeaseWaiter::connect(&url, 2).map(drop),
-        ),
-        (
-            "pool",
-            leasehold::pool::build_pool(&url, 2, leasehold::pool::PreparedStatements::Cached)
+            "uncached",
+            LeaseClient::builder(&url)
+                .max_size(2)
+                .prepared_statements(leasehold::pool::PreparedStatements::Uncached)
+                .build()
                 .map(drop),
         ),
     ] {
@@ -112,13 +112,13 @@ fn connecting_to_a_server_that_never_answers_fails_within_the_connect_timeout() 
     let url = format!("postgres://nobody@127.0.0.1:{port}/db");
     let bounded = format!("{url}?connect_timeout=2");
     type Connect = fn(&str) -> Result<(), leasehold::LeaseError>;
-    let ways: [(&str, Connect); 3] = [
+    let ways: [(&str, Connect); 2] = [
         ("client", |url| LeaseClient::connect(url, 2).map(drop)),
-        ("waiter", |url| {
-            leasehold::wait::LeaseWaiter::connect(url, 2).map(drop)
-        }),
-        ("pool", |url| {
-            leasehold::pool::build_pool(url, 2, leasehold::pool::PreparedStatements::Cached)
+        ("uncached", |url| {
+            LeaseClient::builder(url)
+                .max_size(2)
+                .prepared_statements(leasehold::pool::PreparedStatements::Uncached)
+                .build()
                 .map(drop)
         }),
     ];

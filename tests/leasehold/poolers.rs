@@ -128,7 +128,7 @@ fn session_mode_runs_everything_with_cached_statements() {
     let mut client = LeaseClient::connect(&url, 4).unwrap();
     full_cycle(&client, 3);
     assert_eq!(items(&db).len(), 60);
-    let waiter = LeaseWaiter::connect(&url, 2).unwrap();
+    let waiter = LeaseWaiter::new(&client);
     waiter_is_woken_by_notification(&waiter, &mut client);
 }
 
@@ -136,7 +136,11 @@ fn session_mode_runs_everything_with_cached_statements() {
 fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_statements() {
     let (db, _bouncer, url) = bouncer(PoolMode::Transaction, 2);
     items_table(&db);
-    let mut client = LeaseClient::connect_with(&url, 4, PreparedStatements::Uncached).unwrap();
+    let mut client = LeaseClient::builder(&url)
+        .max_size(4)
+        .prepared_statements(PreparedStatements::Uncached)
+        .build()
+        .unwrap();
     full_cycle(&client, 4);
     assert_eq!(items(&db).len(), 80);
 
@@ -166,7 +170,13 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
 
     // A waiter: attempts through the pooler, its listener session direct.
     let direct = TestServer::local().url_for(&db.name);
-    let waiter = LeaseWaiter::connect_with(&url, &direct, 2, PreparedStatements::Uncached).unwrap();
+    let waiting = LeaseClient::builder(&url)
+        .max_size(2)
+        .prepared_statements(PreparedStatements::Uncached)
+        .listen_url(&direct)
+        .build()
+        .unwrap();
+    let waiter = LeaseWaiter::new(&waiting);
     waiter_is_woken_by_notification(&waiter, &mut client);
 }
 
@@ -216,12 +226,14 @@ fn transaction_mode_with_cached_statements_fails_with_a_named_error() {
 #[test]
 fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
     let (_db, _bouncer, url) = bouncer(PoolMode::Transaction, 4);
-    let waiter = LeaseWaiter::builder(
-        leasehold::pool::build_pool(&url, 2, PreparedStatements::Uncached).unwrap(),
-        &url,
-    )
-    .fallback_poll(Duration::from_millis(20))
-    .build();
+    let client = LeaseClient::builder(&url)
+        .max_size(2)
+        .prepared_statements(PreparedStatements::Uncached)
+        .build()
+        .unwrap();
+    let waiter = LeaseWaiter::builder(&client)
+        .fallback_poll(Duration::from_millis(20))
+        .build();
     let error = waiter.ensure_listening(LONG_WAIT).unwrap_err();
     let WaitError::NotListening { status } = &error else {
         panic!("{error:?}");
@@ -235,7 +247,11 @@ fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
     assert!(message.contains("transaction mode"), "{message}");
     assert!(!waiter.wait_until_listening(Duration::ZERO));
 
-    let mut client = LeaseClient::connect_with(&url, 1, PreparedStatements::Uncached).unwrap();
+    let mut client = LeaseClient::builder(&url)
+        .max_size(1)
+        .prepared_statements(PreparedStatements::Uncached)
+        .build()
+        .unwrap();
     let holder = client
         .acquire("k", "holder", TTL)
         .unwrap()

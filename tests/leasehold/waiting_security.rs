@@ -17,7 +17,7 @@ use leasehold::wait::{LeaseWaiter, ListenerStatus, PollingReason, WakeMode, WAIT
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
-use crate::holders::{held_by, pool, strict_waiter_at, wait_armed, LONG_WAIT, NEVER};
+use crate::holders::{client, held_by, strict_waiter_at, wait_armed, LONG_WAIT, NEVER};
 use leasehold::Leases;
 
 /// hex(sha256(UTF-8 of `key`)), computed by the server.
@@ -173,7 +173,7 @@ fn waiter_whose_registration_is_refused_reports_polling_and_still_gets_the_lease
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
     let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
-    let waiter = LeaseWaiter::builder(pool(&url), &url)
+    let waiter = LeaseWaiter::builder(&client(&url))
         .recheck_every(NEVER)
         .fallback_poll(Duration::from_millis(20))
         .build();
@@ -249,7 +249,7 @@ fn waiter_registrations_per_session_are_capped_and_a_key_beyond_the_cap_is_polle
     let url = d.url_as(&d.app);
     let mut conn = d.conn_as(&d.app);
     let holder = granted(conn.acquire("k", "holder", TTL).unwrap());
-    let waiter = LeaseWaiter::builder(pool(&url), &url)
+    let waiter = LeaseWaiter::builder(&client(&url))
         .recheck_every(NEVER)
         .fallback_poll(Duration::from_millis(20))
         .build();

@@ -149,7 +149,7 @@ fn a_keeper_sets_heartbeat_is_counted_as_renew_group() {
         .map(|key| granted(conn.acquire(key, "w", TTL).expect("acquire")))
         .collect();
     let client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
-    let set = KeeperSet::builder(client.pool().clone(), leases)
+    let set = KeeperSet::builder(&client, leases)
         .ttl(Duration::from_secs(3))
         .renew_every(Duration::from_millis(200))
         .start()

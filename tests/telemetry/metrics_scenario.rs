@@ -77,7 +77,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     let renewed = Arc::new(AtomicU64::new(0));
     let keeper = {
         let renewed = renewed.clone();
-        Keeper::builder(client.pool().clone(), second.clone())
+        Keeper::builder(&client, second.clone())
             .ttl(Duration::from_secs(3))
             .renew_every(Duration::from_millis(300))
             .on_event(move |event| {
@@ -165,7 +165,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
         .all(|seconds| *seconds > 0.0 && *seconds < 30.0));
 
     // Wake-up: a waiter blocked on a held key is woken by its release.
-    let waiter = LeaseWaiter::new(client.pool().clone(), &db.url);
+    let waiter = LeaseWaiter::new(&client);
     assert!(waiter.wait_until_listening(Duration::from_secs(30)));
     assert_eq!(recorder.gauge("leasehold_listener_up"), 1.0);
     let holder = granted(client.acquire("queue", "worker-1", TTL).expect("acquire"));
@@ -242,7 +242,7 @@ fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
         .into_iter()
         .map(|key| granted(client.acquire(key, "worker-1", TTL).expect("acquire")))
         .collect();
-    let set = KeeperSet::builder(client.pool().clone(), leases.clone())
+    let set = KeeperSet::builder(&client, leases.clone())
         .ttl(Duration::from_secs(3))
         .renew_every(Duration::from_millis(300))
         .start()

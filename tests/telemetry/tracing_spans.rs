@@ -161,7 +161,7 @@ fn a_keepers_loss_is_a_warning_event() {
         .expect("acquire")
         .granted()
         .expect("granted");
-    let keeper = Keeper::builder(client.pool().clone(), lease.clone())
+    let keeper = Keeper::builder(&client, lease.clone())
         .ttl(Duration::from_secs(3))
         .renew_every(Duration::from_millis(300))
         .start()
@@ -206,7 +206,7 @@ fn the_listener_and_the_waiters_wake_ups_are_events() {
     let _recorded = KeysRecorded::on();
     let db = TestDb::new();
     let mut client = leasehold::LeaseClient::connect(&db.url, 2).expect("pool");
-    let waiter = LeaseWaiter::new(client.pool().clone(), &db.url);
+    let waiter = LeaseWaiter::new(&client);
     assert!(waiter.wait_until_listening(Duration::from_secs(30)));
     let listener_events = || -> Vec<Captured> {
         capture
