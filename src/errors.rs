@@ -437,6 +437,12 @@ impl LeaseError {
         }
     }
 
+    /// [`LeaseError::from_diesel`] for a call that names no key and never
+    /// waits: the operator calls and prune.
+    pub(crate) fn from_keyless(operation: Operation, error: DieselError, autocommit: bool) -> Self {
+        LeaseError::from_diesel(operation, error, "", Duration::ZERO, autocommit)
+    }
+
     /// Maps a diesel error raised by `lease.raise_generation` for the
     /// generation `requested`: a generation not above the current one is
     /// [`LeaseError::GenerationNotAbove`], anything else as any call.
@@ -456,13 +462,7 @@ impl LeaseError {
                 }
             }
         }
-        LeaseError::from_diesel(
-            Operation::RaiseGeneration,
-            error,
-            "",
-            Duration::ZERO,
-            autocommit,
-        )
+        LeaseError::from_keyless(Operation::RaiseGeneration, error, autocommit)
     }
 }
 

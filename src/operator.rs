@@ -95,15 +95,7 @@ fn bind_namespace_unobserved(
     }
     .get_result::<bool>(conn)
     .map(|_| ())
-    .map_err(|error| {
-        LeaseError::from_diesel(
-            Operation::BindNamespace,
-            error,
-            "",
-            Duration::ZERO,
-            autocommit,
-        )
-    })
+    .map_err(|error| LeaseError::from_keyless(Operation::BindNamespace, error, autocommit))
 }
 
 /// The connection's [`crate::Leases::unbind_namespace`]: its documentation is there.
@@ -122,15 +114,7 @@ fn unbind_namespace_unobserved(conn: &mut PgConnection, prefix: &str) -> Result<
         _borrow: std::marker::PhantomData,
     }
     .get_result::<bool>(conn)
-    .map_err(|error| {
-        LeaseError::from_diesel(
-            Operation::UnbindNamespace,
-            error,
-            "",
-            Duration::ZERO,
-            autocommit,
-        )
-    })
+    .map_err(|error| LeaseError::from_keyless(Operation::UnbindNamespace, error, autocommit))
 }
 
 /// The connection's [`crate::Leases::list_namespaces`]: its documentation is there.
@@ -147,15 +131,7 @@ fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRu
         _borrow: std::marker::PhantomData,
     }
     .get_results::<(String, String, DateTime<Utc>)>(conn)
-    .map_err(|error| {
-        LeaseError::from_diesel(
-            Operation::ListNamespaces,
-            error,
-            "",
-            Duration::ZERO,
-            autocommit,
-        )
-    })?;
+    .map_err(|error| LeaseError::from_keyless(Operation::ListNamespaces, error, autocommit))?;
     Ok(rows
         .into_iter()
         .map(|(prefix, role, created_at)| NamespaceRule {
@@ -327,9 +303,7 @@ fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseErr
         _borrow: std::marker::PhantomData,
     }
     .get_result::<(i64, i64)>(conn)
-    .map_err(|error| {
-        LeaseError::from_diesel(Operation::Generation, error, "", Duration::ZERO, autocommit)
-    })?;
+    .map_err(|error| LeaseError::from_keyless(Operation::Generation, error, autocommit))?;
     Ok(Generation {
         generation,
         timeline,

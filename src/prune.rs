@@ -125,9 +125,7 @@ fn prune_unobserved(
             _borrow: std::marker::PhantomData,
         }
         .get_result::<(i32, i32, i32, i32, i64, Option<Vec<u8>>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Prune, error, "", Duration::ZERO, false)
-        })?;
+        .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
         report.batches += 1;
         report.keys_examined += count(examined);
         report.keys_pruned += count(pruned);
@@ -149,9 +147,7 @@ fn prune_unobserved(
             _borrow: std::marker::PhantomData,
         }
         .get_result::<(i32, i32, Option<Vec<u8>>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Prune, error, "", Duration::ZERO, false)
-        })?;
+        .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
         report.batches += 1;
         report.guards_examined += count(examined);
         report.guards_pruned += count(pruned);
