@@ -43,6 +43,7 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 
 use crate::client::LeaseClient;
+use crate::epoch::Epoch;
 use crate::errors::{GuardError, LeaseError};
 use crate::groups::{GroupId, GroupJoin, GroupRenewal};
 use crate::guards::{Check, FencedError, GuardRecord};
@@ -115,16 +116,14 @@ pub trait Leases: sealed::Sealed {
     /// ```
     fn renew(
         &mut self,
-        key: &str,
-        owner: &str,
-        epoch: i64,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError>;
 
     /// Releases the grant `(key, owner, epoch)`: the key becomes free and its
     /// fencing counter moves past `epoch`, so the released epoch is stale at
     /// every guard from now on.
-    fn release(&mut self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError>;
+    fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError>;
 
     /// Reports `key`'s state; `None` for a key that was never leased.
     ///
@@ -153,8 +152,7 @@ pub trait Leases: sealed::Sealed {
     /// ```
     fn renew_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError>;
 
@@ -163,8 +161,7 @@ pub trait Leases: sealed::Sealed {
     /// have answered for each key alone.
     fn release_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError>;
 
     /// Renews every grant `(key, owner, epoch)` of `grants` to server time +
@@ -177,8 +174,7 @@ pub trait Leases: sealed::Sealed {
     /// call; nothing changes on an error.
     fn join_group(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError>;
 
@@ -211,18 +207,20 @@ pub trait Leases: sealed::Sealed {
     /// })?;
     /// # Ok(()) }
     /// ```
-    fn admit(&mut self, resource: &str, token: &FencingToken) -> Result<(), GuardError>;
+    fn admit(&mut self, resource: &str, grant: &impl AsRef<FencingToken>)
+        -> Result<(), GuardError>;
 
     /// Checks that the token's lease is held right now by its owner and epoch,
     /// and keeps it so until the caller's transaction ends (a takeover waits).
     /// Returns the lease's expiry.
-    fn check_held(&mut self, token: &FencingToken) -> Result<DateTime<Utc>, GuardError>;
+    fn check_held(&mut self, grant: &impl AsRef<FencingToken>)
+        -> Result<DateTime<Utc>, GuardError>;
 
     /// [`Leases::check_held`] and [`Leases::admit`] in one call. Returns the lease's expiry.
     fn admit_held(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError>;
 
     /// Renews the token's lease by `ttl` and admits the token for `resource`, in
@@ -230,7 +228,7 @@ pub trait Leases: sealed::Sealed {
     fn renew_and_admit(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<DateTime<Utc>, GuardError>;
 
@@ -242,7 +240,8 @@ pub trait Leases: sealed::Sealed {
     /// Typical use: after a holder lapsed or released, fence through the counter
     /// `inspect` reports, so even a writer that never saw the takeover is
     /// refused before the next holder writes.
-    fn fence(&mut self, resource: &str, lease_key: &str, up_to: i64) -> Result<i64, GuardError>;
+    fn fence(&mut self, resource: &str, lease_key: &str, up_to: Epoch)
+        -> Result<Epoch, GuardError>;
 
     /// A resource's guard record; `None` if nothing was ever admitted or fenced
     /// for it.
@@ -269,7 +268,7 @@ pub trait Leases: sealed::Sealed {
     fn run_fenced<T, E, F>(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         check: Check,
         work: F,
     ) -> Result<T, FencedError<E>>
@@ -317,7 +316,7 @@ pub trait Leases: sealed::Sealed {
     /// EXECUTE on `lease.force_release(text)` limits who may call it. A role
     /// without it gets [`LeaseError::Database`], whose source is PostgreSQL's
     /// "permission denied for function force_release".
-    fn force_release(&mut self, key: &str) -> Result<Option<i64>, LeaseError>;
+    fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError>;
 
     /// Operator action: ends exactly the grant (`key`, `epoch`), whoever holds
     /// it, held or lapsed, and never a newer one. Where [`Leases::force_release`] frees
@@ -342,7 +341,8 @@ pub trait Leases: sealed::Sealed {
     /// }
     /// # Ok(()) }
     /// ```
-    fn force_release_epoch(&mut self, key: &str, epoch: i64) -> Result<ForcedRelease, LeaseError>;
+    fn force_release_epoch(&mut self, key: &str, epoch: Epoch)
+        -> Result<ForcedRelease, LeaseError>;
 
     /// The server's current generation and timeline. Any role may ask; nothing
     /// is written, and it works on a standby.
@@ -409,16 +409,14 @@ impl Leases for PgConnection {
 
     fn renew(
         &mut self,
-        key: &str,
-        owner: &str,
-        epoch: i64,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
-        crate::leases::renew(self, key, owner, epoch, ttl)
+        crate::leases::renew(self, grant.as_ref(), ttl)
     }
 
-    fn release(&mut self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
-        crate::leases::release(self, key, owner, epoch)
+    fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError> {
+        crate::leases::release(self, grant.as_ref())
     }
 
     fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
@@ -427,28 +425,25 @@ impl Leases for PgConnection {
 
     fn renew_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
-        crate::many::renew_many(self, owner, grants, ttl)
+        crate::many::renew_many(self, grants, ttl)
     }
 
     fn release_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        crate::many::release_many(self, owner, grants)
+        crate::many::release_many(self, grants)
     }
 
     fn join_group(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
-        crate::groups::join_group(self, owner, grants, ttl)
+        crate::groups::join_group(self, grants, ttl)
     }
 
     fn renew_group(
@@ -460,32 +455,44 @@ impl Leases for PgConnection {
         crate::groups::renew_group(self, group, owner, ttl)
     }
 
-    fn admit(&mut self, resource: &str, token: &FencingToken) -> Result<(), GuardError> {
-        crate::guards::admit(self, resource, token)
+    fn admit(
+        &mut self,
+        resource: &str,
+        grant: &impl AsRef<FencingToken>,
+    ) -> Result<(), GuardError> {
+        crate::guards::admit(self, resource, grant.as_ref())
     }
 
-    fn check_held(&mut self, token: &FencingToken) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::check_held(self, token)
+    fn check_held(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+    ) -> Result<DateTime<Utc>, GuardError> {
+        crate::guards::check_held(self, grant.as_ref())
     }
 
     fn admit_held(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::admit_held(self, resource, token)
+        crate::guards::admit_held(self, resource, grant.as_ref())
     }
 
     fn renew_and_admit(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::renew_and_admit(self, resource, token, ttl)
+        crate::guards::renew_and_admit(self, resource, grant.as_ref(), ttl)
     }
 
-    fn fence(&mut self, resource: &str, lease_key: &str, up_to: i64) -> Result<i64, GuardError> {
+    fn fence(
+        &mut self,
+        resource: &str,
+        lease_key: &str,
+        up_to: Epoch,
+    ) -> Result<Epoch, GuardError> {
         crate::guards::fence(self, resource, lease_key, up_to)
     }
 
@@ -496,14 +503,14 @@ impl Leases for PgConnection {
     fn run_fenced<T, E, F>(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         check: Check,
         work: F,
     ) -> Result<T, FencedError<E>>
     where
         F: FnOnce(&mut PgConnection) -> Result<T, E>,
     {
-        crate::guards::run_fenced(self, resource, token, check, work)
+        crate::guards::run_fenced(self, resource, grant.as_ref(), check, work)
     }
 
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
@@ -518,11 +525,15 @@ impl Leases for PgConnection {
         crate::operator::list_namespaces(self)
     }
 
-    fn force_release(&mut self, key: &str) -> Result<Option<i64>, LeaseError> {
+    fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
         crate::operator::force_release(self, key)
     }
 
-    fn force_release_epoch(&mut self, key: &str, epoch: i64) -> Result<ForcedRelease, LeaseError> {
+    fn force_release_epoch(
+        &mut self,
+        key: &str,
+        epoch: Epoch,
+    ) -> Result<ForcedRelease, LeaseError> {
         crate::operator::force_release_epoch(self, key, epoch)
     }
 
@@ -566,19 +577,17 @@ impl Leases for LeaseClient {
 
     fn renew(
         &mut self,
-        key: &str,
-        owner: &str,
-        epoch: i64,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::renew(conn, key, owner, epoch, ttl)
+            crate::leases::renew(conn, grant.as_ref(), ttl)
         })
     }
 
-    fn release(&mut self, key: &str, owner: &str, epoch: i64) -> Result<Release, LeaseError> {
+    fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::release(conn, key, owner, epoch)
+            crate::leases::release(conn, grant.as_ref())
         })
     }
 
@@ -588,33 +597,28 @@ impl Leases for LeaseClient {
 
     fn renew_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::many::renew_many(conn, owner, grants, ttl)
+            crate::many::renew_many(conn, grants, ttl)
         })
     }
 
     fn release_many(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| {
-            crate::many::release_many(conn, owner, grants)
-        })
+        crate::pool::with_conn(&self.pool, |conn| crate::many::release_many(conn, grants))
     }
 
     fn join_group(
         &mut self,
-        owner: &str,
-        grants: &[(&str, i64)],
+        grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::groups::join_group(conn, owner, grants, ttl)
+            crate::groups::join_group(conn, grants, ttl)
         })
     }
 
@@ -629,21 +633,31 @@ impl Leases for LeaseClient {
         })
     }
 
-    fn admit(&mut self, resource: &str, token: &FencingToken) -> Result<(), GuardError> {
+    fn admit(
+        &mut self,
+        resource: &str,
+        grant: &impl AsRef<FencingToken>,
+    ) -> Result<(), GuardError> {
+        let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
             crate::guards::admit(conn, resource, token)
         })
     }
 
-    fn check_held(&mut self, token: &FencingToken) -> Result<DateTime<Utc>, GuardError> {
+    fn check_held(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+    ) -> Result<DateTime<Utc>, GuardError> {
+        let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| crate::guards::check_held(conn, token))
     }
 
     fn admit_held(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
+        let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
             crate::guards::admit_held(conn, resource, token)
         })
@@ -652,15 +666,21 @@ impl Leases for LeaseClient {
     fn renew_and_admit(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<DateTime<Utc>, GuardError> {
+        let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
             crate::guards::renew_and_admit(conn, resource, token, ttl)
         })
     }
 
-    fn fence(&mut self, resource: &str, lease_key: &str, up_to: i64) -> Result<i64, GuardError> {
+    fn fence(
+        &mut self,
+        resource: &str,
+        lease_key: &str,
+        up_to: Epoch,
+    ) -> Result<Epoch, GuardError> {
         crate::pool::with_guard_conn(&self.pool, |conn| {
             crate::guards::fence(conn, resource, lease_key, up_to)
         })
@@ -675,14 +695,14 @@ impl Leases for LeaseClient {
     fn run_fenced<T, E, F>(
         &mut self,
         resource: &str,
-        token: &FencingToken,
+        grant: &impl AsRef<FencingToken>,
         check: Check,
         work: F,
     ) -> Result<T, FencedError<E>>
     where
         F: FnOnce(&mut PgConnection) -> Result<T, E>,
     {
-        crate::client::run_fenced_pooled(&self.pool, resource, token, check, work)
+        crate::client::run_fenced_pooled(&self.pool, resource, grant.as_ref(), check, work)
     }
 
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
@@ -701,11 +721,15 @@ impl Leases for LeaseClient {
         crate::pool::with_conn(&self.pool, crate::operator::list_namespaces)
     }
 
-    fn force_release(&mut self, key: &str) -> Result<Option<i64>, LeaseError> {
+    fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| crate::operator::force_release(conn, key))
     }
 
-    fn force_release_epoch(&mut self, key: &str, epoch: i64) -> Result<ForcedRelease, LeaseError> {
+    fn force_release_epoch(
+        &mut self,
+        key: &str,
+        epoch: Epoch,
+    ) -> Result<ForcedRelease, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
             crate::operator::force_release_epoch(conn, key, epoch)
         })

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
+use crate::epoch::Epoch;
 use crate::outcome::Refusal;
 use crate::sql::decode::{self, Status};
 use crate::sql::names;
@@ -619,9 +620,9 @@ pub enum GuardError {
         /// The guarded resource.
         resource: String,
         /// The epoch the writer presented.
-        presented: i64,
+        presented: Epoch,
         /// The resource's record: the lowest epoch it admits.
-        accepted: i64,
+        accepted: Epoch,
     },
     /// The token belongs to another lease key than the one fencing the
     /// resource: a programming error, refused rather than ignored.
@@ -648,9 +649,9 @@ pub enum GuardError {
         /// The lease key of the token.
         key: String,
         /// The epoch presented (for `fence`, its `up_to`).
-        presented: i64,
+        presented: Epoch,
         /// The key's counter: the highest epoch it has granted or passed.
-        counter: i64,
+        counter: Epoch,
     },
     /// A lease-checked write found the lease not held by the token's owner
     /// and epoch. Stop acting on it; re-acquire it for a new epoch if needed.
@@ -661,7 +662,7 @@ pub enum GuardError {
         /// The owner that presented the token.
         owner: String,
         /// The presented epoch.
-        epoch: i64,
+        epoch: Epoch,
         /// Why: not_owner, lapsed or epoch_mismatch.
         reason: Refusal,
     },
@@ -734,7 +735,7 @@ pub(crate) struct GuardContext<'a> {
     pub(crate) resource: &'a str,
     pub(crate) key: &'a str,
     pub(crate) owner: &'a str,
-    pub(crate) epoch: i64,
+    pub(crate) epoch: Epoch,
 }
 
 impl GuardError {

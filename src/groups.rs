@@ -40,10 +40,11 @@ use diesel::RunQueryDsl;
 
 use crate::errors::{LeaseError, Operation};
 use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
-use crate::many::{check_answers, key_renewal, Batch};
+use crate::many::{check_answers, key_renewal, split_grants, Batch};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::telemetry;
+use crate::token::FencingToken;
 
 /// A heartbeat group, as [`join_group`](crate::Leases::join_group) made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,12 +113,17 @@ pub enum GroupRenewal {
 /// The connection's [`crate::Leases::join_group`]: its documentation is there.
 pub(crate) fn join_group(
     conn: &mut PgConnection,
-    owner: &str,
-    grants: &[(&str, i64)],
+    grants: &[impl AsRef<FencingToken>],
     ttl: Duration,
 ) -> Result<GroupJoin, LeaseError> {
+    let Some((owner, grants)) = split_grants(grants)? else {
+        return Ok(GroupJoin {
+            group: None,
+            keys: Vec::new(),
+        });
+    };
     telemetry::lease_call(Operation::JoinGroup, "", owner, None, || {
-        join_group_unobserved(conn, owner, grants, ttl)
+        join_group_unobserved(conn, owner, &grants, ttl)
     })
 }
 

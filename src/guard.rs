@@ -32,20 +32,11 @@
 
 pub use crate::guards::{Check, GuardRecord};
 
+use crate::epoch::Epoch;
 use crate::errors::GuardError;
 use crate::guards;
 use crate::pool::{with_guard_conn, PgPool};
 use crate::token::FencingToken;
-
-/// The fence of one resource: the key that fences it and the lowest epoch
-/// it admits.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Floor {
-    /// The lease key whose epochs fence the resource.
-    pub key: String,
-    /// Every token below this epoch is refused.
-    pub lowest_admitted: i64,
-}
 
 /// Why a guard refused a token, in the contract's words. Any other failure
 /// (I/O, the database, a store whose answer was lost) is not a refusal.
@@ -55,9 +46,9 @@ pub enum Refused {
     /// The token's epoch is below the floor: its holder was superseded.
     Stale {
         /// The token's epoch.
-        presented: i64,
-        /// The floor.
-        lowest_admitted: i64,
+        presented: Epoch,
+        /// The lowest epoch the resource admits.
+        accepted: Epoch,
     },
     /// The resource is fenced by another lease key.
     WrongKey {
@@ -81,10 +72,10 @@ pub trait Guard {
     /// Operator action: refuses every epoch up to and including `through`
     /// from now on (never lowers the floor; a resource never fenced is
     /// fenced to `key`).
-    fn fence(&self, key: &str, through: i64) -> Result<(), Self::Error>;
+    fn fence(&self, key: &str, through: Epoch) -> Result<(), Self::Error>;
 
-    /// The resource's fence, `None` if it was never fenced.
-    fn floor(&self) -> Result<Option<Floor>, Self::Error>;
+    /// The resource's record, `None` if it was never fenced.
+    fn record(&self) -> Result<Option<GuardRecord>, Self::Error>;
 
     /// The refusal `error` is, if it is one.
     fn refused(error: &Self::Error) -> Option<Refused>;
@@ -126,20 +117,16 @@ impl Guard for DatabaseGuard {
         })
     }
 
-    fn fence(&self, key: &str, through: i64) -> Result<(), GuardError> {
+    fn fence(&self, key: &str, through: Epoch) -> Result<(), GuardError> {
         with_guard_conn(&self.pool, |conn| {
             guards::fence(conn, &self.resource, key, through).map(drop)
         })
     }
 
-    fn floor(&self) -> Result<Option<Floor>, GuardError> {
-        Ok(with_guard_conn(&self.pool, |conn| {
+    fn record(&self) -> Result<Option<GuardRecord>, GuardError> {
+        with_guard_conn(&self.pool, |conn| {
             guards::inspect_guard(conn, &self.resource)
-        })?
-        .map(|record| Floor {
-            key: record.lease_key,
-            lowest_admitted: record.accepted_epoch,
-        }))
+        })
     }
 
     fn refused(error: &GuardError) -> Option<Refused> {
@@ -150,7 +137,7 @@ impl Guard for DatabaseGuard {
                 ..
             } => Some(Refused::Stale {
                 presented: *presented,
-                lowest_admitted: *accepted,
+                accepted: *accepted,
             }),
             GuardError::WrongLeaseKey {
                 fenced_by,

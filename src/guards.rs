@@ -32,6 +32,7 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::{Connection, RunQueryDsl};
 
+use crate::epoch::Epoch;
 use crate::errors::{GuardContext, GuardError, Operation};
 use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
@@ -54,14 +55,18 @@ pub enum Check {
     RenewAndAdmit(Duration),
 }
 
-/// A resource's guard record, as [`inspect_guard`](crate::Leases::inspect_guard) reports it.
+/// What a guarded resource remembers, the one record type of every guard
+/// (a database resource, a fenced file, a fenced object): the key that
+/// fences it and the lowest epoch it admits. The database guard reports it
+/// from [`inspect_guard`](crate::Leases::inspect_guard), every guard from
+/// [`Guard::record`](crate::guard::Guard::record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
     pub lease_key: String,
     /// The lowest epoch the resource admits: the highest admitted epoch, or
     /// one past an operator's fence, whichever is greater.
-    pub accepted_epoch: i64,
+    pub accepted_epoch: Epoch,
 }
 
 /// Error of [`run_fenced`](crate::Leases::run_fenced): the guard refused, the caller's work failed, or
@@ -122,7 +127,7 @@ pub(crate) fn admit(
         resource,
         token.key(),
         token.owner(),
-        Some(token.epoch()),
+        Some(token.epoch().get()),
         || admit_sql(conn, resource, token),
     )
 }
@@ -136,7 +141,7 @@ fn admit_sql(
     AdmitCall {
         resource,
         key: token.key(),
-        epoch: token.epoch(),
+        epoch: token.epoch().get(),
         _borrow: std::marker::PhantomData,
     }
     .get_result::<bool>(conn)
@@ -154,7 +159,7 @@ pub(crate) fn check_held(
         "",
         token.key(),
         token.owner(),
-        Some(token.epoch()),
+        Some(token.epoch().get()),
         || check_held_sql(conn, token),
     )
 }
@@ -166,7 +171,7 @@ fn check_held_sql(
     CheckHeldCall {
         key: token.key(),
         owner: token.owner(),
-        epoch: token.epoch(),
+        epoch: token.epoch().get(),
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
@@ -184,7 +189,7 @@ pub(crate) fn admit_held(
         resource,
         token.key(),
         token.owner(),
-        Some(token.epoch()),
+        Some(token.epoch().get()),
         || admit_held_sql(conn, resource, token),
     )
 }
@@ -199,7 +204,7 @@ fn admit_held_sql(
         resource,
         key: token.key(),
         owner: token.owner(),
-        epoch: token.epoch(),
+        epoch: token.epoch().get(),
         _borrow: std::marker::PhantomData,
     }
     .get_result::<DateTime<Utc>>(conn)
@@ -220,7 +225,7 @@ pub(crate) fn renew_and_admit(
         resource,
         token.key(),
         token.owner(),
-        Some(token.epoch()),
+        Some(token.epoch().get()),
         || renew_and_admit_sql(conn, resource, token, ttl),
     )
 }
@@ -237,7 +242,7 @@ fn renew_and_admit_sql(
         resource,
         key: token.key(),
         owner: token.owner(),
-        epoch: token.epoch(),
+        epoch: token.epoch().get(),
         ttl,
         _borrow: std::marker::PhantomData,
     }
@@ -252,8 +257,9 @@ pub(crate) fn fence(
     conn: &mut PgConnection,
     resource: &str,
     lease_key: &str,
-    up_to: i64,
-) -> Result<i64, GuardError> {
+    up_to: Epoch,
+) -> Result<Epoch, GuardError> {
+    let up_to = up_to.get();
     telemetry::guard_call(
         Operation::Fence,
         resource,
@@ -262,6 +268,7 @@ pub(crate) fn fence(
         Some(up_to),
         || fence_sql(conn, resource, lease_key, up_to),
     )
+    .map(Epoch::new)
 }
 
 fn fence_sql(
@@ -285,7 +292,7 @@ fn fence_sql(
                 resource,
                 key: lease_key,
                 owner: "",
-                epoch: up_to,
+                epoch: Epoch::new(up_to),
             },
             error,
         )
@@ -319,7 +326,7 @@ fn inspect_guard_sql(
                 resource,
                 key: "",
                 owner: "",
-                epoch: 0,
+                epoch: Epoch::new(0),
             },
             error,
         )
@@ -329,7 +336,7 @@ fn inspect_guard_sql(
         .next()
         .map(|(lease_key, accepted_epoch)| GuardRecord {
             lease_key,
-            accepted_epoch,
+            accepted_epoch: Epoch::new(accepted_epoch),
         }))
 }
 

@@ -18,12 +18,14 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::RunQueryDsl;
 
+use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::sql::decode::Status;
 use crate::sql::input;
 use crate::telemetry;
+use crate::token::FencingToken;
 
 /// The connection's [`crate::Leases::acquire`]: its documentation is there.
 pub(crate) fn acquire(
@@ -92,9 +94,7 @@ fn acquire_sql(
         })?;
     match (acquired, epoch, expires_at) {
         (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
-            key: key.to_owned(),
-            owner: owner.to_owned(),
-            epoch,
+            token: FencingToken::from_grant(key, owner, epoch),
             expires_at,
             ttl,
         })),
@@ -105,11 +105,10 @@ fn acquire_sql(
 /// The connection's [`crate::Leases::renew`]: its documentation is there.
 pub(crate) fn renew(
     conn: &mut PgConnection,
-    key: &str,
-    owner: &str,
-    epoch: i64,
+    grant: &FencingToken,
     ttl: Duration,
 ) -> Result<Renewal, LeaseError> {
+    let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
     telemetry::lease_call(Operation::Renew, key, owner, Some(epoch), || {
         renew_sql(conn, key, owner, epoch, ttl)
     })
@@ -148,10 +147,9 @@ fn renew_sql(
 /// The connection's [`crate::Leases::release`]: its documentation is there.
 pub(crate) fn release(
     conn: &mut PgConnection,
-    key: &str,
-    owner: &str,
-    epoch: i64,
+    grant: &FencingToken,
 ) -> Result<Release, LeaseError> {
+    let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
     telemetry::lease_call(Operation::Release, key, owner, Some(epoch), || {
         release_sql(conn, key, owner, epoch)
     })
@@ -207,10 +205,12 @@ fn inspect_sql(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
         |(held, owner, epoch, expires_at)| match (held, owner, expires_at) {
             (true, Some(owner), Some(expires_at)) => LeaseState::Held {
                 owner,
-                epoch,
+                epoch: Epoch::new(epoch),
                 expires_at,
             },
-            _ => LeaseState::Unowned { epoch },
+            _ => LeaseState::Unowned {
+                epoch: Epoch::new(epoch),
+            },
         },
     ))
 }
@@ -269,16 +269,10 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub fn renew(&mut self, leases: &mut impl crate::Leases) -> Result<Renewal, LeaseError> {
-        let renewal = leases.renew(&self.key, &self.owner, self.epoch, self.ttl)?;
+        let renewal = leases.renew(self, self.ttl)?;
         if let Renewal::Renewed { expires_at } = renewal {
             self.expires_at = expires_at;
         }
         Ok(renewal)
-    }
-
-    /// Releases this grant ([`release`](crate::Leases::release)), on a
-    /// connection or a [`crate::LeaseClient`].
-    pub fn release(&self, leases: &mut impl crate::Leases) -> Result<Release, LeaseError> {
-        leases.release(&self.key, &self.owner, self.epoch)
     }
 }

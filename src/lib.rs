@@ -21,8 +21,8 @@
 //! let ttl = Duration::from_secs(30);
 //! if let leasehold::Acquisition::Granted(lease) = conn.acquire("job-42", "worker-a1", ttl)? {
 //!     // ... work, presenting lease.token() to guards, renewing before ttl passes ...
-//!     let _ = conn.renew(lease.key(), lease.owner(), lease.epoch(), ttl)?;
-//!     let _ = conn.release(lease.key(), lease.owner(), lease.epoch())?;
+//!     let _ = conn.renew(&lease, ttl)?;
+//!     let _ = conn.release(&lease)?;
 //! }
 //! # Ok(()) }
 //! ```
@@ -33,7 +33,7 @@
 //! operation), [`LeaseClient`] (the pooled implementation) and its
 //! [`LeaseClientBuilder`], the answers
 //! ([`Acquisition`], [`Renewal`], [`Release`], [`Refusal`],
-//! [`LeaseState`]), the [`Lease`] and its [`FencingToken`], [`LeaseError`],
+//! [`LeaseState`]), the [`Lease`], its [`FencingToken`] and [`Epoch`], [`LeaseError`],
 //! [`Keeper`] and [`install()`]. The rest is in public modules named by
 //! concern, mostly the types of the operations:
 //!
@@ -53,7 +53,8 @@
 //! text, constraint names and answer decoding), `outcome` (grants,
 //! refusals and states as values), `leases`, `many`, `groups`, `guards`,
 //! `operator`, `prune`, `install` (the operations on a connection, which
-//! the trait calls), `token` (the fencing token and its text form), `errors`,
+//! the trait calls), `token` (the fencing token and its text form), `epoch`
+//! (the epoch's type), `errors`,
 //! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
 //! for the command that generates the `CREATE EXTENSION` files),
 //! `field_text` (the percent-encoding of token fields) and `libpq` (the
@@ -72,6 +73,7 @@ compile_error!(
 
 mod api;
 mod client;
+mod epoch;
 mod errors;
 mod field_text;
 mod groups;
@@ -99,6 +101,7 @@ mod waiting;
 // a public module named by its concern, below.
 pub use api::Leases;
 pub use client::{LeaseClient, LeaseClientBuilder};
+pub use epoch::Epoch;
 pub use errors::LeaseError;
 pub use holding::Keeper;
 pub use install::install;

@@ -30,6 +30,7 @@ use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
 use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
 use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::telemetry;
+use crate::token::FencingToken;
 
 /// The most keys one [`renew_many`](crate::Leases::renew_many) or [`release_many`](crate::Leases::release_many) call may carry
 /// (the SQL functions' own cap). A call's row locks last until its
@@ -38,15 +39,45 @@ use crate::telemetry;
 /// over several calls.
 pub const MAX_KEYS_PER_CALL: usize = 1000;
 
+/// The grants of one batch call as the SQL functions take them: their one
+/// owner, and each key with its epoch, in the order given. `None` for no
+/// grants (a batch of nothing is answered with nothing, without a call).
+/// Grants of different owners cannot share a call: the SQL functions act
+/// for one owner, so mixing them is [`LeaseError::InvalidInput`].
+pub(crate) fn split_grants<G: AsRef<FencingToken>>(
+    grants: &[G],
+) -> Result<Option<(&str, Vec<(&str, i64)>)>, LeaseError> {
+    let Some(first) = grants.first() else {
+        return Ok(None);
+    };
+    let owner = first.as_ref().owner();
+    let mut pairs = Vec::with_capacity(grants.len());
+    for grant in grants {
+        let token = grant.as_ref();
+        if token.owner() != owner {
+            return Err(LeaseError::invalid(format!(
+                "every grant of one call must have one owner: {:?} and {:?} differ (key {:?})",
+                owner,
+                token.owner(),
+                token.key()
+            )));
+        }
+        pairs.push((token.key(), token.epoch().get()));
+    }
+    Ok(Some((owner, pairs)))
+}
+
 /// The connection's [`crate::Leases::renew_many`]: its documentation is there.
 pub(crate) fn renew_many(
     conn: &mut PgConnection,
-    owner: &str,
-    grants: &[(&str, i64)],
+    grants: &[impl AsRef<FencingToken>],
     ttl: Duration,
 ) -> Result<Vec<KeyRenewal>, LeaseError> {
+    let Some((owner, grants)) = split_grants(grants)? else {
+        return Ok(Vec::new());
+    };
     telemetry::lease_call(Operation::RenewMany, "", owner, None, || {
-        renew_many_unobserved(conn, owner, grants, ttl)
+        renew_many_unobserved(conn, owner, &grants, ttl)
     })
 }
 
@@ -81,11 +112,13 @@ fn renew_many_unobserved(
 /// The connection's [`crate::Leases::release_many`]: its documentation is there.
 pub(crate) fn release_many(
     conn: &mut PgConnection,
-    owner: &str,
-    grants: &[(&str, i64)],
+    grants: &[impl AsRef<FencingToken>],
 ) -> Result<Vec<KeyRelease>, LeaseError> {
+    let Some((owner, grants)) = split_grants(grants)? else {
+        return Ok(Vec::new());
+    };
     telemetry::lease_call(Operation::ReleaseMany, "", owner, None, || {
-        release_many_unobserved(conn, owner, grants)
+        release_many_unobserved(conn, owner, &grants)
     })
 }
 

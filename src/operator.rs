@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::RunQueryDsl;
 
+use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
@@ -146,10 +147,14 @@ fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRu
 }
 
 /// The connection's [`crate::Leases::force_release`]: its documentation is there.
-pub(crate) fn force_release(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
+pub(crate) fn force_release(
+    conn: &mut PgConnection,
+    key: &str,
+) -> Result<Option<Epoch>, LeaseError> {
     telemetry::lease_call(Operation::ForceRelease, key, "", None, || {
         force_release_unobserved(conn, key)
     })
+    .map(|counter| counter.map(Epoch::new))
 }
 
 /// [`force_release`](crate::Leases::force_release) without its span and counters.
@@ -181,26 +186,26 @@ pub enum ForcedRelease {
     Released {
         /// The key's counter now, the grant's epoch + 1: every epoch up to
         /// it is stale; fence resources up to it ([`crate::Leases::fence`]).
-        counter: i64,
+        counter: Epoch,
     },
     /// The key is held (or lapsed) under a higher epoch: the grant asked
     /// for ended already and someone acquired the key since. Nothing
     /// changed; that newer grant is left alone.
     NewerGrant {
         /// The epoch of the grant the key has now.
-        current_epoch: i64,
+        current_epoch: Epoch,
     },
     /// The key is free and its counter is at or above the epoch asked for:
     /// that grant, if there ever was one, has ended. Nothing changed.
     AlreadyFree {
         /// The key's counter.
-        counter: i64,
+        counter: Epoch,
     },
     /// The key was never leased (`counter` is `None`), or the epoch is
     /// above every epoch the key was granted. Nothing changed.
     NoSuchGrant {
         /// The key's counter, `None` for a never-leased key.
-        counter: Option<i64>,
+        counter: Option<Epoch>,
     },
 }
 
@@ -208,8 +213,9 @@ pub enum ForcedRelease {
 pub(crate) fn force_release_epoch(
     conn: &mut PgConnection,
     key: &str,
-    epoch: i64,
+    epoch: Epoch,
 ) -> Result<ForcedRelease, LeaseError> {
+    let epoch = epoch.get();
     telemetry::lease_call(Operation::ForceRelease, key, "", Some(epoch), || {
         force_release_epoch_unobserved(conn, key, epoch)
     })
@@ -245,10 +251,18 @@ fn force_release_epoch_unobserved(
             )
         })?;
     match (status.as_str(), counter) {
-        ("released", Some(counter)) => Ok(ForcedRelease::Released { counter }),
-        ("newer_grant", Some(current_epoch)) => Ok(ForcedRelease::NewerGrant { current_epoch }),
-        ("already_free", Some(counter)) => Ok(ForcedRelease::AlreadyFree { counter }),
-        ("no_such_grant", counter) => Ok(ForcedRelease::NoSuchGrant { counter }),
+        ("released", Some(counter)) => Ok(ForcedRelease::Released {
+            counter: Epoch::new(counter),
+        }),
+        ("newer_grant", Some(current_epoch)) => Ok(ForcedRelease::NewerGrant {
+            current_epoch: Epoch::new(current_epoch),
+        }),
+        ("already_free", Some(counter)) => Ok(ForcedRelease::AlreadyFree {
+            counter: Epoch::new(counter),
+        }),
+        ("no_such_grant", counter) => Ok(ForcedRelease::NoSuchGrant {
+            counter: counter.map(Epoch::new),
+        }),
         // An answer this client cannot read: the installed SQL is newer.
         _ => Err(LeaseError::Database {
             operation: Operation::ForceRelease,
@@ -284,8 +298,8 @@ impl Generation {
     /// The lowest epoch a grant can get in this generation,
     /// `(generation << 40) + 1`: every grant from now on, of every key, is
     /// at least this.
-    pub fn floor_epoch(&self) -> i64 {
-        (self.generation << GENERATION_SHIFT) + 1
+    pub fn floor_epoch(&self) -> Epoch {
+        Epoch::new((self.generation << GENERATION_SHIFT) + 1)
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::epoch::Epoch;
 use crate::sql::decode::Status;
 use crate::token::FencingToken;
 
@@ -23,9 +24,8 @@ use crate::token::FencingToken;
 /// same grant), so it is left out of the comparison.
 #[derive(Debug, Clone)]
 pub struct Lease {
-    pub(crate) key: String,
-    pub(crate) owner: String,
-    pub(crate) epoch: i64,
+    /// The grant's key, owner and epoch.
+    pub(crate) token: FencingToken,
     pub(crate) expires_at: DateTime<Utc>,
     pub(crate) ttl: Duration,
 }
@@ -33,17 +33,17 @@ pub struct Lease {
 impl Lease {
     /// The leased key.
     pub fn key(&self) -> &str {
-        &self.key
+        self.token.key()
     }
 
     /// The owner the grant was made to.
     pub fn owner(&self) -> &str {
-        &self.owner
+        self.token.owner()
     }
 
     /// The grant's fencing epoch: present it to guards with every write.
-    pub fn epoch(&self) -> i64 {
-        self.epoch
+    pub fn epoch(&self) -> Epoch {
+        self.token.epoch()
     }
 
     /// When the grant lapses unless renewed, on the server's clock.
@@ -57,16 +57,24 @@ impl Lease {
         self.ttl
     }
 
-    /// The fencing token of this grant, for guards and other services.
-    pub fn token(&self) -> FencingToken {
-        FencingToken::from_grant(&self.key, &self.owner, self.epoch)
+    /// The fencing token of this grant, for other services (clone it to
+    /// keep it). Calls on the grant take the lease itself.
+    pub fn token(&self) -> &FencingToken {
+        &self.token
+    }
+}
+
+/// A lease is a grant: every call that acts on a grant takes
+/// `&impl AsRef<FencingToken>`, so it takes a `&Lease` as it takes a token.
+impl AsRef<FencingToken> for Lease {
+    fn as_ref(&self) -> &FencingToken {
+        &self.token
     }
 }
 
 impl PartialEq for Lease {
     fn eq(&self, other: &Self) -> bool {
-        (&self.key, &self.owner, self.epoch, self.expires_at)
-            == (&other.key, &other.owner, other.epoch, other.expires_at)
+        (&self.token, self.expires_at) == (&other.token, other.expires_at)
     }
 }
 
@@ -186,7 +194,7 @@ pub enum LeaseState {
         /// The holder.
         owner: String,
         /// The grant's epoch.
-        epoch: i64,
+        epoch: Epoch,
         /// Server-time expiry.
         expires_at: DateTime<Utc>,
     },
@@ -194,13 +202,13 @@ pub enum LeaseState {
     Unowned {
         /// The fencing counter: every epoch up to and including this one is
         /// stale, and the next grant is strictly greater.
-        epoch: i64,
+        epoch: Epoch,
     },
 }
 
 impl LeaseState {
     /// The epoch reported: the holder's, or the counter when unowned.
-    pub fn epoch(&self) -> i64 {
+    pub fn epoch(&self) -> Epoch {
         match self {
             LeaseState::Held { epoch, .. } | LeaseState::Unowned { epoch } => *epoch,
         }

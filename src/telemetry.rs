@@ -150,7 +150,7 @@ impl Outcome for Acquisition {
     }
     fn epoch(&self) -> Option<i64> {
         match self {
-            Acquisition::Granted(lease) => Some(lease.epoch()),
+            Acquisition::Granted(lease) => Some(lease.epoch().get()),
             Acquisition::Denied => None,
         }
     }
@@ -161,7 +161,7 @@ impl Outcome for Lease {
         "granted"
     }
     fn epoch(&self) -> Option<i64> {
-        Some(self.epoch())
+        Some(self.epoch().get())
     }
 }
 
@@ -192,7 +192,7 @@ impl Outcome for Option<LeaseState> {
         }
     }
     fn epoch(&self) -> Option<i64> {
-        self.as_ref().map(LeaseState::epoch)
+        self.as_ref().map(|state| state.epoch().get())
     }
 }
 
@@ -617,7 +617,7 @@ where
     timing::close(
         &span,
         outcome,
-        result.as_ref().ok().map(Lease::epoch),
+        result.as_ref().ok().map(|lease| lease.epoch().get()),
         elapsed,
     );
     #[cfg(feature = "metrics")]
@@ -651,7 +651,7 @@ pub(crate) fn lease_lost(lease: &Lease, loss: &LeaseLoss) {
         target: "leasehold::keeper",
         key = traced_name(lease.key()),
         owner = lease.owner(),
-        epoch = lease.epoch(),
+        epoch = lease.epoch().get(),
         reason,
         "lease lost: {loss}"
     );

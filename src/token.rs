@@ -16,6 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::epoch::Epoch;
 use crate::field_text::{decode as percent_decode, encode as percent_encode};
 
 /// The version prefix of the current text form.
@@ -27,8 +28,8 @@ const TEXT_FORM_PREFIX: &str = "lh1";
 /// guards. Cloning copies two reference counts and an integer.
 ///
 /// ```
-/// use leasehold::FencingToken;
-/// let token = FencingToken::new("job-42", "worker-a1", 7).unwrap();
+/// use leasehold::{Epoch, FencingToken};
+/// let token = FencingToken::new("job-42", "worker-a1", Epoch::new(7)).unwrap();
 /// let text = token.to_string();
 /// assert_eq!(text, "lh1.7.job-42.worker-a1");
 /// assert_eq!(text.parse::<FencingToken>().unwrap(), token);
@@ -37,7 +38,7 @@ const TEXT_FORM_PREFIX: &str = "lh1";
 pub struct FencingToken {
     key: Arc<str>,
     owner: Arc<str>,
-    epoch: i64,
+    epoch: Epoch,
 }
 
 /// Why a token could not be built or parsed.
@@ -54,7 +55,7 @@ pub enum TokenError {
     #[error("fencing token epoch must be at least 1 (got {epoch})")]
     NonPositiveEpoch {
         /// The rejected epoch.
-        epoch: i64,
+        epoch: Epoch,
     },
     /// The text is not of the form `lh1.<epoch>.<key>.<owner>`, as
     /// `FencingToken`'s `Display` writes it.
@@ -68,7 +69,7 @@ pub enum TokenError {
 impl FencingToken {
     /// Builds a token from its parts, for example after receiving them from
     /// another service. Rejects empty names and epochs below 1.
-    pub fn new(key: &str, owner: &str, epoch: i64) -> Result<Self, TokenError> {
+    pub fn new(key: &str, owner: &str, epoch: Epoch) -> Result<Self, TokenError> {
         if key.is_empty() {
             return Err(TokenError::EmptyField { field: "key" });
         }
@@ -91,7 +92,7 @@ impl FencingToken {
         Self {
             key: Arc::from(key),
             owner: Arc::from(owner),
-            epoch,
+            epoch: Epoch::new(epoch),
         }
     }
 
@@ -106,8 +107,17 @@ impl FencingToken {
     }
 
     /// The fencing epoch of the grant.
-    pub fn epoch(&self) -> i64 {
+    pub fn epoch(&self) -> Epoch {
         self.epoch
+    }
+}
+
+/// A token is the grant it proves: every call that acts on a grant takes
+/// `&impl AsRef<FencingToken>`, so a [`crate::Lease`] and a token are passed
+/// alike.
+impl AsRef<FencingToken> for FencingToken {
+    fn as_ref(&self) -> &FencingToken {
+        self
     }
 }
 
@@ -156,7 +166,7 @@ impl FromStr for FencingToken {
         if epoch.is_empty() || !epoch.bytes().all(|b| b.is_ascii_digit()) {
             return Err(malformed("epoch is not a decimal number"));
         }
-        let epoch: i64 = epoch
+        let epoch: Epoch = epoch
             .parse()
             .map_err(|_| malformed("epoch does not fit in 64 bits"))?;
         let key = percent_decode(key).ok_or_else(|| malformed("bad percent-encoding in key"))?;
@@ -172,7 +182,8 @@ mod tests {
 
     #[test]
     fn text_form_round_trips_awkward_names() {
-        let token = FencingToken::new("job.42/ä 'x'", "owner%1.\"q\"", i64::MAX).unwrap();
+        let token =
+            FencingToken::new("job.42/ä 'x'", "owner%1.\"q\"", Epoch::new(i64::MAX)).unwrap();
         let text = token.to_string();
         assert!(text.is_ascii());
         assert_eq!(text.matches('.').count(), 3);
@@ -196,7 +207,9 @@ mod tests {
         }
         assert_eq!(
             "lh1.0.k.o".parse::<FencingToken>(),
-            Err(TokenError::NonPositiveEpoch { epoch: 0 })
+            Err(TokenError::NonPositiveEpoch {
+                epoch: Epoch::new(0)
+            })
         );
         assert_eq!(
             "lh1.1..o".parse::<FencingToken>(),

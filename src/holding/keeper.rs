@@ -225,7 +225,7 @@ impl KeeperBuilder {
         } = Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         let shared = Arc::new(Shared {
-            token: self.lease.token(),
+            token: self.lease.token().clone(),
             lease: self.lease,
             pool: self.pool,
             ttl,
@@ -339,7 +339,7 @@ impl Shared {
         let sent_at = Instant::now();
         let lease = &self.lease;
         let renewal = with_conn(&self.pool, |conn| {
-            leases::renew(conn, lease.key(), lease.owner(), lease.epoch(), self.ttl)
+            leases::renew(conn, lease.token(), self.ttl)
         })?;
         match renewal {
             Renewal::Renewed { expires_at } => {
@@ -468,9 +468,7 @@ impl Shared {
         // writable server (a multi-host URL with target_session_attrs).
         let mut attempts = self.pool.max_size().saturating_add(1);
         loop {
-            let answer = with_conn(&self.pool, |conn| {
-                leases::release(conn, lease.key(), lease.owner(), lease.epoch())
-            });
+            let answer = with_conn(&self.pool, |conn| leases::release(conn, lease.token()));
             attempts = attempts.saturating_sub(1);
             match answer {
                 Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,

@@ -195,7 +195,7 @@ impl KeeperSetBuilder {
                 .leases
                 .into_iter()
                 .map(|lease| Member {
-                    token: lease.token(),
+                    token: lease.token().clone(),
                     lease,
                     kept: AtomicBool::new(true),
                 })
@@ -389,16 +389,13 @@ impl Shared {
                 }
             }
         }
-        let grants: Vec<(&str, i64)> = positions
+        let grants: Vec<&Lease> = positions
             .iter()
-            .map(|&position| {
-                let lease = &self.members[position].lease;
-                (lease.key(), lease.epoch())
-            })
+            .map(|&position| &self.members[position].lease)
             .collect();
         let sent_at = Instant::now();
         let joined = with_conn(&self.pool, |conn| {
-            groups::join_group(conn, &self.owner, &grants, self.ttl)
+            groups::join_group(conn, &grants, self.ttl)
         })?;
         let mut state = lock(&self.state);
         if state.stopping {
@@ -579,21 +576,19 @@ impl Shared {
                 })
                 .collect()
         };
-        let to_release: Vec<(&str, i64)> = self
+        let to_release: Vec<&Lease> = self
             .members
             .iter()
             .filter(|member| !refused.contains_key(member.lease.key()))
-            .map(|member| (member.lease.key(), member.lease.epoch()))
+            .map(|member| &member.lease)
             .collect();
         let mut released: HashMap<String, Release> = if to_release.is_empty() {
             HashMap::new()
         } else {
-            with_conn(&self.pool, |conn| {
-                many::release_many(conn, &self.owner, &to_release)
-            })?
-            .into_iter()
-            .map(|answer| (answer.key, answer.release))
-            .collect()
+            with_conn(&self.pool, |conn| many::release_many(conn, &to_release))?
+                .into_iter()
+                .map(|answer| (answer.key, answer.release))
+                .collect()
         };
         Ok(self
             .members

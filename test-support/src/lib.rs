@@ -14,6 +14,7 @@ pub mod clock;
 pub mod database;
 pub mod deployment;
 pub mod fault_proxy;
+pub mod grants;
 pub mod guard_conformance;
 pub mod json;
 pub mod moto;
@@ -27,6 +28,7 @@ pub mod sql;
 
 pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
 pub use database::TestDb;
+pub use grants::{grant, grants};
 pub use deployment::Deployment;
 pub use json::time_of;
 pub use pgbouncer::{PgBouncer, PoolMode};

@@ -3,6 +3,8 @@
 use std::io;
 use std::path::PathBuf;
 
+use leasehold::Epoch;
+
 #[cfg(doc)]
 use crate::FencedFile;
 
@@ -34,21 +36,20 @@ pub enum FenceError {
         /// The fenced file.
         resource: PathBuf,
         /// The rejected value.
-        epoch: i64,
+        epoch: Epoch,
     },
-    /// G2: the token's epoch is below what the file has accepted (or at or
-    /// below the fenced floor). The holder was superseded; the file is
-    /// untouched.
-    #[error("stale epoch {presented} for {resource:?}: it accepted epoch {accepted} and is fenced through epoch {fenced_through}")]
+    /// G2: the token's epoch is below the lowest epoch the file admits (its
+    /// last written epoch, or one above its fence). The holder was
+    /// superseded; the file is untouched. The same fields as every
+    /// leasehold guard's refusal.
+    #[error("stale epoch {presented} for {resource:?}: it accepts only epochs >= {accepted}")]
     StaleEpoch {
         /// The fenced file.
         resource: PathBuf,
         /// The epoch of the refused token.
-        presented: i64,
-        /// The highest epoch the file has accepted.
-        accepted: i64,
-        /// The floor set by [`FencedFile::fence`] (`0` if none).
-        fenced_through: i64,
+        presented: Epoch,
+        /// The lowest epoch the file admits.
+        accepted: Epoch,
     },
     /// G5: the token belongs to a different lease than the one fencing the
     /// file. This is a misuse (wrong file or wrong lease), not a race.

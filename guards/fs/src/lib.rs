@@ -17,13 +17,14 @@
 //!
 //! // The old holder (epoch 1) stalls; the successor (epoch 2) writes.
 //! let old = FencingToken::new("reports", "worker-a", 1)?;
-//! let new = FencingToken::new("reports", "worker-b", 2)?;
+//! let new = FencingToken::new("reports", "worker-b", Epoch::new(2))?;
 //! file.write(&new, b"{\"from\":\"b\"}")?;
 //!
 //! // When the old holder wakes up, the file itself refuses it.
 //! let refused = file.write(&old, b"{\"from\":\"a\"}").unwrap_err();
-//! assert!(matches!(refused, FenceError::StaleEpoch { presented: 1, accepted: 2, .. }));
-//! assert_eq!(file.read()?, (2, b"{\"from\":\"b\"}".to_vec()));
+//! assert!(matches!(refused, FenceError::StaleEpoch { presented, accepted, .. }
+//!     if presented == 1 && accepted == 2));
+//! assert_eq!(file.read()?, (Epoch::new(2), b"{\"from\":\"b\"}".to_vec()));
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -31,8 +32,8 @@
 //! # Rules
 //!
 //! * **G1** Each fenced file records the lease key it is fenced by and the
-//!   highest epoch it has accepted ([`FenceRecord`]). The record never
-//!   decreases.
+//!   lowest epoch it still admits (a [`GuardRecord`], the record type of
+//!   every leasehold guard). The record never decreases.
 //! * **G2** A write whose token epoch is below the record is refused with
 //!   [`FenceError::StaleEpoch`] and the file is not touched.
 //! * **G3** A write with an epoch at or above the record (equal epochs are
@@ -187,12 +188,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-pub use leasehold::FencingToken;
+pub use leasehold::guard::GuardRecord;
+pub use leasehold::{Epoch, FencingToken};
 
 use directory::{Directory, OpenError};
 pub use error::FenceError;
-pub use record::FenceRecord;
-use record::{encode_header, parse_header, HeaderError};
+use record::{encode_header, parse_header, FenceRecord, HeaderError};
 
 /// Suffix of the lock file, `.name.lhfs-lock`.
 const LOCK_SUFFIX: &str = ".lhfs-lock";
@@ -374,30 +375,28 @@ impl FencedFile {
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-write-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
     /// let file = FencedFile::new(dir.join("out.txt"))?;
-    /// let record = file.write(&FencingToken::new("k", "me", 4)?, b"hello")?;
-    /// assert_eq!(record.epoch, 4);
+    /// let record = file.write(&FencingToken::new("k", "me", Epoch::new(4))?, b"hello")?;
+    /// assert_eq!(record.accepted_epoch, 4);
     /// // A token from another lease is a bug, reported as such.
-    /// let other = FencingToken::new("other-key", "me", 9)?;
+    /// let other = FencingToken::new("other-key", "me", Epoch::new(9))?;
     /// assert!(file.write(&other, b"x").is_err());
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn write(&self, token: &FencingToken, bytes: &[u8]) -> Result<FenceRecord, FenceError> {
-        let locked = self.lock(token.epoch())?;
-        hooks::fire("locked", &self.path, token.epoch());
+    pub fn write(&self, token: &FencingToken, bytes: &[u8]) -> Result<GuardRecord, FenceError> {
+        let epoch = token.epoch().get();
+        let locked = self.lock(epoch)?;
+        hooks::fire("locked", &self.path, epoch);
         let (next, permissions) = match self.load_header(&locked.dir)? {
-            None => (FenceRecord::new(token.key(), token.epoch(), 0), None),
+            None => (FenceRecord::new(token.key(), epoch, 0), None),
             Some((record, permissions)) => {
                 self.check_token(&record, token)?;
-                let next = FenceRecord {
-                    epoch: token.epoch(),
-                    ..record
-                };
+                let next = FenceRecord { epoch, ..record };
                 (next, Some(permissions))
             }
         };
         self.commit(&locked, &next, bytes, permissions)?;
-        Ok(next)
+        Ok(next.guard_record())
     }
 
     /// Raises the floor so that every epoch up to and including `epoch` is
@@ -425,44 +424,46 @@ impl FencedFile {
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-fence-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
     /// let file = FencedFile::new(dir.join("data"))?;
-    /// file.write(&FencingToken::new("k", "a", 5)?, b"v5")?;
+    /// let five = FencingToken::new("k", "a", Epoch::new(5))?;
+    /// file.write(&five, b"v5")?;
     /// // The lease of epoch 5 lapsed: fence it out before anyone re-acquires.
-    /// file.fence("k", 5)?;
-    /// assert!(file.write(&FencingToken::new("k", "a", 5)?, b"late").unwrap_err().is_stale());
-    /// assert_eq!(file.read()?, (5, b"v5".to_vec())); // content unchanged
+    /// file.fence("k", Epoch::new(5))?;
+    /// assert!(file.write(&five, b"late").unwrap_err().is_stale());
+    /// assert_eq!(file.read()?, (Epoch::new(5), b"v5".to_vec())); // content unchanged
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn fence(&self, key: &str, epoch: i64) -> Result<FenceRecord, FenceError> {
+    pub fn fence(&self, key: &str, through: Epoch) -> Result<GuardRecord, FenceError> {
         if key.is_empty() {
             return Err(FenceError::EmptyKey {
                 resource: self.path.clone(),
             });
         }
-        if epoch < 0 {
+        if through < 0 {
             return Err(FenceError::NegativeEpoch {
                 resource: self.path.clone(),
-                epoch,
+                epoch: through,
             });
         }
+        let epoch = through.get();
         let locked = self.lock(epoch)?;
         match self.load_full(&locked.dir)? {
             None => {
                 let record = FenceRecord::new(key, 0, epoch);
                 self.commit(&locked, &record, &[], None)?;
-                Ok(record)
+                Ok(record.guard_record())
             }
             Some((record, payload, permissions)) => {
                 self.check_key(&record, key)?;
                 if epoch <= record.fenced_through || epoch < record.epoch {
-                    return Ok(record);
+                    return Ok(record.guard_record());
                 }
                 let next = FenceRecord {
                     fenced_through: epoch,
                     ..record
                 };
                 self.commit(&locked, &next, &payload, Some(permissions))?;
-                Ok(next)
+                Ok(next.guard_record())
             }
         }
     }
@@ -480,32 +481,32 @@ impl FencedFile {
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-admit-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
     /// let file = FencedFile::new(dir.join("data"))?;
-    /// file.write(&FencingToken::new("k", "a", 3)?, b"v3")?;
-    /// file.admit(&FencingToken::new("k", "b", 4)?)?;
-    /// assert!(file.write(&FencingToken::new("k", "a", 3)?, b"late").unwrap_err().is_stale());
-    /// assert_eq!(file.read()?, (4, b"v3".to_vec()));
+    /// let three = FencingToken::new("k", "a", Epoch::new(3))?;
+    /// file.write(&three, b"v3")?;
+    /// file.admit(&FencingToken::new("k", "b", Epoch::new(4))?)?;
+    /// assert!(file.write(&three, b"late").unwrap_err().is_stale());
+    /// assert_eq!(file.read()?, (Epoch::new(4), b"v3".to_vec()));
     /// # std::fs::remove_dir_all(&dir).unwrap();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn admit(&self, token: &FencingToken) -> Result<FenceRecord, FenceError> {
-        let locked = self.lock(token.epoch())?;
+    pub fn admit(&self, token: &FencingToken) -> Result<GuardRecord, FenceError> {
+        let epoch = token.epoch().get();
+        let locked = self.lock(epoch)?;
         match self.load_full(&locked.dir)? {
             None => {
-                let record = FenceRecord::new(token.key(), token.epoch(), 0);
+                let record = FenceRecord::new(token.key(), epoch, 0);
                 self.commit(&locked, &record, &[], None)?;
-                Ok(record)
+                Ok(record.guard_record())
             }
             Some((record, payload, permissions)) => {
                 self.check_token(&record, token)?;
-                if token.epoch() == record.epoch {
-                    return Ok(record); // the same grant: nothing to raise
+                if epoch == record.epoch {
+                    // The same grant: nothing to raise.
+                    return Ok(record.guard_record());
                 }
-                let next = FenceRecord {
-                    epoch: token.epoch(),
-                    ..record
-                };
+                let next = FenceRecord { epoch, ..record };
                 self.commit(&locked, &next, &payload, Some(permissions))?;
-                Ok(next)
+                Ok(next.guard_record())
             }
         }
     }
@@ -516,21 +517,21 @@ impl FencedFile {
     /// Takes no lock: versions are replaced by rename, so the read sees one
     /// complete version, never a mix. [`FenceError::NotFenced`] if the file
     /// does not exist.
-    pub fn read(&self) -> Result<(i64, Vec<u8>), FenceError> {
+    pub fn read(&self) -> Result<(Epoch, Vec<u8>), FenceError> {
         match self.load_full(&self.open_dir()?)? {
-            Some((record, payload, _)) => Ok((record.epoch, payload)),
+            Some((record, payload, _)) => Ok((Epoch::new(record.epoch), payload)),
             None => Err(FenceError::NotFenced {
                 resource: self.path.clone(),
             }),
         }
     }
 
-    /// The current record (key, accepted epoch, floor) without the payload,
-    /// or `None` if the file does not exist yet. Takes no lock.
-    pub fn record(&self) -> Result<Option<FenceRecord>, FenceError> {
+    /// The current record (the key and the lowest epoch admitted) without
+    /// the payload, or `None` if the file does not exist yet. Takes no lock.
+    pub fn record(&self) -> Result<Option<GuardRecord>, FenceError> {
         Ok(self
             .load_header(&self.open_dir()?)?
-            .map(|(record, _)| record))
+            .map(|(record, _)| record.guard_record()))
     }
 
     fn io(&self, action: &'static str) -> impl FnOnce(io::Error) -> FenceError + '_ {
@@ -571,14 +572,13 @@ impl FencedFile {
     /// then epoch (G2); `write` and `admit` both decide with it.
     fn check_token(&self, record: &FenceRecord, token: &FencingToken) -> Result<(), FenceError> {
         self.check_key(record, token.key())?;
-        if record.admits(token.epoch()) {
+        if record.admits(token.epoch().get()) {
             Ok(())
         } else {
             Err(FenceError::StaleEpoch {
                 resource: self.path.clone(),
                 presented: token.epoch(),
-                accepted: record.epoch,
-                fenced_through: record.fenced_through,
+                accepted: record.guard_record().accepted_epoch,
             })
         }
     }
@@ -845,8 +845,8 @@ impl Drop for TempFile<'_> {
 }
 
 /// The workspace's one guard contract ([`leasehold::guard::Guard`]): the
-/// floor is the lowest epoch the file admits, one above its fence or its
-/// accepted epoch, whichever is higher.
+/// record's epoch is the lowest epoch the file admits, one above its fence
+/// or its last written epoch, whichever is higher.
 impl leasehold::guard::Guard for FencedFile {
     type Error = FenceError;
 
@@ -854,15 +854,12 @@ impl leasehold::guard::Guard for FencedFile {
         FencedFile::admit(self, token).map(drop)
     }
 
-    fn fence(&self, key: &str, through: i64) -> Result<(), FenceError> {
+    fn fence(&self, key: &str, through: Epoch) -> Result<(), FenceError> {
         FencedFile::fence(self, key, through).map(drop)
     }
 
-    fn floor(&self) -> Result<Option<leasehold::guard::Floor>, FenceError> {
-        Ok(self.record()?.map(|record| leasehold::guard::Floor {
-            lowest_admitted: record.epoch.max(record.fenced_through.saturating_add(1)),
-            key: record.key,
-        }))
+    fn record(&self) -> Result<Option<GuardRecord>, FenceError> {
+        FencedFile::record(self)
     }
 
     fn refused(error: &FenceError) -> Option<leasehold::guard::Refused> {
@@ -870,11 +867,10 @@ impl leasehold::guard::Guard for FencedFile {
             FenceError::StaleEpoch {
                 presented,
                 accepted,
-                fenced_through,
                 ..
             } => Some(leasehold::guard::Refused::Stale {
                 presented: *presented,
-                lowest_admitted: (*accepted).max(fenced_through.saturating_add(1)),
+                accepted: *accepted,
             }),
             FenceError::WrongLeaseKey {
                 fenced_by,

@@ -10,30 +10,25 @@ const MAGIC: &str = "lhfs1";
 /// Upper bound on the header line; a longer one is reported as corrupt.
 const MAX_HEADER_LEN: u64 = 64 * 1024;
 
-/// What a fenced file remembers about its lease (G1).
-///
-/// ```
-/// use leasehold_fs::FenceRecord;
-/// let record = FenceRecord::new("job", 7, 5);
-/// // Epoch 7 was accepted, so 6 is stale; equal epochs are the same grant.
-/// assert!(record.admits(7) && !record.admits(6));
-/// ```
+/// What a fenced file's header stores (G1): the key, the epoch of the
+/// current payload and the fence. Callers see it as a
+/// [`GuardRecord`](leasehold::guard::GuardRecord), the one record type of
+/// every guard ([`FenceRecord::guard_record`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct FenceRecord {
+pub(crate) struct FenceRecord {
     /// The lease key the file is fenced by; tokens of other keys are refused.
-    pub key: String,
+    pub(crate) key: String,
     /// The highest epoch whose write was accepted: the epoch of the current
     /// payload. `0` if the file was created or fenced but never written.
-    pub epoch: i64,
-    /// The floor raised by [`FencedFile::fence`](crate::FencedFile::fence): every epoch up to and
-    /// including this one is refused. `0` if never raised.
-    pub fenced_through: i64,
+    pub(crate) epoch: i64,
+    /// The floor raised by [`FencedFile::fence`](crate::FencedFile::fence):
+    /// every epoch up to and including this one is refused. `0` if never
+    /// raised.
+    pub(crate) fenced_through: i64,
 }
 
 impl FenceRecord {
-    /// Builds a record; useful for comparisons and tests.
-    pub fn new(key: &str, epoch: i64, fenced_through: i64) -> Self {
+    pub(crate) fn new(key: &str, epoch: i64, fenced_through: i64) -> Self {
         Self {
             key: key.to_owned(),
             epoch,
@@ -43,8 +38,20 @@ impl FenceRecord {
 
     /// Whether a write with `epoch` would be admitted by this record (key
     /// aside): at or above the accepted epoch and above the fenced floor.
-    pub fn admits(&self, epoch: i64) -> bool {
+    pub(crate) fn admits(&self, epoch: i64) -> bool {
         epoch >= self.epoch && epoch > self.fenced_through
+    }
+
+    /// The record as every guard reports it: the key, and the lowest epoch
+    /// admitted (the payload's epoch or one above the fence, whichever is
+    /// higher), the one epoch [`FenceRecord::admits`] starts at.
+    pub(crate) fn guard_record(&self) -> leasehold::guard::GuardRecord {
+        leasehold::guard::GuardRecord {
+            lease_key: self.key.clone(),
+            accepted_epoch: leasehold::Epoch::new(
+                self.epoch.max(self.fenced_through.saturating_add(1)),
+            ),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! The adapter's one error type and the constructors its modules share.
 
+use leasehold::Epoch;
 use object_store::path::Path;
 
 use crate::{META_EPOCH, META_TOKEN};
@@ -22,9 +23,9 @@ pub enum FenceError {
         /// The object path.
         resource: String,
         /// The epoch of the refused token.
-        presented: i64,
+        presented: Epoch,
         /// The highest epoch the object has accepted.
-        accepted: i64,
+        accepted: Epoch,
     },
     /// The token belongs to a different lease than the one the object is
     /// fenced by. This is a programming or configuration error.

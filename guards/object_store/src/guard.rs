@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use leasehold::guard::{Floor, Guard, Refused};
+use leasehold::guard::{Guard, GuardRecord, Refused};
+use leasehold::Epoch;
 use object_store::path::Path;
 
 use crate::error::FenceError;
@@ -46,14 +47,16 @@ impl Guard for ObjectGuard {
         self.store.admit(&self.location, token).map(drop)
     }
 
-    fn fence(&self, key: &str, through: i64) -> Result<(), FenceError> {
+    fn fence(&self, key: &str, through: Epoch) -> Result<(), FenceError> {
         if let Some(state) = self.store.state(&self.location)? {
             if state.key() == key && state.epoch() > through {
                 return Ok(()); // refused through `through` already
             }
         }
         let next = through
+            .get()
             .checked_add(1)
+            .map(Epoch::new)
             .ok_or_else(|| FenceError::InvalidFence {
                 resource: self.location.to_string(),
                 reason: format!("cannot fence through epoch {through}: no epoch is above it"),
@@ -72,11 +75,11 @@ impl Guard for ObjectGuard {
         }
     }
 
-    fn floor(&self) -> Result<Option<Floor>, FenceError> {
-        Ok(self.store.state(&self.location)?.map(|state| Floor {
-            key: state.key().to_owned(),
-            lowest_admitted: state.epoch(),
-        }))
+    fn record(&self) -> Result<Option<GuardRecord>, FenceError> {
+        Ok(self
+            .store
+            .state(&self.location)?
+            .map(|state| state.guard_record()))
     }
 
     fn refused(error: &FenceError) -> Option<Refused> {
@@ -87,7 +90,7 @@ impl Guard for ObjectGuard {
                 ..
             } => Some(Refused::Stale {
                 presented: *presented,
-                lowest_admitted: *accepted,
+                accepted: *accepted,
             }),
             FenceError::WrongLeaseKey {
                 presented,

@@ -3,6 +3,8 @@
 //! then epoch) applied to it.
 
 use bytes::Bytes;
+use leasehold::guard::GuardRecord;
+use leasehold::Epoch;
 use object_store::path::Path;
 use object_store::{Attribute, Attributes};
 
@@ -40,8 +42,18 @@ pub struct FenceState {
 
 impl FenceState {
     /// The highest epoch the object has accepted: writes below it are refused.
-    pub fn epoch(&self) -> i64 {
+    pub fn epoch(&self) -> Epoch {
         self.token.epoch()
+    }
+
+    /// The object's record as every leasehold guard reports it: the key it
+    /// is fenced by and the lowest epoch it admits (its accepted epoch:
+    /// equal epochs are the same grant).
+    pub fn guard_record(&self) -> GuardRecord {
+        GuardRecord {
+            lease_key: self.token.key().to_owned(),
+            accepted_epoch: self.token.epoch(),
+        }
     }
 
     /// The lease key the object is bound to.

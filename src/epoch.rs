@@ -1,0 +1,117 @@
+//! [`Epoch`]: a grant's fencing number, as its own type.
+//!
+//! Epochs, generations, group ids, counts and milliseconds are all 64-bit
+//! integers in SQL. In Rust an epoch gets a type of its own so that none of
+//! the others can be passed where an epoch is meant (a generation given to
+//! `fence`, a row count compared with a token), and so that a signature says
+//! which numbers fence.
+
+use std::fmt;
+use std::num::ParseIntError;
+use std::str::FromStr;
+
+use diesel::deserialize::{self, FromSql, FromSqlRow};
+use diesel::expression::AsExpression;
+use diesel::pg::{Pg, PgValue};
+use diesel::serialize::{self, Output, ToSql};
+use diesel::sql_types::BigInt;
+
+/// A fencing epoch: the number a grant carries and a guard compares.
+///
+/// Every grant of a key gets a strictly greater epoch than every earlier
+/// grant of that key (docs/SPECIFICATION.md §1.2). Grants start at 1; `0`
+/// appears only as "nothing yet" (a fence floor never raised, a counter
+/// never moved).
+///
+/// It converts to and from `i64` explicitly, compares with plain integers
+/// (`lease.epoch() == 3`), prints as its number, and binds to and loads
+/// from SQL `bigint`, so it can be stored next to the data it fences.
+///
+/// ```
+/// use leasehold::Epoch;
+/// let epoch = Epoch::new(7);
+/// assert_eq!(epoch, 7);
+/// assert!(epoch > Epoch::new(6));
+/// assert_eq!(epoch.to_string(), "7");
+/// assert_eq!("7".parse::<Epoch>().unwrap().get(), 7);
+/// ```
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, AsExpression, FromSqlRow,
+)]
+#[diesel(sql_type = BigInt)]
+pub struct Epoch(i64);
+
+impl Epoch {
+    /// The epoch numbered `value`. Any value can be named; calls that take
+    /// an epoch check the range they accept (a token's epoch is at least 1).
+    pub const fn new(value: i64) -> Self {
+        Epoch(value)
+    }
+
+    /// The number, as the SQL functions take it.
+    pub const fn get(self) -> i64 {
+        self.0
+    }
+}
+
+impl From<i64> for Epoch {
+    fn from(value: i64) -> Self {
+        Epoch(value)
+    }
+}
+
+impl From<Epoch> for i64 {
+    fn from(epoch: Epoch) -> Self {
+        epoch.0
+    }
+}
+
+impl PartialEq<i64> for Epoch {
+    fn eq(&self, other: &i64) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<Epoch> for i64 {
+    fn eq(&self, other: &Epoch) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialOrd<i64> for Epoch {
+    fn partial_cmp(&self, other: &i64) -> Option<std::cmp::Ordering> {
+        self.0.partial_cmp(other)
+    }
+}
+
+impl PartialOrd<Epoch> for i64 {
+    fn partial_cmp(&self, other: &Epoch) -> Option<std::cmp::Ordering> {
+        self.partial_cmp(&other.0)
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for Epoch {
+    type Err = ParseIntError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        text.parse().map(Epoch)
+    }
+}
+
+impl ToSql<BigInt, Pg> for Epoch {
+    fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
+        <i64 as ToSql<BigInt, Pg>>::to_sql(&self.0, out)
+    }
+}
+
+impl FromSql<BigInt, Pg> for Epoch {
+    fn from_sql(bytes: PgValue<'_>) -> deserialize::Result<Self> {
+        <i64 as FromSql<BigInt, Pg>>::from_sql(bytes).map(Epoch)
+    }
+}
