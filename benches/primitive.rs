@@ -199,11 +199,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let lease = conn
             .acquire(&keys[i], "bench", ttl)
             .unwrap_or_else(|e| panic!("{e}"));
-        epochs[i] = lease.granted().map_or(0, |l| l.epoch());
+        epochs[i] = lease.granted().map_or(0, |l| l.epoch().get());
     });
     let renew = time_ops(n, |i| {
         let _ = conn
-            .renew(&keys[i], "bench", epochs[i], ttl)
+            .renew(
+                &leasehold_test_support::grant(&keys[i], "bench", epochs[i]),
+                ttl,
+            )
             .unwrap_or_else(|e| panic!("{e}"));
     });
     let inspect = time_ops(n, |i| {
@@ -211,7 +214,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let release = time_ops(n, |i| {
         let _ = conn
-            .release(&keys[i], "bench", epochs[i])
+            .release(&leasehold_test_support::grant(&keys[i], "bench", epochs[i]))
             .unwrap_or_else(|e| panic!("{e}"));
     });
     let cycle = time_ops(n, |i| {
@@ -222,7 +225,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .granted()
         {
             let _ = conn
-                .release(key, "cycler", lease.epoch())
+                .release(&leasehold_test_support::grant(key, "cycler", lease.epoch()))
                 .unwrap_or_else(|e| panic!("{e}"));
         }
     });

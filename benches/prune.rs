@@ -78,13 +78,16 @@ fn load(
         };
         timed(&mut samples, started);
         let started = Instant::now();
-        match conn.renew(&key, &owner, lease.epoch(), ttl) {
+        match conn.renew(
+            &leasehold_test_support::grant(&key, &owner, lease.epoch()),
+            ttl,
+        ) {
             Ok(leasehold::Renewal::Renewed { .. }) => {}
             other => panic!("renew {key}: {other:?}"),
         }
         timed(&mut samples, started);
         let started = Instant::now();
-        match conn.release(&key, &owner, lease.epoch()) {
+        match conn.release(&leasehold_test_support::grant(&key, &owner, lease.epoch())) {
             Ok(leasehold::Release::Released) => {}
             other => panic!("release {key}: {other:?}"),
         }

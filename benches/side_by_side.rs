@@ -356,7 +356,10 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
                         }
                         "renew" => {
                             let _ = conn
-                                .renew(&held_key, &owner, 1, Duration::from_secs(3600))
+                                .renew(
+                                    &leasehold_test_support::grant(&held_key, &owner, 1),
+                                    Duration::from_secs(3600),
+                                )
                                 .unwrap_or_else(|e| panic!("{e}"));
                         }
                         _ => {
@@ -366,7 +369,11 @@ fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
                                 .granted()
                             {
                                 let _ = conn
-                                    .release(&cyc_key, &owner, lease.epoch())
+                                    .release(&leasehold_test_support::grant(
+                                        &cyc_key,
+                                        &owner,
+                                        lease.epoch(),
+                                    ))
                                     .unwrap_or_else(|e| panic!("{e}"));
                             }
                         }

@@ -185,7 +185,7 @@ fn release_committing(
     lease: &leasehold::Lease,
 ) -> BenchResult<(Instant, Duration)> {
     conn.batch_execute("BEGIN")?;
-    let released = conn.release(lease.key(), lease.owner(), lease.epoch())?;
+    let released = conn.release(&lease)?;
     if released != leasehold::Release::Released {
         return Err(format!("release answered {released:?}").into());
     }
@@ -217,9 +217,7 @@ fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Durat
                 .map_err(|e| e.to_string())?;
             let at = Instant::now();
             conn = w.client().pool().get().map_err(|e| e.to_string())?;
-            let _ = conn
-                .release(lease.key(), lease.owner(), lease.epoch())
-                .map_err(|e| e.to_string())?;
+            let _ = conn.release(&lease).map_err(|e| e.to_string())?;
             drop(conn);
             if done_tx.send(at).is_err() {
                 break;
@@ -279,9 +277,7 @@ fn handover_sql(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration
                 .acquire_waiting("handover-sql", "waiter", TTL, Duration::from_secs(10))
                 .map_err(|e| e.to_string())?;
             let at = Instant::now();
-            let _ = conn
-                .release(lease.key(), lease.owner(), lease.epoch())
-                .map_err(|e| e.to_string())?;
+            let _ = conn.release(&lease).map_err(|e| e.to_string())?;
             if done_tx.send(at).is_err() {
                 break;
             }
@@ -340,7 +336,7 @@ fn lapse(url: &str, n: usize, client: bool) -> BenchResult<Vec<Duration>> {
         };
         let started = lease.expires_at() - chrono::Duration::from_std(TTL)?;
         out.push((started - held.expires_at()).to_std().unwrap_or_default());
-        let _ = holder.release(lease.key(), lease.owner(), lease.epoch())?;
+        let _ = holder.release(&lease)?;
     }
     Ok(out)
 }
@@ -372,7 +368,7 @@ fn release_cost(old_url: &str, new_url: &str, sizes: &Sizes) -> BenchResult<()> 
             for _ in 0..sizes.releases_per_round {
                 let lease = granted(conn.acquire(key, "o", TTL)?)?;
                 let start = Instant::now();
-                let _ = conn.release(key, "o", lease.epoch())?;
+                let _ = conn.release(&leasehold_test_support::grant(key, "o", lease.epoch()))?;
                 samples[case].push(start.elapsed());
             }
         }

@@ -83,7 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &format!("A's lease lapsed; took over with epoch {}", lease_b.epoch()),
     );
     b.run_fenced(RESOURCE, &lease_b.token(), Check::Token, |conn| {
-        write_rows(conn, "worker-b", lease_b.epoch())
+        write_rows(conn, "worker-b", lease_b.epoch().get())
     })?;
     t.say(
         "worker-b",
@@ -95,7 +95,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     t.say("worker-a", "wakes up and writes its (now stale) report");
     match a.run_fenced(RESOURCE, &lease_a.token(), Check::Token, |conn| {
-        write_rows(conn, "worker-a", lease_a.epoch())
+        write_rows(conn, "worker-a", lease_a.epoch().get())
     }) {
         Err(FencedError::Guard(GuardError::StaleEpoch { presented, accepted, .. })) => t.say(
             "guard",
@@ -104,7 +104,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(()) => return Err("the stale write was admitted: fencing failed".into()),
         Err(other) => return Err(other.into()),
     }
-    match a.renew(KEY, "worker-a", lease_a.epoch(), ttl)? {
+    match a.renew(&lease_a, ttl)? {
         leasehold::Renewal::Refused(why) => t.say(
             "worker-a",
             &format!("renew says `{why}`: stops acting on {KEY}"),

@@ -18,16 +18,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // t0: writer A acquires the lease and gets epoch 1 ...
-    let a = FencingToken::new("nightly-report", "writer-a", 1)?;
+    let a = FencingToken::new("nightly-report", "writer-a", leasehold::Epoch::from(1))?;
     println!("t0  A acquires the lease: {a}");
     // ... and stalls (GC pause, frozen VM) before writing. Its lease lapses.
     println!("t1  A pauses before writing; its lease expires");
 
     // t2: writer B acquires the lapsed lease: the epoch goes up to 2.
-    let b = FencingToken::new("nightly-report", "writer-b", 2)?;
+    let b = FencingToken::new("nightly-report", "writer-b", leasehold::Epoch::from(2))?;
     println!("t2  B acquires the lease: {b}");
     let record = file.write(&b, b"report by B\n")?;
-    println!("t3  B writes: accepted, file now at epoch {}", record.epoch);
+    println!(
+        "t3  B writes: accepted, file now at epoch {}",
+        record.accepted_epoch
+    );
 
     // t4: A wakes up, unaware, and tries to write with its old token.
     match file.write(&a, b"report by A (stale!)\n") {

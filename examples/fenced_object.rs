@@ -21,13 +21,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = FencedStore::new(Arc::new(InMemory::new()))?;
     let path = Path::from("reports/daily.csv");
 
-    let token_a = FencingToken::new("daily-report", "writer-a", 1)?;
+    let token_a = FencingToken::new("daily-report", "writer-a", leasehold::Epoch::from(1))?;
     println!("t1  A acquires the lease: epoch {}", token_a.epoch());
     store.write(&path, &token_a, "day,total\nmon,10\n")?;
     println!("t2  A writes its first version; the object now accepts epoch >= 1");
     println!("t3  A pauses before its second write (GC pause, partition, ...)");
 
-    let token_b = FencingToken::new("daily-report", "writer-b", 2)?;
+    let token_b = FencingToken::new("daily-report", "writer-b", leasehold::Epoch::from(2))?;
     println!(
         "t4  A's lease expires; B acquires it: epoch {}",
         token_b.epoch()

@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         lease.expires_at()
     );
 
-    match conn.renew("job-42", "worker-a1", lease.epoch(), ttl)? {
+    match conn.renew(&lease, ttl)? {
         Renewal::Renewed { expires_at } => {
             println!(
                 "renew('job-42', 'worker-a1', {}, 30s) -> ok expires_at={expires_at}",
@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Renewal::Refused(why) => println!("renew -> {why}"),
     }
 
-    match conn.release("job-42", "worker-a1", lease.epoch())? {
+    match conn.release(&lease)? {
         Release::Released => println!("release('job-42', 'worker-a1', {}) -> ok", lease.epoch()),
         Release::Refused(why) => println!("release -> {why}"),
     }

@@ -28,8 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let key = format!("rt-{}", i % 10);
         let lease = conn.acquire(&key, "me", Duration::from_secs(30))?;
         if let Some(lease) = lease.granted() {
-            let _ = conn.renew(&key, "me", lease.epoch(), Duration::from_secs(30))?;
-            let _ = conn.release(&key, "me", lease.epoch())?;
+            let _ = conn.renew(&lease, Duration::from_secs(30))?;
+            let _ = conn.release(&lease)?;
         }
         let _ = conn.inspect(&key)?;
     }

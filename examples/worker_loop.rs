@@ -129,10 +129,7 @@ fn worker(
             Err(error) => return Err(error.to_string()),
         };
         if done.lock().map_err(|_| "poisoned")?.contains(job) {
-            let _ = waiter
-                .client()
-                .clone()
-                .release(lease.key(), lease.owner(), lease.epoch());
+            let _ = waiter.client().clone().release(&lease);
             continue;
         }
         timeline.log(me, job, format!("acquired, epoch {}", lease.epoch()));

@@ -39,7 +39,7 @@ use diesel::sql_types::BigInt;
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, AsExpression, FromSqlRow,
 )]
 #[diesel(sql_type = BigInt)]
-pub struct Epoch(i64);
+pub struct Epoch(pub i64);
 
 impl Epoch {
     /// The epoch numbered `value`. Any value can be named; calls that take

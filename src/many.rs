@@ -39,6 +39,9 @@ use crate::token::FencingToken;
 /// over several calls.
 pub const MAX_KEYS_PER_CALL: usize = 1000;
 
+/// One owner and its `(key, epoch)` pairs, in the order given.
+pub(crate) type OwnerBatch<'a> = (&'a str, Vec<(&'a str, i64)>);
+
 /// The grants of one batch call as the SQL functions take them: their one
 /// owner, and each key with its epoch, in the order given. `None` for no
 /// grants (a batch of nothing is answered with nothing, without a call).
@@ -46,7 +49,7 @@ pub const MAX_KEYS_PER_CALL: usize = 1000;
 /// for one owner, so mixing them is [`LeaseError::InvalidInput`].
 pub(crate) fn split_grants<G: AsRef<FencingToken>>(
     grants: &[G],
-) -> Result<Option<(&str, Vec<(&str, i64)>)>, LeaseError> {
+) -> Result<Option<OwnerBatch<'_>>, LeaseError> {
     let Some(first) = grants.first() else {
         return Ok(None);
     };

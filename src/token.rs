@@ -219,9 +219,9 @@ mod tests {
 
     #[test]
     fn new_rejects_empty_names_and_non_positive_epochs() {
-        assert!(FencingToken::new("", "o", 1).is_err());
-        assert!(FencingToken::new("k", "", 1).is_err());
-        assert!(FencingToken::new("k", "o", 0).is_err());
-        assert!(FencingToken::new("k", "o", 1).is_ok());
+        assert!(FencingToken::new("", "o", Epoch::new(1)).is_err());
+        assert!(FencingToken::new("k", "", Epoch::new(1)).is_err());
+        assert!(FencingToken::new("k", "o", Epoch::new(0)).is_err());
+        assert!(FencingToken::new("k", "o", Epoch::new(1)).is_ok());
     }
 }

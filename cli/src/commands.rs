@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
-use leasehold::{Acquisition, Lease, LeaseState, Leases, Refusal, Release, Renewal};
+use leasehold::{
+    Acquisition, Epoch, FencingToken, Lease, LeaseState, Leases, Refusal, Release, Renewal,
+};
 
 use crate::duration;
 use crate::failure::CliError;
@@ -98,7 +100,7 @@ fn denied(conn: &mut PgConnection, key: &str) -> CliError {
             owner,
             epoch,
             expires_at,
-        })) => Some((owner, epoch, expires_at)),
+        })) => Some((owner, epoch.get(), expires_at)),
         _ => None,
     };
     CliError::Denied {
@@ -121,11 +123,19 @@ fn print_grant(out: Printer, lease: &Lease, ttl: Duration) -> Result<(), CliErro
         ("acquired", Json::Bool(true)),
         ("key", Json::str(lease.key())),
         ("owner", Json::str(lease.owner())),
-        ("epoch", Json::Int(lease.epoch())),
+        ("epoch", Json::Int(lease.epoch().get())),
         ("expires_at", Json::time(Some(lease.expires_at()))),
         ("token", Json::str(lease.token().to_string())),
     ]);
     Ok(out.emit(&text, &json)?)
+}
+
+/// The grant named on the command line, checked as every name the command
+/// takes ([`check_names`]) and as every token (an epoch of at least 1).
+fn token_of(key: &str, owner: &str, epoch: i64) -> Result<FencingToken, CliError> {
+    check_names(key, owner)?;
+    FencingToken::new(key, owner, Epoch::new(epoch))
+        .map_err(|error| CliError::InvalidInput(error.to_string()))
 }
 
 /// `leasehold renew KEY OWNER EPOCH --ttl T`.
@@ -137,11 +147,8 @@ pub fn renew(
     epoch: i64,
     ttl: Duration,
 ) -> Result<(), CliError> {
-    check_names(key, owner)?;
-    match conn
-        .renew(key, owner, epoch, ttl)
-        .map_err(CliError::from_lease)?
-    {
+    let grant = token_of(key, owner, epoch)?;
+    match conn.renew(&grant, ttl).map_err(CliError::from_lease)? {
         Renewal::Renewed { expires_at } => {
             let text = format!(
                 "renewed {key} for {owner} at epoch {epoch}, expires {expires_at} (ttl {})",
@@ -167,11 +174,8 @@ pub fn release(
     owner: &str,
     epoch: i64,
 ) -> Result<(), CliError> {
-    check_names(key, owner)?;
-    match conn
-        .release(key, owner, epoch)
-        .map_err(CliError::from_lease)?
-    {
+    let grant = token_of(key, owner, epoch)?;
+    match conn.release(&grant).map_err(CliError::from_lease)? {
         Release::Released => {
             let text = format!(
                 "released {key} (owner {owner}, epoch {epoch}); epoch {epoch} is stale from now on and the next grant gets a higher one"
@@ -259,7 +263,7 @@ pub fn inspect(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), C
                 ("exists", Json::Bool(true)),
                 ("held", Json::Bool(true)),
                 ("owner", Json::str(owner)),
-                ("epoch", Json::Int(epoch)),
+                ("epoch", Json::Int(epoch.get())),
                 ("expires_at", Json::time(Some(expires_at))),
             ]),
         ),
@@ -279,7 +283,7 @@ pub fn inspect(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), C
                 ("exists", Json::Bool(true)),
                 ("held", Json::Bool(false)),
                 ("owner", Json::Null),
-                ("epoch", Json::Int(epoch)),
+                ("epoch", Json::Int(epoch.get())),
                 ("expires_at", Json::Null),
             ]),
         ),
@@ -295,7 +299,7 @@ pub fn fence(
     key: &str,
     up_to: i64,
 ) -> Result<(), CliError> {
-    let accepted = match conn.fence(resource, key, up_to) {
+    let accepted = match conn.fence(resource, key, Epoch::new(up_to)) {
         Ok(accepted) => accepted,
         // An operator action since security part 2: say when the role was
         // not granted it (see `operator::explain`).
@@ -310,12 +314,12 @@ pub fn fence(
     };
     let text = format!(
         "fenced {resource} (lease key {key}): epochs up to {} are refused, it admits epochs >= {accepted}",
-        accepted - 1
+        accepted.get() - 1
     );
     let json = Json::Object(vec![
         ("resource", Json::str(resource)),
         ("key", Json::str(key)),
-        ("accepted_epoch", Json::Int(accepted)),
+        ("accepted_epoch", Json::Int(accepted.get())),
     ]);
     Ok(out.emit(&text, &json)?)
 }

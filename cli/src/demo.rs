@@ -175,7 +175,7 @@ fn crash_and_restart(
             describe(&after)
         ),
     );
-    Ok((before.epoch(), after.epoch()))
+    Ok((before.epoch().get(), after.epoch().get()))
 }
 
 fn inspect(conn: &mut PgConnection) -> Result<LeaseState, CliError> {
@@ -243,7 +243,7 @@ fn final_state(
             LeaseState::Held { .. } => describe(&lease),
             LeaseState::Unowned { epoch } => format!(
                 "free, epoch counter {epoch} (every epoch <= {epoch} is stale; the next grant gets {})",
-                epoch + 1
+                epoch.get() + 1
             ),
         }
     ));
@@ -267,7 +267,7 @@ fn final_state(
             Json::Object(vec![
                 ("resource", Json::str(RESOURCE)),
                 ("lease_key", Json::str(&guard.lease_key)),
-                ("accepted_epoch", Json::Int(guard.accepted_epoch)),
+                ("accepted_epoch", Json::Int(guard.accepted_epoch.get())),
             ]),
         ),
         (
@@ -275,7 +275,7 @@ fn final_state(
             Json::Object(vec![
                 ("key", Json::str(KEY)),
                 ("held", Json::Bool(lease.is_held())),
-                ("epoch", Json::Int(lease.epoch())),
+                ("epoch", Json::Int(lease.epoch().get())),
                 ("epoch_before_crash", Json::Int(epoch_before)),
                 ("epoch_after_crash", Json::Int(epoch_after)),
             ]),

@@ -361,8 +361,8 @@ impl CliError {
                 accepted,
             }) => {
                 fields.push(("resource", Json::str(resource)));
-                fields.push(("presented_epoch", Json::Int(*presented)));
-                fields.push(("accepted_epoch", Json::Int(*accepted)));
+                fields.push(("presented_epoch", Json::Int((*presented).get())));
+                fields.push(("accepted_epoch", Json::Int((*accepted).get())));
             }
             CliError::Guard(GuardError::WrongLeaseKey {
                 resource,
@@ -381,8 +381,8 @@ impl CliError {
             }) => {
                 fields.push(("resource", Json::str(resource)));
                 fields.push(("key", Json::str(key)));
-                fields.push(("presented_epoch", Json::Int(*presented)));
-                fields.push(("counter", Json::Int(*counter)));
+                fields.push(("presented_epoch", Json::Int((*presented).get())));
+                fields.push(("counter", Json::Int((*counter).get())));
             }
             CliError::ForceReleaseRefused {
                 key,

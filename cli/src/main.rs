@@ -153,9 +153,14 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
             token,
             ttl,
         } => match (token, key, owner, epoch) {
-            (Some(token), ..) => {
-                commands::renew(conn, out, token.key(), token.owner(), token.epoch(), ttl)
-            }
+            (Some(token), ..) => commands::renew(
+                conn,
+                out,
+                token.key(),
+                token.owner(),
+                token.epoch().get(),
+                ttl,
+            ),
             (None, Some(key), Some(owner), Some(epoch)) => {
                 commands::renew(conn, out, &key, &owner, epoch, ttl)
             }
@@ -177,7 +182,7 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
                 operator::force_release_epoch(conn, out, &key, epoch)
             }
             (false, None, Some(token), None, None, None) => {
-                commands::release(conn, out, token.key(), token.owner(), token.epoch())
+                commands::release(conn, out, token.key(), token.owner(), token.epoch().get())
             }
             (false, None, None, Some(key), Some(owner), Some(epoch)) => {
                 commands::release(conn, out, &key, &owner, epoch)

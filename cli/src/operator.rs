@@ -143,7 +143,7 @@ pub fn force_release(conn: &mut PgConnection, out: Printer, key: &str) -> Result
     let json = Json::Object(vec![
         ("key", Json::str(key)),
         ("exists", Json::Bool(counter.is_some())),
-        ("epoch", Json::int(counter)),
+        ("epoch", Json::int(counter.map(leasehold::Epoch::get))),
     ]);
     Ok(out.emit(&text, &json)?)
 }
@@ -159,7 +159,7 @@ pub fn force_release_epoch(
     key: &str,
     epoch: i64,
 ) -> Result<(), CliError> {
-    let outcome = match conn.force_release_epoch(key, epoch) {
+    let outcome = match conn.force_release_epoch(key, leasehold::Epoch::new(epoch)) {
         Ok(outcome) => outcome,
         Err(error @ leasehold::LeaseError::Database { .. }) => {
             return Err(explain(
@@ -188,7 +188,7 @@ pub fn force_release_epoch(
                 key: key.to_owned(),
                 epoch,
                 status: "newer_grant",
-                counter: Some(current_epoch),
+                counter: Some(current_epoch.get()),
             })
         }
         ForcedRelease::NoSuchGrant { counter } => {
@@ -196,7 +196,7 @@ pub fn force_release_epoch(
                 key: key.to_owned(),
                 epoch,
                 status: "no_such_grant",
-                counter,
+                counter: counter.map(leasehold::Epoch::get),
             })
         }
         // ForcedRelease is non_exhaustive: an outcome this command does
@@ -211,7 +211,7 @@ pub fn force_release_epoch(
         ("key", Json::str(key)),
         ("epoch", Json::Int(epoch)),
         ("status", Json::str(status)),
-        ("counter", Json::Int(counter)),
+        ("counter", Json::Int(counter.get())),
     ]);
     Ok(out.emit(&text, &json)?)
 }
@@ -253,7 +253,7 @@ fn generation_json(now: leasehold::admin::Generation) -> Json {
     Json::Object(vec![
         ("generation", Json::Int(now.generation)),
         ("timeline", Json::Int(now.timeline)),
-        ("floor_epoch", Json::Int(now.floor_epoch())),
+        ("floor_epoch", Json::Int(now.floor_epoch().get())),
     ])
 }
 

@@ -112,7 +112,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
         if let Err(error) =
             signal_hook::flag::register_usize(signal, pending.clone(), signal as usize)
         {
-            let _ = conn.release(lease.key(), lease.owner(), lease.epoch());
+            let _ = conn.release(&lease);
             return Err(CliError::Database(format!(
                 "cannot catch signal {signal}: {error}"
             )));
@@ -129,7 +129,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
         Ok(keeper) => keeper,
         Err(error) => {
             // CMD never ran: give the grant back rather than let it lapse.
-            let _ = conn.release(lease.key(), lease.owner(), lease.epoch());
+            let _ = conn.release(&lease);
             return Err(error);
         }
     };
@@ -158,7 +158,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
             let _ = keeper.stop();
             Err(CliError::LostWhileRunning {
                 key: lease.key().to_owned(),
-                epoch: lease.epoch(),
+                epoch: lease.epoch().get(),
                 loss: loss.to_string(),
                 ahead,
                 status: describe(ended.status),
@@ -261,10 +261,7 @@ fn finish(
         }
         Some(left) => {
             let lease: Lease = keeper.stop_renewing();
-            match conn
-                .renew(lease.key(), lease.owner(), lease.epoch(), left)
-                .map_err(CliError::from_lease)?
-            {
+            match conn.renew(&lease, left).map_err(CliError::from_lease)? {
                 Renewal::Renewed { expires_at } => eprintln!(
                     "leasehold run: holding {:?} until {expires_at} (--hold-at-least)",
                     lease.key()

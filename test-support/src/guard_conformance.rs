@@ -10,7 +10,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Barrier;
 
-use leasehold::guard::{Floor, Guard, Refused};
+use leasehold::guard::{Guard, GuardRecord, Refused};
+use leasehold::Epoch;
 use leasehold::FencingToken;
 
 /// What the suite needs from one kind of guard.
@@ -27,8 +28,8 @@ pub trait Harness: Sync {
     fn token(&self, case: &str, key: &str, owner: &str, epoch: i64) -> FencingToken;
 }
 
-fn floor<G: Guard>(guard: &G) -> Floor {
-    match guard.floor() {
+fn floor<G: Guard>(guard: &G) -> GuardRecord {
+    match guard.record() {
         Ok(Some(floor)) => floor,
         Ok(None) => panic!("the guard was never fenced"),
         Err(error) => panic!("floor: {error}"),
@@ -52,15 +53,15 @@ pub fn a_stale_token_is_refused_and_changes_nothing<H: Harness>(h: &H) {
     assert_eq!(
         refused,
         Refused::Stale {
-            presented: 4,
-            lowest_admitted: 5
+            presented: Epoch::new(4),
+            accepted: Epoch::new(5)
         }
     );
     assert_eq!(
         floor(&guard),
-        Floor {
-            key: "k".into(),
-            lowest_admitted: 5
+        GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: Epoch::new(5)
         }
     );
 }
@@ -70,14 +71,17 @@ pub fn a_stale_token_is_refused_and_changes_nothing<H: Harness>(h: &H) {
 pub fn the_same_epoch_is_admitted_again_and_a_higher_one_raises_the_floor<H: Harness>(h: &H) {
     let case = "equal";
     let guard = h.guard(case);
-    assert!(guard.floor().expect("floor").is_none(), "fenced before use");
+    assert!(
+        guard.record().expect("record").is_none(),
+        "fenced before use"
+    );
     guard.admit(&h.token(case, "k", "a", 3)).expect("admit 3");
     guard
         .admit(&h.token(case, "k", "a", 3))
         .expect("admit 3 again");
-    assert_eq!(floor(&guard).lowest_admitted, 3);
+    assert_eq!(floor(&guard).accepted_epoch, 3);
     guard.admit(&h.token(case, "k", "b", 6)).expect("admit 6");
-    assert_eq!(floor(&guard).lowest_admitted, 6);
+    assert_eq!(floor(&guard).accepted_epoch, 6);
 }
 
 /// A token of another lease key is refused as a misuse, whatever its
@@ -96,9 +100,9 @@ pub fn a_token_of_another_key_is_refused<H: Harness>(h: &H) {
     );
     assert_eq!(
         floor(&guard),
-        Floor {
-            key: "k".into(),
-            lowest_admitted: 2
+        GuardRecord {
+            lease_key: "k".into(),
+            accepted_epoch: Epoch::new(2)
         }
     );
 }
@@ -109,21 +113,25 @@ pub fn a_fence_refuses_through_its_epoch_and_never_lowers<H: Harness>(h: &H) {
     let case = "fence";
     let guard = h.guard(case);
     let top = h.token(case, "k", "a", 8); // the key is granted up to 8
-    guard.fence("k", 7).expect("fence 7");
-    assert_eq!(floor(&guard).key, "k");
-    assert!(floor(&guard).lowest_admitted >= 8);
+    guard
+        .fence("k", leasehold::Epoch::from(7))
+        .expect("fence 7");
+    assert_eq!(floor(&guard).lease_key, "k");
+    assert!(floor(&guard).accepted_epoch >= 8);
     let refused = refusal::<H::G>(guard.admit(&h.token(case, "k", "a", 7)));
     assert!(
-        matches!(refused, Refused::Stale { presented: 7, .. }),
+        matches!(refused, Refused::Stale { presented, .. } if presented == 7),
         "{refused:?}"
     );
-    guard.fence("k", 3).expect("fence 3");
+    guard
+        .fence("k", leasehold::Epoch::from(3))
+        .expect("fence 3");
     assert!(
-        floor(&guard).lowest_admitted >= 8,
+        floor(&guard).accepted_epoch >= 8,
         "a lower fence lowered the floor"
     );
     guard.admit(&top).expect("admit 8");
-    assert_eq!(floor(&guard).lowest_admitted, 8);
+    assert_eq!(floor(&guard).accepted_epoch, 8);
 }
 
 /// Admissions racing from several threads: every admitted epoch was at or
@@ -148,21 +156,21 @@ pub fn racing_admissions_never_lower_the_floor<H: Harness>(h: &H) {
             let (guard, highest, barrier) = (&guard, &highest, &barrier);
             scope.spawn(move || {
                 barrier.wait();
-                let mut last_floor = 0;
+                let mut last_floor = Epoch::new(0);
                 for token in mine {
                     match guard.admit(token) {
                         Ok(()) => {
-                            highest.fetch_max(token.epoch(), Ordering::SeqCst);
+                            highest.fetch_max(token.epoch().get(), Ordering::SeqCst);
                         }
                         Err(error) => match H::G::refused(&error) {
                             Some(Refused::Stale {
                                 presented,
-                                lowest_admitted,
-                            }) => assert!(presented < lowest_admitted),
+                                accepted,
+                            }) => assert!(presented < accepted),
                             _ => panic!("admit {}: {error}", token.epoch()),
                         },
                     }
-                    let now = floor(guard).lowest_admitted;
+                    let now = floor(guard).accepted_epoch;
                     assert!(
                         now >= last_floor,
                         "the floor went down: {last_floor} -> {now}"
@@ -173,7 +181,7 @@ pub fn racing_admissions_never_lower_the_floor<H: Harness>(h: &H) {
         }
     });
     assert_eq!(
-        floor(&guard).lowest_admitted,
+        floor(&guard).accepted_epoch,
         highest.load(Ordering::SeqCst),
         "the floor is not the highest admitted epoch"
     );

@@ -28,8 +28,8 @@ pub mod sql;
 
 pub use clock::{server_now, try_server_now, wait_until_server_time_passes};
 pub use database::TestDb;
-pub use grants::{grant, grants};
 pub use deployment::Deployment;
+pub use grants::{grant, grants};
 pub use json::time_of;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use replication::ReplicatedPair;

@@ -374,15 +374,22 @@ fn seed(conn: &mut PgConnection) {
     let a = conn.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
     conn.admit("res-a", &a.token()).unwrap();
     assert_eq!(
-        conn.release("job-a", "w1", a.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("job-a", "w1", a.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     let a2 = conn.acquire("job-a", "w2", TTL).unwrap().granted().unwrap();
     conn.admit("res-a", &a2.token()).unwrap();
     let b = conn.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
     conn.admit("res-b", &b.token()).unwrap();
-    conn.fence("res-c", "job-b", b.epoch()).unwrap();
-    let joined = conn.join_group("w1", &[("job-b", b.epoch())], TTL).unwrap();
+    conn.fence("res-c", "job-b", leasehold::Epoch::from(b.epoch()))
+        .unwrap();
+    let joined = conn
+        .join_group(
+            &leasehold_test_support::grants("w1", &[("job-b", b.epoch())]),
+            TTL,
+        )
+        .unwrap();
     assert!(joined.group.is_some());
 }
 
@@ -408,7 +415,8 @@ fn seed_checks(conn: &mut PgConnection) {
     );
     assert_eq!(lease, vec![counter.to_string()]);
     assert_eq!(
-        conn.release("job-a", "w2", counter).unwrap(),
+        conn.release(&leasehold_test_support::grant("job-a", "w2", counter))
+            .unwrap(),
         leasehold::Release::Released
     );
     let next = conn.acquire("job-a", "w3", TTL).unwrap().granted().unwrap();
@@ -417,7 +425,7 @@ fn seed_checks(conn: &mut PgConnection) {
         (counter + 2).max(floor),
         "release adds one, the grant one more (at least the generation's floor)"
     );
-    let stale = leasehold::FencingToken::new("job-a", "w1", 1).unwrap();
+    let stale = leasehold::FencingToken::new("job-a", "w1", leasehold::Epoch::from(1)).unwrap();
     assert!(
         conn.admit("res-a", &stale).is_err(),
         "a stale epoch is refused"
@@ -443,7 +451,10 @@ fn seed_checks(conn: &mut PgConnection) {
         leasehold::batch::GroupRenewal::Renewed { members: 1, .. }
     ));
     let joined = conn
-        .join_group("w3", &[("job-a", next.epoch())], TTL)
+        .join_group(
+            &leasehold_test_support::grants("w3", &[("job-a", next.epoch())]),
+            TTL,
+        )
         .unwrap();
     assert!(joined.group.is_some_and(|new| new != group));
 }
@@ -508,7 +519,10 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     // changes nothing. Version 3's own SQL API sets up the state the
     // updates must keep.
     assert!(matches!(
-        c.admit("res-0", &FencingToken::new("job-0", "w0", 1).unwrap()),
+        c.admit(
+            "res-0",
+            &FencingToken::new("job-0", "w0", leasehold::Epoch::from(1)).unwrap()
+        ),
         Err(GuardError::NotInstalled { .. })
     ));
     assert_eq!(
@@ -523,7 +537,8 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
         epoch_of(
             &mut c,
             "SELECT epoch::text AS t FROM lease.acquire('job-a', 'w1', '30 seconds')",
-        ),
+        )
+        .into(),
     )
     .unwrap();
     let other_epoch = epoch_of(
@@ -565,7 +580,8 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     let next = c.acquire("job-b", "w2", TTL).unwrap().granted().unwrap();
     assert_eq!(next.epoch(), other_epoch + 2);
     assert_eq!(
-        c.release("job-b", "w2", next.epoch()).unwrap(),
+        c.release(&leasehold_test_support::grant("job-b", "w2", next.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
 }

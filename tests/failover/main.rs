@@ -46,11 +46,7 @@ fn grant(conn: &mut PgConnection, key: &str, owner: &str) -> Lease {
 }
 
 fn release_ok(conn: &mut PgConnection, lease: &Lease) {
-    assert_eq!(
-        conn.release(lease.key(), lease.owner(), lease.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(conn.release(&lease).expect("release"), Release::Released);
 }
 
 fn state(conn: &mut PgConnection, key: &str) -> LeaseState {
@@ -133,7 +129,10 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     pair.standby.promote().expect("promote the standby");
     let mut new = pair.standby_conn();
     // What the promoted server had replayed: the released first grant.
-    assert_eq!(state(&mut new, "seen"), LeaseState::Unowned { epoch: 2 });
+    assert_eq!(
+        state(&mut new, "seen"),
+        LeaseState::Unowned { epoch: 2.into() }
+    );
     assert!(new.inspect("fresh").expect("inspect").is_none());
 
     let winner = grant(&mut new, "seen", "new-a");
@@ -203,7 +202,15 @@ fn sync_standby_promoted_after_the_primary_is_killed_has_every_acknowledged_call
     release_ok(&mut old, &b);
     let c = grant(&mut old, "k2", "c");
     let d = grant(&mut old, "k3", "d");
-    assert_eq!((a.epoch(), b.epoch(), c.epoch(), d.epoch()), (1, 1, 3, 1));
+    assert_eq!(
+        (a.epoch(), b.epoch(), c.epoch(), d.epoch()),
+        (
+            leasehold::Epoch::new(1),
+            leasehold::Epoch::new(1),
+            leasehold::Epoch::new(3),
+            leasehold::Epoch::new(1)
+        )
+    );
     let released = grant(&mut old, "k4", "e");
     release_ok(&mut old, &released);
     drop(old);
@@ -228,14 +235,17 @@ fn sync_standby_promoted_after_the_primary_is_killed_has_every_acknowledged_call
             other => panic!("acknowledged grant of {} lost: {other:?}", lease.key()),
         }
     }
-    assert_eq!(state(&mut new, "k4"), LeaseState::Unowned { epoch: 2 });
+    assert_eq!(
+        state(&mut new, "k4"),
+        LeaseState::Unowned { epoch: 2.into() }
+    );
     let after_release = grant(&mut new, "k4", "f");
     let never_seen = grant(&mut new, "k5", "g");
     assert_eq!(after_release.epoch(), GENERATION_1);
     assert_eq!(never_seen.epoch(), GENERATION_1);
     assert_eq!(new.generation().expect("generation").generation, 1);
     let taken_over = new.force_release("k2").expect("force release");
-    assert_eq!(taken_over, Some(4));
+    assert_eq!(taken_over, Some(leasehold::Epoch::new(4)));
     assert_eq!(grant(&mut new, "k2", "h").epoch(), GENERATION_1);
 }
 
@@ -298,7 +308,10 @@ fn dump_restored_into_a_new_cluster_grants_above_the_source() {
         ],
     );
     let mut dst = connect(&target);
-    assert_eq!(state(&mut dst, "k1"), LeaseState::Unowned { epoch: 4 });
+    assert_eq!(
+        state(&mut dst, "k1"),
+        LeaseState::Unowned { epoch: 4.into() }
+    );
     let restored_k1 = grant(&mut dst, "k1", "x");
     let restored_k2 = grant(&mut dst, "k2", "y");
     assert_eq!(restored_k1.epoch(), GENERATION_1);
@@ -337,12 +350,21 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     source.kill_postmaster().expect("the source dies");
 
     let mut dst = connect(&restored);
-    assert_eq!(state(&mut dst, "k1"), LeaseState::Unowned { epoch: 2 });
+    assert_eq!(
+        state(&mut dst, "k1"),
+        LeaseState::Unowned { epoch: 2.into() }
+    );
     let k1 = grant(&mut dst, "k1", "x");
     let k2 = grant(&mut dst, "k2", "y");
     assert!(k1.epoch() > after_backup.epoch(), "{}", k1.epoch());
     assert!(k2.epoch() > new_key_at_source.epoch(), "{}", k2.epoch());
-    assert_eq!((k1.epoch(), k2.epoch()), (GENERATION_1, GENERATION_1));
+    assert_eq!(
+        (k1.epoch(), k2.epoch()),
+        (
+            leasehold::Epoch::new(GENERATION_1),
+            leasehold::Epoch::new(GENERATION_1)
+        )
+    );
     let now = dst.generation().expect("generation");
     assert_eq!((now.generation, now.timeline), (1, 2));
     // The lineage row records the newest timeline its grants ran on, so a
@@ -365,7 +387,10 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     let pair = ReplicatedPair::start(false);
     let mut conn = pair.primary_conn();
     let now = conn.generation().expect("generation");
-    assert_eq!((now.generation, now.timeline, now.floor_epoch()), (0, 1, 1));
+    assert_eq!(
+        (now.generation, now.timeline, now.floor_epoch()),
+        (0, 1, leasehold::Epoch::new(1))
+    );
     let mut expected = 1;
     for round in 0..3 {
         let lease = grant(&mut conn, "k", &format!("owner-{round}"));
@@ -383,7 +408,10 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
         }
         conn = pair.primary_conn();
     }
-    assert_eq!(state(&mut conn, "k"), LeaseState::Unowned { epoch: 6 });
+    assert_eq!(
+        state(&mut conn, "k"),
+        LeaseState::Unowned { epoch: 6.into() }
+    );
     pair.wait_caught_up();
     let mut standby = pair.standby_conn();
     assert_eq!(
@@ -393,7 +421,10 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
             .generation,
         0
     );
-    assert_eq!(state(&mut standby, "k"), LeaseState::Unowned { epoch: 6 });
+    assert_eq!(
+        state(&mut standby, "k"),
+        LeaseState::Unowned { epoch: 6.into() }
+    );
 }
 
 /// §4.1, scenario 6: `raise_generation` refuses a generation at or below

@@ -25,7 +25,8 @@ fn downtime_past_expiry(crash: bool) {
     assert_eq!(taken.epoch(), 2);
     assert!(server_now(&mut conn) > lease.expires_at());
     assert_eq!(
-        conn.renew("k", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
 }

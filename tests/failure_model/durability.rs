@@ -59,7 +59,8 @@ fn an_acknowledged_release_survives_a_crash_with_synchronous_commit_off() {
     let lease = granted(cluster.conn().acquire("k", "a", TTL).unwrap());
     let mut conn = asynchronous_session(&cluster);
     assert_eq!(
-        conn.release("k", "a", lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         Release::Released
     );
     cluster.crash_and_recover();
@@ -67,7 +68,7 @@ fn an_acknowledged_release_survives_a_crash_with_synchronous_commit_off() {
     assert_eq!(
         cluster.conn().inspect("k").unwrap(),
         Some(LeaseState::Unowned {
-            epoch: lease.epoch() + 1
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
         }),
         "the acknowledged release was lost in the crash"
     );

@@ -336,7 +336,9 @@ fn follow_the_writable_server(
     let status = waiter.listener_status();
     assert!(listener_runs_on(&mut plain(&standby), status.backend_pid));
     assert_eq!(
-        client.release("waited", "holder", 1).unwrap(),
+        client
+            .release(&leasehold_test_support::grant("waited", "holder", 1))
+            .unwrap(),
         Release::Released
     );
     let lease = blocked.join().unwrap().expect("the waiter gets the lease");
@@ -370,9 +372,13 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
     assert!(error.to_string().contains("read-only"), "{error}");
     assert!(std::error::Error::source(&error).is_some());
-    let error = conn.renew("k", "a", held.epoch(), TTL).unwrap_err();
+    let error = conn
+        .renew(&leasehold_test_support::grant("k", "a", held.epoch()), TTL)
+        .unwrap_err();
     assert!(is_read_only(&error, Operation::Renew), "{error:?}");
-    let error = conn.release("k", "a", held.epoch()).unwrap_err();
+    let error = conn
+        .release(&leasehold_test_support::grant("k", "a", held.epoch()))
+        .unwrap_err();
     assert!(is_read_only(&error, Operation::Release), "{error:?}");
     // Inside the caller's transaction too (and it stays usable).
     let in_transaction = conn.transaction::<_, diesel::result::Error, _>(|conn| {
@@ -458,7 +464,9 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     let mut conn = PgConnection::establish(&url).expect("connect past the read-only server");
     assert_eq!(server_port(&mut conn), primary.port());
     let warm = granted(conn.acquire("warm-up", "w", TTL).unwrap());
-    let _ = conn.release("warm-up", "w", warm.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("warm-up", "w", warm.epoch()))
+        .unwrap();
 
     // A never-seen key: the SQL function grants it, in one request.
     proxy.drop_next_answer();
@@ -477,7 +485,7 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     let Some(LeaseState::Held { owner, epoch, .. }) = plain(&primary).inspect("k").unwrap() else {
         panic!("the acquire committed, inspect must show it");
     };
-    assert_eq!((owner.as_str(), epoch), ("a", 1));
+    assert_eq!((owner.as_str(), epoch), ("a", leasehold::Epoch::new(1)));
 }
 
 /// The backend pid of the call whose statement matches the regular

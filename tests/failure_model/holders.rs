@@ -21,7 +21,7 @@ fn held_until_expiry_then_taken_over(conn: &mut PgConnection, lease: &Lease) {
     );
     wait_until_server_time_passes(conn, lease.expires_at());
     let taken = granted(conn.acquire("k", "b", TTL).unwrap());
-    assert_eq!(taken.epoch(), lease.epoch() + 1);
+    assert_eq!(taken.epoch(), lease.epoch().get() + 1);
 }
 
 #[test]
@@ -38,7 +38,7 @@ fn holder_backend_terminated_keeps_the_lease_until_expiry_then_it_is_taken_over(
     wait_until_backend_gone(&mut observer, pid);
     held_until_expiry_then_taken_over(&mut observer, &lease);
     assert!(matches!(
-        holder.renew("k", "a", 1, TTL),
+        holder.renew(&leasehold_test_support::grant("k", "a", 1), TTL),
         Err(LeaseError::OutcomeUnknown { .. }) | Err(LeaseError::Database { .. })
     ));
 }
@@ -161,7 +161,13 @@ fn holder_process() {
     ));
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
-    let renewal = match conn.renew("k", "stalled", lease.epoch(), TTL).unwrap() {
+    let renewal = match conn
+        .renew(
+            &leasehold_test_support::grant("k", "stalled", lease.epoch()),
+            TTL,
+        )
+        .unwrap()
+    {
         Renewal::Renewed { .. } => "renewed".to_owned(),
         Renewal::Refused(why) => why.to_string(),
     };
@@ -211,7 +217,7 @@ fn granted_view(
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: owner.into(),
-            epoch,
+            epoch: epoch.into(),
             expires_at
         })
     );
@@ -251,7 +257,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "b".into(),
-            epoch: 2,
+            epoch: 2.into(),
             expires_at: new.expires_at()
         })
     );

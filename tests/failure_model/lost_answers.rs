@@ -34,8 +34,15 @@ fn proxied(cluster_tcp: &LocalPostgres) -> (proxy::Proxy, PgConnection) {
     // Prepare every lease statement on this connection, so that the call
     // under test is exactly one Bind/Execute/Sync round trip.
     let warm = granted(conn.acquire("warm-up", "w", TTL).unwrap());
-    let _ = conn.renew("warm-up", "w", warm.epoch(), TTL).unwrap();
-    let _ = conn.release("warm-up", "w", warm.epoch()).unwrap();
+    let _ = conn
+        .renew(
+            &leasehold_test_support::grant("warm-up", "w", warm.epoch()),
+            TTL,
+        )
+        .unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("warm-up", "w", warm.epoch()))
+        .unwrap();
     (proxy, conn)
 }
 
@@ -69,9 +76,12 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
     else {
         panic!("the acquire committed, inspect must show it");
     };
-    assert_eq!((owner.as_str(), epoch), ("a", 1));
+    assert_eq!((owner.as_str(), epoch), ("a", leasehold::Epoch::new(1)));
     let again = granted(direct.acquire("k", "a", TTL).unwrap());
-    assert_eq!((again.epoch(), again.expires_at()), (1, expires_at));
+    assert_eq!(
+        (again.epoch(), again.expires_at()),
+        (leasehold::Epoch::new(1), expires_at)
+    );
 }
 
 /// The connection breaks before the call reaches the server: the client
@@ -107,7 +117,9 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
 
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_answer();
-    let error = conn.renew("k", "a", lease.epoch(), TTL).unwrap_err();
+    let error = conn
+        .renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+        .unwrap_err();
     assert!(
         matches!(
             &error,
@@ -125,7 +137,9 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
 
     let (proxy, mut conn) = proxied(&cluster.pg);
     proxy.drop_next_answer();
-    let error = conn.release("k", "a", lease.epoch()).unwrap_err();
+    let error = conn
+        .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+        .unwrap_err();
     assert!(
         matches!(
             &error,
@@ -138,7 +152,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
     );
     assert_eq!(
         direct.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 }),
+        Some(LeaseState::Unowned { epoch: 2.into() }),
         "the release committed"
     );
 }

@@ -10,7 +10,8 @@ fn committed_state(cluster: &Cluster) -> Vec<String> {
     granted(conn.acquire("held", "a", TTL).unwrap());
     let free = granted(conn.acquire("free", "a", TTL).unwrap());
     assert_eq!(
-        conn.release("free", "a", free.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("free", "a", free.epoch()))
+            .unwrap(),
         Release::Released
     );
     let old = granted(
@@ -33,7 +34,8 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
         "a held lease must stay held"
     );
     assert!(matches!(
-        conn.renew("held", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("held", "a", 1), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
@@ -42,15 +44,16 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
         "the released key's counter (2) must stand"
     );
     assert_eq!(
-        conn.renew("taken", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("taken", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed),
         "the taken-over holder must still hear lapsed"
     );
-    let stale = leasehold::FencingToken::new("taken", "a", 1).unwrap();
+    let stale = leasehold::FencingToken::new("taken", "a", leasehold::Epoch::from(1)).unwrap();
     assert!(matches!(
         fenced_write(&mut conn, &stale, Check::Token),
         Err(FencedError::Guard(GuardError::StaleEpoch {
-            accepted: 2,
+            accepted: leasehold::Epoch(2),
             ..
         }))
     ));
@@ -96,7 +99,8 @@ fn uncommitted_calls_in_flight_at_a_crash_leave_no_trace() {
     let mut conn = cluster.conn();
     let old = granted(conn.acquire("old", "a", TTL).unwrap());
     assert_eq!(
-        conn.release("old", "a", old.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("old", "a", old.epoch()))
+            .unwrap(),
         Release::Released
     );
     granted(conn.acquire("held", "a", TTL).unwrap());
@@ -112,7 +116,9 @@ fn uncommitted_calls_in_flight_at_a_crash_leave_no_trace() {
         3
     );
     assert_eq!(
-        in_flight.release("held", "a", 1).unwrap(),
+        in_flight
+            .release(&leasehold_test_support::grant("held", "a", 1))
+            .unwrap(),
         Release::Released
     );
     cluster.crash_and_recover();
@@ -134,9 +140,14 @@ fn epochs_never_regress_across_repeated_crashes() {
         for _ in 0..3 {
             let lease = granted(conn.acquire("k", &format!("w{round}"), TTL).unwrap());
             assert!(lease.epoch() > highest, "round {round}: {lease:?}");
-            highest = lease.epoch();
+            highest = lease.epoch().get();
             assert_eq!(
-                conn.release("k", lease.owner(), lease.epoch()).unwrap(),
+                conn.release(&leasehold_test_support::grant(
+                    "k",
+                    lease.owner(),
+                    lease.epoch()
+                ))
+                .unwrap(),
                 Release::Released
             );
         }
@@ -149,7 +160,7 @@ fn epochs_never_regress_across_repeated_crashes() {
             counter,
             "round {round}: the counter moved across the crash"
         );
-        highest = counter;
+        highest = counter.get();
     }
 }
 
@@ -162,7 +173,8 @@ fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
     // Real grants up to epoch 3: guards admit only epochs a key granted.
     let first = conn.acquire("k", "a", TTL).unwrap().granted().unwrap();
     assert_eq!(
-        conn.release("k", "a", first.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", first.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     let new = conn
@@ -170,18 +182,19 @@ fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
         .unwrap()
         .granted()
         .unwrap()
-        .token();
+        .token()
+        .clone();
     assert_eq!(new.epoch(), 3);
     fenced_write(&mut conn, &new, Check::Token).unwrap();
     drop(conn);
     cluster.crash_and_recover();
     let mut conn = cluster.conn();
-    let stale = leasehold::FencingToken::new("k", "a", 2).unwrap();
+    let stale = leasehold::FencingToken::new("k", "a", leasehold::Epoch::from(2)).unwrap();
     assert!(matches!(
         fenced_write(&mut conn, &stale, Check::Token),
         Err(FencedError::Guard(GuardError::StaleEpoch {
-            presented: 2,
-            accepted: 3,
+            presented: leasehold::Epoch(2),
+            accepted: leasehold::Epoch(3),
             ..
         }))
     ));

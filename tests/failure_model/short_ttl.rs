@@ -19,11 +19,18 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     fenced_write(&mut other, &next.token(), Check::LeaseHeld).unwrap();
     let before = snapshot(&mut other);
     assert_eq!(
-        hasty.renew("k", "hasty", lease.epoch(), TTL).unwrap(),
+        hasty
+            .renew(
+                &leasehold_test_support::grant("k", "hasty", lease.epoch()),
+                TTL
+            )
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        hasty.release("k", "hasty", lease.epoch()).unwrap(),
+        hasty
+            .release(&leasehold_test_support::grant("k", "hasty", lease.epoch()))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert!(matches!(

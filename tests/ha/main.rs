@@ -382,7 +382,7 @@ fn final_counters(conn: &mut PgConnection) -> BTreeMap<String, i64> {
             let state = conn
                 .inspect(&key)
                 .unwrap_or_else(|e| panic!("inspect {key} at the end: {e}"))?;
-            Some((key, state.epoch()))
+            Some((key, state.epoch().get()))
         })
         .collect()
 }

@@ -183,7 +183,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 out.push(Event::Grant {
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch: lease.epoch(),
+                    epoch: lease.epoch().get(),
                     start: lease.expires_at().timestamp_micros() - ttl_us,
                     end: lease.expires_at().timestamp_micros(),
                 });
@@ -216,7 +216,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 resource: resource.clone(),
                 key: key.clone(),
                 owner: owner.clone(),
-                epoch,
+                epoch: epoch.get(),
                 held,
             });
             let check = if held { Check::LeaseHeld } else { Check::Token };
@@ -275,11 +275,11 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 }
             }
             std::thread::sleep(Duration::from_micros(rng.range(0, ttl_us as u64 / 4)));
-            match c.renew(&key, &owner, epoch, ttl) {
+            match c.renew(&leasehold_test_support::grant(&key, &owner, epoch), ttl) {
                 Ok(Renewal::Renewed { expires_at }) => out.push(Event::Renew {
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch,
+                    epoch: epoch.get(),
                     at: expires_at.timestamp_micros() - ttl_us,
                     end: expires_at.timestamp_micros(),
                 }),
@@ -287,7 +287,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                     out.push(Event::RenewLost {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                         status: why.as_status().to_owned(),
                     });
                     break;
@@ -296,7 +296,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                     out.push(Event::RenewUnknown {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                     });
                     alive = false;
                     break;
@@ -311,18 +311,26 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
             out.push(Event::ReleaseInvoke {
                 key: key.clone(),
                 owner: owner.clone(),
-                epoch,
+                epoch: epoch.get(),
             });
-            match c.release(&key, &owner, epoch) {
-                Ok(Release::Released) => out.push(Event::ReleaseOk { key, owner, epoch }),
+            match c.release(&leasehold_test_support::grant(&key, &owner, epoch)) {
+                Ok(Release::Released) => out.push(Event::ReleaseOk {
+                    key,
+                    owner,
+                    epoch: epoch.get(),
+                }),
                 Ok(Release::Refused(why)) => out.push(Event::ReleaseLost {
                     key,
                     owner,
-                    epoch,
+                    epoch: epoch.get(),
                     status: why.as_status().to_owned(),
                 }),
                 Err(_) => {
-                    out.push(Event::ReleaseUnknown { key, owner, epoch });
+                    out.push(Event::ReleaseUnknown {
+                        key,
+                        owner,
+                        epoch: epoch.get(),
+                    });
                     conn = None;
                 }
             }
@@ -348,7 +356,7 @@ pub fn inspect_all(conn: &mut PgConnection, keys: usize) -> Vec<Event> {
                 before: before.timestamp_micros(),
                 after: after.timestamp_micros(),
                 held: matches!(state, LeaseState::Held { .. }),
-                epoch: state.epoch(),
+                epoch: state.epoch().get(),
             });
         }
     }

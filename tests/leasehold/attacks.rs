@@ -55,7 +55,7 @@ fn returns<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
 fn public_token(conn: &mut PgConnection, key: &str) -> FencingToken {
     match conn.inspect(key).unwrap() {
         Some(LeaseState::Held { owner, epoch, .. }) => {
-            FencingToken::new(key, &owner, epoch).unwrap()
+            FencingToken::new(key, &owner, leasehold::Epoch::from(epoch)).unwrap()
         }
         other => panic!("expected a held key, got {other:?}"),
     }
@@ -82,23 +82,41 @@ fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
     );
     assert_eq!(
         attacker
-            .renew("jobs/1", "nobody", lease.epoch(), TTL)
+            .renew(
+                &leasehold_test_support::grant("jobs/1", "nobody", lease.epoch()),
+                TTL
+            )
             .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        attacker.release("jobs/1", "nobody", lease.epoch()).unwrap(),
+        attacker
+            .release(&leasehold_test_support::grant(
+                "jobs/1",
+                "nobody",
+                lease.epoch()
+            ))
+            .unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     // Were the holder's calls to wait for the attacker, lock_timeout would
     // fail them instead of hanging the test.
     app.batch_execute("SET lock_timeout = '10s'").unwrap();
     assert!(matches!(
-        app.renew("jobs/1", "app-1", lease.epoch(), TTL).unwrap(),
+        app.renew(
+            &leasehold_test_support::grant("jobs/1", "app-1", lease.epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        app.release("jobs/1", "app-1", lease.epoch()).unwrap(),
+        app.release(&leasehold_test_support::grant(
+            "jobs/1",
+            "app-1",
+            lease.epoch()
+        ))
+        .unwrap(),
         Release::Released
     );
     attacker.batch_execute("ROLLBACK").unwrap();
@@ -209,13 +227,16 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         ("jobs/4", 2, 1),
         ("jobs/never-leased", 1, 0),
     ] {
-        let forged = FencingToken::new(key, "app-1", epoch).unwrap();
+        let forged = FencingToken::new(key, "app-1", leasehold::Epoch::from(epoch)).unwrap();
         match attacker.admit("orders", &forged) {
             Err(GuardError::EpochNotGranted {
                 presented,
                 counter: reported,
                 ..
-            }) => assert_eq!((presented, reported), (epoch, counter)),
+            }) => assert_eq!(
+                (presented, reported),
+                (leasehold::Epoch::new(epoch), leasehold::Epoch::new(counter))
+            ),
             other => panic!("{key} {epoch}: expected EpochNotGranted, got {other:?}"),
         }
     }
@@ -225,7 +246,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         "fence is not granted to PUBLIC"
     );
     assert!(matches!(
-        attacker.fence("orders", "jobs/4", 1),
+        attacker.fence("orders", "jobs/4", leasehold::Epoch::from(1)),
         Err(GuardError::Database { .. })
     ));
     assert_eq!(attacker.inspect_guard("orders").unwrap(), None);
@@ -243,22 +264,30 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    match operator.fence("orders", "jobs/4", i64::MAX) {
+    match operator.fence("orders", "jobs/4", leasehold::Epoch::from(i64::MAX)) {
         Err(GuardError::InvalidInput { violations }) => {
             assert_eq!(violations, ["up_to must be below 9223372036854775807"])
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
     assert!(matches!(
-        operator.fence("orders", "jobs/4", 2),
-        Err(GuardError::EpochNotGranted { counter: 1, .. })
+        operator.fence("orders", "jobs/4", leasehold::Epoch::from(2)),
+        Err(GuardError::EpochNotGranted {
+            counter: leasehold::Epoch(1),
+            ..
+        })
     ));
-    assert_eq!(operator.fence("orders", "jobs/4", 1).unwrap(), 2);
+    assert_eq!(
+        operator
+            .fence("orders", "jobs/4", leasehold::Epoch::from(1))
+            .unwrap(),
+        2
+    );
     assert_eq!(
         app.inspect_guard("orders").unwrap(),
         Some(GuardRecord {
             lease_key: "jobs/4".into(),
-            accepted_epoch: 2
+            accepted_epoch: 2.into()
         })
     );
 }
@@ -284,10 +313,15 @@ fn fence_then_admit_held_against_a_concurrent_renew_and_admit_does_not_deadlock(
     let lease = granted(app.acquire("jobs/5", "app-1", TTL).unwrap());
     let mut operator = deployment.conn_as(&deployment.operator);
     operator.batch_execute("BEGIN").unwrap();
-    assert_eq!(operator.fence("orders", "jobs/5", 0).unwrap(), 1);
+    assert_eq!(
+        operator
+            .fence("orders", "jobs/5", leasehold::Epoch::from(0))
+            .unwrap(),
+        1
+    );
 
     let pid = pid_of(&mut app);
-    let token = lease.token();
+    let token = lease.token().clone();
     let renewing = std::thread::spawn(move || app.renew_and_admit("orders", &token, TTL));
     wait_until_blocked(&mut admin, pid);
     operator.admit_held("orders", &lease.token()).unwrap();
@@ -396,7 +430,12 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
     app.admit("orders", &lease.token()).unwrap();
     app.renew_and_admit("orders", &lease.token(), TTL).unwrap();
     assert_eq!(
-        app.release("jobs/7", "app-1", lease.epoch()).unwrap(),
+        app.release(&leasehold_test_support::grant(
+            "jobs/7",
+            "app-1",
+            lease.epoch()
+        ))
+        .unwrap(),
         Release::Released
     );
     let mut attacker = deployment.conn_as(&deployment.attacker);

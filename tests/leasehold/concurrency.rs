@@ -112,7 +112,7 @@ fn lapsed_grant(conn: &mut PgConnection) -> leasehold::Lease {
 
 fn holder(conn: &mut PgConnection) -> Option<(String, i64)> {
     match conn.inspect("k").unwrap() {
-        Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch)),
+        Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch.get())),
         _ => None,
     }
 }
@@ -174,7 +174,9 @@ fn renewal_races_takeover(commit: bool) {
     );
     holder_conn.batch_execute("BEGIN").unwrap();
     assert!(matches!(
-        holder_conn.renew("k", "a", 1, TTL).unwrap(),
+        holder_conn
+            .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     wait_until_server_time_passes(&mut observer, lease.expires_at());
@@ -190,7 +192,9 @@ fn renewal_races_takeover(commit: bool) {
     } else {
         assert_eq!(granted(outcome).epoch(), 2);
         assert_eq!(
-            holder_conn.renew("k", "a", 1, TTL).unwrap(),
+            holder_conn
+                .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+                .unwrap(),
             Renewal::Refused(Refusal::Lapsed)
         );
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
@@ -222,11 +226,15 @@ fn stale_holder_races_takeover(commit: bool) {
     granted(taker.acquire("k", "b", TTL).unwrap());
     stale.batch_execute("SET lock_timeout = '10s'").unwrap();
     assert_eq!(
-        stale.renew("k", "a", 1, TTL).unwrap(),
+        stale
+            .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        stale.release("k", "a", 1).unwrap(),
+        stale
+            .release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     taker
@@ -235,13 +243,15 @@ fn stale_holder_races_takeover(commit: bool) {
     if commit {
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
         assert_eq!(
-            stale.renew("k", "a", 1, TTL).unwrap(),
+            stale
+                .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+                .unwrap(),
             Renewal::Refused(Refusal::Lapsed)
         );
     } else {
         assert_eq!(
             observer.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 1 })
+            Some(LeaseState::Unowned { epoch: 1.into() })
         );
     }
 }
@@ -268,14 +278,22 @@ fn release_races_acquire(commit: bool) {
     let mut observer = db.conn();
     granted(releaser.acquire("k", "a", TTL).unwrap());
     releaser.batch_execute("BEGIN").unwrap();
-    assert_eq!(releaser.release("k", "a", 1).unwrap(), Release::Released);
+    assert_eq!(
+        releaser
+            .release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
     let wait = Duration::from_secs(if commit { 30 } else { 1 });
     let racer = in_thread(waiter, move |c| c.acquire_waiting("k", "b", TTL, wait));
     wait_until_waiting(&mut observer, pid);
     if commit {
         releaser.batch_execute("COMMIT").unwrap();
         let lease = racer.join().unwrap().unwrap();
-        assert_eq!((lease.owner(), lease.epoch()), ("b", 3));
+        assert_eq!(
+            (lease.owner(), lease.epoch()),
+            ("b", leasehold::Epoch::new(3))
+        );
     } else {
         releaser.batch_execute("ROLLBACK").unwrap();
         let error = racer.join().unwrap().unwrap_err();
@@ -324,10 +342,11 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
                     .unwrap_or_else(|error| panic!("{owner}: {error}"));
                 let previous = holding.lock().unwrap().replace(owner.clone());
                 assert_eq!(previous, None, "{owner} granted while another held the key");
-                assert_eq!(holder(c), Some((owner.clone(), lease.epoch())));
+                assert_eq!(holder(c), Some((owner.clone(), lease.epoch().get())));
                 holding.lock().unwrap().take();
                 assert_eq!(
-                    c.release("k", &owner, lease.epoch()).unwrap(),
+                    c.release(&leasehold_test_support::grant("k", &owner, lease.epoch()))
+                        .unwrap(),
                     Release::Released
                 );
                 lease.epoch()
@@ -338,10 +357,13 @@ fn blocking_waiters_are_granted_one_at_a_time_with_increasing_epochs() {
         wait_until_polling(&mut observer, pid);
     }
     assert_eq!(
-        first.release("k", "first", lease.epoch()).unwrap(),
+        first
+            .release(&leasehold_test_support::grant("k", "first", lease.epoch()))
+            .unwrap(),
         Release::Released
     );
-    let mut epochs: Vec<i64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut epochs: Vec<leasehold::Epoch> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
     epochs.sort_unstable();
     // Each grant is counter + 1 and each release adds one more.
     assert_eq!(epochs, [3, 5, 7, 9, 11]);
@@ -375,13 +397,18 @@ fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapsho
             snap.batch_execute(&format!("BEGIN ISOLATION LEVEL {level}"))
                 .unwrap();
             assert!(snap.inspect("k").unwrap().unwrap().is_held()); // snapshot
-            let Renewal::Renewed { expires_at } = other.renew("k", "a", 1, TTL).unwrap() else {
+            let Renewal::Renewed { expires_at } = other
+                .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+                .unwrap()
+            else {
                 panic!("renew failed");
             };
             let error = if operation == "renew" {
-                snap.renew("k", "a", 1, TTL).unwrap_err()
+                snap.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+                    .unwrap_err()
             } else {
-                snap.release("k", "a", 1).unwrap_err()
+                snap.release(&leasehold_test_support::grant("k", "a", 1))
+                    .unwrap_err()
             };
             assert!(
                 is_serialization_failure(&error),
@@ -392,7 +419,7 @@ fn under_snapshot_isolation_renew_and_release_of_a_row_changed_after_the_snapsho
                 snap.inspect("k").unwrap(),
                 Some(LeaseState::Held {
                     owner: "a".into(),
-                    epoch: 1,
+                    epoch: 1.into(),
                     expires_at
                 }),
                 "{level} {operation}"
@@ -414,17 +441,19 @@ fn under_snapshot_isolation_calls_on_unchanged_rows_act_on_the_snapshot_and_comm
             .unwrap();
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
         assert!(matches!(
-            conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
+            conn.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+                .unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
-            conn.release("k", "a", lease.epoch()).unwrap(),
+            conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+                .unwrap(),
             Release::Released
         );
         conn.batch_execute("COMMIT").unwrap();
         assert_eq!(
             other.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 2 }),
+            Some(LeaseState::Unowned { epoch: 2.into() }),
             "{level}"
         );
     }
@@ -485,8 +514,13 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                             Acquisition::Granted(lease) => lease,
                             Acquisition::Denied => {
                                 // A stale token: every epoch so far is fair game.
-                                let epoch = c.inspect(key).unwrap().map_or(1, |s| s.epoch());
-                                let token = FencingToken::new(key, &owner, epoch.max(1)).unwrap();
+                                let epoch = c.inspect(key).unwrap().map_or(1, |s| s.epoch().into());
+                                let token = FencingToken::new(
+                                    key,
+                                    &owner,
+                                    leasehold::Epoch::from(epoch.max(1)),
+                                )
+                                .unwrap();
                                 return Ok(c.admit(&resource, &token)?);
                             }
                         };
@@ -505,7 +539,9 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                             .bind::<diesel::sql_types::BigInt, _>(lease.epoch())
                             .execute(c)?;
                         if n % 2 == 0 {
-                            let _ = c.release(key, &owner, lease.epoch()).unwrap();
+                            let _ = c
+                                .release(&leasehold_test_support::grant(key, &owner, lease.epoch()))
+                                .unwrap();
                         }
                         Ok(())
                     });
@@ -517,7 +553,9 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                         Err(TxError::Guard(other)) => panic!("{owner}: unexpected error {other:?}"),
                         Err(TxError::Db(error)) => panic!("{owner}: unexpected error {error}"),
                     }
-                    let _ = conn.renew(key, &owner, 1, ttl).unwrap();
+                    let _ = conn
+                        .renew(&leasehold_test_support::grant(key, &owner, 1), ttl)
+                        .unwrap();
                 }
                 refusals
             })
@@ -553,20 +591,25 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     one.batch_execute("SET deadlock_timeout = '50ms'; BEGIN")
         .unwrap();
     let lease2 = granted(one.acquire("k", "b", TTL).unwrap());
-    assert_eq!(lease2.epoch(), lease.epoch() + 1);
+    assert_eq!(lease2.epoch(), lease.epoch().get() + 1);
     let racer = in_thread(two, |c| {
         c.batch_execute("SET deadlock_timeout = '50ms'").unwrap();
         c.transaction::<_, DieselError, _>(|c| {
-            let first = c.renew("k", "a", 1, TTL).unwrap();
+            let first = c
+                .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+                .unwrap();
             let second = c.acquire("k", "c", TTL).unwrap();
-            let third = c.release("k", "c", 2).unwrap();
+            let third = c
+                .release(&leasehold_test_support::grant("k", "c", 2))
+                .unwrap();
             Ok((first, second, third))
         })
     });
     wait_until_blocked_on_lock(&mut observer, pid);
     // Session one keeps using the key while two waits on it.
     assert!(matches!(
-        one.renew("k", "b", 2, TTL).unwrap(),
+        one.renew(&leasehold_test_support::grant("k", "b", 2), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(one.inspect("k").unwrap().unwrap().epoch(), 2);
@@ -620,12 +663,18 @@ fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(
     txn.batch_execute("SET LOCAL lock_timeout = '10s'").unwrap();
     let call = |txn: &mut PgConnection| {
         if renewing {
-            match txn.renew("k", "a", 2, TTL).unwrap() {
+            match txn
+                .renew(&leasehold_test_support::grant("k", "a", 2), TTL)
+                .unwrap()
+            {
                 Renewal::Renewed { .. } => "ok".to_owned(),
                 Renewal::Refused(why) => why.as_status().to_owned(),
             }
         } else {
-            match txn.release("k", "a", 2).unwrap() {
+            match txn
+                .release(&leasehold_test_support::grant("k", "a", 2))
+                .unwrap()
+            {
                 Release::Released => "ok".to_owned(),
                 Release::Refused(why) => why.as_status().to_owned(),
             }
@@ -644,7 +693,7 @@ fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(
     assert_eq!(table_snapshot(&mut observer), expected, "nothing changed");
     assert_eq!(
         observer.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
 }
 
@@ -672,7 +721,9 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     other.batch_execute("COMMIT").unwrap();
     wait_until_server_time_passes(&mut observer, started + chrono::Duration::milliseconds(300));
     let before = server_now(&mut txn);
-    let renewal = txn.renew("k", "a", 2, TTL).unwrap();
+    let renewal = txn
+        .renew(&leasehold_test_support::grant("k", "a", 2), TTL)
+        .unwrap();
     let after = server_now(&mut txn);
     txn.batch_execute("COMMIT").unwrap();
     let Renewal::Renewed { expires_at } = renewal else {
@@ -691,7 +742,7 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
         observer.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 2,
+            epoch: 2.into(),
             expires_at
         })
     );
@@ -716,11 +767,13 @@ fn same_owner_acquire_and_renew_do_not_wait_for_the_holders_open_lease_checked_t
     let same = granted(again.acquire("k", "a", TTL).unwrap());
     assert_eq!(
         (same.epoch(), same.expires_at()),
-        (1, lease.expires_at()),
+        (leasehold::Epoch::new(1), lease.expires_at()),
         "idempotent"
     );
     assert!(matches!(
-        again.renew("k", "a", 1, TTL).unwrap(),
+        again
+            .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     holding.batch_execute("COMMIT").unwrap();
@@ -753,7 +806,7 @@ fn same_owner_acquire_of_a_lapsed_grant_taken_over_while_it_waited_is_denied() {
     let (outcome, state) = same_owner_acquire_racing_a_takeover(true);
     assert_eq!(outcome, Acquisition::Denied);
     assert!(
-        matches!(&state, Some(LeaseState::Held { owner, epoch: 2, .. }) if owner == "b"),
+        matches!(&state, Some(LeaseState::Held { owner, epoch: leasehold::Epoch(2), .. }) if owner == "b"),
         "{state:?}"
     );
 }
@@ -762,12 +815,15 @@ fn same_owner_acquire_of_a_lapsed_grant_taken_over_while_it_waited_is_denied() {
 fn same_owner_acquire_of_a_lapsed_grant_whose_takeover_rolled_back_gets_a_new_epoch() {
     let (outcome, state) = same_owner_acquire_racing_a_takeover(false);
     let lease = granted(outcome);
-    assert_eq!((lease.owner(), lease.epoch()), ("a", 2));
+    assert_eq!(
+        (lease.owner(), lease.epoch()),
+        ("a", leasehold::Epoch::new(2))
+    );
     assert_eq!(
         state,
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 2,
+            epoch: 2.into(),
             expires_at: lease.expires_at()
         })
     );
@@ -794,21 +850,25 @@ fn force_release_races_a_regrant(by_epoch: bool) {
     // operator looks, and granted again uncommitted.
     if !by_epoch {
         assert_eq!(
-            regrant.release("k", "a", 1).unwrap(),
+            regrant
+                .release(&leasehold_test_support::grant("k", "a", 1))
+                .unwrap(),
             leasehold::Release::Released
         );
     }
     regrant.batch_execute("BEGIN").unwrap();
     if by_epoch {
         assert_eq!(
-            regrant.release("k", "a", 1).unwrap(),
+            regrant
+                .release(&leasehold_test_support::grant("k", "a", 1))
+                .unwrap(),
             leasehold::Release::Released
         );
     }
     assert_eq!(granted(regrant.acquire("k", "b", TTL).unwrap()).epoch(), 3);
     let racer = in_thread(operator, move |c| {
         if by_epoch {
-            c.force_release_epoch("k", 1)
+            c.force_release_epoch("k", leasehold::Epoch::from(1))
                 .map(|forced| format!("{forced:?}"))
         } else {
             c.force_release("k").map(|counter| format!("{counter:?}"))
@@ -825,7 +885,7 @@ fn force_release_races_a_regrant(by_epoch: bool) {
         assert_eq!(holder(&mut observer), None);
         assert_eq!(
             observer.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 4 })
+            Some(LeaseState::Unowned { epoch: 4.into() })
         );
     }
 }

@@ -31,8 +31,11 @@ fn joined(conn: &mut PgConnection, keys: &[&str]) -> (Vec<Lease>, GroupId) {
         .iter()
         .map(|key| granted(conn.acquire(key, OWNER, TTL).unwrap()))
         .collect();
-    let grants: Vec<(&str, i64)> = leases.iter().map(|l| (l.key(), l.epoch())).collect();
-    let join = conn.join_group(OWNER, &grants, TTL).unwrap();
+    let grants: Vec<(&str, leasehold::Epoch)> =
+        leases.iter().map(|l| (l.key(), l.epoch())).collect();
+    let join = conn
+        .join_group(&leasehold_test_support::grants(OWNER, &grants), TTL)
+        .unwrap();
     assert_eq!(join.renewed(), keys.len(), "{join:?}");
     (leases, join.group.expect("a group for the renewed keys"))
 }
@@ -110,11 +113,20 @@ fn a_member_stays_held_by_its_groups_heartbeat_after_its_own_expiry_passed() {
     assert_eq!(again.epoch(), leases[1].epoch());
     // A single renew still works on a member, and a release ends it.
     assert!(matches!(
-        conn.renew("g/a", OWNER, leases[0].epoch(), TTL).unwrap(),
+        conn.renew(
+            &leasehold_test_support::grant("g/a", OWNER, leases[0].epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        conn.release("g/b", OWNER, leases[1].epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "g/b",
+            OWNER,
+            leases[1].epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(members_now(&mut conn, group), 1);
@@ -133,7 +145,11 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
         GroupRenewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        conn.renew("h/a", OWNER, leases[0].epoch(), TTL).unwrap(),
+        conn.renew(
+            &leasehold_test_support::grant("h/a", OWNER, leases[0].epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     let taken = granted(conn.acquire("h/a", "rival", TTL).unwrap());
@@ -157,7 +173,11 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
     // The taker's grant is its own, outside the group.
     lapse_group(&mut conn, group, "1 second");
     assert!(matches!(
-        conn.renew("h/a", "rival", taken.epoch(), TTL).unwrap(),
+        conn.renew(
+            &leasehold_test_support::grant("h/a", "rival", taken.epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Renewed { .. }
     ));
 }
@@ -171,20 +191,31 @@ fn every_way_out_of_a_group_is_counted() {
     assert_eq!(members_now(&mut conn, group), 5);
 
     assert_eq!(
-        conn.release("c/1", OWNER, leases[0].epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "c/1",
+            OWNER,
+            leases[0].epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(members_now(&mut conn, group), 4);
     assert!(conn.force_release("c/2").unwrap().is_some());
     assert_eq!(members_now(&mut conn, group), 3);
     let answers = conn
-        .release_many(OWNER, &[("c/3", leases[2].epoch())])
+        .release_many(&leasehold_test_support::grants(
+            OWNER,
+            &[("c/3", leases[2].epoch())],
+        ))
         .unwrap();
     assert_eq!(answers[0].release, leasehold::Release::Released);
     assert_eq!(members_now(&mut conn, group), 2);
     // Joining a member to a new group moves it.
     let moved = conn
-        .join_group(OWNER, &[("c/4", leases[3].epoch())], TTL)
+        .join_group(
+            &leasehold_test_support::grants(OWNER, &[("c/4", leases[3].epoch())]),
+            TTL,
+        )
         .unwrap();
     let new_group = moved.group.unwrap();
     assert_ne!(new_group, group);
@@ -194,7 +225,11 @@ fn every_way_out_of_a_group_is_counted() {
     let back = granted(conn.acquire("c/1", OWNER, TTL).unwrap());
     expire_own(&mut conn, &["c/1"]);
     assert_eq!(
-        conn.renew("c/1", OWNER, back.epoch(), TTL).unwrap(),
+        conn.renew(
+            &leasehold_test_support::grant("c/1", OWNER, back.epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
 }
@@ -213,8 +248,12 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
         ("j/never", 1),
         ("j/held-wrong", 1),
     ];
-    let joined: GroupJoin = grouped.join_group(OWNER, &grants[..2], TTL).unwrap();
-    let renewed = many.renew_many(OWNER, &grants[..2], TTL).unwrap();
+    let joined: GroupJoin = grouped
+        .join_group(&leasehold_test_support::grants(OWNER, &grants[..2]), TTL)
+        .unwrap();
+    let renewed = many
+        .renew_many(&leasehold_test_support::grants(OWNER, &grants[..2]), TTL)
+        .unwrap();
     assert_eq!(joined.keys.len(), renewed.len());
     for (group_answer, many_answer) in joined.keys.iter().zip(&renewed) {
         assert_eq!(group_answer.key, many_answer.key);
@@ -228,7 +267,9 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
     assert_eq!(joined.renewed(), 1);
     assert_eq!(members_now(&mut grouped, group), 1);
     // No key renewed: no group.
-    let none = grouped.join_group(OWNER, &grants[2..], TTL).unwrap();
+    let none = grouped
+        .join_group(&leasehold_test_support::grants(OWNER, &grants[2..]), TTL)
+        .unwrap();
     assert_eq!(none.group, None);
     assert_eq!(
         query_lines(
@@ -276,7 +317,7 @@ fn a_heartbeat_is_refused_to_another_owner_an_unknown_group_and_bad_input() {
     let snapshot = table_snapshot(&mut conn);
     let groups_before = query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.groups");
     let twice = [("r/a", leases[0].epoch()), ("r/a", leases[0].epoch())];
-    match conn.join_group(OWNER, &twice, TTL) {
+    match conn.join_group(&leasehold_test_support::grants(OWNER, &twice), TTL) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, vec!["keys must not contain a key twice"])
         }
@@ -380,7 +421,10 @@ fn a_heartbeat_with_a_member_in_another_roles_namespace_is_refused() {
     let mut worker = deployment.conn_as(&deployment.worker);
     let lease = granted(worker.acquire("ns/1", OWNER, TTL).unwrap());
     let join = worker
-        .join_group(OWNER, &[("ns/1", lease.epoch())], TTL)
+        .join_group(
+            &leasehold_test_support::grants(OWNER, &[("ns/1", lease.epoch())]),
+            TTL,
+        )
         .unwrap();
     let group = join.group.unwrap();
     deployment

@@ -45,14 +45,19 @@ impl Harness for Database {
         loop {
             let counter = match conn.inspect(key).unwrap() {
                 Some(state) => state.epoch(),
-                None => 0,
+                None => 0.into(),
             };
             if counter >= epoch {
                 break;
             }
             let lease = granted(conn.acquire(key, "harness", TTL).unwrap());
             assert_eq!(
-                conn.release(key, "harness", lease.epoch()).unwrap(),
+                conn.release(&leasehold_test_support::grant(
+                    key,
+                    "harness",
+                    lease.epoch()
+                ))
+                .unwrap(),
                 Release::Released
             );
         }
@@ -60,7 +65,7 @@ impl Harness for Database {
             conn.inspect(key).unwrap(),
             Some(LeaseState::Held { .. })
         ));
-        FencingToken::new(key, owner, epoch).unwrap()
+        FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
     }
 }
 

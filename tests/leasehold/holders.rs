@@ -71,7 +71,7 @@ pub(crate) fn wait_armed(waiter: &LeaseWaiter, key: &str, count: usize) {
 
 pub(crate) fn held_by(conn: &mut PgConnection, key: &str) -> Option<(String, i64)> {
     match conn.inspect(key).unwrap() {
-        Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch)),
+        Some(LeaseState::Held { owner, epoch, .. }) => Some((owner, epoch.get())),
         _ => None,
     }
 }
@@ -105,15 +105,20 @@ fn waiter_wakes_on_release_holding_no_connection_or_transaction_while_waiting() 
 
     let released_at = Instant::now();
     assert_eq!(
-        conn.release("k", "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "k",
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
     assert!(released_at.elapsed() < IN_TIME);
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
     assert_eq!(
         held_by(&mut conn, "k"),
-        Some(("waiter".into(), lease.epoch()))
+        Some(("waiter".into(), lease.epoch().get()))
     );
 }
 
@@ -134,7 +139,7 @@ fn waiter_wakes_at_the_holders_expiry_when_the_lease_lapses() {
     );
     let late = (granted_at - holder.expires_at()).to_std().unwrap();
     assert!(late < IN_TIME, "woke {late:?} after the lapse");
-    assert_eq!(lease.epoch(), holder.epoch() + 1);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 1);
 }
 
 #[test]
@@ -173,7 +178,7 @@ fn waiter_recovers_a_release_notification_missed_during_a_listener_reconnect() {
     );
     assert_eq!(
         held_by(&mut conn, "k"),
-        Some(("waiter".into(), lease.epoch()))
+        Some(("waiter".into(), lease.epoch().get()))
     );
     // The wake may come from the poll while the listener is down or from
     // the re-check after it is back; either way the listener must come back
@@ -211,7 +216,7 @@ fn waiter_can_be_cancelled_from_another_thread_and_changes_nothing() {
     assert!(cancelled_at.elapsed() < IN_TIME);
     assert_eq!(
         held_by(&mut conn, "k"),
-        Some(("holder".into(), holder.epoch()))
+        Some(("holder".into(), holder.epoch().get()))
     );
     // A cancelled token stops the next wait before it starts.
     assert!(matches!(
@@ -258,7 +263,9 @@ fn releases_notify_only_keys_somebody_waits_for() {
     let mut conn = db.conn();
     conn.batch_execute("LISTEN lease_released").unwrap();
     let a = granted(conn.acquire("unwatched", "o", TTL).unwrap());
-    let _ = conn.release("unwatched", "o", a.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("unwatched", "o", a.epoch()))
+        .unwrap();
     let b = granted(conn.acquire("watched", "o", TTL).unwrap());
     let digest = query_lines(
         &mut conn,
@@ -269,13 +276,17 @@ fn releases_notify_only_keys_somebody_waits_for() {
         query_lines(&mut conn, "SELECT lease._waiter_watch('watched') AS line"),
         digest
     );
-    let _ = conn.release("watched", "o", b.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("watched", "o", b.epoch()))
+        .unwrap();
     query_lines(
         &mut conn,
         "SELECT lease._waiter_unwatch('watched')::text AS line",
     );
     let c = granted(conn.acquire("watched", "o", TTL).unwrap());
-    let _ = conn.release("watched", "o", c.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("watched", "o", c.epoch()))
+        .unwrap();
     let payloads: Vec<String> = conn
         .notifications_iter()
         .map(|n| n.unwrap().payload)
@@ -368,21 +379,24 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
         Keeper::builder(&client(&db.url), lease.clone()).renew_every(Duration::from_millis(150)),
     );
     let keeper = builder.start().unwrap();
-    assert_eq!(keeper.token(), &lease.token());
+    assert_eq!(keeper.token(), lease.token());
     // Renewals carry the lease past its original expiry, on the server's clock.
     let mut last = next_renewal(&rx).1;
     while last <= lease.expires_at() {
         last = next_renewal(&rx).1;
     }
     wait_until_server_time_passes(&mut conn, lease.expires_at());
-    assert_eq!(held_by(&mut conn, "k"), Some(("a".into(), lease.epoch())));
+    assert_eq!(
+        held_by(&mut conn, "k"),
+        Some(("a".into(), lease.epoch().get()))
+    );
     assert!(keeper.is_valid());
     assert!(keeper.loss().is_none());
     assert_eq!(keeper.stop().unwrap(), Release::Released);
     assert_eq!(
         conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned {
-            epoch: lease.epoch() + 1
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
         })
     );
 }
@@ -441,7 +455,7 @@ fn keeper_releases_on_drop() {
     assert_eq!(
         conn.inspect("k").unwrap(),
         Some(LeaseState::Unowned {
-            epoch: lease.epoch() + 1
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
         })
     );
 }
@@ -459,7 +473,9 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
     );
     let keeper = builder.start().unwrap();
     // Someone else ends the grant and takes the key over.
-    let _ = conn.release("k", "a", lease.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+        .unwrap();
     let b = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(matches!(
         keeper.wait_for_loss(Duration::from_secs(10)),
@@ -476,7 +492,7 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
     ));
     // Stopping does not disturb the new holder.
     assert_eq!(keeper.stop().unwrap(), Release::Refused(Refusal::NotOwner));
-    assert_eq!(held_by(&mut conn, "k"), Some(("b".into(), b.epoch())));
+    assert_eq!(held_by(&mut conn, "k"), Some(("b".into(), b.epoch().get())));
 }
 
 #[test]
@@ -640,8 +656,10 @@ fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
             })
         })
     };
-    assert_eq!(started_rx.recv().unwrap(), lease.token());
-    let _ = conn.release("k", "a", lease.epoch()).unwrap();
+    assert_eq!(&started_rx.recv().unwrap(), lease.token());
+    let _ = conn
+        .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+        .unwrap();
     granted(conn.acquire("k", "b", TTL).unwrap());
     match worker.join().unwrap() {
         WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NotOwner)) => {}
@@ -659,7 +677,10 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     };
     let cancel = CancelToken::new();
     let finished = run_while_held(start("f"), &cancel, |ctx| Ok::<_, ()>(ctx.token().epoch()));
-    assert!(matches!(finished, WorkOutcome::Finished(1)));
+    assert!(matches!(
+        finished,
+        WorkOutcome::Finished(leasehold::Epoch(1))
+    ));
     let failed = run_while_held(start("e"), &cancel, |_| Err::<(), _>("boom"));
     assert!(matches!(failed, WorkOutcome::Failed("boom")));
     let cancelled = run_while_held(start("c"), &cancel, |ctx| {
@@ -674,7 +695,7 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     for key in ["f", "e", "c"] {
         assert_eq!(
             conn.inspect(key).unwrap(),
-            Some(LeaseState::Unowned { epoch: 2 })
+            Some(LeaseState::Unowned { epoch: 2.into() })
         );
     }
 }

@@ -294,7 +294,7 @@ fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
         matches!(error, leasehold::LeaseError::NotInstalled { .. }),
         "{error:?}"
     );
-    let token = leasehold::FencingToken::new("k", "o", 1).expect("token");
+    let token = leasehold::FencingToken::new("k", "o", leasehold::Epoch::from(1)).expect("token");
     let error = conn.admit("r", &token).unwrap_err();
     assert!(
         matches!(error, leasehold::error::GuardError::NotInstalled { .. }),

@@ -74,7 +74,7 @@ enum Call {
     Admit(Who),
     AdmitHeld(Who),
     RenewAdmit(Who),
-    /// `r.fence(k, E - 1)`: as the superuser (fence is an operator action).
+    /// `r.fence(k, leasehold::Epoch::from(E - 1))`: as the superuser (fence is an operator action).
     Fence,
     InspectGuard,
 }
@@ -125,7 +125,7 @@ fn token(fixture: &Fixture, who: Who, tag: u8) -> FencingToken {
         Stranger => ("x".to_owned(), E),
         Newcomer => (newcomer(tag), E + 1),
     };
-    FencingToken::new(&fixture.key, &owner, epoch).unwrap()
+    FencingToken::new(&fixture.key, &owner, leasehold::Epoch::from(epoch)).unwrap()
 }
 
 fn newcomer(tag: u8) -> String {
@@ -178,7 +178,7 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         }
         Renew(who) => {
             let t = token(fixture, who, tag);
-            match conn.renew(k, t.owner(), t.epoch(), TTL) {
+            match conn.renew(&leasehold_test_support::grant(k, t.owner(), t.epoch()), TTL) {
                 Ok(Renewal::Renewed { .. }) => "renewed".to_owned(),
                 Ok(Renewal::Refused(why)) => format!("refused {}", why.as_status()),
                 Err(error) => lease_error(error),
@@ -186,7 +186,7 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         }
         Release(who) => {
             let t = token(fixture, who, tag);
-            match conn.release(k, t.owner(), t.epoch()) {
+            match conn.release(&leasehold_test_support::grant(k, t.owner(), t.epoch())) {
                 Ok(Release::Released) => "released".to_owned(),
                 Ok(Release::Refused(why)) => format!("refused {}", why.as_status()),
                 Err(error) => lease_error(error),
@@ -214,7 +214,7 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        Fence => match conn.fence(r, k, E - 1) {
+        Fence => match conn.fence(r, k, leasehold::Epoch::from(E - 1)) {
             Ok(accepted) => format!("fenced (admits >= {accepted})"),
             Err(error) => guard_error(error),
         },

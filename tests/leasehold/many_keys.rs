@@ -125,7 +125,12 @@ fn renew_many_answers_each_key_as_a_single_renew_would_and_changes_the_same_rows
     write_states(&mut batch);
     write_states(&mut single);
 
-    let answers = batch.renew_many(OWNER, &presented(), LONG_TTL).unwrap();
+    let answers = batch
+        .renew_many(
+            &leasehold_test_support::grants(OWNER, &presented()),
+            LONG_TTL,
+        )
+        .unwrap();
     let batch_answers: Vec<(String, &str)> = answers
         .into_iter()
         .map(|answer| (answer.key, renewal_status(answer.renewal)))
@@ -133,7 +138,9 @@ fn renew_many_answers_each_key_as_a_single_renew_would_and_changes_the_same_rows
     let single_answers: Vec<(String, &str)> = PRESENTED
         .iter()
         .map(|key| {
-            let renewal = single.renew(key, OWNER, EPOCH, LONG_TTL).unwrap();
+            let renewal = single
+                .renew(&leasehold_test_support::grant(key, OWNER, EPOCH), LONG_TTL)
+                .unwrap();
             ((*key).to_owned(), renewal_status(renewal))
         })
         .collect();
@@ -156,7 +163,9 @@ fn release_many_answers_each_key_as_a_single_release_would_and_changes_the_same_
     write_states(&mut batch);
     write_states(&mut single);
 
-    let answers = batch.release_many(OWNER, &presented()).unwrap();
+    let answers = batch
+        .release_many(&leasehold_test_support::grants(OWNER, &presented()))
+        .unwrap();
     let batch_answers: Vec<(String, &str)> = answers
         .into_iter()
         .map(|answer| (answer.key, release_status(answer.release)))
@@ -164,7 +173,9 @@ fn release_many_answers_each_key_as_a_single_release_would_and_changes_the_same_
     let single_answers: Vec<(String, &str)> = PRESENTED
         .iter()
         .map(|key| {
-            let released = single.release(key, OWNER, EPOCH).unwrap();
+            let released = single
+                .release(&leasehold_test_support::grant(key, OWNER, EPOCH))
+                .unwrap();
             ((*key).to_owned(), release_status(released))
         })
         .collect();
@@ -181,7 +192,10 @@ fn a_renewed_key_gets_its_new_expiry_and_keeps_its_epoch() {
     let a = granted(conn.acquire("a", OWNER, TTL).unwrap());
     let b = granted(conn.acquire("b", OWNER, TTL).unwrap());
     let answers = conn
-        .renew_many(OWNER, &[("b", b.epoch()), ("a", a.epoch())], LONG_TTL)
+        .renew_many(
+            &leasehold_test_support::grants(OWNER, &[("b", b.epoch()), ("a", a.epoch())]),
+            LONG_TTL,
+        )
         .unwrap();
     assert_eq!(answers.len(), 2);
     for (answer, lease) in answers.iter().zip([&b, &a]) {
@@ -199,7 +213,11 @@ fn a_renewed_key_gets_its_new_expiry_and_keeps_its_epoch() {
             })
         );
     }
-    assert_eq!(conn.renew_many(OWNER, &[], TTL).unwrap(), vec![]);
+    assert_eq!(
+        conn.renew_many(&leasehold_test_support::grants::<i64>(OWNER, &[]), TTL)
+            .unwrap(),
+        vec![]
+    );
 }
 
 /// The constraint name and DETAIL of a statement's error.
@@ -361,13 +379,21 @@ fn a_batchs_digests_must_be_its_keys_digests() {
     let key = "tenant/Zürich/日本";
     let held = granted(conn.acquire(key, OWNER, TTL).unwrap());
     let renewed = conn
-        .renew_many(OWNER, &[(key, held.epoch())], LONG_TTL)
+        .renew_many(
+            &leasehold_test_support::grants(OWNER, &[(key, held.epoch())]),
+            LONG_TTL,
+        )
         .unwrap();
     assert!(
         matches!(renewed[0].renewal, Renewal::Renewed { .. }),
         "{renewed:?}"
     );
-    let released = conn.release_many(OWNER, &[(key, held.epoch())]).unwrap();
+    let released = conn
+        .release_many(&leasehold_test_support::grants(
+            OWNER,
+            &[(key, held.epoch())],
+        ))
+        .unwrap();
     assert!(
         matches!(released[0].release, Release::Released),
         "{released:?}"
@@ -383,8 +409,10 @@ fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
     let before = table_snapshot(&mut conn);
     let twice = [("a", held.epoch()), ("a", held.epoch())];
     for result in [
-        conn.renew_many(OWNER, &twice, TTL).map(|_| ()),
-        conn.release_many(OWNER, &twice).map(|_| ()),
+        conn.renew_many(&leasehold_test_support::grants(OWNER, &twice), TTL)
+            .map(|_| ()),
+        conn.release_many(&leasehold_test_support::grants(OWNER, &twice))
+            .map(|_| ()),
     ] {
         match result {
             Err(LeaseError::InvalidInput { violations }) => {
@@ -395,7 +423,7 @@ fn the_rust_calls_map_the_servers_refusals_to_invalid_input() {
     }
     let keys: Vec<String> = (0..=MAX_KEYS_PER_CALL).map(|i| format!("k{i}")).collect();
     let too_many: Vec<(&str, i64)> = keys.iter().map(|key| (key.as_str(), 1)).collect();
-    match conn.renew_many(OWNER, &too_many, TTL) {
+    match conn.renew_many(&leasehold_test_support::grants(OWNER, &too_many), TTL) {
         Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, vec!["keys must hold at most 1000 keys"]);
         }
@@ -422,11 +450,15 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
     let refused = [
         (
             Operation::RenewMany,
-            worker.renew_many("w", &batch, LONG_TTL).map(|_| ()),
+            worker
+                .renew_many(&leasehold_test_support::grants("w", &batch), LONG_TTL)
+                .map(|_| ()),
         ),
         (
             Operation::ReleaseMany,
-            worker.release_many("w", &batch).map(|_| ()),
+            worker
+                .release_many(&leasehold_test_support::grants("w", &batch))
+                .map(|_| ()),
         ),
     ];
     for (operation, result) in refused {
@@ -456,7 +488,9 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
         "42501"
     );
     // A member of the bound role may renew the same batch.
-    let answers = app.renew_many("w", &batch, LONG_TTL).unwrap();
+    let answers = app
+        .renew_many(&leasehold_test_support::grants("w", &batch), LONG_TTL)
+        .unwrap();
     assert!(answers
         .iter()
         .all(|answer| matches!(answer.renewal, Renewal::Renewed { .. })));
@@ -506,15 +540,28 @@ fn a_refused_batch_locks_nothing_and_an_applied_one_holds_its_rows_until_commit(
     // Refused in an open transaction: the holder's renew does not wait.
     let mut other = db.conn();
     other.batch_execute("BEGIN").unwrap();
-    let refused = other.renew_many("x", &[("k", lease.epoch())], TTL).unwrap();
+    let refused = other
+        .renew_many(
+            &leasehold_test_support::grants("x", &[("k", lease.epoch())]),
+            TTL,
+        )
+        .unwrap();
     assert_eq!(refused[0].renewal, Renewal::Refused(Refusal::NotOwner));
     let refused = other
-        .release_many(OWNER, &[("k", lease.epoch() + 1)])
+        .release_many(&leasehold_test_support::grants(
+            OWNER,
+            &[("k", lease.epoch().get() + 1)],
+        ))
         .unwrap();
     assert_eq!(refused[0].release, Release::Refused(Refusal::EpochMismatch));
     let mut quick = impatient(&db, "2s");
     assert!(matches!(
-        quick.renew("k", OWNER, lease.epoch(), TTL).unwrap(),
+        quick
+            .renew(
+                &leasehold_test_support::grant("k", OWNER, lease.epoch()),
+                TTL
+            )
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     other.batch_execute("COMMIT").unwrap();
@@ -522,7 +569,10 @@ fn a_refused_batch_locks_nothing_and_an_applied_one_holds_its_rows_until_commit(
     // Applied in an open transaction: the holder's renew waits for it.
     other.batch_execute("BEGIN").unwrap();
     let applied = other
-        .renew_many(OWNER, &[("k", lease.epoch())], TTL)
+        .renew_many(
+            &leasehold_test_support::grants(OWNER, &[("k", lease.epoch())]),
+            TTL,
+        )
         .unwrap();
     assert!(matches!(applied[0].renewal, Renewal::Renewed { .. }));
     let (done_tx, done_rx) = mpsc::channel();
@@ -530,7 +580,7 @@ fn a_refused_batch_locks_nothing_and_an_applied_one_holds_its_rows_until_commit(
     let epoch = lease.epoch();
     let waiter = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
-        let answer = conn.renew("k", OWNER, epoch, TTL);
+        let answer = conn.renew(&leasehold_test_support::grant("k", OWNER, epoch), TTL);
         done_tx.send(()).unwrap();
         answer
     });
@@ -561,7 +611,12 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
     let mut blocker = db.conn();
     blocker.batch_execute("BEGIN").unwrap();
     assert!(matches!(
-        blocker.renew(&middle.0, OWNER, middle.1, TTL).unwrap(),
+        blocker
+            .renew(
+                &leasehold_test_support::grant(&middle.0, OWNER, middle.1),
+                TTL
+            )
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
 
@@ -575,8 +630,9 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
             let mut conn = PgConnection::establish(&url).unwrap();
             conn.batch_execute("SET deadlock_timeout = '50ms'; SET lock_timeout = '60s'")
                 .unwrap();
-            let refs: Vec<(&str, i64)> = order.iter().map(|(k, e)| (k.as_str(), *e)).collect();
-            conn.renew_many(OWNER, &refs, TTL)
+            let refs: Vec<(&str, leasehold::Epoch)> =
+                order.iter().map(|(k, e)| (k.as_str(), *e)).collect();
+            conn.renew_many(&leasehold_test_support::grants(OWNER, &refs), TTL)
         })
     };
     let forward = spawn_batch(false);
@@ -609,10 +665,14 @@ fn batch_waits_for(then_release: bool) -> Vec<(String, &'static str)> {
     }
     let mut other = db.conn();
     other.batch_execute("BEGIN").unwrap();
-    let _ = other.renew("w-1", OWNER, epochs[1], TTL).unwrap();
+    let _ = other
+        .renew(&leasehold_test_support::grant("w-1", OWNER, epochs[1]), TTL)
+        .unwrap();
     if then_release {
         assert_eq!(
-            other.release("w-1", OWNER, epochs[1]).unwrap(),
+            other
+                .release(&leasehold_test_support::grant("w-1", OWNER, epochs[1]))
+                .unwrap(),
             Release::Released
         );
     }
@@ -620,7 +680,7 @@ fn batch_waits_for(then_release: bool) -> Vec<(String, &'static str)> {
     let batch = std::thread::spawn(move || {
         let mut conn = PgConnection::establish(&url).unwrap();
         let grants = [("w-0", epochs[0]), ("w-1", epochs[1]), ("w-2", epochs[2])];
-        conn.renew_many(OWNER, &grants, TTL)
+        conn.renew_many(&leasehold_test_support::grants(OWNER, &grants), TTL)
     });
     let mut observer = db.conn();
     wait_for_lock_waiters(&mut observer, &db.name, 1);
@@ -654,7 +714,7 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let keys = ["r-1", "r-2"];
-    let grants: Vec<(&str, i64)> = keys
+    let grants: Vec<(&str, leasehold::Epoch)> = keys
         .iter()
         .map(|key| {
             (
@@ -675,7 +735,9 @@ fn release_many_wakes_the_waiters_of_every_key_it_releases() {
         wait_armed(&waiter, key, 1);
     }
     let released_at = Instant::now();
-    let released = conn.release_many(OWNER, &grants).unwrap();
+    let released = conn
+        .release_many(&leasehold_test_support::grants(OWNER, &grants))
+        .unwrap();
     assert!(released
         .iter()
         .all(|answer| answer.release == Release::Released));
@@ -706,16 +768,34 @@ fn an_applied_batch_is_durable_and_a_refused_one_leaves_synchronous_commit_alone
     };
     conn.batch_execute("BEGIN; SET LOCAL synchronous_commit = off")
         .unwrap();
-    let _ = conn.renew_many("x", &[("k", lease.epoch())], TTL).unwrap();
-    let _ = conn.release_many("x", &[("k", lease.epoch())]).unwrap();
+    let _ = conn
+        .renew_many(
+            &leasehold_test_support::grants("x", &[("k", lease.epoch())]),
+            TTL,
+        )
+        .unwrap();
+    let _ = conn
+        .release_many(&leasehold_test_support::grants(
+            "x",
+            &[("k", lease.epoch())],
+        ))
+        .unwrap();
     assert_eq!(setting(&mut conn), "off");
     let _ = conn
-        .renew_many(OWNER, &[("k", lease.epoch())], TTL)
+        .renew_many(
+            &leasehold_test_support::grants(OWNER, &[("k", lease.epoch())]),
+            TTL,
+        )
         .unwrap();
     assert_eq!(setting(&mut conn), "on");
     conn.batch_execute("ROLLBACK; BEGIN; SET LOCAL synchronous_commit = local")
         .unwrap();
-    let _ = conn.release_many(OWNER, &[("k", lease.epoch())]).unwrap();
+    let _ = conn
+        .release_many(&leasehold_test_support::grants(
+            OWNER,
+            &[("k", lease.epoch())],
+        ))
+        .unwrap();
     assert_eq!(setting(&mut conn), "on");
     conn.batch_execute("COMMIT").unwrap();
 }
@@ -855,7 +935,9 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         }
     }
     // Every key already lost: nothing to keep.
-    let _ = conn.release("a", "w", a.epoch()).unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("a", "w", a.epoch()))
+        .unwrap();
     match KeeperSet::start(&client(&db.url), vec![a]) {
         Err(KeeperError::NotHeld { key, reason }) => {
             assert_eq!((key.as_str(), reason), ("a", Refusal::NotOwner));

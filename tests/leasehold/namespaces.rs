@@ -241,7 +241,7 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
     // G7: a fence reaches at most the key's counter (2 after a release).
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("k", "a", TTL).unwrap());
-    assert_eq!(lease.release(&mut app).unwrap(), Release::Released);
+    assert_eq!(app.release(&lease).unwrap(), Release::Released);
     deployment
         .conn_as(&deployment.owner)
         .batch_execute(&format!(
@@ -250,7 +250,10 @@ fn fence_is_an_operator_action_granted_to_nobody_until_the_owner_grants_it() {
         ))
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(operator.fence("r", "k", 2).unwrap(), 3);
+    assert_eq!(
+        operator.fence("r", "k", leasehold::Epoch::from(2)).unwrap(),
+        3
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -443,13 +446,16 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
             role,
         );
         assert_lease_forbidden(
-            conn.renew("billing/k", "app-1", epoch, TTL),
+            conn.renew(
+                &leasehold_test_support::grant("billing/k", "app-1", epoch),
+                TTL,
+            ),
             Operation::Renew,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
-            conn.release("billing/k", "app-1", epoch),
+            conn.release(&leasehold_test_support::grant("billing/k", "app-1", epoch)),
             Operation::Release,
             "billing/k",
             role,
@@ -559,11 +565,20 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         Some(lease.epoch())
     );
     assert!(matches!(
-        app.renew("billing/k", "app-1", lease.epoch(), TTL).unwrap(),
+        app.renew(
+            &leasehold_test_support::grant("billing/k", "app-1", lease.epoch()),
+            TTL
+        )
+        .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        app.release("billing/k", "app-1", lease.epoch()).unwrap(),
+        app.release(&leasehold_test_support::grant(
+            "billing/k",
+            "app-1",
+            lease.epoch()
+        ))
+        .unwrap(),
         Release::Released
     );
     assert!(is_granted(app.acquire("billing/k", "app-2", TTL)));
@@ -615,7 +630,7 @@ fn the_longest_bound_prefix_decides_who_may_act() {
         .unwrap();
     assert!(is_granted(app.acquire("billing/eu/2", "a", TTL)));
     assert_lease_forbidden(
-        worker.renew("billing/eu/1", "w", 1, TTL),
+        worker.renew(&leasehold_test_support::grant("billing/eu/1", "w", 1), TTL),
         Operation::Renew,
         "billing/eu/1",
         &deployment.worker,
@@ -674,7 +689,10 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
     assert!(is_granted(
         deployment.admin().acquire("legacy/3", "admin", TTL)
     ));
-    assert_eq!(owner.force_release("legacy/1").unwrap(), Some(2));
+    assert_eq!(
+        owner.force_release("legacy/1").unwrap(),
+        Some(leasehold::Epoch::new(2))
+    );
     owner.bind_namespace("legacy/", &deployment.app).unwrap();
     assert!(is_granted(app.acquire("legacy/1", "a", TTL)));
 }
@@ -743,18 +761,25 @@ fn without_rules_every_role_acts_on_every_key_as_before() {
             .inspect_guard("billing/res")
             .unwrap()
             .map(|r| r.accepted_epoch),
-        Some(1)
+        Some(leasehold::Epoch::new(1))
     );
     assert!(matches!(
         attacker
-            .renew("billing/k", "app-1", lease.epoch(), TTL)
+            .renew(
+                &leasehold_test_support::grant("billing/k", "app-1", lease.epoch()),
+                TTL
+            )
             .unwrap(),
         Renewal::Renewed { .. }
     ));
     attacker.check_held(&lease.token()).unwrap();
     assert_eq!(
         attacker
-            .release("billing/k", "app-1", lease.epoch())
+            .release(&leasehold_test_support::grant(
+                "billing/k",
+                "app-1",
+                lease.epoch()
+            ))
             .unwrap(),
         Release::Released
     );
@@ -777,17 +802,22 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
     app.admit("out", &lease.token()).unwrap();
 
-    assert_eq!(operator.force_release("job").unwrap(), Some(2));
     assert_eq!(
-        app.inspect("job").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        operator.force_release("job").unwrap(),
+        Some(leasehold::Epoch::new(2))
     );
     assert_eq!(
-        app.renew("job", "app-1", 1, TTL).unwrap(),
+        app.inspect("job").unwrap(),
+        Some(LeaseState::Unowned { epoch: 2.into() })
+    );
+    assert_eq!(
+        app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        app.release("job", "app-1", 1).unwrap(),
+        app.release(&leasehold_test_support::grant("job", "app-1", 1))
+            .unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     assert!(matches!(
@@ -806,14 +836,15 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     assert!(matches!(
         app.admit("out", &lease.token()),
         Err(GuardError::StaleEpoch {
-            presented: 1,
-            accepted: 3,
+            presented: leasehold::Epoch(1),
+            accepted: leasehold::Epoch(3),
             ..
         })
     ));
     // After the forced release, nobody hears `lapsed` for the old grant.
     assert_eq!(
-        app.renew("job", "app-1", 1, TTL).unwrap(),
+        app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -831,21 +862,29 @@ fn force_release_of_lapsed_free_and_unknown_keys() {
             .unwrap(),
     );
     wait_until_server_time_passes(&mut admin, short.expires_at());
-    assert_eq!(owner.force_release("lapsed").unwrap(), Some(2));
+    assert_eq!(
+        owner.force_release("lapsed").unwrap(),
+        Some(leasehold::Epoch::new(2))
+    );
     assert_eq!(raw_row(&mut admin, "lapsed").unwrap(), "|2|f|");
     assert_eq!(
-        app.renew("lapsed", "a", 1, TTL).unwrap(),
+        app.renew(&leasehold_test_support::grant("lapsed", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 
     // Free: nothing to end; the counter is reported unchanged.
     let done = granted(app.acquire("free", "a", TTL).unwrap());
     assert_eq!(
-        app.release("free", "a", done.epoch()).unwrap(),
+        app.release(&leasehold_test_support::grant("free", "a", done.epoch()))
+            .unwrap(),
         Release::Released
     );
     let before = raw_row(&mut admin, "free");
-    assert_eq!(owner.force_release("free").unwrap(), Some(2));
+    assert_eq!(
+        owner.force_release("free").unwrap(),
+        Some(leasehold::Epoch::new(2))
+    );
     assert_eq!(raw_row(&mut admin, "free"), before);
 
     // Never leased: no counter, and no row is created.
@@ -873,10 +912,13 @@ fn force_release_acts_on_keys_of_any_namespace() {
     let mut app = deployment.conn_as(&deployment.app);
     granted(app.acquire("billing/k", "app-1", TTL).unwrap());
     let mut operator = deployment.conn_as(&deployment.operator);
-    assert_eq!(operator.force_release("billing/k").unwrap(), Some(2));
+    assert_eq!(
+        operator.force_release("billing/k").unwrap(),
+        Some(leasehold::Epoch::new(2))
+    );
     assert_eq!(
         app.inspect("billing/k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
 }
 
@@ -892,11 +934,14 @@ fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
     app.check_held(&lease.token()).unwrap();
     let mut owner = deployment.conn_as(&deployment.owner);
     owner.batch_execute("SET lock_timeout = '10s'").unwrap();
-    assert_eq!(owner.force_release("job").unwrap(), Some(2));
+    assert_eq!(
+        owner.force_release("job").unwrap(),
+        Some(leasehold::Epoch::new(2))
+    );
     app.batch_execute("COMMIT").unwrap();
     assert_eq!(
         app.inspect("job").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
 }
 
@@ -933,10 +978,13 @@ fn force_release_wakes_a_waiter_like_a_release() {
         .conn_as(&deployment.owner)
         .force_release("job")
         .unwrap();
-    assert_eq!(counter, Some(holder.epoch() + 1));
+    assert_eq!(
+        counter,
+        Some(leasehold::Epoch::new(holder.epoch().get() + 1))
+    );
     let lease = waiting.join().unwrap().unwrap();
     assert!(forced_at.elapsed() < Duration::from_secs(15));
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
 }
 
 // ---------------------------------------------------------------------------
@@ -988,18 +1036,23 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
 
     let first = granted(app.acquire("job", "app-1", TTL).unwrap());
     assert_eq!(
-        operator.force_release_epoch("job", first.epoch()).unwrap(),
-        ForcedRelease::Released { counter: 2 }
+        operator
+            .force_release_epoch("job", leasehold::Epoch::from(first.epoch()))
+            .unwrap(),
+        ForcedRelease::Released { counter: 2.into() }
     );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
     assert_eq!(
-        app.renew("job", "app-1", 1, TTL).unwrap(),
+        app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // Twice: the grant is over, nothing more happens.
     assert_eq!(
-        operator.force_release_epoch("job", 1).unwrap(),
-        ForcedRelease::AlreadyFree { counter: 2 }
+        operator
+            .force_release_epoch("job", leasehold::Epoch::from(1))
+            .unwrap(),
+        ForcedRelease::AlreadyFree { counter: 2.into() }
     );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
 
@@ -1011,16 +1064,26 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     let before = whole_state(&deployment);
     for stale in [1, 2] {
         assert_eq!(
-            operator.force_release_epoch("job", stale).unwrap(),
-            ForcedRelease::NewerGrant { current_epoch: 3 }
+            operator
+                .force_release_epoch("job", leasehold::Epoch::from(stale))
+                .unwrap(),
+            ForcedRelease::NewerGrant {
+                current_epoch: 3.into()
+            }
         );
     }
     assert_eq!(
-        operator.force_release_epoch("job", 4).unwrap(),
-        ForcedRelease::NoSuchGrant { counter: Some(3) }
+        operator
+            .force_release_epoch("job", leasehold::Epoch::from(4))
+            .unwrap(),
+        ForcedRelease::NoSuchGrant {
+            counter: Some(3.into())
+        }
     );
     assert_eq!(
-        operator.force_release_epoch("never-leased", 1).unwrap(),
+        operator
+            .force_release_epoch("never-leased", leasehold::Epoch::from(1))
+            .unwrap(),
         ForcedRelease::NoSuchGrant { counter: None }
     );
     assert_eq!(whole_state(&deployment), before);
@@ -1033,9 +1096,9 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     wait_until_server_time_passes(&mut admin, short.expires_at());
     assert_eq!(
         operator
-            .force_release_epoch("short", short.epoch())
+            .force_release_epoch("short", leasehold::Epoch::from(short.epoch()))
             .unwrap(),
-        ForcedRelease::Released { counter: 2 }
+        ForcedRelease::Released { counter: 2.into() }
     );
     assert_eq!(raw_row(&mut admin, "short").unwrap(), "|2|f|");
 }
@@ -1062,7 +1125,7 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
             "{role}"
         );
         assert!(matches!(
-            conn.force_release_epoch("job", 1),
+            conn.force_release_epoch("job", leasehold::Epoch::from(1)),
             Err(LeaseError::Database {
                 operation: Operation::ForceRelease,
                 ..
@@ -1085,11 +1148,11 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
         );
     }
     assert!(matches!(
-        owner.force_release_epoch("job", 0),
+        owner.force_release_epoch("job", leasehold::Epoch::from(0)),
         Err(LeaseError::InvalidInput { violations }) if violations == ["epoch must be at least 1"]
     ));
     assert!(matches!(
-        owner.force_release_epoch("", 1),
+        owner.force_release_epoch("", leasehold::Epoch::from(1)),
         Err(LeaseError::InvalidInput { violations }) if violations == ["key must not be empty"]
     ));
     assert_eq!(whole_state(&deployment), before);
@@ -1126,17 +1189,17 @@ fn force_release_epoch_wakes_a_waiter_like_a_release() {
     let forced_at = Instant::now();
     let outcome = deployment
         .conn_as(&deployment.owner)
-        .force_release_epoch("job", holder.epoch())
+        .force_release_epoch("job", leasehold::Epoch::from(holder.epoch()))
         .unwrap();
     assert_eq!(
         outcome,
         ForcedRelease::Released {
-            counter: holder.epoch() + 1
+            counter: leasehold::Epoch::new(holder.epoch().get() + 1)
         }
     );
     let lease = waiting.join().unwrap().unwrap();
     assert!(forced_at.elapsed() < Duration::from_secs(15));
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
 }
 
 /// I15 for the waiting protocol: registering interest in a key of another

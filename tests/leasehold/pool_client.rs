@@ -16,16 +16,20 @@ fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
         .expect("granted");
     assert_eq!(client.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
     assert!(matches!(
-        client.renew("k", "a", lease.epoch(), TTL).unwrap(),
+        client
+            .renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        client.release("k", "a", lease.epoch()).unwrap(),
+        client
+            .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         Release::Released
     );
     assert_eq!(
         client.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
     assert_eq!(client.inspect("none").unwrap(), None);
 }
@@ -59,14 +63,16 @@ fn pool_client_discards_a_connection_whose_session_died_and_recovers_on_the_next
             db.name
         ))
         .unwrap();
-    let first = client.renew("k", "a", lease.epoch(), TTL);
+    let first = client.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL);
     assert!(
         first.is_err(),
         "a call on the dead session must fail: {first:?}"
     );
     // The dead connection was discarded: the next call gets a fresh one.
     assert!(matches!(
-        client.renew("k", "a", lease.epoch(), TTL).unwrap(),
+        client
+            .renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
 }

@@ -69,7 +69,12 @@ fn full_cycle(client: &LeaseClient, threads: usize) {
                         .unwrap()
                         .granted()
                         .unwrap();
-                    let renewed = client.renew(&key, &owner, lease.epoch(), TTL).unwrap();
+                    let renewed = client
+                        .renew(
+                            &leasehold_test_support::grant(&key, &owner, lease.epoch()),
+                            TTL,
+                        )
+                        .unwrap();
                     assert!(matches!(renewed, Renewal::Renewed { .. }), "{renewed:?}");
                     let state = client.inspect(&key).unwrap().unwrap();
                     assert!(
@@ -81,10 +86,12 @@ fn full_cycle(client: &LeaseClient, threads: usize) {
                             &format!("r{t}-{round}"),
                             &lease.token(),
                             Check::LeaseHeld,
-                            |c| write(c, &owner, lease.epoch()),
+                            |c| write(c, &owner, lease.epoch().get()),
                         )
                         .unwrap();
-                    let released = client.release(&key, &owner, lease.epoch()).unwrap();
+                    let released = client
+                        .release(&leasehold_test_support::grant(&key, &owner, lease.epoch()))
+                        .unwrap();
                     assert_eq!(released, Release::Released);
                 }
             });
@@ -111,7 +118,13 @@ fn waiter_is_woken_by_notification(waiter: &LeaseWaiter, client: &mut LeaseClien
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(
-        client.release("w", "holder", holder.epoch()).unwrap(),
+        client
+            .release(&leasehold_test_support::grant(
+                "w",
+                "holder",
+                holder.epoch()
+            ))
+            .unwrap(),
         Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
@@ -152,7 +165,12 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
     b.set_prepared_statement_cache_size(CacheSize::Disabled);
     let lease = granted(a.acquire("free", "a", TTL).unwrap());
     assert!(b.acquire("free", "b", TTL).unwrap().granted().is_none());
-    let renewed = a.renew("free", "a", lease.epoch(), TTL).unwrap();
+    let renewed = a
+        .renew(
+            &leasehold_test_support::grant("free", "a", lease.epoch()),
+            TTL,
+        )
+        .unwrap();
     assert!(matches!(renewed, Renewal::Renewed { .. }), "{renewed:?}");
     let state = b.inspect("free").unwrap().unwrap();
     assert!(
@@ -160,11 +178,12 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
         "{state:?}"
     );
     b.run_fenced("free-r", &lease.token(), Check::Token, |c| {
-        write(c, "a", lease.epoch())
+        write(c, "a", lease.epoch().get())
     })
     .unwrap();
     assert_eq!(
-        a.release("free", "a", lease.epoch()).unwrap(),
+        a.release(&leasehold_test_support::grant("free", "a", lease.epoch()))
+            .unwrap(),
         Release::Released
     );
 
@@ -262,7 +281,13 @@ fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
         std::thread::spawn(move || waiter.acquire("k", "waiter", TTL, Wait::AtMost(LONG_WAIT)))
     };
     assert_eq!(
-        client.release("k", "holder", holder.epoch()).unwrap(),
+        client
+            .release(&leasehold_test_support::grant(
+                "k",
+                "holder",
+                holder.epoch()
+            ))
+            .unwrap(),
         Release::Released
     );
     assert_eq!(waiting.join().unwrap().unwrap().owner(), "waiter");
@@ -316,7 +341,12 @@ fn statement_caching_cost_is_measured() {
             let again = conn.acquire(&key, "o", TTL).unwrap();
             acquires.push(started.elapsed());
             let started = Instant::now();
-            let renewed = conn.renew(&key, "o", lease.epoch(), TTL).unwrap();
+            let renewed = conn
+                .renew(
+                    &leasehold_test_support::grant(&key, "o", lease.epoch()),
+                    TTL,
+                )
+                .unwrap();
             renews.push(started.elapsed());
             assert!(again.granted().is_some() && matches!(renewed, Renewal::Renewed { .. }));
         }

@@ -47,10 +47,11 @@ fn prune_idle_rows(conn: &mut PgConnection) -> PruneReport {
 fn grant_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
     let lease = granted(conn.acquire(key, owner, TTL).unwrap());
     assert_eq!(
-        conn.release(key, owner, lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(key, owner, lease.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
-    lease.epoch()
+    lease.epoch().get()
 }
 
 fn row_exists(conn: &mut PgConnection, key: &str) -> bool {
@@ -64,7 +65,7 @@ fn row_exists(conn: &mut PgConnection, key: &str) -> bool {
 }
 
 fn token(key: &str, owner: &str, epoch: i64) -> FencingToken {
-    FencingToken::new(key, owner, epoch).unwrap()
+    FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
 }
 
 /// Every row of every table a prune may touch, for "nothing changed".
@@ -126,7 +127,8 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     let old = granted(conn.acquire("k", "a", TTL).unwrap());
     conn.admit("r", &old.token()).unwrap();
     assert_eq!(
-        conn.release("k", "a", old.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", old.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     let newer = grant_and_release(&mut conn, "k", "b");
@@ -139,8 +141,8 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     assert_eq!(conn.inspect_guard("r").unwrap(), None);
 
     // The key has no row: every epoch of it is refused (G7).
-    for epoch in [old.epoch(), newer] {
-        match conn.admit("r", &token("k", "x", epoch)) {
+    for epoch in [old.epoch(), newer.into()] {
+        match conn.admit("r", &token("k", "x", epoch.get())) {
             Err(GuardError::EpochNotGranted { .. }) => {}
             other => panic!("epoch {epoch} without a key row: {other:?}"),
         }
@@ -148,8 +150,8 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     // The key is back: its old epochs are refused as stale, its new one is
     // admitted.
     let back = granted(conn.acquire("k", "c", TTL).unwrap());
-    for epoch in [old.epoch(), newer] {
-        match conn.admit("r", &token("k", "x", epoch)) {
+    for epoch in [old.epoch(), newer.into()] {
+        match conn.admit("r", &token("k", "x", epoch.get())) {
             Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, back.epoch()),
             other => panic!("stale epoch {epoch} after the prune: {other:?}"),
         }
@@ -464,7 +466,8 @@ fn the_watermark_and_a_raised_generation_compose() {
     // A pruned counter above the generation's floor: the watermark wins,
     // for the pruned key and for every new key.
     assert_eq!(
-        conn.release("a", "x", back.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("a", "x", back.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     let top = grant_and_release(&mut conn, "a", "x");

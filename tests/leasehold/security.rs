@@ -60,16 +60,18 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
         let mut conn = db.conn_as(&role);
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
         assert!(matches!(
-            conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
+            conn.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+                .unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
-            conn.release("k", "a", lease.epoch()).unwrap(),
+            conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+                .unwrap(),
             Release::Released
         );
         assert_eq!(
             conn.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 2 })
+            Some(LeaseState::Unowned { epoch: 2.into() })
         );
         for sql in [
             "SELECT * FROM lease.leases",
@@ -89,7 +91,7 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
     }
     assert_eq!(
         db.conn().inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
     drop_role(&db, &role);
 }
@@ -119,11 +121,13 @@ fn shadowing_functions_and_operators_in_public_change_nothing() {
         Acquisition::Denied
     );
     assert_eq!(
-        conn.renew("k", "thief", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "thief", 1), TTL)
+            .unwrap(),
         Renewal::Refused(leasehold::Refusal::NotOwner)
     );
     assert_eq!(
-        conn.release("k", "thief", 1).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "thief", 1))
+            .unwrap(),
         Release::Refused(leasehold::Refusal::NotOwner)
     );
     assert!(conn.inspect("k").unwrap().unwrap().is_held());
@@ -153,21 +157,22 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
         let lease = granted(conn.acquire(key, owner, TTL).unwrap());
         assert_eq!(
             (lease.key(), lease.owner(), lease.epoch()),
-            (key.as_str(), owner.as_str(), 1)
+            (key.as_str(), owner.as_str(), leasehold::Epoch::new(1))
         );
         assert_eq!(
             conn.acquire(key, "someone else", TTL).unwrap(),
             Acquisition::Denied
         );
         assert!(matches!(
-            conn.renew(key, owner, 1, TTL).unwrap(),
+            conn.renew(&leasehold_test_support::grant(key, owner, 1), TTL)
+                .unwrap(),
             Renewal::Renewed { .. }
         ));
         assert_eq!(
             conn.inspect(key).unwrap(),
             Some(LeaseState::Held {
                 owner: owner.clone(),
-                epoch: 1,
+                epoch: 1.into(),
                 expires_at: conn
                     .inspect(key)
                     .unwrap()
@@ -178,14 +183,18 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
                     .unwrap()
             })
         );
-        assert_eq!(conn.release(key, owner, 1).unwrap(), Release::Released);
+        assert_eq!(
+            conn.release(&leasehold_test_support::grant(key, owner, 1))
+                .unwrap(),
+            Release::Released
+        );
         let token = lease.token();
         assert_eq!(
             token
                 .to_string()
                 .parse::<leasehold::FencingToken>()
                 .unwrap(),
-            token
+            *token
         );
     }
     // Keys differing only in the last byte of 10 KB are distinct keys.

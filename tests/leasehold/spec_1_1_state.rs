@@ -43,12 +43,13 @@ fn released_key_keeps_one_unowned_row_with_its_counter() {
     let mut conn = db.conn();
     let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        conn.release("k", "a", lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
     let rows = query_lines(
         &mut conn,
@@ -66,7 +67,7 @@ fn held_key_inspects_with_owner_epoch_and_expiry() {
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 1,
+            epoch: 1.into(),
             expires_at: lease.expires_at()
         })
     );
@@ -90,7 +91,7 @@ fn lapsed_lease_reports_unowned_and_is_acquirable_with_no_reaper() {
     // ...yet every operation evaluates expiry itself.
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1 })
+        Some(LeaseState::Unowned { epoch: 1.into() })
     );
     let taken = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(taken.epoch(), 2);
@@ -139,7 +140,7 @@ fn no_function_accepts_a_client_timestamp_and_session_settings_do_not_move_the_c
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 1,
+            epoch: 1.into(),
             expires_at: lease.expires_at()
         })
     );
@@ -185,7 +186,8 @@ fn release_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let lease = grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     let before = table_snapshot(&mut conn);
     assert_eq!(
-        conn.release("k", "a", lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
@@ -197,7 +199,7 @@ fn release_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     assert_eq!(table_snapshot(&mut grantor), before);
     assert_eq!(
         grantor.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1 })
+        Some(LeaseState::Unowned { epoch: 1.into() })
     );
 }
 
@@ -209,7 +211,8 @@ fn renew_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     let lease = grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     let before = table_snapshot(&mut conn);
     assert_eq!(
-        conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
@@ -221,7 +224,7 @@ fn renew_inside_a_transaction_begun_before_expiry_reports_lapsed() {
     assert_eq!(table_snapshot(&mut grantor), before);
     assert_eq!(
         grantor.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1 })
+        Some(LeaseState::Unowned { epoch: 1.into() })
     );
 }
 
@@ -235,11 +238,14 @@ fn inspect_and_acquire_inside_a_transaction_begun_before_expiry_see_the_grant_la
     grant_lapsing_inside_an_open_transaction(&mut conn, &mut grantor);
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1 })
+        Some(LeaseState::Unowned { epoch: 1.into() })
     );
     let before = server_now(&mut conn);
     let taken = granted(conn.acquire("k", "b", TTL).unwrap());
-    assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
+    assert_eq!(
+        (taken.owner(), taken.epoch()),
+        ("b", leasehold::Epoch::new(2))
+    );
     let ttl = chrono::Duration::from_std(TTL).unwrap();
     assert!(
         taken.expires_at() >= before + ttl,
@@ -260,7 +266,10 @@ fn renew_inside_a_long_transaction_sets_expiry_from_the_clock_at_the_call() {
     let started = transaction_start(&mut conn);
     wait_until_server_time_passes(&mut conn, started + chrono::Duration::milliseconds(300));
     let before = server_now(&mut conn);
-    let Renewal::Renewed { expires_at } = conn.renew("k", "a", lease.epoch(), TTL).unwrap() else {
+    let Renewal::Renewed { expires_at } = conn
+        .renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+        .unwrap()
+    else {
         panic!("renew of a live grant failed");
     };
     let after = server_now(&mut conn);
@@ -308,6 +317,6 @@ fn lapsed_grant_inspects_as_not_held_with_null_owner_and_expiry_and_the_counter(
     assert_eq!(query_lines(&mut conn, sql), ["f|<null>|2|<null>"]);
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
 }

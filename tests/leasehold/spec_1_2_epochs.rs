@@ -28,12 +28,13 @@ fn release_increments_the_counter_and_the_next_grant_is_counter_plus_one() {
     let mut conn = db.conn();
     let first = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        conn.release("k", "a", first.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", first.epoch()))
+            .unwrap(),
         Release::Released
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2 })
+        Some(LeaseState::Unowned { epoch: 2.into() })
     );
     assert_eq!(granted(conn.acquire("k", "b", TTL).unwrap()).epoch(), 3);
 }
@@ -56,7 +57,7 @@ fn unowned_inspect_reports_the_counter_and_the_next_grant_exceeds_it() {
     let first = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
     wait_until_server_time_passes(&mut conn, first.expires_at());
     let reported = conn.inspect("k").unwrap().unwrap();
-    assert_eq!(reported, LeaseState::Unowned { epoch: 1 });
+    assert_eq!(reported, LeaseState::Unowned { epoch: 1.into() });
     let next = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(next.epoch() > reported.epoch());
 }
@@ -94,25 +95,35 @@ fn epochs_never_decrease_and_each_grant_exceeds_all_earlier_epochs() {
                             lease.epoch()
                         );
                     }
-                    highest_seen = highest_seen.max(lease.epoch());
+                    highest_seen = highest_seen.max(lease.epoch().get());
                     current = Some(lease);
                 }
             }
             2 => {
                 if let Some(lease) = current.take() {
                     assert_eq!(
-                        conn.release("k", lease.owner(), lease.epoch()).unwrap(),
+                        conn.release(&leasehold_test_support::grant(
+                            "k",
+                            lease.owner(),
+                            lease.epoch()
+                        ))
+                        .unwrap(),
                         Release::Released
                     );
                 }
             }
             _ => {
                 if let Some(lease) = &current {
-                    let _ = conn.renew("k", lease.owner(), lease.epoch(), TTL).unwrap();
+                    let _ = conn
+                        .renew(
+                            &leasehold_test_support::grant("k", lease.owner(), lease.epoch()),
+                            TTL,
+                        )
+                        .unwrap();
                 }
             }
         }
-        let reported = conn.inspect("k").unwrap().map_or(0, |s| s.epoch());
+        let reported = conn.inspect("k").unwrap().map_or(0, |s| s.epoch().into());
         assert!(
             reported >= highest_seen,
             "step {step}: inspect {reported} below {highest_seen}"

@@ -99,7 +99,9 @@ fn blocking_acquire_wakes_after_a_release() {
     }
     assert!(observed, "waiter never started polling");
     assert_eq!(
-        holder.release("k", "a", lease.epoch()).unwrap(),
+        holder
+            .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         Release::Released
     );
     let taken = waiter.join().unwrap().unwrap();
@@ -112,7 +114,12 @@ fn renew_extends_expiry_and_never_changes_the_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let lease = granted(conn.acquire("k", "a", Duration::from_secs(5)).unwrap());
-    let Renewal::Renewed { expires_at } = conn.renew("k", "a", 1, Duration::from_secs(60)).unwrap()
+    let Renewal::Renewed { expires_at } = conn
+        .renew(
+            &leasehold_test_support::grant("k", "a", 1),
+            Duration::from_secs(60),
+        )
+        .unwrap()
     else {
         panic!("renew of a held lease failed");
     };
@@ -121,7 +128,7 @@ fn renew_extends_expiry_and_never_changes_the_epoch() {
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 1,
+            epoch: 1.into(),
             expires_at
         })
     );
@@ -132,11 +139,13 @@ fn renew_and_release_of_an_unknown_key_report_not_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
     assert_eq!(
-        conn.renew("nope", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("nope", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        conn.release("nope", "a", 1).unwrap(),
+        conn.release(&leasehold_test_support::grant("nope", "a", 1))
+            .unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     assert_eq!(
@@ -151,13 +160,19 @@ fn renew_and_release_of_a_free_key_report_not_owner_even_for_the_last_holder() {
     let db = TestDb::new();
     let mut conn = db.conn();
     granted(conn.acquire("k", "a", TTL).unwrap());
-    assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
     assert_eq!(
-        conn.renew("k", "a", 1, TTL).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
+    assert_eq!(
+        conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        conn.release("k", "a", 1).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
 }
@@ -168,11 +183,13 @@ fn renew_and_release_by_a_different_owner_report_not_owner() {
     let mut conn = db.conn();
     granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        conn.renew("k", "b", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "b", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     assert_eq!(
-        conn.release("k", "b", 1).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "b", 1))
+            .unwrap(),
         Release::Refused(Refusal::NotOwner)
     );
     assert!(conn.inspect("k").unwrap().unwrap().is_held());
@@ -184,16 +201,18 @@ fn renew_and_release_of_an_expired_own_grant_report_lapsed() {
     let mut conn = db.conn();
     let lease = lapse(&mut conn, "k", "a");
     assert_eq!(
-        conn.renew("k", "a", lease.epoch(), TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        conn.release("k", "a", lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1 })
+        Some(LeaseState::Unowned { epoch: 1.into() })
     );
 }
 
@@ -205,16 +224,19 @@ fn renew_after_takeover_reports_lapsed_to_the_lapsed_owner() {
     let new = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), 2);
     assert_eq!(
-        conn.renew("k", "a", old.epoch(), TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", old.epoch()), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        conn.release("k", "a", old.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", old.epoch()))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     // A bystander hears not_owner.
     assert_eq!(
-        conn.renew("k", "c", 2, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "c", 2), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // The new holder is untouched.
@@ -222,7 +244,7 @@ fn renew_after_takeover_reports_lapsed_to_the_lapsed_owner() {
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "b".into(),
-            epoch: 2,
+            epoch: 2.into(),
             expires_at: new.expires_at()
         })
     );
@@ -236,11 +258,13 @@ fn takeover_history_is_one_grant_deep() {
     lapse(&mut conn, "k", "b");
     granted(conn.acquire("k", "c", TTL).unwrap());
     assert_eq!(
-        conn.renew("k", "b", 2, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "b", 2), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        conn.renew("k", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -250,10 +274,15 @@ fn released_then_regranted_key_tells_the_releaser_not_owner() {
     let db = TestDb::new();
     let mut conn = db.conn();
     granted(conn.acquire("k", "a", TTL).unwrap());
-    assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
+    assert_eq!(
+        conn.release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
     granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(
-        conn.renew("k", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
 }
@@ -266,22 +295,25 @@ fn renew_and_release_with_a_stale_epoch_report_epoch_mismatch() {
     let current = granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(current.epoch(), 2);
     assert_eq!(
-        conn.renew("k", "a", 1, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
-        conn.release("k", "a", 1).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
         Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
-        conn.release("k", "a", 99).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", 99))
+            .unwrap(),
         Release::Refused(Refusal::EpochMismatch)
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 2,
+            epoch: 2.into(),
             expires_at: current.expires_at()
         })
     );
@@ -294,22 +326,26 @@ fn status_precedence_is_not_owner_then_lapsed_then_epoch_mismatch() {
     // Wrong owner AND expired AND wrong epoch: not_owner wins.
     lapse(&mut conn, "k", "a");
     assert_eq!(
-        conn.renew("k", "b", 7, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "b", 7), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::NotOwner)
     );
     // Right owner, expired AND wrong epoch: lapsed wins.
     assert_eq!(
-        conn.renew("k", "a", 7, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 7), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::Lapsed)
     );
     assert_eq!(
-        conn.release("k", "a", 7).unwrap(),
+        conn.release(&leasehold_test_support::grant("k", "a", 7))
+            .unwrap(),
         Release::Refused(Refusal::Lapsed)
     );
     // Right owner, live, wrong epoch: epoch_mismatch.
     granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
-        conn.renew("k", "a", 7, TTL).unwrap(),
+        conn.renew(&leasehold_test_support::grant("k", "a", 7), TTL)
+            .unwrap(),
         Renewal::Refused(Refusal::EpochMismatch)
     );
 }
@@ -321,11 +357,21 @@ fn refused_renew_and_release_change_nothing() {
     lapse(&mut conn, "gone", "a");
     granted(conn.acquire("held", "a", TTL).unwrap());
     let before = table_snapshot(&mut conn);
-    let _ = conn.renew("gone", "a", 1, TTL).unwrap();
-    let _ = conn.release("gone", "a", 1).unwrap();
-    let _ = conn.renew("held", "b", 1, TTL).unwrap();
-    let _ = conn.renew("held", "a", 5, TTL).unwrap();
-    let _ = conn.release("held", "a", 5).unwrap();
+    let _ = conn
+        .renew(&leasehold_test_support::grant("gone", "a", 1), TTL)
+        .unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("gone", "a", 1))
+        .unwrap();
+    let _ = conn
+        .renew(&leasehold_test_support::grant("held", "b", 1), TTL)
+        .unwrap();
+    let _ = conn
+        .renew(&leasehold_test_support::grant("held", "a", 5), TTL)
+        .unwrap();
+    let _ = conn
+        .release(&leasehold_test_support::grant("held", "a", 5))
+        .unwrap();
     let _ = conn.acquire("held", "b", TTL).unwrap();
     assert_eq!(table_snapshot(&mut conn), before);
 }

@@ -132,11 +132,17 @@ fn rust_api_maps_invalid_input_to_typed_violations() {
         ]
     );
     assert_eq!(
-        violations(conn.renew("k", "", 1, TTL).unwrap_err()),
+        violations(
+            conn.renew(&leasehold_test_support::grant("k", "", 1), TTL)
+                .unwrap_err()
+        ),
         ["owner must not be empty"]
     );
     assert_eq!(
-        violations(conn.release("", "o", 1).unwrap_err()),
+        violations(
+            conn.release(&leasehold_test_support::grant("", "o", 1))
+                .unwrap_err()
+        ),
         ["key must not be empty"]
     );
     assert_eq!(

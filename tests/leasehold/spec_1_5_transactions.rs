@@ -31,17 +31,25 @@ fn renew_and_release_in_a_rolled_back_transaction_are_undone() {
     let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let _ = conn.transaction::<(), _, _>(|conn| {
         assert!(matches!(
-            conn.renew("k", "a", 1, Duration::from_secs(600)).unwrap(),
+            conn.renew(
+                &leasehold_test_support::grant("k", "a", 1),
+                Duration::from_secs(600)
+            )
+            .unwrap(),
             Renewal::Renewed { .. }
         ));
-        assert_eq!(conn.release("k", "a", 1).unwrap(), Release::Released);
+        assert_eq!(
+            conn.release(&leasehold_test_support::grant("k", "a", 1))
+                .unwrap(),
+            Release::Released
+        );
         Err(diesel::result::Error::RollbackTransaction)
     });
     assert_eq!(
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 1,
+            epoch: 1.into(),
             expires_at: lease.expires_at()
         })
     );
@@ -124,7 +132,7 @@ fn acquire_blocks_competitor_until(commit: bool) {
         let lease = granted(outcome);
         assert_eq!(
             (lease.owner(), lease.epoch()),
-            ("b", 1),
+            ("b", leasehold::Epoch::new(1)),
             "rollback must leave no trace"
         );
     }
@@ -151,10 +159,17 @@ fn a_denied_acquire_in_an_open_transaction_does_not_block_the_holder() {
     // Were the row locked by the denial, these would fail on the lock timeout.
     holder.batch_execute("SET lock_timeout = '3s'").unwrap();
     assert!(matches!(
-        holder.renew("k", "a", 1, TTL).unwrap(),
+        holder
+            .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
-    assert_eq!(holder.release("k", "a", 1).unwrap(), Release::Released);
+    assert_eq!(
+        holder
+            .release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
     denied.batch_execute("COMMIT").unwrap();
 }
 
@@ -168,7 +183,11 @@ fn distinct_keys_never_interact() {
     b.batch_execute("SET lock_timeout = '3s'").unwrap();
     let other = granted(b.acquire("k2", "a", TTL).unwrap());
     assert_eq!(other.epoch(), 1);
-    assert_eq!(b.release("k2", "a", 1).unwrap(), Release::Released);
+    assert_eq!(
+        b.release(&leasehold_test_support::grant("k2", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
     a.batch_execute("COMMIT").unwrap();
     assert_eq!(b.inspect("k1").unwrap().unwrap().epoch(), 1);
     assert_eq!(b.inspect("k2").unwrap().unwrap().epoch(), 2);
@@ -189,7 +208,12 @@ fn repeatable_read_acquire_of_a_key_freed_after_the_snapshot_fails_with_serializ
         .unwrap();
     assert!(reader.inspect("k").unwrap().unwrap().is_held()); // snapshot taken
     assert_eq!(reader.acquire("k", "b", TTL).unwrap(), Acquisition::Denied);
-    assert_eq!(holder.release("k", "a", 1).unwrap(), Release::Released);
+    assert_eq!(
+        holder
+            .release(&leasehold_test_support::grant("k", "a", 1))
+            .unwrap(),
+        Release::Released
+    );
     // The snapshot still shows "a" holding the key.
     assert!(reader.inspect("k").unwrap().unwrap().is_held());
     let error = reader.acquire("k", "b", TTL).unwrap_err();
@@ -243,7 +267,7 @@ fn repeatable_read_acquire_racing_a_committed_grant_fails_with_serialization_err
         late.batch_execute("ROLLBACK").unwrap();
         let state = late.inspect("k").unwrap().unwrap();
         assert!(
-            matches!(state, LeaseState::Held { ref owner, epoch: 2, .. } if owner == "b"),
+            matches!(state, LeaseState::Held { ref owner, epoch: leasehold::Epoch(2), .. } if owner == "b"),
             "{level}: {state:?}"
         );
     }
@@ -270,10 +294,15 @@ fn mixed_operations_from_many_sessions_never_deadlock_or_fail_to_serialize() {
                     {
                         grants += 1;
                         let _ = conn
-                            .renew(key, &owner, lease.epoch(), Duration::from_millis(50))
+                            .renew(
+                                &leasehold_test_support::grant(key, &owner, lease.epoch()),
+                                Duration::from_millis(50),
+                            )
                             .unwrap();
                         if n % 2 == 0 {
-                            let _ = conn.release(key, &owner, lease.epoch()).unwrap();
+                            let _ = conn
+                                .release(&leasehold_test_support::grant(key, &owner, lease.epoch()))
+                                .unwrap();
                         }
                     }
                     let _ = conn.inspect(key).unwrap();
@@ -307,7 +336,10 @@ fn same_owner_reacquire_inside_a_transaction_holds_off_a_takeover_until_commit()
     wait_for_lock_waiter(&mut observer, &db.name);
     holder.batch_execute("COMMIT").unwrap();
     let taken = granted(taker.join().unwrap());
-    assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
+    assert_eq!(
+        (taken.owner(), taken.epoch()),
+        ("b", leasehold::Epoch::new(2))
+    );
 }
 
 /// An acquire that waited on a concurrent takeover and was then denied keeps
@@ -344,11 +376,15 @@ fn an_acquire_denied_after_waiting_on_a_concurrent_takeover_keeps_no_lock() {
     // Were the loser still holding the row lock, these would hit the timeout.
     observer.batch_execute("SET lock_timeout = '3s'").unwrap();
     assert!(matches!(
-        observer.renew("k", "new", new.epoch(), TTL).unwrap(),
+        observer
+            .renew(&leasehold_test_support::grant("k", "new", new.epoch()), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
     assert_eq!(
-        observer.release("k", "new", new.epoch()).unwrap(),
+        observer
+            .release(&leasehold_test_support::grant("k", "new", new.epoch()))
+            .unwrap(),
         Release::Released
     );
     done_tx.send(()).unwrap();
@@ -373,12 +409,19 @@ impl WaitingCall {
         let batch = [("k", epoch), ("k2", epoch2)];
         match self {
             Self::Renew => matches!(
-                conn.renew("k", "a", epoch, TTL).unwrap(),
+                conn.renew(&leasehold_test_support::grant("k", "a", epoch), TTL)
+                    .unwrap(),
                 Renewal::Refused(_)
             ),
-            Self::Release => matches!(conn.release("k", "a", epoch).unwrap(), Release::Refused(_)),
+            Self::Release => matches!(
+                conn.release(&leasehold_test_support::grant("k", "a", epoch))
+                    .unwrap(),
+                Release::Refused(_)
+            ),
             Self::RenewMany => {
-                let answers = conn.renew_many("a", &batch, TTL).unwrap();
+                let answers = conn
+                    .renew_many(&leasehold_test_support::grants("a", &batch), TTL)
+                    .unwrap();
                 assert!(
                     matches!(answers[1].renewal, Renewal::Renewed { .. }),
                     "{self:?}: the other key is renewed: {answers:?}"
@@ -386,7 +429,9 @@ impl WaitingCall {
                 matches!(answers[0].renewal, Renewal::Refused(_))
             }
             Self::ReleaseMany => {
-                let answers = conn.release_many("a", &batch).unwrap();
+                let answers = conn
+                    .release_many(&leasehold_test_support::grants("a", &batch))
+                    .unwrap();
                 assert_eq!(
                     answers[1].release,
                     Release::Released,
@@ -420,7 +465,9 @@ fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
         let other = granted(changer.acquire("k2", "a", TTL).unwrap());
         changer.batch_execute("BEGIN").unwrap();
         assert_eq!(
-            changer.release("k", "a", lease.epoch()).unwrap(),
+            changer
+                .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
+                .unwrap(),
             Release::Released
         );
         let url = db.url.clone();
@@ -430,7 +477,8 @@ fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
         let caller = std::thread::spawn(move || {
             let mut conn = PgConnection::establish(&url).unwrap();
             conn.batch_execute("BEGIN").unwrap();
-            tx.send(call.refused(&mut conn, epoch, epoch2)).unwrap();
+            tx.send(call.refused(&mut conn, epoch.get(), epoch2.get()))
+                .unwrap();
             // Keep the transaction open until the next owner is done.
             done_rx.recv().unwrap();
             conn.batch_execute("COMMIT").unwrap();
@@ -446,13 +494,17 @@ fn a_call_refused_after_waiting_on_a_concurrent_change_keeps_no_lock() {
         };
         assert!(
             matches!(
-                observer.renew("k", "b", next.epoch(), TTL).unwrap(),
+                observer
+                    .renew(&leasehold_test_support::grant("k", "b", next.epoch()), TTL)
+                    .unwrap(),
                 Renewal::Renewed { .. }
             ),
             "{call:?}"
         );
         assert_eq!(
-            observer.release("k", "b", next.epoch()).unwrap(),
+            observer
+                .release(&leasehold_test_support::grant("k", "b", next.epoch()))
+                .unwrap(),
             Release::Released,
             "{call:?}"
         );

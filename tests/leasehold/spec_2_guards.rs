@@ -23,7 +23,7 @@ fn setup(db: &TestDb) -> PgConnection {
 }
 
 fn token(key: &str, owner: &str, epoch: i64) -> FencingToken {
-    FencingToken::new(key, owner, epoch).unwrap()
+    FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
 }
 
 fn write(
@@ -56,9 +56,9 @@ fn fenced_write(
     let epoch = token.epoch();
     // These tests present epochs of their choosing; guards admit only
     // epochs the key has granted (G7, tested on its own).
-    pretend_granted(conn, token.key(), epoch);
+    pretend_granted(conn, token.key(), epoch.get());
     conn.run_fenced(resource, token, check, |conn| {
-        write(conn, resource, &writer, epoch)
+        write(conn, resource, &writer, epoch.get())
     })
 }
 
@@ -68,7 +68,7 @@ fn stale(error: FencedError<diesel::result::Error>) -> (String, i64, i64) {
             resource,
             presented,
             accepted,
-        }) => (resource, presented, accepted),
+        }) => (resource, presented.get(), accepted.get()),
         other => panic!("expected StaleEpoch, got {other:?}"),
     }
 }
@@ -83,13 +83,13 @@ fn g1_record_is_the_highest_accepted_epoch_and_never_decreases() {
         conn.inspect_guard("r").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 1
+            accepted_epoch: 1.into()
         })
     );
     fenced_write(&mut conn, "r", &token("k", "b", 3), Check::Token).unwrap();
     let _ = fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap_err();
     assert_eq!(
-        conn.fence("r", "k", 1).unwrap(),
+        conn.fence("r", "k", leasehold::Epoch::from(1)).unwrap(),
         3,
         "a lower fence must not lower the record"
     );
@@ -171,11 +171,13 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
         conn.inspect_guard("r").unwrap().unwrap(),
         GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 1
+            accepted_epoch: 1.into()
         }
     );
     assert_eq!(items(&mut conn), ["r|a|1"]);
-    let error = conn.fence("r", "other-key", 5).unwrap_err();
+    let error = conn
+        .fence("r", "other-key", leasehold::Epoch::from(5))
+        .unwrap_err();
     assert!(
         matches!(error, GuardError::WrongLeaseKey { .. }),
         "{error:?}"
@@ -196,7 +198,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
             lapsed.guard(),
             Some(GuardError::LeaseNotHeld {
                 reason: Refusal::Lapsed,
-                epoch: 1,
+                epoch: leasehold::Epoch(1),
                 ..
             })
         ),
@@ -253,7 +255,10 @@ fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
     write(&mut holder, "r", "a", 1).unwrap();
     holder.batch_execute("COMMIT").unwrap();
     let taken = granted(taker.join().unwrap());
-    assert_eq!((taken.owner(), taken.epoch()), ("b", 2));
+    assert_eq!(
+        (taken.owner(), taken.epoch()),
+        ("b", leasehold::Epoch::new(2))
+    );
     assert_eq!(items(&mut holder), ["r|a|1"]);
 }
 
@@ -265,7 +270,7 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
         conn.admit("r", &lease.token())
             .map_err(FencedError::Guard)?;
-        write(conn, "r", "a", lease.epoch())?;
+        write(conn, "r", "a", lease.epoch().get())?;
         Err(FencedError::Work(
             diesel::result::Error::RollbackTransaction,
         ))
@@ -295,7 +300,7 @@ fn renew_and_write_commit_together_or_not_at_all() {
         conn.inspect("k").unwrap(),
         Some(LeaseState::Held {
             owner: "a".into(),
-            epoch: 1,
+            epoch: 1.into(),
             expires_at: lease.expires_at()
         }),
         "a rolled-back renew must not extend the lease"
@@ -404,7 +409,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
                 db.url.clone(),
                 barrier.clone(),
                 resource.clone(),
-                lease.token(),
+                lease.token().clone(),
             );
             std::thread::spawn(move || {
                 let mut conn = PgConnection::establish(&url).unwrap();
@@ -524,19 +529,26 @@ fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_write
     fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let counter = conn.inspect("k").unwrap().unwrap().epoch();
-    assert_eq!(conn.fence("r", "k", counter).unwrap(), counter + 1);
+    assert_eq!(
+        conn.fence("r", "k", leasehold::Epoch::from(counter))
+            .unwrap(),
+        counter.get() + 1
+    );
     let error = fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap_err();
     assert_eq!(stale(error), ("r".to_owned(), 1, 2));
     let next = granted(conn.acquire("k", "b", TTL).unwrap());
     fenced_write(&mut conn, "r", &next.token(), Check::Token).unwrap();
     // Fencing a brand-new resource registers it.
     assert_eq!(next.epoch(), 2);
-    assert_eq!(conn.fence("fresh", "k", 2).unwrap(), 3);
+    assert_eq!(
+        conn.fence("fresh", "k", leasehold::Epoch::from(2)).unwrap(),
+        3
+    );
     assert_eq!(
         conn.inspect_guard("fresh").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 3
+            accepted_epoch: 3.into()
         })
     );
 }
@@ -551,7 +563,7 @@ fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
         matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty"]),
         "{error:?}"
     );
-    let error = conn.fence("", "", -1).unwrap_err();
+    let error = conn.fence("", "", leasehold::Epoch::from(-1)).unwrap_err();
     assert!(
         matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty", "key must not be empty", "up_to must not be negative"]),
         "{error:?}"
@@ -606,18 +618,21 @@ fn fence_up_to_zero_is_accepted_and_refuses_nothing_new() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     pretend_granted(&mut conn, "k", 2);
-    assert_eq!(conn.fence("fresh", "k", 0).unwrap(), 1);
+    assert_eq!(
+        conn.fence("fresh", "k", leasehold::Epoch::from(0)).unwrap(),
+        1
+    );
     assert_eq!(
         conn.inspect_guard("fresh").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 1
+            accepted_epoch: 1.into()
         })
     );
     fenced_write(&mut conn, "fresh", &token("k", "a", 1), Check::Token).unwrap();
     fenced_write(&mut conn, "r", &token("k", "a", 2), Check::Token).unwrap();
     assert_eq!(
-        conn.fence("r", "k", 0).unwrap(),
+        conn.fence("r", "k", leasehold::Epoch::from(0)).unwrap(),
         2,
         "fencing through 0 must not move a record"
     );
@@ -638,7 +653,9 @@ fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
     fenced_write(&mut conn, "r", &token("k", "a", 3), Check::Token).unwrap();
     for up_to in [-1, i64::MIN] {
         for resource in ["r", "fresh"] {
-            let error = conn.fence(resource, "k", up_to).unwrap_err();
+            let error = conn
+                .fence(resource, "k", leasehold::Epoch::from(up_to))
+                .unwrap_err();
             assert!(
                 matches!(&error, GuardError::InvalidInput { violations } if violations == &["up_to must not be negative"]),
                 "{resource} {up_to}: {error:?}"
@@ -661,7 +678,7 @@ fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
         conn.inspect_guard("r").unwrap(),
         Some(GuardRecord {
             lease_key: "k".into(),
-            accepted_epoch: 3
+            accepted_epoch: 3.into()
         })
     );
     fenced_write(&mut conn, "r", &token("k", "b", 3), Check::Token).unwrap();

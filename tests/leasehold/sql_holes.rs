@@ -56,10 +56,11 @@ fn bound_deployment() -> Deployment {
 fn hold_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
     let lease = granted(conn.acquire(key, owner, TTL).unwrap());
     assert_eq!(
-        conn.release(key, owner, lease.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(key, owner, lease.epoch()))
+            .unwrap(),
         Release::Released
     );
-    lease.epoch()
+    lease.epoch().get()
 }
 
 /// What the attacker installs in its own session, with nothing but the
@@ -212,13 +213,15 @@ fn wait_for(conn: &mut PgConnection, sql: &str) {
 fn holder_renews_and_releases(app: &mut PgConnection, key: &str, epoch: i64) {
     assert!(
         matches!(
-            app.renew(key, "app-1", epoch, TTL).unwrap(),
+            app.renew(&leasehold_test_support::grant(key, "app-1", epoch), TTL)
+                .unwrap(),
             Renewal::Renewed { .. }
         ),
         "the holder renews {key}"
     );
     assert_eq!(
-        app.release(key, "app-1", epoch).unwrap(),
+        app.release(&leasehold_test_support::grant(key, "app-1", epoch))
+            .unwrap(),
         Release::Released,
         "the holder releases {key}"
     );
@@ -288,7 +291,7 @@ fn an_outsider_cannot_take_a_free_governed_key_with_a_key_that_changes_between_u
 
     let lease = granted(app.acquire("team/a-free", "app-1", TTL).unwrap());
     assert_eq!(lease.epoch(), first + 2, "the next grant after the release");
-    holder_renews_and_releases(&mut app, "team/a-free", lease.epoch());
+    holder_renews_and_releases(&mut app, "team/a-free", lease.epoch().get());
 }
 
 /// Hole 1, renewal: `UPDATE lease.fast_renew SET key = <expr>, owner, epoch,
@@ -328,7 +331,7 @@ fn an_outsider_cannot_extend_another_owners_grant_with_a_key_that_changes_betwee
         "SELECT expires_at > clock_timestamp() + interval '1 hour' AS flag FROM lease.leases WHERE key = 'team/held'"
     ));
 
-    holder_renews_and_releases(&mut app, HELD, epoch);
+    holder_renews_and_releases(&mut app, HELD, epoch.get());
 }
 
 /// Hole 1, release: `UPDATE lease.fast_release SET key = <expr>, owner,
@@ -360,7 +363,7 @@ fn an_outsider_cannot_free_another_owners_grant_with_a_key_that_changes_between_
     assert_refused_or_own(&function_outcomes, &function);
     assert_eq!(row_state(&mut admin, HELD), before);
 
-    holder_renews_and_releases(&mut app, HELD, epoch);
+    holder_renews_and_releases(&mut app, HELD, epoch.get());
 }
 
 /// Hole 2 (§1.5: a refused call keeps no lock): an outsider's fast grant
@@ -407,7 +410,8 @@ fn a_refused_outsider_in_an_open_transaction_keeps_no_lock_that_blocks_the_holde
         "after refused function calls: {acquired:?}"
     );
     assert!(matches!(
-        app.renew(HELD, "app-1", epoch, TTL).unwrap(),
+        app.renew(&leasehold_test_support::grant(HELD, "app-1", epoch), TTL)
+            .unwrap(),
         Renewal::Renewed { .. }
     ));
 
@@ -443,7 +447,7 @@ fn a_refused_outsider_in_an_open_transaction_keeps_no_lock_that_blocks_the_holde
         "the application's acquire, while the outsider's refused fast grant ({fast_acquire:?}) \
          is in an open transaction: {acquired:?}"
     );
-    holder_renews_and_releases(&mut app, HELD, epoch);
+    holder_renews_and_releases(&mut app, HELD, epoch.get());
     attacker.batch_execute("ROLLBACK").unwrap();
 }
 
@@ -476,22 +480,22 @@ fn an_outsider_counting_its_key_expression_learns_nothing_about_a_governed_key()
         Presented {
             key: HELD,
             owner: "app-1",
-            epoch,
+            epoch: epoch.get(),
         },
         Presented {
             key: HELD,
             owner: "app-2",
-            epoch,
+            epoch: epoch.get(),
         },
         Presented {
             key: HELD,
             owner: "app-1",
-            epoch: epoch + 1,
+            epoch: epoch.get() + 1,
         },
         Presented {
             key: FREE,
             owner: "app-1",
-            epoch,
+            epoch: epoch.get(),
         },
     ];
     let templates = [
@@ -610,10 +614,10 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
         "lease.acquire(text,text,interval,interval)" => vec![
             "SELECT * FROM lease.acquire({key}, 'evil-1', interval '1 min', interval '0')",
         ],
-        "lease.renew(text,text,bigint,interval)" => {
+        "lease.renew(text, text, bigint, interval)" => {
             vec!["SELECT * FROM lease.renew({key}, 'app-1', 1, interval '1 min')"]
         }
-        "lease.release(text,text,bigint)" => vec!["SELECT * FROM lease.release({key}, 'app-1', 1)"],
+        "lease.release(text, text, bigint)" => vec!["SELECT * FROM lease.release({key}, 'app-1', 1)"],
         "lease.inspect(text)" => vec!["SELECT * FROM lease.inspect({key})"],
         "lease.admit(text,text,bigint)" => vec![
             "SELECT lease.admit('attacker/res', {key}, 1)",
@@ -835,7 +839,13 @@ fn volatile_set_expressions_cannot_store_rows_no_function_would_write() {
             let lease = granted(attacker.acquire(&key, "evil-1", TTL).unwrap());
             if !attack.needs_held {
                 assert_eq!(
-                    attacker.release(&key, "evil-1", lease.epoch()).unwrap(),
+                    attacker
+                        .release(&leasehold_test_support::grant(
+                            &key,
+                            "evil-1",
+                            lease.epoch()
+                        ))
+                        .unwrap(),
                     Release::Released
                 );
             }
@@ -1186,7 +1196,7 @@ fn a_grant_naming_a_group_that_is_gone_is_settled_by_its_own_expiry() {
     ));
     let mut worker = deployment.conn_as(&deployment.worker);
     let taken = granted(worker.acquire("c/grouped", "worker-1", TTL).unwrap());
-    assert_eq!(taken.epoch(), lease.epoch() + 1);
+    assert_eq!(taken.epoch(), lease.epoch().get() + 1);
 }
 
 /// Hole 6: a grant joined to a heartbeat group and then renewed alone past
@@ -1215,9 +1225,7 @@ fn a_member_of_a_pruned_group_is_acquirable_once_its_own_expiry_passes() {
     // The key alone, renewed past its group's expiry.
     assert!(matches!(
         app.renew(
-            "jobs/grouped",
-            "app-1",
-            lease.epoch(),
+            &leasehold_test_support::grant("jobs/grouped", "app-1", lease.epoch()),
             STILL_HELD_NEXT_STEP * 2
         )
         .unwrap(),
@@ -1253,7 +1261,7 @@ fn a_member_of_a_pruned_group_is_acquirable_once_its_own_expiry_passes() {
     let mut worker = deployment.conn_as(&deployment.worker);
     let answer = worker.acquire("jobs/grouped", "worker-1", TTL);
     match answer {
-        Ok(Acquisition::Granted(taken)) => assert_eq!(taken.epoch(), lease.epoch() + 1),
+        Ok(Acquisition::Granted(taken)) => assert_eq!(taken.epoch(), lease.epoch().get() + 1),
         other => panic!(
             "the lapsed member of a pruned group ({:?}): {other:?}",
             row_state(&mut admin, "jobs/grouped")

@@ -89,18 +89,29 @@ fn waiter_registration_in_an_open_transaction_does_not_block_the_holder() {
         assert_eq!(watch(&mut registrant, &key), digest, "{role}");
         assert!(
             matches!(
-                holder.renew(&key, "holder", lease.epoch(), TTL).unwrap(),
+                holder
+                    .renew(
+                        &leasehold_test_support::grant(&key, "holder", lease.epoch()),
+                        TTL
+                    )
+                    .unwrap(),
                 leasehold::Renewal::Renewed { .. }
             ),
             "{role}"
         );
         assert_eq!(
-            holder.release(&key, "holder", lease.epoch()).unwrap(),
+            holder
+                .release(&leasehold_test_support::grant(
+                    &key,
+                    "holder",
+                    lease.epoch()
+                ))
+                .unwrap(),
             leasehold::Release::Released,
             "{role}"
         );
         let taken = granted(next.acquire(&key, "next", TTL).unwrap());
-        assert_eq!(taken.epoch(), lease.epoch() + 2);
+        assert_eq!(taken.epoch(), lease.epoch().get() + 2);
         registrant.batch_execute("COMMIT").unwrap();
     }
 }
@@ -117,7 +128,9 @@ fn waiter_registration_never_waits_for_a_release_in_flight() {
     let lease = granted(holder.acquire("k", "holder", TTL).unwrap());
     holder.batch_execute("BEGIN").unwrap();
     assert_eq!(
-        holder.release("k", "holder", lease.epoch()).unwrap(),
+        holder
+            .release(&leasehold_test_support::grant("k", "holder", lease.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     assert_eq!(watch(&mut registrant, "k"), "NULL");
@@ -146,13 +159,18 @@ fn waiter_of_an_application_role_is_woken_by_the_release_notification() {
     assert_eq!(before.failed_registrations, 0, "{before:?}");
     assert_eq!(before.polled_keys, 0, "{before:?}");
     assert_eq!(
-        conn.release("k", "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "k",
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     // Fallback and re-check are a minute away: only the notification can
     // wake the waiter within the wait.
     let lease = waiting.join().unwrap().unwrap();
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
     let after = waiter.listener_status();
     assert!(
         after.notification_wakeups > before.notification_wakeups,
@@ -194,11 +212,16 @@ fn waiter_whose_registration_is_refused_reports_polling_and_still_gets_the_lease
         "{status:?}"
     );
     assert_eq!(
-        conn.release("k", "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "k",
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
     let after = waiter.listener_status();
     assert_eq!(after.failed_registrations, 1, "{after:?}");
     assert_eq!(after.notification_wakeups, 0, "{after:?}");
@@ -275,11 +298,16 @@ fn waiter_registrations_per_session_are_capped_and_a_key_beyond_the_cap_is_polle
     assert_eq!(status.polled_keys, 1, "{status:?}");
     assert!(status.connected, "{status:?}");
     assert_eq!(
-        conn.release("k", "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "k",
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
     assert_eq!(waiter.listener_status().failed_registrations, 1);
 }
 
@@ -301,7 +329,12 @@ fn release_notifications_carry_the_keys_digest_and_never_its_name() {
     };
     wait_armed(&waiter, key, 1);
     assert_eq!(
-        conn.release(key, "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            key,
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     waiting.join().unwrap().unwrap();
@@ -346,15 +379,20 @@ fn a_forged_release_notification_only_makes_the_waiter_check_again() {
     assert!(!waiting.is_finished());
     assert_eq!(
         held_by(&mut conn, "k"),
-        Some(("holder".into(), holder.epoch()))
+        Some(("holder".into(), holder.epoch().get()))
     );
     // A real release still wakes it.
     assert_eq!(
-        conn.release("k", "holder", holder.epoch()).unwrap(),
+        conn.release(&leasehold_test_support::grant(
+            "k",
+            "holder",
+            holder.epoch()
+        ))
+        .unwrap(),
         leasehold::Release::Released
     );
     let lease = waiting.join().unwrap().unwrap();
-    assert_eq!(lease.epoch(), holder.epoch() + 2);
+    assert_eq!(lease.epoch(), holder.epoch().get() + 2);
 }
 
 /// §4: registration respects key namespaces (42501 lease_namespace_denied
@@ -447,7 +485,9 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
     registrant.batch_execute("BEGIN").unwrap();
     watch(&mut registrant, "k");
     assert_eq!(
-        holder.release("k", "holder", lease.epoch()).unwrap(),
+        holder
+            .release(&leasehold_test_support::grant("k", "holder", lease.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     registrant.batch_execute("ROLLBACK").unwrap();
@@ -466,7 +506,9 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
             .batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}"))
             .unwrap();
         assert_eq!(
-            holder.release("k", "holder", lease.epoch()).unwrap(),
+            holder
+                .release(&leasehold_test_support::grant("k", "holder", lease.epoch()))
+                .unwrap(),
             leasehold::Release::Released
         );
         holder.batch_execute("COMMIT").unwrap();

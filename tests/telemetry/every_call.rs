@@ -48,11 +48,17 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
     let b = granted(conn.acquire("b", "w", TTL).expect("acquire"));
     let grants = [(a.key(), a.epoch()), (b.key(), b.epoch())];
 
-    conn.renew_many("w", &grants, TTL).expect("renew_many");
-    let stale = [(a.key(), a.epoch()), (b.key(), b.epoch() + 5)];
-    conn.renew_many("w", &stale, TTL)
+    conn.renew_many(&leasehold_test_support::grants("w", &grants), TTL)
+        .expect("renew_many");
+    let stale = [
+        (a.key(), a.epoch()),
+        (b.key(), leasehold::Epoch::new(b.epoch().get() + 5)),
+    ];
+    conn.renew_many(&leasehold_test_support::grants("w", &stale), TTL)
         .expect("renew_many, one stale");
-    let joined = conn.join_group("w", &grants, TTL).expect("join_group");
+    let joined = conn
+        .join_group(&leasehold_test_support::grants("w", &grants), TTL)
+        .expect("join_group");
     let group = joined.group.expect("a group");
     assert!(matches!(
         conn.renew_group(group, "w", TTL).expect("renew_group"),
@@ -63,7 +69,8 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
             .expect("renew_group, refused"),
         leasehold::batch::GroupRenewal::Refused(_)
     ));
-    conn.release_many("w", &grants).expect("release_many");
+    conn.release_many(&leasehold_test_support::grants("w", &grants))
+        .expect("release_many");
 
     conn.bind_namespace("team/", &me).expect("bind");
     conn.list_namespaces().expect("list");
@@ -73,7 +80,7 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
 
     assert_eq!(conn.force_release("never").expect("force"), None);
     let c = granted(conn.acquire("c", "w", TTL).expect("acquire"));
-    conn.force_release_epoch(c.key(), c.epoch())
+    conn.force_release_epoch(c.key(), leasehold::Epoch::from(c.epoch()))
         .expect("force epoch");
     let now = conn.generation().expect("generation");
     conn.raise_generation(now.generation + 1).expect("raise");

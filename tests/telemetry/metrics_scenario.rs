@@ -54,12 +54,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
         })
     };
     write(&first.token(), Check::Token).expect("first holder writes");
-    assert_eq!(
-        client
-            .release(first.key(), first.owner(), first.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&first).expect("release"), Release::Released);
     let second = granted(client.acquire("job", "worker-2", TTL).expect("acquire"));
     write(&second.token(), Check::Token).expect("second holder writes");
 
@@ -88,12 +83,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
             .start()
             .expect("keeper")
     };
-    assert_eq!(
-        client
-            .release(second.key(), second.owner(), second.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&second).expect("release"), Release::Released);
     let loss = keeper
         .wait_for_loss(Duration::from_secs(30))
         .expect("the keeper notices");
@@ -184,12 +174,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
         waiter.armed_waiters("queue") == 1
     });
     let before = recorder.counters();
-    assert_eq!(
-        client
-            .release(holder.key(), holder.owner(), holder.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&holder).expect("release"), Release::Released);
     let lease = blocked
         .join()
         .expect("waiter thread")
@@ -249,12 +234,7 @@ fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
         .expect("keeper set");
     let before = recorder.counter("leasehold_lease_lost_total{reason=not_owner}");
     let lost = &leases[1];
-    assert_eq!(
-        client
-            .release(lost.key(), lost.owner(), lost.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&lost).expect("release"), Release::Released);
     let losses = set.wait_for_losses(1, Duration::from_secs(30));
     assert_eq!(losses.len(), 1, "{losses:?}");
     assert_eq!(losses[0].0, "shard-2");

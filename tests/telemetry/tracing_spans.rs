@@ -73,8 +73,12 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     let lease = granted(conn.acquire(KEY, "worker-1", TTL).expect("acquire"));
     write(&mut conn, &lease.token()).expect("admit");
     assert_eq!(
-        conn.release(KEY, "worker-1", lease.epoch())
-            .expect("release"),
+        conn.release(&leasehold_test_support::grant(
+            KEY,
+            "worker-1",
+            lease.epoch()
+        ))
+        .expect("release"),
         Release::Released
     );
     let next = granted(conn.acquire(KEY, "worker-2", TTL).expect("acquire"));
@@ -166,12 +170,7 @@ fn a_keepers_loss_is_a_warning_event() {
         .renew_every(Duration::from_millis(300))
         .start()
         .expect("keeper");
-    assert_eq!(
-        client
-            .release(lease.key(), lease.owner(), lease.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&lease).expect("release"), Release::Released);
     keeper
         .wait_for_loss(Duration::from_secs(30))
         .expect("the keeper notices");
@@ -239,12 +238,7 @@ fn the_listener_and_the_waiters_wake_ups_are_events() {
         .iter()
         .filter(|event| event.target == "leasehold::waiter")
         .count();
-    assert_eq!(
-        client
-            .release(holder.key(), holder.owner(), holder.epoch())
-            .expect("release"),
-        Release::Released
-    );
+    assert_eq!(client.release(&holder).expect("release"), Release::Released);
     let lease = blocked.join().expect("waiter thread").expect("granted");
     let woken: Vec<Captured> = capture
         .events()

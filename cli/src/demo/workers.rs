@@ -109,10 +109,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             lease.token()
         ),
     );
-    match conn
-        .renew(KEY, ME, lease.epoch(), TTL)
-        .map_err(lease_error)?
-    {
+    match conn.renew(&lease, TTL).map_err(lease_error)? {
         Renewal::Renewed { .. } => timeline.log(ME, "heartbeat: renew -> ok (same epoch)"),
         Renewal::Refused(why) => return Err(demo_error(format!("{ME}'s first renew said {why}"))),
     }
@@ -148,10 +145,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             duration::format(TTL)
         ),
     );
-    match conn
-        .renew(KEY, ME, lease.epoch(), TTL)
-        .map_err(lease_error)?
-    {
+    match conn.renew(&lease, TTL).map_err(lease_error)? {
         Renewal::Refused(why) => timeline.log(
             ME,
             format!("heartbeat: renew -> {why} (a careful worker would stop here)"),
@@ -267,7 +261,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
         .from_a
         .recv()
         .map_err(|_| hand_off_failed("worker-a"))?;
-    match conn.renew(KEY, ME, lease.epoch(), TTL_ACROSS_RESTART)
+    match conn.renew(&lease, TTL_ACROSS_RESTART)
         .map_err(lease_error)?
     {
         Renewal::Renewed { .. } => timeline.log(
@@ -291,10 +285,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
     // The crash broke the old connection; a real worker's pool reconnects.
     drop(conn);
     let mut conn = establish(url)?;
-    match conn
-        .renew(KEY, ME, lease.epoch(), TTL)
-        .map_err(lease_error)?
-    {
+    match conn.renew(&lease, TTL).map_err(lease_error)? {
         Renewal::Renewed { .. } => timeline.log(
             ME,
             format!(
@@ -308,7 +299,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
             )))
         }
     }
-    match conn.release(KEY, ME, lease.epoch()).map_err(lease_error)? {
+    match conn.release(&lease).map_err(lease_error)? {
         Release::Released => timeline.log(
             ME,
             format!(

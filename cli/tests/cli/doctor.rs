@@ -145,7 +145,8 @@ fn doctor_counts_prunable_free_and_long_lapsed_rows() {
         .granted()
         .unwrap();
     assert_eq!(
-        app.release("free", "a", lease.epoch()).unwrap(),
+        app.release(&leasehold_test_support::grant("free", "a", lease.epoch()))
+            .unwrap(),
         leasehold::Release::Released
     );
     assert!(app

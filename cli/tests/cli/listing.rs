@@ -108,7 +108,9 @@ fn watch_refreshes_until_count_and_marks_a_takeover() {
     assert_eq!(first["changed"], serde_json::json!([]));
 
     let mut conn = db.conn();
-    let released = conn.release("job-w", "worker-a", 1).unwrap();
+    let released = conn
+        .release(&leasehold_test_support::grant("job-w", "worker-a", 1))
+        .unwrap();
     assert_eq!(released, leasehold::Release::Released);
     let taken = conn
         .acquire("job-w", "worker-b", Duration::from_secs(60))
@@ -257,7 +259,8 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     let mut conn = db.conn();
     let epoch = first["epoch"].as_i64().unwrap();
     assert_eq!(
-        conn.release("job-e", "worker-a", epoch).unwrap(),
+        conn.release(&leasehold_test_support::grant("job-e", "worker-a", epoch))
+            .unwrap(),
         leasehold::Release::Released
     );
     let wake = next();
@@ -283,7 +286,7 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     assert_eq!(acquired["event"], "acquired", "{acquired}");
     assert_eq!(
         (acquired["owner"].as_str(), acquired["epoch"].as_i64()),
-        (Some("worker-b"), Some(short.epoch()))
+        (Some("worker-b"), Some(short.epoch().get()))
     );
     assert_eq!(acquired["loss"], false);
 
@@ -304,7 +307,7 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
         (over["previous_owner"].as_str(), over["owner"].as_str()),
         (Some("worker-b"), Some("worker-c"))
     );
-    assert_eq!(over["epoch"], taken.epoch());
+    assert_eq!(over["epoch"], taken.epoch().get());
     // --count 5 ends it: "other" (outside the watched prefix) never
     // produced an event.
     let status = child.wait().expect("wait for watch");

@@ -165,9 +165,13 @@ fn fence_raises_the_guard_floor() {
     );
 
     let mut conn = db.conn();
-    let stale = leasehold::FencingToken::new("job-4", "worker-a", 3).unwrap();
+    let stale =
+        leasehold::FencingToken::new("job-4", "worker-a", leasehold::Epoch::from(3)).unwrap();
     match conn.admit("reports", &stale) {
-        Err(GuardError::StaleEpoch { accepted: 4, .. }) => {}
+        Err(GuardError::StaleEpoch {
+            accepted: leasehold::Epoch(4),
+            ..
+        }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }
 }

@@ -61,7 +61,7 @@ fn held_by(db: &Db, key: &str) -> Option<(String, i64, DateTime<Utc>)> {
             owner,
             epoch,
             expires_at,
-        }) => Some((owner, epoch, expires_at)),
+        }) => Some((owner, epoch.get(), expires_at)),
         _ => None,
     }
 }
@@ -89,7 +89,7 @@ fn the_command_gets_the_grant_and_run_exits_with_its_status_and_releases() {
     let token: leasehold::FencingToken = fields[3].parse().unwrap();
     assert_eq!(
         (token.key(), token.owner(), token.epoch()),
-        ("job", "cron-a", 1)
+        ("job", "cron-a", leasehold::Epoch::new(1))
     );
     assert_eq!(held_by(&db, "job"), None, "released after the command");
 
@@ -170,7 +170,8 @@ while :; do sleep 0.02; done
     let mut operator = db.conn();
     // The job's own guarded write while it holds the lease is admitted.
     let (owner, epoch, _) = held_by(&db, "job").unwrap();
-    let job_token = leasehold::FencingToken::new("job", &owner, epoch).unwrap();
+    let job_token =
+        leasehold::FencingToken::new("job", &owner, leasehold::Epoch::from(epoch)).unwrap();
     operator.admit("res", &job_token).unwrap();
     // Taken away: freed, granted to a successor, the resource fenced to it.
     let taken_at = chrono::Utc::now();
@@ -206,7 +207,7 @@ while :; do sleep 0.02; done
     // The successor's grant is untouched.
     assert_eq!(
         held_by(&db, "job").map(|(owner, epoch, _)| (owner, epoch)),
-        Some(("successor".to_owned(), successor.epoch()))
+        Some(("successor".to_owned(), successor.epoch().get()))
     );
     eprintln!("lost lease: SIGTERM {reacted:?} after the force-release");
     fs::remove_dir_all(dir).unwrap();

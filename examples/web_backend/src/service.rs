@@ -351,7 +351,7 @@ fn lease_error(error: LeaseError) -> ApiError {
 /// The epoch the job accepts now: the holder's, or none while unheld.
 fn accepted_epoch(client: &mut LeaseClient, job: &str) -> Result<Option<i64>, ApiError> {
     Ok(match client.inspect(job).map_err(lease_error)? {
-        Some(LeaseState::Held { epoch, .. }) => Some(epoch),
+        Some(LeaseState::Held { epoch, .. }) => Some(epoch.get()),
         _ => None,
     })
 }
@@ -371,7 +371,7 @@ fn stale(
         job: job.to_owned(),
         token: token.to_string(),
         reason: reason.to_owned(),
-        presented_epoch: token.epoch(),
+        presented_epoch: token.epoch().get(),
         accepted_epoch,
     })
 }
@@ -389,7 +389,7 @@ fn claim(client: &mut LeaseClient, job: &str, body: &Value) -> Result<Value, Api
         Acquisition::Granted(lease) => Ok(json!({
             "job": job,
             "worker": worker,
-            "epoch": lease.epoch(),
+            "epoch": lease.epoch().get(),
             "token": lease.token().to_string(),
             "expires_at": time(lease.expires_at()),
         })),
@@ -401,7 +401,7 @@ fn claim(client: &mut LeaseClient, job: &str, body: &Value) -> Result<Value, Api
             }) => Err(ApiError::Locked {
                 job: job.to_owned(),
                 holder: owner,
-                epoch,
+                epoch: epoch.get(),
                 expires_at: time(expires_at),
             }),
             // Released or lapsed between the two calls: say so plainly.
@@ -419,13 +419,10 @@ fn heartbeat(
     body: &Value,
 ) -> Result<Value, ApiError> {
     let ttl = ttl_field(body)?;
-    match client
-        .renew(job, token.owner(), token.epoch(), ttl)
-        .map_err(lease_error)?
-    {
+    match client.renew(token, ttl).map_err(lease_error)? {
         Renewal::Renewed { expires_at } => Ok(json!({
             "job": job,
-            "epoch": token.epoch(),
+            "epoch": token.epoch().get(),
             "expires_at": time(expires_at),
         })),
         Renewal::Refused(why) => Err(stale(client, job, token, why.as_status(), None)?),
@@ -455,13 +452,13 @@ fn submit(
         .execute(conn)
     });
     match stored {
-        Ok(_) => Ok(json!({"job": job, "stored": true, "epoch": token.epoch()})),
+        Ok(_) => Ok(json!({"job": job, "stored": true, "epoch": token.epoch().get()})),
         Err(FencedError::Guard(GuardError::StaleEpoch { accepted, .. })) => Err(stale(
             client,
             job,
             token,
             "stale_epoch",
-            Some(Some(accepted)),
+            Some(Some(accepted.get())),
         )?),
         Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
             let reason = match reason {
@@ -494,8 +491,10 @@ fn show(client: &mut LeaseClient, job: &str) -> Result<Value, ApiError> {
             owner,
             epoch,
             expires_at,
-        }) => json!({"held": true, "owner": owner, "epoch": epoch, "expires_at": time(expires_at)}),
-        Some(LeaseState::Unowned { epoch }) => json!({"held": false, "epoch": epoch}),
+        }) => {
+            json!({"held": true, "owner": owner, "epoch": epoch.get(), "expires_at": time(expires_at)})
+        }
+        Some(LeaseState::Unowned { epoch }) => json!({"held": false, "epoch": epoch.get()}),
     };
     let mut conn = client.pool().get().map_err(unavailable)?;
     let stored = diesel::sql_query(

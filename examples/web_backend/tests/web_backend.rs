@@ -221,7 +221,7 @@ fn a_token_fenced_out_by_an_operator_gets_409_stale_epoch() {
     let token = claim["token"].as_str().unwrap().to_owned();
     fixture
         .conn()
-        .fence("job-results/job-9", "job-9", 1)
+        .fence("job-results/job-9", "job-9", leasehold::Epoch::from(1))
         .expect("fence");
     let (status, refused) = worker.submit("job-9", &token, json!("done"));
     assert_eq!(status, 409, "{refused}");

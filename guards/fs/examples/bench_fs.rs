@@ -57,7 +57,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plain_path = dir.join("plain");
     let plain_temp = dir.join(".plain.tmp");
     let fenced = FencedFile::new(dir.join("fenced"))?;
-    let token = FencingToken::new("bench", "bench", 1)?;
+    let token = FencingToken::new("bench", "bench", 1.into())?;
 
     // Warm up both paths (file creation, directory entries, page cache).
     for _ in 0..10 {

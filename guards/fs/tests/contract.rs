@@ -38,7 +38,7 @@ impl Harness for Files {
     }
 
     fn token(&self, _case: &str, key: &str, owner: &str, epoch: i64) -> FencingToken {
-        FencingToken::new(key, owner, epoch).unwrap()
+        FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
     }
 }
 

@@ -28,7 +28,7 @@ use nix::unistd::Pid;
 const SIZE: usize = 1024 * 1024;
 
 fn token(owner: &str, epoch: i64) -> FencingToken {
-    FencingToken::new("shared", owner, epoch).unwrap()
+    FencingToken::new("shared", owner, leasehold::Epoch::from(epoch)).unwrap()
 }
 
 /// Entry point of the child roles; does nothing in a normal test run.
@@ -63,7 +63,7 @@ fn paused_writer() {
     let epoch: i64 = env("LHFS_EPOCH").parse().unwrap();
     let file = FencedFile::new(env("LHFS_FILE")).unwrap();
     match file.write(&token("child", epoch), &payload(epoch, SIZE)) {
-        Ok(record) => say(&format!("ok {}", record.epoch)),
+        Ok(record) => say(&format!("ok {}", record.accepted_epoch)),
         Err(error) => say(&format!("err {error:?}")),
     }
 }
@@ -218,7 +218,7 @@ fn a_stopped_holder_makes_a_fence_busy_and_never_overtakes_it() {
         let mut holder = Writer::start(&path, 11, "temp-synced");
         holder.wait_at("temp-synced");
         kill(holder.pid(), Signal::SIGSTOP).unwrap();
-        match file.fence("shared", 11) {
+        match file.fence("shared", leasehold::Epoch::from(11)) {
             Err(FenceError::Busy { holder: pid, .. }) => {
                 assert_eq!(
                     pid,
@@ -229,20 +229,21 @@ fn a_stopped_holder_makes_a_fence_busy_and_never_overtakes_it() {
             other => panic!("expected Busy, got {other:?}"),
         }
         assert_version(&path, 10);
-        assert_eq!(file.record().unwrap().unwrap().fenced_through, 0);
+        // Nothing fenced yet: the file admits from the epoch it holds.
+        assert_eq!(file.record().unwrap().unwrap().accepted_epoch, 10);
 
         if resume {
             kill(holder.pid(), Signal::SIGCONT).unwrap();
             holder.resume();
             assert_eq!(holder.outcome(), "ok 11");
-            let record = file.fence("shared", 11).unwrap();
-            assert_eq!((record.epoch, record.fenced_through), (11, 11));
+            let record = file.fence("shared", leasehold::Epoch::from(11)).unwrap();
+            assert_eq!(record.accepted_epoch, 12);
             assert_version(&path, 11);
         } else {
             kill(holder.pid(), Signal::SIGKILL).unwrap();
             assert!(!holder.child.wait().unwrap().success());
-            let record = file.fence("shared", 11).unwrap();
-            assert_eq!((record.epoch, record.fenced_through), (10, 11));
+            let record = file.fence("shared", leasehold::Epoch::from(11)).unwrap();
+            assert_eq!(record.accepted_epoch, 12);
             assert_version(&path, 10);
         }
         // Either way, epoch 11 can never write again.
@@ -270,7 +271,7 @@ fn a_symlink_placed_at_the_path_after_new_is_refused() {
     for outcome in [
         file.write(&token("a", 6), b"through the link").map(|_| ()),
         file.read().map(|_| ()),
-        file.fence("shared", 9).map(|_| ()),
+        file.fence("shared", leasehold::Epoch::from(9)).map(|_| ()),
     ] {
         match outcome {
             Err(FenceError::NotRegularFile { found, entry, .. }) => {
@@ -286,7 +287,7 @@ fn a_symlink_placed_at_the_path_after_new_is_refused() {
         .is_symlink());
     assert_eq!(
         FencedFile::new(&target).unwrap().read().unwrap(),
-        (5, b"target".to_vec())
+        (leasehold::Epoch::new(5), b"target".to_vec())
     );
     fs::remove_dir_all(dir).unwrap();
 }
@@ -318,7 +319,9 @@ fn a_fifo_at_the_path_or_its_lock_is_refused_without_hanging() {
         let outcomes = within(move || {
             vec![
                 writer.write(&token("a", 1), b"x").map(|_| ()),
-                writer.fence("shared", 1).map(|_| ()),
+                writer
+                    .fence("shared", leasehold::Epoch::from(1))
+                    .map(|_| ()),
             ]
         });
         for outcome in outcomes {
@@ -379,15 +382,23 @@ fn deleting_a_fenced_file_forgets_its_record_until_it_is_fenced_again() {
     file.write(&token("a", 5), b"five").unwrap();
     fs::remove_file(&path).unwrap();
     // What the docs warn about: the stale epoch 3 is admitted now.
-    assert_eq!(file.write(&token("old", 3), b"three").unwrap().epoch, 3);
+    assert_eq!(
+        file.write(&token("old", 3), b"three")
+            .unwrap()
+            .accepted_epoch,
+        3
+    );
     // What they recommend: fence to the lease's epoch first.
     fs::remove_file(&path).unwrap();
-    file.fence("shared", 5).unwrap();
+    file.fence("shared", leasehold::Epoch::from(5)).unwrap();
     assert!(file
         .write(&token("old", 3), b"three")
         .unwrap_err()
         .is_stale());
     assert!(file.write(&token("a", 5), b"five").unwrap_err().is_stale());
-    assert_eq!(file.write(&token("b", 6), b"six").unwrap().epoch, 6);
+    assert_eq!(
+        file.write(&token("b", 6), b"six").unwrap().accepted_epoch,
+        6
+    );
     fs::remove_dir_all(dir).unwrap();
 }

@@ -25,7 +25,12 @@ use leasehold_fs::{hooks, FenceError, FencedFile};
 const BIG: usize = 4 * 1024 * 1024;
 
 fn token(epoch: i64) -> FencingToken {
-    FencingToken::new("shared", &format!("pid-{}", std::process::id()), epoch).unwrap()
+    FencingToken::new(
+        "shared",
+        &format!("pid-{}", std::process::id()),
+        leasehold::Epoch::from(epoch),
+    )
+    .unwrap()
 }
 
 fn append_line(path: &Path, line: &str) {
@@ -104,18 +109,14 @@ fn mixed_writer() {
         match file.write(&token(epoch), &mixed_payload(&child, seq, epoch)) {
             // Logged only after write() returned Ok.
             Ok(record) => {
-                assert_eq!(record.epoch, epoch);
+                assert_eq!(record.accepted_epoch, epoch);
                 append_line(&own_log, &format!("ok {epoch} {seq}"));
             }
             Err(FenceError::StaleEpoch {
                 presented,
                 accepted,
-                fenced_through,
                 ..
-            }) => append_line(
-                &own_log,
-                &format!("stale {presented} {accepted} {fenced_through} {seq}"),
-            ),
+            }) => append_line(&own_log, &format!("stale {presented} {accepted} {seq}")),
             Err(other) => panic!("unexpected error: {other}"),
         }
     }
@@ -227,7 +228,7 @@ fn concurrent_writer_processes_commit_epochs_in_non_decreasing_order() {
     assert_eq!(max_epoch, commits.iter().map(|c| c.0).max().unwrap());
     let (epoch, bytes) = FencedFile::new(&data).unwrap().read().unwrap();
     assert_eq!(epoch, max_epoch);
-    assert_eq!(bytes, mixed_payload(&child.to_string(), seq, epoch));
+    assert_eq!(bytes, mixed_payload(&child.to_string(), seq, epoch.get()));
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -257,11 +258,11 @@ fn assert_one_whole_version(path: &Path) -> i64 {
     let file = FencedFile::new(path).unwrap();
     let (epoch, bytes) = file.read().expect("header and payload must parse");
     assert!(
-        bytes == payload(epoch, BIG),
+        bytes == payload(epoch.get(), BIG),
         "payload is not exactly version {epoch}"
     );
-    assert_eq!(file.record().unwrap().unwrap().epoch, epoch);
-    epoch
+    assert_eq!(file.record().unwrap().unwrap().accepted_epoch, epoch);
+    epoch.get()
 }
 
 #[test]
@@ -403,11 +404,7 @@ fn soak_writer() {
                 say(&format!("ok {epoch}"));
                 epoch += 1;
             }
-            Err(FenceError::StaleEpoch {
-                accepted,
-                fenced_through,
-                ..
-            }) => epoch = accepted.max(fenced_through) + 1,
+            Err(FenceError::StaleEpoch { accepted, .. }) => epoch = accepted.get(),
             Err(FenceError::Busy { .. }) => {}
             Err(other) => panic!("unexpected error: {other}"),
         }
@@ -521,8 +518,8 @@ fn assert_one_whole_soak_version(path: &Path) -> i64 {
         .read()
         .expect("header and payload must parse");
     assert!(
-        bytes == payload(epoch, 256 * 1024),
+        bytes == payload(epoch.get(), 256 * 1024),
         "not exactly version {epoch}"
     );
-    epoch
+    epoch.get()
 }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 use common::{payload, scratch, temp_files};
 use leasehold::FencingToken;
-use leasehold_fs::{FenceError, FenceRecord, FencedFile};
+use leasehold_fs::{Epoch, FenceError, FencedFile, GuardRecord};
 
 fn token(key: &str, epoch: i64) -> FencingToken {
-    FencingToken::new(key, "owner", epoch).unwrap()
+    FencingToken::new(key, "owner", leasehold::Epoch::from(epoch)).unwrap()
 }
 
 /// Raw bytes and inode: a refused write must change neither (no rename).
@@ -36,10 +36,9 @@ fn stale_token_is_refused_and_file_bytes_untouched() {
                 resource,
                 presented,
                 accepted,
-                fenced_through,
             } => {
                 assert_eq!(resource, &path);
-                assert_eq!((*presented, *accepted, *fenced_through), (stale, 5, 0));
+                assert_eq!((*presented, *accepted), (Epoch(stale), Epoch(5)));
             }
             other => panic!("expected StaleEpoch, got {other:?}"),
         }
@@ -59,7 +58,10 @@ fn stale_token_is_refused_and_file_bytes_untouched() {
         );
         assert!(temp_files(&path).is_empty());
     }
-    assert_eq!(file.read().unwrap(), (5, b"epoch five".to_vec()));
+    assert_eq!(
+        file.read().unwrap(),
+        (leasehold::Epoch::new(5), b"epoch five".to_vec())
+    );
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -68,21 +70,21 @@ fn equal_epoch_is_admitted_again_and_higher_raises_the_record() {
     let dir = scratch("equal");
     let file = FencedFile::new(dir.join("f")).unwrap();
     assert_eq!(file.record().unwrap(), None);
-    assert_eq!(
-        file.write(&token("k", 3), b"a").unwrap(),
-        FenceRecord::new("k", 3, 0)
-    );
+    assert_eq!(file.write(&token("k", 3), b"a").unwrap(), record("k", 3, 0));
     // Same grant, possibly another owner string: the epoch is what counts.
-    let same = FencingToken::new("k", "other-owner", 3).unwrap();
+    let same = FencingToken::new("k", "other-owner", leasehold::Epoch::from(3)).unwrap();
+    assert_eq!(file.write(&same, b"b").unwrap(), record("k", 3, 0));
     assert_eq!(
-        file.write(&same, b"b").unwrap(),
-        FenceRecord::new("k", 3, 0)
+        file.read().unwrap(),
+        (leasehold::Epoch::new(3), b"b".to_vec())
     );
-    assert_eq!(file.read().unwrap(), (3, b"b".to_vec()));
     file.write(&token("k", 9), b"c").unwrap();
-    assert_eq!(file.record().unwrap(), Some(FenceRecord::new("k", 9, 0)));
+    assert_eq!(file.record().unwrap(), Some(record("k", 9, 0)));
     assert!(file.write(&token("k", 8), b"d").unwrap_err().is_stale());
-    assert_eq!(file.read().unwrap(), (9, b"c".to_vec()));
+    assert_eq!(
+        file.read().unwrap(),
+        (leasehold::Epoch::new(9), b"c".to_vec())
+    );
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -114,7 +116,7 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
     assert_eq!(fingerprint(&path), before);
     // Operator methods check the key too.
     assert!(matches!(
-        file.fence("invoices", 50),
+        file.fence("invoices", leasehold::Epoch::from(50)),
         Err(FenceError::WrongLeaseKey { .. })
     ));
     assert!(matches!(
@@ -125,7 +127,10 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
 
     // create() fences before the first write, so a foreign first write fails.
     let created = FencedFile::create(dir.join("g"), "orders").unwrap();
-    assert_eq!(created.read().unwrap(), (0, Vec::new()));
+    assert_eq!(
+        created.read().unwrap(),
+        (leasehold::Epoch::new(0), Vec::new())
+    );
     assert!(matches!(
         created.write(&token("invoices", 1), b"x"),
         Err(FenceError::WrongLeaseKey { .. })
@@ -134,7 +139,7 @@ fn token_of_another_lease_key_is_refused_as_misuse() {
     FencedFile::create(dir.join("g"), "orders").unwrap();
     let odd = FencedFile::create(dir.join("h"), "a b.c/ä%").unwrap();
     odd.write(&token("a b.c/ä%", 1), b"ok").unwrap();
-    assert_eq!(odd.record().unwrap().unwrap().key, "a b.c/ä%");
+    assert_eq!(odd.record().unwrap().unwrap().lease_key, "a b.c/ä%");
     fs::remove_dir_all(dir).unwrap();
 }
 
@@ -145,43 +150,83 @@ fn fence_refuses_every_epoch_up_to_and_including_the_floor() {
     let file = FencedFile::new(&path).unwrap();
     file.write(&token("k", 3), b"three").unwrap();
 
-    assert_eq!(file.fence("k", 7).unwrap(), FenceRecord::new("k", 3, 7));
+    assert_eq!(
+        file.fence("k", leasehold::Epoch::from(7)).unwrap(),
+        record("k", 3, 7)
+    );
     let before = fingerprint(&path);
     for epoch in 1..=7 {
         match file.write(&token("k", epoch), b"late").unwrap_err() {
             FenceError::StaleEpoch {
                 presented,
                 accepted,
-                fenced_through,
                 ..
-            } => assert_eq!((presented, accepted, fenced_through), (epoch, 3, 7)),
+            } => assert_eq!((presented, accepted), (Epoch(epoch), Epoch(8))),
             other => panic!("epoch {epoch}: expected StaleEpoch, got {other:?}"),
         }
     }
     assert_eq!(fingerprint(&path), before);
     // Content is unchanged by fencing.
-    assert_eq!(file.read().unwrap(), (3, b"three".to_vec()));
+    assert_eq!(
+        file.read().unwrap(),
+        (leasehold::Epoch::new(3), b"three".to_vec())
+    );
     // A lower floor changes nothing; the floor never goes down.
-    assert_eq!(file.fence("k", 2).unwrap(), FenceRecord::new("k", 3, 7));
+    assert_eq!(
+        file.fence("k", leasehold::Epoch::from(2)).unwrap(),
+        record("k", 3, 7)
+    );
     assert!(file.write(&token("k", 7), b"x").unwrap_err().is_stale());
     file.write(&token("k", 8), b"eight").unwrap();
-    assert_eq!(file.record().unwrap(), Some(FenceRecord::new("k", 8, 7)));
+    assert_eq!(file.record().unwrap(), Some(record("k", 8, 7)));
 
     // Fencing a file that does not exist yet creates it, fenced to the key.
     let fresh = FencedFile::new(dir.join("fresh")).unwrap();
-    assert_eq!(fresh.fence("k", 4).unwrap(), FenceRecord::new("k", 0, 4));
+    assert_eq!(
+        fresh.fence("k", leasehold::Epoch::from(4)).unwrap(),
+        record("k", 0, 4)
+    );
     assert!(fresh.write(&token("k", 4), b"x").unwrap_err().is_stale());
     fresh.write(&token("k", 5), b"y").unwrap();
 
     assert!(matches!(
-        file.fence("k", -1),
-        Err(FenceError::NegativeEpoch { epoch: -1, .. })
+        file.fence("k", leasehold::Epoch::from(-1)),
+        Err(FenceError::NegativeEpoch {
+            epoch: leasehold::Epoch(-1),
+            ..
+        })
     ));
     assert!(matches!(
-        file.fence("", 9),
+        file.fence("", leasehold::Epoch::from(9)),
         Err(FenceError::EmptyKey { .. })
     ));
     fs::remove_dir_all(dir).unwrap();
+}
+
+/// The record a file with payload epoch `epoch`, fenced through
+/// `fenced_through`, reports: it admits from the higher of the payload's
+/// epoch and one above the fence.
+fn record(key: &str, epoch: i64, fenced_through: i64) -> GuardRecord {
+    GuardRecord {
+        lease_key: key.to_owned(),
+        accepted_epoch: Epoch(epoch.max(fenced_through + 1)),
+    }
+}
+
+/// The admission rule, modelled apart from the crate.
+struct Model {
+    epoch: i64,
+    fenced_through: i64,
+}
+
+impl Model {
+    fn admits(&self, epoch: i64) -> bool {
+        epoch >= self.epoch && epoch > self.fenced_through
+    }
+
+    fn record(&self) -> GuardRecord {
+        record("k", self.epoch, self.fenced_through)
+    }
 }
 
 #[test]
@@ -189,7 +234,10 @@ fn record_never_decreases_under_mixed_operations() {
     let dir = scratch("monotonic");
     let file = FencedFile::new(dir.join("f")).unwrap();
     // A model of the rule, driven by a deterministic pseudo-random sequence.
-    let mut model = FenceRecord::new("k", 0, 0);
+    let mut model = Model {
+        epoch: 0,
+        fenced_through: 0,
+    };
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     for step in 0..300 {
         seed ^= seed << 13;
@@ -197,11 +245,11 @@ fn record_never_decreases_under_mixed_operations() {
         seed ^= seed << 17;
         let epoch = (seed % 40) as i64 + step / 10;
         if seed.is_multiple_of(5) {
-            let got = file.fence("k", epoch).unwrap();
+            let got = file.fence("k", leasehold::Epoch::from(epoch)).unwrap();
             if epoch > model.fenced_through && epoch >= model.epoch {
                 model.fenced_through = epoch;
             }
-            assert_eq!(got, model, "step {step}");
+            assert_eq!(got, model.record(), "step {step}");
         } else {
             let epoch = epoch.max(1);
             let result = file.write(&token("k", epoch), &epoch.to_le_bytes());
@@ -215,7 +263,7 @@ fn record_never_decreases_under_mixed_operations() {
             }
         }
         let record = file.record().unwrap().unwrap();
-        assert_eq!(record, model, "step {step}");
+        assert_eq!(record, model.record(), "step {step}");
     }
     assert!(
         model.epoch > 20,
@@ -296,7 +344,7 @@ fn corrupt_files_are_reported_and_never_overwritten() {
             file.write(&token("k", 50), b"new").unwrap_err(),
             file.read().unwrap_err(),
             file.record().unwrap_err(),
-            file.fence("k", 60).unwrap_err(),
+            file.fence("k", leasehold::Epoch::from(60)).unwrap_err(),
         ] {
             match &error {
                 FenceError::Corrupt { reason, .. } => assert!(!reason.is_empty()),
@@ -336,7 +384,10 @@ fn leftover_temp_files_of_dead_writers_go_and_a_live_writers_stays() {
     fs::write(&live_temp, b"a live writer's next version").unwrap();
 
     file.write(&token("k", 2), b"two").unwrap();
-    assert_eq!(file.read().unwrap(), (2, b"two".to_vec()));
+    assert_eq!(
+        file.read().unwrap(),
+        (leasehold::Epoch::new(2), b"two".to_vec())
+    );
     assert_eq!(temp_files(&path), vec![live_temp.clone()]);
     assert_eq!(
         fs::read(&live_temp).unwrap(),
@@ -376,11 +427,11 @@ fn readers_never_see_a_mix_while_threads_write() {
                     let (epoch, bytes) = file.read().unwrap();
                     assert_eq!(
                         bytes,
-                        payload(epoch, 256 * 1024),
+                        payload(epoch.get(), 256 * 1024),
                         "mixed version at {epoch}"
                     );
                     assert!(epoch >= last, "epoch went down from {last} to {epoch}");
-                    last = epoch;
+                    last = epoch.get();
                     reads += 1;
                 }
                 reads

@@ -44,7 +44,7 @@ fn report(name: &str, fenced: &FencedStore) -> Result<(), Box<dyn std::error::Er
         .build()?;
     let inner: Arc<dyn ObjectStore> = Arc::clone(fenced.inner());
     let content = bytes::Bytes::from(vec![b'x'; SIZE]);
-    let token = FencingToken::new("bench", "bench", 1)?;
+    let token = FencingToken::new("bench", "bench", 1.into())?;
     let plain_path = Path::from("bench/plain");
     let fenced_path = Path::from("bench/fenced");
 

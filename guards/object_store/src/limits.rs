@@ -81,11 +81,11 @@ mod tests {
     #[test]
     fn a_token_at_the_s3_limit_fits_the_metadata_with_its_margin() {
         let owner = "o";
-        let overhead = FencingToken::new("k", owner, i64::MAX)
+        let overhead = FencingToken::new("k", owner, i64::MAX.into())
             .map(|t| t.to_string().len() - 1)
             .unwrap_or(usize::MAX);
         let key = "k".repeat(S3_MAX_TOKEN_TEXT - overhead);
-        let token = FencingToken::new(&key, owner, i64::MAX);
+        let token = FencingToken::new(&key, owner, i64::MAX.into());
         let Ok(token) = token else {
             panic!("token rejected: {token:?}");
         };
@@ -102,7 +102,7 @@ mod tests {
         assert_eq!(used + S3_METADATA_MARGIN, S3_USER_METADATA_BYTES);
         let path = Path::from("o");
         assert!(check_token_len(&path, &token, Some(S3_MAX_TOKEN_TEXT)).is_ok());
-        let longer = FencingToken::new(&format!("{key}k"), owner, i64::MAX);
+        let longer = FencingToken::new(&format!("{key}k"), owner, i64::MAX.into());
         let Ok(longer) = longer else {
             panic!("token rejected: {longer:?}");
         };

@@ -311,7 +311,7 @@ fn s3_admit_whose_answer_is_lost_after_it_landed_is_recognised() {
     let read = setup.direct.read(&path).unwrap();
     assert_eq!(
         (read.state.epoch(), &read.content[..]),
-        (5, &b"payload"[..])
+        (leasehold::Epoch::new(5), &b"payload"[..])
     );
 }
 
@@ -371,7 +371,10 @@ fn s3_lost_answer_then_another_write_is_outcome_unknown_not_stale() {
         "the new holder replaced {replaced_id}, not the lost write {write_ids:?}"
     );
     let read = setup.direct.read(&path).unwrap();
-    assert_eq!((read.state.epoch(), &read.content[..]), (2, &b"new"[..]));
+    assert_eq!(
+        (read.state.epoch(), &read.content[..]),
+        (leasehold::Epoch::new(2), &b"new"[..])
+    );
 }
 
 /// The PUT never reached moto and the client got a 500: the re-read finds

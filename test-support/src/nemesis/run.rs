@@ -252,7 +252,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                 out.record(&Event::Grant {
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch: lease.epoch(),
+                    epoch: lease.epoch().get(),
                     start: lease.expires_at().timestamp_micros() - ttl_us,
                     end: lease.expires_at().timestamp_micros(),
                 });
@@ -286,7 +286,7 @@ pub fn worker_main(spec: &WorkerSpec) {
         // renews the key, each renew_group then extends the group.
         let mut group = None;
         if rng.chance(40) {
-            match c.join_group(&owner, &[(&key, epoch)], ttl) {
+            match c.join_group(&crate::grants(&owner, &[(&key, epoch)]), ttl) {
                 Ok(joined) => {
                     if let (Some(joined_group), Renewal::Renewed { expires_at }) =
                         (joined.group, &joined.keys[0].renewal)
@@ -295,7 +295,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                         out.record(&Event::GroupRenew {
                             key: key.clone(),
                             owner: owner.clone(),
-                            epoch,
+                            epoch: epoch.get(),
                             at: expires_at.timestamp_micros() - ttl_us,
                             end: expires_at.timestamp_micros(),
                         });
@@ -305,7 +305,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     out.record(&Event::RenewUnknown {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                     });
                     conn = None;
                     continue;
@@ -322,7 +322,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     resource: resource.clone(),
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch,
+                    epoch: epoch.get(),
                     held,
                 });
                 let result = c.transaction::<_, WriteError, _>(|c| {
@@ -364,7 +364,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                 }
             }
             std::thread::sleep(Duration::from_micros(rng.range(0, ttl_us as u64 / 2)));
-            match renew_key(c, group, &key, &owner, epoch, ttl) {
+            match renew_key(c, group, &key, &owner, epoch.get(), ttl) {
                 Ok((Renewal::Renewed { expires_at }, via_group)) => {
                     let (key, owner) = (key.clone(), owner.clone());
                     let (at, end) = (
@@ -375,7 +375,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                         Event::GroupRenew {
                             key,
                             owner,
-                            epoch,
+                            epoch: epoch.get(),
                             at,
                             end,
                         }
@@ -383,7 +383,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                         Event::Renew {
                             key,
                             owner,
-                            epoch,
+                            epoch: epoch.get(),
                             at,
                             end,
                         }
@@ -393,7 +393,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     out.record(&Event::RenewLost {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                         status: why.as_status().to_owned(),
                     });
                     break;
@@ -402,7 +402,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     out.record(&Event::RenewUnknown {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                     });
                     alive = false;
                     break;
@@ -417,18 +417,18 @@ pub fn worker_main(spec: &WorkerSpec) {
             out.record(&Event::ReleaseInvoke {
                 key: key.clone(),
                 owner: owner.clone(),
-                epoch,
+                epoch: epoch.get(),
             });
-            match c.release(&key, &owner, epoch) {
+            match c.release(&crate::grant(&key, &owner, epoch)) {
                 Ok(Release::Released) => out.record(&Event::ReleaseOk {
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch,
+                    epoch: epoch.get(),
                 }),
                 Ok(Release::Refused(why)) => out.record(&Event::ReleaseLost {
                     key: key.clone(),
                     owner: owner.clone(),
-                    epoch,
+                    epoch: epoch.get(),
                     status: why.as_status().to_owned(),
                 }),
                 Err(_) => {
@@ -438,7 +438,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                     out.record(&Event::ReleaseUnknown {
                         key: key.clone(),
                         owner: owner.clone(),
-                        epoch,
+                        epoch: epoch.get(),
                     });
                     conn = None;
                 }
@@ -472,7 +472,7 @@ fn renew_key(
             return Ok((Renewal::Renewed { expires_at }, true));
         }
     }
-    Ok((conn.renew(key, owner, epoch, ttl)?, false))
+    Ok((conn.renew(&crate::grant(key, owner, epoch), ttl)?, false))
 }
 
 /// Best effort: the holder may have exited already.
@@ -777,7 +777,7 @@ fn inspect_all(conn: &mut PgConnection, keys: usize, out: &mut Recorder) {
                 before: before.timestamp_micros(),
                 after: after.timestamp_micros(),
                 held: matches!(state, LeaseState::Held { .. }),
-                epoch: state.epoch(),
+                epoch: state.epoch().get(),
             });
         }
     }

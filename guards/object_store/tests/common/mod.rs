@@ -18,7 +18,7 @@ use leasehold_object_store::object_store::{
 use leasehold_object_store::{FenceError, FencedStore, META_EPOCH, META_TOKEN, META_WRITE_ID};
 
 pub fn token(key: &str, owner: &str, epoch: i64) -> FencingToken {
-    FencingToken::new(key, owner, epoch).unwrap()
+    FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
 }
 
 /// G2: a lower epoch is refused with the typed error and the object keeps
@@ -39,7 +39,10 @@ pub fn stale_epoch_is_rejected_and_object_untouched(store: &FencedStore, path: &
             accepted,
         } => {
             assert_eq!(resource, path.to_string());
-            assert_eq!((presented, accepted), (4, 5));
+            assert_eq!(
+                (presented, accepted),
+                (leasehold::Epoch::new(4), leasehold::Epoch::new(5))
+            );
         }
         other => panic!("expected StaleEpoch, got {other:?}"),
     }
@@ -138,8 +141,8 @@ pub fn admit_raises_the_floor_without_changing_content(store: &FencedStore, path
         matches!(
             err,
             FenceError::StaleEpoch {
-                presented: 6,
-                accepted: 7,
+                presented: leasehold::Epoch(6),
+                accepted: leasehold::Epoch(7),
                 ..
             }
         ),
@@ -274,7 +277,10 @@ pub fn racing_writers_never_lose_updates_or_go_back(
                         presented,
                         accepted,
                         ..
-                    }) => refused.lock().unwrap().push((presented, accepted)),
+                    }) => refused
+                        .lock()
+                        .unwrap()
+                        .push((presented.get(), accepted.get())),
                     Err(other) => panic!("unexpected error in race: {other}"),
                 }
             }
