@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "worker-b",
         &format!("A's lease lapsed; took over with epoch {}", lease_b.epoch()),
     );
-    b.run_fenced(RESOURCE, &lease_b.token(), Check::Token, |conn| {
+    b.run_fenced(RESOURCE, &lease_b, Check::Token, |conn| {
         write_rows(conn, "worker-b", lease_b.epoch().get())
     })?;
     t.say(
@@ -94,7 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     t.say("worker-a", "wakes up and writes its (now stale) report");
-    match a.run_fenced(RESOURCE, &lease_a.token(), Check::Token, |conn| {
+    match a.run_fenced(RESOURCE, &lease_a, Check::Token, |conn| {
         write_rows(conn, "worker-a", lease_a.epoch().get())
     }) {
         Err(FencedError::Guard(GuardError::StaleEpoch { presented, accepted, .. })) => t.say(

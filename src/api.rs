@@ -25,7 +25,7 @@
 //!     let ttl = Duration::from_secs(30);
 //!     Ok(match leases.acquire("job-42", "worker-a1", ttl)? {
 //!         Acquisition::Granted(lease) => {
-//!             leases.release(lease.key(), lease.owner(), lease.epoch())?;
+//!             leases.release(&lease)?;
 //!             true
 //!         }
 //!         Acquisition::Denied => false,
@@ -101,15 +101,16 @@ pub trait Leases: sealed::Sealed {
         wait: Duration,
     ) -> Result<Lease, LeaseError>;
 
-    /// Extends the grant `(key, owner, epoch)` to server time + `ttl`. Never
-    /// changes the epoch.
+    /// Extends `grant` (a [`Lease`] or its [`FencingToken`]) to server time +
+    /// `ttl`. Never changes the epoch. ([`Lease::renew`] renews a lease for
+    /// its own ttl and records the new expiry in it.)
     ///
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {
     /// # use leasehold::Leases;
     /// use std::time::Duration;
     /// let ttl = Duration::from_secs(30);
-    /// if let leasehold::Renewal::Refused(why) = conn.renew(lease.key(), lease.owner(), lease.epoch(), ttl)? {
+    /// if let leasehold::Renewal::Refused(why) = conn.renew(lease, ttl)? {
     ///     eprintln!("lease refused ({why}); stop working on it");
     /// }
     /// # Ok(()) }
@@ -120,9 +121,9 @@ pub trait Leases: sealed::Sealed {
         ttl: Duration,
     ) -> Result<Renewal, LeaseError>;
 
-    /// Releases the grant `(key, owner, epoch)`: the key becomes free and its
-    /// fencing counter moves past `epoch`, so the released epoch is stale at
-    /// every guard from now on.
+    /// Releases `grant` (a [`Lease`] or its [`FencingToken`]): the key
+    /// becomes free and its fencing counter moves past the grant's epoch, so
+    /// that epoch is stale at every guard from now on.
     fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError>;
 
     /// Reports `key`'s state; `None` for a key that was never leased.
@@ -131,19 +132,20 @@ pub trait Leases: sealed::Sealed {
     /// decide what to try, never as permission to act.
     fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError>;
 
-    /// Renews every grant `(key, owner, epoch)` of `grants` to server time +
-    /// `ttl` in one call, answering per key, in the order given.
+    /// Renews every grant of `grants` (leases or tokens, all of one owner) to
+    /// server time + `ttl` in one call, answering per key, in the order
+    /// given. Grants of two owners are [`LeaseError::InvalidInput`]; no
+    /// grants, no call (an empty answer).
     ///
     /// Each key's answer is what [`Leases::renew`] would have answered for it:
     /// a refused key (not_owner, lapsed, epoch_mismatch) changes nothing and
     /// locks nothing, and does not stop the other keys from being renewed.
     ///
     /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+    /// # fn demo(conn: &mut diesel::PgConnection, held: Vec<leasehold::Lease>) -> Result<(), leasehold::LeaseError> {
     /// # use leasehold::Leases;
     /// use std::time::Duration;
-    /// let held = [("shard-1", 7_i64), ("shard-2", 3)];
-    /// for answer in conn.renew_many("worker-a1", &held, Duration::from_secs(30))? {
+    /// for answer in conn.renew_many(&held, Duration::from_secs(30))? {
     ///     if let leasehold::Renewal::Refused(why) = answer.renewal {
     ///         eprintln!("lost {} ({why}); stop working on it", answer.key);
     ///     }
@@ -156,7 +158,7 @@ pub trait Leases: sealed::Sealed {
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError>;
 
-    /// Releases every grant `(key, owner, epoch)` of `grants` in one call,
+    /// Releases every grant of `grants` (of one owner) in one call,
     /// answering per key, in the order given: what [`Leases::release`] would
     /// have answered for each key alone.
     fn release_many(
@@ -164,7 +166,7 @@ pub trait Leases: sealed::Sealed {
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError>;
 
-    /// Renews every grant `(key, owner, epoch)` of `grants` to server time +
+    /// Renews every grant of `grants` (of one owner) to server time +
     /// `ttl`, as [`Leases::renew_many`] does, and puts the renewed ones into a
     /// new heartbeat group, which [`Leases::renew_group`] then keeps alive in one row
     /// write. A renewed key that was in another group moves to the new one.
@@ -188,7 +190,8 @@ pub trait Leases: sealed::Sealed {
         ttl: Duration,
     ) -> Result<GroupRenewal, LeaseError>;
 
-    /// Admits `token` for `resource` in the caller's current transaction: raises
+    /// Admits `grant` (a [`Lease`] or a [`FencingToken`]; "the token" below)
+    /// for `resource` in the caller's current transaction: raises
     /// the record to the token's epoch, or fails with
     /// [`GuardError::StaleEpoch`] / [`GuardError::WrongLeaseKey`]. The first
     /// admission registers the resource as fenced by the token's key.
@@ -259,8 +262,7 @@ pub trait Leases: sealed::Sealed {
     /// # use leasehold::Leases;
     /// use diesel::connection::SimpleConnection;
     /// use leasehold::guard::Check;
-    /// let token = lease.token();
-    /// conn.run_fenced("report-2026-11", &token, Check::LeaseHeld, |conn| {
+    /// conn.run_fenced("report-2026-11", lease, Check::LeaseHeld, |conn| {
     ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
     /// })?;
     /// # Ok(()) }
@@ -335,7 +337,7 @@ pub trait Leases: sealed::Sealed {
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
     /// # use leasehold::Leases;
-    /// match conn.force_release_epoch("job-42", 7)? {
+    /// match conn.force_release_epoch("job-42", leasehold::Epoch::new(7))? {
     ///     leasehold::admin::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
     ///     other => println!("nothing changed: {other:?}"),
     /// }

@@ -35,7 +35,7 @@ use crate::token::FencingToken;
 /// use leasehold::Leases;
 /// let mut client = leasehold::LeaseClient::connect("postgres://localhost/app", 4)?;
 /// if let Some(lease) = client.acquire("job-42", "worker-a1", Duration::from_secs(30))?.granted() {
-///     client.release(lease.key(), lease.owner(), lease.epoch())?;
+///     client.release(&lease)?;
 /// }
 /// # Ok(()) }
 /// ```

@@ -18,11 +18,10 @@
 //! [`crate::hold::KeeperSet`] does all of this for its keys.
 //!
 //! ```no_run
-//! # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+//! # fn demo(conn: &mut diesel::PgConnection, held: Vec<leasehold::Lease>) -> Result<(), leasehold::LeaseError> {
 //! use std::time::Duration;
 //! use leasehold::Leases;
-//! let held = [("shard-1", 7_i64), ("shard-2", 3)];
-//! let joined = conn.join_group("worker-a1", &held, Duration::from_secs(30))?;
+//! let joined = conn.join_group(&held, Duration::from_secs(30))?;
 //! let Some(group) = joined.group else { return Ok(()) }; // no key was renewed
 //! // ... once per heartbeat:
 //! match conn.renew_group(group, "worker-a1", Duration::from_secs(30))? {

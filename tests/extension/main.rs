@@ -372,17 +372,17 @@ fn state(conn: &mut PgConnection) -> Vec<String> {
 /// Leases held, released and fenced, and guard records.
 fn seed(conn: &mut PgConnection) {
     let a = conn.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
-    conn.admit("res-a", &a.token()).unwrap();
+    conn.admit("res-a", &a).unwrap();
     assert_eq!(
         conn.release(&leasehold_test_support::grant("job-a", "w1", a.epoch()))
             .unwrap(),
         leasehold::Release::Released
     );
     let a2 = conn.acquire("job-a", "w2", TTL).unwrap().granted().unwrap();
-    conn.admit("res-a", &a2.token()).unwrap();
+    conn.admit("res-a", &a2).unwrap();
     let b = conn.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
-    conn.admit("res-b", &b.token()).unwrap();
-    conn.fence("res-c", "job-b", leasehold::Epoch::from(b.epoch()))
+    conn.admit("res-b", &b).unwrap();
+    conn.fence("res-c", "job-b", b.epoch())
         .unwrap();
     let joined = conn
         .join_group(
@@ -430,7 +430,7 @@ fn seed_checks(conn: &mut PgConnection) {
         conn.admit("res-a", &stale).is_err(),
         "a stale epoch is refused"
     );
-    conn.admit("res-a", &next.token()).unwrap();
+    conn.admit("res-a", &next).unwrap();
     let fresh = conn
         .acquire("new-key", "w1", TTL)
         .unwrap()

@@ -95,12 +95,12 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     // Replicated: a grant, its guarded writes, its release.
     let first = grant(&mut old, "seen", "old-a");
     assert_eq!(first.epoch(), 1);
-    old.admit("db-resource", &first.token())
+    old.admit("db-resource", &first)
         .expect("database guard admits epoch 1");
-    file.write(&first.token(), b"a")
+    file.write(first.token(), b"a")
         .expect("file admits epoch 1");
     store
-        .write(&object, &first.token(), "a")
+        .write(&object, first.token(), "a")
         .expect("object admits epoch 1");
     release_ok(&mut old, &first);
     pair.wait_caught_up();
@@ -111,12 +111,12 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     assert_eq!(stale.epoch(), 3);
     let fresh_old = grant(&mut old, "fresh", "old-c");
     assert_eq!(fresh_old.epoch(), 1);
-    old.admit("db-resource", &stale.token())
+    old.admit("db-resource", &stale)
         .expect("old primary's guard admits epoch 3");
-    file.write(&stale.token(), b"b")
+    file.write(stale.token(), b"b")
         .expect("file admits epoch 3");
     store
-        .write(&object, &stale.token(), "b")
+        .write(&object, stale.token(), "b")
         .expect("object admits epoch 3");
     drop(old);
     pair.primary
@@ -150,7 +150,7 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     assert_eq!(now.floor_epoch(), GENERATION_1);
 
     // The database guard on the promoted server (it saw epoch 1 only).
-    new.admit("db-resource", &winner.token())
+    new.admit("db-resource", &winner)
         .expect("database guard admits the new holder");
     for old_token in [first.token(), stale.token()] {
         match new.admit("db-resource", &old_token) {
@@ -164,10 +164,10 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
         }
     }
     // The external guards saw the old primary's epoch 3.
-    file.write(&winner.token(), b"c")
+    file.write(winner.token(), b"c")
         .expect("file admits the new holder");
     let refused = file
-        .write(&stale.token(), b"stale")
+        .write(stale.token(), b"stale")
         .expect_err("file refuses the old holder");
     assert!(refused.is_stale(), "{refused:?}");
     assert_eq!(
@@ -175,9 +175,9 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
         (winner.epoch(), b"c".to_vec())
     );
     store
-        .write(&object, &winner.token(), "c")
+        .write(&object, winner.token(), "c")
         .expect("object admits the new holder");
-    match store.write(&object, &stale.token(), "stale") {
+    match store.write(&object, stale.token(), "stale") {
         Err(ObjectFenceError::StaleEpoch {
             presented,
             accepted,
@@ -554,12 +554,12 @@ fn a_split_brain_grants_a_key_twice_but_a_shared_guard_prefers_the_promoted_serv
     );
     assert!(on_new.epoch() > on_old.epoch());
 
-    file.write(&on_old.token(), b"old")
+    file.write(on_old.token(), b"old")
         .expect("the old primary's holder writes first");
-    file.write(&on_new.token(), b"new")
+    file.write(on_new.token(), b"new")
         .expect("the promoted server's holder writes");
     let refused = file
-        .write(&on_old.token(), b"old again")
+        .write(on_old.token(), b"old again")
         .expect_err("the old primary's holder is fenced at the shared guard");
     assert!(refused.is_stale(), "{refused:?}");
 }
@@ -576,7 +576,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     let pair = ReplicatedPair::start(false);
     let mut old = pair.primary_conn();
     let first = grant(&mut old, "job", "old-a");
-    old.admit("job-output", &first.token())
+    old.admit("job-output", &first)
         .expect("admit epoch 1");
     release_ok(&mut old, &first);
     // Prune until the key and its record are gone: the first prune records
@@ -601,7 +601,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     pair.standby.stop(StopMode::Fast).expect("stop the standby");
     let again = grant(&mut old, "job", "old-b");
     assert_eq!(again.epoch(), 3, "one above the watermark");
-    old.admit("job-output", &again.token())
+    old.admit("job-output", &again)
         .expect("admit epoch 3");
     drop(old);
     pair.primary
@@ -637,6 +637,6 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
             ),
         }
     }
-    new.admit("job-output", &winner.token())
+    new.admit("job-output", &winner)
         .expect("admit the new holder");
 }

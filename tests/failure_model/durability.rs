@@ -79,7 +79,7 @@ fn an_acknowledged_guarded_write_survives_a_crash_with_synchronous_commit_off() 
     let cluster = cluster_with_a_slow_wal_writer();
     let lease = granted(cluster.conn().acquire("k", "a", TTL).unwrap());
     let mut conn = asynchronous_session(&cluster);
-    fenced_write(&mut conn, &lease.token(), Check::Token).unwrap();
+    fenced_write(&mut conn, lease.token(), Check::Token).unwrap();
     cluster.crash_and_recover();
     drop(conn);
     let mut conn = cluster.conn();

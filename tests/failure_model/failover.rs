@@ -396,7 +396,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     );
     assert_eq!(conn.inspect("free").unwrap(), None);
 
-    let error = conn.admit("r", &held.token()).unwrap_err();
+    let error = conn.admit("r", &held).unwrap_err();
     assert!(
         matches!(
             error,
@@ -407,7 +407,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
         ),
         "{error:?}"
     );
-    let fenced = conn.run_fenced("r", &held.token(), Check::Token, |_| {
+    let fenced = conn.run_fenced("r", &held, Check::Token, |_| {
         Ok::<_, diesel::result::Error>(())
     });
     assert!(
@@ -426,7 +426,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     let error = client.acquire("free", "b", TTL).unwrap_err();
     assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
     assert_ne!(backend_pid(&mut client.pool().get().unwrap()), first);
-    let fenced = client.run_fenced("r", &held.token(), Check::Token, |_| {
+    let fenced = client.run_fenced("r", &held, Check::Token, |_| {
         Ok::<_, diesel::result::Error>(())
     });
     assert!(matches!(

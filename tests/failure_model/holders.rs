@@ -184,11 +184,11 @@ fn holder_process() {
     };
     say(format!(
         "TOKEN {}",
-        describe(fenced_write(&mut conn, &lease.token(), Check::Token))
+        describe(fenced_write(&mut conn, lease.token(), Check::Token))
     ));
     say(format!(
         "HELD {}",
-        describe(fenced_write(&mut conn, &lease.token(), Check::LeaseHeld))
+        describe(fenced_write(&mut conn, lease.token(), Check::LeaseHeld))
     ));
 }
 
@@ -246,7 +246,7 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     wait_until_server_time_passes(&mut conn, expires_at);
     let new = granted(conn.acquire("k", "b", TTL).unwrap());
     assert_eq!(new.epoch(), epoch + 1);
-    fenced_write(&mut conn, &new.token(), Check::Token).unwrap();
+    fenced_write(&mut conn, new.token(), Check::Token).unwrap();
     holder.signal(libc::SIGCONT);
     holder.stdin.write_all(b"GO\n").unwrap();
     assert_eq!(holder.expect_line("RENEW"), "lapsed");

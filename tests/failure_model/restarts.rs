@@ -20,7 +20,7 @@ fn committed_state(cluster: &Cluster) -> Vec<String> {
     );
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let new = granted(conn.acquire("taken", "b", TTL).unwrap());
-    fenced_write(&mut conn, &new.token(), Check::LeaseHeld).unwrap();
+    fenced_write(&mut conn, new.token(), Check::LeaseHeld).unwrap();
     snapshot(&mut conn)
 }
 

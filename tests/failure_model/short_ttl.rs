@@ -16,7 +16,7 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     // The "work" outlasts the ttl; meanwhile someone else takes over.
     wait_until_server_time_passes(&mut other, lease.expires_at());
     let next = granted(other.acquire("k", "b", TTL).unwrap());
-    fenced_write(&mut other, &next.token(), Check::LeaseHeld).unwrap();
+    fenced_write(&mut other, next.token(), Check::LeaseHeld).unwrap();
     let before = snapshot(&mut other);
     assert_eq!(
         hasty
@@ -34,11 +34,11 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
         Release::Refused(Refusal::Lapsed)
     );
     assert!(matches!(
-        fenced_write(&mut hasty, &lease.token(), Check::Token),
+        fenced_write(&mut hasty, lease.token(), Check::Token),
         Err(FencedError::Guard(GuardError::StaleEpoch { .. }))
     ));
     assert!(matches!(
-        fenced_write(&mut hasty, &lease.token(), Check::LeaseHeld),
+        fenced_write(&mut hasty, lease.token(), Check::LeaseHeld),
         Err(FencedError::Guard(GuardError::LeaseNotHeld {
             reason: Refusal::Lapsed,
             ..

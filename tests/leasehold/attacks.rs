@@ -55,7 +55,7 @@ fn returns<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> T {
 fn public_token(conn: &mut PgConnection, key: &str) -> FencingToken {
     match conn.inspect(key).unwrap() {
         Some(LeaseState::Held { owner, epoch, .. }) => {
-            FencingToken::new(key, &owner, leasehold::Epoch::from(epoch)).unwrap()
+            FencingToken::new(key, &owner, epoch).unwrap()
         }
         other => panic!("expected a held key, got {other:?}"),
     }
@@ -136,7 +136,7 @@ fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait
             .unwrap(),
     );
     app.batch_execute("BEGIN").unwrap();
-    app.check_held(&lease.token()).unwrap();
+    app.check_held(&lease).unwrap();
     wait_until_server_time_passes(&mut app, lease.expires_at());
 
     let url = deployment.url_as(&deployment.worker);
@@ -252,7 +252,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
     assert_eq!(attacker.inspect_guard("orders").unwrap(), None);
 
     // The real holder writes.
-    app.admit("orders", &lease.token()).unwrap();
+    app.admit("orders", &lease).unwrap();
 
     // An operator the owner granted fence to: overflow and never-granted
     // epochs are refused; the counter itself fences.
@@ -324,7 +324,7 @@ fn fence_then_admit_held_against_a_concurrent_renew_and_admit_does_not_deadlock(
     let token = lease.token().clone();
     let renewing = std::thread::spawn(move || app.renew_and_admit("orders", &token, TTL));
     wait_until_blocked(&mut admin, pid);
-    operator.admit_held("orders", &lease.token()).unwrap();
+    operator.admit_held("orders", &lease).unwrap();
     operator.batch_execute("COMMIT").unwrap();
     renewing.join().unwrap().unwrap();
     assert_eq!(
@@ -368,7 +368,7 @@ fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
-    match app.admit(&too_long, &lease.token()) {
+    match app.admit(&too_long, &lease) {
         Err(GuardError::InvalidInput { violations }) => {
             assert_eq!(violations, ["resource must be at most 16384 bytes"])
         }
@@ -391,7 +391,7 @@ fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admission
     let mut app = deployment.conn_as(&deployment.app);
     app.batch_execute("BEGIN").unwrap();
     let uncommitted = granted(app.acquire("jobs/6", "app-1", TTL).unwrap());
-    app.admit("orders", &uncommitted.token()).unwrap();
+    app.admit("orders", &uncommitted).unwrap();
     app.batch_execute("ROLLBACK").unwrap();
 
     let mut worker = deployment.conn_as(&deployment.worker);
@@ -427,8 +427,8 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
         .unwrap();
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("jobs/7", "app-1", TTL).unwrap());
-    app.admit("orders", &lease.token()).unwrap();
-    app.renew_and_admit("orders", &lease.token(), TTL).unwrap();
+    app.admit("orders", &lease).unwrap();
+    app.renew_and_admit("orders", &lease, TTL).unwrap();
     assert_eq!(
         app.release(&leasehold_test_support::grant(
             "jobs/7",

@@ -762,7 +762,7 @@ fn same_owner_acquire_and_renew_do_not_wait_for_the_holders_open_lease_checked_t
     let (mut again, _) = session(&db);
     let lease = granted(holding.acquire("k", "a", TTL).unwrap());
     holding.batch_execute("BEGIN").unwrap();
-    holding.check_held(&lease.token()).unwrap();
+    holding.check_held(&lease).unwrap();
     again.batch_execute("SET lock_timeout = '10s'").unwrap();
     let same = granted(again.acquire("k", "a", TTL).unwrap());
     assert_eq!(

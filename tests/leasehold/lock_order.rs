@@ -281,7 +281,7 @@ fn fixtures(conn: &mut PgConnection, state: State, prefix: &str, count: usize) -
             };
             let lease = granted(conn.acquire(&fixture.key, "h", ttl).unwrap());
             assert_eq!(lease.epoch(), E);
-            conn.admit(&fixture.resource, &lease.token()).unwrap();
+            conn.admit(&fixture.resource, &lease).unwrap();
             latest = Some(lease.expires_at());
             fixture
         })

@@ -751,7 +751,7 @@ fn without_rules_every_role_acts_on_every_key_as_before() {
     let mut app = deployment.conn_as(&deployment.app);
     let mut attacker = deployment.conn_as(&deployment.attacker);
     let lease = granted(app.acquire("billing/k", "app-1", TTL).unwrap());
-    app.admit("billing/res", &lease.token()).unwrap();
+    app.admit("billing/res", &lease).unwrap();
     assert!(matches!(
         attacker.inspect("billing/k").unwrap(),
         Some(LeaseState::Held { .. })
@@ -772,7 +772,7 @@ fn without_rules_every_role_acts_on_every_key_as_before() {
             .unwrap(),
         Renewal::Renewed { .. }
     ));
-    attacker.check_held(&lease.token()).unwrap();
+    attacker.check_held(&lease).unwrap();
     assert_eq!(
         attacker
             .release(&leasehold_test_support::grant(
@@ -800,7 +800,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     let mut app = deployment.conn_as(&deployment.app);
     let mut operator = deployment.conn_as(&deployment.operator);
     let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
-    app.admit("out", &lease.token()).unwrap();
+    app.admit("out", &lease).unwrap();
 
     assert_eq!(
         operator.force_release("job").unwrap(),
@@ -821,7 +821,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
         Release::Refused(Refusal::NotOwner)
     );
     assert!(matches!(
-        app.admit_held("out", &lease.token()),
+        app.admit_held("out", &lease),
         Err(GuardError::LeaseNotHeld {
             reason: Refusal::NotOwner,
             ..
@@ -832,9 +832,9 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     let mut worker = deployment.conn_as(&deployment.worker);
     let next = granted(worker.acquire("job", "worker-1", TTL).unwrap());
     assert_eq!(next.epoch(), 3);
-    worker.admit("out", &next.token()).unwrap();
+    worker.admit("out", &next).unwrap();
     assert!(matches!(
-        app.admit("out", &lease.token()),
+        app.admit("out", &lease),
         Err(GuardError::StaleEpoch {
             presented: leasehold::Epoch(1),
             accepted: leasehold::Epoch(3),
@@ -931,7 +931,7 @@ fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
     app.batch_execute("BEGIN").unwrap();
-    app.check_held(&lease.token()).unwrap();
+    app.check_held(&lease).unwrap();
     let mut owner = deployment.conn_as(&deployment.owner);
     owner.batch_execute("SET lock_timeout = '10s'").unwrap();
     assert_eq!(
@@ -1037,7 +1037,7 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     let first = granted(app.acquire("job", "app-1", TTL).unwrap());
     assert_eq!(
         operator
-            .force_release_epoch("job", leasehold::Epoch::from(first.epoch()))
+            .force_release_epoch("job", first.epoch())
             .unwrap(),
         ForcedRelease::Released { counter: 2.into() }
     );
@@ -1096,7 +1096,7 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     wait_until_server_time_passes(&mut admin, short.expires_at());
     assert_eq!(
         operator
-            .force_release_epoch("short", leasehold::Epoch::from(short.epoch()))
+            .force_release_epoch("short", short.epoch())
             .unwrap(),
         ForcedRelease::Released { counter: 2.into() }
     );
@@ -1189,7 +1189,7 @@ fn force_release_epoch_wakes_a_waiter_like_a_release() {
     let forced_at = Instant::now();
     let outcome = deployment
         .conn_as(&deployment.owner)
-        .force_release_epoch("job", leasehold::Epoch::from(holder.epoch()))
+        .force_release_epoch("job", holder.epoch())
         .unwrap();
     assert_eq!(
         outcome,

@@ -177,7 +177,7 @@ fn transaction_mode_runs_lease_calls_guards_and_the_client_with_uncached_stateme
         matches!(&state, LeaseState::Held { owner, .. } if owner == "a"),
         "{state:?}"
     );
-    b.run_fenced("free-r", &lease.token(), Check::Token, |c| {
+    b.run_fenced("free-r", &lease, Check::Token, |c| {
         write(c, "a", lease.epoch().get())
     })
     .unwrap();

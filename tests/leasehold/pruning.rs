@@ -125,7 +125,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let old = granted(conn.acquire("k", "a", TTL).unwrap());
-    conn.admit("r", &old.token()).unwrap();
+    conn.admit("r", &old).unwrap();
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", old.epoch()))
             .unwrap(),
@@ -156,7 +156,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
             other => panic!("stale epoch {epoch} after the prune: {other:?}"),
         }
     }
-    conn.admit("r", &back.token()).unwrap();
+    conn.admit("r", &back).unwrap();
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn a_live_key_below_the_watermark_keeps_being_admitted() {
     assert!(report.watermark >= 1_000, "{report:?}");
     assert!(row_exists(&mut conn, "live"));
     // A resource the live key never wrote: its first admission works.
-    conn.admit("fresh", &live.token()).unwrap();
+    conn.admit("fresh", &live).unwrap();
     // A key created after the prune starts above the watermark.
     let new = granted(conn.acquire("new", "a", TTL).unwrap());
     assert!(new.epoch() > 1_000);
@@ -180,7 +180,7 @@ fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_tim
     let db = TestDb::new();
     let mut conn = db.conn();
     let held = granted(conn.acquire("held", "a", TTL).unwrap());
-    conn.admit("r-held", &held.token()).unwrap();
+    conn.admit("r-held", &held).unwrap();
     let free = grant_and_release(&mut conn, "free", "a");
     conn.admit("r-free", &token("free", "a", free)).unwrap();
     // An hour's idle time: the FREE key is recorded, twice, and stays.

@@ -190,9 +190,9 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     let mut conn = setup(&db);
     // Held for the first write even on a busy machine; lapsed after the wait.
     let old = granted(conn.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
-    fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap();
+    fenced_write(&mut conn, "r", old.token(), Check::LeaseHeld).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
-    let lapsed = fenced_write(&mut conn, "r", &old.token(), Check::LeaseHeld).unwrap_err();
+    let lapsed = fenced_write(&mut conn, "r", old.token(), Check::LeaseHeld).unwrap_err();
     assert!(
         matches!(
             lapsed.guard(),
@@ -206,7 +206,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     );
     let new = granted(conn.acquire("k", "b", TTL).unwrap());
     let superseded =
-        fenced_write(&mut conn, "r", &old.token(), Check::RenewAndAdmit(TTL)).unwrap_err();
+        fenced_write(&mut conn, "r", old.token(), Check::RenewAndAdmit(TTL)).unwrap_err();
     assert!(
         matches!(
             superseded.guard(),
@@ -228,7 +228,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         ),
         "{stranger:?}"
     );
-    fenced_write(&mut conn, "r", &new.token(), Check::LeaseHeld).unwrap();
+    fenced_write(&mut conn, "r", new.token(), Check::LeaseHeld).unwrap();
     assert_eq!(items(&mut conn), ["r|a|1", "r|b|2"]);
 }
 
@@ -241,7 +241,7 @@ fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
     let mut observer = db.conn();
     let lease = granted(holder.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
-    holder.admit_held("r", &lease.token()).unwrap();
+    holder.admit_held("r", &lease).unwrap();
     // The lease lapses while the transaction is open.
     wait_until_server_time_passes(&mut observer, lease.expires_at());
     let url = db.url.clone();
@@ -268,7 +268,7 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
     let mut conn = setup(&db);
     let result: Result<(), FencedError<diesel::result::Error>> = conn.transaction(|conn| {
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
-        conn.admit("r", &lease.token())
+        conn.admit("r", &lease)
             .map_err(FencedError::Guard)?;
         write(conn, "r", "a", lease.epoch().get())?;
         Err(FencedError::Work(
@@ -291,7 +291,7 @@ fn renew_and_write_commit_together_or_not_at_all() {
     let mut conn = setup(&db);
     let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
-        conn.renew_and_admit("r", &lease.token(), Duration::from_secs(3_600))
+        conn.renew_and_admit("r", &lease, Duration::from_secs(3_600))
             .unwrap();
         write(conn, "r", "a", 1)?;
         Err(diesel::result::Error::RollbackTransaction)
@@ -309,7 +309,7 @@ fn renew_and_write_commit_together_or_not_at_all() {
     fenced_write(
         &mut conn,
         "r",
-        &lease.token(),
+        lease.token(),
         Check::RenewAndAdmit(Duration::from_secs(3_600)),
     )
     .unwrap();
@@ -317,7 +317,7 @@ fn renew_and_write_commit_together_or_not_at_all() {
         panic!()
     };
     assert!(expires_at > lease.expires_at());
-    assert_eq!(conn.check_held(&lease.token()).unwrap(), expires_at);
+    assert_eq!(conn.check_held(&lease).unwrap(), expires_at);
 }
 
 /// G4: many threads write one resource with interleaved epochs. Writers
@@ -442,7 +442,7 @@ fn renew_plus_write_racing_a_takeover_has_exactly_one_winner() {
                             return fenced_write(
                                 &mut conn,
                                 &resource,
-                                &new.token(),
+                                new.token(),
                                 Check::LeaseHeld,
                             )
                             .is_ok();
@@ -510,7 +510,7 @@ fn fenced_writes_work_through_the_pool_client() {
     let mut client = leasehold::LeaseClient::connect(&db.url, 2).unwrap();
     let lease = client.acquire("k", "a", TTL).unwrap().granted().unwrap();
     client
-        .run_fenced("r", &lease.token(), Check::LeaseHeld, |conn| {
+        .run_fenced("r", &lease, Check::LeaseHeld, |conn| {
             write(conn, "r", "a", 1)
         })
         .unwrap();
@@ -526,18 +526,18 @@ fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_write
     let db = TestDb::new();
     let mut conn = setup(&db);
     let old = granted(conn.acquire("k", "a", Duration::from_millis(200)).unwrap());
-    fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap();
+    fenced_write(&mut conn, "r", old.token(), Check::Token).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let counter = conn.inspect("k").unwrap().unwrap().epoch();
     assert_eq!(
-        conn.fence("r", "k", leasehold::Epoch::from(counter))
+        conn.fence("r", "k", counter)
             .unwrap(),
         counter.get() + 1
     );
-    let error = fenced_write(&mut conn, "r", &old.token(), Check::Token).unwrap_err();
+    let error = fenced_write(&mut conn, "r", old.token(), Check::Token).unwrap_err();
     assert_eq!(stale(error), ("r".to_owned(), 1, 2));
     let next = granted(conn.acquire("k", "b", TTL).unwrap());
-    fenced_write(&mut conn, "r", &next.token(), Check::Token).unwrap();
+    fenced_write(&mut conn, "r", next.token(), Check::Token).unwrap();
     // Fencing a brand-new resource registers it.
     assert_eq!(next.epoch(), 2);
     assert_eq!(

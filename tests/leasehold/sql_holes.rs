@@ -664,7 +664,7 @@ fn every_public_function_answers_an_outsider_alike_for_a_held_and_a_free_governe
     let mut app = deployment.conn_as(&deployment.app);
     let held = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     assert_eq!(held.epoch(), 1, "the statements present epoch 1");
-    app.admit(HELD, &held.token()).unwrap();
+    app.admit(HELD, &held).unwrap();
     hold_and_release(&mut app, FREE, "app-1");
     for key in [HELD, FREE] {
         query_lines(
@@ -1136,7 +1136,7 @@ fn the_guard_table_refuses_impossible_rows_by_named_check_constraints() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("c/held", "app-1", TTL).unwrap());
-    app.admit("c/res", &lease.token()).unwrap();
+    app.admit("c/res", &lease).unwrap();
     let cases: Vec<(&str, String)> = vec![
         (
             "lease_epoch_positive",

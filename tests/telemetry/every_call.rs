@@ -80,7 +80,7 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
 
     assert_eq!(conn.force_release("never").expect("force"), None);
     let c = granted(conn.acquire("c", "w", TTL).expect("acquire"));
-    conn.force_release_epoch(c.key(), leasehold::Epoch::from(c.epoch()))
+    conn.force_release_epoch(c.key(), c.epoch())
         .expect("force epoch");
     let now = conn.generation().expect("generation");
     conn.raise_generation(now.generation + 1).expect("raise");

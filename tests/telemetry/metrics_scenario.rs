@@ -53,18 +53,18 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
             Ok::<(), std::convert::Infallible>(())
         })
     };
-    write(&first.token(), Check::Token).expect("first holder writes");
+    write(first.token(), Check::Token).expect("first holder writes");
     assert_eq!(client.release(&first).expect("release"), Release::Released);
     let second = granted(client.acquire("job", "worker-2", TTL).expect("acquire"));
-    write(&second.token(), Check::Token).expect("second holder writes");
+    write(second.token(), Check::Token).expect("second holder writes");
 
     // Refusals: the first holder's token is stale, and its lease not held.
     assert!(matches!(
-        guard_refusal(write(&first.token(), Check::Token)),
+        guard_refusal(write(first.token(), Check::Token)),
         GuardError::StaleEpoch { .. }
     ));
     assert!(matches!(
-        guard_refusal(write(&first.token(), Check::LeaseHeld)),
+        guard_refusal(write(first.token(), Check::LeaseHeld)),
         GuardError::LeaseNotHeld { .. }
     ));
 

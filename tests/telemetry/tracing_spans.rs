@@ -71,7 +71,7 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     let mut conn = db.conn();
 
     let lease = granted(conn.acquire(KEY, "worker-1", TTL).expect("acquire"));
-    write(&mut conn, &lease.token()).expect("admit");
+    write(&mut conn, lease.token()).expect("admit");
     assert_eq!(
         conn.release(&leasehold_test_support::grant(
             KEY,
@@ -82,8 +82,8 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
         Release::Released
     );
     let next = granted(conn.acquire(KEY, "worker-2", TTL).expect("acquire"));
-    write(&mut conn, &next.token()).expect("admit");
-    let refused = write(&mut conn, &lease.token()).expect_err("the older epoch is stale");
+    write(&mut conn, next.token()).expect("admit");
+    let refused = write(&mut conn, lease.token()).expect_err("the older epoch is stale");
     assert!(matches!(
         refused,
         FencedError::Guard(GuardError::StaleEpoch { .. })
@@ -145,7 +145,7 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     capture.clear();
     let again = conn.acquire(KEY, "worker-2", TTL).expect("acquire");
     assert_eq!(again, Acquisition::Granted(next.clone()));
-    write(&mut conn, &next.token()).expect("admit");
+    write(&mut conn, next.token()).expect("admit");
     let spans = capture.spans();
     let acquire = the_span(&spans, "lease", "acquire");
     assert_eq!(acquire.field("key"), Some(KEY));

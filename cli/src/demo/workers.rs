@@ -114,7 +114,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
         Renewal::Refused(why) => return Err(demo_error(format!("{ME}'s first renew said {why}"))),
     }
     let token = lease.token();
-    fenced_write(&mut conn, &token, Check::LeaseHeld, "partial result (40%)")
+    fenced_write(&mut conn, token, Check::LeaseHeld, "partial result (40%)")
         .map_err(|error| demo_error(format!("{ME}'s first write was refused: {error}")))?;
     timeline.log(
         ME,
@@ -156,7 +156,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             )))
         }
     }
-    match fenced_write(&mut conn, &token, Check::Token, "late result from a stale holder") {
+    match fenced_write(&mut conn, token, Check::Token, "late result from a stale holder") {
         Err(FencedError::Guard(GuardError::StaleEpoch {
             presented, accepted, ..
         })) => timeline.log(
@@ -171,7 +171,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             )))
         }
     }
-    match fenced_write(&mut conn, &token, Check::LeaseHeld, "late result from a stale holder") {
+    match fenced_write(&mut conn, token, Check::LeaseHeld, "late result from a stale holder") {
         Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, epoch, .. })) => timeline.log(
             ME,
             format!(
@@ -240,7 +240,7 @@ pub fn worker_b(url: &str, timeline: &Timeline, channels: BChannels) -> Result<(
     );
     fenced_write(
         &mut conn,
-        &lease.token(),
+        lease.token(),
         Check::LeaseHeld,
         "final result (100%)",
     )

@@ -185,7 +185,7 @@ while :; do sleep 0.02; done
         leasehold::Acquisition::Granted(lease) => lease,
         leasehold::Acquisition::Denied => panic!("the successor was denied"),
     };
-    operator.admit("res", &successor.token()).unwrap();
+    operator.admit("res", &successor).unwrap();
 
     let (code, stderr) = exit_code(child);
     assert_eq!(code, 4, "{stderr}");

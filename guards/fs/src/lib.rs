@@ -9,14 +9,14 @@
 //! one file on a local file system.
 //!
 //! ```
-//! use leasehold::FencingToken;
+//! use leasehold::{Epoch, FencingToken};
 //! use leasehold_fs::{FenceError, FencedFile};
 //! # let dir = std::env::temp_dir().join(format!("lhfs-doc-top-{}", std::process::id()));
 //! # std::fs::create_dir_all(&dir).unwrap();
 //! let file = FencedFile::new(dir.join("report.json"))?;
 //!
 //! // The old holder (epoch 1) stalls; the successor (epoch 2) writes.
-//! let old = FencingToken::new("reports", "worker-a", 1)?;
+//! let old = FencingToken::new("reports", "worker-a", Epoch::new(1))?;
 //! let new = FencingToken::new("reports", "worker-b", Epoch::new(2))?;
 //! file.write(&new, b"{\"from\":\"b\"}")?;
 //!
@@ -214,17 +214,17 @@ const MAX_LOCK_PAUSE: Duration = Duration::from_millis(10);
 /// docs).
 ///
 /// ```
-/// use leasehold::FencingToken;
+/// use leasehold::{Epoch, FencingToken};
 /// use leasehold_fs::FencedFile;
 /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-type-{}", std::process::id()));
 /// # std::fs::create_dir_all(&dir).unwrap();
 /// // Fence the file to the lease up front so a token of any other lease is
 /// // refused even for the very first write.
 /// let file = FencedFile::create(dir.join("state.bin"), "ledger")?;
-/// let token = FencingToken::new("ledger", "node-1", 3)?;
+/// let token = FencingToken::new("ledger", "node-1", Epoch::new(3))?;
 /// file.write(&token, &[1, 2, 3])?;
 /// file.write(&token, &[4, 5, 6])?; // same grant may write again
-/// assert_eq!(file.read()?, (3, vec![4, 5, 6]));
+/// assert_eq!(file.read()?, (Epoch::new(3), vec![4, 5, 6]));
 /// # std::fs::remove_dir_all(&dir).unwrap();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -370,7 +370,7 @@ impl FencedFile {
     /// visible); call [`FencedFile::read`] to see.
     ///
     /// ```
-    /// use leasehold::FencingToken;
+    /// use leasehold::{Epoch, FencingToken};
     /// use leasehold_fs::FencedFile;
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-write-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
@@ -419,7 +419,7 @@ impl FencedFile {
     /// fence again.
     ///
     /// ```
-    /// use leasehold::FencingToken;
+    /// use leasehold::{Epoch, FencingToken};
     /// use leasehold_fs::FencedFile;
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-fence-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();
@@ -476,7 +476,7 @@ impl FencedFile {
     /// does not exist is created empty, fenced to the token's key.
     ///
     /// ```
-    /// use leasehold::FencingToken;
+    /// use leasehold::{Epoch, FencingToken};
     /// use leasehold_fs::FencedFile;
     /// # let dir = std::env::temp_dir().join(format!("lhfs-doc-admit-{}", std::process::id()));
     /// # std::fs::create_dir_all(&dir).unwrap();

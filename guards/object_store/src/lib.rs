@@ -9,19 +9,19 @@
 //! against that record.
 //!
 //! ```
-//! use leasehold::FencingToken;
+//! use leasehold::{Epoch, FencingToken};
 //! use leasehold_object_store::object_store::{memory::InMemory, path::Path};
 //! use leasehold_object_store::{FenceError, FencedStore};
 //! use std::sync::Arc;
 //!
 //! let store = FencedStore::new(Arc::new(InMemory::new()))?;
 //! let path = Path::from("jobs/42/output.json");
-//! let old = FencingToken::new("job-42", "worker-a", 1)?;
-//! let new = FencingToken::new("job-42", "worker-b", 2)?;
+//! let old = FencingToken::new("job-42", "worker-a", Epoch::new(1))?;
+//! let new = FencingToken::new("job-42", "worker-b", Epoch::new(2))?;
 //!
 //! store.write(&path, &new, "from b")?;
 //! let refused = store.write(&path, &old, "from a, too late");
-//! assert!(matches!(refused, Err(FenceError::StaleEpoch { presented: 1, accepted: 2, .. })));
+//! assert!(matches!(refused, Err(FenceError::StaleEpoch { presented: Epoch(1), accepted: Epoch(2), .. })));
 //! assert_eq!(store.read(&path)?.content, "from b");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -198,7 +198,8 @@ pub use probe::{PROBE_RACERS, PROBE_RACE_BODY_BYTES, PROBE_RACE_ROUNDS};
 pub use record::FenceState;
 pub use store::{FencedObject, FencedStore, WriteReceipt};
 
-pub use leasehold::FencingToken;
+pub use leasehold::guard::GuardRecord;
+pub use leasehold::{Epoch, FencingToken};
 /// The `object_store` crate this adapter is built against, re-exported so
 /// callers construct stores and paths of the matching version.
 pub use object_store;

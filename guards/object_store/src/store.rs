@@ -246,13 +246,13 @@ impl FencedStore {
     /// epoch is recorded in the same PUT as the content.
     ///
     /// ```
-    /// # use leasehold::FencingToken;
+    /// # use leasehold::{Epoch, FencingToken};
     /// # use leasehold_object_store::object_store::{memory::InMemory, path::Path};
     /// # use leasehold_object_store::{FenceError, FencedStore};
     /// # use std::sync::Arc;
     /// let store = FencedStore::new(Arc::new(InMemory::new()))?;
     /// let path = Path::from("report.csv");
-    /// let token = FencingToken::new("reports", "worker-a", 3)?;
+    /// let token = FencingToken::new("reports", "worker-a", Epoch::new(3))?;
     /// let receipt = store.write(&path, &token, "a,b\n1,2\n")?;
     /// assert_eq!(receipt.state.epoch(), 3);
     /// assert!(receipt.replaced.is_none()); // created it
@@ -302,16 +302,16 @@ impl FencedStore {
     /// key and lower epochs are refused, the equal epoch is admitted.
     ///
     /// ```
-    /// # use leasehold::FencingToken;
+    /// # use leasehold::{Epoch, FencingToken};
     /// # use leasehold_object_store::object_store::{memory::InMemory, path::Path};
     /// # use leasehold_object_store::{FenceError, FencedStore};
     /// # use std::sync::Arc;
     /// let store = FencedStore::new(Arc::new(InMemory::new()))?;
     /// let path = Path::from("state");
-    /// store.write(&path, &FencingToken::new("k", "a", 1)?, "v1")?;
-    /// store.admit(&path, &FencingToken::new("k", "operator", 5)?)?;
-    /// let late = store.write(&path, &FencingToken::new("k", "b", 4)?, "v2");
-    /// assert!(matches!(late, Err(FenceError::StaleEpoch { accepted: 5, .. })));
+    /// store.write(&path, &FencingToken::new("k", "a", Epoch::new(1))?, "v1")?;
+    /// store.admit(&path, &FencingToken::new("k", "operator", Epoch::new(5))?)?;
+    /// let late = store.write(&path, &FencingToken::new("k", "b", Epoch::new(4))?, "v2");
+    /// assert!(matches!(late, Err(FenceError::StaleEpoch { accepted: Epoch(5), .. })));
     /// assert_eq!(store.read(&path)?.content, "v1");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
