@@ -382,8 +382,7 @@ fn seed(conn: &mut PgConnection) {
     conn.admit("res-a", &a2).unwrap();
     let b = conn.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
     conn.admit("res-b", &b).unwrap();
-    conn.fence("res-c", "job-b", b.epoch())
-        .unwrap();
+    conn.fence("res-c", "job-b", b.epoch()).unwrap();
     let joined = conn
         .join_group(
             &leasehold_test_support::grants("w1", &[("job-b", b.epoch())]),

@@ -576,8 +576,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     let pair = ReplicatedPair::start(false);
     let mut old = pair.primary_conn();
     let first = grant(&mut old, "job", "old-a");
-    old.admit("job-output", &first)
-        .expect("admit epoch 1");
+    old.admit("job-output", &first).expect("admit epoch 1");
     release_ok(&mut old, &first);
     // Prune until the key and its record are gone: the first prune records
     // the FREE key, a prune 1 ms later (server clock) removes it.
@@ -601,8 +600,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     pair.standby.stop(StopMode::Fast).expect("stop the standby");
     let again = grant(&mut old, "job", "old-b");
     assert_eq!(again.epoch(), 3, "one above the watermark");
-    old.admit("job-output", &again)
-        .expect("admit epoch 3");
+    old.admit("job-output", &again).expect("admit epoch 3");
     drop(old);
     pair.primary
         .kill_postmaster()

@@ -945,3 +945,46 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         other => panic!("expected NotHeld, got {other:?}"),
     }
 }
+
+/// A batch acts for one owner (the SQL functions take one): leases of two
+/// owners in one call are refused before anything is sent, naming both, and
+/// every key keeps its grant.
+#[test]
+fn a_batch_of_two_owners_is_refused_and_changes_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let a = granted(conn.acquire("mixed/a", "owner-a", TTL).unwrap());
+    let b = granted(conn.acquire("mixed/b", "owner-b", TTL).unwrap());
+    for error in [
+        conn.renew_many(&[&a, &b], TTL).unwrap_err(),
+        conn.release_many(&[&a, &b]).unwrap_err(),
+        conn.join_group(&[&a, &b], TTL).unwrap_err(),
+    ] {
+        match error {
+            LeaseError::InvalidInput { violations } => {
+                assert_eq!(violations.len(), 1, "{violations:?}");
+                assert!(
+                    violations[0].contains("\"owner-a\"") && violations[0].contains("\"owner-b\""),
+                    "{violations:?}"
+                );
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+    }
+    for lease in [&a, &b] {
+        assert_eq!(
+            conn.inspect(lease.key()).unwrap(),
+            Some(LeaseState::Held {
+                owner: lease.owner().to_owned(),
+                epoch: lease.epoch(),
+                expires_at: lease.expires_at(),
+            })
+        );
+    }
+    // Each owner's own batch goes through.
+    for lease in [&a, &b] {
+        let answers = conn.release_many(&[lease]).unwrap();
+        assert_eq!(answers.len(), 1);
+        assert_eq!(answers[0].release, Release::Released);
+    }
+}

@@ -1036,9 +1036,7 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
 
     let first = granted(app.acquire("job", "app-1", TTL).unwrap());
     assert_eq!(
-        operator
-            .force_release_epoch("job", first.epoch())
-            .unwrap(),
+        operator.force_release_epoch("job", first.epoch()).unwrap(),
         ForcedRelease::Released { counter: 2.into() }
     );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");

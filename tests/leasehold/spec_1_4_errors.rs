@@ -131,19 +131,28 @@ fn rust_api_maps_invalid_input_to_typed_violations() {
             "ttl must be positive"
         ]
     );
+    // A grant with an empty name or an epoch below 1 cannot even be named:
+    // renew and release take a token, and a token refuses those parts.
     assert_eq!(
-        violations(
-            conn.renew(&leasehold_test_support::grant("k", "", 1), TTL)
-                .unwrap_err()
-        ),
-        ["owner must not be empty"]
+        leasehold::FencingToken::new("k", "", leasehold::Epoch::new(1)),
+        Err(leasehold::error::TokenError::EmptyField { field: "owner" })
+    );
+    assert_eq!(
+        leasehold::FencingToken::new("", "o", leasehold::Epoch::new(1)),
+        Err(leasehold::error::TokenError::EmptyField { field: "key" })
+    );
+    assert_eq!(
+        leasehold::FencingToken::new("k", "o", leasehold::Epoch::new(0)),
+        Err(leasehold::error::TokenError::NonPositiveEpoch {
+            epoch: leasehold::Epoch::new(0)
+        })
     );
     assert_eq!(
         violations(
-            conn.release(&leasehold_test_support::grant("", "o", 1))
+            conn.renew(&leasehold_test_support::grant("k\0x", "o", 1), TTL)
                 .unwrap_err()
         ),
-        ["key must not be empty"]
+        ["key must not contain NUL characters"]
     );
     assert_eq!(
         violations(conn.inspect("").unwrap_err()),

@@ -268,8 +268,7 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
     let mut conn = setup(&db);
     let result: Result<(), FencedError<diesel::result::Error>> = conn.transaction(|conn| {
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
-        conn.admit("r", &lease)
-            .map_err(FencedError::Guard)?;
+        conn.admit("r", &lease).map_err(FencedError::Guard)?;
         write(conn, "r", "a", lease.epoch().get())?;
         Err(FencedError::Work(
             diesel::result::Error::RollbackTransaction,
@@ -529,11 +528,7 @@ fn operator_fence_after_a_lapse_refuses_the_old_holder_before_the_next_one_write
     fenced_write(&mut conn, "r", old.token(), Check::Token).unwrap();
     wait_until_server_time_passes(&mut conn, old.expires_at());
     let counter = conn.inspect("k").unwrap().unwrap().epoch();
-    assert_eq!(
-        conn.fence("r", "k", counter)
-            .unwrap(),
-        counter.get() + 1
-    );
+    assert_eq!(conn.fence("r", "k", counter).unwrap(), counter.get() + 1);
     let error = fenced_write(&mut conn, "r", old.token(), Check::Token).unwrap_err();
     assert_eq!(stale(error), ("r".to_owned(), 1, 2));
     let next = granted(conn.acquire("k", "b", TTL).unwrap());
