@@ -878,10 +878,10 @@ fn force_release_races_a_regrant(by_epoch: bool) {
     regrant.batch_execute("COMMIT").unwrap();
     let answer = racer.join().unwrap().unwrap();
     if by_epoch {
-        assert_eq!(answer, "NewerGrant { current_epoch: 3 }");
+        assert_eq!(answer, "NewerGrant { current_epoch: Epoch(3) }");
         assert_eq!(holder(&mut observer), Some(("b".into(), 3)));
     } else {
-        assert_eq!(answer, "Some(4)");
+        assert_eq!(answer, "Some(Epoch(4))");
         assert_eq!(holder(&mut observer), None);
         assert_eq!(
             observer.inspect("k").unwrap(),

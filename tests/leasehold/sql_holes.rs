@@ -614,10 +614,10 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
         "lease.acquire(text,text,interval,interval)" => vec![
             "SELECT * FROM lease.acquire({key}, 'evil-1', interval '1 min', interval '0')",
         ],
-        "lease.renew(text, text, bigint, interval)" => {
+        "lease.renew(text,text,bigint,interval)" => {
             vec!["SELECT * FROM lease.renew({key}, 'app-1', 1, interval '1 min')"]
         }
-        "lease.release(text, text, bigint)" => vec!["SELECT * FROM lease.release({key}, 'app-1', 1)"],
+        "lease.release(text,text,bigint)" => vec!["SELECT * FROM lease.release({key}, 'app-1', 1)"],
         "lease.inspect(text)" => vec!["SELECT * FROM lease.inspect({key})"],
         "lease.admit(text,text,bigint)" => vec![
             "SELECT lease.admit('attacker/res', {key}, 1)",
