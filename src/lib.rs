@@ -82,6 +82,7 @@ mod install;
 mod leases;
 #[allow(unsafe_code)]
 mod libpq;
+mod listing;
 mod many;
 mod migration_sql;
 mod operator;
@@ -132,22 +133,26 @@ pub mod hold {
 /// server instead).
 pub mod wait {
     pub use crate::waiting::{
-        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WakeMode,
-        DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
-        WAITER_LIMIT,
+        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, ReleaseEvent, ReleaseWatch,
+        Wait, WakeMode, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME,
+        UNDELIVERED_RETRY, WAITER_LIMIT,
     };
 }
 
-/// Operating leasehold: installing and removing it, and the types of the
-/// operator calls of [`Leases`] (namespace rules, forced releases, the
-/// generation, pruning), which are granted to nobody by default
-/// (docs/guide/security.md).
+/// Operating leasehold: installing and removing it (and asking whether it
+/// is installed), the types of the operator calls of [`Leases`] (namespace
+/// rules, forced releases, the generation, pruning, listing keys), which
+/// are granted to nobody by default (docs/guide/security.md), and asking
+/// whether the connected role was granted one.
 pub mod admin {
     pub use crate::install::{
-        install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
+        install, installed_versions, is_installed, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT,
+        MIGRATIONS,
     };
+    pub use crate::listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
     pub use crate::operator::{
-        BoundRole, ForcedRelease, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
+        function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,
+        GENERATION_SHIFT, MAX_GENERATION,
     };
     pub use crate::prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
 }
