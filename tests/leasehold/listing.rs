@@ -47,7 +47,7 @@ fn row<'l>(listing: &'l Listing, key: &str) -> &'l ListedLease {
 fn by_the_rule(conn: &mut PgConnection) -> Vec<String> {
     query_lines(
         conn,
-        "SELECT format('%s|%s|%s|%s|%s', l.key, lease._live(l), l.owner, l.epoch,
+        "SELECT format('%s|%s|%s|%s|%s', l.key, lease._live(l)::text, l.owner, l.epoch,
                        (extract(epoch FROM lease._expiry(l)) * 1000000)::bigint) AS line
            FROM lease.leases AS l ORDER BY l.key COLLATE \"C\"",
     )
