@@ -1,4 +1,5 @@
-//! Every statement the library sends: the lease and guard calls as
+//! Every statement the library sends: the lease and guard calls, the
+//! operator's listing of keys and the privilege questions as
 //! prepared-statement-cacheable queries, and the listener session's
 //! statements as text.
 //!
