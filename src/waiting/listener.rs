@@ -596,6 +596,12 @@ impl Listener {
             .map_or(0, |slot| slot.armed_sleepers())
     }
 
+    /// The shared state, for unit tests that deliver by hand.
+    #[cfg(test)]
+    pub(crate) fn shared_state_for_tests(&self) -> &Mutex<State> {
+        &self.shared.state
+    }
+
     /// A new release watch's queue, told of releases and resyncs from now
     /// on.
     pub(crate) fn subscribe(&self) -> Arc<Subscription> {

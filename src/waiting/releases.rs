@@ -235,3 +235,85 @@ fn too_many(keys: usize) -> String {
         "a release watch holds at most {WAITER_LIMIT} keys (WAITER_LIMIT, the listener session's registration cap); {keys} asked for"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that never connects (no server at that socket path):
+    /// registration stays pending, which is all the limits need.
+    fn nowhere() -> Arc<Listener> {
+        Listener::for_url("host=/nonexistent/leasehold-release-watch-test dbname=none")
+    }
+
+    #[test]
+    fn a_watch_holds_at_most_the_waiter_limit_and_refuses_unreportable_keys() {
+        let keys: Vec<String> = (0..WAITER_LIMIT).map(|i| format!("key-{i}")).collect();
+        let mut watch = ReleaseWatch::start(nowhere(), &keys).expect("the limit itself");
+        assert_eq!(watch.len(), WAITER_LIMIT);
+        assert_eq!(watch.add("key-0").ok(), Some(false), "already watched");
+        match watch.add("one-more") {
+            Err(LeaseError::InvalidInput { violations }) => {
+                assert!(
+                    violations[0].contains("at most 10000 keys"),
+                    "{violations:?}"
+                )
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+        assert!(!watch.contains("one-more"));
+        assert!(watch.remove("key-0"));
+        assert_eq!(watch.add("one-more").ok(), Some(true));
+        for bad in ["", "a\0b"] {
+            assert!(matches!(
+                watch.add(bad),
+                Err(LeaseError::InvalidInput { .. })
+            ));
+        }
+        // Not connected: nothing is armed, and waiting says so in time.
+        assert_eq!(watch.armed(), 0);
+        assert!(!watch.is_armed("key-1"));
+        assert_eq!(watch.wait_armed(Duration::from_millis(20)), 0);
+        assert_eq!(watch.try_recv(), None);
+    }
+
+    #[test]
+    fn a_key_released_twice_before_it_is_read_is_one_event_and_so_is_a_resync() {
+        let listener = nowhere();
+        let watch = ReleaseWatch::start(listener.clone(), ["a", "b"]).expect("a watch");
+        {
+            let mut state = lock(listener.shared_state_for_tests());
+            for delivery in [
+                Delivery::Released("a".to_owned()),
+                Delivery::Resync,
+                Delivery::Released("a".to_owned()),
+                Delivery::Released("elsewhere".to_owned()),
+                Delivery::Released("b".to_owned()),
+                Delivery::Resync,
+            ] {
+                state.deliver(&delivery);
+            }
+        }
+        let events: Vec<ReleaseEvent> = std::iter::from_fn(|| watch.try_recv()).collect();
+        assert_eq!(
+            events,
+            [
+                ReleaseEvent::Released {
+                    key: "a".to_owned()
+                },
+                ReleaseEvent::Resync,
+                ReleaseEvent::Released {
+                    key: "b".to_owned()
+                },
+            ]
+        );
+        // Read, a key is reported again.
+        lock(listener.shared_state_for_tests()).deliver(&Delivery::Released("a".to_owned()));
+        assert_eq!(
+            watch.recv_timeout(Duration::ZERO),
+            Some(ReleaseEvent::Released {
+                key: "a".to_owned()
+            })
+        );
+    }
+}

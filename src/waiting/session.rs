@@ -67,6 +67,7 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
         };
         {
             let mut state = lock(&shared.state);
+            let was_up = state.status.connected;
             state.status.connected = false;
             state.status.backend_pid = None;
             state.status.last_error = Some(error);
@@ -77,8 +78,11 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
                 entry.registration = Registration::Pending;
             }
             // Release watches re-read what they watch: releases may pass
-            // unnoticed until the next session is up.
-            state.deliver(&Delivery::Resync);
+            // unnoticed until the next session is up. Told once, when a
+            // session that was up is lost, not at every failed attempt.
+            if was_up {
+                state.deliver(&Delivery::Resync);
+            }
             shared.status_changed.notify_all();
         }
         // Whatever was registered went with the session: waiters re-check
