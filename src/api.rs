@@ -47,6 +47,7 @@ use crate::epoch::Epoch;
 use crate::errors::{GuardError, LeaseError};
 use crate::groups::{GroupId, GroupJoin, GroupRenewal};
 use crate::guards::{Check, FencedError, GuardRecord};
+use crate::listing::{ListFilter, Listing};
 use crate::operator::{ForcedRelease, Generation, NamespaceRule};
 use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
 use crate::prune::{PruneOptions, PruneReport};
@@ -386,6 +387,39 @@ pub trait Leases: sealed::Sealed {
     /// # Ok(()) }
     /// ```
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError>;
+
+    /// Operator view: the keys `filter` selects, each with its state (held,
+    /// lapsed or free), holder, epoch and effective expiry, read in one
+    /// statement on one reading of the server's clock, which the answer
+    /// carries ([`Listing::read_at`](crate::admin::Listing::read_at)). What
+    /// `leasehold ls` and `leasehold watch` show.
+    ///
+    /// A state is decided as every lease call decides it (a grant in a
+    /// heartbeat group is held until the later of its own and its group's
+    /// expiry), so a row shows lapsed exactly when `acquire` would grant the
+    /// key to someone else. Advisory, as [`Leases::inspect`] is: the
+    /// answer may be stale by the time it arrives. Nothing is written, and
+    /// namespace rules do not apply: the listing reads the tables.
+    ///
+    /// Reads `lease.leases` and `lease.groups`, which only their owner (the
+    /// role that installed leasehold) and superusers may read, unless the
+    /// owner granted SELECT on both to another role; any other role gets
+    /// [`LeaseError::ListNotPermitted`] naming it, and the caller's
+    /// transaction stays usable. A filter with an empty owner, a NUL
+    /// character or a limit of zero is [`LeaseError::InvalidInput`].
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+    /// # use leasehold::Leases;
+    /// use leasehold::admin::{KeyState, ListFilter, ListOrder};
+    /// let filter = ListFilter::new().prefix("job-").state(KeyState::Lapsed).order(ListOrder::Expires);
+    /// let listing = conn.list_leases(&filter)?;
+    /// for lease in &listing.leases {
+    ///     println!("{} lapsed at {:?}, held by {:?}", lease.key, lease.expires_at, lease.owner);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError>;
 }
 
 /// Each call runs in the connection's open transaction, if any.
@@ -549,6 +583,10 @@ impl Leases for PgConnection {
 
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
         crate::prune::prune(self, options)
+    }
+
+    fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
+        crate::listing::list_leases(self, filter)
     }
 }
 
@@ -749,5 +787,9 @@ impl Leases for LeaseClient {
 
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| crate::prune::prune(conn, options))
+    }
+
+    fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
+        crate::pool::with_conn(&self.pool, |conn| crate::listing::list_leases(conn, filter))
     }
 }

@@ -72,6 +72,12 @@ pub enum Operation {
     /// `lease.prune_keys` / `lease.prune_guards`: an operator removes idle
     /// rows.
     Prune,
+    /// A listing of keys ([`crate::Leases::list_leases`]): an operator reads
+    /// `lease.leases` and `lease.groups`.
+    ListLeases,
+    /// A privilege question ([`crate::admin::function_privilege`]): may the
+    /// connected role run a function.
+    Privilege,
 }
 
 impl Operation {
@@ -84,6 +90,8 @@ impl Operation {
                 | Operation::InspectGuard
                 | Operation::ListNamespaces
                 | Operation::Generation
+                | Operation::ListLeases
+                | Operation::Privilege
         )
     }
 
@@ -111,6 +119,8 @@ impl Operation {
             Operation::RaiseGeneration => "raise_generation",
             Operation::Generation => "generation",
             Operation::Prune => "prune",
+            Operation::ListLeases => "list_leases",
+            Operation::Privilege => "privilege",
         }
     }
 }
@@ -154,7 +164,9 @@ fn is_not_installed(error: &DieselError) -> bool {
         DieselError::DatabaseError(_, info) => {
             let message = info.message();
             message.contains("schema \"lease\" does not exist")
-                || (message.starts_with("function lease.") && message.ends_with("does not exist"))
+                || ((message.starts_with("function lease.")
+                    || message.starts_with("relation \"lease."))
+                    && message.ends_with("does not exist"))
         }
         _ => false,
     }
@@ -304,6 +316,20 @@ pub enum LeaseError {
         /// The database error as diesel reported it.
         #[source]
         source: DieselError,
+    },
+    /// [`crate::Leases::list_leases`]: the connected role may not read
+    /// `lease.leases` and `lease.groups`, which a listing reads and which
+    /// are closed to every role but their owner (the role that installed
+    /// leasehold) by design (docs/PRIVILEGES.md). Nothing was read, and the
+    /// caller's transaction is not aborted: the server was asked first.
+    /// Calling again as the same role fails again: connect as the owner or
+    /// a superuser, have the owner `GRANT SELECT ON lease.leases,
+    /// lease.groups` to the role, or ask about single keys with
+    /// [`crate::Leases::inspect`], which every role may.
+    #[error("role {role:?} may not list leases: it lacks SELECT on lease.leases and lease.groups, which are closed to callers by design; nothing was read")]
+    ListNotPermitted {
+        /// The role refused (`current_user`: the one `SET ROLE` chose).
+        role: String,
     },
     /// [`crate::Leases::raise_generation`] was asked for a generation not
     /// above the current one: a generation is only ever raised. Nothing

@@ -134,13 +134,24 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
     })
 }
 
+/// Whether leasehold is installed in the connected database, by
+/// [`install`], by vendored migrations or as the extension `leasehold`:
+/// whether its functions exist, which any role may ask. Reads the catalog
+/// only; for a command that should say "not installed" before it calls
+/// anything.
+pub fn is_installed(conn: &mut PgConnection) -> Result<bool, InstallError> {
+    let present: Present = diesel::sql_query(install::INSTALLED).get_result(conn)?;
+    Ok(present.present)
+}
+
+#[derive(QueryableByName)]
+struct Present {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    present: bool,
+}
+
 /// Versions recorded as installed, oldest first; empty when not installed.
 pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, InstallError> {
-    #[derive(QueryableByName)]
-    struct Present {
-        #[diesel(sql_type = diesel::sql_types::Bool)]
-        present: bool,
-    }
     let present: Present = diesel::sql_query(install::BOOKKEEPING_PRESENT).get_result(conn)?;
     if !present.present {
         return Ok(Vec::new());

@@ -41,9 +41,9 @@
 //! |---|---|
 //! | [`guard`] | the one guard contract and the database guard's types |
 //! | [`hold`] | [`hold::Keeper`], [`hold::KeeperSet`], [`hold::run_while_held`], [`hold::CancelToken`] |
-//! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications |
+//! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications; [`wait::ReleaseWatch`]: those wake-ups as events |
 //! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
-//! | [`admin`] | install and uninstall; the types of the operator calls |
+//! | [`admin`] | install, uninstall and the installed check; the types of the operator calls and of the listing of keys ([`admin::ListFilter`]); whether a role may run an operator function |
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
@@ -52,9 +52,9 @@
 //! trait and its two implementations), `sql` (the only place with SQL
 //! text, constraint names and answer decoding), `outcome` (grants,
 //! refusals and states as values), `leases`, `many`, `groups`, `guards`,
-//! `operator`, `prune`, `install` (the operations on a connection, which
-//! the trait calls), `token` (the fencing token and its text form), `epoch`
-//! (the epoch's type), `errors`,
+//! `operator`, `prune`, `listing`, `install` (the operations on a
+//! connection, which the trait calls), `token` (the fencing token and its
+//! text form), `epoch` (the epoch's type), `errors`,
 //! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
 //! for the command that generates the `CREATE EXTENSION` files),
 //! `field_text` (the percent-encoding of token fields) and `libpq` (the
@@ -84,6 +84,7 @@ mod install;
 mod leases;
 #[allow(unsafe_code)]
 mod libpq;
+mod listing;
 mod many;
 mod migration_sql;
 mod operator;
@@ -132,25 +133,30 @@ pub mod hold {
 /// Waiting for a lease: a [`LeaseWaiter`](wait::LeaseWaiter) blocks until a
 /// key is granted, woken by release notifications from one listener
 /// session per database URL ([`Leases::acquire_waiting`] waits inside the
-/// server instead).
+/// server instead); a [`ReleaseWatch`](wait::ReleaseWatch) reports those
+/// wake-ups for keys it watches, from the same session.
 pub mod wait {
     pub use crate::waiting::{
-        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, Wait, WakeMode,
-        DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
-        WAITER_LIMIT,
+        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, ReleaseEvent, ReleaseWatch,
+        Wait, WakeMode, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME,
+        UNDELIVERED_RETRY, WAITER_LIMIT,
     };
 }
 
-/// Operating leasehold: installing and removing it, and the types of the
-/// operator calls of [`Leases`] (namespace rules, forced releases, the
-/// generation, pruning), which are granted to nobody by default
-/// (docs/guide/security.md).
+/// Operating leasehold: installing and removing it (and asking whether it
+/// is installed), the types of the operator calls of [`Leases`] (namespace
+/// rules, forced releases, the generation, pruning, listing keys), which
+/// are granted to nobody by default (docs/guide/security.md), and asking
+/// whether the connected role was granted one.
 pub mod admin {
     pub use crate::install::{
-        install, installed_versions, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT, MIGRATIONS,
+        install, installed_versions, is_installed, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT,
+        MIGRATIONS,
     };
+    pub use crate::listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
     pub use crate::operator::{
-        BoundRole, ForcedRelease, Generation, NamespaceRule, GENERATION_SHIFT, MAX_GENERATION,
+        function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,
+        GENERATION_SHIFT, MAX_GENERATION,
     };
     pub use crate::prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
 }

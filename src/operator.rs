@@ -26,8 +26,8 @@ use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::leases::check_text;
 use crate::sql::calls::{
-    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, GenerationCall, ListNamespacesCall,
-    RaiseGenerationCall, UnbindNamespaceCall,
+    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, FunctionPrivilegeCall,
+    GenerationCall, ListNamespacesCall, RaiseGenerationCall, UnbindNamespaceCall,
 };
 use crate::sql::{decode, input};
 use crate::telemetry;
@@ -351,6 +351,63 @@ fn raise_generation_unobserved(
     }
     .get_result::<i64>(conn)
     .map_err(|error| LeaseError::from_raise_generation(error, generation, autocommit))
+}
+
+/// Whether the connected role may run a function, as
+/// [`function_privilege`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FunctionPrivilege {
+    /// The role holds EXECUTE on it (or is its owner or a superuser).
+    Granted,
+    /// The role lacks EXECUTE on it: operator functions are granted to
+    /// nobody by default (docs/guide/security.md); the owner grants it with
+    /// `GRANT EXECUTE ON FUNCTION <function> TO <role>`.
+    NotGranted {
+        /// The role asked about (`current_user`).
+        role: String,
+    },
+    /// No function has that signature in this database: the installed
+    /// leasehold is older than the function (or not installed at all).
+    Missing,
+}
+
+/// Whether the connected role (`current_user`) may execute `function`, a
+/// signature as `GRANT` names it (`lease.force_release(text)`).
+///
+/// Why: a role without EXECUTE on an operator function gets PostgreSQL's
+/// own "permission denied for function" (SQLSTATE 42501, no constraint
+/// name), which reaches Rust as [`LeaseError::Database`], indistinguishable
+/// by anything stable from other failures. Asking after such a failure
+/// tells a missing grant apart, so a command can name the GRANT that fixes
+/// it. Ask outside a failed transaction: an aborted one refuses every
+/// statement until it ends.
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+/// use leasehold::admin::{function_privilege, FunctionPrivilege};
+/// if let FunctionPrivilege::NotGranted { role } = function_privilege(conn, "lease.force_release(text)")? {
+///     eprintln!("GRANT EXECUTE ON FUNCTION lease.force_release(text) TO {role}");
+/// }
+/// # Ok(()) }
+/// ```
+pub fn function_privilege(
+    conn: &mut PgConnection,
+    function: &str,
+) -> Result<FunctionPrivilege, LeaseError> {
+    check_name("function", function)?;
+    let autocommit = crate::leases::in_autocommit(conn);
+    let (allowed, role) = FunctionPrivilegeCall {
+        function,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<(Option<bool>, String)>(conn)
+    .map_err(|error| LeaseError::from_keyless(Operation::Privilege, error, autocommit))?;
+    Ok(match allowed {
+        Some(true) => FunctionPrivilege::Granted,
+        Some(false) => FunctionPrivilege::NotGranted { role },
+        None => FunctionPrivilege::Missing,
+    })
 }
 
 /// Checks a name for what PostgreSQL cannot store.

@@ -37,7 +37,8 @@
 //!   `release_many`, `join_group`, `renew_group`, `admit`, `check_held`,
 //!   `admit_held`, `renew_admit`, `fence`, `inspect_guard`,
 //!   `force_release`, `bind_namespace`, `unbind_namespace`,
-//!   `list_namespaces`, `generation`, `raise_generation`, `prune`.
+//!   `list_namespaces`, `generation`, `raise_generation`, `prune`,
+//!   `list_leases`.
 //! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
 //!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
 //!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
@@ -46,9 +47,11 @@
 //!   `renewed` or `released`); `joined`, `refused` (join_group);
 //!   `released`, `newer_grant`, `already_free`, `no_such_grant`,
 //!   `never_leased` (force_release); `done`, `absent` (namespace rules,
-//!   raise_generation), `listed`, `read` (generation), `not_above`;
+//!   raise_generation), `listed` (list_namespaces, list_leases), `read`
+//!   (generation), `not_above`;
 //!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
-//!   `forbidden`, `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
+//!   `forbidden` (a namespace rule, or a listing without SELECT on the
+//!   tables), `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
 //! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
 //!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
 //! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
@@ -294,6 +297,12 @@ impl Outcome for i64 {
     }
 }
 
+impl Outcome for crate::listing::Listing {
+    fn outcome(&self) -> &'static str {
+        "listed"
+    }
+}
+
 impl Outcome for crate::operator::Generation {
     fn outcome(&self) -> &'static str {
         "read"
@@ -316,7 +325,7 @@ impl Outcome for LeaseError {
             LeaseError::InvalidInput { .. } | LeaseError::GenerationTooHigh { .. } => "invalid",
             LeaseError::GenerationNotAbove { .. } => "not_above",
             LeaseError::TimedOut { .. } => "timed_out",
-            LeaseError::Forbidden { .. } => "forbidden",
+            LeaseError::Forbidden { .. } | LeaseError::ListNotPermitted { .. } => "forbidden",
             LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
             LeaseError::ReadOnlyServer { .. } => "read_only",
             LeaseError::Retry { .. } => "retry",

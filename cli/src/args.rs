@@ -440,12 +440,12 @@ pub enum KeyState {
 }
 
 impl KeyState {
-    /// The name `ls` prints and SQL compares.
-    pub fn as_str(self) -> &'static str {
+    /// The library's name for the state.
+    pub fn as_library(self) -> leasehold::admin::KeyState {
         match self {
-            KeyState::Held => "held",
-            KeyState::Lapsed => "lapsed",
-            KeyState::Free => "free",
+            KeyState::Held => leasehold::admin::KeyState::Held,
+            KeyState::Lapsed => leasehold::admin::KeyState::Lapsed,
+            KeyState::Free => leasehold::admin::KeyState::Free,
         }
     }
 }

@@ -10,7 +10,6 @@
 //! empty).
 
 use diesel::prelude::*;
-use diesel::sql_types::Bool;
 use diesel::PgConnection;
 use leasehold_local::LocalPostgres;
 
@@ -95,22 +94,14 @@ pub fn establish(url: &str) -> Result<PgConnection, CliError> {
     })
 }
 
-#[derive(QueryableByName)]
-struct Flag {
-    #[diesel(sql_type = Bool)]
-    flag: bool,
-}
-
-/// Whether `lease.inspect(text)` exists: the cheapest sign of an install.
+/// Whether leasehold is installed ([`leasehold::admin::is_installed`]).
 fn is_installed(conn: &mut PgConnection) -> Result<bool, CliError> {
-    diesel::sql_query("SELECT to_regprocedure('lease.inspect(text)') IS NOT NULL AS flag")
-        .get_result::<Flag>(conn)
-        .map(|row| row.flag)
-        .map_err(|error| {
-            CliError::Database(format!(
-                "could not check whether leasehold is installed: {error}; check the connection"
-            ))
-        })
+    leasehold::admin::is_installed(conn).map_err(|error| {
+        CliError::Database(format!(
+            "could not check whether leasehold is installed: {}; check the connection",
+            crate::failure::report(&error)
+        ))
+    })
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, and

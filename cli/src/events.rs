@@ -3,42 +3,48 @@
 //!
 //! Two sources, because neither sees everything:
 //!
-//! - **Wake-ups** come from the release notifications waiters get (`LISTEN
-//!   lease_released`). A release notifies only when some session registered
-//!   interest in the key (`lease._waiter_watch`, granted to PUBLIC), so the
-//!   watch registers every watched key from its own listener session (up
-//!   to [`leasehold::wait::WAITER_LIMIT`]); each release of such a key then costs
-//!   one notification more, which every listener of the database receives.
-//!   The payload is the key's digest, never its name: the watch maps it
-//!   back through the digests of the keys it listed, so a digest of a key
-//!   outside the watched set is ignored.
+//! - **Wake-ups** come from the release notifications waiters get, through
+//!   the library's release watch
+//!   ([`leasehold::wait::LeaseWaiter::watch_releases`]) on the waiters'
+//!   shared listener session. A release notifies only while some session
+//!   registered interest in the key, so the watch registers every watched
+//!   key (up to [`leasehold::wait::WAITER_LIMIT`]); each release of such a
+//!   key then costs one notification more, which every listener of the
+//!   database receives. The watch reports the key (the library maps the
+//!   notification's digest back to it); a key outside the watched set is
+//!   never reported. When the listener's session is lost or comes up, the
+//!   watch says releases may have been missed, and the keys are listed
+//!   again.
 //! - **Losses and grants** come from comparing one listing of the keys with
-//!   the next, on the server's clock (every `--interval`, and at once after
-//!   a wake-up): a grant that lapsed, was released, or was replaced by a
-//!   grant of another epoch; a new grant. A renewal (same grant, later
-//!   expiry) is not an event. Changes that come and go between two
-//!   listings (acquire and release within one interval) are seen only as
-//!   their net effect, plus the wake-up if the key was registered.
+//!   the next ([`leasehold::Leases::list_leases`], on the server's clock),
+//!   every `--interval`, and at once after a wake-up: a grant that lapsed,
+//!   was released, or was replaced by a grant of another epoch; a new
+//!   grant. A renewal (same grant, later expiry) is not an event. Changes
+//!   that come and go between two listings (acquire and release within one
+//!   interval) are seen only as their net effect, plus the wake-up if the
+//!   key was registered.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use diesel::connection::SimpleConnection;
-use diesel::prelude::*;
-use diesel::sql_types::{Nullable, Text};
 use diesel::PgConnection;
+use leasehold::admin::{KeyState, ListFilter};
+use leasehold::wait::{LeaseWaiter, ReleaseEvent, ReleaseWatch, WAITER_LIMIT};
+use leasehold::{LeaseClient, Leases};
 
-use crate::args::{ListArgs, SortBy};
-use crate::connect;
+use crate::args::ListArgs;
 use crate::failure::CliError;
 use crate::json::Json;
 use crate::listing::{self, Row};
 use crate::output::Printer;
 
-/// How often the listener session is checked for notifications: diesel
-/// only reads them when asked, so this bounds a wake-up's delay.
-const NOTIFICATION_TICK: Duration = Duration::from_millis(20);
+/// How long the watch waits for the listener's session at its start: the
+/// listener's delivery check takes up to ten seconds on a session that
+/// does not deliver. Without it the watch runs on listings alone.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the watch waits at its start for its keys' registrations.
+const ARM_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One thing that happened to a watched key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,14 +141,14 @@ impl Event {
             Event::Removed { previous } => (Some(previous), None),
         };
         if let Some(row) = current {
-            fields.push(("state", Json::str(&row.state)));
+            fields.push(("state", Json::str(row.state.as_str())));
             fields.push(("owner", Json::opt_str(row.owner.as_deref())));
-            fields.push(("epoch", Json::Int(row.epoch)));
+            fields.push(("epoch", Json::Int(row.epoch.get())));
             fields.push(("expires_at", Json::time(row.expires_at)));
         }
         if let Some(row) = previous {
             fields.push(("previous_owner", Json::opt_str(row.owner.as_deref())));
-            fields.push(("previous_epoch", Json::Int(row.epoch)));
+            fields.push(("previous_epoch", Json::Int(row.epoch.into())));
         }
         Json::Object(fields)
     }
@@ -151,17 +157,19 @@ impl Event {
 /// The event that turns `previous` into `current` for one key, if any.
 fn transition(previous: Option<&Row>, current: Option<&Row>) -> Option<Event> {
     match (previous, current) {
-        (None, Some(row)) if row.state != "free" => Some(Event::Acquired { row: row.clone() }),
+        (None, Some(row)) if row.state != KeyState::Free => {
+            Some(Event::Acquired { row: row.clone() })
+        }
         (None, _) => None,
         (Some(previous), None) => Some(Event::Removed {
             previous: previous.clone(),
         }),
         (Some(previous), Some(row)) => {
-            let had_grant = previous.state != "free";
-            match (had_grant, row.state.as_str()) {
-                (false, "free") => None,
+            let had_grant = previous.state != KeyState::Free;
+            match (had_grant, row.state) {
+                (false, KeyState::Free) => None,
                 (false, _) => Some(Event::Acquired { row: row.clone() }),
-                (true, "free") => Some(Event::Released {
+                (true, KeyState::Free) => Some(Event::Released {
                     previous: previous.clone(),
                     row: row.clone(),
                 }),
@@ -169,7 +177,7 @@ fn transition(previous: Option<&Row>, current: Option<&Row>) -> Option<Event> {
                     previous: previous.clone(),
                     row: row.clone(),
                 }),
-                (true, "lapsed") if previous.state == "held" => {
+                (true, KeyState::Lapsed) if previous.state == KeyState::Held => {
                     Some(Event::Lapsed { row: row.clone() })
                 }
                 _ => None,
@@ -178,87 +186,64 @@ fn transition(previous: Option<&Row>, current: Option<&Row>) -> Option<Event> {
     }
 }
 
-#[derive(QueryableByName)]
-struct Registration {
-    #[diesel(sql_type = Nullable<Text>)]
-    digest: Option<String>,
+/// The release wake-ups of the watched keys: a release watch on the
+/// library's shared listener.
+struct Wakeups {
+    waiter: LeaseWaiter,
+    watch: ReleaseWatch,
 }
 
-/// The listener session and what it registered.
-struct Listener {
-    conn: PgConnection,
-    /// Keys whose releases notify this session.
-    armed: HashSet<String>,
-    /// Keys the server refused to register (another role's namespace, the
-    /// session's cap): not tried again.
-    refused: HashSet<String>,
-}
-
-impl Listener {
-    fn open(url: &str) -> Result<Listener, CliError> {
-        let mut conn = connect::establish(url)?;
-        conn.batch_execute("LISTEN lease_released; SELECT lease._waiter_reset();")
-            .map_err(|error| {
-                CliError::Database(format!(
-                    "could not listen for release notifications: {error}; check that the role may LISTEN and run lease._waiter_reset()"
-                ))
-            })?;
-        Ok(Listener {
-            conn,
-            armed: HashSet::new(),
-            refused: HashSet::new(),
-        })
+impl Wakeups {
+    /// Starts the listener for `url` and a watch of no key yet. A listener
+    /// that does not come up is noted on stderr: the watch then runs on
+    /// listings alone (the listener keeps trying).
+    fn open(url: &str) -> Result<Wakeups, CliError> {
+        // Lazily: the waiter's attempts are never made here, so the pool
+        // never needs a connection; the listener opens its own session.
+        let client = LeaseClient::builder(url)
+            .max_size(1)
+            .connect_lazily()
+            .build()
+            .map_err(CliError::from_lease)?;
+        let waiter = LeaseWaiter::new(&client);
+        if let Err(error) = waiter.ensure_listening(LISTEN_TIMEOUT) {
+            eprintln!(
+                "note: no release wake-ups for now ({error}); grants and losses still show at every listing"
+            );
+        }
+        let watch = waiter
+            .watch_releases(std::iter::empty::<&str>())
+            .map_err(CliError::from_lease)?;
+        Ok(Wakeups { waiter, watch })
     }
 
-    /// Registers every listed key not registered yet, up to the cap. A key
-    /// whose release is in flight (NULL) is tried again next time.
+    /// Watches every listed key not watched yet, up to the cap.
     fn arm(&mut self, rows: &[Row]) {
         for row in rows {
-            if self.armed.len() >= leasehold::wait::WAITER_LIMIT {
+            if self.watch.len() >= WAITER_LIMIT {
                 return;
             }
-            if self.armed.contains(&row.key) || self.refused.contains(&row.key) {
-                continue;
-            }
-            match diesel::sql_query("SELECT lease._waiter_watch($1) AS digest")
-                .bind::<Text, _>(&row.key)
-                .get_result::<Registration>(&mut self.conn)
-            {
-                Ok(Registration { digest: Some(_) }) => {
-                    self.armed.insert(row.key.clone());
-                }
-                Ok(Registration { digest: None }) => {}
-                Err(error) => {
-                    eprintln!(
-                        "note: no wake-ups for {:?}: the server refused to register it ({error})",
-                        row.key
-                    );
-                    self.refused.insert(row.key.clone());
-                }
+            if let Err(error) = self.watch.add(&row.key) {
+                eprintln!("note: no wake-ups for {:?}: {error}", row.key);
             }
         }
     }
 
-    /// The digests of the release notifications that arrived.
-    fn released_digests(&mut self) -> Result<Vec<String>, CliError> {
-        let mut digests = Vec::new();
-        for notification in self.conn.notifications_iter() {
-            let notification = notification.map_err(|error| {
-                CliError::Database(format!(
-                    "the listener session failed: {error}; run the watch again"
-                ))
-            })?;
-            if notification.channel == "lease_released" {
-                digests.push(notification.payload);
-            }
+    /// Waits for the registrations to complete, drops what they announced
+    /// meanwhile (the listing that follows shows it), and answers how many
+    /// keys are registered; notes on stderr the keys that are not.
+    fn settle(&mut self) -> usize {
+        let armed = self.watch.wait_armed(ARM_TIMEOUT);
+        while self.watch.try_recv().is_some() {}
+        if armed < self.watch.len() {
+            eprintln!(
+                "note: {} of {} watched keys are not registered for release wake-ups (listener: {:?}); their changes show at the next listing",
+                self.watch.len() - armed,
+                self.watch.len(),
+                self.waiter.listener_status().wake_mode
+            );
         }
-        Ok(digests)
-    }
-
-    /// Drops this session's registrations (best effort: rows of a session
-    /// that is gone are pruned by the next listener's reset anyway).
-    fn close(mut self) {
-        let _ = self.conn.batch_execute("SELECT lease._waiter_reset()");
+        armed
     }
 }
 
@@ -271,30 +256,31 @@ pub fn watch_events(
     interval: Duration,
     count: Option<u64>,
 ) -> Result<(), CliError> {
-    listing::check_privilege(conn)?;
     // The watched set is every key under the prefix: a key that moves out
     // of a state or owner filter has not gone away. `--owner` filters the
     // events instead (clap refuses --state, --sort and --limit here).
-    let watched = ListArgs {
-        positional_prefix: None,
-        prefix: Some(list.prefix().to_owned()),
-        state: Vec::new(),
-        owner: None,
-        sort: SortBy::Key,
-        limit: None,
-    };
+    let watched = ListFilter::new().prefix(list.prefix());
     let owner = list.owner.as_deref();
-    let mut listener = Listener::open(url)?;
-    let (rows, now) = listing::load(conn, &watched)?;
-    listener.arm(&rows);
-    let mut known: HashMap<String, Row> =
-        rows.into_iter().map(|row| (row.key.clone(), row)).collect();
-    let started = now.unwrap_or_else(Utc::now);
+    // The first listing names the keys to register (and says at once when
+    // the role may not list); the second, once they are registered, is
+    // what later listings are compared with, so that no release between
+    // the two goes unseen.
+    let first = conn.list_leases(&watched).map_err(listing::failure)?;
+    let mut wakeups = Wakeups::open(url)?;
+    wakeups.arm(&first.leases);
+    let armed = wakeups.settle();
+    let baseline = conn.list_leases(&watched).map_err(listing::failure)?;
+    wakeups.arm(&baseline.leases);
+    let mut known: HashMap<String, Row> = baseline
+        .leases
+        .into_iter()
+        .map(|row| (row.key.clone(), row))
+        .collect();
+    let started = baseline.read_at;
     out.emit(
         &format!(
-            "watching {} keys ({} registered for release wake-ups) from {started} (server time); Ctrl-C to stop",
+            "watching {} keys ({armed} registered for release wake-ups) from {started} (server time); Ctrl-C to stop",
             known.len(),
-            listener.armed.len()
         ),
         &Json::Object(vec![
             ("event", Json::str("watching")),
@@ -303,45 +289,47 @@ pub fn watch_events(
                 "keys",
                 Json::Int(i64::try_from(known.len()).unwrap_or(i64::MAX)),
             ),
-            (
-                "armed",
-                Json::Int(i64::try_from(listener.armed.len()).unwrap_or(i64::MAX)),
-            ),
+            ("armed", Json::Int(i64::try_from(armed).unwrap_or(i64::MAX))),
         ]),
     )?;
     let mut emitted: u64 = 0;
     let mut next_listing = Instant::now() + interval;
-    let outcome: Result<(), CliError> = 'watch: loop {
-        let digests = listener.released_digests()?;
-        let woke = !digests.is_empty();
-        for digest in digests {
+    loop {
+        let wait = next_listing.saturating_duration_since(Instant::now());
+        let mut events: Vec<ReleaseEvent> = wakeups.watch.recv_timeout(wait).into_iter().collect();
+        events.extend(std::iter::from_fn(|| wakeups.watch.try_recv()));
+        let woke = !events.is_empty();
+        for event in events {
+            // A resync only asks for the listing below.
+            let ReleaseEvent::Released { key } = event else {
+                continue;
+            };
             // Keys outside the watched set are someone else's business.
-            let Some(row) = known.values().find(|row| row.digest == digest) else {
+            let Some(row) = known.get(&key) else {
                 continue;
             };
             if owner.is_some() && row.owner.as_deref() != owner {
                 continue;
             }
-            let key = row.key.clone();
-            if let Err(error) = emit(out, &Event::Wake { key }, Utc::now()) {
-                break 'watch Err(error);
-            }
+            emit(out, &Event::Wake { key }, Utc::now())?;
             emitted += 1;
             if count.is_some_and(|limit| emitted >= limit) {
-                break 'watch Ok(());
+                return Ok(());
             }
         }
         if woke || Instant::now() >= next_listing {
             next_listing = Instant::now() + interval;
-            let (rows, now) = listing::load(conn, &watched)?;
-            listener.arm(&rows);
-            let at = now.unwrap_or_else(Utc::now);
-            let current: HashMap<String, Row> =
-                rows.into_iter().map(|row| (row.key.clone(), row)).collect();
+            let listing = conn.list_leases(&watched).map_err(listing::failure)?;
+            wakeups.arm(&listing.leases);
+            let at = listing.read_at;
+            let current: HashMap<String, Row> = listing
+                .leases
+                .into_iter()
+                .map(|row| (row.key.clone(), row))
+                .collect();
             let mut keys: Vec<&String> = known.keys().chain(current.keys()).collect();
             keys.sort();
             keys.dedup();
-            let mut done = false;
             for key in keys {
                 let (before, after) = (known.get(key), current.get(key));
                 let concerns_owner = owner.is_none()
@@ -356,20 +344,13 @@ pub fn watch_events(
                     emit(out, &event, at)?;
                     emitted += 1;
                     if count.is_some_and(|limit| emitted >= limit) {
-                        done = true;
-                        break;
+                        return Ok(());
                     }
                 }
             }
             known = current;
-            if done {
-                break Ok(());
-            }
         }
-        std::thread::sleep(NOTIFICATION_TICK.min(interval));
-    };
-    listener.close();
-    outcome
+    }
 }
 
 fn emit(out: Printer, event: &Event, at: DateTime<Utc>) -> Result<(), CliError> {

@@ -1,12 +1,12 @@
 //! `ls` and `watch`: every key with its holder, epoch and remaining time.
 //!
-//! Decision: the library's API has no "list" on purpose (`lease.leases` is
-//! closed to callers, who only see their own keys through `inspect`). An
-//! operator listing everything is a different audience, so these commands
-//! read `lease.leases` directly, which works for a superuser or the role
-//! that installed leasehold (the table's owner), and say plainly when the
-//! connected role lacks the privilege instead of adding a SQL function that
-//! would open the table to every caller. Read-only: one SELECT per refresh.
+//! The rows come from the library's listing
+//! ([`leasehold::Leases::list_leases`]), which reads `lease.leases` and
+//! `lease.groups` (closed to callers by design, so it works for a
+//! superuser, the role that installed leasehold, or a role granted SELECT
+//! on both) and reports a role without the privilege by name, which these
+//! commands then explain. Read-only: one listing per refresh. This module
+//! keeps the presentation: tables, JSON, change marks.
 //!
 //! State and remaining time come from the *server* clock in the same
 //! statement, like every lease decision, so a row shows `lapsed` exactly
@@ -17,133 +17,65 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 use diesel::PgConnection;
+use leasehold::admin::{KeyState, ListFilter, ListOrder, ListedLease};
+use leasehold::{LeaseError, Leases};
 
 use crate::args::{ListArgs, SortBy};
 use crate::duration;
-use crate::failure::CliError;
+use crate::failure::{report, CliError};
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
 
 /// One key as listed.
-#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
-pub(crate) struct Row {
-    #[diesel(sql_type = Text)]
-    pub(crate) key: String,
-    /// Hex SHA-256 of the key: the payload of its release notifications.
-    #[diesel(sql_type = Text)]
-    pub(crate) digest: String,
-    /// `held`, `lapsed` or `free`.
-    #[diesel(sql_type = Text)]
-    pub(crate) state: String,
-    /// The holder, or the lapsed grant's owner; NULL when free.
-    #[diesel(sql_type = Nullable<Text>)]
-    pub(crate) owner: Option<String>,
-    #[diesel(sql_type = BigInt)]
-    pub(crate) epoch: i64,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    pub(crate) expires_at: Option<DateTime<Utc>>,
-    /// Milliseconds left (held), or since expiry (negative, lapsed).
-    #[diesel(sql_type = Nullable<BigInt>)]
-    remaining_ms: Option<i64>,
-    #[diesel(sql_type = Timestamptz)]
-    pub(crate) now: DateTime<Utc>,
-}
+pub(crate) type Row = ListedLease;
 
 /// What is compared between refreshes to mark a changed row.
-type Fingerprint = (String, Option<String>, i64);
+type Fingerprint = (KeyState, Option<String>, i64);
 
-const LIST_SQL: &str = "\
-WITH clock AS (SELECT clock_timestamp() AS now),
-listed AS (
-SELECT l.key,
-       encode(l.key_hash, 'hex') AS digest,
-       CASE WHEN l.owner IS NULL THEN 'free'
-            WHEN x.expires_at > c.now THEN 'held'
-            ELSE 'lapsed' END AS state,
-       l.owner,
-       l.epoch,
-       x.expires_at,
-       floor(extract(epoch FROM (x.expires_at - c.now)) * 1000)::bigint AS remaining_ms,
-       c.now
-  FROM lease.leases AS l CROSS JOIN clock AS c
-  -- A grant in a heartbeat group is live until the later of its own
-  -- expiry and its group's.
-  LEFT JOIN lease.groups AS g ON g.id = l.group_id
-  CROSS JOIN LATERAL (SELECT GREATEST(l.expires_at, g.expires_at) AS expires_at) AS x
- WHERE left(l.key, length($1)) = $1
-   AND ($2::text IS NULL OR l.owner = $2))
-SELECT * FROM listed
- WHERE cardinality($3::text[]) = 0 OR state = ANY ($3::text[])
- ORDER BY CASE WHEN $4 = 'expires' THEN expires_at END ASC NULLS LAST,
-          CASE WHEN $4 = 'epoch' THEN epoch END DESC,
-          key
- LIMIT $5";
-
-#[derive(QueryableByName)]
-struct Privilege {
-    #[diesel(sql_type = Bool)]
-    allowed: bool,
-    #[diesel(sql_type = Text)]
-    role: String,
+/// The library's filter for `list`.
+pub(crate) fn filter(list: &ListArgs) -> ListFilter {
+    let mut filter = ListFilter::new()
+        .prefix(list.prefix())
+        .order(match list.sort {
+            SortBy::Key => ListOrder::Key,
+            SortBy::Expires => ListOrder::Expires,
+            SortBy::Epoch => ListOrder::Epoch,
+        });
+    filter.owner = list.owner.clone();
+    filter.states = list.state.iter().map(|state| state.as_library()).collect();
+    // clap accepts only 1 and above.
+    filter.limit = list.limit.and_then(|limit| u64::try_from(limit).ok());
+    filter
 }
 
-/// Fails with [`CliError::NoListPrivilege`] unless the role may read the
-/// lease table.
-pub(crate) fn check_privilege(conn: &mut PgConnection) -> Result<(), CliError> {
-    let privilege = diesel::sql_query(
-        "SELECT has_table_privilege('lease.leases', 'SELECT') \
-                AND has_table_privilege('lease.groups', 'SELECT') AS allowed, \
-                current_user::text AS role",
-    )
-    .get_result::<Privilege>(conn)
-    .map_err(|error| database("check the privilege on lease.leases", &error))?;
-    if privilege.allowed {
-        Ok(())
-    } else {
-        Err(CliError::NoListPrivilege {
-            role: privilege.role,
-        })
-    }
-}
-
-fn database(what: &str, error: &diesel::result::Error) -> CliError {
-    CliError::Database(format!(
-        "could not {what}: {error}; check the connection and that leasehold is installed"
-    ))
-}
-
-/// One read of the keys `list` selects, in its order, and the server's
-/// clock (`None` when no key matched).
+/// One read of the keys `filter` selects, in its order, and the server's
+/// clock (`None` when no key matched: what `ls --json` has always shown).
 pub(crate) fn load(
     conn: &mut PgConnection,
-    list: &ListArgs,
+    filter: &ListFilter,
 ) -> Result<(Vec<Row>, Option<DateTime<Utc>>), CliError> {
-    let states: Vec<&str> = list.state.iter().map(|state| state.as_str()).collect();
-    let sort = match list.sort {
-        SortBy::Key => "key",
-        SortBy::Expires => "expires",
-        SortBy::Epoch => "epoch",
-    };
-    let rows = diesel::sql_query(LIST_SQL)
-        .bind::<Text, _>(list.prefix())
-        .bind::<Nullable<Text>, _>(list.owner.as_deref())
-        .bind::<Array<Text>, _>(states)
-        .bind::<Text, _>(sort)
-        .bind::<Nullable<BigInt>, _>(list.limit)
-        .load::<Row>(conn)
-        .map_err(|error| database("list lease.leases", &error))?;
-    let now = rows.first().map(|row| row.now);
-    Ok((rows, now))
+    let listing = conn.list_leases(filter).map_err(failure)?;
+    let now = (!listing.leases.is_empty()).then_some(listing.read_at);
+    Ok((listing.leases, now))
+}
+
+/// The command's error for a failed listing.
+pub(crate) fn failure(error: LeaseError) -> CliError {
+    match error {
+        LeaseError::ListNotPermitted { role } => CliError::NoListPrivilege { role },
+        LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
+        other => CliError::Database(format!(
+            "could not list lease.leases: {}; check the connection and that leasehold is installed",
+            report(&other)
+        )),
+    }
 }
 
 /// `leasehold ls [PREFIX] [--state S] [--owner O] [--sort K] [--limit N]`.
 pub fn ls(conn: &mut PgConnection, out: Printer, list: &ListArgs) -> Result<(), CliError> {
-    check_privilege(conn)?;
-    let (rows, now) = load(conn, list)?;
+    let (rows, now) = load(conn, &filter(list))?;
     let text = if rows.is_empty() {
         no_keys(list)
     } else {
@@ -164,13 +96,13 @@ pub fn watch(
     interval: Duration,
     count: Option<u64>,
 ) -> Result<(), CliError> {
-    check_privilege(conn)?;
+    let filter = filter(list);
     let clear = !out.is_json() && std::io::stdout().is_terminal();
     let mut previous: Option<HashMap<String, Fingerprint>> = None;
     let mut refresh: u64 = 0;
     loop {
         refresh += 1;
-        let (rows, now) = load(conn, list)?;
+        let (rows, now) = load(conn, &filter)?;
         let current: HashMap<String, Fingerprint> = rows
             .iter()
             .map(|row| (row.key.clone(), fingerprint(row)))
@@ -253,23 +185,31 @@ fn no_keys(list: &ListArgs) -> String {
 }
 
 fn fingerprint(row: &Row) -> Fingerprint {
-    (row.state.clone(), row.owner.clone(), row.epoch)
+    (row.state, row.owner.clone(), row.epoch.get())
+}
+
+/// Milliseconds left (held), or since expiry (negative, lapsed), rounded
+/// down as `ls` has always shown them.
+fn remaining_ms(row: &Row) -> Option<i64> {
+    row.remaining
+        .and_then(|remaining| remaining.num_microseconds())
+        .map(|micros| micros.div_euclid(1000))
 }
 
 fn cells(row: &Row) -> Vec<String> {
-    let holder = match (row.state.as_str(), &row.owner) {
-        ("held", Some(owner)) => owner.clone(),
-        ("lapsed", Some(owner)) => format!("({owner})"),
+    let holder = match (row.state, &row.owner) {
+        (KeyState::Held, Some(owner)) => owner.clone(),
+        (KeyState::Lapsed, Some(owner)) => format!("({owner})"),
         _ => "-".to_owned(),
     };
-    let remaining = match (row.state.as_str(), row.remaining_ms) {
-        ("held", Some(ms)) => duration::format(millis(ms)),
-        ("lapsed", Some(ms)) => format!("lapsed {} ago", duration::format(millis(-ms))),
+    let remaining = match (row.state, remaining_ms(row)) {
+        (KeyState::Held, Some(ms)) => duration::format(millis(ms)),
+        (KeyState::Lapsed, Some(ms)) => format!("lapsed {} ago", duration::format(millis(-ms))),
         _ => "-".to_owned(),
     };
     vec![
         row.key.clone(),
-        row.state.clone(),
+        row.state.to_string(),
         holder,
         row.epoch.to_string(),
         row.expires_at
@@ -285,13 +225,13 @@ fn millis(ms: i64) -> Duration {
 pub(crate) fn row_json(row: &Row) -> Json {
     Json::Object(vec![
         ("key", Json::str(&row.key)),
-        ("state", Json::str(&row.state)),
+        ("state", Json::str(row.state.as_str())),
         ("owner", Json::opt_str(row.owner.as_deref())),
-        ("epoch", Json::Int(row.epoch)),
+        ("epoch", Json::Int(row.epoch.into())),
         ("expires_at", Json::time(row.expires_at)),
         (
             "remaining_ms",
-            Json::int(row.remaining_ms.filter(|_| row.state == "held")),
+            Json::int(remaining_ms(row).filter(|_| row.state == KeyState::Held)),
         ),
     ])
 }

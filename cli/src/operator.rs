@@ -8,14 +8,13 @@
 //! "permission denied for function", but diesel exposes neither the
 //! SQLSTATE nor anything else stable about it, and message text is never
 //! parsed here. So when an operator call fails, the command asks the server
-//! whether the role holds EXECUTE on the function (`has_function_privilege`)
-//! and says so; otherwise the failure is reported as it came.
+//! whether the role holds EXECUTE on the function
+//! ([`leasehold::admin::function_privilege`]) and says so; otherwise the
+//! failure is reported as it came.
 
-use diesel::prelude::*;
-use diesel::sql_types::{Bool, Nullable, Text};
 use diesel::PgConnection;
 use leasehold::{
-    admin::{BoundRole, ForcedRelease, NamespaceRule},
+    admin::{function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, NamespaceRule},
     error::LeaseError,
     Leases,
 };
@@ -294,30 +293,14 @@ fn namespace_failure(
     }
 }
 
-#[derive(QueryableByName)]
-struct Privilege {
-    #[diesel(sql_type = Nullable<Bool>)]
-    allowed: Option<bool>,
-    #[diesel(sql_type = Text)]
-    role: String,
-}
-
 /// The error to show for a failed call of operator function `function`:
 /// [`CliError::NotGranted`] when the role lacks EXECUTE on it, a note that
 /// the installed leasehold predates it when it does not exist, else
 /// `failure` as it is.
 pub fn explain(conn: &mut PgConnection, function: &'static str, failure: CliError) -> CliError {
-    let privilege = diesel::sql_query(
-        "SELECT has_function_privilege(to_regprocedure($1), 'EXECUTE') AS allowed, current_user::text AS role",
-    )
-    .bind::<Text, _>(function)
-    .get_result::<Privilege>(conn);
-    match privilege {
-        Ok(Privilege {
-            allowed: Some(false),
-            role,
-        }) => CliError::NotGranted { role, function },
-        Ok(Privilege { allowed: None, .. }) => CliError::Database(format!(
+    match function_privilege(conn, function) {
+        Ok(FunctionPrivilege::NotGranted { role }) => CliError::NotGranted { role, function },
+        Ok(FunctionPrivilege::Missing) => CliError::Database(format!(
             "{function} does not exist in this database: the installed leasehold is older than this command; run `leasehold install` as the role that installed it"
         )),
         // Granted after all (or the check itself failed): the call failed

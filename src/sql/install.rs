@@ -97,6 +97,12 @@ pub(crate) const RECORD_VERSION: &str =
 pub(crate) const BOOKKEEPING_PRESENT: &str =
     "SELECT to_regclass('lease.schema_migrations') IS NOT NULL AS present";
 
+/// Whether the lease functions exist, whichever path installed them
+/// (column `present`): `lease.inspect(text)`, the cheapest sign of an
+/// install.
+pub(crate) const INSTALLED: &str =
+    "SELECT to_regprocedure('lease.inspect(text)') IS NOT NULL AS present";
+
 /// The recorded versions (column `version`).
 pub(crate) const RECORDED_VERSIONS: &str = "SELECT version FROM lease.schema_migrations";
 

@@ -9,7 +9,8 @@
 //!
 //! - [`calls`]: every statement the library sends, as prepared-statement
 //!   cacheable queries (one round trip per statement once prepared): the
-//!   SQL functions.
+//!   SQL functions, the operator's listing of keys and the privilege
+//!   questions; and the listener session's statements.
 //! - [`names`]: the stable names the SQL functions put in an error's
 //!   `CONSTRAINT` field (diesel does not expose SQLSTATE, but it does expose
 //!   that field) and the status texts of renew and release.
@@ -18,7 +19,7 @@
 //! - [`input`]: the checks made before a call is sent, in the same terms as
 //!   the server's own validation.
 //! - [`install`]: the installer's lock, bookkeeping and schema-ownership
-//!   check.
+//!   check, and whether leasehold is installed.
 
 pub(crate) mod calls;
 pub(crate) mod decode;

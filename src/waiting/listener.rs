@@ -46,11 +46,17 @@
 //! reacts within microseconds and spends no CPU while idle. An idle session
 //! is probed every few seconds so a silently dead connection is noticed.
 //!
-//! This module keeps the shared state (keys, slots, status); `session.rs`
-//! runs the thread and its database session; `slot.rs` is what waiters
-//! block on.
+//! A [`ReleaseWatch`](super::ReleaseWatch) (`releases.rs`) watches keys
+//! through the same registrations, as a waiter does, and gets its wake-ups
+//! as a queue of events instead of a slot: the key of each release
+//! notification of a key it watches, and a resync whenever the session was
+//! lost or (re)established, since notifications may have been missed then.
+//!
+//! This module keeps the shared state (keys, slots, release watches,
+//! status); `session.rs` runs the thread and its database session;
+//! `slot.rs` is what waiters block on.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
@@ -91,8 +97,9 @@ pub struct ListenerStatus {
     /// Registrations the server refused since the listener started (each
     /// one left a key polled for the rest of its waits).
     pub failed_registrations: u64,
-    /// Release notifications that carried the digest of a key waited for,
-    /// and so woke that key's waiters.
+    /// Release notifications that carried the digest of a key waited for
+    /// or watched ([`crate::wait::LeaseWaiter::watch_releases`]), and so
+    /// woke that key's waiters and watches.
     pub notification_wakeups: u64,
     /// Notifications on the release channel that matched no key waited for
     /// (releases other processes wait for, late ones, or forged ones).
@@ -175,8 +182,98 @@ pub(super) struct State {
     pub(super) keys: HashMap<String, KeyEntry>,
     /// Keys whose registration must be (re)considered by the thread.
     pub(super) dirty: HashSet<String>,
+    /// The queues of the release watches; a dropped watch's entry goes at
+    /// the next delivery.
+    pub(super) subscriptions: Vec<Weak<Subscription>>,
     pub(super) status: Status,
     pub(super) shutdown: bool,
+}
+
+/// What a release watch is told (see [`super::ReleaseEvent`], its public
+/// form).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// A release notification carried this key's digest.
+    Released(String),
+    /// The session was lost or (re)established.
+    Resync,
+}
+
+/// The queue of one release watch, filled by the listener's thread (under
+/// the state's lock: the lock order is state, then subscription) and
+/// emptied by the watch.
+#[derive(Default)]
+pub(super) struct Subscription {
+    pub(super) state: Mutex<SubscriptionState>,
+    pub(super) changed: Condvar,
+}
+
+#[derive(Default)]
+pub(super) struct SubscriptionState {
+    /// The keys whose releases this watch is told of.
+    pub(super) keys: HashSet<String>,
+    /// Undelivered events, oldest first. A key is queued at most once (a
+    /// key released twice before the watch reads it is one event), and so
+    /// is a resync, so the queue never holds more than the keys and one.
+    pub(super) queue: VecDeque<Delivery>,
+    /// The keys queued now.
+    pub(super) queued: HashSet<String>,
+    /// A resync is queued now.
+    pub(super) resync_queued: bool,
+}
+
+impl Subscription {
+    fn deliver(&self, delivery: &Delivery) {
+        let mut state = lock(&self.state);
+        match delivery {
+            Delivery::Released(key) => {
+                if !state.keys.contains(key) || !state.queued.insert(key.clone()) {
+                    return;
+                }
+            }
+            Delivery::Resync => {
+                if state.resync_queued {
+                    return;
+                }
+                state.resync_queued = true;
+            }
+        }
+        state.queue.push_back(delivery.clone());
+        self.changed.notify_all();
+    }
+
+    /// The oldest undelivered event, waiting for one until `until` (`None`:
+    /// as long as it takes); `None` when none came in time.
+    pub(super) fn next(&self, until: Option<Instant>) -> Option<Delivery> {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(delivery) = state.queue.pop_front() {
+                match &delivery {
+                    Delivery::Released(key) => {
+                        state.queued.remove(key);
+                    }
+                    Delivery::Resync => state.resync_queued = false,
+                }
+                return Some(delivery);
+            }
+            state = match until {
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(until) => {
+                    let now = Instant::now();
+                    if now >= until {
+                        return None;
+                    }
+                    self.changed
+                        .wait_timeout(state, until - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+    }
 }
 
 #[derive(Default)]
@@ -200,6 +297,41 @@ impl State {
         if let Some(entry) = self.keys.get_mut(key) {
             entry.registration = registration;
         }
+    }
+
+    /// Tells every release watch of `delivery` (only those watching the
+    /// key, for a release).
+    pub(super) fn deliver(&mut self, delivery: &Delivery) {
+        self.subscriptions
+            .retain(|subscription| match subscription.upgrade() {
+                Some(subscription) => {
+                    subscription.deliver(delivery);
+                    true
+                }
+                None => false,
+            });
+    }
+
+    /// Whether `key` is registered in a session that is up and listening:
+    /// a release of it committed from now on notifies.
+    fn armed(&self, key: &str) -> bool {
+        self.status.connected
+            && self
+                .keys
+                .get(key)
+                .is_some_and(|entry| entry.registration == Registration::Registered)
+    }
+
+    /// Whether `key`'s registration is done one way or the other in a
+    /// session that is up: registered, or refused by the server.
+    fn settled(&self, key: &str) -> bool {
+        self.status.connected
+            && self.keys.get(key).is_some_and(|entry| {
+                matches!(
+                    entry.registration,
+                    Registration::Registered | Registration::Refused(_)
+                )
+            })
     }
 
     fn public_status(&self) -> ListenerStatus {
@@ -462,6 +594,48 @@ impl Listener {
         self.shared
             .slot_of(key)
             .map_or(0, |slot| slot.armed_sleepers())
+    }
+
+    /// The shared state, for unit tests that deliver by hand.
+    #[cfg(test)]
+    pub(crate) fn shared_state_for_tests(&self) -> &Mutex<State> {
+        &self.shared.state
+    }
+
+    /// A new release watch's queue, told of releases and resyncs from now
+    /// on.
+    pub(crate) fn subscribe(&self) -> Arc<Subscription> {
+        let subscription = Arc::new(Subscription::default());
+        lock(&self.shared.state)
+            .subscriptions
+            .push(Arc::downgrade(&subscription));
+        subscription
+    }
+
+    /// How many of `keys` are armed: registered in a session that is up.
+    pub(crate) fn armed<'k>(&self, keys: impl IntoIterator<Item = &'k str>) -> usize {
+        let state = lock(&self.shared.state);
+        keys.into_iter().filter(|key| state.armed(key)).count()
+    }
+
+    /// Blocks until every one of `keys` is registered or refused in a
+    /// session that is up, or `timeout` passes; answers how many are armed
+    /// then.
+    pub(crate) fn wait_settled(&self, keys: &[&str], timeout: Duration) -> usize {
+        let until = Instant::now() + timeout;
+        let mut state = lock(&self.shared.state);
+        loop {
+            let now = Instant::now();
+            if now >= until || keys.iter().all(|key| state.settled(key)) {
+                return keys.iter().filter(|key| state.armed(key)).count();
+            }
+            state = self
+                .shared
+                .status_changed
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
     }
 }
 

@@ -58,6 +58,7 @@ use crate::sql::calls::RemainingCall;
 use crate::telemetry;
 
 mod listener;
+mod releases;
 mod session;
 pub(crate) mod slot;
 
@@ -65,6 +66,7 @@ use listener::Listener;
 pub use listener::{
     ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
 };
+pub use releases::{ReleaseEvent, ReleaseWatch};
 use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
@@ -249,6 +251,43 @@ impl LeaseWaiter {
     /// the holder's expiry, or a re-check). For tests and monitoring.
     pub fn armed_waiters(&self, key: &str) -> usize {
         self.listener.armed_waiters(key)
+    }
+
+    /// Watches `keys` for releases without acquiring them: the returned
+    /// [`ReleaseWatch`] reports each release notification of a watched key
+    /// ([`ReleaseEvent::Released`]), and a [`ReleaseEvent::Resync`]
+    /// whenever notifications may have been missed. The keys are registered
+    /// by this waiter's shared listener as a waiter's are (no session of
+    /// the watch's own), so each release of them notifies every listener of
+    /// the database while the watch lives.
+    ///
+    /// Up to [`WAITER_LIMIT`] distinct keys; more, an empty key or one with
+    /// a NUL character is [`LeaseError::InvalidInput`] and registers
+    /// nothing. The registrations complete in the background: call
+    /// [`ReleaseWatch::wait_armed`] before reading the keys' state, so that
+    /// every release after that read is reported.
+    ///
+    /// ```no_run
+    /// # fn demo(waiter: &leasehold::wait::LeaseWaiter) -> Result<(), leasehold::LeaseError> {
+    /// use std::time::Duration;
+    /// use leasehold::wait::ReleaseEvent;
+    /// let watch = waiter.watch_releases(["job-1", "job-2"])?;
+    /// watch.wait_armed(Duration::from_secs(15));
+    /// // ... read the keys' state ...
+    /// for event in watch {
+    ///     match event {
+    ///         ReleaseEvent::Released { key } => println!("{key} was released"),
+    ///         _ => println!("releases may have been missed: read the keys' state again"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn watch_releases<I, K>(&self, keys: I) -> Result<ReleaseWatch, LeaseError>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        ReleaseWatch::start(self.listener.clone(), keys)
     }
 
     /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::listener::{
-    lock, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
+    lock, Delivery, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME,
+    UNDELIVERED_RETRY,
 };
 use super::slot::Slot;
 use crate::libpq::{wait_readable, Notification, PqConn, PqError};
@@ -66,6 +67,7 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
         };
         {
             let mut state = lock(&shared.state);
+            let was_up = state.status.connected;
             state.status.connected = false;
             state.status.backend_pid = None;
             state.status.last_error = Some(error);
@@ -74,6 +76,12 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
             // one new attempt in the next session.
             for entry in state.keys.values_mut() {
                 entry.registration = Registration::Pending;
+            }
+            // Release watches re-read what they watch: releases may pass
+            // unnoticed until the next session is up. Told once, when a
+            // session that was up is lost, not at every failed attempt.
+            if was_up {
+                state.deliver(&Delivery::Resync);
             }
             shared.status_changed.notify_all();
         }
@@ -195,6 +203,9 @@ impl Session {
             state.status.connected = true;
             state.status.backend_pid = Some(session.conn.backend_pid());
             state.status.sessions += 1;
+            // A release may have passed unnoticed before this session
+            // listened: release watches re-read what they watch.
+            state.deliver(&Delivery::Resync);
             shared.status_changed.notify_all();
         }
         // Slots of registered keys become armed.
@@ -366,6 +377,7 @@ impl Session {
                         state.status.failed_registrations += 1;
                         state.status.last_refusal = Some(reason.clone());
                         state.set_registration(&key, Registration::Refused(reason));
+                        shared.status_changed.notify_all();
                     }
                 }
             } else {
@@ -396,6 +408,7 @@ impl Session {
         let slot = {
             let mut state = lock(&shared.state);
             state.set_registration(key, Registration::Registered);
+            shared.status_changed.notify_all();
             state.keys.get(key).map(|e| e.slot.clone())
         };
         if bump {
@@ -414,24 +427,24 @@ impl Session {
         self.busy.insert(key, (Instant::now() + backoff, backoff));
     }
 
-    /// Wakes the waiters of the keys whose digests `notifications` carry.
+    /// Wakes the waiters and tells the release watches of the keys whose
+    /// digests `notifications` carry.
     fn dispatch(&self, shared: &Shared, notifications: &[Notification]) {
         for notification in notifications {
             if notification.channel != RELEASE_CHANNEL {
                 continue;
             }
-            let slot = self
-                .by_digest
-                .get(&notification.payload)
-                .and_then(|key| shared.slot_of(key));
+            let key = self.by_digest.get(&notification.payload);
             let mut state = lock(&shared.state);
-            match slot {
-                Some(slot) => {
+            let slot = key.and_then(|key| state.keys.get(key).map(|e| e.slot.clone()));
+            match (key, slot) {
+                (Some(key), Some(slot)) => {
                     state.status.notification_wakeups += 1;
+                    state.deliver(&Delivery::Released(key.clone()));
                     drop(state);
                     slot.bump(None);
                 }
-                None => state.status.unmatched_notifications += 1,
+                _ => state.status.unmatched_notifications += 1,
             }
         }
     }

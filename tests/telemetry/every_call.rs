@@ -1,5 +1,5 @@
 //! Every call is counted and traced as the single-key calls are: the batch
-//! and group calls, the operator calls and prune each move
+//! and group calls, the operator calls, prune and the listing each move
 //! `leasehold_calls_total{operation,outcome}` once per call and open one
 //! `lease` span, and a KeeperSet's heartbeat shows up as `renew_group`.
 
@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use leasehold::{admin::PruneOptions, hold::KeeperSet, Acquisition, Leases};
+use leasehold::{
+    admin::{ListFilter, PruneOptions},
+    hold::KeeperSet,
+    Acquisition, Leases,
+};
 use leasehold_test_support::TestDb;
 
 use crate::{exclusive, wait_for};
@@ -89,6 +93,9 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
     let mut options = PruneOptions::new(Duration::from_secs(3600));
     options.dry_run = true;
     conn.prune(&options).expect("prune");
+    conn.list_leases(&ListFilter::new()).expect("list_leases");
+    conn.list_leases(&ListFilter::new().limit(0))
+        .expect_err("a limit of zero");
 
     let expected: BTreeMap<String, u64> = [
         ("acquire,outcome=granted", 3),
@@ -98,6 +105,8 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
         ("force_release,outcome=released", 1),
         ("generation,outcome=read", 1),
         ("join_group,outcome=joined", 1),
+        ("list_leases,outcome=invalid", 1),
+        ("list_leases,outcome=listed", 1),
         ("list_namespaces,outcome=listed", 1),
         ("prune,outcome=dry_run", 1),
         ("raise_generation,outcome=done", 1),
@@ -134,6 +143,7 @@ fn batch_group_operator_and_prune_calls_are_counted_and_traced() {
         "generation",
         "raise_generation",
         "prune",
+        "list_leases",
     ] {
         assert!(
             spans.iter().any(|span| span.name == "lease"

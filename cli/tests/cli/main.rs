@@ -12,4 +12,5 @@ mod operations;
 mod operator;
 mod prune;
 mod run;
+mod statements;
 mod support;

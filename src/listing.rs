@@ -1,0 +1,356 @@
+//! Listing keys (docs/guide/operations.md, `leasehold ls`): the operator's
+//! view of every key under a prefix, with its state, holder, epoch and
+//! expiry, read in one statement on the server's clock.
+//!
+//! Why an operator call and not an API function: `lease.leases` and
+//! `lease.groups` are closed to callers by design (docs/PRIVILEGES.md), who
+//! see their own keys through `inspect` only. A listing reads the tables
+//! themselves, so it works for their owner (the role that installed
+//! leasehold), for superusers, and for a role an operator granted SELECT on
+//! both tables; anybody else gets [`LeaseError::ListNotPermitted`], asked of
+//! the server before the listing is sent, so a caller's transaction is not
+//! aborted by a refusal. No SQL function is added for it: one would open
+//! every key name to every role that may call it.
+//!
+//! The state of a row is decided as `lease._live` decides it, in the same
+//! statement and on one reading of the server's clock (see
+//! `sql::calls::ListLeasesCall`, which has to restate the rule because the
+//! helpers are granted to nobody; `tests/leasehold/listing.rs` keeps the
+//! two equal).
+
+use chrono::{DateTime, TimeDelta, Utc};
+use diesel::pg::PgConnection;
+use diesel::RunQueryDsl;
+
+use crate::epoch::Epoch;
+use crate::errors::{LeaseError, Operation};
+use crate::sql::calls::{ListLeasesCall, ListPrivilegeCall};
+use crate::sql::input;
+use crate::telemetry;
+
+/// A key's state in a listing, decided on the server's clock as every lease
+/// call decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KeyState {
+    /// A live grant: its own expiry, or its heartbeat group's, is ahead of
+    /// the server's clock.
+    Held,
+    /// A grant whose expiry passed: anyone may acquire the key, and its
+    /// holder's renew is refused as `lapsed`. The row still names that
+    /// holder.
+    Lapsed,
+    /// No grant: released or force-released (the row keeps the counter).
+    Free,
+}
+
+impl KeyState {
+    /// The state as `leasehold ls` prints it: `held`, `lapsed` or `free`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Held => "held",
+            KeyState::Lapsed => "lapsed",
+            KeyState::Free => "free",
+        }
+    }
+
+    /// Reads the statement's spelling back (`None` for one this client does
+    /// not know: the installed SQL is newer).
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "held" => Some(KeyState::Held),
+            "lapsed" => Some(KeyState::Lapsed),
+            "free" => Some(KeyState::Free),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for KeyState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The order of a listing's rows. Ties are broken by key in byte order, so
+/// two listings of the same rows come in the same order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ListOrder {
+    /// By key, byte order.
+    #[default]
+    Key,
+    /// Soonest effective expiry first (so lapsed keys, longest lapsed
+    /// first, before held ones); free keys last.
+    Expires,
+    /// Highest epoch (for a free key: its counter) first.
+    Epoch,
+}
+
+impl ListOrder {
+    /// How the statement names the order.
+    fn as_sql(self) -> &'static str {
+        match self {
+            ListOrder::Key => "key",
+            ListOrder::Expires => "expires",
+            ListOrder::Epoch => "epoch",
+        }
+    }
+}
+
+/// Which keys [`list_leases`](crate::Leases::list_leases) returns, and in
+/// what order: every key by default.
+///
+/// ```
+/// use leasehold::admin::{KeyState, ListFilter, ListOrder};
+/// let filter = ListFilter::new()
+///     .prefix("job-")
+///     .state(KeyState::Held)
+///     .state(KeyState::Lapsed)
+///     .order(ListOrder::Expires)
+///     .limit(20);
+/// assert_eq!(filter.states, [KeyState::Held, KeyState::Lapsed]);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListFilter {
+    /// Only keys starting with this prefix (byte-wise); empty for every key.
+    pub prefix: String,
+    /// Only keys whose grant, held or lapsed, belongs to this owner (exact
+    /// match; a free key has no owner and never matches).
+    pub owner: Option<String>,
+    /// Only keys in one of these states; empty for every state.
+    pub states: Vec<KeyState>,
+    /// The order of the rows.
+    pub order: ListOrder,
+    /// At most this many rows, after filtering and ordering; `None` for
+    /// all. Zero is refused as [`LeaseError::InvalidInput`].
+    pub limit: Option<u64>,
+}
+
+impl ListFilter {
+    /// Every key, by key.
+    pub fn new() -> Self {
+        ListFilter::default()
+    }
+
+    /// Only keys starting with `prefix`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Only keys whose grant, held or lapsed, belongs to `owner`.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Adds `state` to the states listed (none added: every state).
+    pub fn state(mut self, state: KeyState) -> Self {
+        self.states.push(state);
+        self
+    }
+
+    /// Orders the rows by `order`.
+    pub fn order(mut self, order: ListOrder) -> Self {
+        self.order = order;
+        self
+    }
+
+    /// At most `limit` rows (at least 1).
+    pub fn limit(mut self, limit: u64) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+}
+
+/// One key as [`list_leases`](crate::Leases::list_leases) reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListedLease {
+    /// The key.
+    pub key: String,
+    /// The key's digest, hex SHA-256 of its UTF-8 bytes: what its release
+    /// notifications carry instead of the name.
+    pub digest: String,
+    /// Held, lapsed or free, on the server's clock at [`Listing::read_at`].
+    pub state: KeyState,
+    /// The holder, or the lapsed grant's owner; `None` when free.
+    pub owner: Option<String>,
+    /// The grant's epoch; for a free key, its counter (every epoch up to it
+    /// is stale).
+    pub epoch: Epoch,
+    /// The effective expiry (the later of the grant's own and its heartbeat
+    /// group's); `None` when free.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `expires_at` minus [`Listing::read_at`], both the server's: the time
+    /// left of a held grant (positive), or how long ago a lapsed one expired
+    /// (zero or negative); `None` when free. No client clock is involved.
+    pub remaining: Option<TimeDelta>,
+}
+
+/// What [`list_leases`](crate::Leases::list_leases) read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Listing {
+    /// The server's clock when the rows were read: the instant every
+    /// state and [`ListedLease::remaining`] refers to (present even when
+    /// no key matched).
+    pub read_at: DateTime<Utc>,
+    /// The keys the filter selected, in its order.
+    pub leases: Vec<ListedLease>,
+}
+
+/// The connection's [`crate::Leases::list_leases`]: its documentation is
+/// there.
+pub(crate) fn list_leases(
+    conn: &mut PgConnection,
+    filter: &ListFilter,
+) -> Result<Listing, LeaseError> {
+    telemetry::lease_call(
+        Operation::ListLeases,
+        &filter.prefix,
+        filter.owner.as_deref().unwrap_or(""),
+        None,
+        || list_leases_unobserved(conn, filter),
+    )
+}
+
+/// A listing's row as the statement answers it: the clock, then the key's
+/// columns (all NULL when no key matched).
+type Row = (
+    DateTime<Utc>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+);
+
+/// [`list_leases`](crate::Leases::list_leases) without its span and
+/// counters.
+fn list_leases_unobserved(
+    conn: &mut PgConnection,
+    filter: &ListFilter,
+) -> Result<Listing, LeaseError> {
+    let limit = check(filter)?;
+    let autocommit = crate::leases::in_autocommit(conn);
+    let failed = |error| LeaseError::from_keyless(Operation::ListLeases, error, autocommit);
+    let (allowed, role) = ListPrivilegeCall {
+        _borrow: std::marker::PhantomData,
+    }
+    .get_result::<(bool, String)>(conn)
+    .map_err(failed)?;
+    if !allowed {
+        return Err(LeaseError::ListNotPermitted { role });
+    }
+    let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
+    let rows = ListLeasesCall {
+        prefix: &filter.prefix,
+        owner: filter.owner.as_deref(),
+        states,
+        order: filter.order.as_sql(),
+        limit,
+        _borrow: std::marker::PhantomData,
+    }
+    .get_results::<Row>(conn)
+    .map_err(failed)?;
+    let mut read_at = None;
+    let mut leases = Vec::with_capacity(rows.len());
+    for (now, key, digest, state, owner, epoch, expires_at) in rows {
+        read_at = Some(now);
+        // The clock's own row when no key matched.
+        let (Some(key), Some(digest), Some(state), Some(epoch)) = (key, digest, state, epoch)
+        else {
+            continue;
+        };
+        let state = KeyState::parse(&state)
+            .ok_or_else(|| crate::leases::unexpected(Operation::ListLeases, &state))?;
+        leases.push(ListedLease {
+            key,
+            digest,
+            state,
+            owner,
+            epoch: Epoch::new(epoch),
+            remaining: expires_at.map(|expires_at| expires_at - now),
+            expires_at,
+        });
+    }
+    let read_at =
+        read_at.ok_or_else(|| crate::leases::unexpected(Operation::ListLeases, "no rows"))?;
+    Ok(Listing { read_at, leases })
+}
+
+/// Checks a filter before anything is sent; answers the row limit as the
+/// statement takes it.
+fn check(filter: &ListFilter) -> Result<i64, LeaseError> {
+    let mut violations = Vec::new();
+    if let Err(violation) = input::text("prefix", &filter.prefix) {
+        violations.push(violation);
+    }
+    if let Some(owner) = &filter.owner {
+        if owner.is_empty() {
+            violations.push("owner must not be empty".to_owned());
+        } else if let Err(violation) = input::text("owner", owner) {
+            violations.push(violation);
+        }
+    }
+    if filter.limit == Some(0) {
+        violations.push("limit must be at least 1".to_owned());
+    }
+    if !violations.is_empty() {
+        return Err(LeaseError::InvalidInput { violations });
+    }
+    // A limit beyond every row a table can hold is no limit.
+    Ok(filter
+        .limit
+        .map_or(i64::MAX, |limit| i64::try_from(limit).unwrap_or(i64::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_read_back_as_they_are_spelled() {
+        for state in [KeyState::Held, KeyState::Lapsed, KeyState::Free] {
+            assert_eq!(KeyState::parse(state.as_str()), Some(state));
+            assert_eq!(state.to_string(), state.as_str());
+        }
+        assert_eq!(KeyState::parse("busy"), None);
+    }
+
+    #[test]
+    fn bad_filters_are_refused_with_every_violation() {
+        let mut filter = ListFilter::new().prefix("a\0").owner("").limit(0);
+        match check(&filter) {
+            Err(LeaseError::InvalidInput { violations }) => assert_eq!(
+                violations,
+                [
+                    "prefix must not contain NUL characters",
+                    "owner must not be empty",
+                    "limit must be at least 1"
+                ]
+            ),
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+        filter.owner = Some("w\0".to_owned());
+        filter.prefix.clear();
+        filter.limit = None;
+        assert!(matches!(
+            check(&filter),
+            Err(LeaseError::InvalidInput { .. })
+        ));
+    }
+
+    #[test]
+    fn limits_are_passed_on_and_huge_ones_mean_all() {
+        assert_eq!(check(&ListFilter::new()).ok(), Some(i64::MAX));
+        assert_eq!(check(&ListFilter::new().limit(3)).ok(), Some(3));
+        assert_eq!(
+            check(&ListFilter::new().limit(u64::MAX)).ok(),
+            Some(i64::MAX)
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! Release wake-ups as a stream of events: what `leasehold watch --events`
+//! shows as `wake`, for any program that wants to react to releases of
+//! some keys without waiting to acquire them.
+//!
+//! A [`ReleaseWatch`] is built on the waiters' listener of its URL
+//! (`listener.rs`), not on a session of its own: its keys are registered
+//! exactly as a waiter's are (one `lease.waiters` row per key and session,
+//! however many waiters and watches share it), so a process that waits for
+//! and watches keys keeps one listener connection per database URL, and
+//! the session's registration cap ([`WAITER_LIMIT`]) counts them together.
+//!
+//! What the listener can and cannot know shapes the events. A release
+//! notification is sent only while a registration for the key exists, and
+//! only to sessions that listen at that moment: a release committed while
+//! the listener's session is down, or before a key's registration
+//! completed, is never announced. So the watch says when that may have
+//! happened ([`ReleaseEvent::Resync`], at every loss and every new session)
+//! and how far its keys are registered ([`ReleaseWatch::armed`],
+//! [`ReleaseWatch::wait_armed`]); a consumer reads the keys' state after
+//! either, as `leasehold watch --events` re-lists them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::listener::{lock, Delivery, Listener, Subscription, Watch};
+use super::WAITER_LIMIT;
+use crate::errors::LeaseError;
+use crate::sql::input;
+
+/// What a [`ReleaseWatch`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseEvent {
+    /// A release notification carried the digest of this watched key: a
+    /// release, a forced release or a `release_many` of it committed since
+    /// its registration. A key released again before this event was read
+    /// is reported once. Any role may send a notification on the channel,
+    /// so read the key's state rather than act on the event alone.
+    Released {
+        /// The key.
+        key: String,
+    },
+    /// Releases may have gone unannounced: the listener's session was lost,
+    /// or a session came up (the first one too) whose registrations are
+    /// new. Read the state of the watched keys again; the listener
+    /// reconnects and registers them again by itself.
+    Resync,
+}
+
+/// A stream of release wake-ups for a set of keys, from
+/// [`LeaseWaiter::watch_releases`](super::LeaseWaiter::watch_releases).
+///
+/// Events queue while nobody reads them ([`ReleaseWatch::recv_timeout`],
+/// [`ReleaseWatch::try_recv`], or the blocking iterator), at most one per
+/// key plus one resync. Dropping the watch withdraws its keys'
+/// registrations, unless a waiter or another watch of the process still
+/// needs them.
+pub struct ReleaseWatch {
+    listener: Arc<Listener>,
+    subscription: Arc<Subscription>,
+    watches: HashMap<String, Watch>,
+}
+
+impl std::fmt::Debug for ReleaseWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseWatch")
+            .field("keys", &self.watches.len())
+            .field("armed", &self.armed())
+            .finish()
+    }
+}
+
+impl ReleaseWatch {
+    /// A watch of `keys` on `listener`; the keys are checked first, so an
+    /// error registers none.
+    pub(super) fn start<I, K>(listener: Arc<Listener>, keys: I) -> Result<Self, LeaseError>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        let mut distinct: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut violations = Vec::new();
+        for key in keys {
+            let key = key.as_ref();
+            if let Err(violation) = check_key(key) {
+                violations.push(violation);
+            } else if seen.insert(key.to_owned()) {
+                distinct.push(key.to_owned());
+            }
+        }
+        if distinct.len() > WAITER_LIMIT {
+            violations.push(too_many(distinct.len()));
+        }
+        if !violations.is_empty() {
+            return Err(LeaseError::InvalidInput { violations });
+        }
+        let subscription = listener.subscribe();
+        let mut watch = ReleaseWatch {
+            listener,
+            subscription,
+            watches: HashMap::with_capacity(distinct.len()),
+        };
+        for key in distinct {
+            watch.register(key);
+        }
+        Ok(watch)
+    }
+
+    /// Adds `key` to the watched keys; `false` when it was watched already.
+    /// A key that is empty or holds NUL, or one more key than
+    /// [`WAITER_LIMIT`], is [`LeaseError::InvalidInput`] and changes nothing.
+    pub fn add(&mut self, key: &str) -> Result<bool, LeaseError> {
+        check_key(key).map_err(LeaseError::invalid)?;
+        if self.watches.contains_key(key) {
+            return Ok(false);
+        }
+        if self.watches.len() >= WAITER_LIMIT {
+            return Err(LeaseError::invalid(too_many(self.watches.len() + 1)));
+        }
+        self.register(key.to_owned());
+        Ok(true)
+    }
+
+    /// Stops watching `key` (events of it already queued stay); `false`
+    /// when it was not watched.
+    pub fn remove(&mut self, key: &str) -> bool {
+        lock(&self.subscription.state).keys.remove(key);
+        self.watches.remove(key).is_some()
+    }
+
+    /// Told of the key's releases first, then registered: a notification
+    /// that arrives as soon as the registration is done finds it.
+    fn register(&mut self, key: String) {
+        lock(&self.subscription.state).keys.insert(key.clone());
+        let watch = self.listener.watch(&key);
+        self.watches.insert(key, watch);
+    }
+
+    /// Whether `key` is watched.
+    pub fn contains(&self, key: &str) -> bool {
+        self.watches.contains_key(key)
+    }
+
+    /// How many keys are watched.
+    pub fn len(&self) -> usize {
+        self.watches.len()
+    }
+
+    /// Whether no key is watched.
+    pub fn is_empty(&self) -> bool {
+        self.watches.is_empty()
+    }
+
+    /// The watched keys, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.watches.keys().map(String::as_str)
+    }
+
+    /// How many watched keys are armed: registered in the listener's
+    /// current session, which is up and listening, so that a release of
+    /// them committed from now on is reported. The others are not yet
+    /// registered, were refused by the server (the session's
+    /// [`WAITER_LIMIT`], a namespace of another role: see
+    /// [`LeaseWaiter::listener_status`](super::LeaseWaiter::listener_status)),
+    /// or the listener is down.
+    pub fn armed(&self) -> usize {
+        self.listener.armed(self.keys())
+    }
+
+    /// Whether `key` is watched and armed (see [`ReleaseWatch::armed`]).
+    pub fn is_armed(&self, key: &str) -> bool {
+        self.contains(key) && self.listener.armed([key]) == 1
+    }
+
+    /// Blocks until every watched key is registered or refused in a
+    /// listener session that is up, or `timeout` passes; answers how many
+    /// are armed then. Read the keys' state after it: a release from then
+    /// on is reported.
+    pub fn wait_armed(&self, timeout: Duration) -> usize {
+        let keys: Vec<&str> = self.keys().collect();
+        self.listener.wait_settled(&keys, timeout)
+    }
+
+    /// The oldest event not yet read, waiting up to `timeout` for one;
+    /// `None` when none came.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<ReleaseEvent> {
+        let until = Instant::now().checked_add(timeout);
+        self.subscription.next(until).map(public)
+    }
+
+    /// The oldest event not yet read, without waiting.
+    pub fn try_recv(&self) -> Option<ReleaseEvent> {
+        self.subscription.next(Some(Instant::now())).map(public)
+    }
+
+    /// The oldest event not yet read, waiting as long as it takes.
+    pub fn recv(&self) -> ReleaseEvent {
+        loop {
+            if let Some(delivery) = self.subscription.next(None) {
+                return public(delivery);
+            }
+        }
+    }
+}
+
+/// Every event as it comes: blocks until the next one, and never ends.
+impl Iterator for ReleaseWatch {
+    type Item = ReleaseEvent;
+
+    fn next(&mut self) -> Option<ReleaseEvent> {
+        Some(self.recv())
+    }
+}
+
+fn public(delivery: Delivery) -> ReleaseEvent {
+    match delivery {
+        Delivery::Released(key) => ReleaseEvent::Released { key },
+        Delivery::Resync => ReleaseEvent::Resync,
+    }
+}
+
+/// What a key cannot be: the server would refuse its registration, and the
+/// watch would never hear of it.
+fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("key must not be empty".to_owned());
+    }
+    input::text("key", key)
+}
+
+fn too_many(keys: usize) -> String {
+    format!(
+        "a release watch holds at most {WAITER_LIMIT} keys (WAITER_LIMIT, the listener session's registration cap); {keys} asked for"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that never connects (no server at that socket path):
+    /// registration stays pending, which is all the limits need.
+    fn nowhere() -> Arc<Listener> {
+        Listener::for_url("host=/nonexistent/leasehold-release-watch-test dbname=none")
+    }
+
+    #[test]
+    fn a_watch_holds_at_most_the_waiter_limit_and_refuses_unreportable_keys() {
+        let keys: Vec<String> = (0..WAITER_LIMIT).map(|i| format!("key-{i}")).collect();
+        let mut watch = ReleaseWatch::start(nowhere(), &keys).expect("the limit itself");
+        assert_eq!(watch.len(), WAITER_LIMIT);
+        assert_eq!(watch.add("key-0").ok(), Some(false), "already watched");
+        match watch.add("one-more") {
+            Err(LeaseError::InvalidInput { violations }) => {
+                assert!(
+                    violations[0].contains("at most 10000 keys"),
+                    "{violations:?}"
+                )
+            }
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+        assert!(!watch.contains("one-more"));
+        assert!(watch.remove("key-0"));
+        assert_eq!(watch.add("one-more").ok(), Some(true));
+        for bad in ["", "a\0b"] {
+            assert!(matches!(
+                watch.add(bad),
+                Err(LeaseError::InvalidInput { .. })
+            ));
+        }
+        // Not connected: nothing is armed, and waiting says so in time.
+        assert_eq!(watch.armed(), 0);
+        assert!(!watch.is_armed("key-1"));
+        assert_eq!(watch.wait_armed(Duration::from_millis(20)), 0);
+        assert_eq!(watch.try_recv(), None);
+    }
+
+    #[test]
+    fn a_key_released_twice_before_it_is_read_is_one_event_and_so_is_a_resync() {
+        let listener = nowhere();
+        let watch = ReleaseWatch::start(listener.clone(), ["a", "b"]).expect("a watch");
+        {
+            let mut state = lock(listener.shared_state_for_tests());
+            for delivery in [
+                Delivery::Released("a".to_owned()),
+                Delivery::Resync,
+                Delivery::Released("a".to_owned()),
+                Delivery::Released("elsewhere".to_owned()),
+                Delivery::Released("b".to_owned()),
+                Delivery::Resync,
+            ] {
+                state.deliver(&delivery);
+            }
+        }
+        let events: Vec<ReleaseEvent> = std::iter::from_fn(|| watch.try_recv()).collect();
+        assert_eq!(
+            events,
+            [
+                ReleaseEvent::Released {
+                    key: "a".to_owned()
+                },
+                ReleaseEvent::Resync,
+                ReleaseEvent::Released {
+                    key: "b".to_owned()
+                },
+            ]
+        );
+        // Read, a key is reported again.
+        lock(listener.shared_state_for_tests()).deliver(&Delivery::Released("a".to_owned()));
+        assert_eq!(
+            watch.recv_timeout(Duration::ZERO),
+            Some(ReleaseEvent::Released {
+                key: "a".to_owned()
+            })
+        );
+    }
+}
