@@ -545,20 +545,34 @@ impl Listener {
 
     /// Blocks until the session is up or `timeout` passes.
     pub(crate) fn wait_connected(&self, timeout: Duration) -> bool {
+        self.wait_for_status(timeout, |state, timed_out| {
+            if state.status.connected {
+                Some(true)
+            } else {
+                timed_out.then_some(false)
+            }
+        })
+    }
+
+    /// The one wait on the listener's state: re-evaluates `decide` (given
+    /// the state and whether `timeout` has passed) each time the session's
+    /// status changes, until it answers.
+    fn wait_for_status<T>(
+        &self,
+        timeout: Duration,
+        mut decide: impl FnMut(&State, bool) -> Option<T>,
+    ) -> T {
         let until = Instant::now() + timeout;
         let mut state = lock(&self.shared.state);
         loop {
-            if state.status.connected {
-                return true;
-            }
             let now = Instant::now();
-            if now >= until {
-                return false;
+            if let Some(answer) = decide(&state, now >= until) {
+                return answer;
             }
             state = self
                 .shared
                 .status_changed
-                .wait_timeout(state, until - now)
+                .wait_timeout(state, until.saturating_duration_since(now))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
@@ -568,23 +582,15 @@ impl Listener {
     /// failed its delivery check, or `timeout` passes (`Err` with the
     /// status then).
     pub(crate) fn wait_delivering(&self, timeout: Duration) -> Result<(), Box<ListenerStatus>> {
-        let until = Instant::now() + timeout;
-        let mut state = lock(&self.shared.state);
-        loop {
+        self.wait_for_status(timeout, |state, timed_out| {
             if state.status.connected {
-                return Ok(());
+                Some(Ok(()))
+            } else if timed_out || state.status.undelivered {
+                Some(Err(Box::new(state.public_status())))
+            } else {
+                None
             }
-            let now = Instant::now();
-            if now >= until || state.status.undelivered {
-                return Err(Box::new(state.public_status()));
-            }
-            state = self
-                .shared
-                .status_changed
-                .wait_timeout(state, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        })
     }
 
     /// Waiters of `key` blocked after an attempt that followed the key's
@@ -622,20 +628,10 @@ impl Listener {
     /// session that is up, or `timeout` passes; answers how many are armed
     /// then.
     pub(crate) fn wait_settled(&self, keys: &[&str], timeout: Duration) -> usize {
-        let until = Instant::now() + timeout;
-        let mut state = lock(&self.shared.state);
-        loop {
-            let now = Instant::now();
-            if now >= until || keys.iter().all(|key| state.settled(key)) {
-                return keys.iter().filter(|key| state.armed(key)).count();
-            }
-            state = self
-                .shared
-                .status_changed
-                .wait_timeout(state, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.wait_for_status(timeout, |state, timed_out| {
+            (timed_out || keys.iter().all(|key| state.settled(key)))
+                .then(|| keys.iter().filter(|key| state.armed(key)).count())
+        })
     }
 }
 
