@@ -585,7 +585,7 @@ impl InstallError {
     ) -> InstallError {
         if source.to_string().contains("lock timeout") {
             InstallError::Blocked {
-                waited: crate::install::INSTALL_LOCK_TIMEOUT,
+                waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source,
             }
         } else {
@@ -597,7 +597,7 @@ impl InstallError {
     pub(crate) fn from_diesel(error: DieselError) -> Self {
         if error.to_string().contains("lock timeout") {
             return InstallError::Blocked {
-                waited: crate::install::INSTALL_LOCK_TIMEOUT,
+                waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source: Box::new(error),
             };
         }
@@ -753,6 +753,34 @@ pub enum GuardError {
     /// names the last connection error when there was one).
     #[error("no database connection available from the pool: {0}")]
     Pool(#[from] r2d2::Error),
+}
+
+/// Why a keeper could not be built or stopped cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeeperError {
+    /// The configuration cannot keep a lease alive; fix the setting and
+    /// start again.
+    #[error("invalid keeper configuration: {reason}")]
+    InvalidConfig {
+        /// Which rule the settings broke.
+        reason: String,
+    },
+    /// A keeper thread could not be started (the process is out of
+    /// threads or memory).
+    #[error("cannot start a keeper thread")]
+    Spawn(#[source] std::io::Error),
+    /// The first renew found the lease already lost.
+    #[error("lease {key:?} is no longer held: {reason}")]
+    NotHeld {
+        /// The lease key.
+        key: String,
+        /// What the renew answered.
+        reason: Refusal,
+    },
+    /// A renew or release call failed.
+    #[error("a keeper's lease call failed")]
+    Lease(#[from] LeaseError),
 }
 
 /// What a guard call was about, so a refusal can be reported with its facts.

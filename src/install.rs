@@ -50,11 +50,6 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
 
-/// How long an install waits for any lock before it gives up and changes
-/// nothing ([`crate::error::InstallError::Blocked`]): the `lock_timeout` every
-/// migration and the install transaction set.
-pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// What [`install`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallReport {

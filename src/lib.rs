@@ -150,8 +150,7 @@ pub mod wait {
 /// whether the connected role was granted one.
 pub mod admin {
     pub use crate::install::{
-        install, installed_versions, is_installed, uninstall, InstallReport, INSTALL_LOCK_TIMEOUT,
-        MIGRATIONS,
+        install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
     };
     pub use crate::listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
     pub use crate::operator::{
@@ -159,15 +158,16 @@ pub mod admin {
         GENERATION_SHIFT, MAX_GENERATION,
     };
     pub use crate::prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
+    pub use crate::sql::install::INSTALL_LOCK_TIMEOUT;
 }
 
 /// Every error type, each keeping its source. One call returns one of
 /// them: lease calls [`LeaseError`], guard calls
 /// [`GuardError`](error::GuardError), and so on.
 pub mod error {
+    pub use crate::errors::KeeperError;
     pub use crate::errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
     pub use crate::guards::FencedError;
-    pub use crate::holding::KeeperError;
     pub use crate::token::TokenError;
     pub use crate::waiting::WaitError;
 }

@@ -67,7 +67,7 @@ use chrono::{DateTime, Utc};
 
 use super::schedule::{lock, spawn, Schedule};
 use crate::client::LeaseClient;
-use crate::errors::LeaseError;
+use crate::errors::{KeeperError, LeaseError};
 use crate::leases;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
@@ -123,34 +123,6 @@ pub enum KeeperEvent {
     },
     /// The lease is lost; reported once, then the keeper renews no more.
     Lost(LeaseLoss),
-}
-
-/// Why a keeper could not be built or stopped cleanly.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeeperError {
-    /// The configuration cannot keep a lease alive; fix the setting and
-    /// start again.
-    #[error("invalid keeper configuration: {reason}")]
-    InvalidConfig {
-        /// Which rule the settings broke.
-        reason: String,
-    },
-    /// A keeper thread could not be started (the process is out of
-    /// threads or memory).
-    #[error("cannot start a keeper thread")]
-    Spawn(#[source] std::io::Error),
-    /// The first renew found the lease already lost.
-    #[error("lease {key:?} is no longer held: {reason}")]
-    NotHeld {
-        /// The lease key.
-        key: String,
-        /// What the renew answered.
-        reason: Refusal,
-    },
-    /// A renew or release call failed.
-    #[error("a keeper's lease call failed")]
-    Lease(#[from] LeaseError),
 }
 
 type EventHandler = Box<dyn Fn(&KeeperEvent) + Send + Sync>;

@@ -43,9 +43,10 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::keeper::{KeeperError, LeaseLoss};
+use super::keeper::LeaseLoss;
 use super::schedule::{lock, spawn, Schedule};
 use crate::client::LeaseClient;
+use crate::errors::KeeperError;
 use crate::errors::LeaseError;
 use crate::groups::{self, GroupId, GroupRenewal};
 use crate::many::{self, MAX_KEYS_PER_CALL};

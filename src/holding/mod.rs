@@ -13,6 +13,6 @@ mod schedule;
 mod worker;
 
 pub use cancel::CancelToken;
-pub use keeper::{Keeper, KeeperBuilder, KeeperError, KeeperEvent, LeaseLoss};
+pub use keeper::{Keeper, KeeperBuilder, KeeperEvent, LeaseLoss};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder, KeeperSetEvent};
 pub use worker::{run_while_held, StopReason, WorkContext, WorkOutcome};

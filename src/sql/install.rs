@@ -9,6 +9,11 @@
 /// and holding up every lease call queued behind it.
 pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
+/// How long an install waits for any lock before it gives up and changes
+/// nothing ([`crate::error::InstallError::Blocked`]): the `lock_timeout` every
+/// migration and the install transaction set.
+pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serialises installers of one database (`$1`: the lock key).
 pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
@@ -116,3 +121,25 @@ pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS lease RESTRICT";
 /// database (column `version`; no row otherwise).
 pub(crate) const EXTENSION_VERSION: &str =
     "SELECT e.extversion::text AS version FROM pg_catalog.pg_extension AS e WHERE e.extname = 'leasehold'";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bound is written three ways (the duration errors report, the
+    /// install's own `SET LOCAL`, and each migration's); they must agree.
+    #[test]
+    fn every_statement_of_the_lock_bound_says_the_same_time() {
+        let spelled = format!(
+            "SET LOCAL lock_timeout = '{}s'",
+            INSTALL_LOCK_TIMEOUT.as_secs()
+        );
+        assert_eq!(SET_LOCK_TIMEOUT, spelled);
+        for (name, sql) in crate::migration_sql::MIGRATION_SQL {
+            assert!(
+                sql.lines().any(|line| line.trim() == format!("{spelled};")),
+                "migration {name} does not set the install's lock bound"
+            );
+        }
+    }
+}
