@@ -734,8 +734,12 @@ TEST_LINE_RE = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)\b", re.MULTIL
 
 
 def run_suite(binary: Path, repo: Path, patch: Path | None, libtest_args: list[str],
-              timeout: float, log_path: Path) -> SuiteRun:
-    """Runs the test binary (with the patch, if any) and parses its results."""
+              timeout: float, log_path: Path, stop_on: set[str] | None = None) -> SuiteRun:
+    """Runs the test binary (with the patch, if any) and parses its results.
+
+    With `stop_on`, the run ends at the first test of that set reported
+    FAILED: one such failure already decides that a mutant is killed, and
+    the rest of the suite (minutes) would only name more killers."""
     env = dict(os.environ, CARGO_MANIFEST_DIR=str(repo))
     env.pop(PATCH_ENV, None)
     if patch is not None:
@@ -745,10 +749,7 @@ def run_suite(binary: Path, repo: Path, patch: Path | None, libtest_args: list[s
         process = subprocess.Popen([str(binary), *libtest_args], cwd=repo, env=env, stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            returncode = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            kill_group(process)
-            returncode = None
+            returncode = wait_or_first_kill(process, log_path, timeout, stop_on, started)
         except BaseException:
             kill_group(process)  # Ctrl-C: its own session does not get the SIGINT
             raise
@@ -756,6 +757,30 @@ def run_suite(binary: Path, repo: Path, patch: Path | None, libtest_args: list[s
         output = out.read()
     results = {m.group(1): m.group(2) for m in TEST_LINE_RE.finditer(output)}
     return SuiteRun(results, returncode, time.monotonic() - started, output)
+
+
+def wait_or_first_kill(process: subprocess.Popen, log_path: Path, timeout: float,
+                       stop_on: set[str] | None, started: float) -> int | None:
+    """The binary's exit status; None when it timed out. With `stop_on`, it
+    is killed at the first FAILED test of that set (status -9 then)."""
+    if not stop_on:
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            return None
+    while True:
+        try:
+            return process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        text = log_path.read_text(errors="replace")
+        if any(m.group(2) == "FAILED" and m.group(1) in stop_on for m in TEST_LINE_RE.finditer(text)):
+            kill_group(process)
+            return process.returncode
+        if time.monotonic() - started > timeout:
+            kill_group(process)
+            return None
 
 
 def kill_group(process: subprocess.Popen) -> None:
@@ -860,6 +885,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--workdir", type=Path, help="patches and logs "
                         "(default: $CARGO_TARGET_DIR/mutation, else target/mutation)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per suite run (default 900)")
+    parser.add_argument("--full-runs", action="store_true",
+                        help="run the whole suite for every mutant (default: stop at its first killing test)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the outcomes recorded in <workdir>/outcomes.jsonl and run only the rest")
     parser.add_argument("--binary", type=Path, help="use this test binary instead of building")
     parser.add_argument("--pg-bin", help="server binaries for the pre-check (default: LEASEHOLD_PG_BIN, "
                         "else the newest /usr/lib/postgresql/*/bin)")
@@ -916,9 +945,26 @@ def run_mutant(mutant: Mutant, ctx: dict) -> Outcome:
             return Outcome(mutant, "stillborn", [], 0.0, one_line(error.splitlines()[0])[:160])
     patch = ctx["workdir"] / f"mutant-{mutant.id}.sql"
     patch.write_text(patch_text(mutant))
+    stop_on = None if ctx["args"].full_runs else ctx["passed"]
     run = run_suite(ctx["binary"], ctx["args"].repo, patch, ctx["libtest"], ctx["args"].timeout,
-                    ctx["workdir"] / f"mutant-{mutant.id}.log")
+                    ctx["workdir"] / f"mutant-{mutant.id}.log", stop_on)
     return judge(mutant, run, ctx["passed"])
+
+
+def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
+    """The outcomes an earlier run recorded for mutants still chosen, with
+    the same SQL (ids change when the migrations do: such records are
+    dropped), so a run of many hours can be split over several."""
+    if not recorded.exists():
+        return []
+    by_id = {m.id: m for m in chosen}
+    outcomes = []
+    for line in recorded.read_text().splitlines():
+        entry = json.loads(line)
+        mutant = by_id.get(entry["id"])
+        if mutant is not None and mutant.sql == entry["sql"]:
+            outcomes.append(Outcome(mutant, entry["result"], entry["killers"], entry["seconds"], entry["note"]))
+    return outcomes
 
 
 def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], files: list[Path]) -> int:
@@ -932,12 +978,24 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
         baseline = run_baseline(binary, args, libtest, workdir)
         ctx = {"server": server, "workdir": workdir, "binary": binary, "args": args, "libtest": libtest,
                "passed": {t for t, r in baseline.results.items() if r == "ok"}}
-        outcomes: list[Outcome] = []
+        recorded = workdir / "outcomes.jsonl"
+        outcomes = load_outcomes(recorded, chosen) if args.resume else []
+        done = {o.mutant.id for o in outcomes}
+        if done:
+            log(f"resuming: {len(done)} mutants already decided in {recorded}")
+        elif recorded.exists():
+            recorded.unlink()
         for n, mutant in enumerate(chosen, 1):
+            if mutant.id in done:
+                continue
             log(f"[{n}/{len(chosen)}] mutant {mutant.id}: {mutant.function} {mutant.operator} "
                 f"{mutant.where} {arrow(mutant)}")
             outcome = run_mutant(mutant, ctx)
             outcomes.append(outcome)
+            with open(recorded, "a") as out:
+                out.write(json.dumps({"id": mutant.id, "sql": mutant.sql, "result": outcome.result,
+                                      "killers": outcome.killers, "seconds": outcome.seconds,
+                                      "note": outcome.note}) + "\n")
             log(f"  -> {outcome.result} ({outcome.seconds:.0f} s) {', '.join(outcome.killers[:3])} {outcome.note}")
             report.write_text(render_report(outcomes, baseline, len(chosen), binary))
     finally:
