@@ -434,6 +434,7 @@ fn present(text: &str) -> Option<&str> {
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 mod timing {
+    use std::future::Future;
     use std::time::{Duration, Instant};
 
     /// Runs `call`, timing it.
@@ -441,6 +442,21 @@ mod timing {
     pub(super) fn timed<R>(call: impl FnOnce() -> R) -> (R, Duration) {
         let started = Instant::now();
         let result = call();
+        (result, started.elapsed())
+    }
+
+    /// Runs the operation `call` to its end inside `span` (entered at
+    /// every poll, so for the whole call whichever face runs it), timing it
+    /// from its first poll.
+    pub(super) async fn timed_call<R>(
+        #[cfg(feature = "tracing")] span: &tracing::Span,
+        call: impl Future<Output = R>,
+    ) -> (R, Duration) {
+        let started = Instant::now();
+        #[cfg(feature = "tracing")]
+        let result = tracing::Instrument::instrument(call, span.clone()).await;
+        #[cfg(not(feature = "tracing"))]
+        let result = call.await;
         (result, started.elapsed())
     }
 
@@ -466,10 +482,12 @@ mod timing {
 /// Runs one lease call in its span and counts it: acquire, renew,
 /// release, inspect, the batch and group calls, the operator calls and
 /// prune (`key` empty when a call names no single key, `owner` empty when
-/// it has none). `epoch` is the one the caller presented, if any.
+/// it has none). `epoch` is the one the caller presented, if any. The
+/// operation is a future so that both faces run it through here: the sync
+/// face's finishes in its first poll (`sql::execute`).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn lease_call<T, E, F>(
+pub(crate) async fn lease_call<T, E, F>(
     _operation: Operation,
     _key: &str,
     _owner: &str,
@@ -477,15 +495,15 @@ pub(crate) fn lease_call<T, E, F>(
     call: F,
 ) -> Result<T, E>
 where
-    F: FnOnce() -> Result<T, E>,
+    F: std::future::Future<Output = Result<T, E>>,
 {
-    call()
+    call.await
 }
 
 /// Runs one lease call in its span and counts it (see the other
 /// definition, used when both features are off).
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn lease_call<T, E, F>(
+pub(crate) async fn lease_call<T, E, F>(
     operation: Operation,
     key: &str,
     owner: &str,
@@ -495,7 +513,7 @@ pub(crate) fn lease_call<T, E, F>(
 where
     T: Outcome,
     E: Outcome,
-    F: FnOnce() -> Result<T, E>,
+    F: std::future::Future<Output = Result<T, E>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -510,10 +528,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (key, owner, epoch);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let (outcome, granted) = match &result {
         Ok(value) => (value.outcome(), value.epoch()),
         Err(error) => (error.outcome(), None),
@@ -530,7 +550,7 @@ where
 /// Runs one guard call in its span and counts it (refusals by kind).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn guard_call<T, F>(
+pub(crate) async fn guard_call<T, F>(
     _operation: Operation,
     _resource: &str,
     _key: &str,
@@ -539,14 +559,14 @@ pub(crate) fn guard_call<T, F>(
     call: F,
 ) -> Result<T, GuardError>
 where
-    F: FnOnce() -> Result<T, GuardError>,
+    F: std::future::Future<Output = Result<T, GuardError>>,
 {
-    call()
+    call.await
 }
 
 /// Runs one guard call in its span and counts it (refusals by kind).
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn guard_call<T, F>(
+pub(crate) async fn guard_call<T, F>(
     operation: Operation,
     resource: &str,
     key: &str,
@@ -556,7 +576,7 @@ pub(crate) fn guard_call<T, F>(
 ) -> Result<T, GuardError>
 where
     T: GuardAnswer,
-    F: FnOnce() -> Result<T, GuardError>,
+    F: std::future::Future<Output = Result<T, GuardError>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -572,10 +592,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (resource, key, owner, epoch);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let (outcome, refused) = match &result {
         Ok(answer) => (guard_success(operation, answer.found()), None),
         Err(error) => (error.outcome(), error.refusal_kind()),

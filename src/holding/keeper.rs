@@ -71,6 +71,7 @@ use crate::errors::LeaseError;
 use crate::leases;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 /// Why a keeper's lease is lost.
@@ -339,7 +340,7 @@ impl Shared {
         let sent_at = Instant::now();
         let lease = &self.lease;
         let renewal = with_conn(&self.pool, |conn| {
-            leases::renew(conn, lease.token(), self.ttl)
+            finish(leases::renew(conn, lease.token(), self.ttl))
         })?;
         match renewal {
             Renewal::Renewed { expires_at } => {
@@ -468,7 +469,9 @@ impl Shared {
         // writable server (a multi-host URL with target_session_attrs).
         let mut attempts = self.pool.max_size().saturating_add(1);
         loop {
-            let answer = with_conn(&self.pool, |conn| leases::release(conn, lease.token()));
+            let answer = with_conn(&self.pool, |conn| {
+                finish(leases::release(conn, lease.token()))
+            });
             attempts = attempts.saturating_sub(1);
             match answer {
                 Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,

@@ -51,6 +51,7 @@ use crate::groups::{self, GroupId, GroupRenewal};
 use crate::many::{self, MAX_KEYS_PER_CALL};
 use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 /// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
@@ -366,7 +367,7 @@ impl Shared {
             if joined == positions.len() {
                 let sent_at = Instant::now();
                 let answer = with_conn(&self.pool, |conn| {
-                    groups::renew_group(conn, group, &self.owner, self.ttl)
+                    finish(groups::renew_group(conn, group, &self.owner, self.ttl))
                 })?;
                 let mut state = lock(&self.state);
                 if state.stopping {
@@ -395,7 +396,7 @@ impl Shared {
             .collect();
         let sent_at = Instant::now();
         let joined = with_conn(&self.pool, |conn| {
-            groups::join_group(conn, &grants, self.ttl)
+            finish(groups::join_group(conn, &grants, self.ttl))
         })?;
         let mut state = lock(&self.state);
         if state.stopping {
@@ -585,10 +586,12 @@ impl Shared {
         let mut released: HashMap<String, Release> = if to_release.is_empty() {
             HashMap::new()
         } else {
-            with_conn(&self.pool, |conn| many::release_many(conn, &to_release))?
-                .into_iter()
-                .map(|answer| (answer.key, answer.release))
-                .collect()
+            with_conn(&self.pool, |conn| {
+                finish(many::release_many(conn, &to_release))
+            })?
+            .into_iter()
+            .map(|answer| (answer.key, answer.release))
+            .collect()
         };
         Ok(self
             .members

@@ -46,8 +46,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::RunQueryDsl;
-
 use crate::client::LeaseClient;
 use crate::errors::{LeaseError, Operation};
 use crate::holding::cancel::{CancelToken, Wake};
@@ -55,6 +53,7 @@ use crate::leases;
 use crate::outcome::{Acquisition, Lease};
 use crate::pool::{is_connection_error, with_conn, PgPool};
 use crate::sql::calls::RemainingCall;
+use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
 
 mod listener;
@@ -409,7 +408,9 @@ impl LeaseWaiter {
     }
 
     fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Acquisition, LeaseError> {
-        with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
+        with_conn(&self.pool, |conn| {
+            finish(leases::acquire(conn, key, owner, ttl))
+        })
     }
 
     /// One attempt; when denied, the holder's remaining time on the
@@ -421,30 +422,44 @@ impl LeaseWaiter {
         ttl: Duration,
     ) -> Result<Step, LeaseError> {
         with_conn(&self.pool, |conn| {
-            if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl)? {
-                return Ok(Step::Granted(lease));
-            }
-            let row = RemainingCall {
-                key,
-                _borrow: std::marker::PhantomData,
-            }
-            .get_results::<(bool, Option<f64>)>(conn)
-            .map_err(|error| {
-                LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
-            })?
-            .into_iter()
-            .next();
-            Ok(match row {
-                Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
-                    remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
-                },
-                _ => Step::Unowned,
-            })
+            finish(attempt_step(conn, key, owner, ttl))
         })
     }
 }
 
-enum Step {
+/// One attempt of a waiter, either face's; when denied, the holder's
+/// remaining time on the server's clock (same connection, no
+/// transaction).
+pub(crate) async fn attempt_step(
+    conn: &mut impl Execute,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Step, LeaseError> {
+    if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl).await? {
+        return Ok(Step::Granted(lease));
+    }
+    let row = conn
+        .load(RemainingCall {
+            key,
+            _borrow: std::marker::PhantomData,
+        })
+        .await
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
+        })?
+        .into_iter()
+        .next();
+    Ok(match row {
+        Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
+            remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
+        },
+        _ => Step::Unowned,
+    })
+}
+
+/// What one attempt of a waiter found.
+pub(crate) enum Step {
     Granted(Lease),
     Held { remaining: Duration },
     Unowned,
