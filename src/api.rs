@@ -465,14 +465,21 @@ impl Leases for PgConnection {
         grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
-        finish(crate::many::renew_many(self, grants, ttl))
+        finish(crate::many::renew_many(
+            self,
+            crate::many::split_grants(grants),
+            ttl,
+        ))
     }
 
     fn release_many(
         &mut self,
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        finish(crate::many::release_many(self, grants))
+        finish(crate::many::release_many(
+            self,
+            crate::many::split_grants(grants),
+        ))
     }
 
     fn join_group(
@@ -480,7 +487,11 @@ impl Leases for PgConnection {
         grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
-        finish(crate::groups::join_group(self, grants, ttl))
+        finish(crate::groups::join_group(
+            self,
+            crate::many::split_grants(grants),
+            ttl,
+        ))
     }
 
     fn renew_group(
@@ -647,7 +658,11 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            finish(crate::many::renew_many(conn, grants, ttl))
+            finish(crate::many::renew_many(
+                conn,
+                crate::many::split_grants(grants),
+                ttl,
+            ))
         })
     }
 
@@ -656,7 +671,10 @@ impl Leases for LeaseClient {
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            finish(crate::many::release_many(conn, grants))
+            finish(crate::many::release_many(
+                conn,
+                crate::many::split_grants(grants),
+            ))
         })
     }
 
@@ -666,7 +684,11 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            finish(crate::groups::join_group(conn, grants, ttl))
+            finish(crate::groups::join_group(
+                conn,
+                crate::many::split_grants(grants),
+                ttl,
+            ))
         })
     }
 

@@ -37,12 +37,11 @@ use chrono::{DateTime, Utc};
 
 use crate::errors::{LeaseError, Operation};
 use crate::leases::{check_text, interval, refusal, unexpected};
-use crate::many::{check_answers, key_renewal, split_grants, Batch};
+use crate::many::{check_answers, key_renewal, Batch, SplitGrants};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::telemetry;
-use crate::token::FencingToken;
 
 /// A heartbeat group, as [`join_group`](crate::Leases::join_group) made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,10 +110,10 @@ pub enum GroupRenewal {
 /// The connection's [`crate::Leases::join_group`]: its documentation is there.
 pub(crate) async fn join_group(
     conn: &mut impl Execute,
-    grants: &[impl AsRef<FencingToken>],
+    grants: SplitGrants<'_>,
     ttl: Duration,
 ) -> Result<GroupJoin, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(GroupJoin {
             group: None,
             keys: Vec::new(),

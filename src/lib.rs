@@ -71,6 +71,8 @@ compile_error!(
     "leasehold supports Unix-like systems only (Linux, macOS, the BSDs): its waiters use Unix socket APIs"
 );
 
+#[cfg(feature = "async")]
+pub mod aio;
 mod api;
 mod client;
 mod epoch;

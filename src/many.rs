@@ -41,14 +41,18 @@ pub const MAX_KEYS_PER_CALL: usize = 1000;
 /// One owner and its `(key, epoch)` pairs, in the order given.
 pub(crate) type OwnerBatch<'a> = (&'a str, Vec<(&'a str, i64)>);
 
+/// [`split_grants`]' answer, which the batch and group calls take: split
+/// before the call's future is made, so that future holds `&str`s and
+/// epochs, never the caller's grant type (the async face's futures are
+/// `Send` whatever that type is).
+pub(crate) type SplitGrants<'a> = Result<Option<OwnerBatch<'a>>, LeaseError>;
+
 /// The grants of one batch call as the SQL functions take them: their one
 /// owner, and each key with its epoch, in the order given. `None` for no
 /// grants (a batch of nothing is answered with nothing, without a call).
 /// Grants of different owners cannot share a call: the SQL functions act
 /// for one owner, so mixing them is [`LeaseError::InvalidInput`].
-pub(crate) fn split_grants<G: AsRef<FencingToken>>(
-    grants: &[G],
-) -> Result<Option<OwnerBatch<'_>>, LeaseError> {
+pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<'_> {
     let Some(first) = grants.first() else {
         return Ok(None);
     };
@@ -72,10 +76,10 @@ pub(crate) fn split_grants<G: AsRef<FencingToken>>(
 /// The connection's [`crate::Leases::renew_many`]: its documentation is there.
 pub(crate) async fn renew_many(
     conn: &mut impl Execute,
-    grants: &[impl AsRef<FencingToken>],
+    grants: SplitGrants<'_>,
     ttl: Duration,
 ) -> Result<Vec<KeyRenewal>, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
     telemetry::lease_call(
@@ -117,9 +121,9 @@ async fn renew_many_unobserved(
 /// The connection's [`crate::Leases::release_many`]: its documentation is there.
 pub(crate) async fn release_many(
     conn: &mut impl Execute,
-    grants: &[impl AsRef<FencingToken>],
+    grants: SplitGrants<'_>,
 ) -> Result<Vec<KeyRelease>, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
     telemetry::lease_call(

@@ -396,7 +396,11 @@ impl Shared {
             .collect();
         let sent_at = Instant::now();
         let joined = with_conn(&self.pool, |conn| {
-            finish(groups::join_group(conn, &grants, self.ttl))
+            finish(groups::join_group(
+                conn,
+                many::split_grants(&grants),
+                self.ttl,
+            ))
         })?;
         let mut state = lock(&self.state);
         if state.stopping {
@@ -587,7 +591,7 @@ impl Shared {
             HashMap::new()
         } else {
             with_conn(&self.pool, |conn| {
-                finish(many::release_many(conn, &to_release))
+                finish(many::release_many(conn, many::split_grants(&to_release)))
             })?
             .into_iter()
             .map(|answer| (answer.key, answer.release))

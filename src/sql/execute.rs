@@ -15,7 +15,7 @@
 //! runs (`tests/leasehold/same_sql.rs` compares what each sends).
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -54,14 +54,17 @@ pub(crate) trait Execute: Send {
     /// transaction manager broken and the depth can no longer be read.
     fn in_autocommit(&mut self) -> bool;
 
-    /// Runs `statement` and answers its rows.
-    fn load<'c, Q>(
-        &'c mut self,
-        statement: Q,
-    ) -> impl Future<Output = QueryResult<Vec<Q::Row>>> + Send + 'c
+    /// Runs `statement` and answers its rows. Boxed, so that the
+    /// operations' futures hold no type of the statement's: with it they
+    /// would not be provably `Send` (rust-lang/rust#100013), and the
+    /// allocation is nothing beside a round trip.
+    fn load<'c, Q>(&'c mut self, statement: Q) -> Rows<'c, Q::Row>
     where
         Q: Statement + 'c;
 }
+
+/// The rows of one statement, on their way.
+pub(crate) type Rows<'c, R> = Pin<Box<dyn Future<Output = QueryResult<Vec<R>>> + Send + 'c>>;
 
 /// Runs `statement` and answers its one row (`NotFound` when it answered
 /// none), as diesel's `get_result` does.
@@ -84,15 +87,12 @@ impl Execute for PgConnection {
         matches!(depth, Ok(None))
     }
 
-    fn load<'c, Q>(
-        &'c mut self,
-        statement: Q,
-    ) -> impl Future<Output = QueryResult<Vec<Q::Row>>> + Send + 'c
+    fn load<'c, Q>(&'c mut self, statement: Q) -> Rows<'c, Q::Row>
     where
         Q: Statement + 'c,
     {
         // Blocks right here, so the future is finished when handed back.
-        std::future::ready(statement.load_blocking(self))
+        Box::pin(std::future::ready(statement.load_blocking(self)))
     }
 }
 
@@ -107,15 +107,12 @@ impl Execute for diesel_async::AsyncPgConnection {
         matches!(depth, Ok(None))
     }
 
-    fn load<'c, Q>(
-        &'c mut self,
-        statement: Q,
-    ) -> impl Future<Output = QueryResult<Vec<Q::Row>>> + Send + 'c
+    fn load<'c, Q>(&'c mut self, statement: Q) -> Rows<'c, Q::Row>
     where
         Q: Statement + 'c,
     {
         let rows = statement.load_async(self);
-        async move { rows.await.map_err(lost_session_as_libpq_says) }
+        Box::pin(async move { rows.await.map_err(lost_session_as_libpq_says) })
     }
 }
 
