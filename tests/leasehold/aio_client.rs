@@ -1,0 +1,165 @@
+//! The async face's own tests (feature `async`): its futures are `Send`
+//! (tasks that `tokio::spawn` hold them), its pooled client's builder and
+//! checkout, connections found dead discarded, and calls inside the
+//! caller's own diesel-async transaction. What the two faces share is
+//! tested once for both in `faces/`.
+
+use std::time::Duration;
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
+use leasehold::guard::Check;
+use leasehold::{Acquisition, LeaseError, Release};
+use leasehold_test_support::{query_bool, TestDb};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Every call's future may be held by a spawned task (it is `Send`), on
+/// the client and on a connection: sixteen tasks share a pool of four.
+#[test]
+fn the_futures_are_send_and_tasks_share_one_pool() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let client = AsyncLeaseClient::builder(&db.url)
+            .max_size(4)
+            .build()
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..16 {
+            let mut client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("job-{n}");
+                let lease = client
+                    .acquire(&key, "w", TTL)
+                    .await
+                    .unwrap()
+                    .granted()
+                    .unwrap();
+                assert!(matches!(
+                    client.renew(&lease, TTL).await.unwrap(),
+                    leasehold::Renewal::Renewed { .. }
+                ));
+                client.admit(&format!("out-{n}"), &lease).await.unwrap();
+                client
+                    .run_fenced(
+                        &format!("out-{n}"),
+                        &lease,
+                        Check::LeaseHeld,
+                        async |conn: &mut AsyncPgConnection| conn.batch_execute("SELECT 1").await,
+                    )
+                    .await
+                    .unwrap();
+                client.renew_many(&[lease.clone()], TTL).await.unwrap();
+                assert_eq!(client.release(&lease).await.unwrap(), Release::Released);
+                lease.epoch().get()
+            }));
+        }
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), 1);
+        }
+        let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
+        let on_conn = tokio::spawn(async move {
+            let lease = conn
+                .acquire("job-0", "v", TTL)
+                .await
+                .unwrap()
+                .granted()
+                .unwrap();
+            conn.release(&lease).await.unwrap()
+        });
+        assert_eq!(on_conn.await.unwrap(), Release::Released);
+    });
+}
+
+/// A URL that cannot connect fails at build with the driver's message; a
+/// lazily built client fails at its first call instead, with the pool's.
+#[test]
+fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
+    let db = TestDb::new();
+    let wrong = db.url.replace(&db.name, "no_such_database");
+    runtime().block_on(async {
+        match AsyncLeaseClient::builder(&wrong).build().await {
+            Err(LeaseError::Connect { source }) => {
+                assert!(source.to_string().contains("no_such_database"), "{source}")
+            }
+            other => panic!("expected Connect, got {other:?}"),
+        }
+        let mut lazy = AsyncLeaseClient::builder(&wrong)
+            .connect_lazily()
+            .checkout_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap();
+        match lazy.acquire("k", "a", TTL).await {
+            Err(LeaseError::AsyncPool(error)) => {
+                assert!(error.to_string().contains("no_such_database"), "{error}")
+            }
+            other => panic!("expected AsyncPool, got {other:?}"),
+        }
+    });
+}
+
+/// A pooled connection whose session died is discarded after the call
+/// that found it dead, so the next call gets a new session.
+#[test]
+fn a_dead_pooled_connection_is_discarded_and_the_next_call_reconnects() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let mut client = AsyncLeaseClient::builder(&db.url)
+            .max_size(1)
+            .build()
+            .await
+            .unwrap();
+        let lease = client
+            .acquire("k", "a", TTL)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap();
+        let mut admin = db.conn();
+        assert!(query_bool(
+            &mut admin,
+            "SELECT bool_and(pg_terminate_backend(pid)) AS flag FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ));
+        match client.renew(&lease, TTL).await {
+            Err(LeaseError::OutcomeUnknown { .. }) => {}
+            other => panic!("expected OutcomeUnknown, got {other:?}"),
+        }
+        assert!(matches!(
+            client.renew(&lease, TTL).await,
+            Ok(leasehold::Renewal::Renewed { .. })
+        ));
+    });
+}
+
+/// Calls on the caller's connection run in the caller's own diesel-async
+/// transaction: a grant and a guard admission roll back with it.
+#[test]
+fn calls_roll_back_with_the_callers_async_transaction() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
+        let outcome = conn
+            .transaction::<(), diesel::result::Error, _>(async |conn| {
+                let lease = conn.acquire("k", "a", TTL).await.unwrap().granted().unwrap();
+                conn.admit("r", &lease).await.unwrap();
+                conn.batch_execute("CREATE TABLE out (v int)").await?;
+                Err(diesel::result::Error::RollbackTransaction)
+            })
+            .await;
+        assert!(matches!(outcome, Err(diesel::result::Error::RollbackTransaction)));
+        assert_eq!(conn.inspect("k").await.unwrap(), None);
+        assert_eq!(conn.inspect_guard("r").await.unwrap(), None);
+        assert!(matches!(conn.acquire("k", "b", TTL).await.unwrap(), Acquisition::Granted(lease) if lease.epoch() == 1));
+    });
+}
