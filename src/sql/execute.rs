@@ -111,23 +111,40 @@ impl Execute for diesel_async::AsyncPgConnection {
     where
         Q: Statement + 'c,
     {
-        let rows = statement.load_async(self);
-        Box::pin(async move { rows.await.map_err(lost_session_as_libpq_says) })
+        Box::pin(async move {
+            let rows = statement.load_async(&mut *self).await;
+            rows.map_err(|error| lost_session_as_libpq_says(self, error))
+        })
     }
 }
 
-/// tokio-postgres reports a session that is gone (closed by the server,
-/// a broken socket) without a SQLSTATE, which diesel-async files as
-/// `UnableToSendCommand`; libpq, under the sync face, reports the same loss
-/// as `ClosedConnection`. Filed as libpq files it, so the one error mapping
-/// (`LeaseError::from_diesel`) answers both faces alike: a mutating call
-/// that autocommits has an unknown outcome
-/// ([`crate::LeaseError::OutcomeUnknown`]) whichever face sent it.
+/// Files the loss of the session as libpq, under the sync face, files it:
+/// `ClosedConnection`. tokio-postgres reports a session that is gone
+/// (closed by the server, a broken socket) without a SQLSTATE, which
+/// diesel-async files as `UnableToSendCommand`; and the server's last word
+/// before it ends a session (a `FATAL` error such as `pg_terminate_backend`'s
+/// "terminating connection due to administrator command", SQLSTATE 57P01)
+/// arrives as an ordinary error, while libpq reports the session closed.
+/// Such a `FATAL` is told by the client having closed, or, since the
+/// client may not have read the end of the stream yet, by the server's
+/// message (`lc_messages` may translate it; then only the closed client
+/// tells). So the one error mapping (`LeaseError::from_diesel`) answers
+/// both faces alike: a mutating call that autocommits has an unknown
+/// outcome ([`crate::LeaseError::OutcomeUnknown`]) whichever face sent it.
 #[cfg(feature = "async")]
-fn lost_session_as_libpq_says(error: DieselError) -> DieselError {
+fn lost_session_as_libpq_says(
+    conn: &mut diesel_async::AsyncPgConnection,
+    error: DieselError,
+) -> DieselError {
     use diesel::result::DatabaseErrorKind;
+    use diesel_async::pooled_connection::PoolableConnection;
     match error {
         DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, info) => {
+            DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info)
+        }
+        DieselError::DatabaseError(DatabaseErrorKind::Unknown, info)
+            if info.message().starts_with("terminating connection") || conn.is_broken() =>
+        {
             DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info)
         }
         other => other,

@@ -164,7 +164,7 @@ pub async fn a_lapsed_grant_is_refused_and_taken_over_with_a_higher_epoch<F: Fac
     assert!(next.epoch() > lease.epoch());
     assert_eq!(
         face.release(lease.token()).await.unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::Lapsed)
     );
 }
 
