@@ -108,10 +108,55 @@ fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
     });
 }
 
-/// A pooled connection whose session died is discarded after the call
-/// that found it dead, so the next call gets a new session.
+/// Waits until `sql` (a flag) holds, on the server's observable state.
+fn wait_for(admin: &mut diesel::PgConnection, sql: &str) {
+    for _ in 0..4_000 {
+        if query_bool(admin, sql) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("never observed: {sql}");
+}
+
+/// A pooled session that ends while a call runs fails that call as
+/// `OutcomeUnknown` (the sync client's answer) and is discarded: with one
+/// connection in the pool, the next call runs on a new session.
 #[test]
-fn a_dead_pooled_connection_is_discarded_and_the_next_call_reconnects() {
+fn a_session_lost_mid_call_fails_that_call_and_the_next_call_reconnects() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let mut client = AsyncLeaseClient::builder(&db.url).max_size(1).build().await.unwrap();
+        client.acquire("k", "a", TTL).await.unwrap().granted().unwrap();
+        let mut waiter = client.clone();
+        let waiting = tokio::spawn(async move {
+            waiter.acquire_waiting("k", "b", TTL, Duration::from_secs(60)).await
+        });
+        let mut admin = db.conn();
+        let busy = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+                    AND state = 'active' AND query LIKE '%lease.acquire%' AND pid <> pg_backend_pid()) AS flag";
+        wait_for(&mut admin, busy);
+        assert!(query_bool(
+            &mut admin,
+            "SELECT bool_and(pg_terminate_backend(pid)) AS flag FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ));
+        match waiting.await.unwrap() {
+            Err(LeaseError::OutcomeUnknown { .. }) => {}
+            other => panic!("expected OutcomeUnknown, got {other:?}"),
+        }
+        match client.inspect("k").await.unwrap() {
+            Some(leasehold::LeaseState::Held { owner, .. }) => assert_eq!(owner, "a"),
+            other => panic!("expected held by a, got {other:?}"),
+        }
+    });
+}
+
+/// A pooled session that ended while idle is never handed out again: the
+/// call that finds it dead fails (or the pool saw it closed first and the
+/// call runs on a new session), and the next call runs on a new session.
+#[test]
+fn a_session_that_died_idle_is_not_handed_out_again() {
     let db = TestDb::new();
     runtime().block_on(async {
         let mut client = AsyncLeaseClient::builder(&db.url)
@@ -131,9 +176,15 @@ fn a_dead_pooled_connection_is_discarded_and_the_next_call_reconnects() {
             "SELECT bool_and(pg_terminate_backend(pid)) AS flag FROM pg_stat_activity \
              WHERE datname = current_database() AND pid <> pg_backend_pid()"
         ));
+        // pg_terminate_backend only signals: wait until the session is gone.
+        wait_for(
+            &mut admin,
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()) AS flag",
+        );
         match client.renew(&lease, TTL).await {
-            Err(LeaseError::OutcomeUnknown { .. }) => {}
-            other => panic!("expected OutcomeUnknown, got {other:?}"),
+            Ok(leasehold::Renewal::Renewed { .. }) | Err(LeaseError::OutcomeUnknown { .. }) => {}
+            other => panic!("expected renewed or OutcomeUnknown, got {other:?}"),
         }
         assert!(matches!(
             client.renew(&lease, TTL).await,
