@@ -437,14 +437,6 @@ mod timing {
     use std::future::Future;
     use std::time::{Duration, Instant};
 
-    /// Runs `call`, timing it.
-    #[inline(always)]
-    pub(super) fn timed<R>(call: impl FnOnce() -> R) -> (R, Duration) {
-        let started = Instant::now();
-        let result = call();
-        (result, started.elapsed())
-    }
-
     /// Runs the operation `call` to its end inside `span` (entered at
     /// every poll, so for the whole call whichever face runs it), timing it
     /// from its first poll.
@@ -611,21 +603,22 @@ where
     result
 }
 
-/// Runs a waiter's whole acquire in its span and times the wait.
+/// Runs a waiter's whole acquire in its span and times the wait (either
+/// face's waiter: the sync one finishes it on its own thread).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
 where
-    F: FnOnce() -> Result<Lease, WaitError>,
+    F: std::future::Future<Output = Result<Lease, WaitError>>,
 {
-    call()
+    call.await
 }
 
 /// Runs a waiter's whole acquire in its span and times the wait.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
 where
-    F: FnOnce() -> Result<Lease, WaitError>,
+    F: std::future::Future<Output = Result<Lease, WaitError>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -639,10 +632,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (key, owner);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let outcome = wait_outcome(&result);
     #[cfg(feature = "tracing")]
     timing::close(

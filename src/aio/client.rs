@@ -39,6 +39,10 @@ pub type PoolError = diesel_async::pooled_connection::deadpool::PoolError;
 #[derive(Clone)]
 pub struct AsyncLeaseClient {
     pub(super) pool: Pool<AsyncPgConnection>,
+    /// Where waiters built from this client listen for release
+    /// notifications: the one listener session of that URL, shared with
+    /// every waiter of the process, sync or async.
+    pub(super) listen_url: std::sync::Arc<str>,
 }
 
 impl std::fmt::Debug for AsyncLeaseClient {
@@ -60,6 +64,7 @@ impl AsyncLeaseClient {
             prepared: PreparedStatements::Cached,
             checkout_timeout: DEFAULT_CHECKOUT_TIMEOUT,
             connect_at_once: true,
+            listen_url: None,
         }
     }
 
@@ -93,6 +98,7 @@ pub struct AsyncLeaseClientBuilder {
     prepared: PreparedStatements,
     checkout_timeout: Duration,
     connect_at_once: bool,
+    listen_url: Option<String>,
 }
 
 impl AsyncLeaseClientBuilder {
@@ -125,6 +131,15 @@ impl AsyncLeaseClientBuilder {
     /// wrong URL then shows at the first call.
     pub fn connect_lazily(mut self) -> Self {
         self.connect_at_once = false;
+        self
+    }
+
+    /// Where waiters built from this client ([`super::LeaseWaiter`]) listen
+    /// for release notifications; the database URL unless set. Behind a
+    /// transaction-mode pooler it must reach a server session of its own,
+    /// as for [`crate::LeaseClientBuilder::listen_url`].
+    pub fn listen_url(mut self, listen_url: &str) -> Self {
+        self.listen_url = Some(listen_url.to_owned());
         self
     }
 
@@ -168,7 +183,11 @@ impl AsyncLeaseClientBuilder {
             .map_err(|error| LeaseError::InvalidInput {
                 violations: vec![format!("the connection pool cannot be built: {error}")],
             })?;
-        Ok(AsyncLeaseClient { pool })
+        let listen_url = self.listen_url.unwrap_or(self.database_url);
+        Ok(AsyncLeaseClient {
+            pool,
+            listen_url: listen_url.into(),
+        })
     }
 }
 

@@ -37,6 +37,8 @@
 //! ```
 
 mod client;
+mod keeper;
+mod waiter;
 
 use std::future::Future;
 use std::time::Duration;
@@ -57,6 +59,8 @@ use crate::token::FencingToken;
 
 use client::{checkout, settle_guard, settle_lease};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
+pub use keeper::{Keeper, KeeperBuilder};
+pub use waiter::{LeaseWaiter, LeaseWaiterBuilder};
 
 mod sealed {
     /// Only leasehold's own types implement [`super::AsyncLeases`].

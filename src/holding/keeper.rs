@@ -348,7 +348,8 @@ impl Shared {
                 if state.loss.is_some() || state.stopping {
                     return Ok(RenewResult::Ignored);
                 }
-                let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+                let safe_until =
+                    super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
                 state.safe_until = safe_until;
                 state.last_sent = sent_at;
                 state.expires_at = Some(expires_at);
@@ -467,7 +468,9 @@ impl Shared {
         // and discarded its connection, so it is sent again; after at most
         // the pool's size of such refusals a new connection reaches the
         // writable server (a multi-host URL with target_session_attrs).
-        let mut attempts = self.pool.max_size().saturating_add(1);
+        let mut attempts = super::schedule::release_attempts(
+            usize::try_from(self.pool.max_size()).unwrap_or(usize::MAX),
+        );
         loop {
             let answer = with_conn(&self.pool, |conn| {
                 finish(leases::release(conn, lease.token()))

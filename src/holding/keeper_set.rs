@@ -443,7 +443,8 @@ impl Shared {
             self.valid_until.store(0, Ordering::SeqCst);
             return events;
         }
-        let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+        let safe_until =
+            super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
         state.safe_until = safe_until;
         state.last_sent = sent_at;
         state.last_error = None;

@@ -9,7 +9,7 @@
 pub(crate) mod cancel;
 mod keeper;
 mod keeper_set;
-mod schedule;
+pub(crate) mod schedule;
 mod worker;
 
 pub use cancel::CancelToken;

@@ -604,7 +604,7 @@ impl Listener {
 
     /// A new release watch's queue, told of releases and resyncs from now
     /// on.
-    pub(crate) fn subscribe(&self) -> Arc<Subscription> {
+    pub(super) fn subscribe(&self) -> Arc<Subscription> {
         let subscription = Arc::new(Subscription::default());
         lock(&self.shared.state)
             .subscriptions

@@ -58,7 +58,10 @@ fn the_futures_are_send_and_tasks_share_one_pool() {
                     )
                     .await
                     .unwrap();
-                client.renew_many(&[lease.clone()], TTL).await.unwrap();
+                client
+                    .renew_many(std::slice::from_ref(&lease), TTL)
+                    .await
+                    .unwrap();
                 assert_eq!(client.release(&lease).await.unwrap(), Release::Released);
                 lease.epoch().get()
             }));
