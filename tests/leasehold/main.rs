@@ -4,6 +4,8 @@
 
 #[cfg(feature = "async")]
 mod aio_client;
+#[cfg(feature = "async")]
+mod aio_holders;
 mod attacks;
 mod common;
 mod concurrency;
