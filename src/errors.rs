@@ -364,7 +364,7 @@ pub enum LeaseError {
     /// there was one.
     #[cfg(feature = "async")]
     #[error("no database connection available from the pool: {0}")]
-    AsyncPool(#[from] crate::aio::PoolError),
+    AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
     /// Building a client, waiter or pool: the first connection failed, so
     /// no pool was built (a wrong password, user, host, port or database
     /// name, or a server that is down). The message is libpq's, at once,
@@ -765,7 +765,7 @@ pub enum GuardError {
     /// could be taken from its pool (deadpool's message).
     #[cfg(feature = "async")]
     #[error("no database connection available from the pool: {0}")]
-    AsyncPool(#[from] crate::aio::PoolError),
+    AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
 }
 
 /// What a guard call was about, so a refusal can be reported with its facts.

@@ -144,7 +144,12 @@ impl KeeperBuilder {
     }
 }
 
-/// Keeps one grant alive with two tokio tasks; see the module docs.
+/// Keeps one grant alive with two tokio tasks, a renewer and a deadline
+/// monitor: the sync [`crate::Keeper`]'s schedule, deadline and loss rules
+/// (its documentation has them), with the loss as a future,
+/// [`Keeper::lost`], that a task `select!`s on beside its work. Nothing
+/// cancels a renew in flight: the monitor declares the loss when the
+/// deadline passes while a renew hangs, and [`Keeper::stop`] waits for it.
 ///
 /// Dropping it stops the tasks (at their next wake-up; a renew in flight
 /// finishes first) and releases the lease from a task of its own, best
