@@ -73,6 +73,12 @@ impl AsyncLeaseClient {
         Self::builder(database_url).max_size(max_size).build().await
     }
 
+    /// A connection of the pool for one call (settle it after the call
+    /// with [`settle_lease`]).
+    pub(crate) async fn checkout(&self) -> Result<Object<AsyncPgConnection>, PoolError> {
+        checkout(&self.pool).await
+    }
+
     /// The underlying pool, for the caller's own queries (and its own
     /// transactions, on which [`AsyncLeases`](super::AsyncLeases) runs too).
     pub fn pool(&self) -> &Pool<AsyncPgConnection> {
@@ -208,7 +214,7 @@ pub(super) fn discard(conn: Object<AsyncPgConnection>) {
 /// that turned read-only, or whose prepared statements went missing (a
 /// transaction-mode pooler) is discarded, by the rules of the sync pool
 /// (`crate::pool::with_conn`).
-pub(super) fn settle_lease<T>(conn: Object<AsyncPgConnection>, result: &Result<T, LeaseError>) {
+pub(crate) fn settle_lease<T>(conn: Object<AsyncPgConnection>, result: &Result<T, LeaseError>) {
     if let Err(error) = result {
         if is_connection_error(error) || matches!(error, LeaseError::PreparedStatementLost { .. }) {
             discard(conn);

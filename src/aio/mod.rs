@@ -38,6 +38,7 @@
 
 mod client;
 mod keeper;
+mod keeper_set;
 mod waiter;
 
 use std::future::Future;
@@ -57,9 +58,11 @@ use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Rel
 use crate::prune::{PruneOptions, PruneReport};
 use crate::token::FencingToken;
 
-use client::{checkout, settle_guard, settle_lease};
+pub(crate) use client::settle_lease;
+use client::{checkout, settle_guard};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
 pub use keeper::{Keeper, KeeperBuilder};
+pub use keeper_set::{KeeperSet, KeeperSetBuilder};
 pub use waiter::{LeaseWaiter, LeaseWaiterBuilder};
 
 mod sealed {

@@ -8,7 +8,7 @@
 
 pub(crate) mod cancel;
 mod keeper;
-mod keeper_set;
+pub(crate) mod keeper_set;
 pub(crate) mod schedule;
 mod worker;
 

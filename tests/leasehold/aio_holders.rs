@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use leasehold::aio::{AsyncLeaseClient, AsyncLeases, Keeper, LeaseWaiter};
+use leasehold::aio::{AsyncLeaseClient, AsyncLeases, Keeper, KeeperSet, LeaseWaiter};
 use leasehold::error::WaitError;
 use leasehold::hold::LeaseLoss;
 use leasehold::wait::Wait;
@@ -188,6 +188,65 @@ fn dropping_an_async_keeper_releases_the_lease() {
             matches!(conn.inspect("k").unwrap(), Some(LeaseState::Unowned { .. }))
         })
         .await;
+    });
+}
+
+/// An async keeper set keeps its keys with one heartbeat call, reports a
+/// key lost on its own through that key's future, keeps the others, and
+/// its stop answers per key.
+#[test]
+fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let mut client = client(&db).await;
+        let mut leases = Vec::new();
+        for key in ["k0", "k1", "k2"] {
+            leases.push(
+                client
+                    .acquire(key, "w", Duration::from_secs(3))
+                    .await
+                    .unwrap()
+                    .granted()
+                    .unwrap(),
+            );
+        }
+        let set = KeeperSet::builder(&client, leases)
+            .renew_every(Duration::from_millis(200))
+            .start()
+            .await
+            .unwrap();
+        assert_eq!(set.kept_keys(), ["k0", "k1", "k2"]);
+        let lost = set.lost("k1");
+        assert!(set.lost("nobody").await.is_none());
+        client.force_release("k1").await.unwrap();
+        let loss = tokio::time::timeout(BOUND, lost)
+            .await
+            .expect("reported in time");
+        assert!(
+            matches!(loss, Some(LeaseLoss::Refused(Refusal::NotOwner))),
+            "{loss:?}"
+        );
+        assert_eq!(set.kept_keys(), ["k0", "k2"]);
+        assert!(set.is_valid("k0") && !set.is_valid("k1"));
+        assert_eq!(set.losses_after(0).await.len(), 1);
+        // The kept keys outlive their own 3 s ttl through the heartbeats.
+        let first = set.safe_until();
+        eventually("a heartbeat after the loss", || set.safe_until() > first).await;
+        let released: Vec<(String, Release)> = set
+            .stop()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|answer| (answer.key, answer.release))
+            .collect();
+        assert_eq!(
+            released,
+            [
+                ("k0".to_owned(), Release::Released),
+                ("k1".to_owned(), Release::Refused(Refusal::NotOwner)),
+                ("k2".to_owned(), Release::Released)
+            ]
+        );
     });
 }
 
