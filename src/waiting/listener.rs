@@ -598,7 +598,7 @@ impl Listener {
 
     /// The shared state, for unit tests that deliver by hand.
     #[cfg(test)]
-    pub(crate) fn shared_state_for_tests(&self) -> &Mutex<State> {
+    pub(super) fn shared_state_for_tests(&self) -> &Mutex<State> {
         &self.shared.state
     }
 
