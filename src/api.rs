@@ -51,6 +51,7 @@ use crate::listing::{ListFilter, Listing};
 use crate::operator::{ForcedRelease, Generation, NamespaceRule};
 use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
 use crate::prune::{PruneOptions, PruneReport};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 mod sealed {
@@ -430,7 +431,7 @@ impl Leases for PgConnection {
         owner: &str,
         ttl: Duration,
     ) -> Result<Acquisition, LeaseError> {
-        crate::leases::acquire(self, key, owner, ttl)
+        finish(crate::leases::acquire(self, key, owner, ttl))
     }
 
     fn acquire_waiting(
@@ -440,7 +441,7 @@ impl Leases for PgConnection {
         ttl: Duration,
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
-        crate::leases::acquire_waiting(self, key, owner, ttl, wait)
+        finish(crate::leases::acquire_waiting(self, key, owner, ttl, wait))
     }
 
     fn renew(
@@ -448,15 +449,15 @@ impl Leases for PgConnection {
         grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
-        crate::leases::renew(self, grant.as_ref(), ttl)
+        finish(crate::leases::renew(self, grant.as_ref(), ttl))
     }
 
     fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError> {
-        crate::leases::release(self, grant.as_ref())
+        finish(crate::leases::release(self, grant.as_ref()))
     }
 
     fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        crate::leases::inspect(self, key)
+        finish(crate::leases::inspect(self, key))
     }
 
     fn renew_many(
@@ -464,14 +465,21 @@ impl Leases for PgConnection {
         grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
-        crate::many::renew_many(self, grants, ttl)
+        finish(crate::many::renew_many(
+            self,
+            crate::many::split_grants(grants),
+            ttl,
+        ))
     }
 
     fn release_many(
         &mut self,
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        crate::many::release_many(self, grants)
+        finish(crate::many::release_many(
+            self,
+            crate::many::split_grants(grants),
+        ))
     }
 
     fn join_group(
@@ -479,7 +487,11 @@ impl Leases for PgConnection {
         grants: &[impl AsRef<FencingToken>],
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
-        crate::groups::join_group(self, grants, ttl)
+        finish(crate::groups::join_group(
+            self,
+            crate::many::split_grants(grants),
+            ttl,
+        ))
     }
 
     fn renew_group(
@@ -488,7 +500,7 @@ impl Leases for PgConnection {
         owner: &str,
         ttl: Duration,
     ) -> Result<GroupRenewal, LeaseError> {
-        crate::groups::renew_group(self, group, owner, ttl)
+        finish(crate::groups::renew_group(self, group, owner, ttl))
     }
 
     fn admit(
@@ -496,14 +508,14 @@ impl Leases for PgConnection {
         resource: &str,
         grant: &impl AsRef<FencingToken>,
     ) -> Result<(), GuardError> {
-        crate::guards::admit(self, resource, grant.as_ref())
+        finish(crate::guards::admit(self, resource, grant.as_ref()))
     }
 
     fn check_held(
         &mut self,
         grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::check_held(self, grant.as_ref())
+        finish(crate::guards::check_held(self, grant.as_ref()))
     }
 
     fn admit_held(
@@ -511,7 +523,7 @@ impl Leases for PgConnection {
         resource: &str,
         grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::admit_held(self, resource, grant.as_ref())
+        finish(crate::guards::admit_held(self, resource, grant.as_ref()))
     }
 
     fn renew_and_admit(
@@ -520,7 +532,12 @@ impl Leases for PgConnection {
         grant: &impl AsRef<FencingToken>,
         ttl: Duration,
     ) -> Result<DateTime<Utc>, GuardError> {
-        crate::guards::renew_and_admit(self, resource, grant.as_ref(), ttl)
+        finish(crate::guards::renew_and_admit(
+            self,
+            resource,
+            grant.as_ref(),
+            ttl,
+        ))
     }
 
     fn fence(
@@ -529,11 +546,11 @@ impl Leases for PgConnection {
         lease_key: &str,
         up_to: Epoch,
     ) -> Result<Epoch, GuardError> {
-        crate::guards::fence(self, resource, lease_key, up_to)
+        finish(crate::guards::fence(self, resource, lease_key, up_to))
     }
 
     fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
-        crate::guards::inspect_guard(self, resource)
+        finish(crate::guards::inspect_guard(self, resource))
     }
 
     fn run_fenced<T, E, F>(
@@ -550,19 +567,19 @@ impl Leases for PgConnection {
     }
 
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
-        crate::operator::bind_namespace(self, prefix, role)
+        finish(crate::operator::bind_namespace(self, prefix, role))
     }
 
     fn unbind_namespace(&mut self, prefix: &str) -> Result<bool, LeaseError> {
-        crate::operator::unbind_namespace(self, prefix)
+        finish(crate::operator::unbind_namespace(self, prefix))
     }
 
     fn list_namespaces(&mut self) -> Result<Vec<NamespaceRule>, LeaseError> {
-        crate::operator::list_namespaces(self)
+        finish(crate::operator::list_namespaces(self))
     }
 
     fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
-        crate::operator::force_release(self, key)
+        finish(crate::operator::force_release(self, key))
     }
 
     fn force_release_epoch(
@@ -570,23 +587,23 @@ impl Leases for PgConnection {
         key: &str,
         epoch: Epoch,
     ) -> Result<ForcedRelease, LeaseError> {
-        crate::operator::force_release_epoch(self, key, epoch)
+        finish(crate::operator::force_release_epoch(self, key, epoch))
     }
 
     fn generation(&mut self) -> Result<Generation, LeaseError> {
-        crate::operator::generation(self)
+        finish(crate::operator::generation(self))
     }
 
     fn raise_generation(&mut self, generation: i64) -> Result<i64, LeaseError> {
-        crate::operator::raise_generation(self, generation)
+        finish(crate::operator::raise_generation(self, generation))
     }
 
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
-        crate::prune::prune(self, options)
+        finish(crate::prune::prune(self, options))
     }
 
     fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
-        crate::listing::list_leases(self, filter)
+        finish(crate::listing::list_leases(self, filter))
     }
 }
 
@@ -599,7 +616,7 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<Acquisition, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::acquire(conn, key, owner, ttl)
+            finish(crate::leases::acquire(conn, key, owner, ttl))
         })
     }
 
@@ -611,7 +628,7 @@ impl Leases for LeaseClient {
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::acquire_waiting(conn, key, owner, ttl, wait)
+            finish(crate::leases::acquire_waiting(conn, key, owner, ttl, wait))
         })
     }
 
@@ -621,18 +638,18 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::renew(conn, grant.as_ref(), ttl)
+            finish(crate::leases::renew(conn, grant.as_ref(), ttl))
         })
     }
 
     fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::leases::release(conn, grant.as_ref())
+            finish(crate::leases::release(conn, grant.as_ref()))
         })
     }
 
     fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| crate::leases::inspect(conn, key))
+        crate::pool::with_conn(&self.pool, |conn| finish(crate::leases::inspect(conn, key)))
     }
 
     fn renew_many(
@@ -641,7 +658,11 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::many::renew_many(conn, grants, ttl)
+            finish(crate::many::renew_many(
+                conn,
+                crate::many::split_grants(grants),
+                ttl,
+            ))
         })
     }
 
@@ -649,7 +670,12 @@ impl Leases for LeaseClient {
         &mut self,
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| crate::many::release_many(conn, grants))
+        crate::pool::with_conn(&self.pool, |conn| {
+            finish(crate::many::release_many(
+                conn,
+                crate::many::split_grants(grants),
+            ))
+        })
     }
 
     fn join_group(
@@ -658,7 +684,11 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::groups::join_group(conn, grants, ttl)
+            finish(crate::groups::join_group(
+                conn,
+                crate::many::split_grants(grants),
+                ttl,
+            ))
         })
     }
 
@@ -669,7 +699,7 @@ impl Leases for LeaseClient {
         ttl: Duration,
     ) -> Result<GroupRenewal, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::groups::renew_group(conn, group, owner, ttl)
+            finish(crate::groups::renew_group(conn, group, owner, ttl))
         })
     }
 
@@ -680,7 +710,7 @@ impl Leases for LeaseClient {
     ) -> Result<(), GuardError> {
         let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
-            crate::guards::admit(conn, resource, token)
+            finish(crate::guards::admit(conn, resource, token))
         })
     }
 
@@ -689,7 +719,9 @@ impl Leases for LeaseClient {
         grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
         let token = grant.as_ref();
-        crate::pool::with_guard_conn(&self.pool, |conn| crate::guards::check_held(conn, token))
+        crate::pool::with_guard_conn(&self.pool, |conn| {
+            finish(crate::guards::check_held(conn, token))
+        })
     }
 
     fn admit_held(
@@ -699,7 +731,7 @@ impl Leases for LeaseClient {
     ) -> Result<DateTime<Utc>, GuardError> {
         let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
-            crate::guards::admit_held(conn, resource, token)
+            finish(crate::guards::admit_held(conn, resource, token))
         })
     }
 
@@ -711,7 +743,7 @@ impl Leases for LeaseClient {
     ) -> Result<DateTime<Utc>, GuardError> {
         let token = grant.as_ref();
         crate::pool::with_guard_conn(&self.pool, |conn| {
-            crate::guards::renew_and_admit(conn, resource, token, ttl)
+            finish(crate::guards::renew_and_admit(conn, resource, token, ttl))
         })
     }
 
@@ -722,13 +754,13 @@ impl Leases for LeaseClient {
         up_to: Epoch,
     ) -> Result<Epoch, GuardError> {
         crate::pool::with_guard_conn(&self.pool, |conn| {
-            crate::guards::fence(conn, resource, lease_key, up_to)
+            finish(crate::guards::fence(conn, resource, lease_key, up_to))
         })
     }
 
     fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
         crate::pool::with_guard_conn(&self.pool, |conn| {
-            crate::guards::inspect_guard(conn, resource)
+            finish(crate::guards::inspect_guard(conn, resource))
         })
     }
 
@@ -747,22 +779,26 @@ impl Leases for LeaseClient {
 
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::operator::bind_namespace(conn, prefix, role)
+            finish(crate::operator::bind_namespace(conn, prefix, role))
         })
     }
 
     fn unbind_namespace(&mut self, prefix: &str) -> Result<bool, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::operator::unbind_namespace(conn, prefix)
+            finish(crate::operator::unbind_namespace(conn, prefix))
         })
     }
 
     fn list_namespaces(&mut self) -> Result<Vec<NamespaceRule>, LeaseError> {
-        crate::pool::with_conn(&self.pool, crate::operator::list_namespaces)
+        crate::pool::with_conn(&self.pool, |conn| {
+            finish(crate::operator::list_namespaces(conn))
+        })
     }
 
     fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| crate::operator::force_release(conn, key))
+        crate::pool::with_conn(&self.pool, |conn| {
+            finish(crate::operator::force_release(conn, key))
+        })
     }
 
     fn force_release_epoch(
@@ -771,25 +807,29 @@ impl Leases for LeaseClient {
         epoch: Epoch,
     ) -> Result<ForcedRelease, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::operator::force_release_epoch(conn, key, epoch)
+            finish(crate::operator::force_release_epoch(conn, key, epoch))
         })
     }
 
     fn generation(&mut self) -> Result<Generation, LeaseError> {
-        crate::pool::with_conn(&self.pool, crate::operator::generation)
+        crate::pool::with_conn(&self.pool, |conn| finish(crate::operator::generation(conn)))
     }
 
     fn raise_generation(&mut self, generation: i64) -> Result<i64, LeaseError> {
         crate::pool::with_conn(&self.pool, |conn| {
-            crate::operator::raise_generation(conn, generation)
+            finish(crate::operator::raise_generation(conn, generation))
         })
     }
 
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| crate::prune::prune(conn, options))
+        crate::pool::with_conn(&self.pool, |conn| {
+            finish(crate::prune::prune(conn, options))
+        })
     }
 
     fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
-        crate::pool::with_conn(&self.pool, |conn| crate::listing::list_leases(conn, filter))
+        crate::pool::with_conn(&self.pool, |conn| {
+            finish(crate::listing::list_leases(conn, filter))
+        })
     }
 }

@@ -357,6 +357,14 @@ pub enum LeaseError {
     /// was one.
     #[error("no database connection available from the pool: {0}")]
     Pool(#[from] r2d2::Error),
+    /// The async face's [`crate::aio::AsyncLeaseClient`]: no connection
+    /// could be taken from its pool within the checkout timeout (the
+    /// database is unreachable, or the pool is too small for the load). The
+    /// message carries deadpool's, which names the connection error when
+    /// there was one.
+    #[cfg(feature = "async")]
+    #[error("no database connection available from the pool: {0}")]
+    AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
     /// Building a client, waiter or pool: the first connection failed, so
     /// no pool was built (a wrong password, user, host, port or database
     /// name, or a server that is down). The message is libpq's, at once,
@@ -753,6 +761,11 @@ pub enum GuardError {
     /// names the last connection error when there was one).
     #[error("no database connection available from the pool: {0}")]
     Pool(#[from] r2d2::Error),
+    /// The async face's [`crate::aio::AsyncLeaseClient`]: no connection
+    /// could be taken from its pool (deadpool's message).
+    #[cfg(feature = "async")]
+    #[error("no database connection available from the pool: {0}")]
+    AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
 }
 
 /// Why a keeper could not be built or stopped cleanly.

@@ -34,16 +34,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
 
 use crate::errors::{LeaseError, Operation};
-use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
-use crate::many::{check_answers, key_renewal, split_grants, Batch};
+use crate::leases::{check_text, interval, refusal, unexpected};
+use crate::many::{check_answers, key_renewal, Batch, SplitGrants};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
+use crate::sql::execute::{get_result, Execute};
 use crate::telemetry;
-use crate::token::FencingToken;
 
 /// A heartbeat group, as [`join_group`](crate::Leases::join_group) made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,25 +108,30 @@ pub enum GroupRenewal {
 }
 
 /// The connection's [`crate::Leases::join_group`]: its documentation is there.
-pub(crate) fn join_group(
-    conn: &mut PgConnection,
-    grants: &[impl AsRef<FencingToken>],
+pub(crate) async fn join_group(
+    conn: &mut impl Execute,
+    grants: SplitGrants<'_>,
     ttl: Duration,
 ) -> Result<GroupJoin, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(GroupJoin {
             group: None,
             keys: Vec::new(),
         });
     };
-    telemetry::lease_call(Operation::JoinGroup, "", owner, None, || {
-        join_group_unobserved(conn, owner, &grants, ttl)
-    })
+    telemetry::lease_call(
+        Operation::JoinGroup,
+        "",
+        owner,
+        None,
+        join_group_unobserved(conn, owner, &grants, ttl),
+    )
+    .await
 }
 
 /// [`join_group`](crate::Leases::join_group) without its span and counters.
-fn join_group_unobserved(
-    conn: &mut PgConnection,
+async fn join_group_unobserved(
+    conn: &mut impl Execute,
     owner: &str,
     grants: &[(&str, i64)],
     ttl: Duration,
@@ -143,9 +146,7 @@ fn join_group_unobserved(
         key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let rows = call
-        .get_results::<(String, String, Option<DateTime<Utc>>, Option<i64>)>(conn)
-        .map_err(on_error)?;
+    let rows = conn.load(call).await.map_err(on_error)?;
     check_answers(Operation::JoinGroup, grants, rows.iter().map(|row| &row.0))?;
     let group = rows.first().and_then(|row| row.3).map(GroupId);
     let keys = rows
@@ -165,20 +166,25 @@ fn join_group_unobserved(
 }
 
 /// The connection's [`crate::Leases::renew_group`]: its documentation is there.
-pub(crate) fn renew_group(
-    conn: &mut PgConnection,
+pub(crate) async fn renew_group(
+    conn: &mut impl Execute,
     group: GroupId,
     owner: &str,
     ttl: Duration,
 ) -> Result<GroupRenewal, LeaseError> {
-    telemetry::lease_call(Operation::RenewGroup, "", owner, None, || {
-        renew_group_unobserved(conn, group, owner, ttl)
-    })
+    telemetry::lease_call(
+        Operation::RenewGroup,
+        "",
+        owner,
+        None,
+        renew_group_unobserved(conn, group, owner, ttl),
+    )
+    .await
 }
 
 /// [`renew_group`](crate::Leases::renew_group) without its span and counters.
-fn renew_group_unobserved(
-    conn: &mut PgConnection,
+async fn renew_group_unobserved(
+    conn: &mut impl Execute,
     group: GroupId,
     owner: &str,
     ttl: Duration,
@@ -190,12 +196,10 @@ fn renew_group_unobserved(
         ttl: interval("ttl", ttl)?,
         _borrow: std::marker::PhantomData,
     };
-    let autocommit = in_autocommit(conn);
-    let (status, expires_at, members) = call
-        .get_result::<(String, Option<DateTime<Utc>>, Option<i32>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::RenewGroup, error, "", Duration::ZERO, autocommit)
-        })?;
+    let autocommit = conn.in_autocommit();
+    let (status, expires_at, members) = get_result(conn, call).await.map_err(|error| {
+        LeaseError::from_diesel(Operation::RenewGroup, error, "", Duration::ZERO, autocommit)
+    })?;
     match (
         refusal(Operation::RenewGroup, &status)?,
         expires_at,

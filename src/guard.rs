@@ -36,6 +36,7 @@ use crate::epoch::Epoch;
 use crate::errors::GuardError;
 use crate::guards;
 use crate::pool::{with_guard_conn, PgPool};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 /// Why a guard refused a token, in the contract's words. Any other failure
@@ -113,19 +114,19 @@ impl Guard for DatabaseGuard {
 
     fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
         with_guard_conn(&self.pool, |conn| {
-            guards::admit(conn, &self.resource, token)
+            finish(guards::admit(conn, &self.resource, token))
         })
     }
 
     fn fence(&self, key: &str, through: Epoch) -> Result<(), GuardError> {
         with_guard_conn(&self.pool, |conn| {
-            guards::fence(conn, &self.resource, key, through).map(drop)
+            finish(guards::fence(conn, &self.resource, key, through)).map(drop)
         })
     }
 
     fn record(&self) -> Result<Option<GuardRecord>, GuardError> {
         with_guard_conn(&self.pool, |conn| {
-            guards::inspect_guard(conn, &self.resource)
+            finish(guards::inspect_guard(conn, &self.resource))
         })
     }
 

@@ -30,13 +30,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
-use diesel::{Connection, RunQueryDsl};
+use diesel::Connection;
 
 use crate::epoch::Epoch;
 use crate::errors::{GuardContext, GuardError, Operation};
 use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
 };
+use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 use crate::token::FencingToken;
@@ -117,8 +118,8 @@ fn check_resource(resource: &str) -> Result<(), GuardError> {
 }
 
 /// The connection's [`crate::Leases::admit`]: its documentation is there.
-pub(crate) fn admit(
-    conn: &mut PgConnection,
+pub(crate) async fn admit(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
 ) -> Result<(), GuardError> {
@@ -128,30 +129,34 @@ pub(crate) fn admit(
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        || admit_sql(conn, resource, token),
+        admit_sql(conn, resource, token),
     )
+    .await
 }
 
-fn admit_sql(
-    conn: &mut PgConnection,
+async fn admit_sql(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
 ) -> Result<(), GuardError> {
     check_resource(resource)?;
-    AdmitCall {
-        resource,
-        key: token.key(),
-        epoch: token.epoch().get(),
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<bool>(conn)
+    get_result(
+        conn,
+        AdmitCall {
+            resource,
+            key: token.key(),
+            epoch: token.epoch().get(),
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map(|_| ())
     .map_err(|error| GuardError::from_diesel(&context(Operation::Admit, resource, token), error))
 }
 
 /// The connection's [`crate::Leases::check_held`]: its documentation is there.
-pub(crate) fn check_held(
-    conn: &mut PgConnection,
+pub(crate) async fn check_held(
+    conn: &mut impl Execute,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
     telemetry::guard_call(
@@ -160,27 +165,31 @@ pub(crate) fn check_held(
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        || check_held_sql(conn, token),
+        check_held_sql(conn, token),
     )
+    .await
 }
 
-fn check_held_sql(
-    conn: &mut PgConnection,
+async fn check_held_sql(
+    conn: &mut impl Execute,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
-    CheckHeldCall {
-        key: token.key(),
-        owner: token.owner(),
-        epoch: token.epoch().get(),
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<DateTime<Utc>>(conn)
+    get_result(
+        conn,
+        CheckHeldCall {
+            key: token.key(),
+            owner: token.owner(),
+            epoch: token.epoch().get(),
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| GuardError::from_diesel(&context(Operation::CheckHeld, "", token), error))
 }
 
 /// The connection's [`crate::Leases::admit_held`]: its documentation is there.
-pub(crate) fn admit_held(
-    conn: &mut PgConnection,
+pub(crate) async fn admit_held(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
@@ -190,32 +199,36 @@ pub(crate) fn admit_held(
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        || admit_held_sql(conn, resource, token),
+        admit_held_sql(conn, resource, token),
     )
+    .await
 }
 
-fn admit_held_sql(
-    conn: &mut PgConnection,
+async fn admit_held_sql(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, GuardError> {
     check_resource(resource)?;
-    AdmitHeldCall {
-        resource,
-        key: token.key(),
-        owner: token.owner(),
-        epoch: token.epoch().get(),
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<DateTime<Utc>>(conn)
+    get_result(
+        conn,
+        AdmitHeldCall {
+            resource,
+            key: token.key(),
+            owner: token.owner(),
+            epoch: token.epoch().get(),
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| {
         GuardError::from_diesel(&context(Operation::AdmitHeld, resource, token), error)
     })
 }
 
 /// The connection's [`crate::Leases::renew_and_admit`]: its documentation is there.
-pub(crate) fn renew_and_admit(
-    conn: &mut PgConnection,
+pub(crate) async fn renew_and_admit(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
     ttl: Duration,
@@ -226,35 +239,39 @@ pub(crate) fn renew_and_admit(
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        || renew_and_admit_sql(conn, resource, token, ttl),
+        renew_and_admit_sql(conn, resource, token, ttl),
     )
+    .await
 }
 
-fn renew_and_admit_sql(
-    conn: &mut PgConnection,
+async fn renew_and_admit_sql(
+    conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
     ttl: Duration,
 ) -> Result<DateTime<Utc>, GuardError> {
     check_resource(resource)?;
     let ttl = input::interval("ttl", ttl).map_err(GuardError::invalid)?;
-    RenewAdmitCall {
-        resource,
-        key: token.key(),
-        owner: token.owner(),
-        epoch: token.epoch().get(),
-        ttl,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<DateTime<Utc>>(conn)
+    get_result(
+        conn,
+        RenewAdmitCall {
+            resource,
+            key: token.key(),
+            owner: token.owner(),
+            epoch: token.epoch().get(),
+            ttl,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| {
         GuardError::from_diesel(&context(Operation::RenewAndAdmit, resource, token), error)
     })
 }
 
 /// The connection's [`crate::Leases::fence`]: its documentation is there.
-pub(crate) fn fence(
-    conn: &mut PgConnection,
+pub(crate) async fn fence(
+    conn: &mut impl Execute,
     resource: &str,
     lease_key: &str,
     up_to: Epoch,
@@ -266,25 +283,29 @@ pub(crate) fn fence(
         lease_key,
         "",
         Some(up_to),
-        || fence_sql(conn, resource, lease_key, up_to),
+        fence_sql(conn, resource, lease_key, up_to),
     )
+    .await
     .map(Epoch::new)
 }
 
-fn fence_sql(
-    conn: &mut PgConnection,
+async fn fence_sql(
+    conn: &mut impl Execute,
     resource: &str,
     lease_key: &str,
     up_to: i64,
 ) -> Result<i64, GuardError> {
     check_resource(resource)?;
-    FenceCall {
-        resource,
-        key: lease_key,
-        up_to,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<i64>(conn)
+    get_result(
+        conn,
+        FenceCall {
+            resource,
+            key: lease_key,
+            up_to,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| {
         GuardError::from_diesel(
             &GuardContext {
@@ -300,37 +321,44 @@ fn fence_sql(
 }
 
 /// The connection's [`crate::Leases::inspect_guard`]: its documentation is there.
-pub(crate) fn inspect_guard(
-    conn: &mut PgConnection,
+pub(crate) async fn inspect_guard(
+    conn: &mut impl Execute,
     resource: &str,
 ) -> Result<Option<GuardRecord>, GuardError> {
-    telemetry::guard_call(Operation::InspectGuard, resource, "", "", None, || {
-        inspect_guard_sql(conn, resource)
-    })
+    telemetry::guard_call(
+        Operation::InspectGuard,
+        resource,
+        "",
+        "",
+        None,
+        inspect_guard_sql(conn, resource),
+    )
+    .await
 }
 
-fn inspect_guard_sql(
-    conn: &mut PgConnection,
+async fn inspect_guard_sql(
+    conn: &mut impl Execute,
     resource: &str,
 ) -> Result<Option<GuardRecord>, GuardError> {
     check_resource(resource)?;
-    let rows = InspectGuardCall {
-        resource,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_results::<(String, i64)>(conn)
-    .map_err(|error| {
-        GuardError::from_diesel(
-            &GuardContext {
-                operation: Operation::InspectGuard,
-                resource,
-                key: "",
-                owner: "",
-                epoch: Epoch::new(0),
-            },
-            error,
-        )
-    })?;
+    let rows = conn
+        .load(InspectGuardCall {
+            resource,
+            _borrow: std::marker::PhantomData,
+        })
+        .await
+        .map_err(|error| {
+            GuardError::from_diesel(
+                &GuardContext {
+                    operation: Operation::InspectGuard,
+                    resource,
+                    key: "",
+                    owner: "",
+                    epoch: Epoch::new(0),
+                },
+                error,
+            )
+        })?;
     Ok(rows
         .into_iter()
         .next()
@@ -352,12 +380,26 @@ where
     F: FnOnce(&mut PgConnection) -> Result<T, E>,
 {
     conn.transaction(|conn| {
-        match check {
-            Check::Token => admit(conn, resource, token).map(|_| ()),
-            Check::LeaseHeld => admit_held(conn, resource, token).map(|_| ()),
-            Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl).map(|_| ()),
-        }
-        .map_err(FencedError::Guard)?;
+        crate::sql::execute::finish(admit_checked(conn, resource, token, check))
+            .map_err(FencedError::Guard)?;
         work(conn).map_err(FencedError::Work)
     })
+}
+
+/// The admission a fenced transaction starts with, of the strength
+/// `check` asks for: what both faces' `run_fenced` run first in their
+/// transaction.
+pub(crate) async fn admit_checked(
+    conn: &mut impl Execute,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+) -> Result<(), GuardError> {
+    match check {
+        Check::Token => admit(conn, resource, token).await,
+        Check::LeaseHeld => admit_held(conn, resource, token).await.map(|_| ()),
+        Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl)
+            .await
+            .map(|_| ()),
+    }
 }

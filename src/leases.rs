@@ -3,8 +3,8 @@
 //! Each call is one statement, the SQL function of the same name (one
 //! round trip once it is prepared on the connection), whatever its answer:
 //! a grant, a denial, a refusal and why, bad input, a wait. Every function
-//! takes `&mut PgConnection`, so it runs in
-//! whatever transaction the caller has open: an acquire inside the caller's
+//! takes the caller's connection (either face's: `sql::execute`), so it
+//! runs in whatever transaction the caller has open: an acquire inside the caller's
 //! transaction commits or rolls back with it (docs/SPECIFICATION.md §1.5).
 //! Outside a transaction each call autocommits.
 //!
@@ -14,38 +14,35 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
-
 use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
 use crate::sql::decode::Status;
+use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 use crate::token::FencingToken;
 
 /// The connection's [`crate::Leases::acquire`]: its documentation is there.
-pub(crate) fn acquire(
-    conn: &mut PgConnection,
+pub(crate) async fn acquire(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     ttl: Duration,
 ) -> Result<Acquisition, LeaseError> {
-    acquire_call(conn, key, owner, ttl, Duration::ZERO)
+    acquire_call(conn, key, owner, ttl, Duration::ZERO).await
 }
 
 /// The connection's [`crate::Leases::acquire_waiting`]: its documentation is there.
-pub(crate) fn acquire_waiting(
-    conn: &mut PgConnection,
+pub(crate) async fn acquire_waiting(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     ttl: Duration,
     wait: Duration,
 ) -> Result<Lease, LeaseError> {
-    match acquire_call(conn, key, owner, ttl, wait)? {
+    match acquire_call(conn, key, owner, ttl, wait).await? {
         Acquisition::Granted(lease) => Ok(lease),
         // The SQL function never returns a denial when wait > 0; a zero wait
         // denies like `acquire`, which the caller asked to be an error here.
@@ -56,20 +53,25 @@ pub(crate) fn acquire_waiting(
     }
 }
 
-fn acquire_call(
-    conn: &mut PgConnection,
+async fn acquire_call(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     ttl: Duration,
     wait: Duration,
 ) -> Result<Acquisition, LeaseError> {
-    telemetry::lease_call(Operation::Acquire, key, owner, None, || {
-        acquire_sql(conn, key, owner, ttl, wait)
-    })
+    telemetry::lease_call(
+        Operation::Acquire,
+        key,
+        owner,
+        None,
+        acquire_sql(conn, key, owner, ttl, wait),
+    )
+    .await
 }
 
-fn acquire_sql(
-    conn: &mut PgConnection,
+async fn acquire_sql(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     ttl: Duration,
@@ -79,7 +81,7 @@ fn acquire_sql(
     check_text("owner", owner)?;
     let ttl_interval = interval("ttl", ttl)?;
     let wait_interval = interval("wait", wait)?;
-    let autocommit = in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     let call = AcquireCall {
         key,
         owner,
@@ -87,11 +89,9 @@ fn acquire_sql(
         wait: wait_interval,
         _borrow: std::marker::PhantomData,
     };
-    let (acquired, epoch, expires_at) = call
-        .get_result::<(bool, Option<i64>, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit)
-        })?;
+    let (acquired, epoch, expires_at) = get_result(conn, call).await.map_err(|error| {
+        LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit)
+    })?;
     match (acquired, epoch, expires_at) {
         (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
             token: FencingToken::from_grant(key, owner, epoch),
@@ -103,19 +103,24 @@ fn acquire_sql(
 }
 
 /// The connection's [`crate::Leases::renew`]: its documentation is there.
-pub(crate) fn renew(
-    conn: &mut PgConnection,
+pub(crate) async fn renew(
+    conn: &mut impl Execute,
     grant: &FencingToken,
     ttl: Duration,
 ) -> Result<Renewal, LeaseError> {
     let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
-    telemetry::lease_call(Operation::Renew, key, owner, Some(epoch), || {
-        renew_sql(conn, key, owner, epoch, ttl)
-    })
+    telemetry::lease_call(
+        Operation::Renew,
+        key,
+        owner,
+        Some(epoch),
+        renew_sql(conn, key, owner, epoch, ttl),
+    )
+    .await
 }
 
-fn renew_sql(
-    conn: &mut PgConnection,
+async fn renew_sql(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     epoch: i64,
@@ -124,7 +129,7 @@ fn renew_sql(
     check_text("key", key)?;
     check_text("owner", owner)?;
     let ttl_interval = interval("ttl", ttl)?;
-    let autocommit = in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     let call = RenewCall {
         key,
         owner,
@@ -132,11 +137,9 @@ fn renew_sql(
         ttl: ttl_interval,
         _borrow: std::marker::PhantomData,
     };
-    let (status, expires_at) = call
-        .get_result::<(String, Option<DateTime<Utc>>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Renew, error, key, Duration::ZERO, autocommit)
-        })?;
+    let (status, expires_at) = get_result(conn, call).await.map_err(|error| {
+        LeaseError::from_diesel(Operation::Renew, error, key, Duration::ZERO, autocommit)
+    })?;
     match (refusal(Operation::Renew, &status)?, expires_at) {
         (None, Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
         (Some(refusal), _) => Ok(Renewal::Refused(refusal)),
@@ -145,32 +148,37 @@ fn renew_sql(
 }
 
 /// The connection's [`crate::Leases::release`]: its documentation is there.
-pub(crate) fn release(
-    conn: &mut PgConnection,
+pub(crate) async fn release(
+    conn: &mut impl Execute,
     grant: &FencingToken,
 ) -> Result<Release, LeaseError> {
     let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
-    telemetry::lease_call(Operation::Release, key, owner, Some(epoch), || {
-        release_sql(conn, key, owner, epoch)
-    })
+    telemetry::lease_call(
+        Operation::Release,
+        key,
+        owner,
+        Some(epoch),
+        release_sql(conn, key, owner, epoch),
+    )
+    .await
 }
 
-fn release_sql(
-    conn: &mut PgConnection,
+async fn release_sql(
+    conn: &mut impl Execute,
     key: &str,
     owner: &str,
     epoch: i64,
 ) -> Result<Release, LeaseError> {
     check_text("key", key)?;
     check_text("owner", owner)?;
-    let autocommit = in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     let call = ReleaseCall {
         key,
         owner,
         epoch,
         _borrow: std::marker::PhantomData,
     };
-    let status = call.get_result::<String>(conn).map_err(|error| {
+    let status = get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
     })?;
     match refusal(Operation::Release, &status)? {
@@ -180,22 +188,23 @@ fn release_sql(
 }
 
 /// The connection's [`crate::Leases::inspect`]: its documentation is there.
-pub(crate) fn inspect(
-    conn: &mut PgConnection,
+pub(crate) async fn inspect(
+    conn: &mut impl Execute,
     key: &str,
 ) -> Result<Option<LeaseState>, LeaseError> {
-    telemetry::lease_call(Operation::Inspect, key, "", None, || inspect_sql(conn, key))
+    telemetry::lease_call(Operation::Inspect, key, "", None, inspect_sql(conn, key)).await
 }
 
-fn inspect_sql(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+async fn inspect_sql(conn: &mut impl Execute, key: &str) -> Result<Option<LeaseState>, LeaseError> {
     check_text("key", key)?;
     let call = InspectCall {
         key,
         _borrow: std::marker::PhantomData,
     };
-    let autocommit = in_autocommit(conn);
-    let row = call
-        .get_results::<(bool, Option<String>, i64, Option<DateTime<Utc>>)>(conn)
+    let autocommit = conn.in_autocommit();
+    let row = conn
+        .load(call)
+        .await
         .map_err(|error| {
             LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, autocommit)
         })?
@@ -213,17 +222,6 @@ fn inspect_sql(conn: &mut PgConnection, key: &str) -> Result<Option<LeaseState>,
             },
         },
     ))
-}
-
-/// Whether the connection is outside any transaction diesel knows of, so a
-/// call autocommits. Read *before* the call: once a call fails on a broken
-/// connection, diesel marks its transaction manager broken and the depth
-/// can no longer be read.
-pub(crate) fn in_autocommit(conn: &mut PgConnection) -> bool {
-    use diesel::connection::{AnsiTransactionManager, TransactionManager};
-    let depth = <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(conn)
-        .transaction_depth();
-    matches!(depth, Ok(None))
 }
 
 /// The refusal a renew or release status names (`None` for `ok`).
@@ -269,7 +267,25 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub fn renew(&mut self, leases: &mut impl crate::Leases) -> Result<Renewal, LeaseError> {
-        let renewal = leases.renew(self, self.ttl)?;
+        let renewal = leases.renew(self, self.ttl);
+        self.renewed(renewal)
+    }
+
+    /// [`Lease::renew`] on the async face
+    /// ([`AsyncLeases`](crate::aio::AsyncLeases)): renews this grant for
+    /// its own ttl and, when renewed, records the new expiry.
+    #[cfg(feature = "async")]
+    pub async fn renew_async(
+        &mut self,
+        leases: &mut impl crate::aio::AsyncLeases,
+    ) -> Result<Renewal, LeaseError> {
+        let renewal = leases.renew(self, self.ttl).await;
+        self.renewed(renewal)
+    }
+
+    /// Records the expiry of a renewal of this grant (either face's).
+    fn renewed(&mut self, renewal: Result<Renewal, LeaseError>) -> Result<Renewal, LeaseError> {
+        let renewal = renewal?;
         if let Renewal::Renewed { expires_at } = renewal {
             self.expires_at = expires_at;
         }

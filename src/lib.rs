@@ -9,7 +9,10 @@
 //! installed by [`install()`]. The Rust side is a thin, synchronous, typed
 //! layer over diesel with one API, the [`Leases`] trait: on a
 //! `PgConnection` every operation runs in the caller's own transaction; on
-//! a [`LeaseClient`] it runs on a pooled connection and autocommits.
+//! a [`LeaseClient`] it runs on a pooled connection and autocommits. With
+//! the cargo feature `async`, module `aio` has the same operations as
+//! futures, on diesel-async's `AsyncPgConnection` and a pooled
+//! `AsyncLeaseClient`, from the same code (docs/guide/async.md).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -47,10 +50,12 @@
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
+//! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::LeaseWaiter` on the shared listener (docs/guide/async.md) |
 //!
 //! Behind them, private modules each do one job: `api` (the [`Leases`]
 //! trait and its two implementations), `sql` (the only place with SQL
-//! text, constraint names and answer decoding), `outcome` (grants,
+//! text, constraint names and answer decoding, and the execute step, the
+//! one thing the sync and the async face do differently), `outcome` (grants,
 //! refusals and states as values), `leases`, `many`, `groups`, `guards`,
 //! `operator`, `prune`, `listing`, `install` (the operations on a
 //! connection, which the trait calls), `token` (the fencing token and its
@@ -71,6 +76,8 @@ compile_error!(
     "leasehold supports Unix-like systems only (Linux, macOS, the BSDs): its waiters use Unix socket APIs"
 );
 
+#[cfg(feature = "async")]
+pub mod aio;
 mod api;
 mod client;
 mod epoch;
@@ -223,4 +230,7 @@ pub mod guide_doctests {
     pub struct Operations;
     #[doc = include_str!("../docs/guide/benchmarks.md")]
     pub struct Benchmarks;
+    #[cfg(feature = "async")]
+    #[doc = include_str!("../docs/guide/async.md")]
+    pub struct Async;
 }

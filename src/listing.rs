@@ -19,12 +19,11 @@
 //! two equal).
 
 use chrono::{DateTime, TimeDelta, Utc};
-use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
 
 use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::sql::calls::{ListLeasesCall, ListPrivilegeCall};
+use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
@@ -203,8 +202,8 @@ pub struct Listing {
 
 /// The connection's [`crate::Leases::list_leases`]: its documentation is
 /// there.
-pub(crate) fn list_leases(
-    conn: &mut PgConnection,
+pub(crate) async fn list_leases(
+    conn: &mut impl Execute,
     filter: &ListFilter,
 ) -> Result<Listing, LeaseError> {
     telemetry::lease_call(
@@ -212,50 +211,43 @@ pub(crate) fn list_leases(
         &filter.prefix,
         filter.owner.as_deref().unwrap_or(""),
         None,
-        || list_leases_unobserved(conn, filter),
+        list_leases_unobserved(conn, filter),
     )
+    .await
 }
-
-/// A listing's row as the statement answers it: the clock, then the key's
-/// columns (all NULL when no key matched).
-type Row = (
-    DateTime<Utc>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    Option<DateTime<Utc>>,
-);
 
 /// [`list_leases`](crate::Leases::list_leases) without its span and
 /// counters.
-fn list_leases_unobserved(
-    conn: &mut PgConnection,
+async fn list_leases_unobserved(
+    conn: &mut impl Execute,
     filter: &ListFilter,
 ) -> Result<Listing, LeaseError> {
     let limit = check(filter)?;
-    let autocommit = crate::leases::in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     let failed = |error| LeaseError::from_keyless(Operation::ListLeases, error, autocommit);
-    let (allowed, role) = ListPrivilegeCall {
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<(bool, String)>(conn)
+    let (allowed, role) = get_result(
+        conn,
+        ListPrivilegeCall {
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(failed)?;
     if !allowed {
         return Err(LeaseError::ListNotPermitted { role });
     }
     let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
-    let rows = ListLeasesCall {
-        prefix: &filter.prefix,
-        owner: filter.owner.as_deref(),
-        states,
-        order: filter.order.as_sql(),
-        limit,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_results::<Row>(conn)
-    .map_err(failed)?;
+    let rows = conn
+        .load(ListLeasesCall {
+            prefix: &filter.prefix,
+            owner: filter.owner.as_deref(),
+            states,
+            order: filter.order.as_sql(),
+            limit,
+            _borrow: std::marker::PhantomData,
+        })
+        .await
+        .map_err(failed)?;
     let mut read_at = None;
     let mut leases = Vec::with_capacity(rows.len());
     for (now, key, digest, state, owner, epoch, expires_at) in rows {

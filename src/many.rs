@@ -21,14 +21,13 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
 use sha2::{Digest, Sha256};
 
 use crate::errors::{LeaseError, Operation};
-use crate::leases::{check_text, in_autocommit, interval, refusal, unexpected};
+use crate::leases::{check_text, interval, refusal, unexpected};
 use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
 use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
+use crate::sql::execute::Execute;
 use crate::telemetry;
 use crate::token::FencingToken;
 
@@ -42,14 +41,18 @@ pub const MAX_KEYS_PER_CALL: usize = 1000;
 /// One owner and its `(key, epoch)` pairs, in the order given.
 pub(crate) type OwnerBatch<'a> = (&'a str, Vec<(&'a str, i64)>);
 
+/// [`split_grants`]' answer, which the batch and group calls take: split
+/// before the call's future is made, so that future holds `&str`s and
+/// epochs, never the caller's grant type (the async face's futures are
+/// `Send` whatever that type is).
+pub(crate) type SplitGrants<'a> = Result<Option<OwnerBatch<'a>>, LeaseError>;
+
 /// The grants of one batch call as the SQL functions take them: their one
 /// owner, and each key with its epoch, in the order given. `None` for no
 /// grants (a batch of nothing is answered with nothing, without a call).
 /// Grants of different owners cannot share a call: the SQL functions act
 /// for one owner, so mixing them is [`LeaseError::InvalidInput`].
-pub(crate) fn split_grants<G: AsRef<FencingToken>>(
-    grants: &[G],
-) -> Result<Option<OwnerBatch<'_>>, LeaseError> {
+pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<'_> {
     let Some(first) = grants.first() else {
         return Ok(None);
     };
@@ -71,22 +74,27 @@ pub(crate) fn split_grants<G: AsRef<FencingToken>>(
 }
 
 /// The connection's [`crate::Leases::renew_many`]: its documentation is there.
-pub(crate) fn renew_many(
-    conn: &mut PgConnection,
-    grants: &[impl AsRef<FencingToken>],
+pub(crate) async fn renew_many(
+    conn: &mut impl Execute,
+    grants: SplitGrants<'_>,
     ttl: Duration,
 ) -> Result<Vec<KeyRenewal>, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
-    telemetry::lease_call(Operation::RenewMany, "", owner, None, || {
-        renew_many_unobserved(conn, owner, &grants, ttl)
-    })
+    telemetry::lease_call(
+        Operation::RenewMany,
+        "",
+        owner,
+        None,
+        renew_many_unobserved(conn, owner, &grants, ttl),
+    )
+    .await
 }
 
 /// [`renew_many`](crate::Leases::renew_many) without its span and counters.
-fn renew_many_unobserved(
-    conn: &mut PgConnection,
+async fn renew_many_unobserved(
+    conn: &mut impl Execute,
     owner: &str,
     grants: &[(&str, i64)],
     ttl: Duration,
@@ -101,9 +109,7 @@ fn renew_many_unobserved(
         key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let rows = call
-        .get_results::<(String, String, Option<DateTime<Utc>>)>(conn)
-        .map_err(on_error)?;
+    let rows = conn.load(call).await.map_err(on_error)?;
     check_answers(Operation::RenewMany, grants, rows.iter().map(|row| &row.0))?;
     rows.into_iter()
         .map(|(key, status, expires_at)| {
@@ -113,21 +119,26 @@ fn renew_many_unobserved(
 }
 
 /// The connection's [`crate::Leases::release_many`]: its documentation is there.
-pub(crate) fn release_many(
-    conn: &mut PgConnection,
-    grants: &[impl AsRef<FencingToken>],
+pub(crate) async fn release_many(
+    conn: &mut impl Execute,
+    grants: SplitGrants<'_>,
 ) -> Result<Vec<KeyRelease>, LeaseError> {
-    let Some((owner, grants)) = split_grants(grants)? else {
+    let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
-    telemetry::lease_call(Operation::ReleaseMany, "", owner, None, || {
-        release_many_unobserved(conn, owner, &grants)
-    })
+    telemetry::lease_call(
+        Operation::ReleaseMany,
+        "",
+        owner,
+        None,
+        release_many_unobserved(conn, owner, &grants),
+    )
+    .await
 }
 
 /// [`release_many`](crate::Leases::release_many) without its span and counters.
-fn release_many_unobserved(
-    conn: &mut PgConnection,
+async fn release_many_unobserved(
+    conn: &mut impl Execute,
     owner: &str,
     grants: &[(&str, i64)],
 ) -> Result<Vec<KeyRelease>, LeaseError> {
@@ -140,9 +151,7 @@ fn release_many_unobserved(
         key_hashes: batch.key_hashes,
         _borrow: std::marker::PhantomData,
     };
-    let rows = call
-        .get_results::<(String, String)>(conn)
-        .map_err(on_error)?;
+    let rows = conn.load(call).await.map_err(on_error)?;
     check_answers(
         Operation::ReleaseMany,
         grants,
@@ -189,9 +198,9 @@ impl<'a> Batch<'a> {
     pub(crate) fn on_error(
         &self,
         operation: Operation,
-        conn: &mut PgConnection,
+        conn: &mut impl Execute,
     ) -> impl FnOnce(diesel::result::Error) -> LeaseError + 'a {
-        let (first_key, autocommit) = (self.first_key, in_autocommit(conn));
+        let (first_key, autocommit) = (self.first_key, conn.in_autocommit());
         move |error| {
             LeaseError::from_diesel(operation, error, first_key, Duration::ZERO, autocommit)
         }

@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+
 use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
 
 use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
@@ -29,6 +29,7 @@ use crate::sql::calls::{
     BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, FunctionPrivilegeCall,
     GenerationCall, ListNamespacesCall, RaiseGenerationCall, UnbindNamespaceCall,
 };
+use crate::sql::execute::{get_result, Execute};
 use crate::sql::{decode, input};
 use crate::telemetry;
 
@@ -70,69 +71,101 @@ impl std::fmt::Display for BoundRole {
 }
 
 /// The connection's [`crate::Leases::bind_namespace`]: its documentation is there.
-pub(crate) fn bind_namespace(
-    conn: &mut PgConnection,
+pub(crate) async fn bind_namespace(
+    conn: &mut impl Execute,
     prefix: &str,
     role: &str,
 ) -> Result<(), LeaseError> {
-    telemetry::lease_call(Operation::BindNamespace, prefix, "", None, || {
-        bind_namespace_unobserved(conn, prefix, role)
-    })
+    telemetry::lease_call(
+        Operation::BindNamespace,
+        prefix,
+        "",
+        None,
+        bind_namespace_unobserved(conn, prefix, role),
+    )
+    .await
 }
 
 /// [`bind_namespace`](crate::Leases::bind_namespace) without its span and counters.
-fn bind_namespace_unobserved(
-    conn: &mut PgConnection,
+async fn bind_namespace_unobserved(
+    conn: &mut impl Execute,
     prefix: &str,
     role: &str,
 ) -> Result<(), LeaseError> {
-    let autocommit = crate::leases::in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     check_name("prefix", prefix)?;
     check_name("role", role)?;
-    BindNamespaceCall {
-        prefix,
-        role,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<bool>(conn)
+    get_result(
+        conn,
+        BindNamespaceCall {
+            prefix,
+            role,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map(|_| ())
     .map_err(|error| LeaseError::from_keyless(Operation::BindNamespace, error, autocommit))
 }
 
 /// The connection's [`crate::Leases::unbind_namespace`]: its documentation is there.
-pub(crate) fn unbind_namespace(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
-    telemetry::lease_call(Operation::UnbindNamespace, prefix, "", None, || {
-        unbind_namespace_unobserved(conn, prefix)
-    })
+pub(crate) async fn unbind_namespace(
+    conn: &mut impl Execute,
+    prefix: &str,
+) -> Result<bool, LeaseError> {
+    telemetry::lease_call(
+        Operation::UnbindNamespace,
+        prefix,
+        "",
+        None,
+        unbind_namespace_unobserved(conn, prefix),
+    )
+    .await
 }
 
 /// [`unbind_namespace`](crate::Leases::unbind_namespace) without its span and counters.
-fn unbind_namespace_unobserved(conn: &mut PgConnection, prefix: &str) -> Result<bool, LeaseError> {
-    let autocommit = crate::leases::in_autocommit(conn);
+async fn unbind_namespace_unobserved(
+    conn: &mut impl Execute,
+    prefix: &str,
+) -> Result<bool, LeaseError> {
+    let autocommit = conn.in_autocommit();
     check_name("prefix", prefix)?;
-    UnbindNamespaceCall {
-        prefix,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<bool>(conn)
+    get_result(
+        conn,
+        UnbindNamespaceCall {
+            prefix,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| LeaseError::from_keyless(Operation::UnbindNamespace, error, autocommit))
 }
 
 /// The connection's [`crate::Leases::list_namespaces`]: its documentation is there.
-pub(crate) fn list_namespaces(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
-    telemetry::lease_call(Operation::ListNamespaces, "", "", None, || {
-        list_namespaces_unobserved(conn)
-    })
+pub(crate) async fn list_namespaces(
+    conn: &mut impl Execute,
+) -> Result<Vec<NamespaceRule>, LeaseError> {
+    telemetry::lease_call(
+        Operation::ListNamespaces,
+        "",
+        "",
+        None,
+        list_namespaces_unobserved(conn),
+    )
+    .await
 }
 
 /// [`list_namespaces`](crate::Leases::list_namespaces) without its span and counters.
-fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRule>, LeaseError> {
-    let autocommit = crate::leases::in_autocommit(conn);
-    let rows = ListNamespacesCall {
-        _borrow: std::marker::PhantomData,
-    }
-    .get_results::<(String, String, DateTime<Utc>)>(conn)
-    .map_err(|error| LeaseError::from_keyless(Operation::ListNamespaces, error, autocommit))?;
+async fn list_namespaces_unobserved(
+    conn: &mut impl Execute,
+) -> Result<Vec<NamespaceRule>, LeaseError> {
+    let autocommit = conn.in_autocommit();
+    let rows = conn
+        .load(ListNamespacesCall {
+            _borrow: std::marker::PhantomData,
+        })
+        .await
+        .map_err(|error| LeaseError::from_keyless(Operation::ListNamespaces, error, autocommit))?;
     Ok(rows
         .into_iter()
         .map(|(prefix, role, created_at)| NamespaceRule {
@@ -147,25 +180,33 @@ fn list_namespaces_unobserved(conn: &mut PgConnection) -> Result<Vec<NamespaceRu
 }
 
 /// The connection's [`crate::Leases::force_release`]: its documentation is there.
-pub(crate) fn force_release(
-    conn: &mut PgConnection,
+pub(crate) async fn force_release(
+    conn: &mut impl Execute,
     key: &str,
 ) -> Result<Option<Epoch>, LeaseError> {
-    telemetry::lease_call(Operation::ForceRelease, key, "", None, || {
-        force_release_unobserved(conn, key)
-    })
+    telemetry::lease_call(
+        Operation::ForceRelease,
+        key,
+        "",
+        None,
+        force_release_unobserved(conn, key),
+    )
+    .await
     .map(|counter| counter.map(Epoch::new))
 }
 
 /// [`force_release`](crate::Leases::force_release) without its span and counters.
-fn force_release_unobserved(conn: &mut PgConnection, key: &str) -> Result<Option<i64>, LeaseError> {
+async fn force_release_unobserved(
+    conn: &mut impl Execute,
+    key: &str,
+) -> Result<Option<i64>, LeaseError> {
     check_text("key", key)?;
     let call = ForceReleaseCall {
         key,
         _borrow: std::marker::PhantomData,
     };
-    let autocommit = crate::leases::in_autocommit(conn);
-    call.get_result::<Option<i64>>(conn).map_err(|error| {
+    let autocommit = conn.in_autocommit();
+    get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(
             Operation::ForceRelease,
             error,
@@ -210,20 +251,25 @@ pub enum ForcedRelease {
 }
 
 /// The connection's [`crate::Leases::force_release_epoch`]: its documentation is there.
-pub(crate) fn force_release_epoch(
-    conn: &mut PgConnection,
+pub(crate) async fn force_release_epoch(
+    conn: &mut impl Execute,
     key: &str,
     epoch: Epoch,
 ) -> Result<ForcedRelease, LeaseError> {
     let epoch = epoch.get();
-    telemetry::lease_call(Operation::ForceRelease, key, "", Some(epoch), || {
-        force_release_epoch_unobserved(conn, key, epoch)
-    })
+    telemetry::lease_call(
+        Operation::ForceRelease,
+        key,
+        "",
+        Some(epoch),
+        force_release_epoch_unobserved(conn, key, epoch),
+    )
+    .await
 }
 
 /// [`force_release_epoch`](crate::Leases::force_release_epoch) without its span and counters.
-fn force_release_epoch_unobserved(
-    conn: &mut PgConnection,
+async fn force_release_epoch_unobserved(
+    conn: &mut impl Execute,
     key: &str,
     epoch: i64,
 ) -> Result<ForcedRelease, LeaseError> {
@@ -238,18 +284,16 @@ fn force_release_epoch_unobserved(
         epoch,
         _borrow: std::marker::PhantomData,
     };
-    let autocommit = crate::leases::in_autocommit(conn);
-    let (status, counter) = call
-        .get_result::<(String, Option<i64>)>(conn)
-        .map_err(|error| {
-            LeaseError::from_diesel(
-                Operation::ForceRelease,
-                error,
-                key,
-                Duration::ZERO,
-                autocommit,
-            )
-        })?;
+    let autocommit = conn.in_autocommit();
+    let (status, counter) = get_result(conn, call).await.map_err(|error| {
+        LeaseError::from_diesel(
+            Operation::ForceRelease,
+            error,
+            key,
+            Duration::ZERO,
+            autocommit,
+        )
+    })?;
     match (status.as_str(), counter) {
         ("released", Some(counter)) => Ok(ForcedRelease::Released {
             counter: Epoch::new(counter),
@@ -304,19 +348,27 @@ impl Generation {
 }
 
 /// The connection's [`crate::Leases::generation`]: its documentation is there.
-pub(crate) fn generation(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
-    telemetry::lease_call(Operation::Generation, "", "", None, || {
-        generation_unobserved(conn)
-    })
+pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
+    telemetry::lease_call(
+        Operation::Generation,
+        "",
+        "",
+        None,
+        generation_unobserved(conn),
+    )
+    .await
 }
 
 /// [`generation`](crate::Leases::generation) without its span and counters.
-fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseError> {
-    let autocommit = crate::leases::in_autocommit(conn);
-    let (generation, timeline) = GenerationCall {
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<(i64, i64)>(conn)
+async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
+    let autocommit = conn.in_autocommit();
+    let (generation, timeline) = get_result(
+        conn,
+        GenerationCall {
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| LeaseError::from_keyless(Operation::Generation, error, autocommit))?;
     Ok(Generation {
         generation,
@@ -325,31 +377,39 @@ fn generation_unobserved(conn: &mut PgConnection) -> Result<Generation, LeaseErr
 }
 
 /// The connection's [`crate::Leases::raise_generation`]: its documentation is there.
-pub(crate) fn raise_generation(
-    conn: &mut PgConnection,
+pub(crate) async fn raise_generation(
+    conn: &mut impl Execute,
     generation: i64,
 ) -> Result<i64, LeaseError> {
-    telemetry::lease_call(Operation::RaiseGeneration, "", "", None, || {
-        raise_generation_unobserved(conn, generation)
-    })
+    telemetry::lease_call(
+        Operation::RaiseGeneration,
+        "",
+        "",
+        None,
+        raise_generation_unobserved(conn, generation),
+    )
+    .await
 }
 
 /// [`raise_generation`](crate::Leases::raise_generation) without its span and counters.
-fn raise_generation_unobserved(
-    conn: &mut PgConnection,
+async fn raise_generation_unobserved(
+    conn: &mut impl Execute,
     generation: i64,
 ) -> Result<i64, LeaseError> {
-    let autocommit = crate::leases::in_autocommit(conn);
+    let autocommit = conn.in_autocommit();
     if generation > MAX_GENERATION {
         return Err(LeaseError::GenerationTooHigh {
             requested: generation,
         });
     }
-    RaiseGenerationCall {
-        generation,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<i64>(conn)
+    get_result(
+        conn,
+        RaiseGenerationCall {
+            generation,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| LeaseError::from_raise_generation(error, generation, autocommit))
 }
 
@@ -395,13 +455,25 @@ pub fn function_privilege(
     conn: &mut PgConnection,
     function: &str,
 ) -> Result<FunctionPrivilege, LeaseError> {
+    crate::sql::execute::finish(function_privilege_on(conn, function))
+}
+
+/// [`function_privilege`] on either face's connection (the async face's
+/// is `crate::aio::function_privilege`).
+pub(crate) async fn function_privilege_on(
+    conn: &mut impl Execute,
+    function: &str,
+) -> Result<FunctionPrivilege, LeaseError> {
     check_name("function", function)?;
-    let autocommit = crate::leases::in_autocommit(conn);
-    let (allowed, role) = FunctionPrivilegeCall {
-        function,
-        _borrow: std::marker::PhantomData,
-    }
-    .get_result::<(Option<bool>, String)>(conn)
+    let autocommit = conn.in_autocommit();
+    let (allowed, role) = get_result(
+        conn,
+        FunctionPrivilegeCall {
+            function,
+            _borrow: std::marker::PhantomData,
+        },
+    )
+    .await
     .map_err(|error| LeaseError::from_keyless(Operation::Privilege, error, autocommit))?;
     Ok(match allowed {
         Some(true) => FunctionPrivilege::Granted,

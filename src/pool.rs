@@ -133,6 +133,8 @@ pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
         LeaseError::Pool(_)
         | LeaseError::OutcomeUnknown { .. }
         | LeaseError::ReadOnlyServer { .. } => true,
+        #[cfg(feature = "async")]
+        LeaseError::AsyncPool(_) => true,
         LeaseError::Database { source, .. } => is_dead_connection(source),
         _ => false,
     }
@@ -143,6 +145,8 @@ pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
 pub(crate) fn is_guard_connection_error(error: &GuardError) -> bool {
     match error {
         GuardError::Pool(_) | GuardError::ReadOnlyServer { .. } => true,
+        #[cfg(feature = "async")]
+        GuardError::AsyncPool(_) => true,
         GuardError::Database { source, .. } => is_dead_connection(source),
         _ => false,
     }

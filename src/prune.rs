@@ -22,11 +22,9 @@
 
 use std::time::Duration;
 
-use diesel::pg::PgConnection;
-use diesel::RunQueryDsl;
-
 use crate::errors::{LeaseError, Operation};
 use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
+use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
@@ -92,18 +90,23 @@ pub struct PruneReport {
 }
 
 /// The connection's [`crate::Leases::prune`]: its documentation is there.
-pub(crate) fn prune(
-    conn: &mut PgConnection,
+pub(crate) async fn prune(
+    conn: &mut impl Execute,
     options: &PruneOptions,
 ) -> Result<PruneReport, LeaseError> {
-    telemetry::lease_call(Operation::Prune, "", "", None, || {
-        prune_unobserved(conn, options)
-    })
+    telemetry::lease_call(
+        Operation::Prune,
+        "",
+        "",
+        None,
+        prune_unobserved(conn, options),
+    )
+    .await
 }
 
 /// [`prune`](crate::Leases::prune) without its span and counters.
-fn prune_unobserved(
-    conn: &mut PgConnection,
+async fn prune_unobserved(
+    conn: &mut impl Execute,
     options: &PruneOptions,
 ) -> Result<PruneReport, LeaseError> {
     let idle =
@@ -117,14 +120,17 @@ fn prune_unobserved(
     };
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let (examined, pruned, sighted, waiters, watermark, next) = PruneKeysCall {
-            idle,
-            after: after.as_deref(),
-            batch,
-            dry_run: options.dry_run,
-            _borrow: std::marker::PhantomData,
-        }
-        .get_result::<(i32, i32, i32, i32, i64, Option<Vec<u8>>)>(conn)
+        let (examined, pruned, sighted, waiters, watermark, next) = get_result(
+            conn,
+            PruneKeysCall {
+                idle,
+                after: after.as_deref(),
+                batch,
+                dry_run: options.dry_run,
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
         .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
         report.batches += 1;
         report.keys_examined += count(examined);
@@ -139,14 +145,17 @@ fn prune_unobserved(
     }
     after = None;
     loop {
-        let (examined, pruned, next) = PruneGuardsCall {
-            idle,
-            after: after.as_deref(),
-            batch,
-            dry_run: options.dry_run,
-            _borrow: std::marker::PhantomData,
-        }
-        .get_result::<(i32, i32, Option<Vec<u8>>)>(conn)
+        let (examined, pruned, next) = get_result(
+            conn,
+            PruneGuardsCall {
+                idle,
+                after: after.as_deref(),
+                batch,
+                dry_run: options.dry_run,
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
         .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
         report.batches += 1;
         report.guards_examined += count(examined);

@@ -434,13 +434,21 @@ fn present(text: &str) -> Option<&str> {
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 mod timing {
+    use std::future::Future;
     use std::time::{Duration, Instant};
 
-    /// Runs `call`, timing it.
-    #[inline(always)]
-    pub(super) fn timed<R>(call: impl FnOnce() -> R) -> (R, Duration) {
+    /// Runs the operation `call` to its end inside `span` (entered at
+    /// every poll, so for the whole call whichever face runs it), timing it
+    /// from its first poll.
+    pub(super) async fn timed_call<R>(
+        #[cfg(feature = "tracing")] span: &tracing::Span,
+        call: impl Future<Output = R>,
+    ) -> (R, Duration) {
         let started = Instant::now();
-        let result = call();
+        #[cfg(feature = "tracing")]
+        let result = tracing::Instrument::instrument(call, span.clone()).await;
+        #[cfg(not(feature = "tracing"))]
+        let result = call.await;
         (result, started.elapsed())
     }
 
@@ -466,10 +474,12 @@ mod timing {
 /// Runs one lease call in its span and counts it: acquire, renew,
 /// release, inspect, the batch and group calls, the operator calls and
 /// prune (`key` empty when a call names no single key, `owner` empty when
-/// it has none). `epoch` is the one the caller presented, if any.
+/// it has none). `epoch` is the one the caller presented, if any. The
+/// operation is a future so that both faces run it through here: the sync
+/// face's finishes in its first poll (`sql::execute`).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn lease_call<T, E, F>(
+pub(crate) async fn lease_call<T, E, F>(
     _operation: Operation,
     _key: &str,
     _owner: &str,
@@ -477,15 +487,15 @@ pub(crate) fn lease_call<T, E, F>(
     call: F,
 ) -> Result<T, E>
 where
-    F: FnOnce() -> Result<T, E>,
+    F: std::future::Future<Output = Result<T, E>>,
 {
-    call()
+    call.await
 }
 
 /// Runs one lease call in its span and counts it (see the other
 /// definition, used when both features are off).
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn lease_call<T, E, F>(
+pub(crate) async fn lease_call<T, E, F>(
     operation: Operation,
     key: &str,
     owner: &str,
@@ -495,7 +505,7 @@ pub(crate) fn lease_call<T, E, F>(
 where
     T: Outcome,
     E: Outcome,
-    F: FnOnce() -> Result<T, E>,
+    F: std::future::Future<Output = Result<T, E>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -510,10 +520,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (key, owner, epoch);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let (outcome, granted) = match &result {
         Ok(value) => (value.outcome(), value.epoch()),
         Err(error) => (error.outcome(), None),
@@ -530,7 +542,7 @@ where
 /// Runs one guard call in its span and counts it (refusals by kind).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn guard_call<T, F>(
+pub(crate) async fn guard_call<T, F>(
     _operation: Operation,
     _resource: &str,
     _key: &str,
@@ -539,14 +551,14 @@ pub(crate) fn guard_call<T, F>(
     call: F,
 ) -> Result<T, GuardError>
 where
-    F: FnOnce() -> Result<T, GuardError>,
+    F: std::future::Future<Output = Result<T, GuardError>>,
 {
-    call()
+    call.await
 }
 
 /// Runs one guard call in its span and counts it (refusals by kind).
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn guard_call<T, F>(
+pub(crate) async fn guard_call<T, F>(
     operation: Operation,
     resource: &str,
     key: &str,
@@ -556,7 +568,7 @@ pub(crate) fn guard_call<T, F>(
 ) -> Result<T, GuardError>
 where
     T: GuardAnswer,
-    F: FnOnce() -> Result<T, GuardError>,
+    F: std::future::Future<Output = Result<T, GuardError>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -572,10 +584,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (resource, key, owner, epoch);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let (outcome, refused) = match &result {
         Ok(answer) => (guard_success(operation, answer.found()), None),
         Err(error) => (error.outcome(), error.refusal_kind()),
@@ -589,21 +603,22 @@ where
     result
 }
 
-/// Runs a waiter's whole acquire in its span and times the wait.
+/// Runs a waiter's whole acquire in its span and times the wait (either
+/// face's waiter: the sync one finishes it on its own thread).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
 where
-    F: FnOnce() -> Result<Lease, WaitError>,
+    F: std::future::Future<Output = Result<Lease, WaitError>>,
 {
-    call()
+    call.await
 }
 
 /// Runs a waiter's whole acquire in its span and times the wait.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
 where
-    F: FnOnce() -> Result<Lease, WaitError>,
+    F: std::future::Future<Output = Result<Lease, WaitError>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -617,10 +632,12 @@ where
     );
     #[cfg(not(feature = "tracing"))]
     let _ = (key, owner);
-    #[cfg(feature = "tracing")]
-    let (result, elapsed) = timing::timed(|| span.in_scope(call));
-    #[cfg(not(feature = "tracing"))]
-    let (result, elapsed) = timing::timed(call);
+    let (result, elapsed) = timing::timed_call(
+        #[cfg(feature = "tracing")]
+        &span,
+        call,
+    )
+    .await;
     let outcome = wait_outcome(&result);
     #[cfg(feature = "tracing")]
     timing::close(

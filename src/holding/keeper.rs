@@ -71,6 +71,7 @@ use crate::errors::{KeeperError, LeaseError};
 use crate::leases;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 /// Why a keeper's lease is lost.
@@ -311,7 +312,7 @@ impl Shared {
         let sent_at = Instant::now();
         let lease = &self.lease;
         let renewal = with_conn(&self.pool, |conn| {
-            leases::renew(conn, lease.token(), self.ttl)
+            finish(leases::renew(conn, lease.token(), self.ttl))
         })?;
         match renewal {
             Renewal::Renewed { expires_at } => {
@@ -319,7 +320,8 @@ impl Shared {
                 if state.loss.is_some() || state.stopping {
                     return Ok(RenewResult::Ignored);
                 }
-                let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+                let safe_until =
+                    super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
                 state.safe_until = safe_until;
                 state.last_sent = sent_at;
                 state.expires_at = Some(expires_at);
@@ -438,9 +440,13 @@ impl Shared {
         // and discarded its connection, so it is sent again; after at most
         // the pool's size of such refusals a new connection reaches the
         // writable server (a multi-host URL with target_session_attrs).
-        let mut attempts = self.pool.max_size().saturating_add(1);
+        let mut attempts = super::schedule::release_attempts(
+            usize::try_from(self.pool.max_size()).unwrap_or(usize::MAX),
+        );
         loop {
-            let answer = with_conn(&self.pool, |conn| leases::release(conn, lease.token()));
+            let answer = with_conn(&self.pool, |conn| {
+                finish(leases::release(conn, lease.token()))
+            });
             attempts = attempts.saturating_sub(1);
             match answer {
                 Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,

@@ -52,6 +52,7 @@ use crate::groups::{self, GroupId, GroupRenewal};
 use crate::many::{self, MAX_KEYS_PER_CALL};
 use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::pool::{with_conn, PgPool};
+use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
 /// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
@@ -82,21 +83,22 @@ pub enum KeeperSetEvent {
     },
 }
 
-type EventHandler = Box<dyn Fn(&KeeperSetEvent) + Send + Sync>;
+pub(crate) type EventHandler = Box<dyn Fn(&KeeperSetEvent) + Send + Sync>;
 
 /// Configures a [`KeeperSet`]; see [`KeeperSet::builder`].
 #[must_use = "a builder does nothing until start() is called"]
 pub struct KeeperSetBuilder {
     pool: PgPool,
-    leases: Vec<Lease>,
-    ttl: Option<Duration>,
-    renew_every: Option<Duration>,
-    retry_every: Option<Duration>,
-    margin: Option<Duration>,
-    on_event: Option<EventHandler>,
+    settings: SetSettings,
 }
 
 impl std::fmt::Debug for KeeperSetBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.settings.fmt(f)
+    }
+}
+
+impl std::fmt::Debug for SetSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeeperSetBuilder")
             .field("keys", &self.leases.len())
@@ -113,34 +115,34 @@ impl KeeperSetBuilder {
     /// [`Lease::ttl`] of the set, so every key is renewed at least as often
     /// as its own ttl needs).
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.settings.ttl = Some(ttl);
         self
     }
 
     /// Time between heartbeats (default ttl / 3). Must be shorter than
     /// ttl - margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.settings.renew_every = Some(every);
         self
     }
 
     /// Time between retries of a failed heartbeat (default ttl / 30).
     pub fn retry_every(mut self, every: Duration) -> Self {
-        self.retry_every = Some(every);
+        self.settings.retry_every = Some(every);
         self
     }
 
     /// How much earlier than `sent + ttl` the deadline lies (default
     /// ttl / 10). Must be shorter than the ttl.
     pub fn margin(mut self, margin: Duration) -> Self {
-        self.margin = Some(margin);
+        self.settings.margin = Some(margin);
         self
     }
 
     /// Called (on a keeper thread) for every heartbeat, failed heartbeat,
     /// and each lost key. Keep it short; it may call the set's methods.
     pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
-        self.on_event = Some(Box::new(handler));
+        self.settings.on_event = Some(Box::new(handler));
         self
     }
 
@@ -154,6 +156,54 @@ impl KeeperSetBuilder {
     /// is refused does `start` fail, with [`KeeperError::NotHeld`] for the
     /// first of them.
     pub fn start(self) -> Result<KeeperSet, KeeperError> {
+        let shared = self.settings.into_shared(Calls::Blocking(self.pool))?;
+        // The first deadline comes from a heartbeat sent now.
+        finish(shared.first_heartbeat())?;
+        let renewer = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper-set", move || shared.renew_loop())?
+        };
+        let monitor = {
+            let shared = shared.clone();
+            spawn("leasehold-keeper-set-deadline", move || {
+                shared.monitor_loop()
+            })?
+        };
+        Ok(KeeperSet {
+            shared,
+            threads: vec![renewer, monitor],
+        })
+    }
+}
+
+/// What a keeper set is built from, either face's: the leases and the
+/// schedule's settings.
+pub(crate) struct SetSettings {
+    pub(crate) leases: Vec<Lease>,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) retry_every: Option<Duration>,
+    pub(crate) margin: Option<Duration>,
+    pub(crate) on_event: Option<EventHandler>,
+}
+
+impl SetSettings {
+    /// No settings yet for `leases`.
+    pub(crate) fn new(leases: Vec<Lease>) -> Self {
+        SetSettings {
+            leases,
+            ttl: None,
+            renew_every: None,
+            retry_every: None,
+            margin: None,
+            on_event: None,
+        }
+    }
+
+    /// Checks the leases and the schedule ([`KeeperSetBuilder::start`]
+    /// says what they must be) and makes the set's shared state, whose
+    /// calls run on `calls`.
+    pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, KeeperError> {
         let invalid = |reason: String| Err(KeeperError::InvalidConfig { reason });
         let Some(first) = self.leases.first() else {
             return invalid("a keeper set needs at least one lease".into());
@@ -191,7 +241,7 @@ impl KeeperSetBuilder {
             retry_every,
         } = Schedule::resolve(ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
-        let shared = Arc::new(Shared {
+        Ok(Arc::new(Shared {
             members: self
                 .leases
                 .into_iter()
@@ -203,7 +253,7 @@ impl KeeperSetBuilder {
                 .collect(),
             index,
             owner,
-            pool: self.pool,
+            calls,
             ttl,
             margin,
             renew_every,
@@ -219,38 +269,10 @@ impl KeeperSetBuilder {
                 group: None,
             }),
             changed: Condvar::new(),
+            #[cfg(feature = "async")]
+            tasks: tokio::sync::Notify::new(),
             on_event: self.on_event,
-        });
-        // The first deadline comes from a heartbeat sent now.
-        let events = shared.heartbeat()?;
-        if shared.kept_positions().is_empty() {
-            let (key, reason) = lock(&shared.state)
-                .losses
-                .iter()
-                .find_map(|(key, loss)| match loss {
-                    LeaseLoss::Refused(reason) => Some((key.clone(), *reason)),
-                    LeaseLoss::DeadlinePassed { .. } => None,
-                })
-                .unwrap_or_else(|| (String::new(), Refusal::NotOwner));
-            return Err(KeeperError::NotHeld { key, reason });
-        }
-        for event in &events {
-            shared.emit(event);
-        }
-        let renewer = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper-set", move || shared.renew_loop())?
-        };
-        let monitor = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper-set-deadline", move || {
-                shared.monitor_loop()
-            })?
-        };
-        Ok(KeeperSet {
-            shared,
-            threads: vec![renewer, monitor],
-        })
+        }))
     }
 }
 
@@ -280,12 +302,81 @@ struct Member {
     kept: AtomicBool,
 }
 
-struct Shared {
+/// Where a set's calls run: the sync face's pool (the set's threads block
+/// on them) or, for the async face's set, its pool of async connections.
+/// The heartbeat and the release are written once over it.
+pub(crate) enum Calls {
+    /// A [`LeaseClient`]'s pool.
+    Blocking(PgPool),
+    /// An `aio::AsyncLeaseClient`.
+    #[cfg(feature = "async")]
+    Tasks(crate::aio::AsyncLeaseClient),
+}
+
+impl Calls {
+    async fn renew_group(
+        &self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<GroupRenewal, LeaseError> {
+        match self {
+            Calls::Blocking(pool) => with_conn(pool, |conn| {
+                finish(groups::renew_group(conn, group, owner, ttl))
+            }),
+            #[cfg(feature = "async")]
+            Calls::Tasks(client) => {
+                let mut conn = client.checkout().await?;
+                let answer = groups::renew_group(&mut *conn, group, owner, ttl).await;
+                crate::aio::settle_lease(conn, &answer);
+                answer
+            }
+        }
+    }
+
+    async fn join_group(
+        &self,
+        grants: &[&Lease],
+        ttl: Duration,
+    ) -> Result<crate::groups::GroupJoin, LeaseError> {
+        match self {
+            Calls::Blocking(pool) => with_conn(pool, |conn| {
+                finish(groups::join_group(conn, many::split_grants(grants), ttl))
+            }),
+            #[cfg(feature = "async")]
+            Calls::Tasks(client) => {
+                let split = many::split_grants(grants);
+                let mut conn = client.checkout().await?;
+                let answer = groups::join_group(&mut *conn, split, ttl).await;
+                crate::aio::settle_lease(conn, &answer);
+                answer
+            }
+        }
+    }
+
+    async fn release_many(&self, grants: &[&Lease]) -> Result<Vec<KeyRelease>, LeaseError> {
+        match self {
+            Calls::Blocking(pool) => with_conn(pool, |conn| {
+                finish(many::release_many(conn, many::split_grants(grants)))
+            }),
+            #[cfg(feature = "async")]
+            Calls::Tasks(client) => {
+                let split = many::split_grants(grants);
+                let mut conn = client.checkout().await?;
+                let answer = many::release_many(&mut *conn, split).await;
+                crate::aio::settle_lease(conn, &answer);
+                answer
+            }
+        }
+    }
+}
+
+pub(crate) struct Shared {
     members: Vec<Member>,
     /// Key -> position in `members`.
     index: HashMap<String, usize>,
     owner: String,
-    pool: PgPool,
+    calls: Calls,
     ttl: Duration,
     margin: Duration,
     renew_every: Duration,
@@ -297,6 +388,10 @@ struct Shared {
     valid_until: AtomicU64,
     state: Mutex<State>,
     changed: Condvar,
+    /// The async face's set waits here instead of on the condvar; every
+    /// change notifies both ([`Shared::notify`]).
+    #[cfg(feature = "async")]
+    tasks: tokio::sync::Notify,
     on_event: Option<EventHandler>,
 }
 
@@ -314,7 +409,7 @@ struct State {
 }
 
 /// What one heartbeat did.
-enum Beat {
+pub(crate) enum Beat {
     /// The events to report (renewed, then each refused key).
     Done(Vec<KeeperSetEvent>),
     /// Nothing left to keep, or the set is stopping or lost: stop beating.
@@ -322,7 +417,15 @@ enum Beat {
 }
 
 impl Shared {
-    fn emit(&self, event: &KeeperSetEvent) {
+    /// Wakes whoever waits for the state: the sync set's threads and
+    /// callers, the async set's tasks.
+    fn notify(&self) {
+        self.changed.notify_all();
+        #[cfg(feature = "async")]
+        self.tasks.notify_waiters();
+    }
+
+    pub(crate) fn emit(&self, event: &KeeperSetEvent) {
         if let Some(handler) = &self.on_event {
             handler(event);
         }
@@ -348,7 +451,7 @@ impl Shared {
         crate::telemetry::lease_lost(&member.lease, &loss);
         let key = member.lease.key().to_owned();
         state.losses.push((key.clone(), loss.clone()));
-        self.changed.notify_all();
+        self.notify();
         Some(KeeperSetEvent::Lost { key, loss })
     }
 
@@ -357,7 +460,7 @@ impl Shared {
     /// join_group, which renews each kept key, reports each refused one,
     /// and puts the renewed ones into a new group. On error nothing is
     /// recorded here; the caller decides.
-    fn heartbeat_once(&self) -> Result<Beat, LeaseError> {
+    pub(crate) async fn heartbeat_once(&self) -> Result<Beat, LeaseError> {
         let positions = self.kept_positions();
         if positions.is_empty() {
             return Ok(Beat::Over);
@@ -366,9 +469,7 @@ impl Shared {
         if let Some((group, joined)) = group {
             if joined == positions.len() {
                 let sent_at = Instant::now();
-                let answer = with_conn(&self.pool, |conn| {
-                    groups::renew_group(conn, group, &self.owner, self.ttl)
-                })?;
+                let answer = self.calls.renew_group(group, &self.owner, self.ttl).await?;
                 let mut state = lock(&self.state);
                 if state.stopping {
                     return Ok(Beat::Over);
@@ -395,9 +496,7 @@ impl Shared {
             .map(|&position| &self.members[position].lease)
             .collect();
         let sent_at = Instant::now();
-        let joined = with_conn(&self.pool, |conn| {
-            groups::join_group(conn, &grants, self.ttl)
-        })?;
+        let joined = self.calls.join_group(&grants, self.ttl).await?;
         let mut state = lock(&self.state);
         if state.stopping {
             return Ok(Beat::Over);
@@ -439,13 +538,14 @@ impl Shared {
             self.valid_until.store(0, Ordering::SeqCst);
             return events;
         }
-        let safe_until = (sent_at + self.ttl - self.margin).max(state.safe_until);
+        let safe_until =
+            super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
         state.safe_until = safe_until;
         state.last_sent = sent_at;
         state.last_error = None;
         self.valid_until
             .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
-        self.changed.notify_all();
+        self.notify();
         events.insert(
             0,
             KeeperSetEvent::Renewed {
@@ -457,16 +557,39 @@ impl Shared {
         events
     }
 
+    /// The first heartbeat, from either face's `start`: establishes the
+    /// first deadline and reports its events; fails the start on an error,
+    /// or with [`KeeperError::NotHeld`] (for the first key refused) when
+    /// every key was refused.
+    pub(crate) async fn first_heartbeat(&self) -> Result<(), KeeperError> {
+        let events = self.heartbeat().await?;
+        if self.kept_positions().is_empty() {
+            let (key, reason) = lock(&self.state)
+                .losses
+                .iter()
+                .find_map(|(key, loss)| match loss {
+                    LeaseLoss::Refused(reason) => Some((key.clone(), *reason)),
+                    LeaseLoss::DeadlinePassed { .. } => None,
+                })
+                .unwrap_or_else(|| (String::new(), Refusal::NotOwner));
+            return Err(KeeperError::NotHeld { key, reason });
+        }
+        for event in &events {
+            self.emit(event);
+        }
+        Ok(())
+    }
+
     /// The first heartbeat, from `start`: an error fails the start.
-    fn heartbeat(&self) -> Result<Vec<KeeperSetEvent>, LeaseError> {
-        match self.heartbeat_once()? {
+    async fn heartbeat(&self) -> Result<Vec<KeeperSetEvent>, LeaseError> {
+        match self.heartbeat_once().await? {
             Beat::Done(events) => Ok(events),
             Beat::Over => Ok(Vec::new()),
         }
     }
 
     /// Declares every kept key lost because the deadline passed.
-    fn lose_all(&self, last_error: Option<Arc<LeaseError>>) {
+    pub(crate) fn lose_all(&self, last_error: Option<Arc<LeaseError>>) {
         let events: Vec<KeeperSetEvent> = {
             let mut state = lock(&self.state);
             if state.stopping {
@@ -487,6 +610,177 @@ impl Shared {
         };
         for event in &events {
             self.emit(event);
+        }
+    }
+
+    /// The owner of every lease in the set.
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The ttl each heartbeat asks for.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The grant of `key` as acquired, if `key` is in the set.
+    pub(crate) fn lease(&self, key: &str) -> Option<&Lease> {
+        let position = *self.index.get(key)?;
+        Some(&self.members[position].lease)
+    }
+
+    /// The fencing token of `key`'s grant, if `key` is in the set.
+    pub(crate) fn token(&self, key: &str) -> Option<&FencingToken> {
+        let position = *self.index.get(key)?;
+        Some(&self.members[position].token)
+    }
+
+    /// Whether `key` is in the set, kept, and before the set's deadline.
+    pub(crate) fn is_valid(&self, key: &str) -> bool {
+        let Some(&position) = self.index.get(key) else {
+            return false;
+        };
+        let until = self.valid_until.load(Ordering::SeqCst);
+        self.members[position].kept.load(Ordering::SeqCst)
+            && until != 0
+            && self.nanos_since_base(Instant::now()) < until
+    }
+
+    /// The keys still kept, in the order the leases were given.
+    pub(crate) fn kept_keys(&self) -> Vec<String> {
+        self.kept_positions()
+            .into_iter()
+            .map(|position| self.members[position].lease.key().to_owned())
+            .collect()
+    }
+
+    /// The set's deadline.
+    pub(crate) fn safe_until(&self) -> Instant {
+        lock(&self.state).safe_until
+    }
+
+    /// Why `key` is lost, if it is.
+    pub(crate) fn loss(&self, key: &str) -> Option<LeaseLoss> {
+        lock(&self.state)
+            .losses
+            .iter()
+            .find(|(lost, _)| lost == key)
+            .map(|(_, loss)| loss.clone())
+    }
+
+    /// Every lost key with its loss, in the order they were lost.
+    pub(crate) fn losses(&self) -> Vec<(String, LeaseLoss)> {
+        lock(&self.state).losses.clone()
+    }
+
+    /// Resolves when more than `seen` keys are lost, or the set stops;
+    /// answers every loss so far (the async face's `wait_for_losses`).
+    #[cfg(feature = "async")]
+    pub(crate) async fn losses_after(&self, seen: usize) -> Vec<(String, LeaseLoss)> {
+        loop {
+            let mut notified = std::pin::pin!(self.tasks.notified());
+            // Registered before the state is read, so a change in between
+            // is not missed.
+            notified.as_mut().enable();
+            {
+                let state = lock(&self.state);
+                if state.losses.len() > seen || state.stopping {
+                    return state.losses.clone();
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Resolves when `key` is lost, with its loss; `None` when the set
+    /// stopped first or `key` is not in it.
+    #[cfg(feature = "async")]
+    pub(crate) async fn key_lost(&self, key: &str) -> Option<LeaseLoss> {
+        self.index.get(key)?;
+        loop {
+            let mut notified = std::pin::pin!(self.tasks.notified());
+            notified.as_mut().enable();
+            {
+                let state = lock(&self.state);
+                if let Some((_, loss)) = state.losses.iter().find(|(lost, _)| lost == key) {
+                    return Some(loss.clone());
+                }
+                if state.stopping {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// The sync set's renewing loop as a task: the same heartbeats, the
+    /// same events, waiting on the tokio side of [`Shared::notify`].
+    #[cfg(feature = "async")]
+    pub(crate) async fn renew_task(self: Arc<Self>) {
+        let mut next = self.next_beat();
+        loop {
+            loop {
+                let mut notified = std::pin::pin!(self.tasks.notified());
+                notified.as_mut().enable();
+                if self.over(&lock(&self.state)) {
+                    return;
+                }
+                if Instant::now() >= next {
+                    break;
+                }
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(next.into()) => {}
+                }
+            }
+            match self.heartbeat_once().await {
+                Ok(Beat::Done(events)) => {
+                    for event in &events {
+                        self.emit(event);
+                    }
+                    next = self.next_beat();
+                }
+                Ok(Beat::Over) => return,
+                Err(error) => {
+                    let error = Arc::new(error);
+                    lock(&self.state).last_error = Some(error.clone());
+                    self.emit(&KeeperSetEvent::RenewFailed { error });
+                    next = Instant::now() + self.retry_every;
+                }
+            }
+        }
+    }
+
+    /// When the next heartbeat is due: `renew_every` after the last
+    /// successful one was sent.
+    #[cfg(feature = "async")]
+    fn next_beat(&self) -> Instant {
+        lock(&self.state).last_sent + self.renew_every
+    }
+
+    /// The sync set's deadline monitor as a task: loses every kept key
+    /// when the deadline passes without a heartbeat, however long one may
+    /// hang (it is never cancelled).
+    #[cfg(feature = "async")]
+    pub(crate) async fn monitor_task(self: Arc<Self>) {
+        loop {
+            let mut notified = std::pin::pin!(self.tasks.notified());
+            notified.as_mut().enable();
+            let (safe_until, last_error) = {
+                let state = lock(&self.state);
+                if self.over(&state) {
+                    return;
+                }
+                (state.safe_until, state.last_error.clone())
+            };
+            if Instant::now() >= safe_until {
+                self.lose_all(last_error);
+                return;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(safe_until.into()) => {}
+            }
         }
     }
 
@@ -514,7 +808,7 @@ impl Shared {
                         .0;
                 }
             }
-            match self.heartbeat_once() {
+            match finish(self.heartbeat_once()) {
                 Ok(Beat::Done(events)) => {
                     for event in &events {
                         self.emit(event);
@@ -560,14 +854,21 @@ impl Shared {
     /// Answers per key, in the order the leases were given: a key a
     /// heartbeat refused answers that refusal without a call.
     fn stop_and_release(&self) -> Result<Vec<KeyRelease>, LeaseError> {
-        let refused: HashMap<String, Refusal> = {
+        let refused = self.begin_stop();
+        finish(self.release_kept(refused))
+    }
+
+    /// Marks the set stopping (its loops end at their next wake-up) and
+    /// answers the keys a heartbeat refused, with their refusals.
+    pub(crate) fn begin_stop(&self) -> HashMap<String, Refusal> {
+        {
             let mut state = lock(&self.state);
             state.stopping = true;
             self.valid_until.store(0, Ordering::SeqCst);
             for member in &self.members {
                 member.kept.store(false, Ordering::SeqCst);
             }
-            self.changed.notify_all();
+            self.notify();
             state
                 .losses
                 .iter()
@@ -576,7 +877,16 @@ impl Shared {
                     LeaseLoss::DeadlinePassed { .. } => None,
                 })
                 .collect()
-        };
+        }
+    }
+
+    /// Releases every key not `refused` in one call. Answers per key, in
+    /// the order the leases were given: a key a heartbeat refused answers
+    /// that refusal without a call.
+    pub(crate) async fn release_kept(
+        &self,
+        refused: HashMap<String, Refusal>,
+    ) -> Result<Vec<KeyRelease>, LeaseError> {
         let to_release: Vec<&Lease> = self
             .members
             .iter()
@@ -586,7 +896,9 @@ impl Shared {
         let mut released: HashMap<String, Release> = if to_release.is_empty() {
             HashMap::new()
         } else {
-            with_conn(&self.pool, |conn| many::release_many(conn, &to_release))?
+            self.calls
+                .release_many(&to_release)
+                .await?
                 .into_iter()
                 .map(|answer| (answer.key, answer.release))
                 .collect()
@@ -620,77 +932,56 @@ impl KeeperSet {
     pub fn builder(client: &LeaseClient, leases: Vec<Lease>) -> KeeperSetBuilder {
         KeeperSetBuilder {
             pool: client.pool().clone(),
-            leases,
-            ttl: None,
-            renew_every: None,
-            retry_every: None,
-            margin: None,
-            on_event: None,
+            settings: SetSettings::new(leases),
         }
     }
 
     /// The owner of every lease in the set.
     pub fn owner(&self) -> &str {
-        &self.shared.owner
+        self.shared.owner()
     }
 
     /// The ttl each heartbeat asks for.
     pub fn ttl(&self) -> Duration {
-        self.shared.ttl
+        self.shared.ttl()
     }
 
     /// The grant of `key` as acquired, if `key` is in the set.
     pub fn lease(&self, key: &str) -> Option<&Lease> {
-        let position = *self.shared.index.get(key)?;
-        Some(&self.shared.members[position].lease)
+        self.shared.lease(key)
     }
 
     /// The fencing token of `key`'s grant, if `key` is in the set.
     pub fn token(&self, key: &str) -> Option<&FencingToken> {
-        let position = *self.shared.index.get(key)?;
-        Some(&self.shared.members[position].token)
+        self.shared.token(key)
     }
 
     /// Whether `key` is safe to act on right now: in the set, not lost, not
     /// stopped, and before the set's `safe_until`. Two atomic loads and a
     /// clock read.
     pub fn is_valid(&self, key: &str) -> bool {
-        let Some(&position) = self.shared.index.get(key) else {
-            return false;
-        };
-        let until = self.shared.valid_until.load(Ordering::SeqCst);
-        self.shared.members[position].kept.load(Ordering::SeqCst)
-            && until != 0
-            && self.shared.nanos_since_base(Instant::now()) < until
+        self.shared.is_valid(key)
     }
 
     /// The keys still kept, in the order the leases were given.
     pub fn kept_keys(&self) -> Vec<String> {
-        self.shared
-            .kept_positions()
-            .into_iter()
-            .map(|position| self.shared.members[position].lease.key().to_owned())
-            .collect()
+        self.shared.kept_keys()
     }
 
     /// Until when the kept keys may be acted on: the last successful
     /// heartbeat's send instant + ttl - margin (client monotonic clock).
     pub fn safe_until(&self) -> Instant {
-        lock(&self.shared.state).safe_until
+        self.shared.safe_until()
     }
 
     /// Why `key` is lost, if it is.
     pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
-        lock(&self.shared.state)
-            .losses
-            .iter()
-            .find(|(lost, _)| lost == key)
-            .map(|(_, loss)| loss.clone())
+        self.shared.loss(key)
     }
 
     /// Every lost key with its loss, in the order they were lost.
     pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
-        lock(&self.shared.state).losses.clone()
+        self.shared.losses()
     }
 
     /// Blocks until more than `seen` keys are lost, or `timeout` passes;

@@ -8,8 +8,8 @@
 
 pub(crate) mod cancel;
 mod keeper;
-mod keeper_set;
-mod schedule;
+pub(crate) mod keeper_set;
+pub(crate) mod schedule;
 mod worker;
 
 pub use cancel::CancelToken;

@@ -4,7 +4,7 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::errors::KeeperError;
 
@@ -27,22 +27,22 @@ pub(super) fn spawn(
 
 /// The timing of a heartbeat, checked.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Schedule {
+pub(crate) struct Schedule {
     /// What each beat asks for.
-    pub(super) ttl: Duration,
+    pub(crate) ttl: Duration,
     /// How much earlier than `sent + ttl` the deadline lies.
-    pub(super) margin: Duration,
+    pub(crate) margin: Duration,
     /// Time between beats.
-    pub(super) renew_every: Duration,
+    pub(crate) renew_every: Duration,
     /// Time between retries of a failed beat.
-    pub(super) retry_every: Duration,
+    pub(crate) retry_every: Duration,
 }
 
 impl Schedule {
     /// Fills in the defaults (margin ttl / 10, a beat every ttl / 3, a
     /// retry every ttl / 30 but at least 1 ms) and refuses a schedule under
     /// which the grant could lapse between beats.
-    pub(super) fn resolve(
+    pub(crate) fn resolve(
         ttl: Duration,
         margin: Option<Duration>,
         renew_every: Option<Duration>,
@@ -75,4 +75,27 @@ impl Schedule {
             retry_every,
         })
     }
+}
+
+/// The deadline after a successful renew for `ttl` sent at `sent_at`: the
+/// grant is held at least until `sent_at + ttl` on the client's monotonic
+/// clock (the server counted the ttl from a later instant), less the
+/// margin; never earlier than the deadline already known (`previous`),
+/// since renews may answer out of order. Every keeper's rule (`Keeper`,
+/// `KeeperSet`, the async face's `aio::Keeper`).
+pub(crate) fn safe_until(
+    sent_at: Instant,
+    ttl: Duration,
+    margin: Duration,
+    previous: Instant,
+) -> Instant {
+    (sent_at + ttl - margin).max(previous)
+}
+
+/// How many times a keeper sends its release when a read-only server
+/// refuses it: a pooled connection may still reach a demoted primary, and
+/// each refusal discards its connection, so after at most the pool's size
+/// of them a new connection reaches the writable server.
+pub(crate) fn release_attempts(pool_size: usize) -> usize {
+    pool_size.saturating_add(1)
 }

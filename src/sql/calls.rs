@@ -9,6 +9,7 @@
 //! `QueryId` is prepared once per connection and afterwards costs exactly one
 //! round trip: `Bind`/`Execute` of the named statement.
 
+use chrono::{DateTime, Utc};
 use diesel::pg::data_types::PgInterval;
 use diesel::pg::Pg;
 use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
@@ -26,6 +27,7 @@ macro_rules! cacheable_query {
         $(#[$doc:meta])*
         $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* }
         row = $row:ty;
+        rust = $rust:ty;
         |$self_:ident, $out:ident| $walk:block
     ) => {
         $(#[$doc])*
@@ -54,6 +56,28 @@ macro_rules! cacheable_query {
         }
 
         impl<Conn> RunQueryDsl<Conn> for $name<'_> {}
+
+        impl super::execute::Statement for $name<'_> {
+            type Row = $rust;
+
+            fn load_blocking(
+                self,
+                conn: &mut diesel::pg::PgConnection,
+            ) -> QueryResult<Vec<$rust>> {
+                RunQueryDsl::load(self, conn)
+            }
+
+            #[cfg(feature = "async")]
+            fn load_async<'c>(
+                self,
+                conn: &'c mut diesel_async::AsyncPgConnection,
+            ) -> impl std::future::Future<Output = QueryResult<Vec<$rust>>> + Send + 'c
+            where
+                Self: 'c,
+            {
+                diesel_async::RunQueryDsl::load(self, conn)
+            }
+        }
     };
 }
 
@@ -64,11 +88,13 @@ macro_rules! lease_call {
         $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* $(,)? }
         sql = $sql:expr;
         row = $row:ty;
+        rust = $rust:ty;
     ) => {
         cacheable_query! {
             $(#[$doc])*
             $name { $($field : $field_ty => $sql_ty),* }
             row = $row;
+            rust = $rust;
             |call, out| {
                 let mut first = true;
                 out.push_sql($sql);
@@ -93,6 +119,7 @@ lease_call! {
     AcquireCall { key: &'a str => Text, owner: &'a str => Text, ttl: PgInterval => Interval, wait: PgInterval => Interval }
     sql = "SELECT acquired, epoch, expires_at FROM lease.acquire";
     row = (Bool, Nullable<BigInt>, Nullable<Timestamptz>);
+    rust = (bool, Option<i64>, Option<DateTime<Utc>>);
 }
 
 lease_call! {
@@ -100,6 +127,7 @@ lease_call! {
     RenewCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
     sql = "SELECT status, expires_at FROM lease.renew";
     row = (Text, Nullable<Timestamptz>);
+    rust = (String, Option<DateTime<Utc>>);
 }
 
 lease_call! {
@@ -107,6 +135,7 @@ lease_call! {
     ReleaseCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT status FROM lease.release";
     row = Text;
+    rust = String;
 }
 
 lease_call! {
@@ -115,6 +144,7 @@ lease_call! {
     RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status, expires_at FROM lease.renew_many";
     row = (Text, Text, Nullable<Timestamptz>);
+    rust = (String, String, Option<DateTime<Utc>>);
 }
 
 lease_call! {
@@ -123,6 +153,7 @@ lease_call! {
     ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status FROM lease.release_many";
     row = (Text, Text);
+    rust = (String, String);
 }
 
 lease_call! {
@@ -132,6 +163,7 @@ lease_call! {
     JoinGroupCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status, expires_at, group_id FROM lease.join_group";
     row = (Text, Text, Nullable<Timestamptz>, Nullable<BigInt>);
+    rust = (String, String, Option<DateTime<Utc>>, Option<i64>);
 }
 
 lease_call! {
@@ -139,6 +171,7 @@ lease_call! {
     RenewGroupCall { group_id: i64 => BigInt, owner: &'a str => Text, ttl: PgInterval => Interval }
     sql = "SELECT status, expires_at, members FROM lease.renew_group";
     row = (Text, Nullable<Timestamptz>, Nullable<Integer>);
+    rust = (String, Option<DateTime<Utc>>, Option<i32>);
 }
 
 lease_call! {
@@ -146,6 +179,7 @@ lease_call! {
     InspectCall { key: &'a str => Text }
     sql = "SELECT held, owner, epoch, expires_at FROM lease.inspect";
     row = (Bool, Nullable<Text>, BigInt, Nullable<Timestamptz>);
+    rust = (bool, Option<String>, i64, Option<DateTime<Utc>>);
 }
 
 lease_call! {
@@ -153,6 +187,7 @@ lease_call! {
     AdmitCall { resource: &'a str => Text, key: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT true AS admitted FROM lease.admit";
     row = Bool;
+    rust = bool;
 }
 
 lease_call! {
@@ -160,6 +195,7 @@ lease_call! {
     CheckHeldCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT lease.check_held";
     row = Timestamptz;
+    rust = DateTime<Utc>;
 }
 
 lease_call! {
@@ -167,6 +203,7 @@ lease_call! {
     AdmitHeldCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT lease.admit_held";
     row = Timestamptz;
+    rust = DateTime<Utc>;
 }
 
 lease_call! {
@@ -174,6 +211,7 @@ lease_call! {
     RenewAdmitCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
     sql = "SELECT lease.renew_admit";
     row = Timestamptz;
+    rust = DateTime<Utc>;
 }
 
 lease_call! {
@@ -181,6 +219,7 @@ lease_call! {
     FenceCall { resource: &'a str => Text, key: &'a str => Text, up_to: i64 => BigInt }
     sql = "SELECT lease.fence";
     row = BigInt;
+    rust = i64;
 }
 
 lease_call! {
@@ -188,6 +227,7 @@ lease_call! {
     InspectGuardCall { resource: &'a str => Text }
     sql = "SELECT lease_key, accepted_epoch FROM lease.inspect_guard";
     row = (Text, BigInt);
+    rust = (String, i64);
 }
 
 lease_call! {
@@ -197,6 +237,7 @@ lease_call! {
     RemainingCall { key: &'a str => Text }
     sql = "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect";
     row = (Bool, Nullable<Double>);
+    rust = (bool, Option<f64>);
 }
 
 lease_call! {
@@ -205,6 +246,7 @@ lease_call! {
     ForceReleaseCall { key: &'a str => Text }
     sql = "SELECT lease.force_release";
     row = Nullable<BigInt>;
+    rust = Option<i64>;
 }
 
 lease_call! {
@@ -213,6 +255,7 @@ lease_call! {
     ForceReleaseEpochCall { key: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT status, counter FROM lease.force_release";
     row = (Text, Nullable<BigInt>);
+    rust = (String, Option<i64>);
 }
 
 lease_call! {
@@ -220,6 +263,7 @@ lease_call! {
     BindNamespaceCall { prefix: &'a str => Text, role: &'a str => Text }
     sql = "SELECT true AS bound FROM lease.bind_namespace";
     row = Bool;
+    rust = bool;
 }
 
 lease_call! {
@@ -227,6 +271,7 @@ lease_call! {
     UnbindNamespaceCall { prefix: &'a str => Text }
     sql = "SELECT lease.unbind_namespace";
     row = Bool;
+    rust = bool;
 }
 
 lease_call! {
@@ -234,6 +279,7 @@ lease_call! {
     ListNamespacesCall {}
     sql = "SELECT prefix, role, created_at FROM lease.list_namespaces";
     row = (Text, Text, Timestamptz);
+    rust = (String, String, DateTime<Utc>);
 }
 
 lease_call! {
@@ -241,6 +287,7 @@ lease_call! {
     RaiseGenerationCall { generation: i64 => BigInt }
     sql = "SELECT lease.raise_generation";
     row = BigInt;
+    rust = i64;
 }
 
 lease_call! {
@@ -249,6 +296,7 @@ lease_call! {
     PruneKeysCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
     sql = "SELECT examined, pruned, sighted, waiters, watermark, next_after FROM lease.prune_keys";
     row = (Integer, Integer, Integer, Integer, BigInt, Nullable<Binary>);
+    rust = (i32, i32, i32, i32, i64, Option<Vec<u8>>);
 }
 
 lease_call! {
@@ -257,6 +305,7 @@ lease_call! {
     PruneGuardsCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
     sql = "SELECT examined, pruned, next_after FROM lease.prune_guards";
     row = (Integer, Integer, Nullable<Binary>);
+    rust = (i32, i32, Option<Vec<u8>>);
 }
 
 lease_call! {
@@ -264,6 +313,7 @@ lease_call! {
     GenerationCall {}
     sql = "SELECT generation, timeline FROM lease.generation";
     row = (BigInt, BigInt);
+    rust = (i64, i64);
 }
 
 cacheable_query! {
@@ -272,6 +322,7 @@ cacheable_query! {
     /// is: (allowed, role).
     FunctionPrivilegeCall { function: &'a str => Text }
     row = (Nullable<Bool>, Text);
+    rust = (Option<bool>, String);
     |call, out| {
         out.push_sql("SELECT has_function_privilege(to_regprocedure(");
         out.push_bind_param::<Text, _>(&call.function)?;
@@ -291,6 +342,7 @@ cacheable_query! {
     /// [`LIST_PRIVILEGE`]: (allowed, role).
     ListPrivilegeCall {}
     row = (Bool, Text);
+    rust = (bool, String);
     |_call, out| {
         out.push_sql(LIST_PRIVILEGE);
         Ok(())
@@ -360,6 +412,7 @@ cacheable_query! {
         limit: i64 => BigInt
     }
     row = (Timestamptz, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<BigInt>, Nullable<Timestamptz>);
+    rust = (DateTime<Utc>, Option<String>, Option<String>, Option<String>, Option<String>, Option<i64>, Option<DateTime<Utc>>);
     |call, out| {
         out.push_sql(LIST_LEASES[0]);
         out.push_bind_param::<Text, _>(&call.prefix)?;

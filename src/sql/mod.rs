@@ -16,6 +16,8 @@
 //!   that field) and the status texts of renew and release.
 //! - [`decode`]: reading those answers back: statuses, DETAIL fields,
 //!   violation lists.
+//! - [`execute`]: the execute step, the one thing the sync and the async
+//!   face do differently (every operation is written once over it).
 //! - [`input`]: the checks made before a call is sent, in the same terms as
 //!   the server's own validation.
 //! - [`install`]: the installer's lock, bookkeeping and schema-ownership
@@ -23,6 +25,7 @@
 
 pub(crate) mod calls;
 pub(crate) mod decode;
+pub(crate) mod execute;
 pub(crate) mod input;
 pub(crate) mod install;
 pub(crate) mod names;

@@ -604,13 +604,13 @@ impl Listener {
 
     /// The shared state, for unit tests that deliver by hand.
     #[cfg(test)]
-    pub(crate) fn shared_state_for_tests(&self) -> &Mutex<State> {
+    pub(super) fn shared_state_for_tests(&self) -> &Mutex<State> {
         &self.shared.state
     }
 
     /// A new release watch's queue, told of releases and resyncs from now
     /// on.
-    pub(crate) fn subscribe(&self) -> Arc<Subscription> {
+    pub(super) fn subscribe(&self) -> Arc<Subscription> {
         let subscription = Arc::new(Subscription::default());
         lock(&self.shared.state)
             .subscriptions

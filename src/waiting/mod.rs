@@ -46,8 +46,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use diesel::RunQueryDsl;
-
 use crate::client::LeaseClient;
 use crate::errors::{LeaseError, Operation};
 use crate::holding::cancel::{CancelToken, Wake};
@@ -55,9 +53,10 @@ use crate::leases;
 use crate::outcome::{Acquisition, Lease};
 use crate::pool::{is_connection_error, with_conn, PgPool};
 use crate::sql::calls::RemainingCall;
+use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
 
-mod listener;
+pub(crate) mod listener;
 mod releases;
 mod session;
 pub(crate) mod slot;
@@ -301,9 +300,10 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: impl Into<Wait>,
     ) -> Result<Lease, WaitError> {
-        telemetry::wait(key, owner, || {
-            self.acquire_inner(key, owner, ttl, wait.into(), None)
-        })
+        let wait = wait.into();
+        finish(telemetry::wait(key, owner, async {
+            self.acquire_inner(key, owner, ttl, wait, None)
+        }))
     }
 
     /// Like [`LeaseWaiter::acquire`], returning [`WaitError::Cancelled`] as
@@ -326,9 +326,10 @@ impl LeaseWaiter {
         wait: impl Into<Wait>,
         cancel: &CancelToken,
     ) -> Result<Lease, WaitError> {
-        telemetry::wait(key, owner, || {
-            self.acquire_inner(key, owner, ttl, wait.into(), Some(cancel))
-        })
+        let wait = wait.into();
+        finish(telemetry::wait(key, owner, async {
+            self.acquire_inner(key, owner, ttl, wait, Some(cancel))
+        }))
     }
 
     fn acquire_inner(
@@ -339,21 +340,10 @@ impl LeaseWaiter {
         wait: Wait,
         cancel: Option<&CancelToken>,
     ) -> Result<Lease, WaitError> {
-        let started = Instant::now();
-        let deadline = match wait {
-            Wait::AtMost(limit) => Some(started + limit),
-            Wait::UntilCancelled => None,
-        };
+        let mut rounds = Rounds::new(key, wait, self.fallback_poll, self.recheck_every);
         let cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
-        let cancelled_error = || WaitError::Cancelled {
-            key: key.to_owned(),
-        };
-        let timed_out = || WaitError::TimedOut {
-            key: key.to_owned(),
-            waited: started.elapsed(),
-        };
         if cancelled() {
-            return Err(cancelled_error());
+            return Err(rounds.cancelled());
         }
         // Fast path: a free key costs one round trip and no registration.
         if let Acquisition::Granted(lease) = self.attempt(key, owner, ttl)? {
@@ -363,53 +353,30 @@ impl LeaseWaiter {
         let slot = watch.slot().clone();
         let waker: Arc<dyn Wake> = slot.clone();
         let _registration = cancel.map(|c| c.register(Arc::downgrade(&waker)));
-        // Consecutive "free a moment ago, yet denied" rounds; bounded so a
-        // key that flips between holders cannot make this spin.
-        let mut immediate_retries = 0u32;
         loop {
             if cancelled() {
-                return Err(cancelled_error());
+                return Err(rounds.cancelled());
             }
             let seen = slot.seq();
-            let holder_left = match self.attempt_and_inspect(key, owner, ttl) {
-                Ok(Step::Granted(lease)) => return Ok(lease),
-                Ok(Step::Held { remaining }) => Some(remaining),
-                Ok(Step::Unowned) => Some(Duration::ZERO),
-                Err(error) if is_connection_error(&error) => None,
-                Err(error) => return Err(error.into()),
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(timed_out());
-            }
-            if holder_left == Some(Duration::ZERO) && immediate_retries < 3 {
-                // Free or lapsed a moment ago: try again at once.
-                immediate_retries += 1;
-                continue;
-            }
-            immediate_retries = 0;
-            // Only an armed key is woken by its release; any other waiter
-            // (listener down, registration pending, busy or refused) polls.
-            let poll = if holder_left.is_some() && slot.is_armed(seen) {
-                self.recheck_every
-            } else {
-                self.fallback_poll
-            };
-            let mut wake_at = now + poll;
-            if let Some(remaining) = holder_left {
-                wake_at = wake_at.min(now + remaining + EXPIRY_SLACK);
-            }
-            if let Some(deadline) = deadline {
-                wake_at = wake_at.min(deadline);
-            }
-            if telemetry::waiter_woke(slot.wait(seen, wake_at, cancel)) == Woken::Cancelled {
-                return Err(cancelled_error());
+            let step = self.attempt_and_inspect(key, owner, ttl);
+            match rounds.after(step, || slot.is_armed(seen)) {
+                Round::Granted(lease) => return Ok(lease),
+                Round::Failed(error) => return Err(error),
+                Round::Again => continue,
+                Round::Sleep(wake_at) => {
+                    if telemetry::waiter_woke(slot.wait(seen, wake_at, cancel)) == Woken::Cancelled
+                    {
+                        return Err(rounds.cancelled());
+                    }
+                }
             }
         }
     }
 
     fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Acquisition, LeaseError> {
-        with_conn(&self.pool, |conn| leases::acquire(conn, key, owner, ttl))
+        with_conn(&self.pool, |conn| {
+            finish(leases::acquire(conn, key, owner, ttl))
+        })
     }
 
     /// One attempt; when denied, the holder's remaining time on the
@@ -421,30 +388,146 @@ impl LeaseWaiter {
         ttl: Duration,
     ) -> Result<Step, LeaseError> {
         with_conn(&self.pool, |conn| {
-            if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl)? {
-                return Ok(Step::Granted(lease));
-            }
-            let row = RemainingCall {
-                key,
-                _borrow: std::marker::PhantomData,
-            }
-            .get_results::<(bool, Option<f64>)>(conn)
-            .map_err(|error| {
-                LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
-            })?
-            .into_iter()
-            .next();
-            Ok(match row {
-                Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
-                    remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
-                },
-                _ => Step::Unowned,
-            })
+            finish(attempt_step(conn, key, owner, ttl))
         })
     }
 }
 
-enum Step {
+/// One attempt of a waiter, either face's; when denied, the holder's
+/// remaining time on the server's clock (same connection, no
+/// transaction).
+pub(crate) async fn attempt_step(
+    conn: &mut impl Execute,
+    key: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<Step, LeaseError> {
+    if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl).await? {
+        return Ok(Step::Granted(lease));
+    }
+    let row = conn
+        .load(RemainingCall {
+            key,
+            _borrow: std::marker::PhantomData,
+        })
+        .await
+        .map_err(|error| {
+            LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
+        })?
+        .into_iter()
+        .next();
+    Ok(match row {
+        Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
+            remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
+        },
+        _ => Step::Unowned,
+    })
+}
+
+/// The waiting rules every waiter follows between its attempts, the sync
+/// [`LeaseWaiter`]'s and the async face's `aio::LeaseWaiter`'s: when to
+/// give up, when to try again at once, and until when to sleep.
+pub(crate) struct Rounds<'k> {
+    key: &'k str,
+    started: Instant,
+    deadline: Option<Instant>,
+    /// Consecutive "free a moment ago, yet denied" rounds; bounded so a
+    /// key that flips between holders cannot make a waiter spin.
+    immediate_retries: u32,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+}
+
+/// What a waiter does after an attempt ([`Rounds::after`]).
+pub(crate) enum Round {
+    /// The attempt was granted.
+    Granted(Lease),
+    /// Try again at once.
+    Again,
+    /// Sleep until the key's slot moves or this instant passes, then try
+    /// again.
+    Sleep(Instant),
+    /// Give up with this error.
+    Failed(WaitError),
+}
+
+impl<'k> Rounds<'k> {
+    /// The rules of one wait for `key`, starting now.
+    pub(crate) fn new(
+        key: &'k str,
+        wait: Wait,
+        fallback_poll: Duration,
+        recheck_every: Duration,
+    ) -> Self {
+        let started = Instant::now();
+        Rounds {
+            key,
+            started,
+            deadline: match wait {
+                Wait::AtMost(limit) => Some(started + limit),
+                Wait::UntilCancelled => None,
+            },
+            immediate_retries: 0,
+            fallback_poll,
+            recheck_every,
+        }
+    }
+
+    /// The error of a wait cancelled now.
+    pub(crate) fn cancelled(&self) -> WaitError {
+        WaitError::Cancelled {
+            key: self.key.to_owned(),
+        }
+    }
+
+    /// What to do after an attempt that found `step`; `armed` says whether
+    /// that attempt followed the key's registration in the current listener
+    /// session (so a release will wake the waiter by notification).
+    pub(crate) fn after(
+        &mut self,
+        step: Result<Step, LeaseError>,
+        armed: impl FnOnce() -> bool,
+    ) -> Round {
+        let holder_left = match step {
+            Ok(Step::Granted(lease)) => return Round::Granted(lease),
+            Ok(Step::Held { remaining }) => Some(remaining),
+            Ok(Step::Unowned) => Some(Duration::ZERO),
+            Err(error) if is_connection_error(&error) => None,
+            Err(error) => return Round::Failed(error.into()),
+        };
+        let now = Instant::now();
+        if self.deadline.is_some_and(|d| now >= d) {
+            return Round::Failed(WaitError::TimedOut {
+                key: self.key.to_owned(),
+                waited: self.started.elapsed(),
+            });
+        }
+        if holder_left == Some(Duration::ZERO) && self.immediate_retries < 3 {
+            // Free or lapsed a moment ago: try again at once.
+            self.immediate_retries += 1;
+            return Round::Again;
+        }
+        self.immediate_retries = 0;
+        // Only an armed key is woken by its release; any other waiter
+        // (listener down, registration pending, busy or refused) polls.
+        let poll = if holder_left.is_some() && armed() {
+            self.recheck_every
+        } else {
+            self.fallback_poll
+        };
+        let mut wake_at = now + poll;
+        if let Some(remaining) = holder_left {
+            wake_at = wake_at.min(now + remaining + EXPIRY_SLACK);
+        }
+        if let Some(deadline) = self.deadline {
+            wake_at = wake_at.min(deadline);
+        }
+        Round::Sleep(wake_at)
+    }
+}
+
+/// What one attempt of a waiter found.
+pub(crate) enum Step {
     Granted(Lease),
     Held { remaining: Duration },
     Unowned,

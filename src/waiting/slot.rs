@@ -43,6 +43,10 @@ struct SlotState {
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
     changed: Condvar,
+    /// The async face's waiters (tasks) wait here instead of on the
+    /// condvar: every bump and wake-up notifies both.
+    #[cfg(feature = "async")]
+    tasks: tokio::sync::Notify,
 }
 
 impl Slot {
@@ -69,16 +73,15 @@ impl Slot {
             None => {}
         }
         self.changed.notify_all();
+        #[cfg(feature = "async")]
+        self.tasks.notify_waiters();
     }
 
     /// Blocks until the sequence moves past `seen`, `until` passes, or
     /// `cancel` fires.
     pub(crate) fn wait(&self, seen: u64, until: Instant, cancel: Option<&CancelToken>) -> Woken {
         let mut state = lock(&self.state);
-        let armed = state.seq == seen && state.armed_at.is_some_and(|at| seen >= at);
-        if armed {
-            state.armed_sleepers += 1;
-        }
+        let armed = Self::begin_sleep(&mut state, seen);
         let woken = loop {
             if cancel.is_some_and(CancelToken::is_cancelled) {
                 break Woken::Cancelled;
@@ -96,11 +99,68 @@ impl Slot {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         };
+        Self::end_sleep(&mut state, seen, armed);
+        woken
+    }
+
+    /// Counts a waiter that sleeps after an attempt made after reading
+    /// `seen` among the armed sleepers, if that attempt was armed; answers
+    /// whether it was.
+    fn begin_sleep(state: &mut SlotState, seen: u64) -> bool {
+        let armed = state.seq == seen && state.armed_at.is_some_and(|at| seen >= at);
+        if armed {
+            state.armed_sleepers += 1;
+        }
+        armed
+    }
+
+    /// Undoes [`Slot::begin_sleep`] for a waiter that woke.
+    fn end_sleep(state: &mut SlotState, seen: u64, armed: bool) {
         // A bump since zeroed the count already.
         if armed && state.seq == seen {
             state.armed_sleepers = state.armed_sleepers.saturating_sub(1);
         }
-        woken
+    }
+
+    /// [`Slot::wait`] for a task: resolves when the sequence moves past
+    /// `seen` or `until` passes, without blocking a thread. Cancelled by
+    /// dropping it (the armed-sleeper count is kept right then too).
+    #[cfg(feature = "async")]
+    pub(crate) async fn wait_async(&self, seen: u64, until: Instant) -> Woken {
+        /// Ends the sleep however the future ends, dropped included.
+        struct Sleeping<'s> {
+            slot: &'s Slot,
+            seen: u64,
+            armed: bool,
+        }
+        impl Drop for Sleeping<'_> {
+            fn drop(&mut self) {
+                Slot::end_sleep(&mut lock(&self.slot.state), self.seen, self.armed);
+            }
+        }
+        let armed = Self::begin_sleep(&mut lock(&self.state), seen);
+        let _sleeping = Sleeping {
+            slot: self,
+            seen,
+            armed,
+        };
+        loop {
+            let notified = self.tasks.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the state is read, so a bump in between
+            // is not missed.
+            notified.as_mut().enable();
+            if self.seq() != seen {
+                return Woken::Changed;
+            }
+            if Instant::now() >= until {
+                return Woken::TimedOut;
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
     }
 }
 
@@ -108,6 +168,8 @@ impl Wake for Slot {
     fn wake(&self) {
         let _state = lock(&self.state);
         self.changed.notify_all();
+        #[cfg(feature = "async")]
+        self.tasks.notify_waiters();
     }
 }
 

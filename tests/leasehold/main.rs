@@ -2,9 +2,15 @@
 //! Every test runs against a real PostgreSQL (a throwaway local server, or
 //! the one `DATABASE_URL` names).
 
+#[cfg(feature = "async")]
+mod aio_client;
+#[cfg(feature = "async")]
+mod aio_holders;
 mod attacks;
 mod common;
 mod concurrency;
+#[cfg(feature = "async")]
+mod faces;
 mod groups;
 mod guard_contract;
 mod holders;
@@ -17,6 +23,8 @@ mod pool_client;
 mod poolers;
 mod pruning;
 mod release_watch;
+#[cfg(feature = "async")]
+mod same_sql;
 mod security;
 mod seed_examples;
 mod spec_1_1_state;

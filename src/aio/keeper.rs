@@ -1,0 +1,464 @@
+//! [`Keeper`] as tokio tasks: the sync [`crate::Keeper`]'s heartbeat and
+//! deadline, with the loss as a future a task can `select!` on.
+//!
+//! The rules are the sync keeper's (its module documentation has the
+//! reasoning), from the same code: the schedule and its checks
+//! (`holding::schedule`: defaults, `safe_until = sent + ttl - margin`, how
+//! often a release refused by a read-only server is sent again), the renew
+//! (`leases::renew`, the operation both faces run) and the loss's
+//! telemetry. What differs is only how the two loops wait: the renewer and
+//! the deadline monitor are two tasks instead of two threads, and they
+//! wake on a `tokio::sync::watch` of the keeper's state instead of a
+//! condvar. As in the sync keeper, the monitor declares the loss when the
+//! deadline passes without touching a renew in flight, and nothing ever
+//! cancels a renew: [`Keeper::stop`] waits for it.
+//!
+//! ```no_run
+//! # async fn demo(client: &leasehold::aio::AsyncLeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+//! let keeper = leasehold::aio::Keeper::start(client, lease).await?;
+//! tokio::select! {
+//!     loss = keeper.lost() => eprintln!("lease lost: {loss:?}; stop working"),
+//!     () = async { /* ... the work, presenting keeper.token() to guards ... */ } => {}
+//! }
+//! keeper.stop().await?; // releases
+//! # Ok(()) }
+//! ```
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use crate::errors::LeaseError;
+use crate::holding::schedule::{self, Schedule};
+use crate::holding::{KeeperError, LeaseLoss};
+use crate::outcome::{Lease, Refusal, Release, Renewal};
+use crate::token::FencingToken;
+
+/// What the keeper's tasks share, and what its receivers watch.
+#[derive(Debug, Clone)]
+struct State {
+    safe_until: Instant,
+    last_sent: Instant,
+    expires_at: Option<DateTime<Utc>>,
+    loss: Option<LeaseLoss>,
+    last_error: Option<Arc<LeaseError>>,
+    stopping: bool,
+}
+
+impl State {
+    /// Whether the keeper's tasks are done: lost or stopping.
+    fn ended(&self) -> bool {
+        self.stopping || self.loss.is_some()
+    }
+}
+
+/// Configures a [`Keeper`]; see [`Keeper::builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until start() is called"]
+pub struct KeeperBuilder {
+    client: AsyncLeaseClient,
+    lease: Lease,
+    ttl: Duration,
+    renew_every: Option<Duration>,
+    retry_every: Option<Duration>,
+    margin: Option<Duration>,
+}
+
+impl KeeperBuilder {
+    /// The ttl each renew asks for (default: the lease's own
+    /// [`Lease::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Time between renews (default ttl / 3). Must be shorter than
+    /// ttl - margin, or the lease would lapse between renews.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Time between retries of a failed renew (default ttl / 30).
+    pub fn retry_every(mut self, every: Duration) -> Self {
+        self.retry_every = Some(every);
+        self
+    }
+
+    /// How much earlier than `sent + ttl` the deadline lies (default
+    /// ttl / 10). Must be shorter than the ttl.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Validates, renews once (establishing the first deadline) and spawns
+    /// the keeper's two tasks on the current tokio runtime.
+    pub async fn start(self) -> Result<Keeper, KeeperError> {
+        let schedule =
+            Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
+            KeeperError::Spawn(std::io::Error::other(format!(
+                "an async keeper runs on a tokio runtime: {error}"
+            )))
+        })?;
+        let base = Instant::now();
+        let (state, _) = watch::channel(State {
+            safe_until: base,
+            last_sent: base,
+            expires_at: None,
+            loss: None,
+            last_error: None,
+            stopping: false,
+        });
+        let shared = Arc::new(Shared {
+            token: self.lease.token().clone(),
+            lease: self.lease,
+            client: self.client,
+            schedule,
+            base,
+            valid_until: AtomicU64::new(0),
+            state,
+        });
+        // The first deadline comes from a renew sent now.
+        match shared.renew_once().await? {
+            RenewResult::Renewed | RenewResult::Ignored => {}
+            RenewResult::Refused(reason) => {
+                return Err(KeeperError::NotHeld {
+                    key: shared.lease.key().to_owned(),
+                    reason,
+                })
+            }
+        }
+        let renewer = runtime.spawn(shared.clone().renew_loop());
+        let monitor = runtime.spawn(shared.clone().monitor_loop());
+        Ok(Keeper {
+            shared,
+            tasks: vec![renewer, monitor],
+        })
+    }
+}
+
+/// Keeps one grant alive with two tokio tasks, a renewer and a deadline
+/// monitor: the sync [`crate::Keeper`]'s schedule, deadline and loss rules
+/// (its documentation has them), with the loss as a future,
+/// [`Keeper::lost`], that a task `select!`s on beside its work. Nothing
+/// cancels a renew in flight: the monitor declares the loss when the
+/// deadline passes while a renew hangs, and [`Keeper::stop`] waits for it.
+///
+/// Dropping it stops the tasks (at their next wake-up; a renew in flight
+/// finishes first) and releases the lease from a task of its own, best
+/// effort; [`Keeper::stop`] does the same and says what the release
+/// answered.
+pub struct Keeper {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Keeper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("token", &self.shared.token)
+            .field("valid", &self.is_valid())
+            .field("loss", &self.loss())
+            .finish()
+    }
+}
+
+struct Shared {
+    client: AsyncLeaseClient,
+    lease: Lease,
+    token: FencingToken,
+    schedule: Schedule,
+    /// Origin of `valid_until`.
+    base: Instant,
+    /// Nanoseconds after `base` until which the lease is safe; 0 once lost
+    /// or stopped. Read without a lock by `is_valid`.
+    valid_until: AtomicU64,
+    state: watch::Sender<State>,
+}
+
+enum RenewResult {
+    Renewed,
+    Refused(Refusal),
+    /// Succeeded after the keeper gave up or began stopping: ignored, loss
+    /// is final.
+    Ignored,
+}
+
+impl Shared {
+    fn nanos_since_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends one renew and records a success.
+    async fn renew_once(&self) -> Result<RenewResult, LeaseError> {
+        let sent_at = Instant::now();
+        let mut conn = checkout(&self.client.pool).await?;
+        let renewal = crate::leases::renew(&mut *conn, &self.token, self.schedule.ttl).await;
+        settle_lease(conn, &renewal);
+        match renewal? {
+            Renewal::Renewed { expires_at } => {
+                let mut renewed = false;
+                self.state.send_if_modified(|state| {
+                    if state.ended() {
+                        return false;
+                    }
+                    let safe_until = schedule::safe_until(
+                        sent_at,
+                        self.schedule.ttl,
+                        self.schedule.margin,
+                        state.safe_until,
+                    );
+                    state.safe_until = safe_until;
+                    state.last_sent = sent_at;
+                    state.expires_at = Some(expires_at);
+                    state.last_error = None;
+                    self.valid_until
+                        .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
+                    renewed = true;
+                    true
+                });
+                Ok(if renewed {
+                    RenewResult::Renewed
+                } else {
+                    RenewResult::Ignored
+                })
+            }
+            Renewal::Refused(reason) => Ok(RenewResult::Refused(reason)),
+        }
+    }
+
+    /// Records the loss (first one wins) and reports it.
+    fn declare_lost(&self, loss: LeaseLoss) {
+        let declared = self.state.send_if_modified(|state| {
+            if state.ended() {
+                return false;
+            }
+            state.loss = Some(loss.clone());
+            self.valid_until.store(0, Ordering::SeqCst);
+            true
+        });
+        if declared {
+            crate::telemetry::lease_lost(&self.lease, &loss);
+        }
+    }
+
+    /// Renews every `renew_every`, retries failures every `retry_every`,
+    /// until the lease is lost or the keeper stops.
+    async fn renew_loop(self: Arc<Self>) {
+        let mut changes = self.state.subscribe();
+        let mut next = changes.borrow().last_sent + self.schedule.renew_every;
+        loop {
+            loop {
+                if changes.borrow_and_update().ended() {
+                    return;
+                }
+                if Instant::now() >= next {
+                    break;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(next.into()) => {}
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+            }
+            match self.renew_once().await {
+                Ok(RenewResult::Renewed) => {
+                    next = self.state.borrow().last_sent + self.schedule.renew_every;
+                }
+                Ok(RenewResult::Refused(reason)) => {
+                    self.declare_lost(LeaseLoss::Refused(reason));
+                    return;
+                }
+                Ok(RenewResult::Ignored) => return,
+                Err(error) => {
+                    let error = Arc::new(error);
+                    self.state
+                        .send_modify(|state| state.last_error = Some(error));
+                    next = Instant::now() + self.schedule.retry_every;
+                }
+            }
+        }
+    }
+
+    /// Declares the loss when the deadline passes without a renew, however
+    /// long a renew call may hang.
+    async fn monitor_loop(self: Arc<Self>) {
+        let mut changes = self.state.subscribe();
+        loop {
+            let (safe_until, last_error) = {
+                let state = changes.borrow_and_update();
+                if state.ended() {
+                    return;
+                }
+                (state.safe_until, state.last_error.clone())
+            };
+            if Instant::now() >= safe_until {
+                self.declare_lost(LeaseLoss::DeadlinePassed { last_error });
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(safe_until.into()) => {}
+                changed = changes.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Marks the keeper stopping (its tasks end at their next wake-up);
+    /// answers the refusal when a renew already said the lease is gone.
+    fn begin_stop(&self) -> Option<Refusal> {
+        let mut refused = None;
+        self.state.send_modify(|state| {
+            state.stopping = true;
+            self.valid_until.store(0, Ordering::SeqCst);
+            if let Some(LeaseLoss::Refused(reason)) = &state.loss {
+                refused = Some(*reason);
+            }
+        });
+        refused
+    }
+
+    /// Releases the lease, sending the release again after a read-only
+    /// server's refusal as the sync keeper does.
+    async fn release(&self) -> Result<Release, LeaseError> {
+        let mut attempts = schedule::release_attempts(self.client.pool.status().max_size);
+        loop {
+            let mut conn = checkout(&self.client.pool).await?;
+            let answer = crate::leases::release(&mut *conn, &self.token).await;
+            settle_lease(conn, &answer);
+            attempts = attempts.saturating_sub(1);
+            match answer {
+                Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,
+                answer => return answer,
+            }
+        }
+    }
+}
+
+impl Keeper {
+    /// Starts keeping `lease` alive with the default settings, renewing it
+    /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
+    /// returning.
+    pub async fn start(client: &AsyncLeaseClient, lease: Lease) -> Result<Keeper, KeeperError> {
+        Self::builder(client, lease).start().await
+    }
+
+    /// A builder to change the intervals or the margin.
+    pub fn builder(client: &AsyncLeaseClient, lease: Lease) -> KeeperBuilder {
+        KeeperBuilder {
+            client: client.clone(),
+            ttl: lease.ttl(),
+            lease,
+            renew_every: None,
+            retry_every: None,
+            margin: None,
+        }
+    }
+
+    /// The fencing token of the kept grant, for guards.
+    pub fn token(&self) -> &FencingToken {
+        &self.shared.token
+    }
+
+    /// The kept grant as acquired.
+    pub fn lease(&self) -> &Lease {
+        &self.shared.lease
+    }
+
+    /// Until when the holder may act on the lease: the last successful
+    /// renew's send instant + ttl - margin (client monotonic clock).
+    pub fn safe_until(&self) -> Instant {
+        self.shared.state.borrow().safe_until
+    }
+
+    /// The server's expiry after the last successful renew (server clock,
+    /// for display; decide with [`Keeper::is_valid`]).
+    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
+        self.shared.state.borrow().expires_at
+    }
+
+    /// Whether the lease is safe to act on right now: not lost, not
+    /// stopped, and before `safe_until`. One atomic load and a clock read.
+    pub fn is_valid(&self) -> bool {
+        let until = self.shared.valid_until.load(Ordering::SeqCst);
+        until != 0 && self.shared.nanos_since_base(Instant::now()) < until
+    }
+
+    /// Why the lease is lost, if it is (including a deadline that passed
+    /// and is about to be reported).
+    pub fn loss(&self) -> Option<LeaseLoss> {
+        let state = self.shared.state.borrow();
+        if let Some(loss) = &state.loss {
+            return Some(loss.clone());
+        }
+        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
+            last_error: state.last_error.clone(),
+        })
+    }
+
+    /// Resolves when the lease is lost, with the loss: the future a task
+    /// that holds the lease `select!`s on beside its work. `None` once the
+    /// keeper stopped without a loss. Cancel-safe: dropping it changes
+    /// nothing, and it may be called any number of times.
+    pub fn lost(&self) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send + 'static {
+        let mut changes = self.shared.state.subscribe();
+        async move {
+            let state = changes.wait_for(State::ended).await.ok()?;
+            state.loss.clone()
+        }
+    }
+
+    /// Stops renewing, waits for the keeper's tasks (a renew in flight
+    /// finishes first), and releases the lease. Returns what the release
+    /// answered ([`Release::Refused`] when the lease was already lost).
+    pub async fn stop(mut self) -> Result<Release, KeeperError> {
+        let refused = self.shared.begin_stop();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        if let Some(reason) = refused {
+            return Ok(Release::Refused(reason));
+        }
+        Ok(self.shared.release().await?)
+    }
+
+    /// Stops renewing and keeps the grant: nothing is released, and the
+    /// grant lapses at the expiry of the last renew unless the caller
+    /// renews or releases it. Returns the lease, for that call.
+    pub async fn stop_renewing(mut self) -> Lease {
+        self.shared.begin_stop();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        self.shared.lease.clone()
+    }
+}
+
+impl Drop for Keeper {
+    /// Stops the tasks and releases the lease from a task of its own once
+    /// they ended (best effort: without a runtime, or on an error, the
+    /// lease lapses at its expiry).
+    fn drop(&mut self) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        let refused = self.shared.begin_stop();
+        let tasks: Vec<JoinHandle<()>> = self.tasks.drain(..).collect();
+        let shared = self.shared.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(async move {
+                for task in tasks {
+                    let _ = task.await;
+                }
+                if refused.is_none() {
+                    let _ = shared.release().await;
+                }
+            }));
+        }
+    }
+}

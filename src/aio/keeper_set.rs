@@ -1,0 +1,224 @@
+//! [`KeeperSet`] as tokio tasks: the sync [`crate::hold::KeeperSet`] (one
+//! heartbeat call for a set of one owner's grants, each key lost on its
+//! own) from the same code, its heartbeat, bookkeeping and release
+//! (`holding::keeper_set`, whose calls run here on the async client's
+//! pool), with its two loops as tasks and the losses as futures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+
+use super::client::AsyncLeaseClient;
+use crate::holding::keeper_set::{Calls, SetSettings, Shared};
+use crate::holding::{KeeperError, KeeperSetEvent, LeaseLoss};
+use crate::outcome::{KeyRelease, Lease};
+use crate::token::FencingToken;
+
+/// Configures a [`KeeperSet`]; see [`KeeperSet::builder`].
+#[derive(Debug)]
+#[must_use = "a builder does nothing until start() is called"]
+pub struct KeeperSetBuilder {
+    client: AsyncLeaseClient,
+    settings: SetSettings,
+}
+
+impl KeeperSetBuilder {
+    /// The ttl each heartbeat asks for (default: the shortest
+    /// [`Lease::ttl`] of the set).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = Some(ttl);
+        self
+    }
+
+    /// Time between heartbeats (default ttl / 3). Must be shorter than
+    /// ttl - margin.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.settings.renew_every = Some(every);
+        self
+    }
+
+    /// Time between retries of a failed heartbeat (default ttl / 30).
+    pub fn retry_every(mut self, every: Duration) -> Self {
+        self.settings.retry_every = Some(every);
+        self
+    }
+
+    /// How much earlier than `sent + ttl` the deadline lies (default
+    /// ttl / 10). Must be shorter than the ttl.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.settings.margin = Some(margin);
+        self
+    }
+
+    /// Called (on one of the set's tasks) for every heartbeat, failed
+    /// heartbeat, and each lost key. Keep it short.
+    pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
+        self.settings.on_event = Some(Box::new(handler));
+        self
+    }
+
+    /// Validates (the rules of the sync set's
+    /// [`start`](crate::hold::KeeperSetBuilder::start)), sends the first
+    /// heartbeat and spawns the set's two tasks on the current tokio
+    /// runtime.
+    pub async fn start(self) -> Result<KeeperSet, KeeperError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
+            KeeperError::Spawn(std::io::Error::other(format!(
+                "an async keeper set runs on a tokio runtime: {error}"
+            )))
+        })?;
+        let shared = self.settings.into_shared(Calls::Tasks(self.client))?;
+        shared.first_heartbeat().await?;
+        let renewer = runtime.spawn(shared.clone().renew_task());
+        let monitor = runtime.spawn(shared.clone().monitor_task());
+        Ok(KeeperSet {
+            shared,
+            tasks: vec![renewer, monitor],
+        })
+    }
+}
+
+/// Keeps a set of one owner's grants alive with two tokio tasks, one call
+/// per heartbeat: the sync [`crate::hold::KeeperSet`]'s rules (its
+/// documentation has them), with each key's loss as a future,
+/// [`KeeperSet::lost`], that the task working on that key `select!`s on.
+///
+/// Dropping it stops the tasks and releases the kept keys from a task of
+/// its own, best effort; [`KeeperSet::stop`] does the same and answers
+/// per key.
+pub struct KeeperSet {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for KeeperSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeeperSet")
+            .field("owner", &self.shared.owner())
+            .field("kept", &self.shared.kept_keys().len())
+            .finish()
+    }
+}
+
+impl KeeperSet {
+    /// Starts keeping `leases` (one owner's, distinct keys) alive with the
+    /// default settings, on `client`'s pool; sends the first heartbeat
+    /// before returning.
+    pub async fn start(
+        client: &AsyncLeaseClient,
+        leases: Vec<Lease>,
+    ) -> Result<KeeperSet, KeeperError> {
+        Self::builder(client, leases).start().await
+    }
+
+    /// A builder to change the ttl, intervals, margin, or observe events.
+    pub fn builder(client: &AsyncLeaseClient, leases: Vec<Lease>) -> KeeperSetBuilder {
+        KeeperSetBuilder {
+            client: client.clone(),
+            settings: SetSettings::new(leases),
+        }
+    }
+
+    /// The owner of every lease in the set.
+    pub fn owner(&self) -> &str {
+        self.shared.owner()
+    }
+
+    /// The ttl each heartbeat asks for.
+    pub fn ttl(&self) -> Duration {
+        self.shared.ttl()
+    }
+
+    /// The grant of `key` as acquired, if `key` is in the set.
+    pub fn lease(&self, key: &str) -> Option<&Lease> {
+        self.shared.lease(key)
+    }
+
+    /// The fencing token of `key`'s grant, if `key` is in the set.
+    pub fn token(&self, key: &str) -> Option<&FencingToken> {
+        self.shared.token(key)
+    }
+
+    /// Whether `key` is safe to act on right now: in the set, not lost, not
+    /// stopped, and before the set's `safe_until`.
+    pub fn is_valid(&self, key: &str) -> bool {
+        self.shared.is_valid(key)
+    }
+
+    /// The keys still kept, in the order the leases were given.
+    pub fn kept_keys(&self) -> Vec<String> {
+        self.shared.kept_keys()
+    }
+
+    /// Until when the kept keys may be acted on (client monotonic clock).
+    pub fn safe_until(&self) -> Instant {
+        self.shared.safe_until()
+    }
+
+    /// Why `key` is lost, if it is.
+    pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
+        self.shared.loss(key)
+    }
+
+    /// Every lost key with its loss, in the order they were lost.
+    pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
+        self.shared.losses()
+    }
+
+    /// Resolves when `key` is lost, with its loss: the future the task
+    /// working on `key` `select!`s on. `None` once the set stopped first,
+    /// or at once for a key not in the set. Cancel-safe.
+    pub fn lost(
+        &self,
+        key: &str,
+    ) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send + 'static {
+        let shared = self.shared.clone();
+        let key = key.to_owned();
+        async move { shared.key_lost(&key).await }
+    }
+
+    /// Resolves when more than `seen` keys are lost, or the set stops;
+    /// answers every loss so far. Pass the length of the last answer to
+    /// wait for the next loss.
+    pub fn losses_after(
+        &self,
+        seen: usize,
+    ) -> impl std::future::Future<Output = Vec<(String, LeaseLoss)>> + Send + 'static {
+        let shared = self.shared.clone();
+        async move { shared.losses_after(seen).await }
+    }
+
+    /// Stops renewing, waits for the set's tasks (a heartbeat in flight
+    /// finishes first), and releases every key not refused in one call.
+    /// Answers per key, in the order the leases were given.
+    pub async fn stop(mut self) -> Result<Vec<KeyRelease>, KeeperError> {
+        let refused = self.shared.begin_stop();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        Ok(self.shared.release_kept(refused).await?)
+    }
+}
+
+impl Drop for KeeperSet {
+    /// Stops the tasks and releases the kept keys from a task of its own
+    /// once they ended (best effort: without a runtime, or on an error,
+    /// the leases lapse at their expiry).
+    fn drop(&mut self) {
+        if self.tasks.is_empty() {
+            return;
+        }
+        let refused = self.shared.begin_stop();
+        let tasks: Vec<JoinHandle<()>> = self.tasks.drain(..).collect();
+        let shared = self.shared.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(async move {
+                for task in tasks {
+                    let _ = task.await;
+                }
+                let _ = shared.release_kept(refused).await;
+            }));
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! [`LeaseWaiter`] for tasks: waits for a key woken by release
+//! notifications, without a thread per waiter.
+//!
+//! The listener is the sync waiters' own: one session per listen URL for
+//! the whole process (its thread reads `LISTEN lease_released`), shared by
+//! every waiter, sync or async, of that URL. A waiting task parks on the
+//! key's slot as a waiting thread does, through a `tokio::sync::Notify`
+//! that every wake-up of the slot also notifies, so a thousand waiting
+//! tasks cost a thousand small futures, not a thousand threads. The
+//! attempts (`waiting::attempt_step`) and the rules between them
+//! (`waiting::Rounds`: when to retry at once, when to sleep until the
+//! holder's expiry, when to poll because the listener is down) are the
+//! sync waiter's own code.
+//!
+//! ```no_run
+//! # async fn demo(client: &leasehold::aio::AsyncLeaseClient) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! let waiter = leasehold::aio::LeaseWaiter::new(client);
+//! let lease = waiter
+//!     .acquire("job-42", "worker-a1", Duration::from_secs(30), Duration::from_secs(60))
+//!     .await?;
+//! # let _ = lease; Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+
+use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use crate::errors::LeaseError;
+use crate::outcome::{Acquisition, Lease};
+use crate::telemetry;
+use crate::waiting::listener::Listener;
+use crate::waiting::slot::Woken;
+use crate::waiting::{
+    attempt_step, ListenerStatus, Round, Rounds, Step, Wait, WaitError, DEFAULT_FALLBACK_POLL,
+    DEFAULT_RECHECK,
+};
+
+/// Acquires keys waiting on release notifications, as the sync
+/// [`crate::wait::LeaseWaiter`] does, from tasks. Cheap to clone.
+#[derive(Clone)]
+pub struct LeaseWaiter {
+    client: AsyncLeaseClient,
+    listener: Arc<Listener>,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+}
+
+impl std::fmt::Debug for LeaseWaiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseWaiter")
+            .field("listener", &self.listener.status())
+            .field("fallback_poll", &self.fallback_poll)
+            .field("recheck_every", &self.recheck_every)
+            .finish()
+    }
+}
+
+/// Configures a [`LeaseWaiter`] ([`LeaseWaiter::builder`]).
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct LeaseWaiterBuilder {
+    client: AsyncLeaseClient,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+}
+
+impl LeaseWaiterBuilder {
+    /// Poll interval while the listener is disconnected (default 100 ms).
+    pub fn fallback_poll(mut self, every: Duration) -> Self {
+        self.fallback_poll = every;
+        self
+    }
+
+    /// Safety-net re-check interval while the listener is connected
+    /// (default 5 s).
+    pub fn recheck_every(mut self, every: Duration) -> Self {
+        self.recheck_every = every;
+        self
+    }
+
+    /// Builds the waiter; the listener of the client's listen URL connects
+    /// in the background if it is not up yet. Zero intervals are raised to
+    /// one millisecond.
+    pub fn build(self) -> LeaseWaiter {
+        let floor = Duration::from_millis(1);
+        LeaseWaiter {
+            listener: Listener::for_url(&self.client.listen_url),
+            client: self.client,
+            fallback_poll: self.fallback_poll.max(floor),
+            recheck_every: self.recheck_every.max(floor),
+        }
+    }
+}
+
+impl LeaseWaiter {
+    /// A waiter whose attempts run on `client`'s pool and whose wake-ups
+    /// come from the shared listener of the client's listen URL.
+    pub fn new(client: &AsyncLeaseClient) -> Self {
+        Self::builder(client).build()
+    }
+
+    /// A builder with non-default intervals.
+    pub fn builder(client: &AsyncLeaseClient) -> LeaseWaiterBuilder {
+        LeaseWaiterBuilder {
+            client: client.clone(),
+            fallback_poll: DEFAULT_FALLBACK_POLL,
+            recheck_every: DEFAULT_RECHECK,
+        }
+    }
+
+    /// The shared listener's state.
+    pub fn listener_status(&self) -> ListenerStatus {
+        self.listener.status()
+    }
+
+    /// Resolves when the listener session is up, or after `timeout`;
+    /// answers whether it is up. Waiting works without it (by polling), so
+    /// this is for start-up checks and tests. (It waits on a blocking-pool
+    /// thread for that long: a start-up check, not a waiter.)
+    pub async fn wait_until_listening(&self, timeout: Duration) -> bool {
+        let listener = self.listener.clone();
+        tokio::task::spawn_blocking(move || listener.wait_connected(timeout))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// How many waiters of this process, threads and tasks, are parked on
+    /// `key` with its release notification armed. For tests and
+    /// monitoring.
+    pub fn armed_waiters(&self, key: &str) -> usize {
+        self.listener.armed_waiters(key)
+    }
+
+    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.
+    ///
+    /// Dropping the future stops the wait. Dropped while an attempt is in
+    /// flight, that attempt may still have been granted on the server, and
+    /// the grant then lapses at its ttl with nobody holding it; to stop a
+    /// wait only between attempts, use
+    /// [`acquire_cancellable`](Self::acquire_cancellable).
+    pub async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: impl Into<Wait>,
+    ) -> Result<Lease, WaitError> {
+        let wait = wait.into();
+        telemetry::wait(
+            key,
+            owner,
+            self.acquire_inner(key, owner, ttl, wait, std::future::pending()),
+        )
+        .await
+    }
+
+    /// Like [`acquire`](Self::acquire), returning
+    /// [`WaitError::Cancelled`] once `cancel` resolves; the cancellation is
+    /// seen between attempts, never during one, so no grant is left behind.
+    pub async fn acquire_cancellable(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: impl Into<Wait>,
+        cancel: impl Future<Output = ()> + Send,
+    ) -> Result<Lease, WaitError> {
+        let wait = wait.into();
+        telemetry::wait(
+            key,
+            owner,
+            self.acquire_inner(key, owner, ttl, wait, cancel),
+        )
+        .await
+    }
+
+    async fn acquire_inner(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Wait,
+        cancel: impl Future<Output = ()> + Send,
+    ) -> Result<Lease, WaitError> {
+        let mut cancel = pin!(cancel);
+        let mut rounds = Rounds::new(key, wait, self.fallback_poll, self.recheck_every);
+        if is_ready(cancel.as_mut()).await {
+            return Err(rounds.cancelled());
+        }
+        // Fast path: a free key costs one round trip and no registration.
+        if let Acquisition::Granted(lease) = self.attempt(key, owner, ttl).await? {
+            return Ok(lease);
+        }
+        let watch = self.listener.watch(key);
+        let slot = watch.slot().clone();
+        loop {
+            if is_ready(cancel.as_mut()).await {
+                return Err(rounds.cancelled());
+            }
+            let seen = slot.seq();
+            let step = self.attempt_and_inspect(key, owner, ttl).await;
+            match rounds.after(step, || slot.is_armed(seen)) {
+                Round::Granted(lease) => return Ok(lease),
+                Round::Failed(error) => return Err(error),
+                Round::Again => continue,
+                Round::Sleep(wake_at) => {
+                    let woken = tokio::select! {
+                        woken = slot.wait_async(seen, wake_at) => woken,
+                        () = cancel.as_mut() => Woken::Cancelled,
+                    };
+                    if telemetry::waiter_woke(woken) == Woken::Cancelled {
+                        return Err(rounds.cancelled());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Acquisition, LeaseError> {
+        let mut conn = checkout(&self.client.pool).await?;
+        let result = crate::leases::acquire(&mut *conn, key, owner, ttl).await;
+        settle_lease(conn, &result);
+        result
+    }
+
+    async fn attempt_and_inspect(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Step, LeaseError> {
+        let mut conn = checkout(&self.client.pool).await?;
+        let result = attempt_step(&mut *conn, key, owner, ttl).await;
+        settle_lease(conn, &result);
+        result
+    }
+}
+
+/// Whether `future` has resolved, polled once without waiting.
+async fn is_ready<F: Future<Output = ()>>(future: std::pin::Pin<&mut F>) -> bool {
+    let mut future = future;
+    std::future::poll_fn(|context| Poll::Ready(future.as_mut().poll(context).is_ready())).await
+}

@@ -1,0 +1,493 @@
+//! The behaviour suite written once and run against both faces of the
+//! API: the sync [`leasehold::Leases`] on a `PgConnection` and the async
+//! [`leasehold::aio::AsyncLeases`] on an `AsyncPgConnection` (feature
+//! `async`).
+//!
+//! A case (in `cases.rs`) is an `async fn` generic over [`Face`], a small
+//! harness that forwards each call to one face; [`both_faces!`] makes one
+//! `#[test]` per case per face (`faces::sync_face::<case>`,
+//! `faces::async_face::<case>`), so a failure names the case and the face.
+//! The sync face's calls block inside the async harness: each test runs on
+//! a runtime of its own with two workers, so a case that spawns a blocked
+//! call (a waiter) still has a thread left for its own steps.
+
+mod cases;
+
+use std::time::Duration;
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use leasehold::aio::AsyncLeases;
+use leasehold::batch::{GroupId, GroupJoin, GroupRenewal, KeyRelease, KeyRenewal};
+use leasehold::error::{FencedError, GuardError};
+use leasehold::guard::{Check, GuardRecord};
+use leasehold::{
+    Acquisition, Epoch, FencingToken, Lease, LeaseError, LeaseState, Leases, Release, Renewal,
+};
+
+/// One face of the API, on a connection of its own to the test's
+/// database. Every method is the face's method of the same name.
+pub trait Face: Send + Sized + 'static {
+    /// The face's name, in failure messages.
+    const NAME: &'static str;
+    fn open(url: &str) -> impl std::future::Future<Output = Self> + Send;
+    fn acquire(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<Acquisition, LeaseError>> + Send;
+    fn acquire_waiting(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Lease, LeaseError>> + Send;
+    fn renew(
+        &mut self,
+        grant: &FencingToken,
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<Renewal, LeaseError>> + Send;
+    fn release(
+        &mut self,
+        grant: &FencingToken,
+    ) -> impl std::future::Future<Output = Result<Release, LeaseError>> + Send;
+    fn inspect(
+        &mut self,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<LeaseState>, LeaseError>> + Send;
+    fn renew_many(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<Vec<KeyRenewal>, LeaseError>> + Send;
+    fn release_many(
+        &mut self,
+        grants: &[FencingToken],
+    ) -> impl std::future::Future<Output = Result<Vec<KeyRelease>, LeaseError>> + Send;
+    fn join_group(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<GroupJoin, LeaseError>> + Send;
+    fn renew_group(
+        &mut self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<GroupRenewal, LeaseError>> + Send;
+    fn admit(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+    ) -> impl std::future::Future<Output = Result<(), GuardError>> + Send;
+    fn check_held(
+        &mut self,
+        grant: &FencingToken,
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    fn admit_held(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    fn renew_and_admit(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    fn fence(
+        &mut self,
+        resource: &str,
+        key: &str,
+        up_to: Epoch,
+    ) -> impl std::future::Future<Output = Result<Epoch, GuardError>> + Send;
+    fn inspect_guard(
+        &mut self,
+        resource: &str,
+    ) -> impl std::future::Future<Output = Result<Option<GuardRecord>, GuardError>> + Send;
+    fn force_release(
+        &mut self,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<Epoch>, LeaseError>> + Send;
+    /// `run_fenced` whose work runs `sql`, failing when `fail_work` says so.
+    fn run_fenced_sql(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        check: Check,
+        sql: &str,
+        fail_work: bool,
+    ) -> impl std::future::Future<Output = Result<(), FencedError<diesel::result::Error>>> + Send;
+    /// Opens a transaction through the face's diesel transaction manager
+    /// (so the library sees it, as it sees the caller's own).
+    fn begin(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    fn commit(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    fn rollback(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// Runs statements of the test's own.
+    fn exec(&mut self, sql: &str) -> impl std::future::Future<Output = QueryResult<()>> + Send;
+    /// The backend's pid.
+    fn pid(&mut self) -> impl std::future::Future<Output = i32> + Send;
+}
+
+#[derive(QueryableByName)]
+struct Pid {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pid: i32,
+}
+
+const PID: &str = "SELECT pg_backend_pid() AS pid";
+
+/// The sync face: [`Leases`] on a `PgConnection`.
+pub struct SyncFace(PgConnection);
+
+impl Face for SyncFace {
+    const NAME: &'static str = "sync";
+    async fn open(url: &str) -> Self {
+        SyncFace(PgConnection::establish(url).expect("connect"))
+    }
+    async fn acquire(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Acquisition, LeaseError> {
+        self.0.acquire(key, owner, ttl)
+    }
+    async fn acquire_waiting(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, LeaseError> {
+        self.0.acquire_waiting(key, owner, ttl, wait)
+    }
+    async fn renew(&mut self, grant: &FencingToken, ttl: Duration) -> Result<Renewal, LeaseError> {
+        self.0.renew(grant, ttl)
+    }
+    async fn release(&mut self, grant: &FencingToken) -> Result<Release, LeaseError> {
+        self.0.release(grant)
+    }
+    async fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+        self.0.inspect(key)
+    }
+    async fn renew_many(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> Result<Vec<KeyRenewal>, LeaseError> {
+        self.0.renew_many(grants, ttl)
+    }
+    async fn release_many(
+        &mut self,
+        grants: &[FencingToken],
+    ) -> Result<Vec<KeyRelease>, LeaseError> {
+        self.0.release_many(grants)
+    }
+    async fn join_group(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> Result<GroupJoin, LeaseError> {
+        self.0.join_group(grants, ttl)
+    }
+    async fn renew_group(
+        &mut self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<GroupRenewal, LeaseError> {
+        self.0.renew_group(group, owner, ttl)
+    }
+    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
+        self.0.admit(resource, grant)
+    }
+    async fn check_held(
+        &mut self,
+        grant: &FencingToken,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.check_held(grant)
+    }
+    async fn admit_held(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.admit_held(resource, grant)
+    }
+    async fn renew_and_admit(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        ttl: Duration,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.renew_and_admit(resource, grant, ttl)
+    }
+    async fn fence(
+        &mut self,
+        resource: &str,
+        key: &str,
+        up_to: Epoch,
+    ) -> Result<Epoch, GuardError> {
+        self.0.fence(resource, key, up_to)
+    }
+    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
+        self.0.inspect_guard(resource)
+    }
+    async fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
+        self.0.force_release(key)
+    }
+    async fn run_fenced_sql(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        check: Check,
+        sql: &str,
+        fail_work: bool,
+    ) -> Result<(), FencedError<diesel::result::Error>> {
+        self.0.run_fenced(resource, grant, check, |conn| {
+            conn.batch_execute(sql)?;
+            if fail_work {
+                return Err(diesel::result::Error::RollbackTransaction);
+            }
+            Ok(())
+        })
+    }
+    async fn begin(&mut self) {
+        use diesel::connection::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::begin_transaction(&mut self.0).expect("begin");
+    }
+    async fn commit(&mut self) {
+        use diesel::connection::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::commit_transaction(&mut self.0).expect("commit");
+    }
+    async fn rollback(&mut self) {
+        use diesel::connection::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::rollback_transaction(&mut self.0).expect("rollback");
+    }
+    async fn exec(&mut self, sql: &str) -> QueryResult<()> {
+        self.0.batch_execute(sql)
+    }
+    async fn pid(&mut self) -> i32 {
+        diesel::sql_query(PID)
+            .get_result::<Pid>(&mut self.0)
+            .expect("pid")
+            .pid
+    }
+}
+
+/// The async face: [`AsyncLeases`] on an `AsyncPgConnection`.
+pub struct AsyncFace(AsyncPgConnection);
+
+impl Face for AsyncFace {
+    const NAME: &'static str = "async";
+    async fn open(url: &str) -> Self {
+        AsyncFace(AsyncPgConnection::establish(url).await.expect("connect"))
+    }
+    async fn acquire(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Acquisition, LeaseError> {
+        self.0.acquire(key, owner, ttl).await
+    }
+    async fn acquire_waiting(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, LeaseError> {
+        self.0.acquire_waiting(key, owner, ttl, wait).await
+    }
+    async fn renew(&mut self, grant: &FencingToken, ttl: Duration) -> Result<Renewal, LeaseError> {
+        self.0.renew(grant, ttl).await
+    }
+    async fn release(&mut self, grant: &FencingToken) -> Result<Release, LeaseError> {
+        self.0.release(grant).await
+    }
+    async fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
+        self.0.inspect(key).await
+    }
+    async fn renew_many(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> Result<Vec<KeyRenewal>, LeaseError> {
+        self.0.renew_many(grants, ttl).await
+    }
+    async fn release_many(
+        &mut self,
+        grants: &[FencingToken],
+    ) -> Result<Vec<KeyRelease>, LeaseError> {
+        self.0.release_many(grants).await
+    }
+    async fn join_group(
+        &mut self,
+        grants: &[FencingToken],
+        ttl: Duration,
+    ) -> Result<GroupJoin, LeaseError> {
+        self.0.join_group(grants, ttl).await
+    }
+    async fn renew_group(
+        &mut self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<GroupRenewal, LeaseError> {
+        self.0.renew_group(group, owner, ttl).await
+    }
+    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
+        self.0.admit(resource, grant).await
+    }
+    async fn check_held(
+        &mut self,
+        grant: &FencingToken,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.check_held(grant).await
+    }
+    async fn admit_held(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.admit_held(resource, grant).await
+    }
+    async fn renew_and_admit(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        ttl: Duration,
+    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+        self.0.renew_and_admit(resource, grant, ttl).await
+    }
+    async fn fence(
+        &mut self,
+        resource: &str,
+        key: &str,
+        up_to: Epoch,
+    ) -> Result<Epoch, GuardError> {
+        self.0.fence(resource, key, up_to).await
+    }
+    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
+        self.0.inspect_guard(resource).await
+    }
+    async fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
+        self.0.force_release(key).await
+    }
+    async fn run_fenced_sql(
+        &mut self,
+        resource: &str,
+        grant: &FencingToken,
+        check: Check,
+        sql: &str,
+        fail_work: bool,
+    ) -> Result<(), FencedError<diesel::result::Error>> {
+        self.0
+            .run_fenced(
+                resource,
+                grant,
+                check,
+                async move |conn: &mut AsyncPgConnection| {
+                    conn.batch_execute(sql).await?;
+                    if fail_work {
+                        return Err(diesel::result::Error::RollbackTransaction);
+                    }
+                    Ok(())
+                },
+            )
+            .await
+    }
+    async fn begin(&mut self) {
+        use diesel_async::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::begin_transaction(&mut self.0)
+            .await
+            .expect("begin");
+    }
+    async fn commit(&mut self) {
+        use diesel_async::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::commit_transaction(&mut self.0)
+            .await
+            .expect("commit");
+    }
+    async fn rollback(&mut self) {
+        use diesel_async::{AnsiTransactionManager, TransactionManager};
+        AnsiTransactionManager::rollback_transaction(&mut self.0)
+            .await
+            .expect("rollback");
+    }
+    async fn exec(&mut self, sql: &str) -> QueryResult<()> {
+        self.0.batch_execute(sql).await
+    }
+    async fn pid(&mut self) -> i32 {
+        diesel_async::RunQueryDsl::get_result::<Pid>(diesel::sql_query(PID), &mut self.0)
+            .await
+            .expect("pid")
+            .pid
+    }
+}
+
+/// A runtime of the test's own, with two workers (see the module's
+/// documentation).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// One `#[test]` per case per face.
+macro_rules! both_faces {
+    ($($case:ident),* $(,)?) => {
+        mod sync_face {
+            $(
+                #[test]
+                fn $case() {
+                    let db = leasehold_test_support::TestDb::new();
+                    super::runtime().block_on(super::cases::$case::<super::SyncFace>(&db));
+                }
+            )*
+        }
+        mod async_face {
+            $(
+                #[test]
+                fn $case() {
+                    let db = leasehold_test_support::TestDb::new();
+                    super::runtime().block_on(super::cases::$case::<super::AsyncFace>(&db));
+                }
+            )*
+        }
+    };
+}
+
+both_faces!(
+    a_free_key_is_granted_and_another_owner_is_denied,
+    renew_extends_keeps_the_epoch_and_refuses_strangers,
+    release_frees_the_key_and_moves_the_counter,
+    epochs_only_rise_across_grants,
+    a_renew_of_an_older_epoch_is_an_epoch_mismatch,
+    a_lapsed_grant_is_refused_and_taken_over_with_a_higher_epoch,
+    bad_input_is_a_typed_error_and_changes_nothing,
+    a_grant_commits_with_the_callers_transaction,
+    a_rolled_back_grant_never_happened,
+    acquire_waiting_gets_the_key_when_it_is_released,
+    acquire_waiting_times_out_and_changes_nothing,
+    batch_calls_answer_per_key_in_order,
+    batch_calls_refuse_mixed_owners_and_answer_nothing_for_nothing,
+    a_group_heartbeat_keeps_its_members_and_refuses_strangers,
+    g1_g3_an_admission_raises_the_record_and_an_equal_epoch_is_admitted_again,
+    g2_a_stale_epoch_is_refused_and_its_write_is_rolled_back,
+    g3_a_write_the_callers_code_rolls_back_does_not_raise_the_record,
+    g4_writers_of_one_resource_serialise_at_the_guard,
+    g5_a_token_of_another_key_is_refused,
+    g6_a_checked_write_needs_the_lease_held_now,
+    g6_a_checked_write_holds_off_a_takeover_until_it_commits,
+    g7_an_epoch_never_granted_fences_nothing,
+    a_fence_refuses_through_its_epoch,
+    a_session_lost_mid_call_is_outcome_unknown_and_changes_nothing,
+);
