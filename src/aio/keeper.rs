@@ -33,9 +33,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use crate::errors::KeeperError;
 use crate::errors::LeaseError;
 use crate::holding::schedule::{self, Schedule};
-use crate::holding::{KeeperError, LeaseLoss};
+use crate::holding::LeaseLoss;
 use crate::outcome::{Lease, Refusal, Release, Renewal};
 use crate::token::FencingToken;
 

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::client::AsyncLeaseClient;
+use crate::errors::KeeperError;
 use crate::holding::keeper_set::{Calls, SetSettings, Shared};
-use crate::holding::{KeeperError, KeeperSetEvent, LeaseLoss};
+use crate::holding::{KeeperSetEvent, LeaseLoss};
 use crate::outcome::{KeyRelease, Lease};
 use crate::token::FencingToken;
 
