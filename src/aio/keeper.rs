@@ -118,7 +118,6 @@ impl KeeperBuilder {
             stopping: false,
         });
         let shared = Arc::new(Shared {
-            token: self.lease.token().clone(),
             lease: self.lease,
             client: self.client,
             schedule,
@@ -164,7 +163,7 @@ pub struct Keeper {
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keeper")
-            .field("token", &self.shared.token)
+            .field("token", self.shared.lease.token())
             .field("valid", &self.is_valid())
             .field("loss", &self.loss())
             .finish()
@@ -174,7 +173,6 @@ impl std::fmt::Debug for Keeper {
 struct Shared {
     client: AsyncLeaseClient,
     lease: Lease,
-    token: FencingToken,
     schedule: Schedule,
     /// Origin of `valid_until`.
     base: Instant,
@@ -201,7 +199,7 @@ impl Shared {
     async fn renew_once(&self) -> Result<RenewResult, LeaseError> {
         let sent_at = Instant::now();
         let mut conn = checkout(&self.client.pool).await?;
-        let renewal = crate::leases::renew(&mut *conn, &self.token, self.schedule.ttl).await;
+        let renewal = crate::leases::renew(&mut *conn, self.lease.token(), self.schedule.ttl).await;
         settle_lease(conn, &renewal);
         match renewal? {
             Renewal::Renewed { expires_at } => {
@@ -330,7 +328,7 @@ impl Shared {
         let mut attempts = schedule::release_attempts(self.client.pool.status().max_size);
         loop {
             let mut conn = checkout(&self.client.pool).await?;
-            let answer = crate::leases::release(&mut *conn, &self.token).await;
+            let answer = crate::leases::release(&mut *conn, self.lease.token()).await;
             settle_lease(conn, &answer);
             attempts = attempts.saturating_sub(1);
             match answer {
@@ -363,7 +361,7 @@ impl Keeper {
 
     /// The fencing token of the kept grant, for guards.
     pub fn token(&self) -> &FencingToken {
-        &self.shared.token
+        self.shared.lease.token()
     }
 
     /// The kept grant as acquired.

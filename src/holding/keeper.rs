@@ -198,7 +198,6 @@ impl KeeperBuilder {
         } = Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         let shared = Arc::new(Shared {
-            token: self.lease.token().clone(),
             lease: self.lease,
             pool: self.pool,
             ttl,
@@ -254,7 +253,7 @@ pub struct Keeper {
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Keeper")
-            .field("token", &self.shared.token)
+            .field("token", self.shared.lease.token())
             .field("valid", &self.is_valid())
             .field("loss", &self.loss())
             .finish()
@@ -264,7 +263,6 @@ impl std::fmt::Debug for Keeper {
 struct Shared {
     pool: PgPool,
     lease: Lease,
-    token: FencingToken,
     ttl: Duration,
     margin: Duration,
     renew_every: Duration,
@@ -491,7 +489,7 @@ impl Keeper {
 
     /// The fencing token of the kept grant, for guards.
     pub fn token(&self) -> &FencingToken {
-        &self.shared.token
+        self.shared.lease.token()
     }
 
     /// The kept grant as acquired.

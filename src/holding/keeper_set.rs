@@ -246,7 +246,6 @@ impl SetSettings {
                 .leases
                 .into_iter()
                 .map(|lease| Member {
-                    token: lease.token().clone(),
                     lease,
                     kept: AtomicBool::new(true),
                 })
@@ -296,7 +295,6 @@ impl std::fmt::Debug for KeeperSet {
 /// One kept grant.
 struct Member {
     lease: Lease,
-    token: FencingToken,
     /// False once the key is lost (or the set stopped). Read without a lock
     /// by `is_valid`.
     kept: AtomicBool,
@@ -632,7 +630,7 @@ impl Shared {
     /// The fencing token of `key`'s grant, if `key` is in the set.
     pub(crate) fn token(&self, key: &str) -> Option<&FencingToken> {
         let position = *self.index.get(key)?;
-        Some(&self.members[position].token)
+        Some(self.members[position].lease.token())
     }
 
     /// Whether `key` is in the set, kept, and before the set's deadline.
