@@ -50,7 +50,7 @@
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
-//! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::LeaseWaiter` on the shared listener (docs/guide/async.md) |
+//! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::run_while_held`, `aio::LeaseWaiter` and its `aio::ReleaseWatch` on the shared listener (docs/guide/async.md) |
 //!
 //! Behind them, private modules each do one job: `api` (the [`Leases`]
 //! trait and its two implementations), `sql` (the only place with SQL

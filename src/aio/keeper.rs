@@ -170,7 +170,7 @@ impl std::fmt::Debug for Keeper {
     }
 }
 
-struct Shared {
+pub(super) struct Shared {
     client: AsyncLeaseClient,
     lease: Lease,
     schedule: Schedule,
@@ -191,6 +191,44 @@ enum RenewResult {
 }
 
 impl Shared {
+    /// See [`Keeper::is_valid`].
+    pub(super) fn is_valid(&self) -> bool {
+        let until = self.valid_until.load(Ordering::SeqCst);
+        until != 0 && self.nanos_since_base(Instant::now()) < until
+    }
+
+    /// See [`Keeper::loss`].
+    pub(super) fn loss(&self) -> Option<LeaseLoss> {
+        let state = self.state.borrow();
+        if let Some(loss) = &state.loss {
+            return Some(loss.clone());
+        }
+        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
+            last_error: state.last_error.clone(),
+        })
+    }
+
+    /// See [`Keeper::lost`].
+    pub(super) fn lost(
+        &self,
+    ) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send + 'static {
+        let mut changes = self.state.subscribe();
+        async move {
+            let state = changes.wait_for(State::ended).await.ok()?;
+            state.loss.clone()
+        }
+    }
+
+    /// See [`Keeper::token`].
+    pub(super) fn token(&self) -> &FencingToken {
+        self.lease.token()
+    }
+
+    /// See [`Keeper::safe_until`].
+    pub(super) fn safe_until(&self) -> Instant {
+        self.state.borrow().safe_until
+    }
+
     fn nanos_since_base(&self, at: Instant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
     }
@@ -361,7 +399,7 @@ impl Keeper {
 
     /// The fencing token of the kept grant, for guards.
     pub fn token(&self) -> &FencingToken {
-        self.shared.lease.token()
+        self.shared.token()
     }
 
     /// The kept grant as acquired.
@@ -372,7 +410,7 @@ impl Keeper {
     /// Until when the holder may act on the lease: the last successful
     /// renew's send instant + ttl - margin (client monotonic clock).
     pub fn safe_until(&self) -> Instant {
-        self.shared.state.borrow().safe_until
+        self.shared.safe_until()
     }
 
     /// The server's expiry after the last successful renew (server clock,
@@ -384,20 +422,13 @@ impl Keeper {
     /// Whether the lease is safe to act on right now: not lost, not
     /// stopped, and before `safe_until`. One atomic load and a clock read.
     pub fn is_valid(&self) -> bool {
-        let until = self.shared.valid_until.load(Ordering::SeqCst);
-        until != 0 && self.shared.nanos_since_base(Instant::now()) < until
+        self.shared.is_valid()
     }
 
     /// Why the lease is lost, if it is (including a deadline that passed
     /// and is about to be reported).
     pub fn loss(&self) -> Option<LeaseLoss> {
-        let state = self.shared.state.borrow();
-        if let Some(loss) = &state.loss {
-            return Some(loss.clone());
-        }
-        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
-            last_error: state.last_error.clone(),
-        })
+        self.shared.loss()
     }
 
     /// Resolves when the lease is lost, with the loss: the future a task
@@ -405,11 +436,13 @@ impl Keeper {
     /// keeper stopped without a loss. Cancel-safe: dropping it changes
     /// nothing, and it may be called any number of times.
     pub fn lost(&self) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send + 'static {
-        let mut changes = self.shared.state.subscribe();
-        async move {
-            let state = changes.wait_for(State::ended).await.ok()?;
-            state.loss.clone()
-        }
+        self.shared.lost()
+    }
+
+    /// The state the keeper's tasks share, for `run_while_held`'s work
+    /// context, which outlives no keeper but must not borrow one.
+    pub(super) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     /// Stops renewing, waits for the keeper's tasks (a renew in flight

@@ -39,7 +39,9 @@
 mod client;
 mod keeper;
 mod keeper_set;
+mod releases;
 mod waiter;
+mod worker;
 
 use std::future::Future;
 use std::time::Duration;
@@ -63,7 +65,9 @@ use client::{checkout, settle_guard};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};
+pub use releases::ReleaseWatch;
 pub use waiter::{LeaseWaiter, LeaseWaiterBuilder};
+pub use worker::{run_while_held, WorkContext};
 
 mod sealed {
     /// Only leasehold's own types implement [`super::AsyncLeases`].

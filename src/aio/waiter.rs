@@ -28,7 +28,12 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use diesel_async::pooled_connection::deadpool::Pool;
+use diesel_async::AsyncPgConnection;
+use tokio::sync::oneshot;
+
 use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use super::releases::ReleaseWatch;
 use crate::errors::LeaseError;
 use crate::outcome::{Acquisition, Lease};
 use crate::telemetry;
@@ -135,12 +140,24 @@ impl LeaseWaiter {
         self.listener.armed_waiters(key)
     }
 
+    /// A stream of release events for `keys`, as the sync
+    /// [`crate::wait::LeaseWaiter::watch_releases`] makes one (same
+    /// listener, registrations, limits and errors), read with `.await`.
+    pub fn watch_releases<I, K>(&self, keys: I) -> Result<ReleaseWatch, LeaseError>
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+    {
+        crate::wait::ReleaseWatch::start(self.listener.clone(), keys).map(ReleaseWatch::new)
+    }
+
     /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.
     ///
-    /// Dropping the future stops the wait. Dropped while an attempt is in
-    /// flight, that attempt may still have been granted on the server, and
-    /// the grant then lapses at its ttl with nobody holding it; to stop a
-    /// wait only between attempts, use
+    /// Dropping the future stops the wait, and strands no grant: an
+    /// attempt in flight runs in a task of its own, finishes, and releases
+    /// a grant it got once it finds nobody waiting for it (best effort: on
+    /// an error the grant lapses at its ttl). To stop a wait with an
+    /// answer, [`WaitError::Cancelled`], use
     /// [`acquire_cancellable`](Self::acquire_cancellable).
     pub async fn acquire(
         &self,
@@ -160,7 +177,8 @@ impl LeaseWaiter {
 
     /// Like [`acquire`](Self::acquire), returning
     /// [`WaitError::Cancelled`] once `cancel` resolves; the cancellation is
-    /// seen between attempts, never during one, so no grant is left behind.
+    /// seen between attempts, never during one, so an attempt that was
+    /// granted is answered rather than released.
     pub async fn acquire_cancellable(
         &self,
         key: &str,
@@ -192,7 +210,7 @@ impl LeaseWaiter {
             return Err(rounds.cancelled());
         }
         // Fast path: a free key costs one round trip and no registration.
-        if let Acquisition::Granted(lease) = self.attempt(key, owner, ttl).await? {
+        if let Some(lease) = self.attempt(key, owner, ttl).await? {
             return Ok(lease);
         }
         let watch = self.listener.watch(key);
@@ -220,16 +238,18 @@ impl LeaseWaiter {
         }
     }
 
+    /// The first attempt: a grant, or `None` for any other answer.
     async fn attempt(
         &self,
         key: &str,
         owner: &str,
         ttl: Duration,
-    ) -> Result<Acquisition, LeaseError> {
-        let mut conn = checkout(&self.client.pool).await?;
-        let result = crate::leases::acquire(&mut *conn, key, owner, ttl).await;
-        settle_lease(conn, &result);
-        result
+    ) -> Result<Option<Lease>, LeaseError> {
+        let step = self.spawn_attempt(key, owner, ttl, false).await?;
+        Ok(match step {
+            Step::Granted(lease) => Some(lease),
+            Step::Held { .. } | Step::Unowned => None,
+        })
     }
 
     async fn attempt_and_inspect(
@@ -238,10 +258,89 @@ impl LeaseWaiter {
         owner: &str,
         ttl: Duration,
     ) -> Result<Step, LeaseError> {
-        let mut conn = checkout(&self.client.pool).await?;
-        let result = attempt_step(&mut *conn, key, owner, ttl).await;
-        settle_lease(conn, &result);
-        result
+        self.spawn_attempt(key, owner, ttl, true).await
+    }
+
+    /// Runs one attempt (with the holder's remaining time when `inspect`)
+    /// in a task of its own, so that dropping the waiting future while the
+    /// attempt is in flight strands no grant: whichever side sees that the
+    /// other is gone releases a grant nobody took ([`Unclaimed`]).
+    async fn spawn_attempt(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        inspect: bool,
+    ) -> Result<Step, LeaseError> {
+        let pool = self.client.pool.clone();
+        let (key, owner) = (key.to_owned(), owner.to_owned());
+        let (answer, taken) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let step = async {
+                let mut conn = checkout(&pool).await?;
+                let step = if inspect {
+                    attempt_step(&mut *conn, &key, &owner, ttl).await
+                } else {
+                    crate::leases::acquire(&mut *conn, &key, &owner, ttl)
+                        .await
+                        .map(|acquisition| match acquisition {
+                            Acquisition::Granted(lease) => Step::Granted(lease),
+                            _ => Step::Unowned,
+                        })
+                };
+                settle_lease(conn, &step);
+                step
+            }
+            .await;
+            if let Err(Ok(Step::Granted(lease))) = answer.send(step) {
+                release_unclaimed(pool, lease).await;
+            }
+        });
+        let mut unclaimed = Unclaimed {
+            taken,
+            pool: self.client.pool.clone(),
+        };
+        match (&mut unclaimed.taken).await {
+            Ok(step) => step,
+            // The task ended without answering: its panic is the caller's,
+            // as an attempt's panic is on the sync face; else the runtime
+            // is shutting down, which closes the pool's use too.
+            Err(_) => match task.await {
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                _ => Err(LeaseError::AsyncPool(
+                    diesel_async::pooled_connection::deadpool::PoolError::Closed,
+                )),
+            },
+        }
+    }
+}
+
+/// The waiting side of an attempt in flight. Dropped before it read the
+/// answer (the waiting future was dropped), it closes the channel, so the
+/// attempt's task cannot answer any more and releases a grant itself, and
+/// releases a grant that was answered already.
+struct Unclaimed {
+    taken: oneshot::Receiver<Result<Step, LeaseError>>,
+    pool: Pool<AsyncPgConnection>,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        self.taken.close();
+        if let Ok(Ok(Step::Granted(lease))) = self.taken.try_recv() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                drop(runtime.spawn(release_unclaimed(self.pool.clone(), lease)));
+            }
+        }
+    }
+}
+
+/// Releases a grant nobody holds, best effort: on an error it lapses at its
+/// ttl, as it would have without the release.
+async fn release_unclaimed(pool: Pool<AsyncPgConnection>, lease: Lease) {
+    if let Ok(mut conn) = checkout(&pool).await {
+        let released = crate::leases::release(&mut *conn, lease.token()).await;
+        settle_lease(conn, &released);
     }
 }
 

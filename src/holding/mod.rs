@@ -10,7 +10,7 @@ pub(crate) mod cancel;
 mod keeper;
 pub(crate) mod keeper_set;
 pub(crate) mod schedule;
-mod worker;
+pub(crate) mod worker;
 
 pub use cancel::CancelToken;
 pub use keeper::{Keeper, KeeperBuilder, KeeperEvent, LeaseLoss};

@@ -72,14 +72,10 @@ impl WorkContext<'_> {
 
     /// Why to stop, if [`WorkContext::should_stop`].
     pub fn stop_reason(&self) -> Option<StopReason> {
-        if !self.keeper.is_valid() {
-            return Some(StopReason::LeaseLost(
-                self.keeper
-                    .loss()
-                    .unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
-            ));
-        }
-        self.cancel.is_cancelled().then_some(StopReason::Cancelled)
+        stop_reason(
+            (!self.keeper.is_valid()).then(|| self.keeper.loss()),
+            self.cancel.is_cancelled(),
+        )
     }
 
     /// `Err(reason)` when the work should stop; for `?` with an error type
@@ -87,6 +83,17 @@ impl WorkContext<'_> {
     pub fn check(&self) -> Result<(), StopReason> {
         self.stop_reason().map_or(Ok(()), Err)
     }
+}
+
+/// Why work should stop now, if it should: the one rule both faces' work
+/// contexts apply (`lost` as in [`decide`]).
+pub(crate) fn stop_reason(lost: Option<Option<LeaseLoss>>, cancelled: bool) -> Option<StopReason> {
+    if let Some(loss) = lost {
+        return Some(StopReason::LeaseLost(
+            loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
+        ));
+    }
+    cancelled.then_some(StopReason::Cancelled)
 }
 
 /// Why [`run_while_held`] ended.
@@ -124,19 +131,29 @@ where
         };
         work(&ctx)
     };
-    let outcome = if !keeper.is_valid() {
-        WorkOutcome::LeaseLost(
-            keeper
-                .loss()
-                .unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
-        )
-    } else {
-        match result {
-            Ok(value) => WorkOutcome::Finished(value),
-            Err(_) if cancel.is_cancelled() => WorkOutcome::Cancelled,
-            Err(error) => WorkOutcome::Failed(error),
-        }
-    };
+    let lost = (!keeper.is_valid()).then(|| keeper.loss());
+    let outcome = decide(lost, result, cancel.is_cancelled());
     let _ = keeper.stop();
     outcome
+}
+
+/// The outcome of work that returned `result`: the one rule both faces'
+/// `run_while_held` apply. `lost` is `None` while the lease is still safe,
+/// else `Some` with the loss the keeper reports (`None` inside: the safe
+/// deadline passed and the keeper has not said so yet).
+pub(crate) fn decide<T, E>(
+    lost: Option<Option<LeaseLoss>>,
+    result: Result<T, E>,
+    cancelled: bool,
+) -> WorkOutcome<T, E> {
+    if let Some(loss) = lost {
+        return WorkOutcome::LeaseLost(
+            loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
+        );
+    }
+    match result {
+        Ok(value) => WorkOutcome::Finished(value),
+        Err(_) if cancelled => WorkOutcome::Cancelled,
+        Err(error) => WorkOutcome::Failed(error),
+    }
 }

@@ -206,6 +206,10 @@ pub(super) enum Delivery {
 pub(super) struct Subscription {
     pub(super) state: Mutex<SubscriptionState>,
     pub(super) changed: Condvar,
+    /// The async face's watches wait here instead of on the condvar: every
+    /// delivery notifies both.
+    #[cfg(feature = "async")]
+    pub(super) tasks: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -240,6 +244,25 @@ impl Subscription {
         }
         state.queue.push_back(delivery.clone());
         self.changed.notify_all();
+        #[cfg(feature = "async")]
+        self.tasks.notify_waiters();
+    }
+
+    /// The oldest undelivered event, waiting for one as long as it takes,
+    /// from a task.
+    #[cfg(feature = "async")]
+    pub(super) async fn next_async(&self) -> Delivery {
+        loop {
+            let notified = self.tasks.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the queue is read, so a delivery in
+            // between is not missed.
+            notified.as_mut().enable();
+            if let Some(delivery) = self.next(Some(Instant::now())) {
+                return delivery;
+            }
+            notified.await;
+        }
     }
 
     /// The oldest undelivered event, waiting for one until `until` (`None`:

@@ -74,7 +74,7 @@ impl std::fmt::Debug for ReleaseWatch {
 impl ReleaseWatch {
     /// A watch of `keys` on `listener`; the keys are checked first, so an
     /// error registers none.
-    pub(super) fn start<I, K>(listener: Arc<Listener>, keys: I) -> Result<Self, LeaseError>
+    pub(crate) fn start<I, K>(listener: Arc<Listener>, keys: I) -> Result<Self, LeaseError>
     where
         I: IntoIterator<Item = K>,
         K: AsRef<str>,
@@ -202,6 +202,24 @@ impl ReleaseWatch {
                 return public(delivery);
             }
         }
+    }
+}
+
+/// The async face's reads (`aio::ReleaseWatch`).
+#[cfg(feature = "async")]
+impl ReleaseWatch {
+    /// The oldest event not yet read, waiting without blocking a thread.
+    pub(crate) async fn recv_async(&self) -> ReleaseEvent {
+        public(self.subscription.next_async().await)
+    }
+
+    /// The keys and their listener, for a settle wait on a blocking-pool
+    /// thread.
+    pub(crate) fn settle_parts(&self) -> (Arc<Listener>, Vec<String>) {
+        (
+            self.listener.clone(),
+            self.keys().map(str::to_owned).collect(),
+        )
     }
 }
 

@@ -6,6 +6,8 @@
 mod aio_client;
 #[cfg(feature = "async")]
 mod aio_holders;
+#[cfg(feature = "async")]
+mod aio_work;
 mod attacks;
 mod common;
 mod concurrency;
