@@ -303,6 +303,39 @@ def parse_functions(files: list[Path]) -> tuple[list[Function], list[Function]]:
     return functions, superseded
 
 
+# The operators that change a function's header, not its body.
+HEADER_OPERATORS = ("security_definer", "search_path")
+
+
+def install_only(files: list[Path], functions: list[Function]) -> list[Function]:
+    """The functions only the migrations themselves call, while they install.
+
+    A mutant is applied after install (LEASEHOLD_TEST_SQL_PATCH), so a
+    function that runs only from a top-level `SELECT` of a migration (such as
+    lease._drop_default_grants, which every migration ends with) and from no
+    function body has already done its work when the mutant replaces it: no
+    test can notice. Such mutants are left out, and --list names the
+    functions; the extension suite (tests/extension) and tests/leasehold's
+    install tests check what those functions leave behind.
+    """
+    calls = []
+    for path in files:
+        text = path.read_text()
+        for _, _, tokens in statements(text):
+            if tokens and tokens[0].low == "select":
+                calls.append("".join(t.text.lower() for t in tokens))
+    top_level = "\n".join(calls)
+    result = []
+    for function in functions:
+        name = re.escape(function.name.lower())
+        if not re.search(name + r"\s*\(", top_level):
+            continue
+        others = " ".join(f.body.text.lower() for f in functions if f is not function)
+        if not re.search(name + r"\b", others):
+            result.append(function)
+    return result
+
+
 def label_functions(functions: list[Function]) -> None:
     """Names for reports: the name, with /arity when it is overloaded."""
     counts: dict[str, int] = {}
@@ -612,7 +645,7 @@ def arrow(mutant: Mutant) -> str:
     return f"{mutant.before or '∅'} → {mutant.after or '∅'}"
 
 
-def print_list(mutants: list[Mutant], superseded: list[Function]) -> None:
+def print_list(mutants: list[Mutant], superseded: list[Function], unreachable: list[Function]) -> None:
     """The --list output: one line per mutant, then counts by operator."""
     for m in mutants:
         print(f"{m.id:5}  {m.function:32}  {m.operator:16}  {m.where:40}  {arrow(m)}")
@@ -621,6 +654,9 @@ def print_list(mutants: list[Mutant], superseded: list[Function]) -> None:
         print(f"  {operator:16} {sum(m.operator == operator for m in mutants):5}")
     for function in superseded:
         print(f"not mutated (redefined later): {function.name} at {function.file.parent.name}:{function.line}")
+    for function in unreachable:
+        print(f"body not mutated (called only while the migrations install, before a patch): {function.name} "
+              f"at {function.file.parent.name}:{function.line}; --include-install-only runs them")
 
 
 # --------------------------------------------------------------------------
@@ -887,6 +923,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per suite run (default 900)")
     parser.add_argument("--full-runs", action="store_true",
                         help="run the whole suite for every mutant (default: stop at its first killing test)")
+    parser.add_argument("--include-install-only", action="store_true",
+                        help="also run the mutants of functions only the migrations call (never killed: see README)")
     parser.add_argument("--resume", action="store_true",
                         help="keep the outcomes recorded in <workdir>/outcomes.jsonl and run only the rest")
     parser.add_argument("--binary", type=Path, help="use this test binary instead of building")
@@ -1018,9 +1056,16 @@ def main(argv: list[str]) -> int:
     if args.show is not None:
         print(next((patch_text(m) for m in mutants if m.id == args.show), f"no mutant {args.show}"))
         return 0
+    unreachable = install_only(files, functions)
+    if not args.include_install_only:
+        # Their headers stay in: the catalog tests read every function's
+        # SECURITY DEFINER and search_path, install-only ones included.
+        names = {f.label for f in unreachable}
+        mutants = [m for m in mutants
+                   if m.function not in names or m.operator in HEADER_OPERATORS]
     chosen = select_mutants(mutants, args)
     if args.list:
-        print_list(chosen, superseded)
+        print_list(chosen, superseded, [] if args.include_install_only else unreachable)
         return 0
     if not chosen:
         sys.exit("no mutants selected")
