@@ -271,20 +271,12 @@ impl Lease {
         self.renewed(renewal)
     }
 
-    /// [`Lease::renew`] on the async face
-    /// ([`AsyncLeases`](crate::aio::AsyncLeases)): renews this grant for
-    /// its own ttl and, when renewed, records the new expiry.
-    #[cfg(feature = "async")]
-    pub async fn renew_async(
+    /// Records the expiry of a renewal of this grant (either face's; the
+    /// async face's `Lease::renew_async` is in `aio`).
+    pub(crate) fn renewed(
         &mut self,
-        leases: &mut impl crate::aio::AsyncLeases,
+        renewal: Result<Renewal, LeaseError>,
     ) -> Result<Renewal, LeaseError> {
-        let renewal = leases.renew(self, self.ttl).await;
-        self.renewed(renewal)
-    }
-
-    /// Records the expiry of a renewal of this grant (either face's).
-    fn renewed(&mut self, renewal: Result<Renewal, LeaseError>) -> Result<Renewal, LeaseError> {
         let renewal = renewal?;
         if let Renewal::Renewed { expires_at } = renewal {
             self.expires_at = expires_at;

@@ -69,6 +69,20 @@ pub use releases::ReleaseWatch;
 pub use waiter::{LeaseWaiter, LeaseWaiterBuilder};
 pub use worker::{run_while_held, WorkContext};
 
+/// The async face's form of [`Lease::renew`], here with the rest of the
+/// face (the operations below it do not know of it).
+impl Lease {
+    /// [`Lease::renew`] on the async face ([`AsyncLeases`]): renews this
+    /// grant for its own ttl and, when renewed, records the new expiry.
+    pub async fn renew_async(
+        &mut self,
+        leases: &mut impl AsyncLeases,
+    ) -> Result<Renewal, LeaseError> {
+        let renewal = leases.renew(self, self.ttl()).await;
+        self.renewed(renewal)
+    }
+}
+
 mod sealed {
     /// Only leasehold's own types implement [`super::AsyncLeases`].
     pub trait Sealed {}
