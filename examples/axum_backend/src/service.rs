@@ -115,7 +115,7 @@ pub fn router(app: App) -> Router {
 /// stops it without waiting.
 pub struct Service {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    stop: oneshot::Sender<()>,
     task: JoinHandle<std::io::Result<()>>,
 }
 
@@ -155,11 +155,7 @@ impl Service {
             let _ = stopped.await;
         });
         let task = tokio::spawn(async move { serving.await });
-        Ok(Self {
-            addr,
-            stop: Some(stop),
-            task,
-        })
+        Ok(Self { addr, stop, task })
     }
 
     /// The bound address, e.g. `127.0.0.1:43117`.
@@ -169,11 +165,11 @@ impl Service {
 
     /// Stops accepting connections, lets the requests in flight finish, and
     /// waits for that.
-    pub async fn shutdown(mut self) -> std::io::Result<()> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        match (&mut self.task).await {
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        let Service { stop, task, .. } = self;
+        // Refused only if the server already stopped on its own.
+        let _ = stop.send(());
+        match task.await {
             Ok(served) => served,
             Err(error) => Err(std::io::Error::other(error)),
         }

@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 
 /// A fresh database and the service on a free loopback port.
 struct Fixture {
-    // Dropped first: the service stops before its database is dropped.
-    service: Option<Service>,
+    // Fields drop in order: the service is told to stop before its
+    // database is dropped.
+    _service: Service,
     db: TestDb,
     base: String,
     http: reqwest::Client,
@@ -38,7 +39,7 @@ impl Fixture {
             .expect("HTTP client");
         Fixture {
             base: format!("http://{}", service.addr()),
-            service: Some(service),
+            _service: service,
             db,
             http,
         }
@@ -117,13 +118,6 @@ impl Fixture {
         .load::<StoredRow>(&mut self.conn().await)
         .await
         .expect("read leasehold_example.job_results")
-    }
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        // Dropping the service tells it to stop; its database goes next.
-        drop(self.service.take());
     }
 }
 
@@ -305,6 +299,10 @@ async fn a_token_fenced_out_by_an_operator_gets_409_stale_epoch_and_stores_nothi
     assert!(fixture.stored().await.is_empty());
 }
 
+/// A request the service must refuse with 400: method, path, token, JSON
+/// body, and what the error message must say.
+type BadRequest<'a> = (Method, &'a str, Option<&'a str>, Option<Value>, &'a str);
+
 #[tokio::test]
 async fn bad_input_gets_400_saying_what_was_wrong_and_changes_nothing() {
     let fixture = Fixture::start().await;
@@ -313,7 +311,7 @@ async fn bad_input_gets_400_saying_what_was_wrong_and_changes_nothing() {
     assert_eq!(status, 200, "{claim}");
     let token = token_of(&claim);
     let too_large = json!({ "result": "x".repeat(70_000) });
-    let cases: Vec<(Method, &str, Option<&str>, Option<Value>, &str)> = vec![
+    let cases: Vec<BadRequest> = vec![
         (
             Method::POST,
             "/jobs/job-2/claim",
@@ -446,4 +444,60 @@ async fn a_foreign_table_of_the_examples_name_is_refused_at_start() {
         error.to_string().contains("is not the example's table"),
         "{error}"
     );
+}
+
+/// The binary, as a service manager runs it: standard input closed, it
+/// serves; SIGTERM stops it cleanly (exit status 0, after saying so).
+#[tokio::test]
+async fn the_binary_serves_and_stops_cleanly_on_sigterm() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+
+    let db = TestDb::empty_on(TestServer::local());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_axum_backend"))
+        .env("DATABASE_URL", &db.url)
+        .env("LISTEN", "127.0.0.1:0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the binary");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    // The address it bound, from the line it prints once it listens (a
+    // blocking read: nothing else runs on this test's runtime meanwhile).
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        let read = stderr.read_line(&mut line).expect("read stderr");
+        assert!(read > 0, "the binary exited before listening");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split(';').next().unwrap_or_default().trim().to_owned();
+        }
+    };
+    let claimed = reqwest::Client::new()
+        .post(format!("http://{addr}/jobs/job-1/claim"))
+        .json(&json!({"worker": "w", "ttl_ms": 30_000}))
+        .send()
+        .await
+        .expect("claim");
+    assert_eq!(claimed.status().as_u16(), 200);
+
+    leasehold_test_support::process::send_signal(
+        child.id(),
+        leasehold_test_support::process::SIGTERM,
+    )
+    .expect("SIGTERM to the server");
+    let mut polls = 0;
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        polls += 1;
+        assert!(polls < 3_000, "still running a minute after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).expect("rest of stderr");
+    assert!(rest.contains("SIGTERM: stopping"), "{rest}");
 }
