@@ -64,7 +64,7 @@ pub fn handle() -> Result<PrometheusHandle, MetricsError> {
 
 /// `GET /metrics`: the current values. Rendering is a few microseconds of
 /// string building, so it runs on the request's task.
-pub async fn scrape(State(app): State<App>) -> impl IntoResponse {
+pub(crate) async fn scrape(State(app): State<App>) -> impl IntoResponse {
     app.prometheus.run_upkeep();
     ([(CONTENT_TYPE, TEXT_FORMAT)], app.prometheus.render())
 }

@@ -87,7 +87,7 @@ pub enum StartError {
 /// What every handler shares, through axum's [`State`]: cheap to clone
 /// (the client is a handle on one pool, the Prometheus handle an `Arc`).
 #[derive(Clone)]
-pub struct App {
+pub(crate) struct App {
     /// Lease calls, each on a pooled connection; its pool also serves the
     /// requests' own transactions.
     pub(crate) client: AsyncLeaseClient,
@@ -96,7 +96,7 @@ pub struct App {
 }
 
 /// The routes, with the state they share.
-pub fn router(app: App) -> Router {
+pub(crate) fn router(app: App) -> Router {
     Router::new()
         .route("/jobs/{job}/claim", post(claim))
         .route("/jobs/{job}/heartbeat", post(heartbeat))
@@ -125,9 +125,9 @@ impl Service {
     /// (use `127.0.0.1:0` for a free port) and serves on the current tokio
     /// runtime.
     ///
-    /// It takes the URL rather than a client, as the sync example does:
-    /// installing is on the sync face only, and a client does not tell its
-    /// URL.
+    /// Unlike the sync example's, it takes the URL rather than a client:
+    /// installing is on the sync face only, so it needs a blocking
+    /// connection of its own, and a client does not tell its URL.
     pub async fn start(
         database_url: &str,
         listen: &str,
