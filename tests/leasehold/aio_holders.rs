@@ -2,7 +2,11 @@
 //! two tokio tasks and reports the loss through a future, `aio::LeaseWaiter`
 //! parks tasks on the per-URL listener shared with the sync waiters. Every
 //! test synchronises on state it can observe (the server's rows, the
-//! listener's armed count), never on a sleep.
+//! listener's armed count), never on a sleep. What both faces' keepers
+//! and waiters do alike (renew until stopped, a loss, a wake-up by
+//! notification, a bounded wait) is in the dual suite (`faces`); here is
+//! what only tasks have: the loss as a future, a drop, many tasks on one
+//! listener, a cancellation future.
 
 use std::time::Duration;
 
@@ -43,47 +47,6 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
     panic!("never observed: {what}");
 }
-
-#[test]
-fn an_async_keeper_renews_until_stopped_and_stop_releases() {
-    let db = TestDb::new();
-    runtime().block_on(async {
-        let mut client = client(&db).await;
-        let lease = client
-            .acquire("k", "a", Duration::from_secs(3))
-            .await
-            .unwrap()
-            .granted()
-            .unwrap();
-        let keeper = Keeper::builder(&client, lease.clone())
-            .renew_every(Duration::from_millis(200))
-            .start()
-            .await
-            .unwrap();
-        assert!(keeper.is_valid());
-        let first = keeper.expires_at().unwrap();
-        eventually("a renew after the first", || {
-            keeper.expires_at().unwrap() > first
-        })
-        .await;
-        // The server saw it: the key's expiry moved past the acquired one.
-        match client.inspect("k").await.unwrap() {
-            Some(LeaseState::Held {
-                expires_at, epoch, ..
-            }) => {
-                assert!(expires_at > lease.expires_at());
-                assert_eq!(epoch, lease.epoch());
-            }
-            other => panic!("expected held, got {other:?}"),
-        }
-        assert_eq!(keeper.stop().await.unwrap(), Release::Released);
-        assert!(matches!(
-            client.inspect("k").await.unwrap(),
-            Some(LeaseState::Unowned { .. })
-        ));
-    });
-}
-
 #[test]
 fn a_refused_renew_resolves_the_loss_future_a_task_selects_on() {
     let db = TestDb::new();
@@ -247,46 +210,6 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
                 ("k2".to_owned(), Release::Released)
             ]
         );
-    });
-}
-
-/// A waiting task is woken by the release notification: its re-check is
-/// set far beyond the test's bound and the holder's ttl too, so nothing
-/// else could wake it in time.
-#[test]
-fn a_waiting_task_is_woken_by_the_release_notification() {
-    let db = TestDb::new();
-    runtime().block_on(async {
-        let mut client = client(&db).await;
-        let held = client
-            .acquire("k", "a", Duration::from_secs(600))
-            .await
-            .unwrap()
-            .granted()
-            .unwrap();
-        let waiter = LeaseWaiter::builder(&client)
-            .recheck_every(Duration::from_secs(600))
-            .build();
-        assert!(waiter.wait_until_listening(BOUND).await);
-        let task = {
-            let waiter = waiter.clone();
-            tokio::spawn(async move {
-                waiter
-                    .acquire("k", "b", TTL, Duration::from_secs(600))
-                    .await
-            })
-        };
-        eventually("the waiter parked, armed", || {
-            waiter.armed_waiters("k") == 1
-        })
-        .await;
-        assert_eq!(client.release(&held).await.unwrap(), Release::Released);
-        let lease = tokio::time::timeout(BOUND, task)
-            .await
-            .expect("woken in time")
-            .unwrap()
-            .unwrap();
-        assert_eq!((lease.owner(), lease.epoch().get()), ("b", 3));
     });
 }
 

@@ -694,3 +694,118 @@ fn wait_for(db: &TestDb, sql: &str) {
     }
     panic!("never observed since {started}: {sql}");
 }
+
+/// Polls `done` (state of the server or the process) until it holds.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..6_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("never observed: {what}");
+}
+
+/// Keeping: the keeper renews (the server's expiry moves past the
+/// acquired one, the epoch stays) until stopped, and its stop releases.
+pub async fn a_keeper_renews_its_grant_until_stopped_and_stop_releases<F: Face>(db: &TestDb) {
+    let mut face = open::<F>(db).await;
+    let lease = granted(face.acquire("k", "a", Duration::from_secs(3)).await);
+    let kept = F::keep(&db.url, lease.clone(), Duration::from_millis(200)).await;
+    assert!(F::kept_is_valid(&kept));
+    let first = F::kept_expires_at(&kept).expect("the first renew's expiry");
+    eventually("a renew after the first", || {
+        F::kept_expires_at(&kept).is_some_and(|now| now > first)
+    })
+    .await;
+    match face.inspect("k").await.unwrap() {
+        Some(LeaseState::Held {
+            expires_at, epoch, ..
+        }) => {
+            assert!(expires_at > lease.expires_at(), "{}", F::NAME);
+            assert_eq!(epoch, lease.epoch());
+        }
+        other => panic!("{}: expected held, got {other:?}", F::NAME),
+    }
+    assert_eq!(F::stop_keeping(kept).await.unwrap(), Release::Released);
+    assert!(matches!(
+        face.inspect("k").await.unwrap(),
+        Some(LeaseState::Unowned { .. })
+    ));
+}
+
+/// Keeping: an operator's forced release is the keeper's loss (its next
+/// renew is refused), the lease is no longer valid, and stop answers the
+/// refusal.
+pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb) {
+    let mut face = open::<F>(db).await;
+    let lease = granted(face.acquire("k", "a", TTL).await);
+    let kept = F::keep(&db.url, lease, Duration::from_millis(100)).await;
+    face.force_release("k").await.unwrap();
+    eventually("the loss reported", || F::kept_loss(&kept).is_some()).await;
+    assert!(
+        matches!(
+            F::kept_loss(&kept),
+            Some(leasehold::hold::LeaseLoss::Refused(Refusal::NotOwner))
+        ),
+        "{}: {:?}",
+        F::NAME,
+        F::kept_loss(&kept)
+    );
+    assert!(!F::kept_is_valid(&kept));
+    assert_eq!(
+        F::stop_keeping(kept).await.unwrap(),
+        Release::Refused(Refusal::NotOwner)
+    );
+}
+
+/// Waiting: a waiter parked on a held key (armed: its release will
+/// notify) is granted the key when its holder releases it, with the next
+/// epoch.
+pub async fn a_waiter_is_granted_the_key_its_holder_releases<F: Face>(db: &TestDb) {
+    let mut face = open::<F>(db).await;
+    let held = granted(face.acquire("k", "a", Duration::from_secs(600)).await);
+    let waiter = F::waiter(&db.url).await;
+    let wait = tokio::spawn(F::wait_for(
+        waiter.clone(),
+        "k",
+        "b",
+        TTL,
+        Duration::from_secs(600),
+    ));
+    eventually("the waiter parked, armed", || {
+        F::armed_waiters(&waiter, "k") == 1
+    })
+    .await;
+    assert_eq!(face.release(held.token()).await.unwrap(), Release::Released);
+    let lease = tokio::time::timeout(Duration::from_secs(60), wait)
+        .await
+        .expect("woken in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (lease.owner(), lease.epoch().get()),
+        ("b", 3),
+        "{}",
+        F::NAME
+    );
+}
+
+/// Waiting: a bounded wait on a key that stays held ends with `TimedOut`,
+/// changes nothing, and leaves no waiter armed.
+pub async fn a_bounded_wait_times_out_and_leaves_nothing_armed<F: Face>(db: &TestDb) {
+    let mut face = open::<F>(db).await;
+    let held = granted(face.acquire("k", "a", Duration::from_secs(600)).await);
+    let waiter = F::waiter(&db.url).await;
+    match F::wait_for(waiter.clone(), "k", "b", TTL, Duration::from_millis(300)).await {
+        Err(leasehold::error::WaitError::TimedOut { key, .. }) => assert_eq!(key, "k"),
+        other => panic!("{}: expected TimedOut, got {other:?}", F::NAME),
+    }
+    assert_eq!(F::armed_waiters(&waiter, "k"), 0);
+    match face.inspect("k").await.unwrap() {
+        Some(LeaseState::Held { owner, epoch, .. }) => {
+            assert_eq!((owner.as_str(), epoch), ("a", held.epoch()));
+        }
+        other => panic!("{}: expected held by a, got {other:?}", F::NAME),
+    }
+}

@@ -21,9 +21,12 @@ use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use leasehold::aio::AsyncLeases;
 use leasehold::batch::{GroupId, GroupJoin, GroupRenewal, KeyRelease, KeyRenewal};
 use leasehold::error::{FencedError, GuardError};
+use leasehold::error::{KeeperError, WaitError};
 use leasehold::guard::{Check, GuardRecord};
+use leasehold::hold::LeaseLoss;
 use leasehold::{
-    Acquisition, Epoch, FencingToken, Lease, LeaseError, LeaseState, Leases, Release, Renewal,
+    Acquisition, Epoch, FencingToken, Lease, LeaseClient, LeaseError, LeaseState, Leases, Release,
+    Renewal,
 };
 
 /// One face of the API, on a connection of its own to the test's
@@ -130,7 +133,44 @@ pub trait Face: Send + Sized + 'static {
     fn exec(&mut self, sql: &str) -> impl std::future::Future<Output = QueryResult<()>> + Send;
     /// The backend's pid.
     fn pid(&mut self) -> impl std::future::Future<Output = i32> + Send;
+
+    /// The face's keeper of one grant: `Keeper` or `aio::Keeper`, on a
+    /// client of its own to `url`.
+    type Kept: Send + Sync + 'static;
+    fn keep(
+        url: &str,
+        lease: Lease,
+        renew_every: Duration,
+    ) -> impl std::future::Future<Output = Self::Kept> + Send;
+    fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>>;
+    fn kept_is_valid(kept: &Self::Kept) -> bool;
+    fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss>;
+    fn stop_keeping(
+        kept: Self::Kept,
+    ) -> impl std::future::Future<Output = Result<Release, KeeperError>> + Send;
+
+    /// The face's waiter, `wait::LeaseWaiter` or `aio::LeaseWaiter`, on a
+    /// client of its own to `url`, its listener up, and no timed
+    /// re-check (only a notification wakes it in a test's time).
+    type Waiter: Clone + Send + Sync + 'static;
+    fn waiter(url: &str) -> impl std::future::Future<Output = Self::Waiter> + Send;
+    /// The waiter's acquire, as a future a test may spawn (the sync face's
+    /// blocking call runs on tokio's blocking pool).
+    fn wait_for(
+        waiter: Self::Waiter,
+        key: &'static str,
+        owner: &'static str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl std::future::Future<Output = Result<Lease, WaitError>> + Send + 'static;
+    fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize;
 }
+
+/// How long a test waits for a listener or a wake-up that should come at
+/// once.
+const SOON: Duration = Duration::from_secs(30);
+/// A re-check interval no test outlives.
+const NEVER: Duration = Duration::from_secs(3_600);
 
 #[derive(QueryableByName)]
 struct Pid {
@@ -276,6 +316,61 @@ impl Face for SyncFace {
             .get_result::<Pid>(&mut self.0)
             .expect("pid")
             .pid
+    }
+
+    type Kept = leasehold::Keeper;
+    async fn keep(url: &str, lease: Lease, renew_every: Duration) -> Self::Kept {
+        let client = LeaseClient::connect(url, 2).expect("a client");
+        tokio::task::spawn_blocking(move || {
+            leasehold::Keeper::builder(&client, lease)
+                .renew_every(renew_every)
+                .start()
+        })
+        .await
+        .expect("the keeper's start")
+        .expect("a keeper")
+    }
+    fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>> {
+        kept.expires_at()
+    }
+    fn kept_is_valid(kept: &Self::Kept) -> bool {
+        kept.is_valid()
+    }
+    fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
+        kept.loss()
+    }
+    async fn stop_keeping(kept: Self::Kept) -> Result<Release, KeeperError> {
+        tokio::task::spawn_blocking(move || kept.stop())
+            .await
+            .expect("the keeper's stop")
+    }
+
+    type Waiter = leasehold::wait::LeaseWaiter;
+    async fn waiter(url: &str) -> Self::Waiter {
+        let client = LeaseClient::connect(url, 4).expect("a client");
+        tokio::task::spawn_blocking(move || {
+            let waiter = leasehold::wait::LeaseWaiter::builder(&client)
+                .recheck_every(NEVER)
+                .build();
+            assert!(waiter.wait_until_listening(SOON), "listener never up");
+            waiter
+        })
+        .await
+        .expect("the waiter")
+    }
+    async fn wait_for(
+        waiter: Self::Waiter,
+        key: &'static str,
+        owner: &'static str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, WaitError> {
+        tokio::task::spawn_blocking(move || waiter.acquire(key, owner, ttl, wait))
+            .await
+            .expect("the blocking wait")
+    }
+    fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize {
+        waiter.armed_waiters(key)
     }
 }
 
@@ -429,6 +524,54 @@ impl Face for AsyncFace {
             .expect("pid")
             .pid
     }
+
+    type Kept = leasehold::aio::Keeper;
+    async fn keep(url: &str, lease: Lease, renew_every: Duration) -> Self::Kept {
+        let client = leasehold::aio::AsyncLeaseClient::connect(url, 2)
+            .await
+            .expect("a client");
+        leasehold::aio::Keeper::builder(&client, lease)
+            .renew_every(renew_every)
+            .start()
+            .await
+            .expect("a keeper")
+    }
+    fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>> {
+        kept.expires_at()
+    }
+    fn kept_is_valid(kept: &Self::Kept) -> bool {
+        kept.is_valid()
+    }
+    fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
+        kept.loss()
+    }
+    async fn stop_keeping(kept: Self::Kept) -> Result<Release, KeeperError> {
+        kept.stop().await
+    }
+
+    type Waiter = leasehold::aio::LeaseWaiter;
+    async fn waiter(url: &str) -> Self::Waiter {
+        let client = leasehold::aio::AsyncLeaseClient::connect(url, 4)
+            .await
+            .expect("a client");
+        let waiter = leasehold::aio::LeaseWaiter::builder(&client)
+            .recheck_every(NEVER)
+            .build();
+        assert!(waiter.wait_until_listening(SOON).await, "listener never up");
+        waiter
+    }
+    async fn wait_for(
+        waiter: Self::Waiter,
+        key: &'static str,
+        owner: &'static str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Lease, WaitError> {
+        waiter.acquire(key, owner, ttl, wait).await
+    }
+    fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize {
+        waiter.armed_waiters(key)
+    }
 }
 
 /// A runtime of the test's own, with two workers (see the module's
@@ -490,4 +633,8 @@ both_faces!(
     g7_an_epoch_never_granted_fences_nothing,
     a_fence_refuses_through_its_epoch,
     a_session_lost_mid_call_is_outcome_unknown_and_changes_nothing,
+    a_keeper_renews_its_grant_until_stopped_and_stop_releases,
+    a_keeper_reports_a_forced_release_as_its_loss,
+    a_waiter_is_granted_the_key_its_holder_releases,
+    a_bounded_wait_times_out_and_leaves_nothing_armed,
 );
