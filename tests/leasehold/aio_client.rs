@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::aio_common::runtime;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
 use leasehold::guard::Check;
@@ -13,14 +14,6 @@ use leasehold::{Acquisition, LeaseError, Release};
 use leasehold_test_support::{query_bool, TestDb};
 
 const TTL: Duration = Duration::from_secs(30);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// Every call's future may be held by a spawned task (it is `Send`), on
 /// the client and on a connection: sixteen tasks share a pool of four.

@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use leasehold::aio::{AsyncLeaseClient, AsyncLeases, Keeper, KeeperSet, LeaseWaiter};
+use crate::aio_common::{client, eventually, runtime};
+use leasehold::aio::{AsyncLeases, Keeper, KeeperSet, LeaseWaiter};
 use leasehold::error::WaitError;
 use leasehold::hold::LeaseLoss;
 use leasehold::wait::Wait;
@@ -21,32 +22,6 @@ const TTL: Duration = Duration::from_secs(30);
 /// Long enough that nothing in a test lapses by itself.
 const BOUND: Duration = Duration::from_secs(60);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn client(db: &TestDb) -> AsyncLeaseClient {
-    AsyncLeaseClient::builder(&db.url)
-        .max_size(4)
-        .build()
-        .await
-        .unwrap()
-}
-
-/// Polls `done` (state of the server or the process) until it holds.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("never observed: {what}");
-}
 #[test]
 fn a_refused_renew_resolves_the_loss_future_a_task_selects_on() {
     let db = TestDb::new();

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::aio_common::{client, eventually, runtime};
 use diesel::connection::SimpleConnection;
 use leasehold::aio::{run_while_held, AsyncLeaseClient, AsyncLeases, Keeper, LeaseWaiter};
 use leasehold::hold::{LeaseLoss, StopReason, WorkOutcome};
@@ -18,22 +19,6 @@ use leasehold_test_support::{query_bool, TestDb};
 const TTL: Duration = Duration::from_secs(30);
 /// Long enough that nothing in a test lapses by itself.
 const BOUND: Duration = Duration::from_secs(60);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-async fn client(db: &TestDb) -> AsyncLeaseClient {
-    AsyncLeaseClient::builder(&db.url)
-        .max_size(4)
-        .build()
-        .await
-        .unwrap()
-}
 
 /// A keeper of a fresh grant of `key`, renewing often.
 async fn kept(client: &mut AsyncLeaseClient, key: &str) -> Keeper {
@@ -48,17 +33,6 @@ async fn kept(client: &mut AsyncLeaseClient, key: &str) -> Keeper {
         .start()
         .await
         .unwrap()
-}
-
-/// Polls `done` (state of the server or the process) until it holds.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("never observed: {what}");
 }
 
 fn is_unowned(state: Option<LeaseState>) -> bool {

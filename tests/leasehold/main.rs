@@ -5,6 +5,8 @@
 #[cfg(feature = "async")]
 mod aio_client;
 #[cfg(feature = "async")]
+mod aio_common;
+#[cfg(feature = "async")]
 mod aio_holders;
 #[cfg(feature = "async")]
 mod aio_work;

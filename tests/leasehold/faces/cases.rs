@@ -14,6 +14,7 @@ use leasehold_test_support::{
 };
 
 use super::Face;
+use crate::aio_common::eventually;
 
 const TTL: Duration = Duration::from_secs(30);
 /// Held for the next step or two, then waited out on the server's clock.
@@ -693,17 +694,6 @@ fn wait_for(db: &TestDb, sql: &str) {
         std::thread::sleep(Duration::from_millis(5));
     }
     panic!("never observed since {started}: {sql}");
-}
-
-/// Polls `done` (state of the server or the process) until it holds.
-async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..6_000 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("never observed: {what}");
 }
 
 /// Keeping: the keeper renews (the server's expiry moves past the

@@ -576,13 +576,7 @@ impl Face for AsyncFace {
 
 /// A runtime of the test's own, with two workers (see the module's
 /// documentation).
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-}
+pub use crate::aio_common::runtime;
 
 /// One `#[test]` per case per face.
 macro_rules! both_faces {
