@@ -4,7 +4,8 @@
 //!
 //! Run: `cargo bench --features async --bench async_side_by_side` (10 s
 //! per row), or with `-- --quick` (2 s) or `-- --seconds N`. Options:
-//! `--clients 1,4,16`, `--waiters N` (1000), `--no-memory`,
+//! `--clients 1,4,16`, `--rounds R` (1: each row's figures are the
+//! median of R interleaved rounds), `--waiters N` (1000), `--no-memory`,
 //! `--no-throughput`, `--fsync-off` (a server without durable commits:
 //! the client's own cost stands out from the disk's).
 //!
@@ -62,9 +63,10 @@ const MEMORY_POOL: u32 = 4;
 /// How long a memory child waits for all its waiters to be armed.
 const ARM_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// The Rust clients of the throughput rows, in the order of the rows.
+/// What drives each throughput row, in the order of the rows.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Client {
+    Pgbench,
     SyncConnection,
     SyncPool,
     AsyncPool,
@@ -72,7 +74,8 @@ enum Client {
 }
 
 impl Client {
-    const ALL: [Client; 4] = [
+    const ALL: [Client; 5] = [
+        Client::Pgbench,
         Client::SyncConnection,
         Client::SyncPool,
         Client::AsyncPool,
@@ -81,6 +84,7 @@ impl Client {
 
     fn name(self) -> &'static str {
         match self {
+            Client::Pgbench => "pgbench (same SQL)",
             Client::SyncConnection => "sync PgConnection per thread",
             Client::SyncPool => "sync LeaseClient (pool), threads",
             Client::AsyncPool => "async AsyncLeaseClient (pool), tasks",
@@ -139,7 +143,11 @@ fn throughput_section(
     work_dir: &std::path::Path,
     report: &mut String,
 ) -> BenchResult<()> {
-    let url = bench.url.as_str();
+    let rounds: usize = options
+        .value("--rounds")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -147,36 +155,48 @@ fn throughput_section(
         print!("{line}");
         report.push_str(&line);
     };
+    if rounds > 1 {
+        emit(format!(
+            "Each figure is the median of {rounds} rounds; each round runs the five rows of an operation once, the first row moving by one each round.\n\n"
+        ));
+    }
     emit("| operation | callers | client | ops/s | p50 µs | p95 µs | p99 µs | p50 vs pgbench (µs) | ops/s vs pgbench |\n".into());
     emit("|---|---:|---|---:|---:|---:|---:|---:|---:|\n".into());
     let mut results: HashMap<(Op, usize, Client), Stats> = HashMap::new();
     for &callers in &options.clients {
         for op in Op::ALL {
-            let floor = common::run_pgbench(
-                &bench.bin,
-                url,
-                work_dir,
-                &op.workload(),
-                callers,
-                options.seconds,
-            );
-            let row = |client: &str, stats: Stats| {
-                format!(
-                    "| {} | {callers} | {client} | {:.0} | {:.0} | {:.0} | {:.0} | {:+.0} | {:.2} |\n",
+            let mut runs: HashMap<Client, Vec<Stats>> = HashMap::new();
+            for round in 0..rounds {
+                let mut order = Client::ALL;
+                order.rotate_left(round % Client::ALL.len());
+                for client in order {
+                    let stats = run_client(
+                        &runtime,
+                        bench,
+                        work_dir,
+                        client,
+                        callers,
+                        options.seconds,
+                        op,
+                    )?;
+                    runs.entry(client).or_default().push(stats);
+                }
+            }
+            let floor = median(&runs[&Client::Pgbench]);
+            for client in Client::ALL {
+                let stats = median(&runs[&client]);
+                results.insert((op, callers, client), stats);
+                emit(format!(
+                    "| {} | {callers} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:+.0} | {:.2} |\n",
                     op.name(),
+                    client.name(),
                     stats.ops_per_sec,
                     stats.p50_us,
                     stats.p95_us,
                     stats.p99_us,
                     stats.p50_us - floor.p50_us,
                     stats.ops_per_sec / floor.ops_per_sec,
-                )
-            };
-            emit(row("pgbench (same SQL)", floor));
-            for client in Client::ALL {
-                let stats = run_client(&runtime, url, client, callers, options.seconds, op)?;
-                results.insert((op, callers, client), stats);
-                emit(row(client.name(), stats));
+                ));
             }
         }
     }
@@ -207,17 +227,42 @@ fn throughput_section(
     Ok(())
 }
 
-/// One row of a Rust client: `callers` callers of `op` for `seconds`.
+/// Each figure's median over `runs`.
+fn median(runs: &[Stats]) -> Stats {
+    let of = |field: fn(&Stats) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(field).collect();
+        values.sort_by(f64::total_cmp);
+        let mid = values.len() / 2;
+        if values.len().is_multiple_of(2) {
+            (values[mid - 1] + values[mid]) / 2.0
+        } else {
+            values[mid]
+        }
+    };
+    Stats {
+        ops_per_sec: of(|s| s.ops_per_sec),
+        p50_us: of(|s| s.p50_us),
+        p95_us: of(|s| s.p95_us),
+        p99_us: of(|s| s.p99_us),
+    }
+}
+
+/// One row: `callers` callers of `op` for `seconds`, through `client`.
 fn run_client(
     runtime: &Runtime,
-    url: &str,
+    bench: &common::Bench,
+    work_dir: &std::path::Path,
     client: Client,
     callers: usize,
     seconds: u64,
     op: Op,
 ) -> BenchResult<Stats> {
+    let url = bench.url.as_str();
     let size = u32::try_from(callers)?;
     Ok(match client {
+        Client::Pgbench => {
+            common::run_pgbench(&bench.bin, url, work_dir, &op.workload(), callers, seconds)
+        }
         Client::SyncConnection => {
             common::run_threads(callers, seconds, op, |_| common::connect(url))
         }
