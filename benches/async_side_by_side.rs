@@ -4,8 +4,8 @@
 //!
 //! Run: `cargo bench --features async --bench async_side_by_side` (10 s
 //! per row), or with `-- --quick` (2 s) or `-- --seconds N`. Options:
-//! `--clients 1,4,16`, `--rounds R` (1: each row's figures are the
-//! median of R interleaved rounds), `--waiters N` (1000), `--no-memory`,
+//! `--clients 1,4,16`, `--rounds R` (each row's figures the median of R
+//! interleaved rounds; 1 unless told), `--waiters N` (1000), `--no-memory`,
 //! `--no-throughput`, `--fsync-off` (a server without durable commits:
 //! the client's own cost stands out from the disk's).
 //!
