@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench --bench side_by_side` (full: 10 s per row) or
 //! `cargo bench --bench side_by_side -- --quick` (2 s per row). Options:
-//! `--seconds N`, `--clients 1,4,16`, `--no-scale`.
+//! `--seconds N`, `--clients 1,4,16`, `--no-scale`, `--fsync-off` (a
+//! server without durable commits).
 //!
 //! Every SQL workload is driven by `pgbench -M prepared` with per-transaction
 //! latency logs (percentiles computed from the logs); the "Rust API" rows
@@ -11,187 +12,24 @@
 //! of connections, so the client's own overhead is visible. Peers are
 //! modelled as the SQL they send (see `peer_scripts`), each in its own table.
 //! The table goes to stdout and to `bench-results/<timestamp>.md`.
+//!
+//! The options, the server, the pgbench runner, the leasehold operations
+//! (as SQL and through the sync API) and the "Rust API" threads are
+//! benches/common/, which benches/async_side_by_side.rs (the async client
+//! beside the sync one) runs too.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::path::Path;
 
 use diesel::connection::SimpleConnection;
-use diesel::{Connection, PgConnection};
-use leasehold::Leases;
-use leasehold_local::{DatabaseServer, LocalPostgres};
+use diesel::PgConnection;
 use sha2::{Digest, Sha256};
 
-struct Options {
-    seconds: u64,
-    clients: Vec<usize>,
-    scale: bool,
-}
-
-fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let mut options = Options {
-        seconds: 10,
-        clients: vec![1, 4, 16],
-        scale: true,
-    };
-    let mut i = 1;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--quick" => options.seconds = 2,
-            "--seconds" => {
-                i += 1;
-                options.seconds = args
-                    .get(i)
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(options.seconds);
-            }
-            "--clients" => {
-                i += 1;
-                if let Some(list) = args.get(i) {
-                    options.clients = list.split(',').filter_map(|c| c.parse().ok()).collect();
-                }
-            }
-            "--no-scale" => options.scale = false,
-            _ => {}
-        }
-        i += 1;
-    }
-    options
-}
-
-#[derive(Clone, Copy)]
-struct Stats {
-    ops_per_sec: f64,
-    p50_us: f64,
-    p95_us: f64,
-    p99_us: f64,
-}
-
-fn stats_from(mut latencies_us: Vec<f64>, elapsed: Duration) -> Stats {
-    latencies_us.sort_by(f64::total_cmp);
-    let pick = |q: f64| {
-        if latencies_us.is_empty() {
-            f64::NAN
-        } else {
-            latencies_us[((latencies_us.len() as f64 - 1.0) * q).round() as usize]
-        }
-    };
-    Stats {
-        ops_per_sec: latencies_us.len() as f64 / elapsed.as_secs_f64(),
-        p50_us: pick(0.50),
-        p95_us: pick(0.95),
-        p99_us: pick(0.99),
-    }
-}
-
-/// One SQL workload: a pgbench script; setup SQL run once before.
-struct Workload {
-    group: &'static str,
-    name: &'static str,
-    /// How many lease operations one pgbench transaction performs (ops/s is
-    /// reported per operation-cycle as pgbench counts transactions).
-    script: String,
-}
-
-fn run_pgbench(
-    bin: &Path,
-    url: &str,
-    dir: &Path,
-    workload: &Workload,
-    clients: usize,
-    seconds: u64,
-) -> Stats {
-    let script = dir.join(format!(
-        "{}.sql",
-        workload.name.replace([' ', '/', '>', '(', ')', ','], "_")
-    ));
-    std::fs::write(&script, &workload.script).unwrap_or_else(|e| panic!("write script: {e}"));
-    let log_dir = dir.join(format!(
-        "log-{}-{clients}",
-        workload.name.replace([' ', '/', '>', '(', ')', ','], "_")
-    ));
-    let _ = std::fs::remove_dir_all(&log_dir);
-    std::fs::create_dir_all(&log_dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
-    // One pgbench thread per client: a thread serving several clients
-    // timestamps them lazily, which logs many fast transactions as 0 µs.
-    let jobs = clients;
-    let started = Instant::now();
-    let output = Command::new(bin.join("pgbench"))
-        .current_dir(&log_dir)
-        .args(["-n", "-M", "prepared", "-l", "--log-prefix", "tx"])
-        .arg("-c")
-        .arg(clients.to_string())
-        .arg("-j")
-        .arg(jobs.to_string())
-        .arg("-T")
-        .arg(seconds.to_string())
-        .arg("-f")
-        .arg(&script)
-        .arg(url)
-        .output()
-        .unwrap_or_else(|e| panic!("run pgbench: {e}"));
-    let elapsed = started.elapsed();
-    if !output.status.success() {
-        panic!(
-            "pgbench failed for {}: {}\n{}",
-            workload.name,
-            String::from_utf8_lossy(&output.stderr),
-            String::from_utf8_lossy(&output.stdout)
-        );
-    }
-    let mut latencies = Vec::new();
-    let mut first = f64::MAX;
-    let mut last = 0.0_f64;
-    for entry in std::fs::read_dir(&log_dir)
-        .unwrap_or_else(|e| panic!("read logs: {e}"))
-        .flatten()
-    {
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        for line in text.lines() {
-            // client_id transaction_no time script_no time_epoch time_us
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() >= 6 {
-                if let (Ok(latency), Ok(epoch), Ok(us)) = (
-                    fields[2].parse::<f64>(),
-                    fields[4].parse::<f64>(),
-                    fields[5].parse::<f64>(),
-                ) {
-                    latencies.push(latency);
-                    let end = epoch + us / 1e6;
-                    first = first.min(end - latency / 1e6);
-                    last = last.max(end);
-                }
-            }
-        }
-    }
-    let window = if last > first {
-        Duration::from_secs_f64(last - first)
-    } else {
-        elapsed
-    };
-    stats_from(latencies, window)
-}
-
-/// What the Rust client sends for an acquire (src/leases.rs): the SQL
-/// function, one statement whatever it answers. `:e` ends as the granted
-/// epoch, 0 when denied.
-fn client_acquire(key: &str, owner: &str, ttl: &str) -> String {
-    format!("SELECT coalesce(epoch, 0) AS e FROM lease.acquire({key}, {owner}, {ttl}) \\gset\n")
-}
-
-/// What the Rust client sends for a renew: the SQL function.
-fn client_renew(key: &str, owner: &str, epoch: &str, ttl: &str) -> String {
-    format!("SELECT status FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n")
-}
-
-/// What the Rust client sends for a release: the SQL function.
-fn client_release(key: &str, owner: &str, epoch: &str) -> String {
-    format!("SELECT status FROM lease.release({key}, {owner}, {epoch});\n")
-}
+mod common;
+use common::{
+    client_acquire, client_release, client_renew, query_text, run_pgbench, Op, Stats, Workload,
+};
 
 /// leasehold's rows send what the Rust client sends ([`client_acquire`],
 /// [`client_renew`], [`client_release`]).
@@ -203,24 +41,10 @@ fn lease_scripts() -> Vec<Workload> {
             name: "durable floor: 1-row PK UPDATE",
             script: "UPDATE bench_floor SET n = n + 1 WHERE id = :client_id + 1;\n".into(),
         },
-        Workload {
-            group: "leasehold",
-            name: "acquire (free key)",
-            // ttl of 1 µs: the grant is lapsed by the next call, so every
-            // call takes the free/lapsed acquire path on the client's key.
-            script: client_acquire("'op-' || :client_id", owner, "interval '1 microsecond'"),
-        },
-        Workload {
-            group: "leasehold",
-            name: "renew",
-            script: client_renew("'held-' || :client_id", owner, "1", "interval '1 hour'"),
-        },
-        Workload {
-            group: "leasehold",
-            name: "acquire -> release cycle",
-            script: client_acquire("'cyc-' || :client_id", owner, "interval '30s'")
-                + &client_release("'cyc-' || :client_id", owner, ":e"),
-        },
+        Op::Acquire.workload(),
+        Op::Denied.workload(),
+        Op::Renew.workload(),
+        Op::Cycle.workload(),
         Workload {
             group: "leasehold",
             name: "W1-cycle (acq+renew+rel, 1 tx)",
@@ -328,150 +152,24 @@ CREATE SEQUENCE locks_rvn;
 INSERT INTO shedlock SELECT 'held-' || g, now() + interval '1 hour', now(), 'host-' || g FROM generate_series(0, 63) g;
 INSERT INTO int_lock SELECT 'held-' || g, 'DEFAULT', 'c-' || g, now() FROM generate_series(0, 63) g;
 INSERT INTO locks SELECT 'held-' || g, nextval('locks_rvn'), NULL, 'o-' || g FROM generate_series(0, 63) g;
-SELECT count(*) FROM (SELECT lease.acquire('held-' || g, 'o' || g, interval '100 years') FROM generate_series(0, 63) g) s;
 ";
 
-/// The Rust-API rows: the same operations through leasehold's client.
-fn run_rust(url: &str, op: &str, clients: usize, seconds: u64) -> Stats {
-    let barrier = Arc::new(Barrier::new(clients));
-    let deadline = Duration::from_secs(seconds);
-    let handles: Vec<_> = (0..clients)
-        .map(|c| {
-            let (url, barrier, op) = (url.to_owned(), barrier.clone(), op.to_owned());
-            std::thread::spawn(move || {
-                let mut conn = PgConnection::establish(&url).unwrap_or_else(|e| panic!("{e}"));
-                let owner = format!("o{c}");
-                let (op_key, held_key, cyc_key) =
-                    (format!("op-{c}"), format!("held-{c}"), format!("rcyc-{c}"));
-                let mut samples = Vec::new();
-                barrier.wait();
-                let start = Instant::now();
-                while start.elapsed() < deadline {
-                    let t = Instant::now();
-                    match op.as_str() {
-                        "acquire" => {
-                            let _ = conn
-                                .acquire(&op_key, &owner, Duration::from_micros(1))
-                                .unwrap_or_else(|e| panic!("{e}"));
-                        }
-                        "renew" => {
-                            let _ = conn
-                                .renew(
-                                    &leasehold_test_support::grant(&held_key, &owner, 1),
-                                    Duration::from_secs(3600),
-                                )
-                                .unwrap_or_else(|e| panic!("{e}"));
-                        }
-                        _ => {
-                            if let Some(lease) = conn
-                                .acquire(&cyc_key, &owner, Duration::from_secs(30))
-                                .unwrap_or_else(|e| panic!("{e}"))
-                                .granted()
-                            {
-                                let _ = conn
-                                    .release(&leasehold_test_support::grant(
-                                        &cyc_key,
-                                        &owner,
-                                        lease.epoch(),
-                                    ))
-                                    .unwrap_or_else(|e| panic!("{e}"));
-                            }
-                        }
-                    }
-                    samples.push(t.elapsed().as_secs_f64() * 1e6);
-                }
-                (samples, start.elapsed())
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    let mut longest = Duration::ZERO;
-    for handle in handles {
-        let (samples, elapsed) = handle
-            .join()
-            .unwrap_or_else(|_| panic!("client thread panicked"));
-        all.extend(samples);
-        longest = longest.max(elapsed);
-    }
-    stats_from(all, longest)
-}
-
-fn query_text(conn: &mut PgConnection, sql: &str) -> String {
-    #[derive(diesel::QueryableByName)]
-    struct Value {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        value: String,
-    }
-    diesel::RunQueryDsl::get_result::<Value>(diesel::sql_query(sql), conn)
-        .map(|v| v.value)
-        .unwrap_or_else(|e| format!("? ({e})"))
-}
-
-/// pgbench lives beside the server binaries; the directory found for those
-/// may hold only symlinks to them, so follow `initdb`'s link if needed.
-fn pgbench_dir(bin: &Path) -> PathBuf {
-    if bin.join("pgbench").exists() {
-        return bin.to_path_buf();
-    }
-    if let Some(real) = std::fs::canonicalize(bin.join("initdb"))
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        if real.join("pgbench").exists() {
-            return real;
-        }
-    }
-    PathBuf::from("/usr/lib/postgresql/15/bin")
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let options = options();
-    let server = DatabaseServer::from_env_or_start(
-        LocalPostgres::builder().setting("max_connections", "100"),
-    )?;
-    let url = server.url();
-    let bin: PathBuf = match server.local() {
-        Some(local) => local.bin_dir().to_path_buf(),
-        None => PathBuf::from(
-            std::env::var("LEASEHOLD_PG_BIN")
-                .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".into()),
-        ),
-    };
-    let bin = pgbench_dir(&bin);
-    let mut conn = PgConnection::establish(&url)?;
-    leasehold::install(&mut conn)?;
+    let options = common::options();
+    let bench = common::start_server(&options, 100)?;
+    let (url, bin) = (bench.url.clone(), bench.bin.clone());
+    let mut conn = common::connect(&url);
+    common::prepare(&mut conn)?;
     conn.batch_execute(SETUP)?;
-    let work_dir = std::env::temp_dir().join(format!("leasehold-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&work_dir)?;
+    let work_dir = common::work_dir("bench")?;
 
     let mut report = String::new();
     let timestamp = chrono::Utc::now().format("%Y-%m-%dT%H-%M-%SZ").to_string();
     writeln!(report, "## Benchmark {timestamp}\n")?;
     writeln!(
         report,
-        "Environment: PostgreSQL {} ({}), fsync={}, synchronous_commit={}, wal_sync_method={}, shared_buffers={}; \
-         pgbench {}; CPU {} × {} cores; {} s per row; pgbench -M prepared, one thread per client; ratios are p50 and ops/s relative to the leasehold row named in `vs`.\n",
-        query_text(&mut conn, "SELECT current_setting('server_version') AS value"),
-        if server.local().is_some() { "embedded LocalPostgres, unix socket" } else { "DATABASE_URL" },
-        query_text(&mut conn, "SELECT current_setting('fsync') AS value"),
-        query_text(&mut conn, "SELECT current_setting('synchronous_commit') AS value"),
-        query_text(&mut conn, "SELECT current_setting('wal_sync_method') AS value"),
-        query_text(&mut conn, "SELECT current_setting('shared_buffers') AS value"),
-        Command::new(bin.join("pgbench")).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_else(|e| format!("? ({e}, {})", bin.display())),
-        cpu_model(),
-        std::thread::available_parallelism().map_or(0, |p| p.get()),
-        options.seconds,
+        "{}; ratios are p50 and ops/s relative to the leasehold row named in `vs`.\n",
+        common::environment(&mut conn, &bench, options.seconds)
     )?;
     writeln!(report, "| group | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | vs | p50 ratio | ops/s ratio |")?;
     writeln!(report, "|---|---|---:|---:|---:|---:|---:|---|---:|---:|")?;
@@ -522,19 +220,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 reference,
             );
         }
-        for (op, pgbench_name) in [
-            ("acquire", "acquire (free key)"),
-            ("renew", "renew"),
-            ("cycle", "acquire -> release cycle"),
-        ] {
-            let stats = run_rust(&url, op, clients, options.seconds);
+        for op in Op::ALL {
+            let stats =
+                common::run_threads(clients, options.seconds, op, |_| common::connect(&url));
             let reference = results
-                .get(&(pgbench_name.to_owned(), clients))
+                .get(&(op.name().to_owned(), clients))
                 .map(|s| ("same SQL via pgbench", *s));
             emit(
                 &mut report,
                 "Rust API",
-                &format!("{pgbench_name} via leasehold client"),
+                &format!("{} via leasehold client", op.name()),
                 clients,
                 stats,
                 reference,
@@ -564,7 +259,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
 
-    if options.scale {
+    if !options.has("--no-scale") {
         writeln!(report, "\n| keys present | workload | clients | ops/s | p50 µs | p95 µs | p99 µs | p50 ratio to 1k |")?;
         writeln!(report, "|---:|---|---:|---:|---:|---:|---:|---:|")?;
         let scale_script = |keys: usize| Workload {
@@ -612,13 +307,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &mut report,
     )?;
 
-    let results_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench-results");
-    std::fs::create_dir_all(&results_dir)?;
-    let path = results_dir.join(format!("{timestamp}.md"));
-    std::fs::write(&path, &report)?;
+    let path = common::write_results(&format!("{timestamp}.md"), &report)?;
     println!("\nwritten to {}", path.display());
     let _ = std::fs::remove_dir_all(&work_dir);
-    drop(server);
+    drop(bench);
     Ok(())
 }
 
