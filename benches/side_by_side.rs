@@ -49,16 +49,16 @@ fn lease_scripts() -> Vec<Workload> {
             group: "leasehold",
             name: "W1-cycle (acq+renew+rel, 1 tx)",
             script: "BEGIN;\n".to_owned()
-                + &client_acquire("'w1-' || :client_id", owner, "interval '30s'")
-                + &client_renew("'w1-' || :client_id", owner, ":e", "interval '30s'")
-                + &client_release("'w1-' || :client_id", owner, ":e")
+                + &client_acquire("'w1-' || :client_id", owner, "interval '30s'", true)
+                + &client_renew("'w1-' || :client_id", owner, ":epoch", "interval '30s'")
+                + &client_release("'w1-' || :client_id", owner, ":epoch")
                 + "END;\n",
         },
         Workload {
             group: "leasehold",
             name: "W2-contend (4 shared keys)",
             script: "\\set k random(1, 4)\n".to_owned()
-                + &client_acquire("'w2-' || :k", owner, "interval '1 millisecond'"),
+                + &client_acquire("'w2-' || :k", owner, "interval '1 millisecond'", false),
         },
     ]
 }
@@ -270,6 +270,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     "'scale-' || :k",
                     "'o' || :client_id",
                     "interval '1 microsecond'",
+                    false,
                 ),
         };
         let mut baseline: Option<Stats> = None;

@@ -225,19 +225,23 @@ pub fn run_pgbench(
     stats_from(latencies, window)
 }
 
-/// What the Rust client sends for an acquire (src/leases.rs): the SQL
-/// function, one statement whatever it answers. `:e` ends as the granted
-/// epoch, 0 when denied.
-pub fn client_acquire(key: &str, owner: &str, ttl: &str) -> String {
-    format!("SELECT coalesce(epoch, 0) AS e FROM lease.acquire({key}, {owner}, {ttl}) \\gset\n")
+/// What the Rust client sends for an acquire without a wait
+/// (src/sql/calls.rs, `AcquireCall`, with the wait of `acquire`: zero):
+/// the same statement, one whatever it answers. With `gset`, the answer's
+/// columns become pgbench variables (`:epoch` for a release after it).
+pub fn client_acquire(key: &str, owner: &str, ttl: &str, gset: bool) -> String {
+    let end = if gset { " \\gset" } else { ";" };
+    format!(
+        "SELECT acquired, epoch, expires_at FROM lease.acquire({key}, {owner}, {ttl}, interval '0'){end}\n"
+    )
 }
 
-/// What the Rust client sends for a renew: the SQL function.
+/// What the Rust client sends for a renew (`RenewCall`).
 pub fn client_renew(key: &str, owner: &str, epoch: &str, ttl: &str) -> String {
-    format!("SELECT status FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n")
+    format!("SELECT status, expires_at FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n")
 }
 
-/// What the Rust client sends for a release: the SQL function.
+/// What the Rust client sends for a release (`ReleaseCall`).
 pub fn client_release(key: &str, owner: &str, epoch: &str) -> String {
     format!("SELECT status FROM lease.release({key}, {owner}, {epoch});\n")
 }
@@ -276,16 +280,22 @@ impl Op {
     pub fn workload(self) -> Workload {
         let owner = "'o' || :client_id";
         let script = match self {
-            Op::Acquire => client_acquire("'op-' || :client_id", owner, "interval '1 microsecond'"),
+            Op::Acquire => client_acquire(
+                "'op-' || :client_id",
+                owner,
+                "interval '1 microsecond'",
+                false,
+            ),
             Op::Denied => client_acquire(
                 "'held-' || :client_id",
                 "'d' || :client_id",
                 "interval '30s'",
+                false,
             ),
             Op::Renew => client_renew("'held-' || :client_id", owner, "1", "interval '1 hour'"),
             Op::Cycle => {
-                client_acquire("'cyc-' || :client_id", owner, "interval '30s'")
-                    + &client_release("'cyc-' || :client_id", owner, ":e")
+                client_acquire("'cyc-' || :client_id", owner, "interval '30s'", true)
+                    + &client_release("'cyc-' || :client_id", owner, ":epoch")
             }
         };
         Workload {
