@@ -2,7 +2,7 @@
 //! sync [`crate::hold::run_while_held`] for tasks.
 //!
 //! The outcome rules are the sync face's, from the same code
-//! (`holding::worker::decide` and `stop_reason`): the work runs until it
+//! (`holding::worker::{lost_now, stop_reason, decide}`): the work runs until it
 //! returns, and what it returned counts only if the lease was still safe
 //! then. What the async form adds is a future to wait on:
 //! [`WorkContext::stopped`] resolves when the lease is lost or the work is
@@ -45,7 +45,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::keeper::{Keeper, Shared};
-use crate::holding::worker::{decide, stop_reason};
+use crate::holding::worker::{decide, lost_now, or_deadline, stop_reason};
 use crate::holding::{StopReason, WorkOutcome};
 use crate::token::FencingToken;
 
@@ -87,7 +87,7 @@ impl WorkContext {
     /// Why to stop, if [`WorkContext::should_stop`].
     pub fn stop_reason(&self) -> Option<StopReason> {
         stop_reason(
-            (!self.keeper.is_valid()).then(|| self.keeper.loss()),
+            lost_now(self.keeper.is_valid(), || self.keeper.loss()),
             *self.cancelled.borrow(),
         )
     }
@@ -105,11 +105,9 @@ impl WorkContext {
     pub async fn stopped(&self) -> StopReason {
         let mut cancelled = self.cancelled.clone();
         tokio::select! {
-            loss = self.keeper.lost() => StopReason::LeaseLost(
-                // `None`: the keeper stopped, which it does only after the
-                // work returned; the deadline is what ends a lease then.
-                loss.unwrap_or(crate::hold::LeaseLoss::DeadlinePassed { last_error: None }),
-            ),
+            // `None`: the keeper stopped, which it does only after the work
+            // returned; the deadline is what ends a lease then.
+            loss = self.keeper.lost() => StopReason::LeaseLost(or_deadline(loss)),
             _ = cancelled.wait_for(|cancelled| *cancelled) => StopReason::Cancelled,
         }
     }
@@ -153,7 +151,7 @@ where
             }
         }
     };
-    let lost = (!keeper.is_valid()).then(|| keeper.loss());
+    let lost = lost_now(keeper.is_valid(), || keeper.loss());
     let outcome = decide(lost, result, *cancelled.borrow());
     let _ = keeper.stop().await;
     outcome

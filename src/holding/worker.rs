@@ -73,7 +73,7 @@ impl WorkContext<'_> {
     /// Why to stop, if [`WorkContext::should_stop`].
     pub fn stop_reason(&self) -> Option<StopReason> {
         stop_reason(
-            (!self.keeper.is_valid()).then(|| self.keeper.loss()),
+            lost_now(self.keeper.is_valid(), || self.keeper.loss()),
             self.cancel.is_cancelled(),
         )
     }
@@ -85,15 +85,26 @@ impl WorkContext<'_> {
     }
 }
 
-/// Why work should stop now, if it should: the one rule both faces' work
-/// contexts apply (`lost` as in [`decide`]).
-pub(crate) fn stop_reason(lost: Option<Option<LeaseLoss>>, cancelled: bool) -> Option<StopReason> {
-    if let Some(loss) = lost {
-        return Some(StopReason::LeaseLost(
-            loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
-        ));
+/// The loss that ends work now, if the lease is no longer safe: the one
+/// rule both faces' work contexts and `run_while_held` apply. `loss` is
+/// what the keeper reports; a deadline that passed before the keeper said
+/// so is `DeadlinePassed`.
+pub(crate) fn lost_now(valid: bool, loss: impl FnOnce() -> Option<LeaseLoss>) -> Option<LeaseLoss> {
+    (!valid).then(|| or_deadline(loss()))
+}
+
+/// The loss of a lease that is no longer safe: the keeper's, or, before
+/// it said so, the safe deadline that passed.
+pub(crate) fn or_deadline(loss: Option<LeaseLoss>) -> LeaseLoss {
+    loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None })
+}
+
+/// Why work should stop now, if it should (`lost` from [`lost_now`]).
+pub(crate) fn stop_reason(lost: Option<LeaseLoss>, cancelled: bool) -> Option<StopReason> {
+    match lost {
+        Some(loss) => Some(StopReason::LeaseLost(loss)),
+        None => cancelled.then_some(StopReason::Cancelled),
     }
-    cancelled.then_some(StopReason::Cancelled)
 }
 
 /// Why [`run_while_held`] ended.
@@ -131,25 +142,21 @@ where
         };
         work(&ctx)
     };
-    let lost = (!keeper.is_valid()).then(|| keeper.loss());
+    let lost = lost_now(keeper.is_valid(), || keeper.loss());
     let outcome = decide(lost, result, cancel.is_cancelled());
     let _ = keeper.stop();
     outcome
 }
 
 /// The outcome of work that returned `result`: the one rule both faces'
-/// `run_while_held` apply. `lost` is `None` while the lease is still safe,
-/// else `Some` with the loss the keeper reports (`None` inside: the safe
-/// deadline passed and the keeper has not said so yet).
+/// `run_while_held` apply (`lost` from [`lost_now`]).
 pub(crate) fn decide<T, E>(
-    lost: Option<Option<LeaseLoss>>,
+    lost: Option<LeaseLoss>,
     result: Result<T, E>,
     cancelled: bool,
 ) -> WorkOutcome<T, E> {
     if let Some(loss) = lost {
-        return WorkOutcome::LeaseLost(
-            loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None }),
-        );
+        return WorkOutcome::LeaseLost(loss);
     }
     match result {
         Ok(value) => WorkOutcome::Finished(value),
