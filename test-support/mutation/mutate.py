@@ -27,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PATCH_ENV = "LEASEHOLD_TEST_SQL_PATCH"
 PATCH_FAILURE_MARK = PATCH_ENV + ": applying"
+COVERAGE_ENV = "LEASEHOLD_TEST_FUNCTION_COVERAGE"
 TEST_TARGET = "leasehold"
 
 OPERATORS = {
@@ -770,7 +771,8 @@ TEST_LINE_RE = re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)\b", re.MULTIL
 
 
 def run_suite(binary: Path, repo: Path, patch: Path | None, libtest_args: list[str],
-              timeout: float, log_path: Path, stop_on: set[str] | None = None) -> SuiteRun:
+              timeout: float, log_path: Path, stop_on: set[str] | None = None,
+              coverage_dir: Path | None = None) -> SuiteRun:
     """Runs the test binary (with the patch, if any) and parses its results.
 
     With `stop_on`, the run ends at the first test of that set reported
@@ -778,6 +780,9 @@ def run_suite(binary: Path, repo: Path, patch: Path | None, libtest_args: list[s
     the rest of the suite (minutes) would only name more killers."""
     env = dict(os.environ, CARGO_MANIFEST_DIR=str(repo))
     env.pop(PATCH_ENV, None)
+    env.pop(COVERAGE_ENV, None)
+    if coverage_dir is not None:
+        env[COVERAGE_ENV] = str(coverage_dir)
     if patch is not None:
         env[PATCH_ENV] = str(patch)
     started = time.monotonic()
@@ -829,6 +834,136 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+
+# --------------------------------------------------------------------------
+# Which tests can notice a mutant
+
+
+def read_coverage(directory: Path) -> dict[str, set[str] | None]:
+    """Each test's recorded functions (test-support/src/coverage.rs): test
+    name -> lower-case qualified names; None for a test that marked itself
+    as calling everything (`*`: it installed on a server of its own)."""
+    coverage: dict[str, set[str] | None] = {}
+    if not directory.is_dir():
+        return coverage
+    for path in directory.iterdir():
+        names: set[str] | None = set()
+        for line in path.read_text(errors="replace").splitlines():
+            line = line.strip().lower()
+            if not line or line.startswith("#"):
+                continue
+            if line == "*":
+                names = None
+                break
+            names.add(line)
+        coverage[path.name] = names
+    return coverage
+
+
+def strip_functions(text: str) -> str:
+    """The statements of a migration that define what runs later on its own:
+    tables, domains, views, triggers, indexes, policies (CREATE other than
+    FUNCTION, ALTER TABLE, ALTER DOMAIN). Grants, comments and install-time
+    SELECTs name functions without running them later."""
+    kept = []
+    for start, end, tokens in statements(text):
+        words = [t.low for t in tokens[:2]]
+        defines = (words[:1] == ["create"] and not is_create_function(tokens)) or \
+            words in (["alter", "table"], ["alter", "domain"])
+        if defines:
+            kept.append(" ".join(t.text for t in tokens))
+    return "\n".join(kept).lower()
+
+
+class Reach:
+    """Which functions' calls can run a given function's code.
+
+    A call of F runs F; so does a call of any function whose body calls F,
+    directly or through others (small SQL helpers are inlined into their
+    callers' plans and never counted as calls of their own, so the callers'
+    counts stand for them). A function named outside function bodies (a
+    domain or table CHECK, a default, a trigger) can run on any write: its
+    mutants get every test."""
+
+    def __init__(self, functions: list[Function], files: list[Path]):
+        names = sorted({f.name.lower() for f in functions})
+        self.callers: dict[str, set[str]] = {n: set() for n in names}
+        for caller in functions:
+            body = caller.body.text.lower()
+            for name in names:
+                if name != caller.name.lower() and self.mentions(body, name):
+                    self.callers[name].add(caller.name.lower())
+        ddl = "\n".join(strip_functions(path.read_text()) for path in files)
+        self.in_ddl = {n for n in names if self.mentions(ddl, n)}
+
+    @staticmethod
+    def mentions(text: str, name: str) -> bool:
+        """Whether text names the function, qualified or not."""
+        short = name.split(".")[-1]
+        return re.search(r"(?<![\w.])(?:" + re.escape(name) + "|" + re.escape(short) + r")\b", text) is not None
+
+    def closure(self, name: str) -> set[str] | None:
+        """The function and every function that reaches it through calls;
+        None when it is named in the DDL (anything may run it)."""
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in seen:
+                continue
+            if current in self.in_ddl:
+                return None
+            seen.add(current)
+            todo.extend(self.callers.get(current, ()))
+        return seen
+
+
+def function_name(mutant: Mutant) -> str:
+    """The mutant's function without its /arity label."""
+    return mutant.function.split("/")[0].lower()
+
+
+def select_tests(mutant: Mutant, passed: set[str], coverage: dict[str, set[str] | None],
+                 reach: Reach | None) -> set[str]:
+    """The baseline-passing tests that can notice the mutant.
+
+    Without coverage, every one. A header mutant (SECURITY DEFINER or the
+    search_path pin dropped) is noticed by the catalog tests, which read
+    pg_proc rather than call the function: every test. Otherwise the tests
+    whose record names a function that reaches the changed one, and every
+    test without a record (its calls were not counted: assume all)."""
+    if reach is None or mutant.operator in HEADER_OPERATORS:
+        return set(passed)
+    closure = reach.closure(function_name(mutant))
+    if closure is None:
+        return set(passed)
+    counted = set().union(*(c for c in coverage.values() if c is not None)) if coverage else set()
+    if not closure & counted:
+        return set(passed)  # no test's count shows it: do not trust the counts for it
+    return {t for t in passed
+            if coverage.get(t, None) is None or coverage[t] & closure}
+
+
+def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]]) -> set[str]:
+    """The tests to try first: those that killed most earlier mutants of the
+    same function (or, for a header mutant, of the same operator)."""
+    key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
+    ranked = sorted(killers.get(key, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    return set([t for t, _ in ranked if t in chosen][:8])
+
+
+def note_killers(mutant: Mutant, outcome: "Outcome", killers: dict[str, dict[str, int]]) -> None:
+    """Remembers a mutant's killing tests for first_tests."""
+    key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
+    for test in outcome.killers:
+        killers.setdefault(key, {})
+        killers[key][test] = killers[key].get(test, 0) + 1
+
+
+def exact_args(tests: set[str], libtest: list[str]) -> list[str]:
+    """libtest arguments running exactly these tests."""
+    return [*libtest, "--exact", *sorted(tests)]
+
+
 @dataclasses.dataclass
 class Outcome:
     """A mutant's result."""
@@ -841,7 +976,8 @@ class Outcome:
 
 
 def judge(mutant: Mutant, run: SuiteRun, baseline: set[str]) -> Outcome:
-    """Killed when a test that passed on the baseline does not pass now."""
+    """Killed when a test that passed on the baseline (and ran: `baseline`
+    is the tests run) does not pass now."""
     if run.returncode is None:
         return Outcome(mutant, "timeout", [], run.seconds, "suite timed out: counted as killed")
     if PATCH_FAILURE_MARK in run.output:
@@ -923,6 +1059,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per suite run (default 900)")
     parser.add_argument("--full-runs", action="store_true",
                         help="run the whole suite for every mutant (default: stop at its first killing test)")
+    parser.add_argument("--no-coverage", action="store_true",
+                        help="run every test against every mutant (default: only the tests whose counted "
+                        "function calls reach the mutated function; see README)")
     parser.add_argument("--include-install-only", action="store_true",
                         help="also run the mutants of functions only the migrations call (never killed: see README)")
     parser.add_argument("--resume", action="store_true",
@@ -962,8 +1101,13 @@ def start_precheck(args: argparse.Namespace, files: list[Path]) -> ScratchServer
 
 def run_baseline(binary: Path, args: argparse.Namespace, libtest: list[str], workdir: Path) -> SuiteRun:
     """The suite without a patch; exits when it does not complete."""
-    log("baseline run (no patch)")
-    baseline = run_suite(binary, args.repo, None, libtest, 2 * args.timeout, workdir / "baseline.log")
+    coverage_dir = None
+    if not args.no_coverage:
+        coverage_dir = workdir / "coverage"
+        shutil.rmtree(coverage_dir, ignore_errors=True)
+    log("baseline run (no patch)" + ("" if coverage_dir is None else ", counting each test's function calls"))
+    baseline = run_suite(binary, args.repo, None, libtest, 2 * args.timeout, workdir / "baseline.log",
+                         coverage_dir=coverage_dir)
     passed = [t for t, r in baseline.results.items() if r == "ok"]
     failed = [t for t, r in baseline.results.items() if r == "FAILED"]
     if baseline.returncode is None or not passed:
@@ -976,17 +1120,40 @@ def run_baseline(binary: Path, args: argparse.Namespace, libtest: list[str], wor
 
 
 def run_mutant(mutant: Mutant, ctx: dict) -> Outcome:
-    """Pre-checks one mutant, then runs the suite with its patch."""
+    """Pre-checks one mutant, then runs the tests that can notice it: first
+    the likeliest killers, then the rest (see select_tests, first_tests)."""
     if ctx["server"] is not None:
         error = ctx["server"].stillborn(mutant)
         if error is not None:
             return Outcome(mutant, "stillborn", [], 0.0, one_line(error.splitlines()[0])[:160])
     patch = ctx["workdir"] / f"mutant-{mutant.id}.sql"
     patch.write_text(patch_text(mutant))
-    stop_on = None if ctx["args"].full_runs else ctx["passed"]
-    run = run_suite(ctx["binary"], ctx["args"].repo, patch, ctx["libtest"], ctx["args"].timeout,
-                    ctx["workdir"] / f"mutant-{mutant.id}.log", stop_on)
-    return judge(mutant, run, ctx["passed"])
+    args, passed = ctx["args"], ctx["passed"]
+    chosen = select_tests(mutant, passed, ctx["coverage"], ctx["reach"])
+    log_path = ctx["workdir"] / f"mutant-{mutant.id}.log"
+    if args.full_runs:
+        run = run_suite(ctx["binary"], args.repo, patch, ctx["libtest"], args.timeout, log_path)
+        outcome = judge(mutant, run, passed)
+    elif not chosen:
+        outcome = Outcome(mutant, "survived", [], 0.0)
+    else:
+        first = first_tests(mutant, chosen, ctx["killers"])
+        seconds, outcome = 0.0, None
+        for tests in (first, chosen - first):
+            if not tests:
+                continue
+            run = run_suite(ctx["binary"], args.repo, patch, exact_args(tests, ctx["libtest"]),
+                            args.timeout, log_path, stop_on=tests)
+            seconds += run.seconds
+            outcome = judge(mutant, run, tests)
+            if outcome.result != "survived":
+                break
+        assert outcome is not None
+        outcome.seconds = seconds
+    if len(chosen) < len(passed) and not args.full_runs:
+        outcome.note = "; ".join(x for x in (outcome.note, f"{len(chosen)} of {len(passed)} tests reach it") if x)
+    note_killers(mutant, outcome, ctx["killers"])
+    return outcome
 
 
 def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
@@ -1014,11 +1181,20 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
     server = start_precheck(args, files)
     try:
         baseline = run_baseline(binary, args, libtest, workdir)
+        passed = {t for t, r in baseline.results.items() if r == "ok"}
+        coverage = {} if args.no_coverage else read_coverage(workdir / "coverage")
+        if not args.no_coverage:
+            recorded_tests = sum(t in coverage for t in passed)
+            log(f"call counts recorded for {recorded_tests} of {len(passed)} passing tests "
+                "(the others run against every mutant)")
         ctx = {"server": server, "workdir": workdir, "binary": binary, "args": args, "libtest": libtest,
-               "passed": {t for t, r in baseline.results.items() if r == "ok"}}
+               "passed": passed, "coverage": coverage, "killers": {},
+               "reach": None if args.no_coverage else Reach(parse_functions(files)[0], files)}
         recorded = workdir / "outcomes.jsonl"
         outcomes = load_outcomes(recorded, chosen) if args.resume else []
         done = {o.mutant.id for o in outcomes}
+        for outcome in outcomes:
+            note_killers(outcome.mutant, outcome, ctx["killers"])
         if done:
             log(f"resuming: {len(done)} mutants already decided in {recorded}")
         elif recorded.exists():

@@ -89,6 +89,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        crate::coverage::record(self.server, &self.name);
         if let Ok(mut conn) = PgConnection::establish(&self.server.admin_url()) {
             let _ = conn.batch_execute(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",

@@ -122,6 +122,7 @@ impl Deployment {
 
 impl Drop for Deployment {
     fn drop(&mut self) {
+        crate::coverage::record(self.db.server(), &self.db.name);
         // The database first: the roles own objects only in it, and a role
         // that owns objects cannot be dropped.
         let Ok(mut admin) = PgConnection::establish(&self.db.server().admin_url()) else {

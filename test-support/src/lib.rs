@@ -11,6 +11,7 @@
 //! failed test. Never published (`publish = false`).
 
 pub mod clock;
+pub mod coverage;
 pub mod database;
 pub mod deployment;
 pub mod fault_proxy;

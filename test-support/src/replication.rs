@@ -39,6 +39,7 @@ impl ReplicatedPair {
         let mut conn = connect(&primary);
         leasehold::install(&mut conn).expect("install leasehold on the primary");
         crate::database::apply_sql_patch(&mut conn);
+        crate::coverage::record_everything();
         let standby = start(
             LocalPostgres::builder()
                 .durable(false)

@@ -74,9 +74,14 @@ impl TestServer {
     pub fn local() -> &'static TestServer {
         static LOCAL: OnceLock<TestServer> = OnceLock::new();
         LOCAL.get_or_init(|| {
-            let server = LocalPostgres::builder()
+            let mut builder = LocalPostgres::builder()
                 .durable(false)
-                .setting("max_connections", "200")
+                .setting("max_connections", "200");
+            if crate::coverage::directory().is_some() {
+                // Counts each function's calls, for the mutation runner.
+                builder = builder.setting("track_functions", "all");
+            }
+            let server = builder
                 .start()
                 .unwrap_or_else(|error| panic!("cannot start the test server: {error}"));
             check_expected_major(&server.url());

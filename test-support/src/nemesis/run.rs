@@ -568,6 +568,7 @@ pub fn run(options: &Options, worker_command: &dyn Fn() -> Command) -> Outcome {
     let mut conn = PgConnection::establish(&url).expect("connect to the nemesis database");
     leasehold::install(&mut conn).expect("install leasehold");
     crate::database::apply_sql_patch(&mut conn);
+    crate::coverage::record_everything();
     conn.batch_execute(SCHEMA)
         .expect("create the guarded table");
 
