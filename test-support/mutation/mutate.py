@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 import random
@@ -944,11 +945,18 @@ def select_tests(mutant: Mutant, passed: set[str], coverage: dict[str, set[str] 
 
 
 def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]]) -> set[str]:
-    """The tests to try first: those that killed most earlier mutants of the
-    same function (or, for a header mutant, of the same operator)."""
+    """The tests to try first: the 6 that killed most earlier mutants of the
+    same function (or, for a header mutant, of the same operator), and the
+    6 that killed most mutants of any function."""
+    def top(counts: dict[str, int]) -> list[str]:
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        return [t for t, _ in ranked if t in chosen][:6]
+    overall: dict[str, int] = {}
+    for counts in killers.values():
+        for test, n in counts.items():
+            overall[test] = overall.get(test, 0) + n
     key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
-    ranked = sorted(killers.get(key, {}).items(), key=lambda kv: (-kv[1], kv[0]))
-    return set([t for t, _ in ranked if t in chosen][:8])
+    return set(top(killers.get(key, {}))) | set(top(overall))
 
 
 def note_killers(mutant: Mutant, outcome: "Outcome", killers: dict[str, dict[str, int]]) -> None:
@@ -1053,6 +1061,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     parser.add_argument("--operators", metavar="a,b", help=f"only these operators: {', '.join(OPERATORS)}")
     parser.add_argument("--functions", metavar="REGEX", help="only functions whose name matches (re.search)")
+    parser.add_argument("--outcomes", type=Path, help="where outcomes are recorded, one JSON line per "
+                        "mutant, and --resume reads them (default: <workdir>/outcomes.jsonl)")
     parser.add_argument("--report", type=Path, help="markdown report (default: <workdir>/report.md)")
     parser.add_argument("--workdir", type=Path, help="patches and logs "
                         "(default: $CARGO_TARGET_DIR/mutation, else target/mutation)")
@@ -1099,8 +1109,26 @@ def start_precheck(args: argparse.Namespace, files: list[Path]) -> ScratchServer
     return server
 
 
+def file_digest(path: Path) -> str:
+    """sha256 of a file, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def run_baseline(binary: Path, args: argparse.Namespace, libtest: list[str], workdir: Path) -> SuiteRun:
-    """The suite without a patch; exits when it does not complete."""
+    """The suite without a patch; exits when it does not complete. With
+    --resume, an earlier baseline of the same test binary and arguments (and
+    its call counts) is reused: minutes saved at every restart."""
+    saved = workdir / "baseline.json"
+    key = {"binary": file_digest(binary), "libtest": libtest, "coverage": not args.no_coverage}
+    if args.resume and saved.exists():
+        entry = json.loads(saved.read_text())
+        if entry.get("key") == key and (args.no_coverage or (workdir / "coverage").is_dir()):
+            log(f"baseline reused from {saved} (same test binary and arguments)")
+            return SuiteRun(entry["results"], 0, entry["seconds"], "")
     coverage_dir = None
     if not args.no_coverage:
         coverage_dir = workdir / "coverage"
@@ -1116,6 +1144,7 @@ def run_baseline(binary: Path, args: argparse.Namespace, libtest: list[str], wor
         f"{baseline.seconds:.0f} s")
     for name in failed:
         log(f"  baseline failure: {name}")
+    saved.write_text(json.dumps({"key": key, "results": baseline.results, "seconds": baseline.seconds}))
     return baseline
 
 
@@ -1156,9 +1185,14 @@ def run_mutant(mutant: Mutant, ctx: dict) -> Outcome:
     return outcome
 
 
+def sql_digest(sql: str) -> str:
+    """sha256 of a mutant's SQL: what ties a recorded outcome to its mutant."""
+    return hashlib.sha256(sql.encode()).hexdigest()
+
+
 def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
     """The outcomes an earlier run recorded for mutants still chosen, with
-    the same SQL (ids change when the migrations do: such records are
+    the same SQL (by its sha256) (ids change when the migrations do: such records are
     dropped), so a run of many hours can be split over several."""
     if not recorded.exists():
         return []
@@ -1167,7 +1201,7 @@ def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
     for line in recorded.read_text().splitlines():
         entry = json.loads(line)
         mutant = by_id.get(entry["id"])
-        if mutant is not None and mutant.sql == entry["sql"]:
+        if mutant is not None and entry.get("sql_sha256", sql_digest(entry.get("sql", ""))) == sql_digest(mutant.sql):
             outcomes.append(Outcome(mutant, entry["result"], entry["killers"], entry["seconds"], entry["note"]))
     return outcomes
 
@@ -1190,7 +1224,7 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
         ctx = {"server": server, "workdir": workdir, "binary": binary, "args": args, "libtest": libtest,
                "passed": passed, "coverage": coverage, "killers": {},
                "reach": None if args.no_coverage else Reach(parse_functions(files)[0], files)}
-        recorded = workdir / "outcomes.jsonl"
+        recorded = (args.outcomes or workdir / "outcomes.jsonl").resolve()
         outcomes = load_outcomes(recorded, chosen) if args.resume else []
         done = {o.mutant.id for o in outcomes}
         for outcome in outcomes:
@@ -1207,7 +1241,7 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
             outcome = run_mutant(mutant, ctx)
             outcomes.append(outcome)
             with open(recorded, "a") as out:
-                out.write(json.dumps({"id": mutant.id, "sql": mutant.sql, "result": outcome.result,
+                out.write(json.dumps({"id": mutant.id, "sql_sha256": sql_digest(mutant.sql), "result": outcome.result,
                                       "killers": outcome.killers, "seconds": outcome.seconds,
                                       "note": outcome.note}) + "\n")
             log(f"  -> {outcome.result} ({outcome.seconds:.0f} s) {', '.join(outcome.killers[:3])} {outcome.note}")
