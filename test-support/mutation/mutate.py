@@ -896,6 +896,8 @@ class Reach:
                     self.callers[name].add(caller.name.lower())
         ddl = "\n".join(strip_functions(path.read_text()) for path in files)
         self.in_ddl = {n for n in names if self.mentions(ddl, n)}
+        self.inlinable = {f.name.lower() for f in functions if inlinable(f)}
+        self.sources = source_texts(files[0].parents[2] if files else REPO)
 
     @staticmethod
     def mentions(text: str, name: str) -> bool:
@@ -916,6 +918,45 @@ class Reach:
             seen.add(current)
             todo.extend(self.callers.get(current, ()))
         return seen
+
+
+def inlinable(function: Function) -> bool:
+    """Whether the planner may inline the function into the statement that
+    calls it (a SQL function with no SET clause, not SECURITY DEFINER): then
+    a call is never counted as one, wherever it is written."""
+    header = " ".join(t.low for t in header_tokens(function))
+    return re.search(r"\blanguage sql\b", header) is not None and " set " not in f" {header} " \
+        and "security definer" not in header
+
+
+def source_texts(repo: Path) -> dict[str, str]:
+    """The Rust sources that may send SQL naming a function: the library, the
+    CLI, test-support and the SQL-level suite (path relative to repo -> text)."""
+    texts = {}
+    for folder in ("src", "cli/src", "test-support/src", "tests/leasehold"):
+        for path in sorted((repo / folder).rglob("*.rs")):
+            texts[str(path.relative_to(repo))] = path.read_text(errors="replace")
+    return texts
+
+
+def direct_callers(name: str, sources: dict[str, str]) -> set[str] | None:
+    """The test modules whose own source calls an inlinable function by
+    name (so no count shows it), as `module::` prefixes; None when the
+    library, the CLI, test-support or a module the tests share calls it
+    (any test may then run it)."""
+    prefixes: set[str] = set()
+    pattern = re.compile(r"lease\." + re.escape(name.split(".")[-1]) + r"\b", re.IGNORECASE)
+    for path, text in sources.items():
+        if not pattern.search(text):
+            continue
+        parts = Path(path).parts
+        if parts[:2] != ("tests", "leasehold") or len(parts) < 3:
+            return None
+        module = Path(parts[2]).stem
+        if module == "main" or "common" in module:
+            return None
+        prefixes.add(module + "::")
+    return prefixes
 
 
 def function_name(mutant: Mutant) -> str:
@@ -940,8 +981,15 @@ def select_tests(mutant: Mutant, passed: set[str], coverage: dict[str, set[str] 
     counted = set().union(*(c for c in coverage.values() if c is not None)) if coverage else set()
     if not closure & counted:
         return set(passed)  # no test's count shows it: do not trust the counts for it
+    prefixes: set[str] = set()
+    for name in closure & reach.inlinable:
+        callers = direct_callers(name, reach.sources)
+        if callers is None:
+            return set(passed)
+        prefixes |= callers
     return {t for t in passed
-            if coverage.get(t, None) is None or coverage[t] & closure}
+            if coverage.get(t, None) is None or coverage[t] & closure
+            or any(t.startswith(p) for p in prefixes)}
 
 
 def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]]) -> set[str]:
