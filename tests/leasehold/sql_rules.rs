@@ -377,3 +377,115 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     let next = granted(conn.acquire("lineage/b", "o", TTL).unwrap());
     assert_eq!(next.epoch(), 1);
 }
+
+/// A span is judged by the time it adds in the session's time zone, not by
+/// interval ordering (docs/SPECIFICATION.md §1.3): where the clocks went
+/// back within the last day, `-1 day +24 hours +1 microsecond` orders as
+/// one microsecond but moves the clock back an hour. The session here
+/// uses a POSIX time zone whose summer time ended twelve hours ago, so the
+/// day just past was 25 hours long. The ttl is refused, the shortcut that
+/// skips the rule for plain spans does not take it, and the wait of the
+/// same span is refused too; a lease call refuses it and grants nothing.
+#[test]
+fn a_span_is_judged_by_the_clock_it_moves_where_the_clocks_went_back() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // Summer time (one hour ahead) from the start of the year until the
+    // hour twelve hours ago, given as the summer clock reads it.
+    let zone = query_lines(
+        &mut conn,
+        "SELECT format('LHS0LHD-1,0/0,%s/%s', extract(doy FROM e)::int - 1,
+                       greatest(extract(hour FROM e)::int, CASE WHEN extract(doy FROM e) = 1 THEN 1 ELSE 0 END)) AS line
+           FROM (SELECT date_trunc('hour', (now() AT TIME ZONE 'UTC') - interval '12 hours')
+                        + interval '1 hour' AS e) AS t",
+    );
+    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
+        .expect("set the time zone");
+    let day = query_lines(
+        &mut conn,
+        "SELECT (extract(epoch FROM now() - (now() - interval '1 day')) / 3600)::int::text AS line",
+    );
+    assert_eq!(day, ["25"], "hours in the day just past in {}", zone[0]);
+    let span = "interval '-1 day +24 hours +1 microsecond'";
+    let answers = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT format('%s %s %s %s %s', lease._span_effect({span}),
+                           lease._plain_span_within({span}, interval '0'),
+                           lease._ttl_ok({span}), lease._wait_ok({span}),
+                           array_to_string(lease._ttl_violations({span}), ',')) AS line"
+        ),
+    );
+    assert_eq!(
+        answers,
+        ["negative f f f ttl must be positive"],
+        "in {}",
+        zone[0]
+    );
+    assert_eq!(
+        sqlstate_of(
+            &mut conn,
+            &format!("SELECT * FROM lease.acquire('zone/a', 'o', {span})")
+        ),
+        "22023"
+    );
+    assert_eq!(
+        query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.leases"),
+        ["0"]
+    );
+}
+
+/// The same rule for months: in a session whose time zone moves its
+/// clocks ahead by 167 hours two days from now (a POSIX zone; real ones
+/// move an hour, the rule is the same), the month ahead is 577 hours long,
+/// so `1 mon -720 hours +1 microsecond`, which orders as one microsecond,
+/// moves the clock back. The ttl is refused and the shortcut does not take
+/// it. (A span of whole years cannot be told apart this way: a zone's rules
+/// repeat every year, so a year ahead is never shorter than 360 days.)
+#[test]
+fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // Summer time, 167 hours ahead, from two days from now for 58 days.
+    let zone = query_lines(
+        &mut conn,
+        "SELECT format('LHS0LHD-167,%s/0,%s/0', (extract(doy FROM d)::int + 1) % 365,
+                       (extract(doy FROM d)::int + 59) % 365) AS line
+           FROM (SELECT now() AT TIME ZONE 'UTC' AS d) AS t",
+    );
+    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
+        .expect("set the time zone");
+    let month = query_lines(
+        &mut conn,
+        "SELECT (extract(epoch FROM (now() + interval '1 mon') - now()) / 3600)::int::text AS line",
+    );
+    let hours: i64 = month[0].parse().expect("hours");
+    assert!(
+        hours < 720,
+        "the month ahead in {} has {hours} hours",
+        zone[0]
+    );
+    let span = "interval '1 mon -720 hours +1 microsecond'";
+    let answers = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT format('%s %s %s %s', lease._span_effect({span}),
+                           lease._plain_span_within({span}, interval '0'),
+                           lease._ttl_ok({span}),
+                           array_to_string(lease._ttl_violations({span}), ',')) AS line"
+        ),
+    );
+    assert_eq!(
+        answers,
+        ["negative f f ttl must be positive"],
+        "in {}",
+        zone[0]
+    );
+    assert_eq!(
+        sqlstate_of(
+            &mut conn,
+            &format!("SELECT * FROM lease.acquire('zone/m', 'o', {span})")
+        ),
+        "22023"
+    );
+}
