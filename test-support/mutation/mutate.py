@@ -992,10 +992,13 @@ def select_tests(mutant: Mutant, passed: set[str], coverage: dict[str, set[str] 
             or any(t.startswith(p) for p in prefixes)}
 
 
-def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]]) -> set[str]:
+def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]],
+                reach: Reach | None = None) -> set[str]:
     """The tests to try first: the 6 that killed most earlier mutants of the
-    same function (or, for a header mutant, of the same operator), and the
-    6 that killed most mutants of any function."""
+    same function (or, for a header mutant, of the same operator), the 6
+    that killed most mutants of any function, and the tests of the modules
+    whose source names the function, when they are few (at most 40): a test
+    written about a function is the likeliest to notice a change to it."""
     def top(counts: dict[str, int]) -> list[str]:
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         return [t for t, _ in ranked if t in chosen][:6]
@@ -1004,7 +1007,14 @@ def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, i
         for test, n in counts.items():
             overall[test] = overall.get(test, 0) + n
     key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
-    return set(top(killers.get(key, {}))) | set(top(overall))
+    first = set(top(killers.get(key, {}))) | set(top(overall))
+    if reach is not None and mutant.operator not in HEADER_OPERATORS:
+        prefixes = direct_callers(function_name(mutant), reach.sources)
+        if prefixes:
+            named = {t for t in chosen if any(t.startswith(p) for p in prefixes)}
+            if len(named) <= 40:
+                first |= named
+    return first
 
 
 def note_killers(mutant: Mutant, outcome: "Outcome", killers: dict[str, dict[str, int]]) -> None:
@@ -1214,7 +1224,7 @@ def run_mutant(mutant: Mutant, ctx: dict) -> Outcome:
     elif not chosen:
         outcome = Outcome(mutant, "survived", [], 0.0)
     else:
-        first = first_tests(mutant, chosen, ctx["killers"])
+        first = first_tests(mutant, chosen, ctx["killers"], ctx["reach"])
         seconds, outcome = 0.0, None
         for tests in (first, chosen - first):
             if not tests:
