@@ -489,3 +489,54 @@ fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
         "22023"
     );
 }
+
+/// A wait of zero is judged the same way: where the clocks jump an hour
+/// ahead within the next day (a POSIX zone whose summer time starts twelve
+/// hours from now), `1 day -24 hours`, which orders as zero, moves the
+/// clock back an hour, so it is refused as a wait, by the shortcut for
+/// zero waits as by the rule, and a lease call with it grants nothing.
+#[test]
+fn a_zero_wait_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // Summer time, an hour ahead, from the hour twelve hours from now for
+    // thirty days.
+    let zone = query_lines(
+        &mut conn,
+        "SELECT format('LHS0LHD-1,%s/%s,%s/0', extract(doy FROM s)::int - 1,
+                       extract(hour FROM s)::int, (extract(doy FROM s)::int + 29) % 365) AS line
+           FROM (SELECT date_trunc('hour', (now() AT TIME ZONE 'UTC') + interval '12 hours') AS s) AS t",
+    );
+    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
+        .expect("set the time zone");
+    let day = query_lines(
+        &mut conn,
+        "SELECT (extract(epoch FROM (now() + interval '1 day') - now()) / 3600)::int::text AS line",
+    );
+    assert_eq!(day, ["23"], "hours in the day ahead in {}", zone[0]);
+    let span = "interval '1 day -24 hours'";
+    let answers = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT format('%s %s %s', lease._span_effect({span}), lease._wait_ok({span}),
+                           array_to_string(lease._wait_violations({span}), ',')) AS line"
+        ),
+    );
+    assert_eq!(
+        answers,
+        ["negative f wait must not be negative"],
+        "in {}",
+        zone[0]
+    );
+    assert_eq!(
+        sqlstate_of(
+            &mut conn,
+            &format!("SELECT * FROM lease.acquire('zone/w', 'o', interval '1 minute', {span})")
+        ),
+        "22023"
+    );
+    assert_eq!(
+        query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.leases"),
+        ["0"]
+    );
+}
