@@ -440,7 +440,8 @@ fn a_span_is_judged_by_the_clock_it_moves_where_the_clocks_went_back() {
 /// move an hour, the rule is the same), the month ahead is 577 hours long,
 /// so `1 mon -720 hours +1 microsecond`, which orders as one microsecond,
 /// moves the clock back. The ttl is refused and the shortcut does not take
-/// it. (A span of whole years cannot be told apart this way: a zone's rules
+/// it; `1 mon -720 hours`, which orders as zero, is refused as a wait. (A
+/// span of whole years cannot be told apart this way: a zone's rules
 /// repeat every year, so a year ahead is never shorter than 360 days.)
 #[test]
 fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
@@ -487,6 +488,20 @@ fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
             &format!("SELECT * FROM lease.acquire('zone/m', 'o', {span})")
         ),
         "22023"
+    );
+    // A month less 720 hours orders as zero, the shortcut's zero wait, yet
+    // moves the clock back here: refused as a wait.
+    let zero = "interval '1 mon -720 hours'";
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            &format!(
+                "SELECT format('%s %s', lease._span_effect({zero}), lease._wait_ok({zero})) AS line"
+            ),
+        ),
+        ["negative f"],
+        "in {}",
+        zone[0]
     );
 }
 
@@ -539,4 +554,59 @@ fn a_zero_wait_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
         query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.leases"),
         ["0"]
     );
+}
+
+/// A span is judged from the clock at the call, not from the start of the
+/// caller's transaction: a transaction begins, its session's time zone
+/// (POSIX) jumps an hour ahead two seconds later, and once the clock has
+/// passed the jump, `1 day -24 hours` adds nothing to the clock (the day
+/// ahead of the call is 24 hours long) although the day ahead of the
+/// transaction's start was 23. So it is a valid wait, and a lease call
+/// with it is granted.
+#[test]
+fn a_span_is_judged_from_the_clock_at_the_call_not_the_transactions_start() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("BEGIN").expect("begin");
+    let zone = query_lines(
+        &mut conn,
+        "SELECT format('LHS0LHD-1,%s/%s,%s/0', extract(doy FROM t)::int - 1, to_char(t, 'HH24:MI:SS'),
+                       (extract(doy FROM t)::int + 29) % 365) AS line
+           FROM (SELECT date_trunc('second', now() AT TIME ZONE 'UTC') + interval '2 seconds' AS t) AS x",
+    );
+    conn.batch_execute(&format!("SET LOCAL TimeZone = '{}'", zone[0]))
+        .expect("set the time zone");
+    let jumped = || {
+        "SELECT (extract(epoch FROM (clock_timestamp() + interval '1 day') - clock_timestamp()) / 3600)::int::text AS line"
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while query_lines(&mut conn, jumped()) != ["24"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clocks of {} never jumped",
+            zone[0]
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let span = "interval '1 day -24 hours'";
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            &format!(
+                "SELECT format('%s %s %s', (extract(epoch FROM (now() + interval '1 day') - now()) / 3600)::int,
+                               lease._span_effect({span}), lease._wait_ok({span})) AS line"
+            ),
+        ),
+        ["23 zero t"],
+        "in {}",
+        zone[0]
+    );
+    assert_eq!(
+        sqlstate_of(
+            &mut conn,
+            &format!("SELECT * FROM lease.acquire('zone/c', 'o', interval '1 minute', {span})")
+        ),
+        "00000"
+    );
+    conn.batch_execute("COMMIT").expect("commit");
 }
