@@ -222,15 +222,59 @@ fn the_shortcuts_of_a_rule_agree_with_the_rule() {
     assert!(names.is_empty(), "{names:?}");
 }
 
-/// Every function in schema `lease` either pins its search_path or is a
-/// SQL helper the planner inlines into callers that pin theirs (and which
-/// writes every built-in it calls `pg_catalog.`-qualified); every SECURITY
-/// DEFINER function pins it. And schema `lease` holds no view and no
-/// rewrite rule: every entry point is a function.
+/// The SQL helpers written without a pinned search_path so that the planner
+/// inlines them into their callers (a pin forbids inlining). Each was
+/// reviewed for built-ins written `pg_catalog.`-qualified; a function not
+/// listed here must pin its path, so dropping a pin anywhere else, or
+/// adding an unpinned helper without review, fails the test below.
+const INLINED_HELPERS: &[&str] = &[
+    "_allowed",
+    "_any_rules",
+    "_expires_in",
+    "_expiry",
+    "_grant_epoch",
+    "_group_lapsed_for",
+    "_group_live",
+    "_key_hash",
+    "_lapsed_for",
+    "_limit_lock_wait",
+    "_lineage_generation",
+    "_live",
+    "_make_durable",
+    "_max_batch",
+    "_max_generation",
+    "_max_name_bytes",
+    "_max_span",
+    "_name_ok",
+    "_plain_span_within",
+    "_timeline",
+    "_ttl_ok",
+    "_wait_ok",
+    "_waiter_class",
+    "_waiter_limit",
+    "_waiter_lock_id",
+];
+
+/// Every function in schema `lease` either pins its search_path or is one
+/// of the SQL helpers the planner inlines into callers that pin theirs
+/// ([`INLINED_HELPERS`], which write every built-in they call
+/// `pg_catalog.`-qualified); every SECURITY DEFINER function pins it. And
+/// schema `lease` holds no view and no rewrite rule: every entry point is
+/// a function.
 #[test]
 fn every_function_pins_its_search_path_and_no_rule_exists() {
     let db = TestDb::new();
     let mut conn = db.conn();
+    let unpinned_helpers = query_lines(
+        &mut conn,
+        "SELECT p.proname::text AS line FROM pg_proc AS p
+          WHERE p.pronamespace = 'lease'::regnamespace AND p.proconfig IS NULL
+          ORDER BY p.proname::text COLLATE \"C\"",
+    );
+    assert_eq!(
+        unpinned_helpers, INLINED_HELPERS,
+        "the functions without a pinned search_path"
+    );
     let unpinned = query_lines(
         &mut conn,
         "SELECT p.oid::regprocedure::text AS line
