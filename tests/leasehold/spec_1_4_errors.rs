@@ -76,6 +76,28 @@ const SQL_CASES: &[(&str, &[&str])] = &[
         "SELECT * FROM lease.inspect(NULL)",
         &["key must not be NULL"],
     ),
+    // The smallest valid epoch and up_to beside an invalid argument: only
+    // the invalid one is named.
+    (
+        "SELECT * FROM lease.admit('', 'k', 1)",
+        &["resource must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.admit_held('r', 'k', '', 1)",
+        &["owner must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.fence('', 'k', 0)",
+        &["resource must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.fence('r', 'k', -1)",
+        &["up_to must not be negative"],
+    ),
+    (
+        "SELECT * FROM lease.admit('r', 'k', 0)",
+        &["epoch must be at least 1"],
+    ),
     (
         "SELECT * FROM lease.acquire('', NULL, interval '-1s', interval '-1s')",
         &[
