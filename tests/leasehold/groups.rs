@@ -514,3 +514,52 @@ fn a_keeper_set_heartbeat_writes_the_group_row_and_still_reports_each_loss() {
     assert_eq!(group_count(&mut conn), vec!["2"]);
     keepers.stop().unwrap();
 }
+
+/// Liveness of a group is judged by the clock at the heartbeat, not by the
+/// start of the heartbeat's transaction: a transaction that began while
+/// the group was live and sends its heartbeat after the group lapsed is
+/// refused, and the group's expiry does not move.
+#[test]
+fn a_heartbeat_sent_after_the_group_lapsed_is_refused_in_a_transaction_begun_before() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (_, group) = joined(&mut conn, &["late/a"]);
+    expire_own(&mut conn, &["late/a"]);
+    conn.batch_execute(&format!(
+        "UPDATE lease.groups SET expires_at = clock_timestamp() + interval '1 second' WHERE id = {}",
+        group.get()
+    ))
+    .unwrap();
+    let mut late = db.conn();
+    late.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        query_lines(
+            &mut late,
+            &format!(
+                "SELECT (expires_at > now())::text AS line FROM lease.groups WHERE id = {}",
+                group.get()
+            )
+        ),
+        ["true"],
+        "the group is live at the transaction's start"
+    );
+    let lapsed = format!(
+        "SELECT (expires_at < clock_timestamp())::text AS line FROM lease.groups WHERE id = {}",
+        group.get()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while query_lines(&mut conn, &lapsed) != ["true"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the group never lapsed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = group_expiry_in_sql(&mut conn, group);
+    assert_eq!(
+        late.renew_group(group, OWNER, TTL).unwrap(),
+        GroupRenewal::Refused(Refusal::Lapsed)
+    );
+    late.batch_execute("COMMIT").unwrap();
+    assert_eq!(group_expiry_in_sql(&mut conn, group), before);
+}
