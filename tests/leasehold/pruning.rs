@@ -493,3 +493,57 @@ fn the_watermark_and_a_raised_generation_compose() {
         "one above generation 5 of pruned counter {fifth}"
     );
 }
+
+/// Idleness is judged by the clock at the prune, not by the start of the
+/// prune's transaction: a grant and its heartbeat group lapse, a
+/// transaction begins, and once the clock (not the transaction's start) is
+/// a second past the lapse, a prune in that transaction with `idle` of one
+/// second removes both.
+#[test]
+fn a_prune_in_a_transaction_begun_earlier_judges_idleness_by_the_clock_at_the_call() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lease = granted(conn.acquire("idle/a", "o", TTL).unwrap());
+    let join = conn
+        .join_group(
+            &leasehold_test_support::grants("o", &[("idle/a", lease.epoch())]),
+            TTL,
+        )
+        .unwrap();
+    assert_eq!(join.renewed(), 1, "{join:?}");
+    conn.batch_execute(
+        "UPDATE lease.leases SET expires_at = clock_timestamp() WHERE key = 'idle/a';
+         UPDATE lease.groups SET expires_at = clock_timestamp();",
+    )
+    .unwrap();
+    let mut late = db.conn();
+    late.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        query_lines(&mut late, "SELECT count(*)::text AS line FROM lease.groups"),
+        ["1"]
+    );
+    let idle_enough =
+        "SELECT (max(expires_at) <= clock_timestamp() - interval '1 second')::text AS line
+                         FROM (SELECT expires_at FROM lease.leases UNION ALL
+                               SELECT expires_at FROM lease.groups) AS e";
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while query_lines(&mut conn, idle_enough) != ["true"] {
+        assert!(std::time::Instant::now() < deadline, "never a second idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        query_lines(
+            &mut late,
+            "SELECT pruned::text AS line FROM lease.prune_keys('1 second')"
+        ),
+        ["1"]
+    );
+    late.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT ((SELECT count(*) FROM lease.leases) + (SELECT count(*) FROM lease.groups))::text AS line"
+        ),
+        ["0"]
+    );
+}
