@@ -654,3 +654,35 @@ fn a_span_is_judged_from_the_clock_at_the_call_not_the_transactions_start() {
     );
     conn.batch_execute("COMMIT").expect("commit");
 }
+
+/// The generation never goes back: should the lineage row name a later
+/// timeline than the server's own (a row copied from elsewhere, an
+/// operator's edit), the generation is that of the later timeline, and a
+/// first grant starts above it.
+#[test]
+fn a_lineage_row_naming_a_later_timeline_never_lowers_the_generation() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("UPDATE lease.lineage SET last_timeline = lease._timeline() + 2")
+        .expect("move the row's timeline ahead");
+    let expected = query_lines(
+        &mut conn,
+        "SELECT (base + last_timeline - 1)::text AS line FROM lease.lineage",
+    );
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT generation::text AS line FROM lease.generation()"
+        ),
+        expected
+    );
+    let epoch = query_lines(
+        &mut conn,
+        "SELECT epoch::text AS line FROM lease.acquire('later/a', 'o', interval '1 minute')",
+    );
+    let floor: i64 = expected[0].parse::<i64>().expect("generation") << 40;
+    assert!(
+        epoch[0].parse::<i64>().expect("epoch") > floor,
+        "epoch {epoch:?} not above generation {expected:?}"
+    );
+}
