@@ -686,3 +686,25 @@ fn a_lineage_row_naming_a_later_timeline_never_lowers_the_generation() {
         "epoch {epoch:?} not above generation {expected:?}"
     );
 }
+
+/// `lease.generation` (what a standby can call) writes and locks nothing:
+/// even when the lineage row has not recorded this server's start, it
+/// answers inside a read-only transaction and leaves the row as it was.
+#[test]
+fn the_generation_is_read_without_writing_even_when_the_row_is_not_checked() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("UPDATE lease.lineage SET checked_start = '2000-01-01 00:00:00+00'")
+        .expect("age the row's start");
+    conn.batch_execute("BEGIN READ ONLY").expect("begin");
+    let read = conn.batch_execute("SELECT * FROM lease.generation()");
+    assert!(read.is_ok(), "in a read-only transaction: {read:?}");
+    conn.batch_execute("COMMIT").expect("commit");
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT checked_start::text AS line FROM lease.lineage"
+        ),
+        ["2000-01-01 00:00:00+00"]
+    );
+}
