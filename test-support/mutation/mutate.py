@@ -1281,16 +1281,22 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
                 "(the others run against every mutant)")
         ctx = {"server": server, "workdir": workdir, "binary": binary, "args": args, "libtest": libtest,
                "passed": passed, "coverage": coverage, "killers": {},
+               "all_mutants": build_mutants(parse_functions(files)[0]),
                "reach": None if args.no_coverage else Reach(parse_functions(files)[0], files)}
         recorded = (args.outcomes or workdir / "outcomes.jsonl").resolve()
-        outcomes = load_outcomes(recorded, chosen) if args.resume else []
+        if args.resume:
+            # Every recorded outcome teaches the first round (first_tests);
+            # only the chosen mutants' are reported and skipped. The file
+            # keeps the others' lines: --only with --resume adds to it.
+            for outcome in load_outcomes(recorded, ctx["all_mutants"]):
+                note_killers(outcome.mutant, outcome, ctx["killers"])
+            outcomes = load_outcomes(recorded, chosen)
+            log(f"resuming: {len(outcomes)} of the chosen mutants already decided in {recorded}")
+        else:
+            outcomes = []
+            if recorded.exists():
+                recorded.unlink()
         done = {o.mutant.id for o in outcomes}
-        for outcome in outcomes:
-            note_killers(outcome.mutant, outcome, ctx["killers"])
-        if done:
-            log(f"resuming: {len(done)} mutants already decided in {recorded}")
-        elif recorded.exists():
-            recorded.unlink()
         for n, mutant in enumerate(chosen, 1):
             if mutant.id in done:
                 continue
