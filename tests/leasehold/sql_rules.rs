@@ -422,6 +422,19 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     assert_eq!(next.epoch(), 1);
 }
 
+/// Sets the session's time zone (for the current transaction only, with
+/// `local`) to the POSIX zone that `zone_sql` computes (one row, column
+/// `line`) and returns it. The zone tests below build zones whose clocks
+/// change at a moment relative to the server's clock, so that a span's
+/// effect differs from its ordering today, whatever the date.
+fn enter_posix_zone(conn: &mut diesel::PgConnection, zone_sql: &str, local: bool) -> String {
+    let zone = query_lines(conn, zone_sql).remove(0);
+    let scope = if local { "LOCAL " } else { "" };
+    conn.batch_execute(&format!("SET {scope}TimeZone = '{zone}'"))
+        .expect("set the time zone");
+    zone
+}
+
 /// A span is judged by the time it adds in the session's time zone, not by
 /// interval ordering (docs/SPECIFICATION.md §1.3): where the clocks went
 /// back within the last day, `-1 day +24 hours +1 microsecond` orders as
@@ -436,20 +449,19 @@ fn a_span_is_judged_by_the_clock_it_moves_where_the_clocks_went_back() {
     let mut conn = db.conn();
     // Summer time (one hour ahead) from the start of the year until the
     // hour twelve hours ago, given as the summer clock reads it.
-    let zone = query_lines(
+    let zone = enter_posix_zone(
         &mut conn,
         "SELECT format('LHS0LHD-1,0/0,%s/%s', extract(doy FROM e)::int - 1,
                        greatest(extract(hour FROM e)::int, CASE WHEN extract(doy FROM e) = 1 THEN 1 ELSE 0 END)) AS line
            FROM (SELECT date_trunc('hour', (now() AT TIME ZONE 'UTC') - interval '12 hours')
                         + interval '1 hour' AS e) AS t",
+        false,
     );
-    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
-        .expect("set the time zone");
     let day = query_lines(
         &mut conn,
         "SELECT (extract(epoch FROM now() - (now() - interval '1 day')) / 3600)::int::text AS line",
     );
-    assert_eq!(day, ["25"], "hours in the day just past in {}", zone[0]);
+    assert_eq!(day, ["25"], "hours in the day just past in {}", zone);
     let span = "interval '-1 day +24 hours +1 microsecond'";
     let answers = query_lines(
         &mut conn,
@@ -464,7 +476,7 @@ fn a_span_is_judged_by_the_clock_it_moves_where_the_clocks_went_back() {
         answers,
         ["negative f f f ttl must be positive"],
         "in {}",
-        zone[0]
+        zone
     );
     assert_eq!(
         sqlstate_of(
@@ -492,24 +504,19 @@ fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
     let db = TestDb::new();
     let mut conn = db.conn();
     // Summer time, 167 hours ahead, from two days from now for 58 days.
-    let zone = query_lines(
+    let zone = enter_posix_zone(
         &mut conn,
         "SELECT format('LHS0LHD-167,%s/0,%s/0', (extract(doy FROM d)::int + 1) % 365,
                        (extract(doy FROM d)::int + 59) % 365) AS line
            FROM (SELECT now() AT TIME ZONE 'UTC' AS d) AS t",
+        false,
     );
-    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
-        .expect("set the time zone");
     let month = query_lines(
         &mut conn,
         "SELECT (extract(epoch FROM (now() + interval '1 mon') - now()) / 3600)::int::text AS line",
     );
     let hours: i64 = month[0].parse().expect("hours");
-    assert!(
-        hours < 720,
-        "the month ahead in {} has {hours} hours",
-        zone[0]
-    );
+    assert!(hours < 720, "the month ahead in {} has {hours} hours", zone);
     let span = "interval '1 mon -720 hours +1 microsecond'";
     let answers = query_lines(
         &mut conn,
@@ -524,7 +531,7 @@ fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
         answers,
         ["negative f f ttl must be positive"],
         "in {}",
-        zone[0]
+        zone
     );
     assert_eq!(
         sqlstate_of(
@@ -545,7 +552,7 @@ fn a_month_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
         ),
         ["negative f"],
         "in {}",
-        zone[0]
+        zone
     );
 }
 
@@ -560,19 +567,18 @@ fn a_zero_wait_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
     let mut conn = db.conn();
     // Summer time, an hour ahead, from the hour twelve hours from now for
     // thirty days.
-    let zone = query_lines(
+    let zone = enter_posix_zone(
         &mut conn,
         "SELECT format('LHS0LHD-1,%s/%s,%s/0', extract(doy FROM s)::int - 1,
                        extract(hour FROM s)::int, (extract(doy FROM s)::int + 29) % 365) AS line
            FROM (SELECT date_trunc('hour', (now() AT TIME ZONE 'UTC') + interval '12 hours') AS s) AS t",
+        false,
     );
-    conn.batch_execute(&format!("SET TimeZone = '{}'", zone[0]))
-        .expect("set the time zone");
     let day = query_lines(
         &mut conn,
         "SELECT (extract(epoch FROM (now() + interval '1 day') - now()) / 3600)::int::text AS line",
     );
-    assert_eq!(day, ["23"], "hours in the day ahead in {}", zone[0]);
+    assert_eq!(day, ["23"], "hours in the day ahead in {}", zone);
     let span = "interval '1 day -24 hours'";
     let answers = query_lines(
         &mut conn,
@@ -585,7 +591,7 @@ fn a_zero_wait_is_judged_by_the_clock_it_moves_where_the_clocks_jump_ahead() {
         answers,
         ["negative f wait must not be negative"],
         "in {}",
-        zone[0]
+        zone
     );
     assert_eq!(
         sqlstate_of(
@@ -612,14 +618,13 @@ fn a_span_is_judged_from_the_clock_at_the_call_not_the_transactions_start() {
     let db = TestDb::new();
     let mut conn = db.conn();
     conn.batch_execute("BEGIN").expect("begin");
-    let zone = query_lines(
+    let zone = enter_posix_zone(
         &mut conn,
         "SELECT format('LHS0LHD-1,%s/%s,%s/0', extract(doy FROM t)::int - 1, to_char(t, 'HH24:MI:SS'),
                        (extract(doy FROM t)::int + 29) % 365) AS line
            FROM (SELECT date_trunc('second', now() AT TIME ZONE 'UTC') + interval '2 seconds' AS t) AS x",
+        true,
     );
-    conn.batch_execute(&format!("SET LOCAL TimeZone = '{}'", zone[0]))
-        .expect("set the time zone");
     let jumped = || {
         "SELECT (extract(epoch FROM (clock_timestamp() + interval '1 day') - clock_timestamp()) / 3600)::int::text AS line"
     };
@@ -628,7 +633,7 @@ fn a_span_is_judged_from_the_clock_at_the_call_not_the_transactions_start() {
         assert!(
             std::time::Instant::now() < deadline,
             "the clocks of {} never jumped",
-            zone[0]
+            zone
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -643,7 +648,7 @@ fn a_span_is_judged_from_the_clock_at_the_call_not_the_transactions_start() {
         ),
         ["23 zero t"],
         "in {}",
-        zone[0]
+        zone
     );
     assert_eq!(
         sqlstate_of(
