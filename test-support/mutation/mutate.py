@@ -861,7 +861,7 @@ def read_coverage(directory: Path) -> dict[str, set[str] | None]:
     return coverage
 
 
-def strip_functions(text: str) -> str:
+def defining_statements(text: str) -> str:
     """The statements of a migration that define what runs later on its own:
     tables, domains, views, triggers, indexes, policies (CREATE other than
     FUNCTION, ALTER TABLE, ALTER DOMAIN). Grants, comments and install-time
@@ -894,7 +894,7 @@ class Reach:
             for name in names:
                 if name != caller.name.lower() and self.mentions(body, name):
                     self.callers[name].add(caller.name.lower())
-        ddl = "\n".join(strip_functions(path.read_text()) for path in files)
+        ddl = "\n".join(defining_statements(path.read_text()) for path in files)
         self.in_ddl = {n for n in names if self.mentions(ddl, n)}
         self.inlinable = {f.name.lower() for f in functions if inlinable(f)}
         self.sources = source_texts(files[0].parents[2] if files else REPO)
@@ -992,6 +992,12 @@ def select_tests(mutant: Mutant, passed: set[str], coverage: dict[str, set[str] 
             or any(t.startswith(p) for p in prefixes)}
 
 
+def killer_key(mutant: Mutant) -> str:
+    """What killers are tallied under: the function, or for a header mutant
+    the operator (the catalog tests kill those, whatever the function)."""
+    return mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
+
+
 def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, int]],
                 reach: Reach | None = None) -> set[str]:
     """The tests to try first: the 6 that killed most earlier mutants of the
@@ -1006,8 +1012,7 @@ def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, i
     for counts in killers.values():
         for test, n in counts.items():
             overall[test] = overall.get(test, 0) + n
-    key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
-    first = set(top(killers.get(key, {}))) | set(top(overall))
+    first = set(top(killers.get(killer_key(mutant), {}))) | set(top(overall))
     if reach is not None and mutant.operator not in HEADER_OPERATORS:
         prefixes = direct_callers(function_name(mutant), reach.sources)
         if prefixes:
@@ -1019,10 +1024,9 @@ def first_tests(mutant: Mutant, chosen: set[str], killers: dict[str, dict[str, i
 
 def note_killers(mutant: Mutant, outcome: "Outcome", killers: dict[str, dict[str, int]]) -> None:
     """Remembers a mutant's killing tests for first_tests."""
-    key = mutant.operator if mutant.operator in HEADER_OPERATORS else function_name(mutant)
+    counts = killers.setdefault(killer_key(mutant), {})
     for test in outcome.killers:
-        killers.setdefault(key, {})
-        killers[key][test] = killers[key].get(test, 0) + 1
+        counts[test] = counts.get(test, 0) + 1
 
 
 def exact_args(tests: set[str], libtest: list[str]) -> list[str]:
@@ -1264,7 +1268,8 @@ def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
     return outcomes
 
 
-def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], files: list[Path]) -> int:
+def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], files: list[Path],
+            functions: list[Function], all_mutants: list[Mutant]) -> int:
     """Builds, runs the baseline and every chosen mutant, writes the report."""
     workdir = (args.workdir or default_workdir(args.repo)).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1281,8 +1286,8 @@ def run_all(chosen: list[Mutant], args: argparse.Namespace, libtest: list[str], 
                 "(the others run against every mutant)")
         ctx = {"server": server, "workdir": workdir, "binary": binary, "args": args, "libtest": libtest,
                "passed": passed, "coverage": coverage, "killers": {},
-               "all_mutants": build_mutants(parse_functions(files)[0]),
-               "reach": None if args.no_coverage else Reach(parse_functions(files)[0], files)}
+               "all_mutants": all_mutants,
+               "reach": None if args.no_coverage else Reach(functions, files)}
         recorded = (args.outcomes or workdir / "outcomes.jsonl").resolve()
         if args.resume:
             # Every recorded outcome teaches the first round (first_tests);
@@ -1326,7 +1331,8 @@ def main(argv: list[str]) -> int:
     if not files:
         sys.exit(f"no migrations/*/up.sql under {args.repo}")
     functions, superseded = parse_functions(files)
-    mutants = build_mutants(functions)
+    all_mutants = build_mutants(functions)
+    mutants = all_mutants
     if args.show is not None:
         print(next((patch_text(m) for m in mutants if m.id == args.show), f"no mutant {args.show}"))
         return 0
@@ -1343,7 +1349,7 @@ def main(argv: list[str]) -> int:
         return 0
     if not chosen:
         sys.exit("no mutants selected")
-    return run_all(chosen, args, libtest, files)
+    return run_all(chosen, args, libtest, files, functions, all_mutants)
 
 
 if __name__ == "__main__":
