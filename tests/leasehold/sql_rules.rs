@@ -422,6 +422,47 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     assert_eq!(next.epoch(), 1);
 }
 
+/// Recording this server's start in the lineage row never waits
+/// (docs/SPECIFICATION.md §1.7): the generation does not depend on it, so
+/// a grant whose recording finds the row locked by another transaction
+/// that is recording it too skips the write and is granted at once. Were
+/// it to wait, the grant would sit behind an unrelated open transaction;
+/// lock_timeout would fail it instead of hanging the test.
+#[test]
+fn recording_the_servers_start_never_waits_for_a_transaction_recording_it_too() {
+    let db = TestDb::new();
+    let mut first = db.conn();
+    let mut second = db.conn();
+    let mut observer = db.conn();
+    let checked = |conn: &mut diesel::PgConnection| {
+        query_bool(
+            conn,
+            "SELECT checked_start = pg_postmaster_start_time() AS flag FROM lease.lineage",
+        )
+    };
+    observer
+        .batch_execute(
+            "UPDATE lease.lineage SET checked_start = timestamptz '2000-01-01 00:00:00+00'",
+        )
+        .unwrap_or_else(|error| panic!("age the lineage row: {error}"));
+    first.batch_execute("BEGIN").expect("begin");
+    let held = granted(first.acquire("lineage/a", "o", TTL).unwrap());
+    assert_eq!(held.epoch(), 1);
+    assert!(
+        !checked(&mut observer),
+        "the first grant's recording is not committed yet"
+    );
+    second
+        .batch_execute("SET lock_timeout = '10s'")
+        .expect("set lock_timeout");
+    let other = second
+        .acquire("lineage/b", "o", TTL)
+        .unwrap_or_else(|error| panic!("a grant waited for the lineage row: {error}"));
+    assert_eq!(granted(other).epoch(), 1);
+    first.batch_execute("COMMIT").expect("commit");
+    assert!(checked(&mut observer), "the first grant recorded the start");
+}
+
 /// Sets the session's time zone (for the current transaction only, with
 /// `local`) to the POSIX zone that `zone_sql` computes (one row, column
 /// `line`) and returns it. The zone tests below build zones whose clocks
@@ -690,6 +731,31 @@ fn a_lineage_row_naming_a_later_timeline_never_lowers_the_generation() {
         epoch[0].parse::<i64>().expect("epoch") > floor,
         "epoch {epoch:?} not above generation {expected:?}"
     );
+}
+
+/// A new lineage (a dump restored into another cluster, here the lineage
+/// row given another system identifier) is started once, by the first
+/// grant, one generation above the old; every later grant stays in that
+/// generation (docs/SPECIFICATION.md §1.7): `lease.generation` reports it
+/// before and after the first grant, and another key's first grant and
+/// the old key's next grant are in it too.
+#[test]
+fn a_new_lineage_keeps_the_generation_its_first_grant_started() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let old = granted(conn.acquire("lineage/old", "o", TTL).unwrap());
+    assert_eq!(old.epoch(), 1);
+    assert_eq!(conn.release(&old).unwrap(), leasehold::Release::Released);
+    conn.batch_execute("UPDATE lease.lineage SET system_identifier = 1")
+        .expect("give the lineage row another cluster's identifier");
+    assert_eq!(conn.generation().unwrap().generation, 1, "the next grant's");
+    let first = granted(conn.acquire("lineage/a", "o", TTL).unwrap());
+    assert_eq!(first.epoch(), (1 << 40) + 1);
+    assert_eq!(conn.generation().unwrap().generation, 1, "after the first");
+    let second = granted(conn.acquire("lineage/b", "o", TTL).unwrap());
+    assert_eq!(second.epoch(), (1 << 40) + 1);
+    let again = granted(conn.acquire("lineage/old", "o", TTL).unwrap());
+    assert_eq!(again.epoch(), (1 << 40) + 1);
 }
 
 /// `lease.generation` (what a standby can call) writes and locks nothing:

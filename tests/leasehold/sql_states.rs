@@ -411,6 +411,47 @@ fn an_old_snapshot_does_not_keep_a_rebound_prefix_for_its_old_role() {
     assert_no_mismatch(&mismatches);
 }
 
+/// A read-only transaction cannot lock, so its calls (inspect) read the
+/// rules and the rows as of its snapshot (docs/SPECIFICATION.md §4.2) and
+/// do not try the lock that guards an old snapshot. A guard against a
+/// mutant (the lock tried in read-only transactions too, which fails every
+/// such call): in a REPEATABLE READ READ ONLY transaction the role a
+/// prefix is bound to inspects its own held key, and an outsider is
+/// refused by the rule.
+#[test]
+fn a_read_only_transaction_inspects_under_the_rules_of_its_snapshot() {
+    let deployment = Deployment::new();
+    make_operator(&deployment);
+    let mut operator = deployment.conn_as(&deployment.operator);
+    operator.bind_namespace("ro/", &deployment.app).unwrap();
+    let mut app = session(&deployment, &deployment.app);
+    let mut worker = session(&deployment, &deployment.worker);
+    assert_eq!(
+        probe(
+            &mut app,
+            "SELECT acquired FROM lease.acquire('ro/job', 'app-1', interval '1 min')"
+        ),
+        row(r#"{"acquired":true}"#)
+    );
+    let inspect = "SELECT held, owner FROM lease.inspect('ro/job')";
+    for conn in [&mut app, &mut worker] {
+        conn.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .unwrap();
+    }
+    assert_eq!(
+        probe(&mut app, inspect),
+        row(r#"{"held":true,"owner":"app-1"}"#)
+    );
+    let outsider = probe(&mut worker, inspect);
+    assert!(
+        outsider.failed_with("42501", "lease_namespace_denied"),
+        "{outsider:?}"
+    );
+    for conn in [&mut app, &mut worker] {
+        conn.batch_execute("COMMIT").unwrap();
+    }
+}
+
 /// Hole: the attacker held a key before its prefix was bound to the app;
 /// in a transaction whose snapshot predates the rule it went on renewing,
 /// admitting with and releasing that key, which the rule forbids it from
@@ -1023,6 +1064,113 @@ fn the_one_second_bound_of_an_acquire_without_wait_covers_all_its_lock_waits() {
         elapsed >= Duration::from_millis(900) && elapsed < Duration::from_millis(1_400),
         "the acquire without a wait gave up after {elapsed:?}, not about 1 s after the call"
     );
+}
+
+/// Guard against three mutants (the bound of a lock wait computed from the
+/// transaction's start in place of the clock; no test noticed them): in
+/// a transaction that began 1.5 s earlier, an acquire without a wait that
+/// meets a locked row gives up about 1 s after the call, wherever in its
+/// settling step the lock is:
+/// - the lineage row, when the grant starts a new lineage (the row given
+///   another cluster's identifier) and a superuser transaction keeps the
+///   row locked;
+/// - the key's row read under REPEATABLE READ (`FOR SHARE`) while the
+///   holder's renewal of it is not committed;
+/// - the caller's own live grant (`FOR KEY SHARE`, an idempotent acquire)
+///   while another transaction keeps the row locked `FOR UPDATE`.
+///
+/// Each raises `lease_wait_timeout` (57014) after 0.9–1.4 s, not 2.5 s.
+#[test]
+fn an_old_transactions_acquire_without_wait_gives_up_a_second_after_the_call_at_every_lock() {
+    let deployment = Deployment::new();
+    let mut admin = deployment.admin();
+    let mut app = session(&deployment, &deployment.app);
+    let mut mismatches = Vec::new();
+
+    // The lineage row, locked while a new lineage must be started.
+    let epoch = grant(&mut app, "lineage-locked", "h");
+    lapse(&mut admin, "lineage-locked");
+    let mut operator = deployment.admin();
+    operator
+        .batch_execute("UPDATE lease.lineage SET system_identifier = 1, checked_start = NULL")
+        .unwrap();
+    operator
+        .batch_execute("BEGIN; SELECT 1 FROM lease.lineage FOR UPDATE")
+        .unwrap();
+    let mut worker = session(&deployment, &deployment.worker);
+    begin_old_transaction(&mut worker);
+    let started = Instant::now();
+    let outcome = probe(
+        &mut worker,
+        "SELECT acquired FROM lease.acquire('lineage-locked', 'w', interval '1 min')",
+    );
+    let elapsed = started.elapsed();
+    worker.batch_execute("ROLLBACK").unwrap();
+    operator.batch_execute("ROLLBACK").unwrap();
+    if !outcome.failed_with("57014", "lease_wait_timeout")
+        || elapsed < Duration::from_millis(900)
+        || elapsed >= Duration::from_millis(1_400)
+    {
+        mismatches.push(format!(
+            "the lineage row locked: {outcome:?} after {elapsed:?}"
+        ));
+    }
+    assert_eq!(
+        raw_row(&mut admin, "lineage-locked").unwrap(),
+        format!("h|{epoch}|t|"),
+        "the lapsed grant is as it was"
+    );
+
+    // The key's row, read FOR SHARE under REPEATABLE READ.
+    let epoch = grant(&mut app, "share-locked", "h");
+    app.batch_execute(&format!(
+        "BEGIN; SELECT * FROM lease.renew('share-locked', 'h', {epoch}, interval '1 min')"
+    ))
+    .unwrap();
+    worker
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pg_sleep(1.5)")
+        .unwrap();
+    let started = Instant::now();
+    let outcome = probe(
+        &mut worker,
+        "SELECT acquired FROM lease.acquire('share-locked', 'w', interval '1 min')",
+    );
+    let elapsed = started.elapsed();
+    worker.batch_execute("ROLLBACK").unwrap();
+    app.batch_execute("ROLLBACK").unwrap();
+    if !outcome.failed_with("57014", "lease_wait_timeout")
+        || elapsed < Duration::from_millis(900)
+        || elapsed >= Duration::from_millis(1_400)
+    {
+        mismatches.push(format!(
+            "the key's row locked, REPEATABLE READ: {outcome:?} after {elapsed:?}"
+        ));
+    }
+
+    // The caller's own grant, locked (`FOR KEY SHARE` waits) by a
+    // superuser transaction standing in for a takeover in flight.
+    grant(&mut app, "own-locked", "h");
+    admin
+        .batch_execute("BEGIN; SELECT 1 FROM lease.leases WHERE key = 'own-locked' FOR UPDATE")
+        .unwrap();
+    begin_old_transaction(&mut worker);
+    let started = Instant::now();
+    let outcome = probe(
+        &mut worker,
+        "SELECT acquired FROM lease.acquire('own-locked', 'h', interval '1 min')",
+    );
+    let elapsed = started.elapsed();
+    worker.batch_execute("ROLLBACK").unwrap();
+    admin.batch_execute("ROLLBACK").unwrap();
+    if !outcome.failed_with("57014", "lease_wait_timeout")
+        || elapsed < Duration::from_millis(900)
+        || elapsed >= Duration::from_millis(1_400)
+    {
+        mismatches.push(format!(
+            "the caller's own grant locked: {outcome:?} after {elapsed:?}"
+        ));
+    }
+    assert_no_mismatch(&mismatches);
 }
 
 // ---------------------------------------------------------------------------
