@@ -779,3 +779,71 @@ fn the_generation_is_read_without_writing_even_when_the_row_is_not_checked() {
         ["2000-01-01 00:00:00+00"]
     );
 }
+
+/// The common grant and the common denial take the first step of an
+/// attempt and never the settling step (docs/SPECIFICATION.md §1.3, "How
+/// an attempt settles the key"): the speed of the common path rests on
+/// it, and a shortcut whose conditions the settling step repeats answers
+/// the same either way, so only the count of settling calls tells a
+/// shortcut that works from one that never fires. Counted by the server
+/// (`track_functions`, superuser; `pg_stat_get_xact_function_calls` reads
+/// the session's counts not yet flushed, which may span its earlier
+/// transactions, so each count is of every call so far): a FREE key with
+/// a row, a LAPSED key and another owner's live grant under READ
+/// COMMITTED settle nothing; a never-seen key (the control, last) takes
+/// the settling step once.
+#[test]
+fn the_common_grant_and_denial_never_take_the_settling_step() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let mut other = db.conn();
+    conn.batch_execute("SET track_functions = 'all'")
+        .expect("count function calls (superuser)");
+    let released = granted(other.acquire("common/free", "a", TTL).unwrap());
+    assert_eq!(
+        other.release(&released).unwrap(),
+        leasehold::Release::Released
+    );
+    granted(other.acquire("common/lapsed", "a", TTL).unwrap());
+    other
+        .batch_execute(
+            "UPDATE lease.leases SET expires_at = clock_timestamp() - interval '1 hour'
+              WHERE key = 'common/lapsed'",
+        )
+        .expect("lapse the grant");
+    granted(other.acquire("common/held", "a", TTL).unwrap());
+    let settling_calls = |conn: &mut diesel::PgConnection, call: &str| -> String {
+        conn.batch_execute("BEGIN").expect("begin");
+        conn.batch_execute(call).expect("the call");
+        let counted = query_lines(
+            conn,
+            "SELECT COALESCE(pg_stat_get_xact_function_calls(
+                        'lease._acquire_settle(bytea, text, text, interval, interval)'::regprocedure),
+                    0)::text AS line",
+        );
+        conn.batch_execute("COMMIT").expect("commit");
+        format!("{call}: {}", counted[0])
+    };
+    let acquire =
+        |key: &str| format!("SELECT * FROM lease.acquire('{key}', 'b', interval '1 min')");
+    let counts: Vec<String> = ["common/free", "common/lapsed", "common/held", "common/new"]
+        .iter()
+        .map(|key| settling_calls(&mut conn, &acquire(key)))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            format!("{}: 0", acquire("common/free")),
+            format!("{}: 0", acquire("common/lapsed")),
+            format!("{}: 0", acquire("common/held")),
+            format!("{}: 1", acquire("common/new")),
+        ]
+    );
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT string_agg(key || '=' || owner, ',' ORDER BY key) AS line FROM lease.leases"
+        ),
+        ["common/free=b,common/held=a,common/lapsed=b,common/new=b"]
+    );
+}
