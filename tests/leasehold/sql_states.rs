@@ -1086,6 +1086,17 @@ fn gave_up_a_second_after_the_call(
     }
 }
 
+/// Begins a transaction on `admin` (a superuser) that keeps `key`'s row
+/// locked `FOR UPDATE` until it ends.
+fn lock_row_in_open_transaction(admin: &mut PgConnection, key: &str) {
+    admin
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM lease.leases WHERE key = {} FOR UPDATE",
+            quote(key)
+        ))
+        .unwrap();
+}
+
 /// Guard against five mutants (the bound of a lock wait computed from the
 /// transaction's start in place of the clock; no test noticed them): in a
 /// transaction that began 1.5 s earlier, an acquire that meets a locked
@@ -1158,9 +1169,7 @@ fn an_old_transactions_acquire_gives_up_a_second_after_the_call_at_every_lock() 
     // The caller's own grant, locked (`FOR KEY SHARE` waits) by a
     // superuser transaction standing in for a takeover in flight.
     grant(&mut app, "own-locked", "h");
-    admin
-        .batch_execute("BEGIN; SELECT 1 FROM lease.leases WHERE key = 'own-locked' FOR UPDATE")
-        .unwrap();
+    lock_row_in_open_transaction(&mut admin, "own-locked");
     begin_old_transaction(&mut worker);
     mismatches.extend(gave_up_a_second_after_the_call(
         &mut worker,
@@ -1173,9 +1182,7 @@ fn an_old_transactions_acquire_gives_up_a_second_after_the_call_at_every_lock() 
     // A lapsed key's row, locked; the acquire waits up to a second.
     grant(&mut app, "wait-locked", "h");
     lapse(&mut admin, "wait-locked");
-    admin
-        .batch_execute("BEGIN; SELECT 1 FROM lease.leases WHERE key = 'wait-locked' FOR UPDATE")
-        .unwrap();
+    lock_row_in_open_transaction(&mut admin, "wait-locked");
     begin_old_transaction(&mut worker);
     mismatches.extend(gave_up_a_second_after_the_call(
         &mut worker,
