@@ -1139,6 +1139,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--resume", action="store_true",
                         help="keep the outcomes recorded in <workdir>/outcomes.jsonl and run only the rest")
     parser.add_argument("--binary", type=Path, help="use this test binary instead of building")
+    parser.add_argument("--first", action="append", default=[], metavar="TEST",
+                        help="also try this test in every mutant's first round (repeatable): a test "
+                        "added since the recorded outcomes has no kills to rank it by")
     parser.add_argument("--pg-bin", help="server binaries for the pre-check (default: LEASEHOLD_PG_BIN, "
                         "else the newest /usr/lib/postgresql/*/bin)")
     parser.add_argument("--no-precheck", action="store_true", help="skip the scratch-server pre-check")
@@ -1228,7 +1231,7 @@ def run_mutant(mutant: Mutant, ctx: dict) -> Outcome:
     elif not chosen:
         outcome = Outcome(mutant, "survived", [], 0.0)
     else:
-        first = first_tests(mutant, chosen, ctx["killers"], ctx["reach"])
+        first = first_tests(mutant, chosen, ctx["killers"], ctx["reach"]) | (chosen & set(args.first))
         seconds, outcome = 0.0, None
         for tests in (first, chosen - first):
             if not tests:
@@ -1253,17 +1256,19 @@ def sql_digest(sql: str) -> str:
 
 
 def load_outcomes(recorded: Path, chosen: list[Mutant]) -> list[Outcome]:
-    """The outcomes an earlier run recorded for mutants still chosen, with
-    the same SQL (by its sha256) (ids change when the migrations do: such records are
-    dropped), so a run of many hours can be split over several."""
+    """The outcomes an earlier run recorded for mutants still chosen, so a run
+    of many hours can be split over several. A record is matched by the
+    sha256 of its mutant's SQL, not by its id: editing one function of the
+    migrations renumbers the mutants after it, but only the edited
+    function's mutants lose their records and are judged again."""
     if not recorded.exists():
         return []
-    by_id = {m.id: m for m in chosen}
+    by_sql = {sql_digest(m.sql): m for m in chosen}
     outcomes = []
     for line in recorded.read_text().splitlines():
         entry = json.loads(line)
-        mutant = by_id.get(entry["id"])
-        if mutant is not None and entry.get("sql_sha256", sql_digest(entry.get("sql", ""))) == sql_digest(mutant.sql):
+        mutant = by_sql.get(entry.get("sql_sha256", sql_digest(entry.get("sql", ""))))
+        if mutant is not None:
             outcomes.append(Outcome(mutant, entry["result"], entry["killers"], entry["seconds"], entry["note"]))
     return outcomes
 

@@ -140,7 +140,7 @@ fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait
     wait_until_server_time_passes(&mut app, lease.expires_at());
 
     let url = deployment.url_as(&deployment.worker);
-    let (no_wait, with_wait, sqlstate) = returns(move || {
+    let (no_wait, with_wait, sqlstate, messages) = returns(move || {
         let mut worker: diesel::PgConnection = diesel::Connection::establish(&url).unwrap();
         let no_wait = worker.acquire("jobs/2", "worker-1", TTL);
         let with_wait = worker.acquire_waiting("jobs/2", "worker-1", TTL, Duration::from_secs(1));
@@ -148,7 +148,15 @@ fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait
             &mut worker,
             "SELECT * FROM lease.acquire('jobs/2', 'worker-1', '1 min', '300 ms')",
         );
-        (no_wait, with_wait, sqlstate)
+        let messages = ["0", "300 ms"].map(|wait| {
+            let call =
+                format!("SELECT * FROM lease.acquire('jobs/2', 'worker-1', '1 min', '{wait}')");
+            match diesel::RunQueryDsl::execute(diesel::sql_query(&call), &mut worker) {
+                Err(diesel::result::Error::DatabaseError(_, info)) => info.message().to_owned(),
+                other => panic!("{call}: expected an error, got {other:?}"),
+            }
+        });
+        (no_wait, with_wait, sqlstate, messages)
     });
     match no_wait {
         Err(LeaseError::TimedOut { key, waited }) => {
@@ -161,6 +169,21 @@ fn a_row_kept_locked_by_another_transaction_never_keeps_an_acquire_past_its_wait
         other => panic!("expected TimedOut, got {other:?}"),
     }
     assert_eq!(sqlstate, "57014");
+    // The message names the bound that ran out: the 1 second of a call
+    // without a wait, or the caller's wait.
+    assert!(
+        messages[0].ends_with(
+            "stayed locked by another transaction for 1 second (the bound of a call without a wait)"
+        ),
+        "{}",
+        messages[0]
+    );
+    assert!(
+        messages[1]
+            .ends_with("stayed locked by another transaction for the whole wait of 00:00:00.3"),
+        "{}",
+        messages[1]
+    );
 
     app.batch_execute("COMMIT").unwrap();
     let mut worker = deployment.conn_as(&deployment.worker);

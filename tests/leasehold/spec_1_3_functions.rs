@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use diesel::connection::SimpleConnection;
 use leasehold::{Acquisition, LeaseError, LeaseState, Leases, Refusal, Release, Renewal};
 
 use crate::common::*;
@@ -107,6 +108,53 @@ fn blocking_acquire_wakes_after_a_release() {
     let taken = waiter.join().unwrap().unwrap();
     assert_eq!(taken.owner(), "b");
     assert_eq!(taken.epoch(), 3);
+}
+
+/// A wait polls every 50 ms (§1.3): it neither sleeps through its wait
+/// (a key released meanwhile would wait for the deadline) nor spins (a
+/// waiter would burn a server core for its whole wait). Counted by the
+/// server: each poll reads the key's row through the primary key, as a
+/// call without a wait does once (`pg_stat_xact_user_tables`), so a wait
+/// of 500 ms makes about ten such reads; a sleep through the wait makes
+/// two, a spin thousands. The bounds leave room for a loaded machine's
+/// late wake-ups.
+#[test]
+fn a_wait_polls_the_key_every_50_ms() {
+    let db = TestDb::new();
+    let mut holder = db.conn();
+    granted(holder.acquire("poll/k", "a", TTL).unwrap());
+    let mut waiter = db.conn();
+    // The session's counts not yet flushed span its earlier transactions,
+    // so each call is judged by the difference it makes.
+    let key_reads = |conn: &mut diesel::PgConnection| -> i64 {
+        query_lines(
+            conn,
+            "SELECT COALESCE(sum(idx_scan), 0)::text AS line FROM pg_stat_xact_user_tables
+              WHERE schemaname = 'lease' AND relname = 'leases'",
+        )[0]
+        .parse()
+        .expect("a count")
+    };
+    let mut reads_of = |wait: &str| -> (String, i64) {
+        waiter.batch_execute("BEGIN").expect("begin");
+        let before = key_reads(&mut waiter);
+        let sqlstate = sqlstate_of(
+            &mut waiter,
+            &format!("SELECT * FROM lease.acquire('poll/k', 'b', '1 min', '{wait}')"),
+        );
+        let after = key_reads(&mut waiter);
+        waiter.batch_execute("COMMIT").expect("commit");
+        (sqlstate, after - before)
+    };
+    let (denied, one_poll) = reads_of("0");
+    let (timed_out, waited) = reads_of("500 ms");
+    assert_eq!((denied.as_str(), timed_out.as_str()), ("00000", "57014"));
+    assert!(one_poll >= 1, "a denial reads the key's row: {one_poll}");
+    let polls = waited / one_poll;
+    assert!(
+        (4..=30).contains(&polls),
+        "a wait of 500 ms polled {polls} times ({waited} reads, {one_poll} a poll)"
+    );
 }
 
 #[test]

@@ -847,3 +847,128 @@ fn the_common_grant_and_denial_never_take_the_settling_step() {
         ["common/free=b,common/held=a,common/lapsed=b,common/new=b"]
     );
 }
+
+/// A call on one key (or one resource) reads that key's row (and that
+/// resource's guard) through the primary key, never its way through other
+/// rows of `lease.leases` or `lease.guards`, so it costs the same with a
+/// million keys as with ten. A plan that scanned the lease table was found
+/// once by profiling (docs/PERFORMANCE.md); and a look-up whose conditions
+/// the digest already decides (`key_hash = $1 AND key = $2`) answers the
+/// same when its two halves are joined by OR instead, so only the server's
+/// count of rows read tells the two apart (`pg_stat_xact_user_tables`:
+/// rows read by scans and fetched through indexes). The tables hold 3,000
+/// other keys, a third of them grants in heartbeat groups (another index
+/// can serve a look-up that went wrong), and 3,000 other resources,
+/// analysed, so that no plan reads another row more cheaply than none.
+#[test]
+fn a_call_on_one_key_reads_no_other_keys_row() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute(
+        "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, first_epoch, group_id)
+              SELECT 'filler/' || i, lease._key_hash('filler/' || i),
+                     CASE WHEN i % 3 = 0 THEN 'filler' END, 1,
+                     CASE WHEN i % 3 = 0 THEN clock_timestamp() + interval '1 hour' END, 1,
+                     CASE WHEN i % 3 = 0 THEN -i END
+                FROM generate_series(1, 3000) AS i;
+         INSERT INTO lease.guards (resource, resource_hash, lease_key, accepted_epoch, updated_at)
+              SELECT 'filler/' || i, lease._key_hash('filler/' || i), 'filler/' || i, 1, now()
+                FROM generate_series(1, 3000) AS i;
+         ANALYZE lease.leases, lease.guards;",
+    )
+    .expect("fill the tables");
+    let mut epochs = std::collections::BTreeMap::new();
+    for key in ["scan/held", "scan/grouped", "scan/forced", "scan/many"] {
+        epochs.insert(
+            key,
+            i64::from(granted(conn.acquire(key, "a", TTL).unwrap()).epoch()),
+        );
+    }
+    let (held, grouped, forced, many) = (
+        epochs["scan/held"],
+        epochs["scan/grouped"],
+        epochs["scan/forced"],
+        epochs["scan/many"],
+    );
+    let group = query_lines(
+        &mut conn,
+        &format!(
+            "SELECT group_id::text AS line FROM lease.join_group(
+                 ARRAY['scan/grouped'], 'a', ARRAY[{grouped}::bigint], interval '1 hour')"
+        ),
+    )
+    .remove(0);
+    // (how the transaction begins, the call, the SQLSTATE it ends with)
+    let rc = "BEGIN";
+    let rr = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    let calls = [
+        (rc, "lease.acquire('scan/new', 'b', interval '1 min')".to_string(), "00000"),
+        (rc, "lease.acquire('scan/held', 'b', interval '1 min')".to_string(), "00000"),
+        (rr, "lease.acquire('scan/held', 'b', interval '1 min')".to_string(), "00000"),
+        (rc, format!("lease.renew('scan/held', 'a', {held}, interval '1 hour')"), "00000"),
+        (rc, format!("lease.renew('scan/held', 'a', {}, interval '1 hour')", held + 1), "00000"),
+        (rc, "lease.inspect('scan/held')".to_string(), "00000"),
+        (rc, format!("lease.check_held('scan/held', 'a', {held})"), "00000"),
+        (rc, format!("lease.admit('scan/resource', 'scan/held', {held})"), "00000"),
+        (rc, format!("lease.admit('scan/resource', 'scan/new', {held})"), "22023"),
+        (rc, format!("lease.admit_held('scan/resource', 'scan/held', 'a', {held})"), "00000"),
+        (rc, format!("lease.renew_admit('scan/resource', 'scan/held', 'a', {held}, interval '1 hour')"), "00000"),
+        (rc, format!("lease.fence('scan/fenced', 'scan/held', {held})"), "00000"),
+        (rc, format!("lease.admit('scan/fenced', 'scan/held', {held})"), "55000"),
+        (rc, "lease.fence('scan/resource', 'scan/new', 0)".to_string(), "22023"),
+        (rc, "lease.inspect_guard('scan/resource')".to_string(), "00000"),
+        (rc, format!("lease.renew_many(ARRAY['scan/held'], 'a', ARRAY[{held}::bigint], interval '1 hour')"), "00000"),
+        (rc, format!("lease.renew_group({group}, 'a', interval '1 hour')"), "00000"),
+        (rc, format!("lease.release('scan/grouped', 'a', {grouped})"), "00000"),
+        (rc, format!("lease.release('scan/held', 'a', {held})"), "00000"),
+        (rc, format!("lease.release_many(ARRAY['scan/many'], 'a', ARRAY[{many}::bigint])"), "00000"),
+        (rc, format!("lease.force_release('scan/forced', {forced})"), "00000"),
+        (rc, "lease.force_release('scan/new')".to_string(), "00000"),
+    ];
+    // The session's counts not yet flushed may span its earlier
+    // transactions, so each call is judged by the difference it makes.
+    let rows_read = |conn: &mut diesel::PgConnection| -> i64 {
+        query_lines(
+            conn,
+            "SELECT COALESCE(sum(seq_tup_read + COALESCE(idx_tup_fetch, 0)), 0)::text AS line
+               FROM pg_stat_xact_user_tables
+              WHERE schemaname = 'lease' AND relname IN ('leases', 'guards')",
+        )[0]
+        .parse()
+        .expect("a count")
+    };
+    let read: Vec<(String, String, i64)> = calls
+        .iter()
+        .map(|(begin, call, _)| {
+            conn.batch_execute(begin).expect("begin");
+            let before = rows_read(&mut conn);
+            let sqlstate = sqlstate_of(&mut conn, &format!("SELECT * FROM {call}"));
+            let after = rows_read(&mut conn);
+            conn.batch_execute("COMMIT").expect("commit");
+            (call.clone(), sqlstate, after - before)
+        })
+        .collect();
+    let answers: Vec<(&str, &str)> = read
+        .iter()
+        .map(|(call, state, _)| (call.as_str(), state.as_str()))
+        .collect();
+    let expected: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|(_, call, state)| (call.as_str(), *state))
+        .collect();
+    assert_eq!(answers, expected);
+    let too_many: Vec<&(String, String, i64)> =
+        read.iter().filter(|(_, _, rows)| *rows > 10).collect();
+    assert!(
+        too_many.is_empty(),
+        "calls that read other rows: {too_many:?}"
+    );
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT string_agg(key || '=' || COALESCE(owner, 'FREE'), ',' ORDER BY key) AS line
+               FROM lease.leases WHERE key LIKE 'scan/%'"
+        ),
+        ["scan/forced=FREE,scan/grouped=FREE,scan/held=FREE,scan/many=FREE,scan/new=FREE"]
+    );
+}
