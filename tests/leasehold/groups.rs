@@ -390,6 +390,44 @@ fn a_takeover_waits_for_a_heartbeat_in_flight_and_then_finds_the_key_held() {
     assert_eq!(members_now(&mut conn, group), 1);
 }
 
+/// A release of a grant in a heartbeat group locks the grant's row before
+/// it reads the group to leave (§1.5), so one that meets the row locked by
+/// an operator's force-release in flight waits for it, then finds the key
+/// FREE and answers not-owner: the counter moves on once and the group
+/// counts the member out once. Read without the lock, the grant would be
+/// taken as it was before the force-release, and the release would free
+/// the row a second time: the counter moved twice, the member counted out
+/// twice, and the holder told "released".
+#[test]
+fn a_grouped_release_that_waited_for_a_force_release_answers_from_the_newest_row() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (leases, group) = joined(&mut conn, &["forced/a", "forced/b"]);
+    let mut operator = db.conn();
+    operator.batch_execute("BEGIN").unwrap();
+    let counter = operator
+        .force_release("forced/a")
+        .unwrap()
+        .expect("a grant to end");
+    let grant = leasehold_test_support::grant("forced/a", OWNER, leases[0].epoch());
+    let mut holder = db.conn();
+    let release = std::thread::spawn(move || holder.release(&grant));
+    wait_for_lock_waiter(&mut conn, &db.name);
+    operator.batch_execute("COMMIT").unwrap();
+    assert_eq!(
+        release.join().unwrap().unwrap(),
+        leasehold::Release::Refused(Refusal::NotOwner)
+    );
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT format('%s %s', epoch, COALESCE(owner, 'FREE')) AS line FROM lease.leases WHERE key = 'forced/a'"
+        ),
+        [format!("{counter} FREE")]
+    );
+    assert_eq!(members_now(&mut conn, group), 1);
+}
+
 #[test]
 fn pruning_keeps_members_of_a_live_group_and_removes_long_lapsed_groups() {
     let db = TestDb::new();

@@ -547,3 +547,45 @@ fn a_prune_in_a_transaction_begun_earlier_judges_idleness_by_the_clock_at_the_ca
         ["0"]
     );
 }
+
+/// A guard record is dated by the clock at the admission or fence that
+/// wrote it, not by the start of the writer's transaction: guard pruning
+/// measures a record's idle time from that date (§1.8), so a record
+/// written just now in a transaction begun long before must not look
+/// idle. Checked inside that transaction, once the server's clock is a
+/// second past its start.
+#[test]
+fn a_guard_record_is_dated_by_the_clock_at_the_call_not_the_transactions_start() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lease = granted(conn.acquire("dated/k", "o", TTL).unwrap());
+    let epoch = i64::from(lease.epoch());
+    let mut late = db.conn();
+    late.batch_execute("BEGIN").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !query_bool(
+        &mut late,
+        "SELECT clock_timestamp() > now() + interval '1 second' AS flag",
+    ) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the clock never moved"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    late.batch_execute(&format!(
+        "SELECT lease.admit('dated/admitted', 'dated/k', {epoch});
+         SELECT lease.fence('dated/fenced', 'dated/k', {epoch});"
+    ))
+    .unwrap();
+    assert_eq!(
+        query_lines(
+            &mut late,
+            "SELECT string_agg(resource || ' ' || (updated_at > now() + interval '1 second')::text, ', '
+                               ORDER BY resource) AS line
+               FROM lease.guards"
+        ),
+        ["dated/admitted true, dated/fenced true"]
+    );
+    late.batch_execute("COMMIT").unwrap();
+}

@@ -98,6 +98,70 @@ const SQL_CASES: &[(&str, &[&str])] = &[
         "SELECT * FROM lease.admit('r', 'k', 0)",
         &["epoch must be at least 1"],
     ),
+    // One invalid argument, in each place, beside valid ones: a shortcut
+    // that let it through would answer with another error, or none.
+    (
+        "SELECT * FROM lease.admit('r', '', 1)",
+        &["key must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.check_held('', 'o', 1)",
+        &["key must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.check_held('k', '', 1)",
+        &["owner must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.admit_held('', 'k', 'o', 1)",
+        &["resource must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.admit_held('r', '', 'o', 1)",
+        &["key must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.renew_admit('', 'k', 'o', 1, interval '1s')",
+        &["resource must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.renew_admit('r', '', 'o', 1, interval '1s')",
+        &["key must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.renew_admit('r', 'k', '', 1, interval '1s')",
+        &["owner must not be empty"],
+    ),
+    (
+        "SELECT * FROM lease.renew_admit('r', 'k', 'o', 1, interval '0')",
+        &["ttl must be positive"],
+    ),
+    (
+        "SELECT * FROM lease.fence('r', '', 0)",
+        &["key must not be empty"],
+    ),
+    // A NULL epoch (or up_to) beside valid arguments, for each function
+    // that takes one: the only invalid part, so only the full check finds it.
+    (
+        "SELECT * FROM lease.admit('r', 'k', NULL)",
+        &["epoch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.check_held('k', 'o', NULL)",
+        &["epoch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.admit_held('r', 'k', 'o', NULL)",
+        &["epoch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.renew_admit('r', 'k', 'o', NULL, interval '1s')",
+        &["epoch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.fence('r', 'k', NULL)",
+        &["up_to must not be NULL"],
+    ),
     (
         "SELECT * FROM lease.acquire('', NULL, interval '-1s', interval '-1s')",
         &[
@@ -131,6 +195,18 @@ fn every_invalid_input_raises_22023_naming_all_violations_and_changes_nothing() 
             panic!("{sql}: {error:?}")
         };
         assert_eq!(info.constraint_name(), Some("lease_invalid_input"), "{sql}");
+        // The message names the function called, not one it calls.
+        let called = sql
+            .split("lease.")
+            .nth(1)
+            .and_then(|rest| rest.split('(').next())
+            .expect("a call of a lease function");
+        assert!(
+            info.message()
+                .starts_with(&format!("invalid input to lease.{called}: ")),
+            "{sql}: {}",
+            info.message()
+        );
         let detail: Vec<&str> = info.details().unwrap_or("").split("; ").collect();
         assert_eq!(&detail, expected, "{sql}");
     }
@@ -297,6 +373,18 @@ fn ttl_and_wait_are_judged_by_the_time_they_add_not_by_interval_ordering() {
                 panic!("{sql}: {error:?}")
             };
             assert_eq!(info.constraint_name(), Some("lease_invalid_input"), "{sql}");
+            // The message names the function called, not one it calls.
+            let called = sql
+                .split("lease.")
+                .nth(1)
+                .and_then(|rest| rest.split('(').next())
+                .expect("a call of a lease function");
+            assert!(
+                info.message()
+                    .starts_with(&format!("invalid input to lease.{called}: ")),
+                "{sql}: {}",
+                info.message()
+            );
             assert_eq!(info.details(), Some(**violation), "{sql}");
             assert_eq!(lease_and_guard_snapshot(&mut conn), before, "{sql}");
         }

@@ -972,3 +972,52 @@ fn a_call_on_one_key_reads_no_other_keys_row() {
         ["scan/forced=FREE,scan/grouped=FREE,scan/held=FREE,scan/many=FREE,scan/new=FREE"]
     );
 }
+
+/// Valid input never takes the full input check. Each function first asks
+/// its shortcuts (`lease._name_ok`, `lease._ttl_ok`, an epoch's bounds)
+/// and builds the list of violations only when one says no; the list is
+/// what the error names, so a shortcut that says no to valid input
+/// answers the same, only slower. The server counts the calls of
+/// `lease._raise_invalid` (`track_functions`, superuser), which only the
+/// full check makes: none for a call of each function at the edges of
+/// what it accepts (epoch 1, `up_to` 0, a name of one byte and one of the
+/// cap, a ttl of one microsecond, a wait of 0). The count of an aborted
+/// call is discarded with it, so the control is the settling step of the
+/// two first grants, counted the same way: two calls.
+#[test]
+fn valid_input_at_every_edge_never_takes_the_full_input_check() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("SET track_functions = 'all'")
+        .expect("count function calls (superuser)");
+    let long = "x".repeat(16 * 1024);
+    let calls = [
+        "SELECT * FROM lease.acquire('k', 'o', interval '1 min', interval '0')".to_string(),
+        format!("SELECT * FROM lease.acquire('{long}', '{long}', interval '1 microsecond')"),
+        "SELECT * FROM lease.renew('k', 'o', 1, interval '1 min')".to_string(),
+        "SELECT * FROM lease.inspect('k')".to_string(),
+        "SELECT lease.check_held('k', 'o', 1)".to_string(),
+        "SELECT lease.admit('r', 'k', 1)".to_string(),
+        "SELECT lease.admit_held('r', 'k', 'o', 1)".to_string(),
+        "SELECT lease.renew_admit('r', 'k', 'o', 1, interval '1 min')".to_string(),
+        "SELECT lease.fence('f', 'k', 0)".to_string(),
+        "SELECT * FROM lease.inspect_guard('r')".to_string(),
+        "SELECT * FROM lease.renew_many(ARRAY['k'], 'o', ARRAY[1::bigint], interval '1 min')"
+            .to_string(),
+        "SELECT * FROM lease.release('k', 'o', 1)".to_string(),
+    ];
+    conn.batch_execute("BEGIN").expect("begin");
+    for call in &calls {
+        conn.batch_execute(call)
+            .unwrap_or_else(|error| panic!("{call}: {error}"));
+    }
+    let counts = query_lines(
+        &mut conn,
+        "SELECT format('full checks %s, settling steps %s',
+                   COALESCE(pg_stat_get_xact_function_calls('lease._raise_invalid(text, text[])'::regprocedure), 0),
+                   COALESCE(pg_stat_get_xact_function_calls(
+                       'lease._acquire_settle(bytea, text, text, interval, interval)'::regprocedure), 0)) AS line",
+    );
+    conn.batch_execute("COMMIT").expect("commit");
+    assert_eq!(counts, ["full checks 0, settling steps 2"]);
+}
