@@ -282,7 +282,12 @@ fn bind_namespace_names_every_violation_and_changes_nothing() {
             "role must not be empty"
         ]
     );
-    // 1024 bytes of a two-byte character: 512 characters, at the limit.
+    // 1024 bytes of a two-byte character: 512 characters, at the limit;
+    // beside another violation, only that one is named.
+    assert_eq!(
+        violations(owner.bind_namespace(&"é".repeat(512), "")),
+        ["role must not be empty"]
+    );
     owner
         .bind_namespace(&"é".repeat(512), &deployment.app)
         .unwrap();
@@ -355,6 +360,35 @@ fn rebinding_a_prefix_moves_it_and_unbind_says_whether_a_rule_was_removed() {
         "exact prefixes only"
     );
     assert_eq!(owner.list_namespaces().unwrap().len(), 1);
+}
+
+/// A rule's `created_at` is the clock at the bind, not the start of the
+/// binding transaction (§4: "the time of the latest bind"): checked inside
+/// a transaction, once the server's clock is a second past its start.
+#[test]
+fn a_rule_is_dated_by_the_clock_at_the_bind_not_the_transactions_start() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("BEGIN").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !query_bool(
+        &mut conn,
+        "SELECT clock_timestamp() > now() + interval '1 second' AS flag",
+    ) {
+        assert!(Instant::now() < deadline, "the clock never moved");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    conn.batch_execute("SELECT lease.bind_namespace('dated/', current_user)")
+        .unwrap();
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT format('%s %s', prefix, (created_at > now() + interval '1 second')::text) AS line
+               FROM lease.list_namespaces()"
+        ),
+        ["dated/ true"]
+    );
+    conn.batch_execute("COMMIT").unwrap();
 }
 
 #[test]

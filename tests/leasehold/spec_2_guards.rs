@@ -179,7 +179,11 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
         .fence("r", "other-key", leasehold::Epoch::from(5))
         .unwrap_err();
     assert!(
-        matches!(error, GuardError::WrongLeaseKey { .. }),
+        matches!(
+            &error,
+            GuardError::WrongLeaseKey { resource, fenced_by, presented }
+                if (resource.as_str(), fenced_by.as_str(), presented.as_str()) == ("r", "k", "other-key")
+        ),
         "{error:?}"
     );
 }

@@ -981,7 +981,8 @@ fn a_call_on_one_key_reads_no_other_keys_row() {
 /// `lease._raise_invalid` (`track_functions`, superuser), which only the
 /// full check makes: none for a call of each function at the edges of
 /// what it accepts (epoch 1, `up_to` 0, a name of one byte and one of the
-/// cap, a ttl of one microsecond, a wait of 0). The count of an aborted
+/// cap, a ttl of one microsecond, a wait of 0, a namespace prefix of 1024
+/// bytes). The count of an aborted
 /// call is discarded with it, so the control is the settling step of the
 /// two first grants, counted the same way: two calls.
 #[test]
@@ -1005,6 +1006,7 @@ fn valid_input_at_every_edge_never_takes_the_full_input_check() {
         "SELECT * FROM lease.renew_many(ARRAY['k'], 'o', ARRAY[1::bigint], interval '1 min')"
             .to_string(),
         "SELECT * FROM lease.release('k', 'o', 1)".to_string(),
+        "SELECT lease.bind_namespace(repeat('p', 1024), current_user)".to_string(),
     ];
     conn.batch_execute("BEGIN").expect("begin");
     for call in &calls {
