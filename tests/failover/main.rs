@@ -16,13 +16,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use leasehold::{
-    admin::MAX_GENERATION,
-    error::{GuardError, LeaseError},
-    Acquisition, Lease, LeaseState, Leases, Release,
-};
+use leasehold::{error::GuardError, Acquisition, Lease, LeaseState, Leases, Release};
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
 use leasehold_object_store::object_store::path::Path as ObjectPath;
@@ -424,87 +419,6 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     assert_eq!(
         state(&mut standby, "k"),
         LeaseState::Unowned { epoch: 6.into() }
-    );
-}
-
-/// §4.1, scenario 6: `raise_generation` refuses a generation at or below
-/// the current one (naming it) and one above 2^23 - 1, changing nothing; a
-/// higher one moves every next grant to at least (g << 40) + 1. A role
-/// without the grant is refused by PostgreSQL.
-#[test]
-fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
-    let server = start(LocalPostgres::builder().durable(false));
-    let mut conn = connect(&server);
-    leasehold::install(&mut conn).expect("install");
-    leasehold_test_support::database::apply_sql_patch(&mut conn);
-    let held = grant(&mut conn, "held", "a");
-    let lineage = |conn: &mut PgConnection| {
-        query_lines(
-            conn,
-            "SELECT format('%s|%s|%s|%s', system_identifier, base, last_timeline, external_floor) AS line \
-             FROM lease.lineage",
-        )
-    };
-    let before = lineage(&mut conn);
-
-    for refused in [0, -1] {
-        match conn.raise_generation(refused) {
-            Err(LeaseError::GenerationNotAbove { requested, current }) => {
-                assert_eq!((requested, current), (refused, 0));
-            }
-            other => panic!("raise to {refused} must be refused: {other:?}"),
-        }
-    }
-    match conn.raise_generation(MAX_GENERATION + 1) {
-        Err(LeaseError::GenerationTooHigh { requested }) => {
-            assert_eq!(requested, MAX_GENERATION + 1)
-        }
-        other => panic!("raise above the maximum must be refused: {other:?}"),
-    }
-    // The server refuses it too, when the client's check is bypassed.
-    let sql = format!("SELECT lease.raise_generation({})", MAX_GENERATION + 1);
-    let error = conn.batch_execute(&sql).expect_err("the server refuses it");
-    assert!(
-        error
-            .to_string()
-            .contains("generation must be at most 8388607"),
-        "{error}"
-    );
-    assert_eq!(
-        lineage(&mut conn),
-        before,
-        "a refused raise changed nothing"
-    );
-    assert_eq!(grant(&mut conn, "before", "b").epoch(), 1);
-
-    assert_eq!(conn.raise_generation(5).expect("raise to 5"), 5);
-    let now = conn.generation().expect("generation");
-    assert_eq!(now.generation, 5);
-    let floor = (5 << 40) + 1;
-    assert_eq!(now.floor_epoch(), floor);
-    // The live grant keeps its epoch; every next grant is above the floor.
-    assert_eq!(state(&mut conn, "held").epoch(), held.epoch());
-    release_ok(&mut conn, &held);
-    assert_eq!(grant(&mut conn, "held", "c").epoch(), floor);
-    assert_eq!(grant(&mut conn, "never-seen", "d").epoch(), floor);
-    match conn.raise_generation(5) {
-        Err(LeaseError::GenerationNotAbove { current, .. }) => assert_eq!(current, 5),
-        other => panic!("raise to the current generation must be refused: {other:?}"),
-    }
-
-    conn.batch_execute("CREATE ROLE app LOGIN")
-        .expect("create a role");
-    let url = server
-        .url()
-        .replacen("postgres://postgres@", "postgres://app@", 1);
-    let mut app = PgConnection::establish(&url).expect("connect as app");
-    assert!(matches!(
-        app.raise_generation(9),
-        Err(LeaseError::Database { .. })
-    ));
-    assert_eq!(
-        app.generation().expect("any role may read it").generation,
-        5
     );
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
-    admin::{BoundRole, ForcedRelease},
+    admin::{BoundRole, ForcedRelease, MAX_GENERATION},
     error::{GuardError, Operation},
     wait::LeaseWaiter,
     LeaseClient, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
@@ -1086,6 +1086,22 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
             .unwrap(),
         ForcedRelease::AlreadyFree { counter: 2.into() }
     );
+    // At the counter of a FREE key: already free too; above it: a grant
+    // the key never had.
+    assert_eq!(
+        operator
+            .force_release_epoch("job", leasehold::Epoch::from(2))
+            .unwrap(),
+        ForcedRelease::AlreadyFree { counter: 2.into() }
+    );
+    assert_eq!(
+        operator
+            .force_release_epoch("job", leasehold::Epoch::from(3))
+            .unwrap(),
+        ForcedRelease::NoSuchGrant {
+            counter: Some(2.into())
+        }
+    );
     assert_eq!(raw_row(&mut admin, "job").unwrap(), "|2|f|");
 
     // A newer grant is never ended by an older epoch, nor by one it was
@@ -1255,4 +1271,125 @@ fn the_waiter_registration_refuses_keys_of_another_roles_namespace() {
         }
     }
     assert_eq!(whole_state(&deployment), before);
+}
+
+/// §4.1, scenario 6: `raise_generation` refuses a generation at or below
+/// the current one (naming it) and one above 2^23 - 1, changing nothing; a
+/// higher one, up to 2^23 - 1 itself, moves every next grant to at least
+/// (g << 40) + 1, and a live grant keeps its epoch. Two raises to the same
+/// value are serialised: the second waits for the first and is then
+/// refused as not above it. A role without the grant is refused by
+/// PostgreSQL.
+#[test]
+fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let held = granted(conn.acquire("held", "a", TTL).unwrap());
+    let lineage = |conn: &mut PgConnection| {
+        query_lines(
+            conn,
+            "SELECT format('%s|%s|%s|%s', system_identifier, base, last_timeline, external_floor) AS line \
+             FROM lease.lineage",
+        )
+    };
+    let before = lineage(&mut conn);
+    for refused in [0, -1] {
+        match conn.raise_generation(refused) {
+            Err(LeaseError::GenerationNotAbove { requested, current }) => {
+                assert_eq!((requested, current), (refused, 0));
+            }
+            other => panic!("raise to {refused} must be refused: {other:?}"),
+        }
+    }
+    match conn.raise_generation(MAX_GENERATION + 1) {
+        Err(LeaseError::GenerationTooHigh { requested }) => {
+            assert_eq!(requested, MAX_GENERATION + 1)
+        }
+        other => panic!("raise above the maximum must be refused: {other:?}"),
+    }
+    // The server refuses bad input too, when the client's check is
+    // bypassed, naming what is wrong.
+    for (sql, violation) in [
+        (
+            format!("SELECT lease.raise_generation({})", MAX_GENERATION + 1),
+            "generation must be at most 8388607",
+        ),
+        (
+            "SELECT lease.raise_generation(NULL)".to_string(),
+            "generation must not be NULL",
+        ),
+    ] {
+        let error = conn.batch_execute(&sql).expect_err("the server refuses it");
+        assert!(error.to_string().ends_with(violation), "{sql}: {error}");
+    }
+    assert_eq!(
+        lineage(&mut conn),
+        before,
+        "a refused raise changed nothing"
+    );
+    assert_eq!(
+        granted(conn.acquire("before", "b", TTL).unwrap()).epoch(),
+        1
+    );
+
+    assert_eq!(conn.raise_generation(5).expect("raise to 5"), 5);
+    let now = conn.generation().expect("generation");
+    assert_eq!(now.generation, 5);
+    let floor = (5 << 40) + 1;
+    assert_eq!(now.floor_epoch(), floor);
+    // The live grant keeps its epoch; every next grant is above the floor.
+    assert!(matches!(
+        conn.inspect("held").unwrap(),
+        Some(LeaseState::Held { epoch, .. }) if epoch == held.epoch()
+    ));
+    assert_eq!(conn.release(&held).unwrap(), Release::Released);
+    assert_eq!(
+        granted(conn.acquire("held", "c", TTL).unwrap()).epoch(),
+        floor
+    );
+    assert_eq!(
+        granted(conn.acquire("never-seen", "d", TTL).unwrap()).epoch(),
+        floor
+    );
+    match conn.raise_generation(5) {
+        Err(LeaseError::GenerationNotAbove { current, .. }) => assert_eq!(current, 5),
+        other => panic!("raise to the current generation must be refused: {other:?}"),
+    }
+
+    // Two raises to 7: the second waits for the first, then is refused.
+    conn.batch_execute("BEGIN").unwrap();
+    assert_eq!(conn.raise_generation(7).unwrap(), 7);
+    let mut second = db.conn();
+    let racer = std::thread::spawn(move || second.raise_generation(7));
+    wait_for_lock_waiter(&mut db.conn(), &db.name);
+    conn.batch_execute("COMMIT").unwrap();
+    match racer.join().unwrap() {
+        Err(LeaseError::GenerationNotAbove { requested, current }) => {
+            assert_eq!((requested, current), (7, 7))
+        }
+        other => panic!("the second raise to 7 must be refused: {other:?}"),
+    }
+
+    // The highest generation is accepted, and grants stay within bigint.
+    assert_eq!(
+        conn.raise_generation(MAX_GENERATION).unwrap(),
+        MAX_GENERATION
+    );
+    assert_eq!(
+        granted(conn.acquire("at-the-top", "e", TTL).unwrap()).epoch(),
+        (MAX_GENERATION << 40) + 1
+    );
+
+    let role = app_role(&db, "raiser");
+    let mut app = db.conn_as(&role);
+    assert!(matches!(
+        app.raise_generation(9),
+        Err(LeaseError::Database { .. })
+    ));
+    assert_eq!(
+        app.generation().expect("any role may read it").generation,
+        MAX_GENERATION
+    );
+    drop(app);
+    drop_role(&db, &role);
 }

@@ -589,3 +589,49 @@ fn a_guard_record_is_dated_by_the_clock_at_the_call_not_the_transactions_start()
     );
     late.batch_execute("COMMIT").unwrap();
 }
+
+/// A FREE key's idle time is measured by the clock at each prune, not by
+/// the start of the prune's transaction: the first prune records the
+/// sighting, a transaction begins at once, and once the clock is a second
+/// past the sighting, a prune with `idle` of one second in that
+/// transaction removes the row (its transaction began less than a second
+/// after the sighting).
+#[test]
+fn a_free_keys_idle_time_is_measured_by_the_clock_at_the_prune() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    grant_and_release(&mut conn, "idle/free", "o");
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT format('%s %s', pruned, sighted) AS line FROM lease.prune_keys('1 second')"
+        ),
+        ["0 1"]
+    );
+    let mut late = db.conn();
+    late.batch_execute("BEGIN").unwrap();
+    assert_eq!(
+        query_lines(
+            &mut late,
+            "SELECT count(*)::text AS line FROM lease.prune_sightings"
+        ),
+        ["1"]
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !query_bool(
+        &mut conn,
+        "SELECT seen_at <= clock_timestamp() - interval '1 second' AS flag FROM lease.prune_sightings",
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never a second idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        query_lines(
+            &mut late,
+            "SELECT pruned::text AS line FROM lease.prune_keys('1 second')"
+        ),
+        ["1"]
+    );
+    late.batch_execute("COMMIT").unwrap();
+    assert!(!row_exists(&mut conn, "idle/free"));
+}

@@ -140,6 +140,28 @@ const SQL_CASES: &[(&str, &[&str])] = &[
         "SELECT * FROM lease.fence('r', '', 0)",
         &["key must not be empty"],
     ),
+    // Pruning's batch at and past its bounds, beside a valid or an invalid
+    // idle time.
+    (
+        "SELECT * FROM lease.prune_keys('1 hour', NULL, 0)",
+        &["batch must be between 1 and 100000"],
+    ),
+    (
+        "SELECT * FROM lease.prune_keys('1 hour', NULL, 100001)",
+        &["batch must be between 1 and 100000"],
+    ),
+    (
+        "SELECT * FROM lease.prune_guards('1 hour', NULL, NULL)",
+        &["batch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.prune_keys('0 s', NULL, 1)",
+        &["idle must be positive"],
+    ),
+    (
+        "SELECT * FROM lease.prune_guards('0 s', NULL, 100000)",
+        &["idle must be positive"],
+    ),
     // A NULL epoch (or up_to) beside valid arguments, for each function
     // that takes one: the only invalid part, so only the full check finds it.
     (

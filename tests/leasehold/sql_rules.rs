@@ -1007,6 +1007,8 @@ fn valid_input_at_every_edge_never_takes_the_full_input_check() {
             .to_string(),
         "SELECT * FROM lease.release('k', 'o', 1)".to_string(),
         "SELECT lease.bind_namespace(repeat('p', 1024), current_user)".to_string(),
+        "SELECT * FROM lease.force_release('never-leased', 1)".to_string(),
+        "SELECT lease.force_release('never-leased')".to_string(),
     ];
     conn.batch_execute("BEGIN").expect("begin");
     for call in &calls {
