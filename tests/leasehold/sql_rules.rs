@@ -422,6 +422,48 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     assert_eq!(next.epoch(), 1);
 }
 
+/// Once this server's start is recorded in the lineage row, a first grant
+/// only reads the row: twice (its generation, and the prune watermark its
+/// insert starts the counter above), with no locking read to record what is
+/// recorded already. Counted by the server (`pg_stat_xact_user_tables`,
+/// scans of `lease.lineage`); the control is the same grant while the row
+/// is not recorded, which also takes the locking read and the update (a
+/// scan of its own) and writes once.
+#[test]
+fn a_first_grant_only_reads_a_lineage_row_that_is_recorded() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let lineage_use = |conn: &mut diesel::PgConnection, key: &str| -> String {
+        let counts = "SELECT format('%s %s', COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_upd) AS line
+                        FROM pg_stat_xact_user_tables WHERE schemaname = 'lease' AND relname = 'lineage'";
+        conn.batch_execute("BEGIN").expect("begin");
+        let before = query_lines(conn, counts).remove(0);
+        granted(conn.acquire(key, "o", TTL).unwrap());
+        let after = query_lines(conn, counts).remove(0);
+        conn.batch_execute("COMMIT").expect("commit");
+        let parse = |text: &str| -> Vec<i64> {
+            text.split(' ')
+                .map(|n| n.parse().expect("a count"))
+                .collect()
+        };
+        let (before, after) = (parse(&before), parse(&after));
+        format!(
+            "{} reads, {} writes",
+            after[0] - before[0],
+            after[1] - before[1]
+        )
+    };
+    granted(conn.acquire("lineage/warm", "o", TTL).unwrap());
+    let recorded = lineage_use(&mut conn, "lineage/recorded");
+    conn.batch_execute("UPDATE lease.lineage SET checked_start = '2000-01-01 00:00:00+00'")
+        .expect("age the row's start");
+    let unrecorded = lineage_use(&mut conn, "lineage/unrecorded");
+    assert_eq!(
+        (recorded.as_str(), unrecorded.as_str()),
+        ("2 reads, 0 writes", "4 reads, 1 writes")
+    );
+}
+
 /// Recording this server's start in the lineage row never waits
 /// (docs/SPECIFICATION.md §1.7): the generation does not depend on it, so
 /// a grant whose recording finds the row locked by another transaction
