@@ -90,6 +90,16 @@ fn everything(conn: &mut PgConnection) -> Vec<String> {
         conn,
         "SELECT format('lineage %s|%s', pruned_through, external_floor) AS line FROM lease.lineage",
     ));
+    rows.extend(query_lines(
+        conn,
+        "SELECT format('group %s|%s|%s|%s', id, owner, expires_at, members) AS line \
+         FROM lease.groups ORDER BY id",
+    ));
+    rows.extend(query_lines(
+        conn,
+        "SELECT format('member %s|%s', key, group_id) AS line \
+         FROM lease.leases WHERE group_id IS NOT NULL ORDER BY key",
+    ));
     rows
 }
 
@@ -224,7 +234,10 @@ fn a_prune_skips_a_key_whose_grant_is_in_progress() {
     granter
         .batch_execute("BEGIN; SELECT * FROM lease.acquire('k', 'b', '30 s')")
         .unwrap();
-    // The row is locked by the grant: skipped, not waited for.
+    // The row is locked by the grant: skipped, not waited for. (Were the
+    // prune to wait, it would wait for ever on this thread's own other
+    // session: the lock timeout turns that into a failure.)
+    conn.batch_execute("SET lock_timeout = '10s'").unwrap();
     let report = conn.prune(&options()).unwrap();
     assert_eq!(report.keys_pruned, 0, "{report:?}");
     granter.batch_execute("COMMIT").unwrap();
@@ -296,7 +309,9 @@ fn a_prune_skips_a_key_an_open_admission_holds_and_an_admission_after_a_prune_is
     wait_idle_after(&mut conn, lapsed.expires_at());
     let epoch = lapsed.epoch();
 
-    // Admission first: its FOR KEY SHARE lock makes the prune skip the key.
+    // Admission first: its FOR KEY SHARE lock makes the prune skip the key
+    // (the lock timeout fails a prune that waits for it instead).
+    conn.batch_execute("SET lock_timeout = '10s'").unwrap();
     let mut writer = db.conn();
     writer
         .batch_execute(&format!("BEGIN; SELECT lease.admit('r', 'k', {epoch})"))
@@ -410,6 +425,13 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
             .unwrap(),
     );
     granted(conn.acquire("held", "a", TTL).unwrap());
+    // A heartbeat group that lapsed an hour ago: a real prune removes it, a
+    // dry run must not.
+    conn.batch_execute(
+        "INSERT INTO lease.groups (id, owner, expires_at, members)
+         VALUES (42, 'a', clock_timestamp() - interval '1 hour', 0)",
+    )
+    .unwrap();
     wait_idle_after(&mut conn, lapsed.expires_at());
 
     let dry = PruneOptions {
@@ -437,6 +459,22 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
         })
         .unwrap();
     assert_eq!((real.keys_pruned, real.keys_sighted), (1, 5), "{real:?}");
+    assert_eq!(
+        query_lines(&mut conn, "SELECT count(*)::text AS line FROM lease.groups"),
+        ["0"]
+    );
+    // Sighted, but not idle for an hour: nothing a prune would remove.
+    let not_yet = conn
+        .prune(&PruneOptions {
+            dry_run: true,
+            ..PruneOptions::new(Duration::from_secs(3600))
+        })
+        .unwrap();
+    assert_eq!(
+        (not_yet.keys_pruned, not_yet.keys_sighted),
+        (0, 0),
+        "{not_yet:?}"
+    );
     let now = server_now(&mut conn);
     wait_idle_after(&mut conn, now);
     let before = everything(&mut conn);
@@ -634,4 +672,52 @@ fn a_free_keys_idle_time_is_measured_by_the_clock_at_the_prune() {
     );
     late.batch_execute("COMMIT").unwrap();
     assert!(!row_exists(&mut conn, "idle/free"));
+}
+
+/// A batch covers exactly the digests after `after`, up to the last one it
+/// examined: a row of the batch before, which that batch skipped because
+/// another transaction held it, is not pruned by the next batch, even once
+/// the lock is gone (the next pass reaches it). Two lapsed keys, the first
+/// by digest locked while the first batch (of one row) runs.
+#[test]
+fn a_batch_never_prunes_a_row_of_the_batch_before() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    for key in ["batch/a", "batch/b"] {
+        let lease = granted(conn.acquire(key, "o", Duration::from_millis(1)).unwrap());
+        wait_idle_after(&mut conn, lease.expires_at());
+    }
+    let first = query_lines(
+        &mut conn,
+        "SELECT key AS line FROM lease.leases ORDER BY key_hash LIMIT 1",
+    )
+    .remove(0);
+    let mut locker = db.conn();
+    locker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM lease.leases WHERE key = {} FOR UPDATE;",
+            quote(&first)
+        ))
+        .unwrap();
+    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
+        let line = query_lines(
+            conn,
+            &format!(
+                "SELECT format('%s %s', examined, pruned) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
+                   FROM lease.prune_keys('20 ms', {after}, 1)"
+            ),
+        )
+        .remove(0);
+        let (counts, next) = line.split_once('|').expect("two parts");
+        (counts.to_owned(), next.to_owned())
+    };
+    let (counts, next) = batch(&mut conn, "NULL");
+    assert_eq!(counts, "1 0", "the locked row is skipped");
+    locker.batch_execute("COMMIT").unwrap();
+    let (counts, _) = batch(&mut conn, &format!("decode('{next}', 'hex')"));
+    assert_eq!(counts, "1 1");
+    assert!(
+        row_exists(&mut conn, &first),
+        "the skipped row waits for the next pass"
+    );
 }
