@@ -699,6 +699,9 @@ fn a_batch_never_prunes_a_row_of_the_batch_before() {
             quote(&first)
         ))
         .unwrap();
+    // A prune that waited for the lock would wait for ever on this
+    // thread's own other session: the lock timeout fails it instead.
+    conn.batch_execute("SET lock_timeout = '10s'").unwrap();
     let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
         let line = query_lines(
             conn,
@@ -719,5 +722,110 @@ fn a_batch_never_prunes_a_row_of_the_batch_before() {
     assert!(
         row_exists(&mut conn, &first),
         "the skipped row waits for the next pass"
+    );
+}
+
+/// A guard record's idle time is measured by the clock at the prune, not
+/// by the start of the prune's transaction: the record's key is pruned, a
+/// transaction begins less than a second after the record was written,
+/// and once the clock is a second past that write, a guard prune with
+/// `idle` of one second in that transaction removes the record.
+#[test]
+fn a_guard_records_idle_time_is_measured_by_the_clock_at_the_prune() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let epoch = grant_and_release(&mut conn, "idle/key", "o");
+    conn.admit("idle/resource", &token("idle/key", "o", epoch))
+        .unwrap();
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let now = server_now(&mut conn);
+    wait_idle_after(&mut conn, now);
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    assert!(!row_exists(&mut conn, "idle/key"));
+    let mut late = db.conn();
+    late.batch_execute("BEGIN").unwrap();
+    assert!(
+        query_bool(
+            &mut late,
+            "SELECT updated_at > now() - interval '1 second' AS flag FROM lease.guards"
+        ),
+        "the transaction began within a second of the write"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !query_bool(
+        &mut conn,
+        "SELECT updated_at <= clock_timestamp() - interval '1 second' AS flag FROM lease.guards",
+    ) {
+        assert!(std::time::Instant::now() < deadline, "never a second idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        query_lines(
+            &mut late,
+            "SELECT pruned::text AS line FROM lease.prune_guards('1 second')"
+        ),
+        ["1"]
+    );
+    late.batch_execute("COMMIT").unwrap();
+    assert_eq!(conn.inspect_guard("idle/resource").unwrap(), None);
+}
+
+/// Guard pruning's batches are bounded as key pruning's are: a record the
+/// batch before skipped because another transaction held it is not pruned
+/// by the next batch. Two records whose keys were pruned, the first by
+/// digest locked while the first batch (of one record) runs.
+#[test]
+fn a_guard_batch_never_prunes_a_record_of_the_batch_before() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    for name in ["a", "b"] {
+        let key = format!("guard-batch/{name}");
+        let epoch = grant_and_release(&mut conn, &key, "o");
+        conn.admit(&format!("guard-batch/r-{name}"), &token(&key, "o", epoch))
+            .unwrap();
+    }
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let now = server_now(&mut conn);
+    wait_idle_after(&mut conn, now);
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let first = query_lines(
+        &mut conn,
+        "SELECT resource AS line FROM lease.guards ORDER BY resource_hash LIMIT 1",
+    )
+    .remove(0);
+    let mut locker = db.conn();
+    locker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM lease.guards WHERE resource = {} FOR UPDATE;",
+            quote(&first)
+        ))
+        .unwrap();
+    // A prune that waited for the lock would wait for ever on this
+    // thread's own other session: the lock timeout fails it instead.
+    conn.batch_execute("SET lock_timeout = '10s'").unwrap();
+    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
+        let line = query_lines(
+            conn,
+            &format!(
+                "SELECT format('%s %s', examined, pruned) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
+                   FROM lease.prune_guards('20 ms', {after}, 1)"
+            ),
+        )
+        .remove(0);
+        let (counts, next) = line.split_once('|').expect("two parts");
+        (counts.to_owned(), next.to_owned())
+    };
+    let (counts, next) = batch(&mut conn, "NULL");
+    assert_eq!(counts, "1 0", "the locked record is skipped");
+    locker.batch_execute("COMMIT").unwrap();
+    let (counts, _) = batch(&mut conn, &format!("decode('{next}', 'hex')"));
+    assert_eq!(counts, "1 1");
+    assert!(
+        conn.inspect_guard(&first).unwrap().is_some(),
+        "the skipped record waits for the next pass"
     );
 }
