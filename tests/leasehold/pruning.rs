@@ -480,13 +480,44 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
     let before = everything(&mut conn);
     let report = conn.prune(&dry).unwrap();
     assert_eq!(before, everything(&mut conn), "a dry run wrote");
+    // The guard records stay while their keys do (a dry run prunes no key
+    // first): none counted.
     assert_eq!(
-        (report.keys_pruned, report.keys_sighted),
-        (5, 0),
+        (
+            report.keys_pruned,
+            report.keys_sighted,
+            report.guards_pruned
+        ),
+        (5, 0, 0),
         "{report:?}"
     );
+    // The keys go first; then a dry run of the guard records, in batches
+    // of two, counts every record the real prune then removes.
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let before = everything(&mut conn);
+    let mut after = "NULL".to_string();
+    let mut would = 0;
+    loop {
+        let line = query_lines(
+            &mut conn,
+            &format!(
+                "SELECT pruned || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
+                   FROM lease.prune_guards('20 ms', {after}, 2, true)"
+            ),
+        )
+        .remove(0);
+        let (pruned, next) = line.split_once('|').expect("two parts");
+        would += pruned.parse::<i64>().expect("a count");
+        if next.is_empty() {
+            break;
+        }
+        after = format!("decode('{next}', 'hex')");
+    }
+    assert_eq!(before, everything(&mut conn), "a dry run wrote");
+    assert_eq!(would, 5);
     let real = conn.prune(&options()).unwrap();
-    assert_eq!((real.keys_pruned, real.guards_pruned), (5, 5), "{real:?}");
+    assert_eq!((real.keys_pruned, real.guards_pruned), (0, 5), "{real:?}");
 }
 
 #[test]
@@ -828,4 +859,170 @@ fn a_guard_batch_never_prunes_a_record_of_the_batch_before() {
         conn.inspect_guard(&first).unwrap().is_some(),
         "the skipped record waits for the next pass"
     );
+}
+
+/// The watermark only rises: a prune whose highest removed counter is below
+/// it leaves it, and one whose highest equals it does not write it again.
+/// A prune that removes nothing leaves the session's
+/// `synchronous_commit` as it was (one that removes rows makes its commit
+/// durable, `operator_writes_are_durable_at_commit_whatever_the_session_set`).
+#[test]
+fn the_watermark_only_rises_and_an_empty_prune_forces_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    // high: FREE at 10; low and equal: held at 2 and 10, freed later.
+    conn.batch_execute(
+        "INSERT INTO lease.leases (key, key_hash, owner, epoch, expires_at, first_epoch)
+         VALUES ('wm/high', lease._key_hash('wm/high'), NULL, 10, NULL, 1),
+                ('wm/low', lease._key_hash('wm/low'), 'o', 2, clock_timestamp() + interval '1 hour', 1),
+                ('wm/equal', lease._key_hash('wm/equal'), 'o', 10, clock_timestamp() + interval '1 hour', 1)",
+    )
+    .unwrap();
+    let watermark = |conn: &mut PgConnection| {
+        query_lines(
+            conn,
+            "SELECT pruned_through::text AS line FROM lease.lineage",
+        )
+        .remove(0)
+    };
+    // Sights the FREE rows, waits out the idle time, prunes; answers the
+    // rows removed and the lineage row's writes in that prune's transaction.
+    let prune = |conn: &mut PgConnection| -> String {
+        conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+            .unwrap();
+        let now = server_now(conn);
+        wait_idle_after(conn, now);
+        let writes = "SELECT n_tup_upd::text AS line FROM pg_stat_xact_user_tables
+                       WHERE schemaname = 'lease' AND relname = 'lineage'";
+        conn.batch_execute("BEGIN").unwrap();
+        let before: i64 = query_lines(conn, writes)[0].parse().unwrap();
+        let pruned = query_lines(
+            conn,
+            "SELECT pruned::text AS line FROM lease.prune_keys('20 ms')",
+        )
+        .remove(0);
+        let after: i64 = query_lines(conn, writes)[0].parse().unwrap();
+        conn.batch_execute("COMMIT").unwrap();
+        format!("pruned {pruned}, lineage writes {}", after - before)
+    };
+    assert_eq!(prune(&mut conn), "pruned 1, lineage writes 1");
+    assert_eq!(watermark(&mut conn), "10");
+    let free = |conn: &mut PgConnection, key: &str| {
+        conn.batch_execute(&format!(
+            "UPDATE lease.leases SET owner = NULL, expires_at = NULL WHERE key = {}",
+            quote(key)
+        ))
+        .unwrap();
+    };
+    free(&mut conn, "wm/low");
+    assert_eq!(prune(&mut conn), "pruned 1, lineage writes 0");
+    assert_eq!(
+        watermark(&mut conn),
+        "10",
+        "a lower counter never lowers it"
+    );
+    free(&mut conn, "wm/equal");
+    assert_eq!(prune(&mut conn), "pruned 1, lineage writes 0");
+    assert_eq!(watermark(&mut conn), "10");
+
+    // A held key: the prune examines it and removes nothing.
+    granted(conn.acquire("wm/held", "o", TTL).unwrap());
+    conn.batch_execute("SET synchronous_commit = off; BEGIN")
+        .unwrap();
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT pruned || ' ' || current_setting('synchronous_commit') AS line FROM lease.prune_keys('20 ms')"
+        ),
+        ["0 off"]
+    );
+    conn.batch_execute("COMMIT").unwrap();
+}
+
+/// A prune removes exactly the sightings of the rows it removes, and of
+/// their waiter rows exactly those whose session is gone; a FREE row
+/// already sighted at its counter is not sighted again (its idle time
+/// keeps running). Sightings and waiter rows written directly: one of
+/// `a` two hours ago (prunable with `idle` of one hour), one of `b` just
+/// now; waiter rows of `a` from a session that is gone and from a live
+/// one, and of `b` from a session that is gone.
+#[test]
+fn a_prune_removes_exactly_the_sightings_and_dead_waiters_of_the_rows_it_removes() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    grant_and_release(&mut conn, "sight/a", "o");
+    grant_and_release(&mut conn, "sight/b", "o");
+    let live = db.conn();
+    let mut live = live;
+    let live_pid: i32 = query_lines(&mut live, "SELECT pg_backend_pid()::text AS line")[0]
+        .parse()
+        .unwrap();
+    let gone_pid = i32::MAX;
+    conn.batch_execute(&format!(
+        "INSERT INTO lease.prune_sightings (key_hash, epoch, seen_at)
+              SELECT key_hash, epoch,
+                     CASE key WHEN 'sight/a' THEN clock_timestamp() - interval '2 hours'
+                              ELSE clock_timestamp() END
+                FROM lease.leases;
+         INSERT INTO lease.waiters (key_hash, backend_pid)
+         VALUES (lease._key_hash('sight/a'), {gone_pid}),
+                (lease._key_hash('sight/a'), {live_pid}),
+                (lease._key_hash('sight/b'), {gone_pid});"
+    ))
+    .unwrap();
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            "SELECT format('%s %s %s', pruned, sighted, waiters) AS line FROM lease.prune_keys('1 hour')"
+        ),
+        ["1 0 1"]
+    );
+    assert_eq!(
+        query_lines(
+            &mut conn,
+            &format!(
+                "SELECT string_agg(what, ', ' ORDER BY what) AS line FROM (
+                     SELECT 'sighting ' || l.key AS what
+                       FROM lease.prune_sightings AS s LEFT JOIN lease.leases AS l USING (key_hash)
+                     UNION ALL
+                     SELECT 'waiter ' || COALESCE(l.key, 'of a pruned key') || CASE w.backend_pid WHEN {live_pid} THEN ' live' ELSE ' gone' END
+                       FROM lease.waiters AS w LEFT JOIN lease.leases AS l USING (key_hash)) AS rows"
+            )
+        ),
+        ["sighting sight/b, waiter of a pruned key live, waiter sight/b gone"]
+    );
+}
+
+/// A batch sights only the rows after `after`: the last row of the batch
+/// before, granted and released again between the two batches (a new
+/// counter), is sighted by the next pass, not by the next batch. Two FREE
+/// keys never sighted, batches of one.
+#[test]
+fn a_batch_never_sights_a_row_of_the_batch_before() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    grant_and_release(&mut conn, "resight/a", "o");
+    grant_and_release(&mut conn, "resight/b", "o");
+    let first = query_lines(
+        &mut conn,
+        "SELECT key AS line FROM lease.leases ORDER BY key_hash LIMIT 1",
+    )
+    .remove(0);
+    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
+        let line = query_lines(
+            conn,
+            &format!(
+                "SELECT format('%s %s', examined, sighted) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
+                   FROM lease.prune_keys('1 hour', {after}, 1)"
+            ),
+        )
+        .remove(0);
+        let (counts, next) = line.split_once('|').expect("two parts");
+        (counts.to_owned(), next.to_owned())
+    };
+    let (counts, next) = batch(&mut conn, "NULL");
+    assert_eq!(counts, "1 1");
+    grant_and_release(&mut conn, &first, "o");
+    let (counts, _) = batch(&mut conn, &format!("decode('{next}', 'hex')"));
+    assert_eq!(counts, "1 1", "only the batch's own row is sighted");
 }
