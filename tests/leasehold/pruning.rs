@@ -1026,3 +1026,34 @@ fn a_batch_never_sights_a_row_of_the_batch_before() {
     let (counts, _) = batch(&mut conn, &format!("decode('{next}', 'hex')"));
     assert_eq!(counts, "1 1", "only the batch's own row is sighted");
 }
+
+/// A dry run counts a guard record of a pruned incarnation of a key that is
+/// back (the record's epochs are below the key's new first epoch) as the
+/// real prune then removes it: the key's row of the new incarnation does
+/// not keep the old record.
+#[test]
+fn a_dry_run_counts_the_record_of_a_pruned_incarnation_as_the_prune_removes_it() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let epoch = grant_and_release(&mut conn, "back/k", "a");
+    conn.admit("back/r", &token("back/k", "a", epoch)).unwrap();
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let now = server_now(&mut conn);
+    wait_idle_after(&mut conn, now);
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    assert!(!row_exists(&mut conn, "back/k"));
+    let back = granted(conn.acquire("back/k", "b", TTL).unwrap());
+    assert!(back.epoch() > epoch);
+    let pruned = |conn: &mut PgConnection, dry_run: bool| {
+        query_lines(
+            conn,
+            &format!("SELECT pruned::text AS line FROM lease.prune_guards('20 ms', NULL, 1000, {dry_run})"),
+        )
+        .remove(0)
+    };
+    assert_eq!(pruned(&mut conn, true), "1", "the dry run");
+    assert_eq!(pruned(&mut conn, false), "1", "the prune");
+    assert_eq!(conn.inspect_guard("back/r").unwrap(), None);
+}
