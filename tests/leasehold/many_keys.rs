@@ -293,6 +293,16 @@ fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() 
             "ARRAY[['held'],['other']], 'o', ARRAY[[5],[5]]::bigint[]",
             "keys must be a one-dimensional array",
         ),
+        // Only one of the two nested, and every key matching its grant:
+        // nothing but the shape check can refuse it.
+        (
+            "ARRAY[['held']], 'o', ARRAY[5]::bigint[]",
+            "keys must be a one-dimensional array",
+        ),
+        (
+            "ARRAY['held'], 'o', ARRAY[[5]]::bigint[]",
+            "epochs must be a one-dimensional array",
+        ),
         (
             "ARRAY['held'], '', ARRAY[5]::bigint[]",
             "owner must not be empty",

@@ -1024,7 +1024,7 @@ fn a_call_on_one_key_reads_no_other_keys_row() {
 /// full check makes: none for a call of each function at the edges of
 /// what it accepts (epoch 1, `up_to` 0, a name of one byte and one of the
 /// cap, a ttl of one microsecond, a wait of 0, a namespace prefix of 1024
-/// bytes). The count of an aborted
+/// bytes, a batch of 1,000 keys, a batch with its digests). The count of an aborted
 /// call is discarded with it, so the control is the settling step of the
 /// two first grants, counted the same way: two calls.
 #[test]
@@ -1050,6 +1050,9 @@ fn valid_input_at_every_edge_never_takes_the_full_input_check() {
         "SELECT * FROM lease.release('k', 'o', 1)".to_string(),
         "SELECT lease.bind_namespace(repeat('p', 1024), current_user)".to_string(),
         "SELECT * FROM lease.force_release('never-leased', 1)".to_string(),
+        "SELECT * FROM lease.renew_many(ARRAY['k'], 'o', ARRAY[1::bigint], interval '1 min', ARRAY[lease._key_hash('k')])".to_string(),
+        "SELECT count(*) FROM lease.renew_many(ARRAY(SELECT 'many/' || i FROM generate_series(1, 1000) AS i), 'o',
+                                               ARRAY(SELECT 1::bigint FROM generate_series(1, 1000)), interval '1 min')".to_string(),
         "SELECT lease.force_release('never-leased')".to_string(),
     ];
     conn.batch_execute("BEGIN").expect("begin");
