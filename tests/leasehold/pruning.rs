@@ -54,6 +54,41 @@ fn grant_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
     lease.epoch().get()
 }
 
+/// Key pruning alone (`lease.prune_keys`), twice with the idle time
+/// between: FREE and lapsed rows go, the guard records stay for a test of
+/// guard pruning.
+fn prune_keys_only(conn: &mut PgConnection) {
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+    let now = server_now(conn);
+    wait_idle_after(conn, now);
+    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
+        .unwrap();
+}
+
+/// One batch of one row of `function` (`prune_keys` or `prune_guards`)
+/// with `idle`, after the digest `after` (an SQL expression). Answers
+/// "<examined> <column>" (`column`: pruned or sighted) and next_after in
+/// hex, "" at the end.
+fn one_batch(
+    conn: &mut PgConnection,
+    function: &str,
+    idle: &str,
+    column: &str,
+    after: &str,
+) -> (String, String) {
+    let line = query_lines(
+        conn,
+        &format!(
+            "SELECT format('%s %s', examined, {column}) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
+               FROM lease.{function}('{idle}', {after}, 1)"
+        ),
+    )
+    .remove(0);
+    let (counts, next) = line.split_once('|').expect("two parts");
+    (counts.to_owned(), next.to_owned())
+}
+
 fn row_exists(conn: &mut PgConnection, key: &str) -> bool {
     query_bool(
         conn,
@@ -733,17 +768,8 @@ fn a_batch_never_prunes_a_row_of_the_batch_before() {
     // A prune that waited for the lock would wait for ever on this
     // thread's own other session: the lock timeout fails it instead.
     conn.batch_execute("SET lock_timeout = '10s'").unwrap();
-    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
-        let line = query_lines(
-            conn,
-            &format!(
-                "SELECT format('%s %s', examined, pruned) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
-                   FROM lease.prune_keys('20 ms', {after}, 1)"
-            ),
-        )
-        .remove(0);
-        let (counts, next) = line.split_once('|').expect("two parts");
-        (counts.to_owned(), next.to_owned())
+    let batch = |conn: &mut PgConnection, after: &str| {
+        one_batch(conn, "prune_keys", "20 ms", "pruned", after)
     };
     let (counts, next) = batch(&mut conn, "NULL");
     assert_eq!(counts, "1 0", "the locked row is skipped");
@@ -768,12 +794,7 @@ fn a_guard_records_idle_time_is_measured_by_the_clock_at_the_prune() {
     let epoch = grant_and_release(&mut conn, "idle/key", "o");
     conn.admit("idle/resource", &token("idle/key", "o", epoch))
         .unwrap();
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
-    let now = server_now(&mut conn);
-    wait_idle_after(&mut conn, now);
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
+    prune_keys_only(&mut conn);
     assert!(!row_exists(&mut conn, "idle/key"));
     let mut late = db.conn();
     late.batch_execute("BEGIN").unwrap();
@@ -817,12 +838,7 @@ fn a_guard_batch_never_prunes_a_record_of_the_batch_before() {
         conn.admit(&format!("guard-batch/r-{name}"), &token(&key, "o", epoch))
             .unwrap();
     }
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
-    let now = server_now(&mut conn);
-    wait_idle_after(&mut conn, now);
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
+    prune_keys_only(&mut conn);
     let first = query_lines(
         &mut conn,
         "SELECT resource AS line FROM lease.guards ORDER BY resource_hash LIMIT 1",
@@ -838,17 +854,8 @@ fn a_guard_batch_never_prunes_a_record_of_the_batch_before() {
     // A prune that waited for the lock would wait for ever on this
     // thread's own other session: the lock timeout fails it instead.
     conn.batch_execute("SET lock_timeout = '10s'").unwrap();
-    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
-        let line = query_lines(
-            conn,
-            &format!(
-                "SELECT format('%s %s', examined, pruned) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
-                   FROM lease.prune_guards('20 ms', {after}, 1)"
-            ),
-        )
-        .remove(0);
-        let (counts, next) = line.split_once('|').expect("two parts");
-        (counts.to_owned(), next.to_owned())
+    let batch = |conn: &mut PgConnection, after: &str| {
+        one_batch(conn, "prune_guards", "20 ms", "pruned", after)
     };
     let (counts, next) = batch(&mut conn, "NULL");
     assert_eq!(counts, "1 0", "the locked record is skipped");
@@ -1008,17 +1015,8 @@ fn a_batch_never_sights_a_row_of_the_batch_before() {
         "SELECT key AS line FROM lease.leases ORDER BY key_hash LIMIT 1",
     )
     .remove(0);
-    let batch = |conn: &mut PgConnection, after: &str| -> (String, String) {
-        let line = query_lines(
-            conn,
-            &format!(
-                "SELECT format('%s %s', examined, sighted) || '|' || COALESCE(encode(next_after, 'hex'), '') AS line
-                   FROM lease.prune_keys('1 hour', {after}, 1)"
-            ),
-        )
-        .remove(0);
-        let (counts, next) = line.split_once('|').expect("two parts");
-        (counts.to_owned(), next.to_owned())
+    let batch = |conn: &mut PgConnection, after: &str| {
+        one_batch(conn, "prune_keys", "1 hour", "sighted", after)
     };
     let (counts, next) = batch(&mut conn, "NULL");
     assert_eq!(counts, "1 1");
@@ -1037,12 +1035,7 @@ fn a_dry_run_counts_the_record_of_a_pruned_incarnation_as_the_prune_removes_it()
     let mut conn = db.conn();
     let epoch = grant_and_release(&mut conn, "back/k", "a");
     conn.admit("back/r", &token("back/k", "a", epoch)).unwrap();
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
-    let now = server_now(&mut conn);
-    wait_idle_after(&mut conn, now);
-    conn.batch_execute("SELECT * FROM lease.prune_keys('20 ms')")
-        .unwrap();
+    prune_keys_only(&mut conn);
     assert!(!row_exists(&mut conn, "back/k"));
     let back = granted(conn.acquire("back/k", "b", TTL).unwrap());
     assert!(back.epoch() > epoch);
