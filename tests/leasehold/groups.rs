@@ -428,6 +428,22 @@ fn a_grouped_release_that_waited_for_a_force_release_answers_from_the_newest_row
     assert_eq!(members_now(&mut conn, group), 1);
 }
 
+/// A join takes members only from the groups its own keys were in: every
+/// other group keeps its count, whether the join moves one key or several.
+#[test]
+fn a_join_leaves_the_count_of_every_group_its_keys_were_not_in() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let (_, first) = joined(&mut conn, &["n/1", "n/2"]);
+    let (_, one) = joined(&mut conn, &["n/3"]);
+    assert_eq!(members_now(&mut conn, first), 2);
+    assert_eq!(members_now(&mut conn, one), 1);
+    let (_, two) = joined(&mut conn, &["n/4", "n/5"]);
+    assert_eq!(members_now(&mut conn, first), 2);
+    assert_eq!(members_now(&mut conn, one), 1);
+    assert_eq!(members_now(&mut conn, two), 2);
+}
+
 #[test]
 fn pruning_keeps_members_of_a_live_group_and_removes_long_lapsed_groups() {
     let db = TestDb::new();

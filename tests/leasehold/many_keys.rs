@@ -326,6 +326,21 @@ fn bad_batches_are_refused_with_22023_naming_the_violation_and_change_nothing() 
         many(MAX_KEYS_PER_CALL)
     );
     assert_eq!(query_lines(&mut conn, &sql), vec!["1000"]);
+    // A batch at a cap (as many keys as allowed, or a key as long as
+    // allowed) with another fault: the fault is named alone, the cap is
+    // not a violation.
+    let at_caps_without_owner = [
+        many(MAX_KEYS_PER_CALL).replacen(", 'o',", ", '',", 1),
+        "ARRAY[repeat('k', 16384)], '', ARRAY[5]::bigint[]".to_string(),
+    ];
+    for arguments in &at_caps_without_owner {
+        for (call, ttl) in [("renew_many", ", interval '1 hour'"), ("release_many", "")] {
+            let sql = format!("SELECT * FROM lease.{call}({arguments}{ttl})");
+            let (_, detail) = refusal_of(&mut conn, &sql);
+            assert_eq!(detail, "owner must not be empty", "{call}");
+        }
+    }
+    assert_eq!(table_snapshot(&mut conn), before);
 }
 
 /// The optional digests (`key_hashes`, what the Rust client sends) are

@@ -1070,3 +1070,52 @@ fn valid_input_at_every_edge_never_takes_the_full_input_check() {
     conn.batch_execute("COMMIT").expect("commit");
     assert_eq!(counts, ["full checks 0, settling steps 2"]);
 }
+
+/// A batch whose every grant matches is renewed, or released, by its first
+/// pass: no key's answer is looked up alone (`lease._status`) and no
+/// per-key input rule runs (`lease._check_many_keys`); those are the slow
+/// path of a batch with a grant that does not match, which is the control:
+/// one such renew and one such release of two keys take both.
+#[test]
+fn a_batch_whose_every_grant_matches_takes_one_pass() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute(
+        "SET track_functions = 'all';
+         SELECT * FROM lease.acquire('a', 'o', interval '1 hour');
+         SELECT * FROM lease.acquire('b', 'o', interval '1 hour');
+         SELECT * FROM lease.acquire('c', 'o', interval '1 hour');
+         SELECT * FROM lease.acquire('d', 'o', interval '1 hour');",
+    )
+    .expect("four first grants, epoch 1 each (superuser counts calls)");
+    let counts = |conn: &mut diesel::PgConnection| {
+        query_lines(
+            conn,
+            "SELECT format('answers looked up %s, per-key checks %s',
+                       COALESCE(pg_stat_get_xact_function_calls(
+                           'lease._status(bytea, text, text, bigint)'::regprocedure), 0),
+                       COALESCE(pg_stat_get_xact_function_calls(
+                           'lease._check_many_keys(text, text[], bigint[], bytea[])'::regprocedure), 0)) AS line",
+        )
+    };
+    conn.batch_execute("BEGIN").expect("begin");
+    let matching = query_lines(
+        &mut conn,
+        "SELECT string_agg(status, ',') AS line FROM (
+             SELECT status FROM lease.renew_many(ARRAY['a', 'b'], 'o', ARRAY[1, 1]::bigint[], interval '1 hour')
+             UNION ALL
+             SELECT status FROM lease.release_many(ARRAY['a', 'b'], 'o', ARRAY[1, 1]::bigint[])) AS s",
+    );
+    assert_eq!(matching, ["ok,ok,ok,ok"]);
+    assert_eq!(counts(&mut conn), ["answers looked up 0, per-key checks 0"]);
+    let one_off = query_lines(
+        &mut conn,
+        "SELECT string_agg(status, ',') AS line FROM (
+             SELECT status FROM lease.renew_many(ARRAY['c', 'd'], 'o', ARRAY[1, 2]::bigint[], interval '1 hour')
+             UNION ALL
+             SELECT status FROM lease.release_many(ARRAY['c', 'd'], 'o', ARRAY[1, 2]::bigint[])) AS s",
+    );
+    assert_eq!(one_off, ["ok,epoch_mismatch,ok,epoch_mismatch"]);
+    assert_eq!(counts(&mut conn), ["answers looked up 4, per-key checks 2"]);
+    conn.batch_execute("COMMIT").expect("commit");
+}
