@@ -1098,23 +1098,24 @@ fn a_batch_whose_every_grant_matches_takes_one_pass() {
                            'lease._check_many_keys(text, text[], bigint[], bytea[])'::regprocedure), 0)) AS line",
         )
     };
+    // One statement: renew the two grants, then release them (Append runs
+    // the branches in order); the statuses of both, in that order.
+    let renew_then_release = |conn: &mut diesel::PgConnection, keys: &str, epochs: &str| {
+        query_lines(
+            conn,
+            &format!(
+                "SELECT string_agg(status, ',') AS line FROM (
+                     SELECT status FROM lease.renew_many({keys}, 'o', {epochs}, interval '1 hour')
+                     UNION ALL
+                     SELECT status FROM lease.release_many({keys}, 'o', {epochs})) AS s"
+            ),
+        )
+    };
     conn.batch_execute("BEGIN").expect("begin");
-    let matching = query_lines(
-        &mut conn,
-        "SELECT string_agg(status, ',') AS line FROM (
-             SELECT status FROM lease.renew_many(ARRAY['a', 'b'], 'o', ARRAY[1, 1]::bigint[], interval '1 hour')
-             UNION ALL
-             SELECT status FROM lease.release_many(ARRAY['a', 'b'], 'o', ARRAY[1, 1]::bigint[])) AS s",
-    );
+    let matching = renew_then_release(&mut conn, "ARRAY['a', 'b']", "ARRAY[1, 1]::bigint[]");
     assert_eq!(matching, ["ok,ok,ok,ok"]);
     assert_eq!(counts(&mut conn), ["answers looked up 0, per-key checks 0"]);
-    let one_off = query_lines(
-        &mut conn,
-        "SELECT string_agg(status, ',') AS line FROM (
-             SELECT status FROM lease.renew_many(ARRAY['c', 'd'], 'o', ARRAY[1, 2]::bigint[], interval '1 hour')
-             UNION ALL
-             SELECT status FROM lease.release_many(ARRAY['c', 'd'], 'o', ARRAY[1, 2]::bigint[])) AS s",
-    );
+    let one_off = renew_then_release(&mut conn, "ARRAY['c', 'd']", "ARRAY[1, 2]::bigint[]");
     assert_eq!(one_off, ["ok,epoch_mismatch,ok,epoch_mismatch"]);
     assert_eq!(counts(&mut conn), ["answers looked up 4, per-key checks 2"]);
     conn.batch_execute("COMMIT").expect("commit");
