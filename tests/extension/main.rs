@@ -241,20 +241,28 @@ fn server() -> &'static Server {
             "the private installation's share directory {share:?} lacks the extension files"
         );
         let mut admin = PgConnection::establish(&pg.url()).unwrap();
-        admin
-            .batch_execute(
-                "DO $$ BEGIN
-                   IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'app') THEN
-                     CREATE ROLE app LOGIN NOSUPERUSER;
-                   END IF;
-                 END $$;",
-            )
-            .unwrap();
+        create_login_role_once(&mut admin, "app");
         Server {
             pg,
             counter: Mutex::new(0),
         }
     })
+}
+
+/// Creates a login role of the whole cluster unless it exists. Tests run in
+/// parallel, so two may create the same role at once: checking first and
+/// then creating races (the loser fails on the catalog's unique index), so
+/// this creates and treats "already there" from either path as success.
+fn create_login_role_once(admin: &mut PgConnection, name: &str) {
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN
+               CREATE ROLE {name} LOGIN NOSUPERUSER;
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN
+               NULL;
+             END $$;"
+        ))
+        .unwrap();
 }
 
 /// A new database owned by nobody special, where role `app` has CREATE.

@@ -15,8 +15,8 @@ use diesel::prelude::*;
 use leasehold::install;
 
 use super::{
-    app_conn, conn, database, dump_tool, owners, pg_dump_file, rows, seed, seed_checks, server,
-    state,
+    app_conn, conn, create_login_role_once, database, dump_tool, owners, pg_dump_file, rows, seed,
+    seed_checks, server, state,
 };
 
 /// The grants besides the owner's that docs/PRIVILEGES.md lists.
@@ -100,15 +100,7 @@ fn assert_documented(conn: &mut PgConnection, what: &str) {
 /// A login role of the whole cluster, created once.
 fn role(name: &str) {
     let mut admin = PgConnection::establish(&server().pg.url()).unwrap();
-    admin
-        .batch_execute(&format!(
-            "DO $$ BEGIN
-               IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{name}') THEN
-                 CREATE ROLE {name} LOGIN NOSUPERUSER;
-               END IF;
-             END $$;"
-        ))
-        .unwrap();
+    create_login_role_once(&mut admin, name);
 }
 
 fn conn_as(database: &str, role: &str) -> PgConnection {
