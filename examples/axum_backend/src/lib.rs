@@ -100,3 +100,25 @@ mod readme {
         );
     }
 }
+
+/// The two job services share one results table on one database and take
+/// turns on it, and replicas of either queue on the same advisory lock at
+/// start: the table's statements are one text, written in each example.
+/// This keeps the copies equal.
+#[cfg(test)]
+mod shared_schema {
+    const SYNC_SERVICE: &str = include_str!("../../web_backend/src/service.rs");
+
+    #[test]
+    fn the_results_table_is_created_by_the_same_statements_as_the_sync_examples() {
+        assert!(
+            crate::service::SCHEMA.contains("pg_advisory_xact_lock"),
+            "{}",
+            crate::service::SCHEMA
+        );
+        assert!(
+            SYNC_SERVICE.contains(crate::service::SCHEMA),
+            "examples/web_backend/src/service.rs's SCHEMA differs from this crate's; make them one text"
+        );
+    }
+}

@@ -38,7 +38,14 @@ const MAX_TTL_MS: u64 = 3_600_000;
 /// the two services can take turns on one database. A schema of the
 /// example's own, so that it never writes into a table of the user's;
 /// created if missing when the service starts.
-const SCHEMA: &str = "\
+///
+/// Replicas that start at once queue on a transaction-scoped advisory lock
+/// first: `CREATE ... IF NOT EXISTS` is not safe against a creator that has
+/// not committed yet (the second fails on the catalog's unique index). The
+/// batch runs as one implicit transaction, so the lock lasts until the
+/// table is committed.
+pub const SCHEMA: &str = "\
+SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('leasehold_example.job_results', 0));
 CREATE SCHEMA IF NOT EXISTS leasehold_example;
 CREATE TABLE IF NOT EXISTS leasehold_example.job_results (
     job       text        PRIMARY KEY,

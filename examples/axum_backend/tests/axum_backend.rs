@@ -421,6 +421,51 @@ async fn bad_input_gets_400_saying_what_was_wrong_and_changes_nothing() {
     }
 }
 
+/// Two replicas that start at once on a fresh database both start. The
+/// test plays the first, holding its creating transaction open with the
+/// service's own statements, until the second (the service) is seen
+/// waiting; then commits. Without the service's advisory lock the second
+/// would fail on the catalog's unique index instead of waiting.
+#[tokio::test]
+async fn a_replica_starting_while_another_creates_the_table_waits_and_starts() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::empty_on(TestServer::local());
+    leasehold::install(&mut db.conn()).expect("install");
+    let mut first = AsyncPgConnection::establish(&db.url)
+        .await
+        .expect("connect");
+    first.batch_execute("BEGIN").await.expect("begin");
+    first
+        .batch_execute(axum_backend::service::SCHEMA)
+        .await
+        .expect("the first replica's table");
+    let url = db.url.clone();
+    let second = tokio::spawn(async move { Service::start(&url, "127.0.0.1:0", 1).await });
+    let mut observer = db.conn();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: usize = leasehold_test_support::query_lines(
+            &mut observer,
+            "SELECT count(*)::text AS line FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid() \
+               AND wait_event_type = 'Lock'",
+        )[0]
+        .parse()
+        .expect("a count");
+        if waiting > 0 {
+            break;
+        }
+        assert!(!second.is_finished(), "the second replica did not wait");
+        assert!(std::time::Instant::now() < until, "nobody waited on a lock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.batch_execute("COMMIT").await.expect("commit");
+    second
+        .await
+        .expect("the starting task")
+        .expect("the second replica starts");
+}
+
 /// A table of the example's name with another shape stops the service at
 /// start with an error that names it, instead of failing requests later.
 #[tokio::test]

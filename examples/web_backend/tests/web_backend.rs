@@ -362,6 +362,48 @@ fn the_binary_serves_with_stdin_closed_and_stops_cleanly_on_sigterm() {
     assert!(rest.contains("stopping"), "{rest}");
 }
 
+/// Two replicas that start at once on a fresh database both start. The
+/// test plays the first, holding its creating transaction open with the
+/// service's own statements, until the second (the service) is seen
+/// waiting; then commits. Without the service's advisory lock the second
+/// would fail on the catalog's unique index instead of waiting.
+#[test]
+fn a_replica_starting_while_another_creates_the_table_waits_and_starts() {
+    let db = TestDb::empty_on(TestServer::local());
+    let mut first = db.conn();
+    leasehold::install(&mut first).expect("install");
+    first.batch_execute("BEGIN").expect("begin");
+    first
+        .batch_execute(service::SCHEMA)
+        .expect("the first replica's table");
+    let client = LeaseClient::connect(&db.url, 2).expect("pool");
+    let second = std::thread::spawn(move || service::Service::start(client, "127.0.0.1:0", 1));
+    let mut observer = db.conn();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while lock_waiters(&mut observer) == 0 {
+        assert!(!second.is_finished(), "the second replica did not wait");
+        assert!(std::time::Instant::now() < until, "nobody waited on a lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    first.batch_execute("COMMIT").expect("commit");
+    let service = second
+        .join()
+        .expect("the starting thread")
+        .expect("the second replica starts");
+    service.shutdown();
+}
+
+/// How many other backends of this database wait on a lock right now.
+fn lock_waiters(conn: &mut PgConnection) -> usize {
+    let lines = leasehold_test_support::query_lines(
+        conn,
+        "SELECT count(*)::text AS line FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+           AND wait_event_type = 'Lock'",
+    );
+    lines[0].parse().expect("a count")
+}
+
 /// A table of the example's name with another shape stops the service at
 /// start with an error that names it, instead of failing requests later.
 #[test]
