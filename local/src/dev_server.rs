@@ -12,9 +12,10 @@
 //! * for root, `/var/lib/leasehold/local`: the server runs as the
 //!   `postgres` user, which may not enter root's home.
 //!
-//! Inside: `data/` (the cluster), `s/` (its socket), `server.log`, and
+//! Inside: `data/` (the cluster), `s/` (its socket), `server.log`,
 //! `port`, the TCP port chosen at the first start and kept, so the URL
-//! stays the same. The server listens on 127.0.0.1 only and trusts local
+//! stays the same, and `lock`, which overlapping starts and stops take in
+//! turn. The server listens on 127.0.0.1 only and trusts local
 //! connections (no password): it is for development, never for data that
 //! matters.
 
@@ -82,6 +83,7 @@ impl DevServer {
     /// Creates the cluster on the first call, starts the server if it is
     /// not running, and returns its URL. Idempotent.
     pub fn start(&self) -> Result<String, LocalServerError> {
+        let _turn = self.take_turn()?;
         if let DevStatus::Running { url } = self.status()? {
             return Ok(url);
         }
@@ -126,6 +128,7 @@ impl DevServer {
     /// Stops the server (fast shutdown: open sessions are ended); returns
     /// whether it was running.
     pub fn stop(&self) -> Result<bool, LocalServerError> {
+        let _turn = self.take_turn()?;
         if !matches!(self.status()?, DevStatus::Running { .. }) {
             return Ok(false);
         }
@@ -173,6 +176,30 @@ impl DevServer {
         } else {
             Ok(DevStatus::Stopped)
         }
+    }
+
+    /// Waits until no other `start` or `stop` on this directory runs, and
+    /// holds it off until the returned file is dropped. Without it, starts
+    /// that overlap (two terminals, a parallel make, jobs started together)
+    /// each saw no cluster and ran initdb on the same directory, or each
+    /// ran pg_ctl: all but one failed. The lock is the kernel's (flock), so
+    /// a command that dies releases it.
+    fn take_turn(&self) -> Result<fs::File, LocalServerError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.root)
+            .map_err(io_err(format!("create {}", self.root.display())))?;
+        let path = self.root.join("lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io_err(format!("open {}", path.display())))?;
+        file.lock()
+            .map_err(io_err(format!("lock {}", path.display())))?;
+        Ok(file)
     }
 
     fn data_dir(&self) -> PathBuf {

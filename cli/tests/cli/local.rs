@@ -21,9 +21,16 @@ impl Local {
     }
 
     fn run(&self, args: &[&str]) -> Run {
+        Self::finish(self.command(args).output().unwrap())
+    }
+
+    fn command(&self, args: &[&str]) -> std::process::Command {
         let mut command = command(args);
         command.env("LEASEHOLD_LOCAL_DIR", &self.dir);
-        let output = command.output().unwrap();
+        command
+    }
+
+    fn finish(output: std::process::Output) -> Run {
         Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -88,4 +95,42 @@ fn local_start_status_env_stop_and_commands_without_a_url_use_it_while_it_runs()
         "job",
     ]);
     assert_eq!(elsewhere.code, 8, "{elsewhere:?}");
+}
+
+/// Starts that overlap (two terminals, a parallel make, jobs started
+/// together) all succeed and answer one URL: the first creates and starts
+/// the server, the others wait for it instead of running initdb or pg_ctl
+/// on the same directory at once. The same for stops.
+#[test]
+fn starts_and_stops_at_once_all_succeed_on_one_server() {
+    let local = Local::new("overlap");
+    let at_once = |args: &[&str]| -> Vec<Run> {
+        let children: Vec<_> = (0..3)
+            .map(|_| {
+                local
+                    .command(args)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        children
+            .into_iter()
+            .map(|child| Local::finish(child.wait_with_output().unwrap()))
+            .collect()
+    };
+    let starts = at_once(&["--json", "local", "start"]);
+    for start in &starts {
+        assert_eq!(start.code, 0, "{start:?}");
+    }
+    let url = starts[0].json()["url"].as_str().unwrap().to_owned();
+    for start in &starts {
+        assert_eq!(start.json()["url"], url.as_str(), "{starts:?}");
+    }
+    assert_eq!(local.run(&["local", "status"]).code, 0);
+    for stop in at_once(&["local", "stop"]) {
+        assert_eq!(stop.code, 0, "{stop:?}");
+    }
+    assert_eq!(local.run(&["local", "status"]).code, 14);
 }
