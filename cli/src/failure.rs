@@ -177,8 +177,9 @@ pub enum CliError {
         #[source]
         source: std::io::Error,
     },
-    /// The embedded local server could not be started or restarted.
-    #[error("the embedded local PostgreSQL failed: {0}")]
+    /// A server on this machine (`--throwaway` or `leasehold local`) could
+    /// not be created, started or stopped.
+    #[error("the local PostgreSQL failed: {0}")]
     LocalServer(#[from] LocalServerError),
     /// No database was named: no --database-url, no DATABASE_URL and no
     /// --throwaway. Nothing ran.

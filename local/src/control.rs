@@ -227,6 +227,7 @@ impl LocalPostgres {
             )))?;
         if !out.status.success() {
             return Err(LocalServerError::InitdbFailed {
+                data_dir: self.data_dir.clone(),
                 status: out.status,
                 output: combined_output(&out.stdout, &out.stderr),
             });

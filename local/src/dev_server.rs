@@ -245,6 +245,7 @@ impl DevServer {
             .map_err(io_err("run initdb"))?;
         if !out.status.success() {
             return Err(LocalServerError::InitdbFailed {
+                data_dir: self.data_dir(),
                 status: out.status,
                 output: combined_output(&out.stdout, &out.stderr),
             });

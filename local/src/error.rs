@@ -53,11 +53,16 @@ pub enum LocalServerError {
 
     /// `initdb` failed to create the data directory.
     #[error(
-        "initdb failed ({status}); check that the temporary directory ({}) is writable \
-         and has free space, and that the server binaries are intact. initdb output:\n{output}",
-        std::env::temp_dir().display()
+        "initdb could not create {} ({status}); check that its parent directory is \
+         writable by the server user and has free space, and that the server binaries are \
+         intact. initdb output:\n{output}",
+        data_dir.display()
     )]
     InitdbFailed {
+        /// The data directory initdb was asked to create: under the
+        /// temporary directory for a throwaway server, under the
+        /// development server's directory for `leasehold local`.
+        data_dir: PathBuf,
         /// initdb's exit status.
         status: ExitStatus,
         /// initdb's combined stdout and stderr.

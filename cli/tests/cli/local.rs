@@ -134,3 +134,27 @@ fn starts_and_stops_at_once_all_succeed_on_one_server() {
     }
     assert_eq!(local.run(&["local", "status"]).code, 14);
 }
+
+/// When initdb cannot create the cluster, the error names the directory it
+/// was asked to create (not the temporary directory) and quotes initdb,
+/// and nothing starts.
+#[test]
+fn a_cluster_initdb_cannot_create_is_named_in_the_error() {
+    let local = Local::new("initdb");
+    let data = local.dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("stray"), "not a cluster").unwrap();
+    let start = local.run(&["local", "start"]);
+    assert_eq!(start.code, 8, "{start:?}");
+    assert!(
+        start
+            .stderr
+            .contains(&format!("initdb could not create {}", data.display())),
+        "{start:?}"
+    );
+    assert!(
+        start.stderr.contains("exists but is not empty"),
+        "{start:?}"
+    );
+    assert_eq!(local.run(&["local", "status"]).code, 14);
+}
