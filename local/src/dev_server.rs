@@ -128,6 +128,10 @@ impl DevServer {
     /// Stops the server (fast shutdown: open sessions are ended); returns
     /// whether it was running.
     pub fn stop(&self) -> Result<bool, LocalServerError> {
+        if !self.root.exists() {
+            // Never started here: nothing to stop, and nothing to create.
+            return Ok(false);
+        }
         let _turn = self.take_turn()?;
         if !matches!(self.status()?, DevStatus::Running { .. }) {
             return Ok(false);

@@ -49,6 +49,10 @@ impl Drop for Local {
 #[test]
 fn local_start_status_env_stop_and_commands_without_a_url_use_it_while_it_runs() {
     let local = Local::new("cycle");
+    // Stopping a server never started here stops nothing and creates
+    // nothing.
+    assert_eq!(local.run(&["local", "stop"]).code, 0);
+    assert!(!local.dir.exists());
     // Not created yet: status and env say so (exit 14); commands refuse.
     assert_eq!(local.run(&["local", "status"]).code, 14);
     let env = local.run(&["local", "env"]);
