@@ -35,4 +35,4 @@ pub use json::time_of;
 pub use pgbouncer::{PgBouncer, PoolMode};
 pub use replication::ReplicatedPair;
 pub use server::TestServer;
-pub use sql::{query_bool, query_lines, quote};
+pub use sql::{query_bool, query_lines, quote, wait_for_lock_waiter};

@@ -12,7 +12,8 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 pub use leasehold_test_support::{
-    query_bool, query_lines, quote, server_now, wait_until_server_time_passes, TestDb, TestServer,
+    query_bool, query_lines, quote, server_now, wait_for_lock_waiter,
+    wait_until_server_time_passes, TestDb, TestServer,
 };
 
 pub const TTL: Duration = Duration::from_secs(30);
@@ -22,21 +23,6 @@ pub const TTL: Duration = Duration::from_secs(30);
 /// that a machine busy with other suites cannot let it run out between two
 /// consecutive calls; short enough to wait for.
 pub const STILL_HELD_NEXT_STEP: Duration = Duration::from_secs(2);
-
-/// Waits until some backend of database `db` waits on a lock (observable in
-/// pg_stat_activity), i.e. a competitor is really blocked.
-pub fn wait_for_lock_waiter(conn: &mut PgConnection, db: &str) {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Lock') AS flag"
-    );
-    for _ in 0..2_000 {
-        if query_bool(conn, &sql) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("no backend ever waited on a lock in {db}");
-}
 
 pub fn granted(acquisition: leasehold::Acquisition) -> leasehold::Lease {
     match acquisition {

@@ -11,7 +11,7 @@ use diesel::QueryableByName;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use leasehold::aio::AsyncLeases;
 use leasehold::{Epoch, LeaseState};
-use leasehold_test_support::{TestDb, TestServer};
+use leasehold_test_support::{wait_for_lock_waiter, TestDb, TestServer};
 use reqwest::Method;
 use serde_json::{json, Value};
 
@@ -441,24 +441,12 @@ async fn a_replica_starting_while_another_creates_the_table_waits_and_starts() {
         .expect("the first replica's table");
     let url = db.url.clone();
     let second = tokio::spawn(async move { Service::start(&url, "127.0.0.1:0", 1).await });
-    let mut observer = db.conn();
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: usize = leasehold_test_support::query_lines(
-            &mut observer,
-            "SELECT count(*)::text AS line FROM pg_stat_activity \
-             WHERE datname = current_database() AND pid <> pg_backend_pid() \
-               AND wait_event_type = 'Lock'",
-        )[0]
-        .parse()
-        .expect("a count");
-        if waiting > 0 {
-            break;
-        }
-        assert!(!second.is_finished(), "the second replica did not wait");
-        assert!(std::time::Instant::now() < until, "nobody waited on a lock");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The wait blocks its thread; the service's start must go on meanwhile.
+    let (mut observer, name) = (db.conn(), db.name.clone());
+    tokio::task::spawn_blocking(move || wait_for_lock_waiter(&mut observer, &name))
+        .await
+        .expect("the wait");
+    assert!(!second.is_finished(), "the second replica did not wait");
     first.batch_execute("COMMIT").await.expect("commit");
     second
         .await

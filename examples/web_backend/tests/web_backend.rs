@@ -8,7 +8,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
 use leasehold::LeaseClient;
 use leasehold::Leases;
-use leasehold_test_support::{time_of, wait_until_server_time_passes, TestDb, TestServer};
+use leasehold_test_support::{
+    time_of, wait_for_lock_waiter, wait_until_server_time_passes, TestDb, TestServer,
+};
 use serde_json::{json, Value};
 use web_backend::service;
 
@@ -378,30 +380,14 @@ fn a_replica_starting_while_another_creates_the_table_waits_and_starts() {
         .expect("the first replica's table");
     let client = LeaseClient::connect(&db.url, 2).expect("pool");
     let second = std::thread::spawn(move || service::Service::start(client, "127.0.0.1:0", 1));
-    let mut observer = db.conn();
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    while lock_waiters(&mut observer) == 0 {
-        assert!(!second.is_finished(), "the second replica did not wait");
-        assert!(std::time::Instant::now() < until, "nobody waited on a lock");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_lock_waiter(&mut db.conn(), &db.name);
+    assert!(!second.is_finished(), "the second replica did not wait");
     first.batch_execute("COMMIT").expect("commit");
     let service = second
         .join()
         .expect("the starting thread")
         .expect("the second replica starts");
     service.shutdown();
-}
-
-/// How many other backends of this database wait on a lock right now.
-fn lock_waiters(conn: &mut PgConnection) -> usize {
-    let lines = leasehold_test_support::query_lines(
-        conn,
-        "SELECT count(*)::text AS line FROM pg_stat_activity \
-         WHERE datname = current_database() AND pid <> pg_backend_pid() \
-           AND wait_event_type = 'Lock'",
-    );
-    lines[0].parse().expect("a count")
 }
 
 /// A table of the example's name with another shape stops the service at
