@@ -95,6 +95,26 @@ BEGIN
     END IF;
 END
 $$;
+DO $$
+DECLARE
+    v_object text;
+BEGIN
+    SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) INTO v_object
+      FROM pg_catalog.pg_depend AS d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) (SELECT n.oid FROM pg_catalog.pg_namespace AS n
+                                               WHERE n.nspname OPERATOR(pg_catalog.=) 'lease')
+       AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass
+     LIMIT 1;
+    IF v_object IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already holds objects that CREATE EXTENSION leasehold did not create (%)', v_object
+            USING ERRCODE = '42P07',
+                  CONSTRAINT = 'lease_schema_not_empty',
+                  DETAIL = 'object=' OPERATOR(pg_catalog.||) v_object,
+                  HINT = 'Drop those objects or the schema first: the extension creates every object of schema lease itself, so that its scripts never run code another role put there.';
+    END IF;
+END
+$$;
 REVOKE ALL ON SCHEMA lease FROM PUBLIC;
 GRANT USAGE ON SCHEMA lease TO PUBLIC;
 
@@ -253,7 +273,8 @@ SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
 -- (lease.renew_group) and the prune's clearing. Partial: grants
 -- outside groups add no entry, and a renew, which changes no group_id,
 -- stays a HOT update.
-CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL;
+-- (runs as the extension's owner, at the end of this script)
+-- CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL ...
 
 -- Key namespaces (docs/SPECIFICATION.md §4): an operator binds a prefix of
 -- key and resource names to a database role. A name is governed by the rule
@@ -290,7 +311,8 @@ CREATE TABLE lease.namespace_changes (
     changed_at timestamptz NOT NULL
 );
 REVOKE ALL ON TABLE lease.namespace_changes FROM PUBLIC;
-INSERT INTO lease.namespace_changes (singleton, changed_at) VALUES (true, pg_catalog.clock_timestamp());
+-- (runs as the extension's owner, at the end of this script)
+-- INSERT INTO lease.namespace_changes (singleton, changed_at) VALUES (true, pg_catalog.clock_timestamp()) ...
 
 -- Generations (docs/SPECIFICATION.md §1.2, §1.7): what orders epochs across
 -- a promotion, a restore onto a new timeline, and a dump restored into
@@ -432,7 +454,8 @@ CREATE TABLE lease.waiters (
     PRIMARY KEY (key_hash, backend_pid)
 );
 -- For the per-session cap and the per-session deletes.
-CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid);
+-- (runs as the extension's owner, at the end of this script)
+-- CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid) ...
 REVOKE ALL ON TABLE lease.waiters FROM PUBLIC;
 
 -- One row per FREE key a prune has seen, for the idle time of FREE rows
@@ -449,7 +472,8 @@ REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('lease.prune_sightings', '');
 
 -- Every migration ends so (see lease._drop_default_grants).
-SELECT lease._drop_default_grants();
+-- (runs as the extension's owner, at the end of this script)
+-- SELECT lease._drop_default_grants() ...
 
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
@@ -508,3 +532,33 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Extension only (generated): this migration's statements that read or
+-- write leasehold's tables, call its functions or alter a table run here,
+-- as the extension's owner. The script itself runs as the bootstrap
+-- superuser, and the owner may have replaced any function body or put a
+-- trigger, default, CHECK, index expression, policy or rule on any table;
+-- run as the owner, that code has no more rights than the role that wrote
+-- it. The function below exists only inside this script's transaction.
+CREATE FUNCTION lease._extension_step_as_owner()
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $extension_step$
+BEGIN
+    EXECUTE $owner_statement$CREATE INDEX leases_group_id ON lease.leases (group_id) WHERE group_id IS NOT NULL$owner_statement$;
+    EXECUTE $owner_statement$INSERT INTO lease.namespace_changes (singleton, changed_at) VALUES (true, pg_catalog.clock_timestamp())$owner_statement$;
+    EXECUTE $owner_statement$CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid)$owner_statement$;
+    EXECUTE $owner_statement$SELECT lease._drop_default_grants()$owner_statement$;
+END
+$extension_step$;
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('ALTER FUNCTION lease._extension_step_as_owner() OWNER TO %I',
+        (SELECT pg_catalog.pg_get_userbyid(e.extowner) FROM pg_catalog.pg_extension AS e
+          WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold'));
+END
+$$;
+SELECT lease._extension_step_as_owner();
+DROP FUNCTION lease._extension_step_as_owner();

@@ -575,7 +575,8 @@ GRANT EXECUTE ON FUNCTION lease.renew_many(text[], text, bigint[], interval, byt
 GRANT EXECUTE ON FUNCTION lease.release_many(text[], text, bigint[], bytea[]) TO PUBLIC;
 
 -- Every migration ends so (see lease._drop_default_grants).
-SELECT lease._drop_default_grants();
+-- (runs as the extension's owner, at the end of this script)
+-- SELECT lease._drop_default_grants() ...
 
 -- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
@@ -634,3 +635,30 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Extension only (generated): this migration's statements that read or
+-- write leasehold's tables, call its functions or alter a table run here,
+-- as the extension's owner. The script itself runs as the bootstrap
+-- superuser, and the owner may have replaced any function body or put a
+-- trigger, default, CHECK, index expression, policy or rule on any table;
+-- run as the owner, that code has no more rights than the role that wrote
+-- it. The function below exists only inside this script's transaction.
+CREATE FUNCTION lease._extension_step_as_owner()
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $extension_step$
+BEGIN
+    EXECUTE $owner_statement$SELECT lease._drop_default_grants()$owner_statement$;
+END
+$extension_step$;
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('ALTER FUNCTION lease._extension_step_as_owner() OWNER TO %I',
+        (SELECT pg_catalog.pg_get_userbyid(e.extowner) FROM pg_catalog.pg_extension AS e
+          WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold'));
+END
+$$;
+SELECT lease._extension_step_as_owner();
+DROP FUNCTION lease._extension_step_as_owner();

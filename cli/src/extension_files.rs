@@ -41,6 +41,22 @@
 //!   dump's row (the lineage that orders epochs across clusters) would be
 //!   refused as a duplicate. The merge never lowers the generation or the
 //!   pruning watermark, so an INSERT outside a restore loses nothing.
+//! - No statement that reads or writes leasehold's tables, calls its
+//!   functions or alters a table runs as the superuser. The script runs as
+//!   the bootstrap superuser, but from the second script on every object it
+//!   meets belongs to the extension's owner, who may have replaced a
+//!   function's body or put a trigger, default, CHECK, index expression,
+//!   policy or rule on a table. Such statements (the migrations' data
+//!   changes, `ALTER TABLE`, `CREATE INDEX` and the closing `SELECT
+//!   lease._drop_default_grants()`) move to the end of the script and run
+//!   inside a SECURITY DEFINER function the script creates, hands to the
+//!   owner, calls and drops: whatever the owner planted runs with the
+//!   owner's rights. What stays with the superuser is DDL that evaluates
+//!   nothing (`CREATE FUNCTION`, `GRANT`, `REVOKE`, `COMMENT`) and DO
+//!   blocks that name only catalog objects; the generator refuses a
+//!   migration whose DO block calls a `lease.` function.
+//! - The first script refuses a schema `lease` that already holds objects:
+//!   every object the scripts meet is one they created.
 //! - Every script ends by giving the extension's tables and functions to
 //!   the extension's owner (the role that ran `CREATE EXTENSION`), as the
 //!   installing role owns them with the migrations, and by recording each
@@ -179,6 +195,30 @@ BEGIN
 END
 $$;";
 
+/// The first script's refusal of a schema `lease` that already holds
+/// objects (see the module documentation): the scripts then meet only
+/// objects they created themselves.
+const EXTENSION_SCHEMA_EMPTY_CHECK: &str = "DO $$
+DECLARE
+    v_object text;
+BEGIN
+    SELECT pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid) INTO v_object
+      FROM pg_catalog.pg_depend AS d
+     WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) (SELECT n.oid FROM pg_catalog.pg_namespace AS n
+                                               WHERE n.nspname OPERATOR(pg_catalog.=) 'lease')
+       AND d.classid OPERATOR(pg_catalog.<>) 'pg_catalog.pg_extension'::pg_catalog.regclass
+     LIMIT 1;
+    IF v_object IS NOT NULL THEN
+        RAISE EXCEPTION 'schema lease already holds objects that CREATE EXTENSION leasehold did not create (%)', v_object
+            USING ERRCODE = '42P07',
+                  CONSTRAINT = 'lease_schema_not_empty',
+                  DETAIL = 'object=' OPERATOR(pg_catalog.||) v_object,
+                  HINT = 'Drop those objects or the schema first: the extension creates every object of schema lease itself, so that its scripts never run code another role put there.';
+    END IF;
+END
+$$;";
+
 /// The first script's refusal to join a migrations install.
 const REFUSE_MIGRATIONS_INSTALL: &str = "DO $$
 BEGIN
@@ -285,6 +325,249 @@ BEGIN
 END
 $$;";
 
+/// The function that runs a script's owner statements (see the module
+/// documentation). Created, handed to the owner, called and dropped by the
+/// same script, inside the script's own transaction, so no other session
+/// ever sees it.
+const OWNER_STEP: &str = "lease._extension_step_as_owner()";
+
+/// The dollar-quote tags around the owner part's body and each statement;
+/// a statement that contains either is refused by the generator.
+const OWNER_STEP_TAG: &str = "$extension_step$";
+const OWNER_STATEMENT_TAG: &str = "$owner_statement$";
+
+/// Leading words of the statements that run as the owner: they read or
+/// write leasehold's tables, call its functions, or change a table or
+/// domain in a way that evaluates its defaults, CHECKs, index expressions
+/// or triggers.
+const OWNER_STATEMENTS: &[&str] = &[
+    "INSERT",
+    "UPDATE",
+    "DELETE",
+    "MERGE",
+    "SELECT",
+    "WITH",
+    "VALUES",
+    "TABLE",
+    "TRUNCATE",
+    "COPY",
+    "CALL",
+    "ALTER TABLE",
+    "ALTER DOMAIN",
+    "CREATE INDEX",
+    "CREATE UNIQUE INDEX",
+    "REINDEX",
+    "CLUSTER",
+    "ANALYZE",
+    "REFRESH",
+];
+
+/// Leading words of the statements that stay with the superuser: they
+/// evaluate nothing an owner could have changed. A `CREATE TABLE` must
+/// define its columns (not `AS` a query), and a `DO` block may not call a
+/// `lease.` function. Anything in neither list is refused by the
+/// generator until someone decides where it runs.
+const SUPERUSER_STATEMENTS: &[&str] = &[
+    "SET",
+    "DO",
+    "CREATE FUNCTION",
+    "CREATE TABLE",
+    "CREATE DOMAIN",
+    "CREATE TYPE",
+    "CREATE TRIGGER",
+    "GRANT",
+    "REVOKE",
+    "COMMENT",
+    "ALTER FUNCTION",
+    "CREATE OR REPLACE FUNCTION",
+    "DROP FUNCTION",
+];
+
+/// Who runs a migration's statement in the extension's scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunsAs {
+    /// The superuser running the script.
+    Superuser,
+    /// The extension's owner, in the script's owner part.
+    Owner,
+}
+
+/// Where `statement` runs, or why it may not be generated.
+fn runs_as(statement: &str) -> Result<RunsAs, String> {
+    let upper = statement.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split_ascii_whitespace().collect();
+    let starts_with = |list: &[&str]| {
+        list.iter().any(|lead| {
+            let lead: Vec<&str> = lead.split(' ').collect();
+            words.len() >= lead.len()
+                && words
+                    .iter()
+                    .zip(&lead)
+                    .all(|(word, lead)| word == lead || word.starts_with(&format!("{lead}(")))
+        })
+    };
+    if starts_with(OWNER_STATEMENTS) {
+        return Ok(RunsAs::Owner);
+    }
+    if !starts_with(SUPERUSER_STATEMENTS) {
+        return Err(format!(
+            "every statement in a list of the generator; add {:?} to OWNER_STATEMENTS or SUPERUSER_STATEMENTS after deciding whether it can evaluate the owner's code",
+            words.iter().take(3).copied().collect::<Vec<_>>().join(" ")
+        ));
+    }
+    if words.first() == Some(&"DO") && calls_a_lease_function(statement) {
+        return Err(
+            "no DO block that calls a lease. function (it would run the owner's code as the superuser); write it as a SELECT, which runs as the owner"
+                .to_owned(),
+        );
+    }
+    if words.starts_with(&["CREATE", "TABLE"])
+        && !words.get(2).is_some_and(|name| {
+            name.contains('(') || words.get(3).is_some_and(|w| w.starts_with('('))
+        })
+    {
+        return Err("CREATE TABLE with its columns (not AS a query)".to_owned());
+    }
+    Ok(RunsAs::Superuser)
+}
+
+/// The owner part that ends a script whose migration has owner statements.
+fn owner_part(statements: &[String]) -> String {
+    let mut body = String::new();
+    for statement in statements {
+        let _ = writeln!(
+            body,
+            "    EXECUTE {OWNER_STATEMENT_TAG}{statement}{OWNER_STATEMENT_TAG};"
+        );
+    }
+    format!(
+        "-- Extension only (generated): this migration's statements that read or
+-- write leasehold's tables, call its functions or alter a table run here,
+-- as the extension's owner. The script itself runs as the bootstrap
+-- superuser, and the owner may have replaced any function body or put a
+-- trigger, default, CHECK, index expression, policy or rule on any table;
+-- run as the owner, that code has no more rights than the role that wrote
+-- it. The function below exists only inside this script's transaction.
+CREATE FUNCTION {OWNER_STEP}
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS {OWNER_STEP_TAG}
+BEGIN
+{body}END
+{OWNER_STEP_TAG};
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('ALTER FUNCTION {OWNER_STEP} OWNER TO %I',
+        (SELECT pg_catalog.pg_get_userbyid(e.extowner) FROM pg_catalog.pg_extension AS e
+          WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold'));
+END
+$$;
+SELECT {OWNER_STEP};
+DROP FUNCTION {OWNER_STEP};
+"
+    )
+}
+
+/// One top-level statement of a migration: the text before it (comments
+/// and blank lines) and the statement itself, without its `;`.
+struct Statement<'a> {
+    preamble: &'a str,
+    text: &'a str,
+}
+
+/// Splits SQL into top-level statements at `;` outside comments, quoted
+/// strings, quoted identifiers and dollar quotes. Text after the last `;`
+/// is returned as a statement with an empty text when it holds only
+/// comments and blanks.
+fn statements(sql: &str) -> Vec<Statement<'_>> {
+    let bytes = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut text_start: Option<usize> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &sql[i..];
+        let c = bytes[i];
+        if rest.starts_with("--") {
+            i += rest.find('\n').map_or(rest.len(), |n| n + 1);
+            continue;
+        }
+        if rest.starts_with("/*") {
+            i += rest.find("*/").map_or(rest.len(), |n| n + 2);
+            continue;
+        }
+        if !c.is_ascii_whitespace() && text_start.is_none() {
+            text_start = Some(i);
+        }
+        match c {
+            b'\'' | b'"' => {
+                // To the closing quote; a doubled quote stays inside.
+                let mut j = i + 1;
+                while j < bytes.len() {
+                    if bytes[j] == c {
+                        if bytes.get(j + 1) != Some(&c) {
+                            break;
+                        }
+                        j += 1;
+                    }
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            b'$' => {
+                let tag_len = rest[1..]
+                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                    .unwrap_or(rest.len() - 1);
+                if rest.as_bytes().get(tag_len + 1) == Some(&b'$') {
+                    let tag = &rest[..tag_len + 2];
+                    let after = &rest[tag.len()..];
+                    i += tag.len() + after.find(tag).map_or(after.len(), |n| n + tag.len());
+                } else {
+                    i += 1;
+                }
+            }
+            b';' => {
+                let from = text_start.unwrap_or(i);
+                out.push(Statement {
+                    preamble: &sql[start..from],
+                    text: &sql[from..i],
+                });
+                i += 1;
+                start = i;
+                text_start = None;
+            }
+            _ => i += 1,
+        }
+    }
+    if start < sql.len() {
+        out.push(Statement {
+            preamble: &sql[start..],
+            text: "",
+        });
+    }
+    out
+}
+
+/// Whether a DO block calls a function of schema `lease` (`lease.name(`),
+/// which would run the owner's code as the superuser.
+fn calls_a_lease_function(statement: &str) -> bool {
+    let lower = statement.to_ascii_lowercase();
+    lower.match_indices("lease.").any(|(at, _)| {
+        let before_ok = lower[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|ch| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'));
+        let name: String = lower[at + "lease.".len()..]
+            .chars()
+            .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '_')
+            .collect();
+        let after = lower[at + "lease.".len() + name.len()..].trim_start();
+        before_ok && !name.is_empty() && after.starts_with('(')
+    })
+}
+
 fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
     let unexpected = |expected: String| ExtensionError::Unexpected {
         migration: dir.to_owned(),
@@ -301,22 +584,55 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
         if !body.contains(&check) {
             return Err(unexpected("the schema-ownership check".to_owned()));
         }
-        body = body.replacen(&check, EXTENSION_SCHEMA_OWNER_CHECK, 1);
+        body = body.replacen(
+            &check,
+            &format!("{EXTENSION_SCHEMA_OWNER_CHECK}\n{EXTENSION_SCHEMA_EMPTY_CHECK}"),
+            1,
+        );
+    }
+    // The statements that stay with the superuser, in the migration's order;
+    // the owner's are collected for the owner part.
+    let mut kept = String::new();
+    let mut as_owner = Vec::new();
+    for statement in statements(&body) {
+        kept.push_str(statement.preamble);
+        let text = statement.text;
+        if text.is_empty() {
+            continue;
+        }
+        let upper = text.to_ascii_uppercase();
+        if matches!(
+            upper.trim(),
+            "BEGIN" | "COMMIT" | "ROLLBACK" | "START TRANSACTION"
+        ) {
+            return Err(unexpected(format!(
+                "no transaction control, found {text:?}"
+            )));
+        }
+        match runs_as(text).map_err(&unexpected)? {
+            RunsAs::Superuser => {
+                kept.push_str(text);
+                kept.push(';');
+            }
+            RunsAs::Owner => {
+                if text.contains(OWNER_STEP_TAG) || text.contains(OWNER_STATEMENT_TAG) {
+                    return Err(unexpected(format!(
+                        "no {OWNER_STEP_TAG} or {OWNER_STATEMENT_TAG} in a statement"
+                    )));
+                }
+                let first_line = text.lines().next().unwrap_or(text);
+                let _ = write!(
+                    kept,
+                    "-- (runs as the extension's owner, at the end of this script)\n-- {first_line} ..."
+                );
+                as_owner.push(text.to_owned());
+            }
+        }
     }
     let mut out = String::new();
     let mut dumped = Vec::new();
-    for line in body.lines() {
+    for line in kept.lines() {
         let statement = line.trim();
-        let upper = statement.to_ascii_uppercase();
-        if matches!(
-            upper.trim_end_matches(';').trim(),
-            "BEGIN" | "COMMIT" | "ROLLBACK" | "START TRANSACTION"
-        ) && statement.ends_with(';')
-        {
-            return Err(unexpected(format!(
-                "no transaction control, found {statement:?}"
-            )));
-        }
         out.push_str(line);
         out.push('\n');
         if let Some(table) = statement
@@ -360,6 +676,10 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
     script.push('\n');
     script.push_str(REASSIGN_TO_EXTENSION_OWNER);
     script.push('\n');
+    if !as_owner.is_empty() {
+        script.push('\n');
+        script.push_str(&owner_part(&as_owner));
+    }
     Ok(script)
 }
 
@@ -381,5 +701,75 @@ mod tests {
             .contains("pg_extension_config_dump('lease.lineage'"));
         assert!(!files[3].contents.contains("config_dump('lease.waiters'"));
         assert!(!files[1].contents.contains("CREATE SCHEMA"));
+    }
+
+    /// Every data change and every call of a lease function runs inside the
+    /// owner part; none is left with the superuser.
+    #[test]
+    fn data_changes_and_lease_calls_run_only_in_the_owner_part() {
+        for file in extension_files().expect("generate").iter().skip(1) {
+            let (superuser, owner) = file
+                .contents
+                .split_once("CREATE FUNCTION lease._extension_step_as_owner()")
+                .unwrap_or_else(|| panic!("{}: no owner part", file.name));
+            for statement in statements(superuser) {
+                let text = statement.text;
+                assert!(
+                    !text.starts_with("INSERT") && !text.starts_with("SELECT lease."),
+                    "{}: runs as the superuser: {text}",
+                    file.name
+                );
+            }
+            assert!(owner.contains("SELECT lease._drop_default_grants()"));
+        }
+        let step2 = &extension_files().expect("generate")[2].contents;
+        let owner = step2.split_once("_extension_step_as_owner()").unwrap().1;
+        assert!(owner.contains("INSERT INTO lease.lineage"));
+    }
+
+    #[test]
+    fn statements_split_outside_quotes_and_comments() {
+        let sql = "-- a; comment\nSELECT 'x;y', \"a;b\";\nDO $$ BEGIN PERFORM 1; END $$;\n/* c; */ CREATE TABLE t (a int);\n-- tail";
+        let texts: Vec<&str> = statements(sql).iter().map(|s| s.text).collect();
+        assert_eq!(
+            texts,
+            [
+                "SELECT 'x;y', \"a;b\"",
+                "DO $$ BEGIN PERFORM 1; END $$",
+                "CREATE TABLE t (a int)",
+                ""
+            ]
+        );
+    }
+
+    #[test]
+    fn every_statement_is_placed_or_refused() {
+        assert_eq!(runs_as("INSERT INTO lease.x VALUES (1)"), Ok(RunsAs::Owner));
+        assert_eq!(
+            runs_as("ALTER TABLE lease.x ADD COLUMN y int"),
+            Ok(RunsAs::Owner)
+        );
+        assert_eq!(runs_as("CREATE INDEX i ON lease.x (y)"), Ok(RunsAs::Owner));
+        assert_eq!(runs_as("SELECT lease.f()"), Ok(RunsAs::Owner));
+        assert_eq!(
+            runs_as("CREATE FUNCTION lease.f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$"),
+            Ok(RunsAs::Superuser)
+        );
+        assert_eq!(
+            runs_as("CREATE TABLE lease.t (a int)"),
+            Ok(RunsAs::Superuser)
+        );
+        assert_eq!(
+            runs_as("REVOKE ALL ON TABLE lease.t FROM PUBLIC"),
+            Ok(RunsAs::Superuser)
+        );
+        assert_eq!(
+            runs_as("DO $$ BEGIN EXECUTE 'REVOKE ALL ON SCHEMA lease FROM PUBLIC'; END $$"),
+            Ok(RunsAs::Superuser)
+        );
+        assert!(runs_as("DO $$ BEGIN PERFORM lease._drop_default_grants(); END $$").is_err());
+        assert!(runs_as("CREATE TABLE lease.t AS SELECT lease.f()").is_err());
+        assert!(runs_as("CREATE MATERIALIZED VIEW lease.v AS SELECT 1").is_err());
+        assert!(runs_as("VACUUM lease.t").is_err());
     }
 }

@@ -23,6 +23,7 @@ use leasehold::{
 use leasehold_local::LocalPostgres;
 
 mod privileges;
+mod tampering;
 
 const TTL: Duration = Duration::from_secs(300);
 

@@ -208,7 +208,7 @@ fn each_install_path_grants_exactly_the_documented_privileges() {
 
 /// How a dump is restored (docs/PRIVILEGES.md, "Restoring a dump").
 #[derive(Clone, Copy, Debug)]
-enum Restore {
+pub(super) enum Restore {
     /// `pg_restore --role=app`, connected as the superuser.
     AsOwner,
     /// `pg_restore` connected as `app` itself.
@@ -222,7 +222,7 @@ enum Restore {
 
 /// Restores `file` into a new database; `defaults` first sets
 /// [`MONITOR_DEFAULTS`] there, as a database that a superuser prepared.
-fn pg_restore(file: &std::path::Path, how: Restore, defaults: bool) -> String {
+pub(super) fn pg_restore(file: &std::path::Path, how: Restore, defaults: bool) -> String {
     let server = server();
     let to = database();
     if defaults {
