@@ -452,27 +452,48 @@ BEGIN
                last_timeline = v_timeline,
                checked_start = v_start
          WHERE g.singleton;
+        -- The namespace rules the dump brought follow their role's name
+        -- until now (lease._rule_role); from here on each is held by the
+        -- oid that name has in this cluster, so a role dropped and created
+        -- again here fails closed as it would have where it was bound. The
+        -- same role is admitted before and after, so the rules' change
+        -- marker (lease.namespace_changes) is left alone. A rule whose
+        -- role does not exist here keeps following the name.
+        UPDATE lease.namespaces AS n
+           SET role_oid = r.oid,
+               system_identifier = v_sysid
+          FROM pg_catalog.pg_roles AS r
+         WHERE n.system_identifier <> v_sysid
+           AND r.rolname::text COLLATE "C" = n.role_name;
     END IF;
     RETURN v_generation;
 END;
 $$;
 
--- The role a namespace rule binds: its role_oid while the role with that
--- oid still has the name the rule was bound to, else 0, which no role is a
--- member of (a dropped or renamed role, or a rule restored into another
--- cluster where the oid means another role or none). So a rule fails
--- closed until an operator binds it again. PL/pgSQL: it reads pg_authid.
+-- The role a namespace rule admits (see lease.namespaces), or 0, which no
+-- role is a member of, so the rule fails closed. The common case, the
+-- role with the recorded oid still has the recorded name, reads pg_roles
+-- once and not the control file. Otherwise, in the cluster that recorded
+-- the oid, the role was renamed or dropped: 0. In another cluster the
+-- oid means nothing and the name decides, so a role that happens to have
+-- the old oid there gains nothing. PL/pgSQL: it reads pg_authid.
 CREATE FUNCTION lease._rule_role(rule lease.namespaces)
 RETURNS oid
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    v_role oid;
 BEGIN
     IF (SELECT r.rolname::text COLLATE "C" FROM pg_catalog.pg_roles AS r WHERE r.oid = (rule).role_oid)
        IS NOT DISTINCT FROM (rule).role_name THEN
         RETURN (rule).role_oid;
     END IF;
-    RETURN 0;
+    IF (rule).system_identifier = (pg_catalog.pg_control_system()).system_identifier THEN
+        RETURN 0;
+    END IF;
+    SELECT r.oid INTO v_role FROM pg_catalog.pg_roles AS r WHERE r.rolname::text COLLATE "C" = (rule).role_name;
+    RETURN COALESCE(v_role, 0);
 END;
 $$;
 

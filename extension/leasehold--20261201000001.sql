@@ -283,17 +283,27 @@ SELECT pg_catalog.pg_extension_config_dump('lease.leases', '');
 -- every name. Rules are written only by the operator functions.
 --   prefix: not empty, at most 1024 bytes (a btree key).
 --   role_oid, role_name: the bound role, by oid and by the name it had
---          when bound. The rule applies to its role only while the role
---          with that oid still has that name: a rule whose role was
---          dropped or renamed, or that was restored into another cluster
---          where the oid names another role or none, admits nobody but
---          superusers until an operator binds the prefix again. It fails
---          closed (docs/SPECIFICATION.md §4).
+--          when bound.
+--   system_identifier: pg_control_system()'s identifier of the cluster
+--          where role_oid was recorded. Its standbys share it, so a
+--          failover keeps the oid's meaning; a dump restored elsewhere
+--          does not, and there the oid means nothing.
+-- Which role a rule admits (lease._rule_role): in the cluster that
+-- recorded it, the role with that oid while it still has that name; a
+-- role renamed, or dropped (and perhaps created again), fails closed:
+-- nobody but superusers until an operator binds the prefix again. In
+-- another cluster (a restored dump, whose roles were recreated by name
+-- with new oids) the role named role_name, as PostgreSQL's own privileges
+-- follow names across pg_dumpall and pg_restore; the first grant there
+-- records that role's oid and this cluster's identifier
+-- (lease._generation), so from then on the rule is held by oid again.
+-- A rule whose name no role has fails closed (docs/SPECIFICATION.md §4).
 CREATE TABLE lease.namespaces (
-    prefix     text        COLLATE "C" PRIMARY KEY,
-    role_oid   oid         NOT NULL,
-    role_name  text        COLLATE "C" NOT NULL,
-    created_at timestamptz NOT NULL,
+    prefix            text        COLLATE "C" PRIMARY KEY,
+    role_oid          oid         NOT NULL,
+    role_name         text        COLLATE "C" NOT NULL,
+    created_at        timestamptz NOT NULL,
+    system_identifier bigint      NOT NULL,
     CONSTRAINT namespaces_prefix_size CHECK (pg_catalog.octet_length(prefix) BETWEEN 1 AND 1024)
 );
 REVOKE ALL ON TABLE lease.namespaces FROM PUBLIC;

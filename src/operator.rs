@@ -51,13 +51,22 @@ pub struct NamespaceRule {
 pub enum BoundRole {
     /// An existing role, by name: its members may act.
     Role(String),
-    /// The role was dropped after the rule was made. The rule fails closed:
-    /// nobody but superusers may act on its names until an operator rebinds
-    /// or unbinds the prefix. (A new role with the old name does not revive
-    /// it: rules hold the role's oid.)
+    /// The role was dropped or renamed after the rule was made, in the
+    /// cluster where it was made. The rule fails closed: nobody but
+    /// superusers may act on its names until an operator rebinds or unbinds
+    /// the prefix. (A new role with the old name does not revive it: within
+    /// a cluster, rules hold the role's oid.)
     Dropped {
         /// The dropped role's oid.
         oid: u32,
+    },
+    /// The rule came from another cluster (a restored dump) and no role
+    /// here has the name it was bound to. It fails closed like
+    /// [`BoundRole::Dropped`]; creating a role of that name, or binding the
+    /// prefix again, repairs it (across clusters, rules follow names).
+    Missing {
+        /// The name the rule was bound to.
+        name: String,
     },
 }
 
@@ -66,6 +75,7 @@ impl std::fmt::Display for BoundRole {
         match self {
             BoundRole::Role(name) => f.write_str(name),
             BoundRole::Dropped { oid } => write!(f, "(dropped role, oid {oid})"),
+            BoundRole::Missing { name } => write!(f, "(missing role {name})"),
         }
     }
 }
@@ -170,9 +180,12 @@ async fn list_namespaces_unobserved(
         .into_iter()
         .map(|(prefix, role, created_at)| NamespaceRule {
             prefix,
-            role: match decode::dropped_role(&role) {
-                Some(oid) => BoundRole::Dropped { oid },
-                None => BoundRole::Role(role),
+            role: match (decode::dropped_role(&role), decode::missing_role(&role)) {
+                (Some(oid), _) => BoundRole::Dropped { oid },
+                (None, Some(name)) => BoundRole::Missing {
+                    name: name.to_owned(),
+                },
+                (None, None) => BoundRole::Role(role),
             },
             created_at,
         })

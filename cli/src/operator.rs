@@ -99,11 +99,12 @@ pub fn list(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
 }
 
 fn rule_json(rule: &NamespaceRule) -> Json {
-    let (role, dropped_oid) = match &rule.role {
-        BoundRole::Role(name) => (Json::str(name), Json::Null),
-        BoundRole::Dropped { oid } => (Json::Null, Json::Int(i64::from(*oid))),
+    let (role, dropped_oid, missing) = match &rule.role {
+        BoundRole::Role(name) => (Json::str(name), Json::Null, Json::Null),
+        BoundRole::Dropped { oid } => (Json::Null, Json::Int(i64::from(*oid)), Json::Null),
+        BoundRole::Missing { name } => (Json::Null, Json::Null, Json::str(name)),
         // BoundRole is non_exhaustive; a future kind shows as text.
-        other => (Json::str(other.to_string()), Json::Null),
+        other => (Json::str(other.to_string()), Json::Null, Json::Null),
     };
     Json::Object(vec![
         ("prefix", Json::str(&rule.prefix)),
@@ -113,6 +114,7 @@ fn rule_json(rule: &NamespaceRule) -> Json {
             Json::Bool(!matches!(dropped_oid, Json::Null)),
         ),
         ("dropped_role_oid", dropped_oid),
+        ("missing_role", missing),
         ("created_at", Json::time(Some(rule.created_at))),
     ])
 }

@@ -7,5 +7,5 @@ DROP FUNCTION IF EXISTS lease.list_namespaces();
 DROP FUNCTION IF EXISTS lease.unbind_namespace(text);
 DROP FUNCTION IF EXISTS lease.bind_namespace(text, text);
 DROP FUNCTION IF EXISTS lease._namespaces_changed();
-DROP FUNCTION IF EXISTS lease._dropped_role_label(oid);
+DROP FUNCTION IF EXISTS lease._dropped_role_label(lease.namespaces);
 DROP FUNCTION IF EXISTS lease._prefix_violations(text);

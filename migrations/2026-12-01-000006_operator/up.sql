@@ -38,16 +38,21 @@ AS $$
     END
 $$;
 
--- How lease.list_namespaces shows a rule whose role was dropped. PostgreSQL
--- reserves role names starting with `pg_` for its own roles, and none of
--- those holds parentheses, so this text can never be the name of a real
--- role.
-CREATE FUNCTION lease._dropped_role_label(role_oid oid)
+-- How lease.list_namespaces shows a rule that admits nobody but
+-- superusers: `pg_dropped_role(<oid>)` when its role was dropped or
+-- renamed in the cluster that recorded it, `pg_missing_role(<name>)` when
+-- it came from another cluster and no role here has its name (creating
+-- that role, or binding again, repairs it). PostgreSQL reserves role names
+-- starting with `pg_` for its own roles, and none of those holds
+-- parentheses, so neither text can be the name of a real role.
+CREATE FUNCTION lease._dropped_role_label(rule lease.namespaces)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT 'pg_dropped_role(' || role_oid::text || ')'
+    SELECT CASE WHEN (rule).system_identifier = (pg_control_system()).system_identifier
+                THEN 'pg_dropped_role(' || (rule).role_oid::text || ')'
+                ELSE 'pg_missing_role(' || (rule).role_name || ')' END
 $$;
 
 -- Records that the namespace rules changed, in the changing transaction
@@ -91,12 +96,13 @@ BEGIN
                END);
     END IF;
     PERFORM lease._namespaces_changed();
-    INSERT INTO lease.namespaces AS n (prefix, role_oid, role_name, created_at)
-    VALUES (v_prefix, v_role, v_role_name, clock_timestamp())
+    INSERT INTO lease.namespaces AS n (prefix, role_oid, role_name, created_at, system_identifier)
+    VALUES (v_prefix, v_role, v_role_name, clock_timestamp(), (pg_control_system()).system_identifier)
     ON CONFLICT ON CONSTRAINT namespaces_pkey DO UPDATE
        SET role_oid = excluded.role_oid,
            role_name = excluded.role_name,
-           created_at = excluded.created_at;
+           created_at = excluded.created_at,
+           system_identifier = excluded.system_identifier;
     PERFORM lease._make_durable();
 END;
 $$;
@@ -124,10 +130,10 @@ BEGIN
 END;
 $$;
 
--- Every rule, by prefix. `role` is the bound role's name, or, for a rule
--- whose role cannot be matched (dropped, renamed, or restored into another
--- cluster; it admits nobody but superusers, see lease._rule_role),
--- lease._dropped_role_label(oid): `pg_dropped_role(<oid>)`.
+-- Every rule, by prefix. `role` is the name of the role the rule admits
+-- (lease._rule_role), or, for a rule that admits nobody but superusers,
+-- lease._dropped_role_label: `pg_dropped_role(<oid>)` or
+-- `pg_missing_role(<name>)`.
 CREATE FUNCTION lease.list_namespaces()
 RETURNS TABLE (prefix text, role text, created_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER
@@ -135,7 +141,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT n.prefix,
            CASE WHEN lease._rule_role(n) <> 0 THEN n.role_name
-                ELSE lease._dropped_role_label(n.role_oid) END,
+                ELSE lease._dropped_role_label(n) END,
            n.created_at
       FROM lease.namespaces AS n
      ORDER BY n.prefix
@@ -312,7 +318,7 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION lease._prefix_violations(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._dropped_role_label(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._dropped_role_label(lease.namespaces) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._namespaces_changed() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._force_free(bytea, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.bind_namespace(text, text) FROM PUBLIC;

@@ -61,6 +61,12 @@ pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
     detail.strip_prefix("owner=")
 }
 
+/// What a refused install's DETAIL says another role can change
+/// (`what=<object and role>`).
+pub(crate) fn schema_not_private(detail: &str) -> Option<&str> {
+    detail.strip_prefix("what=")
+}
+
 /// What a refused install's permission DETAIL names
 /// (`role=<role> database=<database>`): the role and the database. Split at
 /// the last ` database=`, so a role name with spaces survives.
@@ -116,6 +122,17 @@ pub(crate) fn dropped_role(label: &str) -> Option<u32> {
         .ok()
 }
 
+/// The name in `lease.list_namespaces`' label of a rule from another
+/// cluster whose role does not exist here (`pg_missing_role(<name>)`), or
+/// `None`. The name is everything between the fixed prefix and the last
+/// `)`, so a name holding parentheses reads back whole.
+pub(crate) fn missing_role(label: &str) -> Option<&str> {
+    label
+        .strip_prefix("pg_missing_role(")?
+        .strip_suffix(')')
+        .filter(|name| !name.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -156,5 +173,10 @@ mod tests {
         assert_eq!(dropped_role("pg_dropped_role(16390)"), Some(16390));
         assert_eq!(dropped_role("app"), None);
         assert_eq!(dropped_role("pg_dropped_role(x)"), None);
+        assert_eq!(missing_role("pg_missing_role(alice)"), Some("alice"));
+        assert_eq!(missing_role("pg_missing_role(a(b))"), Some("a(b)"));
+        assert_eq!(missing_role("pg_missing_role()"), None);
+        assert_eq!(missing_role("alice"), None);
+        assert_eq!(dropped_role("pg_missing_role(16390)"), None);
     }
 }

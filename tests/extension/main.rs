@@ -22,6 +22,7 @@ use leasehold::{
 };
 use leasehold_local::LocalPostgres;
 
+mod namespaces_restore;
 mod privileges;
 mod tampering;
 

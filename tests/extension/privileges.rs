@@ -13,6 +13,7 @@ use std::process::Command;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::install;
+use leasehold_local::LocalPostgres;
 
 use super::{
     app_conn, conn, create_login_role_once, database, dump_tool, owners, pg_dump_file, rows, seed,
@@ -103,9 +104,13 @@ fn role(name: &str) {
     create_login_role_once(&mut admin, name);
 }
 
-fn conn_as(database: &str, role: &str) -> PgConnection {
-    let url = server()
-        .pg
+pub(super) fn conn_as(database: &str, role: &str) -> PgConnection {
+    conn_as_on(&server().pg, database, role)
+}
+
+/// `role`'s connection to `database` of the cluster `pg`.
+pub(super) fn conn_as_on(pg: &LocalPostgres, database: &str, role: &str) -> PgConnection {
+    let url = pg
         .url_for(database)
         .replacen("postgres@", &format!("{role}@"), 1);
     assert!(url.contains(&format!("{role}@")), "{url}");
@@ -113,7 +118,7 @@ fn conn_as(database: &str, role: &str) -> PgConnection {
 }
 
 /// The error a statement fails with; panics when it succeeds.
-fn refused(conn: &mut PgConnection, sql: &str) -> String {
+pub(super) fn refused(conn: &mut PgConnection, sql: &str) -> String {
     match conn.batch_execute(sql) {
         Ok(()) => panic!("{sql}: succeeded, should have been refused"),
         Err(error) => error.to_string(),
@@ -121,7 +126,7 @@ fn refused(conn: &mut PgConnection, sql: &str) -> String {
 }
 
 /// Installs leasehold as `app`, by the extension or by the migrations.
-fn install_as_app(db: &str, use_extension: bool) -> PgConnection {
+pub(super) fn install_as_app(db: &str, use_extension: bool) -> PgConnection {
     let mut c = app_conn(db);
     if use_extension {
         c.batch_execute("CREATE EXTENSION leasehold").unwrap();
@@ -223,19 +228,21 @@ pub(super) enum Restore {
 /// Restores `file` into a new database; `defaults` first sets
 /// [`MONITOR_DEFAULTS`] there, as a database that a superuser prepared.
 pub(super) fn pg_restore(file: &std::path::Path, how: Restore, defaults: bool) -> String {
-    let server = server();
     let to = database();
     if defaults {
         conn(&to).batch_execute(MONITOR_DEFAULTS).unwrap();
     }
+    pg_restore_into(&server().pg, &to, file, how);
+    to
+}
+
+/// Restores `file` into the existing database `to` of the cluster `pg`.
+pub(super) fn pg_restore_into(pg: &LocalPostgres, to: &str, file: &std::path::Path, how: Restore) {
     let (option, url) = match how {
-        Restore::AsOwner => (Some("--role=app"), server.pg.url_for(&to)),
-        Restore::ConnectedAsOwner => (
-            None,
-            server.pg.url_for(&to).replacen("postgres@", "app@", 1),
-        ),
-        Restore::NoOwner => (Some("--no-owner"), server.pg.url_for(&to)),
-        Restore::Plain => (None, server.pg.url_for(&to)),
+        Restore::AsOwner => (Some("--role=app"), pg.url_for(to)),
+        Restore::ConnectedAsOwner => (None, pg.url_for(to).replacen("postgres@", "app@", 1)),
+        Restore::NoOwner => (Some("--no-owner"), pg.url_for(to)),
+        Restore::Plain => (None, pg.url_for(to)),
     };
     let out = Command::new(dump_tool("pg_restore"))
         .args(option)
@@ -249,7 +256,6 @@ pub(super) fn pg_restore(file: &std::path::Path, how: Restore, defaults: bool) -
         "pg_restore {how:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    to
 }
 
 /// The attack of a former owner after a restore: a trigger on the table
@@ -376,7 +382,7 @@ fn a_lineage_row_inserted_outside_a_restore_lowers_nothing() {
 
 /// A role name unique to one test: roles belong to the whole cluster and
 /// the tests of this binary run in parallel.
-fn fresh_role(stem: &str) -> String {
+pub(super) fn fresh_role(stem: &str) -> String {
     let db = database();
     let name = format!("{stem}_{db}");
     role(&name);
@@ -385,9 +391,9 @@ fn fresh_role(stem: &str) -> String {
 
 /// A namespace rule whose role cannot be matched any more admits nobody
 /// but superusers until it is bound again: the role renamed (its oid now
-/// names another role, as after a restore into a cluster whose roles were
-/// created in another order), and the role dropped and created again
-/// before a restore (the dump's oid names no role).
+/// names another role), and the role dropped and created again
+/// before a restore into the same cluster (the dump's oid names no role;
+/// across clusters rules follow names, see namespaces_restore.rs).
 #[test]
 fn namespace_rules_fail_closed_when_their_role_cannot_be_matched() {
     let team = fresh_role("lh_team");

@@ -402,8 +402,9 @@ fn a_forged_release_notification_only_makes_the_waiter_check_again() {
 fn waiter_registration_respects_key_namespaces_and_key_rules() {
     let d = Deployment::new();
     d.admin_exec(&format!(
-        "INSERT INTO lease.namespaces (prefix, role_oid, role_name, created_at) \
-         SELECT 'billing/', oid, rolname, now() FROM pg_roles WHERE rolname = '{}'",
+        "INSERT INTO lease.namespaces (prefix, role_oid, role_name, created_at, system_identifier) \
+         SELECT 'billing/', oid, rolname, now(), (pg_control_system()).system_identifier \
+           FROM pg_roles WHERE rolname = '{}'",
         d.worker
     ));
     let mut app = d.conn_as(&d.app);

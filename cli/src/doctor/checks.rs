@@ -13,6 +13,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 use diesel::PgConnection;
 
+use leasehold::admin::BoundRole;
+use leasehold::Leases;
+
 use super::{Finding, Options, Status};
 use crate::connect;
 use crate::duration;
@@ -56,6 +59,7 @@ pub fn all(conn: &mut PgConnection, options: &Options) -> Vec<Finding> {
     let installed = install(conn, &mut findings);
     if installed {
         findings.extend(privileges(conn));
+        findings.push(namespaces(conn));
     }
     findings.push(synchronous_commit(conn));
     findings.push(standby(conn));
@@ -388,6 +392,118 @@ fn privileges(conn: &mut PgConnection) -> Vec<Finding> {
         Err(error) => failed_query("privilege.list", "check SELECT on lease.leases and lease.groups", &error),
     });
     findings
+}
+
+#[derive(QueryableByName)]
+struct FlagRow {
+    #[diesel(sql_type = Bool)]
+    flag: bool,
+}
+
+/// `text` as an SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// `name` as an SQL identifier, quoted unless it needs no quotes.
+fn identifier(name: &str) -> String {
+    let plain = name
+        .chars()
+        .enumerate()
+        .all(|(i, c)| c == '_' || c.is_ascii_lowercase() || (i > 0 && c.is_ascii_digit()));
+    if plain && !name.is_empty() {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+/// Namespace rules that admit nobody but superusers, each with the
+/// statement that repairs it. After a dump of another cluster is restored,
+/// a rule whose role was not created here is one of them, and nothing else
+/// says so: its role is simply refused. Finding `namespaces`.
+fn namespaces(conn: &mut PgConnection) -> Finding {
+    let allowed = diesel::sql_query(
+        "SELECT has_function_privilege('lease.list_namespaces()', 'EXECUTE') AS flag",
+    )
+    .get_result::<FlagRow>(conn);
+    match allowed {
+        Ok(FlagRow { flag: true }) => {}
+        Ok(FlagRow { flag: false }) => {
+            return Finding::new(
+                "namespaces",
+                Status::Ok,
+                "not checked: this role may not run lease.list_namespaces()",
+                "run doctor as an operator or the role that installed leasehold to check the namespace rules",
+            )
+        }
+        Err(error) => return failed_query("namespaces", "check EXECUTE on lease.list_namespaces()", &error),
+    }
+    let rules = match conn.list_namespaces() {
+        Ok(rules) => rules,
+        Err(error) => {
+            return Finding::new(
+                "namespaces",
+                Status::Warn,
+                format!("could not list the namespace rules: {error}"),
+                "check the role's privileges and run doctor again",
+            )
+        }
+    };
+    let mut details = Vec::new();
+    let mut actions = Vec::new();
+    for rule in &rules {
+        let prefix = literal(&rule.prefix);
+        match &rule.role {
+            BoundRole::Role(_) => {}
+            BoundRole::Missing { name } => {
+                details.push(format!(
+                    "the rule for prefix {prefix} came from another cluster and names role {name:?}, which does not exist here"
+                ));
+                actions.push(format!(
+                    "CREATE ROLE {} (the rule admits it from then on), or bind the prefix to the role that should have it: SELECT lease.bind_namespace({prefix}, {})",
+                    identifier(name),
+                    literal(name)
+                ));
+            }
+            BoundRole::Dropped { oid } => {
+                details.push(format!(
+                    "the rule for prefix {prefix} names a role that was dropped or renamed (oid {oid})"
+                ));
+                actions.push(format!(
+                    "bind the prefix to the role that should have it: SELECT lease.bind_namespace({prefix}, '<role>'), or remove the rule: SELECT lease.unbind_namespace({prefix})"
+                ));
+            }
+            other => {
+                details.push(format!("the rule for prefix {prefix} admits {other}"));
+                actions.push(format!(
+                    "bind the prefix again: SELECT lease.bind_namespace({prefix}, '<role>')"
+                ));
+            }
+        }
+    }
+    if details.is_empty() {
+        return Finding::new(
+            "namespaces",
+            Status::Ok,
+            match rules.len() {
+                0 => "no namespace rules: every role may act on every name".to_owned(),
+                n => format!("{n} namespace rules, each bound to a role that exists"),
+            },
+            "nothing",
+        );
+    }
+    Finding::new(
+        "namespaces",
+        Status::Warn,
+        format!(
+            "{} of {} namespace rules admit nobody but superusers: {}",
+            details.len(),
+            rules.len(),
+            details.join("; ")
+        ),
+        actions.join("; "),
+    )
 }
 
 #[derive(QueryableByName)]

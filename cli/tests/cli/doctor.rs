@@ -68,13 +68,14 @@ fn only_these_not_ok(list: &[(String, String)], not_ok: &[&str]) {
     }
 }
 
-const ALL_CHECKS: [&str; 12] = [
+const ALL_CHECKS: [&str; 13] = [
     "server",
     "install",
     "upgrades",
     "privilege.act",
     "privilege.operate",
     "privilege.list",
+    "namespaces",
     "synchronous_commit",
     "standby",
     "pooler",
@@ -131,7 +132,7 @@ fn doctor_on_a_healthy_deployment_is_all_ok_and_exits_0() {
     let text = doctor(&owner_url, &[]);
     assert_eq!(text.code, 0, "{text:?}");
     assert!(text.stdout.contains("[ok  ] listener"), "{text:?}");
-    assert!(text.stdout.contains("healthy: 12 checks"), "{text:?}");
+    assert!(text.stdout.contains("healthy: 13 checks"), "{text:?}");
 }
 
 #[test]
@@ -205,6 +206,55 @@ fn doctor_without_leasehold_installed_fails_with_exit_12() {
     assert_eq!(text.code, 12);
     assert!(text.stdout.contains("[fail] install"), "{text:?}");
     assert!(text.stdout.contains("NOT healthy"), "{text:?}");
+}
+
+/// A namespace rule restored from another cluster whose role was not
+/// created here admits nobody but superusers, and nothing else says so:
+/// doctor names it with the statements that repair it, and creating the
+/// role is one of them. (The other cluster is simulated: the rule's
+/// recorded system identifier is changed; tests/extension/namespaces_restore.rs
+/// restores a real dump into a second cluster.)
+#[test]
+fn doctor_names_a_namespace_rule_whose_role_is_missing_with_its_repair() {
+    let deployment = deployment();
+    let owner_url = deployment.url_as(&deployment.owner);
+    let ghost = format!("{}_ghost", deployment.app);
+    deployment.admin_exec(&format!("CREATE ROLE {ghost}"));
+    deployment
+        .conn_as(&deployment.owner)
+        .bind_namespace("team/", &ghost)
+        .unwrap();
+    let (code, json, _) = findings(&owner_url);
+    assert_eq!(code, 0, "{json}");
+    deployment.admin_exec(&format!(
+        "DROP ROLE {ghost}; \
+         UPDATE lease.namespaces SET system_identifier = system_identifier # 1 WHERE prefix = 'team/'"
+    ));
+    let (code, json, list) = findings(&owner_url);
+    assert_eq!(code, 11, "{json}");
+    only_these_not_ok(&list, &["namespaces"]);
+    let rule = finding(&json, "namespaces");
+    let detail = rule["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("'team/'") && detail.contains(&ghost),
+        "{detail}"
+    );
+    let action = rule["action"].as_str().unwrap();
+    assert!(
+        action.contains(&format!("SELECT lease.bind_namespace('team/', '{ghost}')")),
+        "{action}"
+    );
+    assert!(action.contains(&format!("CREATE ROLE {ghost}")), "{action}");
+    let text = doctor(&owner_url, &[]);
+    assert!(text.stdout.contains("[warn] namespaces"), "{text:?}");
+    // An application role may not list the rules: not checked, not a fault.
+    let (_, json, _) = findings(&deployment.url_as(&deployment.app));
+    assert_eq!(finding(&json, "namespaces")["status"], "ok", "{json}");
+    // Creating the role repairs the rule.
+    deployment.admin_exec(&format!("CREATE ROLE {ghost}"));
+    let (code, json, _) = findings(&owner_url);
+    assert_eq!(code, 0, "{json}");
+    deployment.admin_exec(&format!("DROP ROLE {ghost}"));
 }
 
 #[test]
