@@ -527,6 +527,16 @@ pub enum InstallError {
         /// The role that owns the existing schema `lease`.
         owner: String,
     },
+    /// Schema `lease` is the installing role's, but another role can put
+    /// code into it: an object of its own there, CREATE on the schema, or
+    /// TRIGGER on one of its tables. The migrations would run that code as
+    /// the installing role (a superuser's install included), so nothing was
+    /// installed. Drop the object or revoke the privilege first.
+    #[error("another role can put code into schema lease ({what}), which the install would run as the installing role; drop that object or revoke that privilege first")]
+    SchemaNotPrivate {
+        /// The object or privilege, and the role that holds it.
+        what: String,
+    },
     /// Leasehold is installed in this database as the PostgreSQL extension
     /// `leasehold` (`CREATE EXTENSION`), so its migrations are not run
     /// (nothing was changed): the two install paths are never mixed in one
@@ -624,6 +634,13 @@ impl InstallError {
                     return InstallError::NotPermitted {
                         role: role.to_owned(),
                         database: database.to_owned(),
+                    };
+                }
+            }
+            if info.constraint_name() == Some(names::SCHEMA_NOT_PRIVATE) {
+                if let Some(what) = info.details().and_then(decode::schema_not_private) {
+                    return InstallError::SchemaNotPrivate {
+                        what: what.to_owned(),
                     };
                 }
             }

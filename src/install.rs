@@ -21,7 +21,11 @@
 //!   ([`InstallError::UnsupportedVersion`]) before creating anything;
 //! - it never adopts a schema `lease` another role owns
 //!   ([`InstallError::SchemaNotOwned`]): that role could replace leasehold's
-//!   functions and run code as the installer.
+//!   functions and run code as the installer;
+//! - nor one that another role can put code into, by an object of its own
+//!   there, CREATE on the schema or TRIGGER on a table
+//!   ([`InstallError::SchemaNotPrivate`]): the migrations would run that
+//!   code as the installer, a superuser included.
 //!
 //! Version naming: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`;
 //! its version is the digits. Upgrades are new directories with later
@@ -197,6 +201,8 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::SCHEMA_OWNER_CHECK)
+        .map_err(InstallError::from_diesel)?;
+    conn.batch_execute(install::SCHEMA_PRIVATE_CHECK)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::CREATE_BOOKKEEPING)?;
     Ok(())

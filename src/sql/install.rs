@@ -86,6 +86,66 @@ BEGIN
 END
 $$";
 
+/// Refuses, before any migration runs, a schema `lease` that a role other
+/// than the installer can put code into: an object in it that another role
+/// owns, CREATE on it, or TRIGGER on one of its tables held by another role
+/// (or PUBLIC). The migrations run as the installer and evaluate leasehold's
+/// own functions and tables, so such code would run with the installer's
+/// rights, a superuser's included. A schema this transaction created is
+/// skipped: nobody else has seen it, and the migrations themselves take
+/// back what default privileges granted on it. SQLSTATE 42501, constraint
+/// `lease_schema_not_private`, DETAIL `what=<object and role>`.
+pub(crate) const SCHEMA_PRIVATE_CHECK: &str = "DO $$
+DECLARE
+    v_schema oid := pg_catalog.to_regnamespace('lease');
+    v_me oid := (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+    v_what text;
+BEGIN
+    IF (SELECT n.xmin FROM pg_catalog.pg_namespace AS n WHERE n.oid OPERATOR(pg_catalog.=) v_schema)
+       OPERATOR(pg_catalog.=) pg_catalog.xid(pg_catalog.pg_current_xact_id()) THEN
+        RETURN;
+    END IF;
+    SELECT x.what INTO v_what FROM (
+        SELECT pg_catalog.format('%s is owned by role %s',
+                                 pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid),
+                                 pg_catalog.pg_get_userbyid(s.refobjid)) AS what
+          FROM pg_catalog.pg_depend AS d
+          JOIN pg_catalog.pg_shdepend AS s
+            ON s.classid OPERATOR(pg_catalog.=) d.classid AND s.objid OPERATOR(pg_catalog.=) d.objid
+           AND s.deptype OPERATOR(pg_catalog.=) 'o'
+           AND s.dbid OPERATOR(pg_catalog.=) (SELECT b.oid FROM pg_catalog.pg_database AS b
+                                               WHERE b.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+         WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass
+           AND d.refobjid OPERATOR(pg_catalog.=) v_schema
+           AND d.deptype OPERATOR(pg_catalog.=) 'n'
+           AND s.refobjid OPERATOR(pg_catalog.<>) v_me
+        UNION ALL
+        SELECT pg_catalog.format('role %s holds CREATE on schema lease',
+                                 COALESCE(pg_catalog.pg_get_userbyid(NULLIF(a.grantee, 0)), 'PUBLIC'))
+          FROM pg_catalog.pg_namespace AS n, pg_catalog.aclexplode(n.nspacl) AS a
+         WHERE n.oid OPERATOR(pg_catalog.=) v_schema
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+        UNION ALL
+        SELECT pg_catalog.format('role %s holds TRIGGER on table %s',
+                                 COALESCE(pg_catalog.pg_get_userbyid(NULLIF(a.grantee, 0)), 'PUBLIC'),
+                                 c.oid::pg_catalog.regclass)
+          FROM pg_catalog.pg_class AS c, pg_catalog.aclexplode(c.relacl) AS a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) v_schema
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'TRIGGER'
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+    ) AS x
+    LIMIT 1;
+    IF v_what IS NOT NULL THEN
+        RAISE EXCEPTION 'another role can put code into schema lease (%), which the install would run as role %', v_what, current_user
+            USING ERRCODE = '42501',
+                  CONSTRAINT = 'lease_schema_not_private',
+                  DETAIL = 'what=' OPERATOR(pg_catalog.||) v_what,
+                  HINT = 'Drop that object or revoke that privilege, or install as the role that owns the schema; nothing was installed.';
+    END IF;
+END
+$$";
+
 /// The bookkeeping table, readable by nobody but its owner.
 pub(crate) const CREATE_BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS lease.schema_migrations (
      version      text        PRIMARY KEY,

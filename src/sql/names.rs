@@ -24,6 +24,10 @@ pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 /// and another role owns it (SQLSTATE 42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
+/// `CONSTRAINT` name of an install refused because another role can put
+/// code into schema `lease` (SQLSTATE 42501; DETAIL `what=<object and role>`).
+pub(crate) const SCHEMA_NOT_PRIVATE: &str = "lease_schema_not_private";
+
 /// `CONSTRAINT` name of an install refused because the server is older than
 /// PostgreSQL 14 (SQLSTATE 0A000; DETAIL
 /// `minimum=14 server_version=<server_version>`).
@@ -58,6 +62,13 @@ pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
 /// this crate maps it: `CREATE EXTENSION` is a statement users run.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
+
+/// `CONSTRAINT` name of a `CREATE EXTENSION leasehold` refused because
+/// schema `lease` already holds objects (SQLSTATE 42P07; DETAIL
+/// `object=<object>`). Raised by the extension's first script only, so
+/// nothing in this crate maps it.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) const SCHEMA_NOT_EMPTY: &str = "lease_schema_not_empty";
 
 /// `CONSTRAINT` name of an install refused because the installing role may
 /// not create schema `lease` (SQLSTATE 42501; DETAIL `role=<role>
@@ -136,12 +147,14 @@ mod tests {
             super::GUARD_NOT_HELD,
             super::NAMESPACE_DENIED,
             super::SCHEMA_NOT_OWNED,
+            super::SCHEMA_NOT_PRIVATE,
             super::UNSUPPORTED_VERSION,
             super::WAITER_LIMIT,
             super::GENERATION_NOT_ABOVE,
             super::CONTENTION,
             super::NAMESPACE_CHANGED,
             super::INSTALLED_BY_MIGRATIONS,
+            super::SCHEMA_NOT_EMPTY,
             super::INSTALL_NOT_PERMITTED,
         ]
         .into_iter()

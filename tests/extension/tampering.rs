@@ -314,3 +314,25 @@ fn pg_dump_a_tampered_extension_dump_runs_nothing_as_a_superuser() {
 fn pg_dump_a_tampered_migrations_dump_restored_as_the_owner_runs_nothing_as_a_superuser() {
     a_tampered_dump_runs_nothing_as_a_superuser(false);
 }
+
+/// `CREATE EXTENSION` never adopts objects in schema `lease` that it did
+/// not create: a schema the owner prepared with anything in it is refused,
+/// naming the object, and installs once it is empty.
+#[test]
+fn create_extension_refuses_a_schema_that_already_holds_objects() {
+    let db = database();
+    let mut app = app_conn(&db);
+    app.batch_execute("CREATE SCHEMA lease; CREATE TABLE lease.planted (x int);")
+        .unwrap();
+    let message = match app.batch_execute("CREATE EXTENSION leasehold") {
+        Ok(()) => panic!("CREATE EXTENSION adopted a schema holding lease.planted"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        message.contains("already holds objects") && message.contains("table planted"),
+        "{message}"
+    );
+    app.batch_execute("DROP TABLE lease.planted; CREATE EXTENSION leasehold")
+        .unwrap();
+    assert_eq!(owners(&mut app), ["app"]);
+}

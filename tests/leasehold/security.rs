@@ -288,3 +288,67 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
         db = db.name
     ));
 }
+
+/// §4, install: a superuser's install never runs code another role put
+/// into schema `lease`. The migrations run as the installer and evaluate
+/// leasehold's functions and tables, so a schema into which another role
+/// can put code (an object of its own, CREATE on the schema, TRIGGER on a
+/// table) is refused before anything runs, on a first install and on an
+/// upgrade, naming the object and the role.
+#[test]
+fn a_superusers_install_refuses_a_schema_another_role_can_put_code_into() {
+    let db = TestDb::empty();
+    let planter = format!("{}_planter", db.name);
+    let mut admin = db.conn();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {planter} LOGIN;
+             CREATE SCHEMA lease; GRANT CREATE, USAGE ON SCHEMA lease TO {planter};"
+        ))
+        .unwrap();
+    db.conn_as(&planter)
+        .batch_execute(
+            "CREATE FUNCTION lease._drop_default_grants() RETURNS void LANGUAGE sql AS $$ SELECT $$",
+        )
+        .unwrap();
+
+    let error = install(&mut admin).unwrap_err();
+    match &error {
+        InstallError::SchemaNotPrivate { what } => assert!(
+            what.contains("lease._drop_default_grants()") && what.contains(&planter),
+            "{what}"
+        ),
+        other => panic!("expected SchemaNotPrivate, got {other:?}"),
+    }
+    assert!(installed_versions(&mut admin).unwrap().is_empty());
+    admin
+        .batch_execute("DROP FUNCTION lease._drop_default_grants()")
+        .unwrap();
+    let error = install(&mut admin).unwrap_err();
+    assert!(
+        matches!(&error, InstallError::SchemaNotPrivate { what } if what.contains("CREATE on schema lease")),
+        "{error:?}"
+    );
+    admin
+        .batch_execute(&format!("REVOKE CREATE ON SCHEMA lease FROM {planter}"))
+        .unwrap();
+    assert!(!install(&mut admin).unwrap().applied.is_empty());
+
+    // An upgrade (here: an install with nothing left to apply) checks again.
+    admin
+        .batch_execute(&format!("GRANT TRIGGER ON lease.lineage TO {planter}"))
+        .unwrap();
+    let error = install(&mut admin).unwrap_err();
+    assert!(
+        matches!(&error, InstallError::SchemaNotPrivate { what }
+            if what.contains("TRIGGER on table lease.lineage") && what.contains(&planter)),
+        "{error:?}"
+    );
+    admin
+        .batch_execute(&format!("REVOKE TRIGGER ON lease.lineage FROM {planter}"))
+        .unwrap();
+    assert!(install(&mut admin).unwrap().applied.is_empty());
+    let _ = admin.batch_execute(&format!(
+        "DROP SCHEMA IF EXISTS lease CASCADE; DROP OWNED BY {planter}; DROP ROLE {planter};"
+    ));
+}
