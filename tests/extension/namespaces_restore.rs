@@ -30,13 +30,18 @@ fn oid_of(conn: &mut PgConnection, name: &str) -> u32 {
 }
 
 /// A second cluster whose next oid is `next_oid`: a fresh server, stopped
-/// before anything is created in it, `pg_resetwal -o`, started again.
+/// before anything is created in it, `pg_resetwal -o`, started again (or,
+/// without `pg_resetwal`, [`advance_oid_counter`]).
 fn cluster_with_next_oid(next_oid: u32) -> LocalPostgres {
     let pg = LocalPostgres::builder()
         .bin_dir(server().pg.bin_dir())
         .durable(false)
         .start()
         .unwrap_or_else(|error| panic!("cannot start the target server: {error}"));
+    if !pg.tool_path("pg_resetwal").exists() {
+        advance_oid_counter(&pg, next_oid);
+        return pg;
+    }
     pg.stop(StopMode::Fast).unwrap();
     let mut resetwal = Command::new(pg.tool_path("pg_resetwal"));
     resetwal
@@ -58,6 +63,35 @@ fn cluster_with_next_oid(next_oid: u32) -> LocalPostgres {
     );
     pg.restart().unwrap();
     pg
+}
+
+/// Moves the oid counter of a fresh, idle server to `next_oid`, for the
+/// server-only trees of the version matrix, which carry no `pg_resetwal`:
+/// large objects take their oids from the same counter, one after another,
+/// so creating them up to `next_oid - 1` (and removing them) leaves
+/// `next_oid` for the next object. Panics when the counter is already past.
+fn advance_oid_counter(pg: &LocalPostgres, next_oid: u32) {
+    let mut admin = PgConnection::establish(&pg.url()).unwrap();
+    let mut last: u32 = rows(&mut admin, "SELECT lo_create(0)::text AS t")[0]
+        .parse()
+        .unwrap();
+    assert!(
+        last < next_oid,
+        "the target's oid counter ({last}) is past {next_oid}"
+    );
+    while last + 1 < next_oid {
+        let batch = (next_oid - last - 1).min(50_000);
+        last = rows(
+            &mut admin,
+            &format!("SELECT max(lo_create(0))::text AS t FROM generate_series(1, {batch})"),
+        )[0]
+        .parse()
+        .unwrap();
+    }
+    assert_eq!(last + 1, next_oid, "the oid counter moved unevenly");
+    admin
+        .batch_execute("SELECT count(lo_unlink(oid)) FROM pg_largeobject_metadata")
+        .unwrap();
 }
 
 /// The statements of `pg_dumpall --globals-only` of the test server that
