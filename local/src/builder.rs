@@ -131,7 +131,7 @@ impl LocalPostgresBuilder {
         } else {
             SOCKET_ONLY_PORT
         };
-        let root = create_root_dir(run_as)?;
+        let root = create_root_dir(run_as, bin_dir)?;
         // The watchdog exists from here on, so the directory is removed even
         // if this process is killed during initdb.
         let watchdog = match Watchdog::spawn(&root) {

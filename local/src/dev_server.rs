@@ -12,6 +12,12 @@
 //! * for root, `/var/lib/leasehold/local`: the server runs as the
 //!   `postgres` user, which may not enter root's home.
 //!
+//! As root, the directories `start` creates on the way there get mode 0710
+//! and the `postgres` user's group, so that the server can pass through
+//! them; directories that already exist are checked, not changed, and one
+//! the server user cannot enter fails the start (naming it) before anything
+//! is created.
+//!
 //! Inside: `data/` (the cluster), `s/` (its socket), `server.log`,
 //! `port`, the TCP port chosen at the first start and kept, so the URL
 //! stays the same, and `lock`, which overlapping starts and stops take in
@@ -28,6 +34,7 @@ use std::process::{Command, Stdio};
 use crate::binaries::find_bin_dir;
 use crate::error::{combined_output, io_err, LocalServerError};
 use crate::server::SUPERUSER;
+use crate::server_dirs::create_server_dir;
 use crate::server_user::server_identity;
 
 /// Overrides where the development server lives.
@@ -83,6 +90,12 @@ impl DevServer {
     /// Creates the cluster on the first call, starts the server if it is
     /// not running, and returns its URL. Idempotent.
     pub fn start(&self) -> Result<String, LocalServerError> {
+        create_server_dir(
+            &self.root,
+            self.run_as,
+            &self.bin_dir,
+            "set LEASEHOLD_LOCAL_DIR to another directory",
+        )?;
         let _turn = self.take_turn()?;
         if let DevStatus::Running { url } = self.status()? {
             return Ok(url);
@@ -188,12 +201,8 @@ impl DevServer {
     /// each saw no cluster and ran initdb on the same directory, or each
     /// ran pg_ctl: all but one failed. The lock is the kernel's (flock), so
     /// a command that dies releases it.
+    /// The directory must exist (`start` creates it).
     fn take_turn(&self) -> Result<fs::File, LocalServerError> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.root)
-            .map_err(io_err(format!("create {}", self.root.display())))?;
         let path = self.root.join("lock");
         let file = fs::OpenOptions::new()
             .create(true)

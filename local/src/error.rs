@@ -41,6 +41,33 @@ pub enum LocalServerError {
     )]
     NoServerUser,
 
+    /// The server runs as another OS user (this process is root, the server
+    /// runs as `postgres`), and a directory that already existed on the way
+    /// to the server's directory does not let that user in. Nothing was
+    /// created or changed.
+    #[error(
+        "the server user {user} cannot enter {} (mode {mode:04o}, owner {owner}, group \
+         {group}): PostgreSQL refuses to run as root, so the server runs as {user}, which \
+         needs search (x) permission on every directory above its own; give it that (e.g. \
+         `chmod o+x {}`) or {elsewhere}",
+        dir.display(),
+        dir.display()
+    )]
+    DirNotEnterable {
+        /// The first directory from `/` down that the user cannot enter.
+        dir: PathBuf,
+        /// The user the server runs as.
+        user: String,
+        /// The directory's permission bits.
+        mode: u32,
+        /// Its owner (a name, or the number when it has none).
+        owner: String,
+        /// Its group (a name, or the number when it has none).
+        group: String,
+        /// How to put the server somewhere else instead.
+        elsewhere: &'static str,
+    },
+
     /// A file system or process operation failed.
     #[error("could not {action}: {source}")]
     Io {

@@ -63,6 +63,7 @@ mod procfs;
 mod replication;
 mod root_dir;
 mod server;
+mod server_dirs;
 mod server_log;
 mod server_user;
 mod url;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{io_err, LocalServerError};
+use crate::server_dirs::check_enterable;
 
 /// Unix socket paths are limited to ~107 bytes; stay well below.
 const MAX_SOCKET_PATH: usize = 100;
@@ -18,8 +19,13 @@ const SOCKET_SUFFIX: &str = "/s/.s.PGSQL.65535";
 static SERVER_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// Creates the private root directory: mode 0700, owned by the server user
-/// (`run_as`), short enough for the socket path below it.
-pub(crate) fn create_root_dir(run_as: Option<(u32, u32)>) -> Result<PathBuf, LocalServerError> {
+/// (`run_as`), short enough for the socket path below it. When the server
+/// runs as another user, the temporary directory it is created in must let
+/// that user in (checked, not changed).
+pub(crate) fn create_root_dir(
+    run_as: Option<(u32, u32)>,
+    bin_dir: &Path,
+) -> Result<PathBuf, LocalServerError> {
     let mut base = std::env::temp_dir();
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -34,6 +40,9 @@ pub(crate) fn create_root_dir(run_as: Option<(u32, u32)>) -> Result<PathBuf, Loc
     let socket_len = |base: &Path| base.join(&name).as_os_str().len() + SOCKET_SUFFIX.len();
     if socket_len(&base) >= MAX_SOCKET_PATH {
         base = PathBuf::from("/tmp");
+    }
+    if let Some(user) = run_as {
+        check_enterable(&base, user, bin_dir, "set TMPDIR to another directory")?;
     }
     let root = base.join(&name);
     fs::DirBuilder::new()

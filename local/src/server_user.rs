@@ -31,3 +31,28 @@ pub(crate) fn server_identity() -> Result<Option<(u32, u32)>, LocalServerError> 
         })
         .ok_or(LocalServerError::NoServerUser)
 }
+
+/// The name of user `uid` in /etc/passwd, else the number, for messages.
+pub(crate) fn user_name(uid: u32) -> String {
+    name_in("/etc/passwd", uid)
+}
+
+/// The name of group `gid` in /etc/group, else the number, for messages.
+pub(crate) fn group_name(gid: u32) -> String {
+    name_in("/etc/group", gid)
+}
+
+/// `name:password:ID:...` files: the name whose third field is `id`.
+fn name_in(file: &str, id: u32) -> String {
+    fs::read_to_string(file)
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                let _password = fields.next()?;
+                (fields.next()?.parse::<u32>().ok()? == id).then(|| name.to_owned())
+            })
+        })
+        .unwrap_or_else(|| id.to_string())
+}

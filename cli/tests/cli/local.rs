@@ -3,12 +3,15 @@
 //! binary, keeping its data between starts; commands without a URL use it
 //! while it runs and refuse while it does not.
 
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use crate::support::{command, Run};
 
 struct Local {
     dir: PathBuf,
+    /// What the test removes at its end: `dir` or a directory above it.
+    top: PathBuf,
 }
 
 impl Local {
@@ -17,7 +20,21 @@ impl Local {
         // it as postgres), who must be able to enter the directory.
         let dir = PathBuf::from(format!("/tmp/lh-cli-local-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        Local { dir }
+        Local {
+            top: dir.clone(),
+            dir,
+        }
+    }
+
+    /// The server in `below`, a path under `top` (a fresh directory under
+    /// /tmp, not created here).
+    fn below(name: &str, below: &str) -> Self {
+        let top = PathBuf::from(format!("/tmp/lh-cli-local-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&top);
+        Local {
+            dir: top.join(below),
+            top,
+        }
     }
 
     fn run(&self, args: &[&str]) -> Run {
@@ -42,7 +59,7 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         let _ = self.run(&["local", "stop"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.top);
     }
 }
 
@@ -104,10 +121,11 @@ fn local_start_status_env_stop_and_commands_without_a_url_use_it_while_it_runs()
 /// Starts that overlap (two terminals, a parallel make, jobs started
 /// together) all succeed and answer one URL: the first creates and starts
 /// the server, the others wait for it instead of running initdb or pg_ctl
-/// on the same directory at once. The same for stops.
+/// on the same directory at once. The same for stops. None of the
+/// directories exist yet, so the starts also create them at once.
 #[test]
 fn starts_and_stops_at_once_all_succeed_on_one_server() {
-    let local = Local::new("overlap");
+    let local = Local::below("overlap", "home/.local/share/leasehold/local");
     let at_once = |args: &[&str]| -> Vec<Run> {
         let children: Vec<_> = (0..3)
             .map(|_| {
@@ -160,5 +178,72 @@ fn a_cluster_initdb_cannot_create_is_named_in_the_error() {
         start.stderr.contains("exists but is not empty"),
         "{start:?}"
     );
+    assert_eq!(local.run(&["local", "status"]).code, 14);
+}
+
+fn is_root() -> bool {
+    let id = std::process::Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&id.stdout).trim() == "0"
+}
+
+/// The first start on a fresh machine: none of the directories on the way
+/// to the server's exist (a home's `.local/share/leasehold/local` under a
+/// new directory in /tmp). As root the server runs as `postgres`, which
+/// must pass through every directory the start creates; it used to find
+/// them root-only and fail with "could not run initdb: Permission denied".
+/// As any other user it all runs as that user.
+#[test]
+fn a_first_start_creates_every_directory_so_the_server_user_can_enter_it() {
+    let local = Local::below("fresh", "home/.local/share/leasehold/local");
+    assert!(!local.top.exists());
+
+    let started = local.run(&["--json", "local", "start"]);
+    assert_eq!(started.code, 0, "{started:?}");
+    let url = started.json()["url"].as_str().unwrap().to_owned();
+    let acquired = local.run(&["--json", "acquire", "job", "dev", "--ttl", "1h"]);
+    assert_eq!(acquired.code, 0, "{acquired:?}");
+    assert!(acquired.stderr.contains(&url), "{acquired:?}");
+    assert_eq!(acquired.json()["epoch"], 1);
+    let stopped = local.run(&["local", "stop"]);
+    assert_eq!(stopped.code, 0, "{stopped:?}");
+    assert!(stopped.stdout.contains("stopped"), "{stopped:?}");
+
+    // What was created lets in the server user and no one else.
+    let mut created: Vec<&Path> = local
+        .dir
+        .ancestors()
+        .take_while(|dir| dir.starts_with(&local.top))
+        .collect();
+    created.reverse();
+    for dir in created {
+        let mode = std::fs::metadata(dir).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o007, 0, "{} has mode {mode:o}", dir.display());
+    }
+}
+
+/// A directory that already exists on the way and that the server user
+/// cannot enter is named, with its mode and owner, before anything is
+/// created; it is not loosened. Only root's server runs as another user.
+#[test]
+fn an_existing_directory_the_server_user_cannot_enter_is_named_and_left_alone() {
+    if !is_root() {
+        eprintln!("skipped: only root runs the server as another user (postgres)");
+        return;
+    }
+    let local = Local::below("closed", "leasehold/local");
+    std::fs::create_dir(&local.top).unwrap();
+    std::fs::set_permissions(&local.top, std::fs::Permissions::from_mode(0o700)).unwrap();
+
+    let start = local.run(&["local", "start"]);
+    assert_eq!(start.code, 8, "{start:?}");
+    let expected = format!(
+        "the server user postgres cannot enter {} (mode 0700, owner root, group root)",
+        local.top.display()
+    );
+    assert!(start.stderr.contains(&expected), "{start:?}");
+    assert!(start.stderr.contains("LEASEHOLD_LOCAL_DIR"), "{start:?}");
+    assert!(!local.top.join("leasehold").exists());
+    let mode = std::fs::metadata(&local.top).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o700);
     assert_eq!(local.run(&["local", "status"]).code, 14);
 }
