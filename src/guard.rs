@@ -82,6 +82,27 @@ pub trait Guard {
     fn refused(error: &Self::Error) -> Option<Refused>;
 }
 
+/// Takes over every resource in `guards` for `token`'s grant: each admits
+/// the token without a write, so its floor rises to the new epoch and the
+/// holder that was superseded is refused there from now on, before the new
+/// holder's first write. A database guard refuses a superseded epoch by
+/// itself (it reads the lease table); a file or an object cannot, so a new
+/// holder calls this right after its grant for every resource it will
+/// write. Stops at the first refusal or failure and returns it; the
+/// resources before it stay taken over.
+///
+/// ```no_run
+/// # fn demo(lease: &leasehold::Lease, files: &[leasehold_fs::FencedFile]) -> Result<(), leasehold_fs::FenceError> {
+/// leasehold::guard::take_over(lease.token(), files)?;
+/// # Ok(()) }
+/// ```
+pub fn take_over<'a, G: Guard + 'a>(
+    token: &FencingToken,
+    guards: impl IntoIterator<Item = &'a G>,
+) -> Result<(), G::Error> {
+    guards.into_iter().try_for_each(|guard| guard.admit(token))
+}
+
 /// A database resource (a name in `lease.guards`) as a [`Guard`]: each
 /// call runs in a transaction of its own on a pooled connection.
 ///

@@ -168,8 +168,10 @@ END;
 $$;
 
 -- Admits (resource, key, epoch) for a write in the caller's transaction (G1,
--- G2, G5), refusing an epoch the key never granted (G7) and, as stale, an
--- epoch below the first epoch of the key's row: such an epoch belongs to an
+-- G2, G5), refusing an epoch the key never granted (G7: above its counter,
+-- or the counter of a FREE row) and, as stale, an epoch below the key's
+-- newest grant (G2: superseded, even before the successor writes) or below
+-- the first epoch of the key's row: such an epoch belongs to an
 -- incarnation of the key whose row was pruned, and the resource's own
 -- record may have been pruned with it (docs/SPECIFICATION.md §1.8, I16).
 -- Locks the key's row FOR KEY SHARE and the guard row until the caller's
@@ -196,15 +198,23 @@ BEGIN
     IF NOT lease._allowed(v_resource) THEN
         PERFORM lease._raise_forbidden('admit', 'resource', v_resource);
     END IF;
-    SELECT l.epoch, l.first_epoch INTO v_row
+    SELECT l.epoch, l.first_epoch, l.owner IS NULL AS free INTO v_row
       FROM lease.leases AS l
      WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key
        FOR KEY SHARE;
-    IF NOT FOUND OR v_epoch > v_row.epoch THEN
+    -- A FREE row's counter is one above its last grant: never granted.
+    IF NOT FOUND OR v_epoch > v_row.epoch OR (v_epoch = v_row.epoch AND v_row.free) THEN
         PERFORM lease._raise_not_granted(v_resource, v_key, v_epoch, COALESCE(v_row.epoch, 0));
     END IF;
     IF v_epoch < v_row.first_epoch THEN
         PERFORM lease._raise_stale(v_resource, v_epoch, v_row.first_epoch);
+    END IF;
+    -- Superseded: the key was granted again, released or force-released
+    -- since this epoch was granted, whether or not anybody wrote since.
+    -- The lowest epoch the key can present now is its current grant's, or
+    -- the next grant's when the row is FREE.
+    IF v_epoch < v_row.epoch THEN
+        PERFORM lease._raise_stale(v_resource, v_epoch, v_row.epoch + v_row.free::integer);
     END IF;
     PERFORM lease._admit(v_resource, v_key, v_epoch);
 END;

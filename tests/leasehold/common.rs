@@ -75,11 +75,12 @@ pub fn table_snapshot(conn: &mut PgConnection) -> Vec<String> {
     )
 }
 
-/// Raises `key`'s counter to at least `epoch` (a FREE key if it was never
-/// leased), as if that many grants had come and gone, so that a guard test
-/// can present epochs up to it: guards refuse epochs a key never granted
-/// (G7). Raw SQL as the superuser; for tests whose subject is the guard,
-/// not the grants.
+/// Makes `epoch` the newest grant of `key` unless the key is already at or
+/// past it, as if that many grants had come and gone and the last one had
+/// lapsed: owner `pretend`, expired, so a real acquire takes it over. A
+/// guard test can then present that epoch: guards refuse epochs a key never
+/// granted (G7) and, as stale, epochs below its newest grant (G2). Raw SQL
+/// as the superuser; for tests whose subject is the guard, not the grants.
 pub fn pretend_granted(conn: &mut PgConnection, key: &str, epoch: i64) {
     let covered = format!(
         "SELECT EXISTS (SELECT 1 FROM lease.leases WHERE key = {} AND epoch >= {epoch}) AS flag",
@@ -90,8 +91,11 @@ pub fn pretend_granted(conn: &mut PgConnection, key: &str, epoch: i64) {
     }
     conn.batch_execute(&format!(
         "INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch) \
-         VALUES ({k}, lease._key_hash({k}), NULL, {epoch}, NULL, NULL, 1) \
-         ON CONFLICT (key_hash) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)",
+         VALUES ({k}, lease._key_hash({k}), 'pretend', {epoch}, now() - interval '1 second', NULL, 1) \
+         ON CONFLICT (key_hash) DO UPDATE \
+            SET epoch = excluded.epoch, owner = excluded.owner, expires_at = excluded.expires_at, \
+                lapsed_owner = NULL, group_id = NULL \
+          WHERE l.epoch < excluded.epoch",
         k = quote(key)
     ))
     .expect("raise the key's counter");

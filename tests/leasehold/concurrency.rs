@@ -547,8 +547,12 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                     });
                     match result {
                         Ok(()) => {}
+                        // A key released between the denial and the
+                        // inspect shows its counter, never granted (G7).
                         Err(TxError::Guard(
-                            GuardError::StaleEpoch { .. } | GuardError::LeaseNotHeld { .. },
+                            GuardError::StaleEpoch { .. }
+                            | GuardError::LeaseNotHeld { .. }
+                            | GuardError::EpochNotGranted { .. },
                         )) => refusals += 1,
                         Err(TxError::Guard(other)) => panic!("{owner}: unexpected error {other:?}"),
                         Err(TxError::Db(error)) => panic!("{owner}: unexpected error {error}"),

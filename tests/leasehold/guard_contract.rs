@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 
 use leasehold::guard::DatabaseGuard;
-use leasehold::{pool::PgPool, FencingToken, LeaseClient, LeaseState, Leases, Release};
+use leasehold::{pool::PgPool, FencingToken, LeaseClient};
 use leasehold_test_support::guard_conformance::Harness;
 
 use crate::common::*;
@@ -37,34 +37,15 @@ impl Harness for Database {
         DatabaseGuard::new(self.pool.clone(), format!("resource-{case}"))
     }
 
-    /// A database guard refuses an epoch its key never reached (G7), so
-    /// the key is granted and released until its counter reaches `epoch`.
+    /// A database guard admits only the epoch of its key's newest grant:
+    /// it refuses an epoch the key never reached (G7) and, as stale, one
+    /// below its newest grant (G2). Grants skip the counter a release
+    /// leaves, so real grants cannot reach every epoch: the key's newest
+    /// grant is made `epoch` directly ([`pretend_granted`]); an `epoch` the
+    /// key has passed already gives a token that is stale.
     fn token(&self, _case: &str, key: &str, owner: &str, epoch: i64) -> FencingToken {
         let _one_at_a_time = self.granting.lock().unwrap();
-        let mut conn = self.db.conn();
-        loop {
-            let counter = match conn.inspect(key).unwrap() {
-                Some(state) => state.epoch(),
-                None => 0.into(),
-            };
-            if counter >= epoch {
-                break;
-            }
-            let lease = granted(conn.acquire(key, "harness", TTL).unwrap());
-            assert_eq!(
-                conn.release(&leasehold_test_support::grant(
-                    key,
-                    "harness",
-                    lease.epoch()
-                ))
-                .unwrap(),
-                Release::Released
-            );
-        }
-        assert!(!matches!(
-            conn.inspect(key).unwrap(),
-            Some(LeaseState::Held { .. })
-        ));
+        pretend_granted(&mut self.db.conn(), key, epoch);
         FencingToken::new(key, owner, leasehold::Epoch::from(epoch)).unwrap()
     }
 }

@@ -54,6 +54,20 @@ fn grant_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
     lease.epoch().get()
 }
 
+/// A grant of `key` that writes `resource`'s record while it is held, then
+/// is released: a FREE key with a guard record. Guards admit only a key's
+/// newest grant (G2), so the record is written before the release.
+fn admit_then_release(conn: &mut PgConnection, key: &str, owner: &str, resource: &str) -> i64 {
+    let lease = granted(conn.acquire(key, owner, TTL).unwrap());
+    conn.admit(resource, &lease.token()).unwrap();
+    assert_eq!(
+        conn.release(&leasehold_test_support::grant(key, owner, lease.epoch()))
+            .unwrap(),
+        leasehold::Release::Released
+    );
+    lease.epoch().get()
+}
+
 /// Key pruning alone (`lease.prune_keys`), twice with the idle time
 /// between: FREE and lapsed rows go, the guard records stay for a test of
 /// guard pruning.
@@ -176,9 +190,8 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
             .unwrap(),
         leasehold::Release::Released
     );
-    let newer = grant_and_release(&mut conn, "k", "b");
+    let newer = admit_then_release(&mut conn, "k", "b", "r");
     let record_written = server_now(&mut conn);
-    conn.admit("r", &token("k", "b", newer)).unwrap();
     wait_idle_after(&mut conn, record_written);
 
     let report = prune_idle_rows(&mut conn);
@@ -226,8 +239,7 @@ fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_tim
     let mut conn = db.conn();
     let held = granted(conn.acquire("held", "a", TTL).unwrap());
     conn.admit("r-held", &held).unwrap();
-    let free = grant_and_release(&mut conn, "free", "a");
-    conn.admit("r-free", &token("free", "a", free)).unwrap();
+    admit_then_release(&mut conn, "free", "a", "r-free");
     // An hour's idle time: the FREE key is recorded, twice, and stays.
     let an_hour = PruneOptions::new(Duration::from_secs(3600));
     for _ in 0..2 {
@@ -451,9 +463,7 @@ fn a_dry_run_changes_nothing_and_says_what_a_prune_would_remove() {
     let mut conn = db.conn();
     for n in 0..5 {
         let key = format!("free-{n}");
-        let epoch = grant_and_release(&mut conn, &key, "a");
-        conn.admit(&format!("r-{n}"), &token(&key, "a", epoch))
-            .unwrap();
+        admit_then_release(&mut conn, &key, "a", &format!("r-{n}"));
     }
     let lapsed = granted(
         conn.acquire("lapsed", "a", Duration::from_millis(1))
@@ -791,9 +801,7 @@ fn a_batch_never_prunes_a_row_of_the_batch_before() {
 fn a_guard_records_idle_time_is_measured_by_the_clock_at_the_prune() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let epoch = grant_and_release(&mut conn, "idle/key", "o");
-    conn.admit("idle/resource", &token("idle/key", "o", epoch))
-        .unwrap();
+    admit_then_release(&mut conn, "idle/key", "o", "idle/resource");
     prune_keys_only(&mut conn);
     assert!(!row_exists(&mut conn, "idle/key"));
     let mut late = db.conn();
@@ -834,9 +842,7 @@ fn a_guard_batch_never_prunes_a_record_of_the_batch_before() {
     let mut conn = db.conn();
     for name in ["a", "b"] {
         let key = format!("guard-batch/{name}");
-        let epoch = grant_and_release(&mut conn, &key, "o");
-        conn.admit(&format!("guard-batch/r-{name}"), &token(&key, "o", epoch))
-            .unwrap();
+        admit_then_release(&mut conn, &key, "o", &format!("guard-batch/r-{name}"));
     }
     prune_keys_only(&mut conn);
     let first = query_lines(
@@ -1033,8 +1039,7 @@ fn a_batch_never_sights_a_row_of_the_batch_before() {
 fn a_dry_run_counts_the_record_of_a_pruned_incarnation_as_the_prune_removes_it() {
     let db = TestDb::new();
     let mut conn = db.conn();
-    let epoch = grant_and_release(&mut conn, "back/k", "a");
-    conn.admit("back/r", &token("back/k", "a", epoch)).unwrap();
+    let epoch = admit_then_release(&mut conn, "back/k", "a", "back/r");
     prune_keys_only(&mut conn);
     assert!(!row_exists(&mut conn, "back/k"));
     let back = granted(conn.acquire("back/k", "b", TTL).unwrap());

@@ -133,10 +133,12 @@ fn sync_face(db: &TestDb) -> Vec<String> {
         ($method:ident($($arg:expr),*)) => { Leases::$method(&mut conn, $($arg),*) };
     }
     script!(sent, run);
+    // A guard admits only a key's newest grant: a grant of its own.
+    let fenced = Leases::acquire(&mut conn, "fenced", "a", TTL).unwrap();
     sent.mark("run_fenced");
     conn.run_fenced(
-        "r",
-        &leasehold_test_support::grant("k", "a", 2),
+        "fenced-resource",
+        fenced.granted().expect("a grant of a new key").token(),
         Check::Token,
         |conn| diesel::connection::SimpleConnection::batch_execute(conn, "SELECT 1"),
     )
@@ -155,10 +157,14 @@ async fn async_face(db: &TestDb) -> Vec<String> {
         ($method:ident($($arg:expr),*)) => { AsyncLeases::$method(&mut conn, $($arg),*).await };
     }
     script!(sent, run);
+    // A guard admits only a key's newest grant: a grant of its own.
+    let fenced = AsyncLeases::acquire(&mut conn, "fenced", "a", TTL)
+        .await
+        .unwrap();
     sent.mark("run_fenced");
     conn.run_fenced(
-        "r",
-        &leasehold_test_support::grant("k", "a", 2),
+        "fenced-resource",
+        fenced.granted().expect("a grant of a new key").token(),
         Check::Token,
         async |conn: &mut AsyncPgConnection| conn.batch_execute("SELECT 1").await,
     )

@@ -461,3 +461,32 @@ fn readers_never_see_a_mix_while_threads_write() {
     assert_eq!(bytes, payload(59, 256 * 1024));
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// The gap a file guard has, and `leasehold::guard::take_over` closing it:
+/// a file cannot see the lease table, so a holder superseded by a newer
+/// grant still writes until something raises the file's record. Taking the
+/// file over at the grant raises it before the new holder's first write.
+#[test]
+fn take_over_refuses_the_superseded_holder_before_the_successor_writes() {
+    let dir = scratch("take-over");
+    let path = dir.join("data.bin");
+    let file = FencedFile::new(&path).unwrap();
+    let old = token("k", 3);
+    let new = token("k", 4);
+    file.write(&old, b"old holder").unwrap();
+    // The successor was granted epoch 4 and has not taken the file over:
+    // the old holder's write still lands.
+    file.write(&old, b"old holder, late").unwrap();
+    leasehold::guard::take_over(&new, [&file]).unwrap();
+    let before = fingerprint(&path);
+    assert!(file
+        .write(&old, b"old holder, too late")
+        .unwrap_err()
+        .is_stale());
+    assert_eq!(fingerprint(&path), before);
+    assert_eq!(
+        file.read().unwrap(),
+        (Epoch::new(4), b"old holder, late".to_vec())
+    );
+    file.write(&new, b"new holder").unwrap();
+}

@@ -137,3 +137,30 @@ fn in_memory_takes_tokens_of_any_length_unless_limited() {
     assert!(matches!(err, FenceError::TokenTooLong { .. }), "{err:?}");
     assert_eq!(limited.state(&Path::from("other")).unwrap(), None);
 }
+
+/// An object store cannot see the lease table: a holder superseded by a
+/// newer grant still writes until something raises the object's record.
+/// `leasehold::guard::take_over` at the grant raises it before the new
+/// holder's first write.
+#[test]
+fn take_over_refuses_the_superseded_holder_before_the_successor_writes() {
+    use leasehold::FencingToken;
+    use leasehold_object_store::ObjectGuard;
+
+    let store = Arc::new(store());
+    let path = Path::from("report");
+    let token = |owner: &str, epoch: i64| {
+        FencingToken::new("k", owner, leasehold::Epoch::new(epoch)).unwrap()
+    };
+    let (old, new) = (token("a", 3), token("b", 4));
+    store.write(&path, &old, "old holder").unwrap();
+    store.write(&path, &old, "old holder, late").unwrap();
+    let guard = ObjectGuard::new(store.clone(), path.clone());
+    leasehold::guard::take_over(&new, [&guard]).unwrap();
+    match store.write(&path, &old, "old holder, too late") {
+        Err(FenceError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, 4),
+        other => panic!("expected StaleEpoch, got {other:?}"),
+    }
+    assert_eq!(store.read(&path).unwrap().content, "old holder, late");
+    store.write(&path, &new, "new holder").unwrap();
+}

@@ -625,6 +625,7 @@ both_faces!(
     g6_a_checked_write_needs_the_lease_held_now,
     g6_a_checked_write_holds_off_a_takeover_until_it_commits,
     g7_an_epoch_never_granted_fences_nothing,
+    g2_a_superseded_holder_is_refused_before_its_successor_writes,
     a_fence_refuses_through_its_epoch,
     a_session_lost_mid_call_is_outcome_unknown_and_changes_nothing,
     a_keeper_renews_its_grant_until_stopped_and_stop_releases,
