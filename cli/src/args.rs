@@ -1,7 +1,9 @@
 //! The command line: subcommands, options and the help text (clap derive).
 //!
 //! Kept apart from the commands themselves so `--help` (including the
-//! exit-code table scripts rely on) reads as one page of source.
+//! exit-code table scripts rely on) reads as one page of source. The table
+//! is shown by `leasehold --help` only; every subcommand's help ends with
+//! [`SEE_EXIT_CODES`] (or, for `run`, [`RUN_EXIT_CODES`]), pointing to it.
 
 use std::time::Duration;
 
@@ -9,13 +11,14 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::duration;
 
-/// The exit-code table, shown at the end of `--help`. Must match
-/// [`crate::failure::Exit`].
+/// The exit-code table, shown at the end of the top-level `--help` (and
+/// there only). Must match [`crate::failure::Exit`].
 const EXIT_CODES: &str = "\
 Exit codes:
   0  ok
   1  unexpected failure (e.g. the demo could not complete, stdout closed)
-  2  invalid input or usage (bad duration, empty key, zero ttl, ...)
+  2  invalid input or usage (bad duration, empty key, zero ttl, no
+     database named, no pg_config for extension install, ...)
   3  denied: the key is held by another owner
   4  lapsed: the caller's grant expired (and may have been taken over)
   5  epoch mismatch: the caller holds the key under another epoch
@@ -29,7 +32,9 @@ Exit codes:
   9  guard refusal: stale epoch, wrong lease key, epoch never granted,
      or lease not held
  10  permission denied: the role was not granted this operator action, or
-     an operator bound the key's (or resource's) prefix to another role
+     an operator bound the key's (or resource's) prefix to another role;
+     extension install: the server's extension directory is not writable
+     (the message names the command that writes it)
  11  doctor: warnings (leasehold works, something should be looked at)
  12  doctor: failures (leasehold cannot work as intended here)
  13  run: the command could not be started (not found, not executable)
@@ -49,6 +54,15 @@ its own.
 
 LEASEHOLD_LOG=FILTER (e.g. leasehold=debug) writes leasehold's tracing
 spans and events to stderr (stdout stays as it is); RUST_LOG is ignored.";
+
+/// The end of every subcommand's help: the exit codes live in one place.
+const SEE_EXIT_CODES: &str = "Exit codes: see `leasehold --help`.";
+
+/// The end of `run --help`: its own status rule, the rest in one place.
+const RUN_EXIT_CODES: &str = "\
+Exit codes: CMD's own status (128 + N when signal N ended it) once it ran
+under the lease; 3, 7 and 8 when it never got the lease; 4 when the lease
+was lost while CMD ran. The others: see `leasehold --help`.";
 
 /// Operator tool for leasehold: PostgreSQL leases with fencing epochs.
 #[derive(Debug, Parser)]
@@ -89,12 +103,14 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Install or upgrade the lease functions in the database (idempotent).
+    #[command(after_help = SEE_EXIT_CODES)]
     Install,
     /// A persistent PostgreSQL for development on this machine, with
     /// leasehold installed: `leasehold local start`, then every command
     /// without --database-url uses it. Its data lives in
     /// $XDG_DATA_HOME/leasehold/local (~/.local/share/leasehold/local;
     /// /var/lib/leasehold/local for root; LEASEHOLD_LOCAL_DIR overrides).
+    #[command(after_help = SEE_EXIT_CODES)]
     Local {
         /// What to do.
         #[command(subcommand)]
@@ -102,13 +118,14 @@ pub enum Command {
     },
     /// The PostgreSQL extension `leasehold` (`CREATE EXTENSION leasehold`),
     /// an alternative to `install`.
+    #[command(after_help = SEE_EXIT_CODES)]
     Extension {
         /// What to do.
         #[command(subcommand)]
         action: ExtensionCommand,
     },
     /// Acquire KEY for OWNER; prints the epoch, expiry and fencing token.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Acquire {
         /// The lease key, e.g. job-42.
         key: String,
@@ -124,7 +141,7 @@ pub enum Command {
     },
     /// Extend the grant (KEY, OWNER, EPOCH), or the grant of --token, by
     /// --ttl from now.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Renew {
         /// The lease key (or give --token).
         #[arg(required_unless_present = "token", conflicts_with = "token")]
@@ -151,7 +168,7 @@ pub enum Command {
     /// the key is held under a newer epoch, 6 if epoch N was never
     /// granted); needs EXECUTE on lease.force_release(text, bigint)
     /// (granted to nobody by default).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Release {
         /// The lease key (or give --token).
         #[arg(required_unless_present = "token")]
@@ -180,7 +197,7 @@ pub enum Command {
     /// --hold-at-least after it began). CMD gets LEASEHOLD_KEY,
     /// LEASEHOLD_OWNER, LEASEHOLD_EPOCH and LEASEHOLD_TOKEN; SIGINT, SIGTERM
     /// and SIGHUP sent to `run` are passed on to it.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = RUN_EXIT_CODES)]
     Run {
         /// The lease key, e.g. nightly-billing.
         key: String,
@@ -209,7 +226,7 @@ pub enum Command {
         command: Vec<std::ffi::OsString>,
     },
     /// Show KEY's state: holder, epoch, expiry (advisory, may be stale).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Inspect {
         /// The lease key.
         key: String,
@@ -217,12 +234,12 @@ pub enum Command {
     /// List keys with holder, epoch and remaining time. Reads lease.leases
     /// and lease.groups directly, so the role needs SELECT on them
     /// (superuser or the role that installed leasehold).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Ls(ListArgs),
     /// Like `ls`, refreshed live until Ctrl-C (or --count refreshes).
     /// Rows that changed since the previous refresh are marked with `*`.
     /// With --events: one line per wake-up, grant and loss instead.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Watch {
         /// Which keys.
         #[command(flatten)]
@@ -246,7 +263,7 @@ pub enum Command {
     },
     /// Raise RESOURCE's guard so it refuses every epoch up to --up-to of
     /// lease --key (operator action after a holder lapsed or released).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Fence {
         /// The guarded resource's name, as the application uses it.
         resource: String,
@@ -260,7 +277,7 @@ pub enum Command {
     /// Operator: bind key prefixes to roles, so that only a role's members
     /// may use the keys and resources under a prefix. Needs EXECUTE on the
     /// lease.*_namespace functions (granted to nobody by default).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Namespace {
         /// What to do with the rules.
         #[command(subcommand)]
@@ -269,7 +286,7 @@ pub enum Command {
     /// Operator: free KEY whatever its state, as if its holder released it;
     /// prints the counter: every epoch up to it is stale from now on. Needs
     /// EXECUTE on lease.force_release(text) (granted to nobody by default).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     ForceRelease {
         /// The lease key.
         key: String,
@@ -278,7 +295,7 @@ pub enum Command {
     /// grant is at least (generation << 40) + 1. `show` needs no privilege;
     /// `raise` needs EXECUTE on lease.raise_generation(bigint) (granted to
     /// nobody by default).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Generation {
         /// Show or raise.
         #[command(subcommand)]
@@ -289,7 +306,7 @@ pub enum Command {
     /// synchronous_commit, standby, pooler, listener, clock difference,
     /// table sizes and prunable rows. Each finding says what to do. Exit 0
     /// healthy, 11 warnings, 12 failures (8 when it cannot connect).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Doctor {
         /// Lapsed rows whose grant expired longer ago than this count as
         /// prunable (free rows always do: no release time is stored).
@@ -303,7 +320,7 @@ pub enum Command {
     /// removed only when a prune saw it FREE at least --idle earlier (the
     /// first prune records it). Needs EXECUTE on lease.prune_keys and
     /// lease.prune_guards (granted to nobody by default).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Prune {
         /// How long a key must have been unused, e.g. 168h.
         #[arg(long, value_parser = duration::parse)]
@@ -315,6 +332,7 @@ pub enum Command {
     /// A guided fencing scenario on its own throwaway server: two workers,
     /// a stalled holder taken over, its stale write refused, a database
     /// crash and restart with epochs intact. Takes a few seconds.
+    #[command(after_help = SEE_EXIT_CODES)]
     Demo,
 }
 
@@ -324,7 +342,7 @@ pub enum NamespaceCommand {
     /// Bind PREFIX to ROLE (or rebind it): from now on only members of ROLE
     /// (and superusers) may act on keys and resources whose longest bound
     /// prefix is PREFIX.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Bind {
         /// The prefix of key and resource names, e.g. billing/.
         prefix: String,
@@ -333,13 +351,13 @@ pub enum NamespaceCommand {
     },
     /// Remove the rule for exactly PREFIX (names under it fall to the next
     /// longest bound prefix, or to no rule: every role may act).
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Unbind {
         /// The bound prefix.
         prefix: String,
     },
     /// List the rules: prefix, role, when bound.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Ls,
 }
 
@@ -348,12 +366,12 @@ pub enum NamespaceCommand {
 pub enum GenerationCommand {
     /// Show the current generation, the timeline and the lowest epoch the
     /// next grant can get.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Show,
     /// Operator: raise the generation to GENERATION (above the current one,
     /// at most 8388607): every grant from now on, of every key, gets an
     /// epoch of at least (GENERATION << 40) + 1.
-    #[command(after_help = EXIT_CODES)]
+    #[command(after_help = SEE_EXIT_CODES)]
     Raise {
         /// The new generation.
         generation: i64,
@@ -365,14 +383,18 @@ pub enum GenerationCommand {
 pub enum LocalCommand {
     /// Create (the first time) and start the development server; prints
     /// its URL. Its data stays between starts.
+    #[command(after_help = SEE_EXIT_CODES)]
     Start,
     /// Stop the development server (its data stays).
+    #[command(after_help = SEE_EXIT_CODES)]
     Stop,
     /// Whether the development server runs (exit 0) or not (exit 14), and
     /// its URL.
+    #[command(after_help = SEE_EXIT_CODES)]
     Status,
     /// Print `export DATABASE_URL=...` for the running development server:
     /// `eval "$(leasehold local env)"`.
+    #[command(after_help = SEE_EXIT_CODES)]
     Env,
 }
 
@@ -381,13 +403,30 @@ pub enum LocalCommand {
 pub enum ExtensionCommand {
     /// Write the extension's control file and scripts, generated from the
     /// migrations, into DIR (created if missing; files there are
-    /// replaced). Copy them into the server's extension directory
-    /// (`$(pg_config --sharedir)/extension`), then run `CREATE EXTENSION
-    /// leasehold` in the database. Needs no database connection.
+    /// replaced). `extension install` writes them where the server looks
+    /// for them instead. Needs no database connection.
+    #[command(after_help = SEE_EXIT_CODES)]
     Generate {
         /// The directory to write into.
         #[arg(long)]
         out: std::path::PathBuf,
+    },
+    /// Write the extension's files into the server's extension directory,
+    /// `$(pg_config --sharedir)/extension`; then run `CREATE EXTENSION
+    /// leasehold` in the database. That directory usually belongs to root:
+    /// when it is not writable this exits 10 and names the one command
+    /// (with sudo) that writes the files there; --print prints that
+    /// command instead of writing. Needs no database connection.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Install {
+        /// The pg_config of the PostgreSQL installation that is to load the
+        /// extension (default: pg_config on PATH).
+        #[arg(long, value_name = "PATH")]
+        pg_config: Option<std::path::PathBuf>,
+        /// Print the command that writes the files (with sudo) instead of
+        /// writing them.
+        #[arg(long)]
+        print: bool,
     },
 }
 
@@ -466,4 +505,53 @@ pub enum SortBy {
 fn parse_token(text: &str) -> Result<leasehold::FencingToken, String> {
     text.parse()
         .map_err(|error| format!("not a fencing token as acquire prints it: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::{Cli, EXIT_CODES, RUN_EXIT_CODES, SEE_EXIT_CODES};
+
+    /// Every subcommand, at any depth, with its path (`namespace bind`).
+    fn subcommands(command: &clap::Command, path: &str, into: &mut Vec<(String, clap::Command)>) {
+        for sub in command.get_subcommands() {
+            let name = format!("{path} {}", sub.get_name()).trim().to_owned();
+            subcommands(sub, &name, into);
+            into.push((name, sub.clone()));
+        }
+    }
+
+    #[test]
+    fn the_exit_code_table_is_on_the_top_level_help_only() {
+        let cli = Cli::command();
+        assert_eq!(
+            cli.get_after_help().map(ToString::to_string).as_deref(),
+            Some(EXIT_CODES)
+        );
+        let mut all = Vec::new();
+        subcommands(&cli, "", &mut all);
+        assert!(all.len() > 20, "{}", all.len());
+        for (name, sub) in all {
+            // clap's own `help` subcommands.
+            if name == "help" || name.ends_with(" help") || name.starts_with("help ") {
+                continue;
+            }
+            let after = sub.get_after_help().map(ToString::to_string);
+            let expected = if name == "run" {
+                RUN_EXIT_CODES
+            } else {
+                SEE_EXIT_CODES
+            };
+            assert_eq!(
+                after.as_deref(),
+                Some(expected),
+                "`leasehold {name} --help`"
+            );
+            assert!(
+                sub.get_after_long_help().is_none(),
+                "`leasehold {name} --help` has a long after-help"
+            );
+        }
+    }
 }

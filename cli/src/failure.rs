@@ -40,7 +40,8 @@ pub enum Exit {
     /// 9: a guard refused.
     GuardRefused = 9,
     /// 10: the role may not do this: an operator action it was not granted,
-    /// or a key or resource whose namespace is bound to another role.
+    /// or a key or resource whose namespace is bound to another role; or
+    /// `extension install` may not write the server's extension directory.
     PermissionDenied = 10,
     /// 11: `doctor` found warnings and no failure.
     DoctorWarnings = 11,
@@ -211,6 +212,27 @@ pub enum CliError {
     /// `leasehold extension generate` could not generate or write the files.
     #[error("cannot generate the extension files: {0}")]
     Extension(String),
+    /// `leasehold extension install`: `pg_config --sharedir` could not be
+    /// run or printed no directory.
+    #[error("cannot ask {program} for the server's share directory: {message}; put the pg_config of the PostgreSQL that is to load the extension on PATH, or pass --pg-config PATH")]
+    PgConfig {
+        /// The pg_config program, as given or looked up on PATH.
+        program: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// `leasehold extension install`: the server's extension directory
+    /// could not be written (typically: it belongs to root). Nothing else
+    /// was changed; `command` writes the files there.
+    #[error("cannot write the extension files into {dir}: {reason}; run `{command}` (as a user who may write there), then CREATE EXTENSION leasehold")]
+    ExtensionDirNotWritable {
+        /// `<sharedir>/extension`.
+        dir: String,
+        /// What the operating system said, with the path.
+        reason: String,
+        /// The one command that writes the files there.
+        command: String,
+    },
     /// `LEASEHOLD_LOG` holds no usable filter; the command did not run.
     #[error("{0}")]
     LogSetup(#[from] LogSetupError),
@@ -252,7 +274,9 @@ impl CliError {
     /// The exit code for this failure.
     pub fn exit(&self) -> Exit {
         match self {
-            CliError::InvalidInput(_) | CliError::NoDatabase => Exit::InvalidInput,
+            CliError::InvalidInput(_) | CliError::NoDatabase | CliError::PgConfig { .. } => {
+                Exit::InvalidInput
+            }
             // Installing a global subscriber twice is this command's bug.
             CliError::LogSetup(LogSetupError::Install(_)) => Exit::Unexpected,
             CliError::LogSetup(_) => Exit::InvalidInput,
@@ -287,7 +311,9 @@ impl CliError {
             | CliError::NotInstalled
             | CliError::NoListPrivilege { .. }
             | CliError::Database(_) => Exit::Database,
-            CliError::NotGranted { .. } | CliError::Forbidden { .. } => Exit::PermissionDenied,
+            CliError::NotGranted { .. }
+            | CliError::Forbidden { .. }
+            | CliError::ExtensionDirNotWritable { .. } => Exit::PermissionDenied,
             CliError::Demo(_) | CliError::Output(_) | CliError::Extension(_) => Exit::Unexpected,
         }
     }
@@ -322,6 +348,8 @@ impl CliError {
             CliError::Demo(_) => "demo_failed",
             CliError::Output(_) => "output",
             CliError::Extension(_) => "extension",
+            CliError::PgConfig { .. } => "pg_config",
+            CliError::ExtensionDirNotWritable { .. } => "extension_dir_not_writable",
         }
     }
 
@@ -395,6 +423,13 @@ impl CliError {
                 fields.push(("epoch", Json::Int(*epoch)));
                 fields.push(("status", Json::str(*status)));
                 fields.push(("counter", Json::int(*counter)));
+            }
+            CliError::PgConfig { program, .. } => {
+                fields.push(("pg_config", Json::str(program)));
+            }
+            CliError::ExtensionDirNotWritable { dir, command, .. } => {
+                fields.push(("dir", Json::str(dir)));
+                fields.push(("command", Json::str(command)));
             }
             CliError::ReadOnlyServer { operation } => {
                 fields.push(("operation", Json::str(operation)));

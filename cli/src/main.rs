@@ -122,6 +122,9 @@ fn run(cli: Cli, out: Printer) -> Result<(), CliError> {
         Command::Extension { action } => {
             return match action {
                 ExtensionCommand::Generate { out: dir } => extension::generate(&dir, out),
+                ExtensionCommand::Install { pg_config, print } => {
+                    extension::install(pg_config.as_deref(), print, out)
+                }
             }
         }
         Command::Demo => {

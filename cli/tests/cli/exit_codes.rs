@@ -240,3 +240,43 @@ fn a_server_that_never_answers_exits_8_within_the_connect_timeout() {
     assert!(run.stderr.contains("timeout"), "{run:?}");
     assert!(took < std::time::Duration::from_secs(15), "took {took:?}");
 }
+
+#[test]
+fn subcommand_help_points_to_the_exit_codes_instead_of_repeating_them() {
+    let top = run(&["--help"]);
+    assert_eq!(top.code, 0);
+    assert!(top.stdout.contains("Exit codes:\n  0  ok"), "{top:?}");
+    for args in [
+        &["acquire", "--help"][..],
+        &["acquire", "-h"],
+        &["namespace", "bind", "--help"],
+        &["extension", "install", "--help"],
+        &["local", "start", "--help"],
+        &["install", "--help"],
+    ] {
+        let help = run(args);
+        assert_eq!(help.code, 0, "{help:?}");
+        assert!(
+            !help.stdout.contains("0  ok") && !help.stdout.contains("9  guard refusal"),
+            "{args:?} repeats the exit-code table:\n{}",
+            help.stdout
+        );
+        assert!(
+            help.stdout
+                .trim_end()
+                .ends_with("Exit codes: see `leasehold --help`."),
+            "{args:?} does not point to the table:\n{}",
+            help.stdout
+        );
+    }
+    let run_help = run(&["run", "--help"]);
+    assert!(
+        !run_help.stdout.contains("9  guard refusal"),
+        "{run_help:?}"
+    );
+    assert!(
+        run_help.stdout.contains("CMD's own status")
+            && run_help.stdout.contains("see `leasehold --help`"),
+        "{run_help:?}"
+    );
+}
