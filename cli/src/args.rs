@@ -132,11 +132,11 @@ pub enum Command {
         /// Who acquires it, e.g. worker-a1.
         owner: String,
         /// How long the grant lasts unless renewed (server clock).
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         ttl: Duration,
         /// Wait up to this long while another owner holds the key (exit 7 on
         /// timeout) instead of failing at once (exit 3).
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         wait: Option<Duration>,
     },
     /// Extend the grant (KEY, OWNER, EPOCH), or the grant of --token, by
@@ -157,7 +157,7 @@ pub enum Command {
         #[arg(long, value_parser = parse_token)]
         token: Option<leasehold::FencingToken>,
         /// The new ttl, counted from now on the server clock.
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         ttl: Duration,
     },
     /// Release the grant (KEY, OWNER, EPOCH), or the grant of --token; its
@@ -206,20 +206,20 @@ pub enum Command {
         owner: Option<String>,
         /// The grant's ttl; the keeper renews it every ttl/3 and treats it
         /// as lost ttl/10 before it would lapse.
-        #[arg(long, value_parser = duration::parse, default_value = "30s")]
+        #[arg(long, value_parser = duration::parse, default_value = "30s", allow_hyphen_values = true)]
         ttl: Duration,
         /// Wait up to this long while another owner holds the key (exit 7
         /// on timeout) instead of failing at once (exit 3).
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         wait: Option<Duration>,
         /// Keep the grant until this long after it began even if CMD ends
         /// sooner, so no other runner starts the job again meanwhile.
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         hold_at_least: Option<Duration>,
         /// After a loss, how long CMD has between SIGTERM and SIGKILL
         /// (default: the keeper's margin, ttl/10, so SIGKILL lands no later
         /// than the server's expiry of the last renewed grant).
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         grace: Option<Duration>,
         /// The command and its arguments, after --.
         #[arg(last = true, required = true, value_name = "CMD")]
@@ -245,7 +245,7 @@ pub enum Command {
         #[command(flatten)]
         list: ListArgs,
         /// Time between refreshes.
-        #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+        #[arg(long, default_value = "500ms", value_parser = duration::parse, allow_hyphen_values = true)]
         interval: Duration,
         /// Stop after this many refreshes, or with --events this many
         /// events (default: until Ctrl-C).
@@ -310,7 +310,7 @@ pub enum Command {
     Doctor {
         /// Lapsed rows whose grant expired longer ago than this count as
         /// prunable (free rows always do: no release time is stored).
-        #[arg(long, default_value = "168h", value_parser = duration::parse)]
+        #[arg(long, default_value = "168h", value_parser = duration::parse, allow_hyphen_values = true)]
         idle: Duration,
     },
     /// Operator: remove the rows of keys FREE or LAPSED for longer than
@@ -323,7 +323,7 @@ pub enum Command {
     #[command(after_help = SEE_EXIT_CODES)]
     Prune {
         /// How long a key must have been unused, e.g. 168h.
-        #[arg(long, value_parser = duration::parse)]
+        #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
         idle: Duration,
         /// Change nothing; say what a prune would remove now.
         #[arg(long)]

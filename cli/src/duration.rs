@@ -19,10 +19,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     if trimmed.is_empty() {
         return Err(format!("empty duration; {hint}"));
     }
+    if trimmed.starts_with('-') {
+        return Err(format!(
+            "{text:?} is negative; a duration is zero or more: {hint}"
+        ));
+    }
     let mut rest = trimmed;
     let mut total_ms: u64 = 0;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with('.') {
+            return Err(fraction(text, rest));
+        }
         if digits == 0 {
             return Err(format!(
                 "{text:?} is not a duration (expected a number at {rest:?}); {hint}"
@@ -44,6 +52,47 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         rest = &after[unit.len()..];
     }
     Ok(Duration::from_millis(total_ms))
+}
+
+/// The message for a number with a fraction at the start of `rest`
+/// (`1.5s`): durations are whole numbers, so it names the whole-number
+/// spelling of that part when there is one (`1s500ms`).
+fn fraction(text: &str, rest: &str) -> String {
+    let hint =
+        "durations are whole numbers with a unit (ms, s, m or h), e.g. 30s, 1m30s, 250ms or 2h";
+    let number: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    let after = &rest[number.len()..];
+    let whole = UNITS
+        .iter()
+        .find(|(unit, _)| after.starts_with(unit))
+        .and_then(|(_, factor)| {
+            let (int, frac) = number.split_once('.')?;
+            let scale = 10u64.checked_pow(u32::try_from(frac.len()).ok()?)?;
+            let int: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+            let frac: u64 = if frac.is_empty() {
+                0
+            } else {
+                frac.parse().ok()?
+            };
+            let scaled = frac.checked_mul(*factor)?;
+            (scaled % scale == 0)
+                .then(|| int.checked_mul(*factor)?.checked_add(scaled / scale))
+                .flatten()
+        });
+    match whole {
+        Some(ms) => format!(
+            "{text:?} has a fraction; {hint}: write {} for {number}{}",
+            format(Duration::from_millis(ms)),
+            after
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect::<String>()
+        ),
+        None => format!("{text:?} has a fraction; {hint}"),
+    }
 }
 
 /// Formats like [`parse`] reads, to millisecond precision: `1m30s`, `250ms`.
@@ -82,6 +131,24 @@ mod tests {
             let error = parse(bad).expect_err(bad);
             assert!(error.contains("e.g. 30s"), "{bad}: {error}");
         }
+    }
+
+    #[test]
+    fn fractions_and_negatives_say_what_is_accepted() {
+        let half = parse("1.5s").unwrap_err();
+        assert!(
+            half.contains("has a fraction") && half.contains("write 1s500ms for 1.5s"),
+            "{half}"
+        );
+        let minutes = parse("2m0.25s").unwrap_err();
+        assert!(minutes.contains("write 250ms for 0.25s"), "{minutes}");
+        let tiny = parse("0.0001s").unwrap_err();
+        assert!(
+            tiny.contains("has a fraction") && !tiny.contains("write"),
+            "{tiny}"
+        );
+        let negative = parse("-5s").unwrap_err();
+        assert!(negative.contains("is negative"), "{negative}");
     }
 
     #[test]

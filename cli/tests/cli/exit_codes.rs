@@ -121,6 +121,20 @@ fn invalid_input_exits_2_and_says_what_to_write() {
     let no_unit = db.run(&["acquire", "k", "o", "--ttl", "30"]);
     assert_eq!(no_unit.code, 2, "{no_unit:?}");
     assert!(no_unit.stderr.contains("e.g. 30s"), "{no_unit:?}");
+    // A fraction names its whole-number spelling; a negative says so
+    // (instead of being taken for an option).
+    let fraction = db.run(&["acquire", "k", "o", "--ttl", "1.5s"]);
+    assert_eq!(fraction.code, 2, "{fraction:?}");
+    assert!(
+        fraction.stderr.contains("write 1s500ms for 1.5s"),
+        "{fraction:?}"
+    );
+    let negative = db.run(&["acquire", "k", "o", "--ttl", "-5s"]);
+    assert_eq!(negative.code, 2, "{negative:?}");
+    assert!(
+        negative.stderr.contains("\"-5s\" is negative"),
+        "{negative:?}"
+    );
     // A zero ttl passes the CLI's parser and is refused by the database.
     let zero = db.run(&["acquire", "k", "o", "--ttl", "0s"]);
     assert_eq!(zero.code, 2, "{zero:?}");
