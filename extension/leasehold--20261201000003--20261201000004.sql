@@ -31,7 +31,7 @@ BEGIN
         USING ERRCODE = '55000',
               CONSTRAINT = 'lease_guard_stale_epoch',
               DETAIL = format('accepted=%s presented=%s resource=%s', accepted, presented, resource),
-              HINT = 'A newer holder has written: stop acting on this lease; re-acquire for a new epoch if needed.';
+              HINT = 'This holder was superseded (a newer grant, a release, a newer write or a fence): stop acting on this lease; re-acquire for a new epoch if needed.';
 END;
 $$;
 
