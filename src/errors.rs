@@ -375,6 +375,19 @@ pub enum LeaseError {
         #[source]
         source: diesel::ConnectionError,
     },
+    /// Building an [`crate::aio::AsyncLeaseClient`]: the first connection
+    /// failed or ran out of its `connect_timeout`, so no pool was built.
+    /// The source says which: [`crate::aio::ConnectError::TimedOut`]
+    /// (which servers, after how long, which setting), or the driver's
+    /// error with its whole reason (`Connection refused (os error 111)`,
+    /// the server's FATAL).
+    #[cfg(feature = "async")]
+    #[error("cannot connect to the database: {source}")]
+    AsyncConnect {
+        /// Why the connection could not be opened.
+        #[source]
+        source: crate::aio::ConnectError,
+    },
 }
 
 impl LeaseError {

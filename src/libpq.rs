@@ -129,6 +129,15 @@ pub(crate) fn with_connect_timeout(url: &str) -> String {
 /// Whether the connection string `url` sets `connect_timeout`; `None` if
 /// libpq cannot parse it.
 fn sets_connect_timeout(url: &str) -> Option<bool> {
+    let [timeout] = conninfo_values(url, [c"connect_timeout"])?;
+    Some(timeout.is_some())
+}
+
+/// The values that libpq parses out of the connection string `url` for
+/// `keywords` (`None` for a keyword the string leaves unset or empty);
+/// `None` as a whole if libpq cannot parse it. Defaults and environment
+/// variables are not applied: only what the string says.
+fn conninfo_values<const N: usize>(url: &str, keywords: [&CStr; N]) -> Option<[Option<String>; N]> {
     let url = CString::new(url).ok()?;
     let mut error: *mut c_char = ptr::null_mut();
     // SAFETY: `url` is NUL-terminated; libpq allocates the options array
@@ -141,22 +150,108 @@ fn sets_connect_timeout(url: &str) -> Option<bool> {
         }
         return None;
     }
-    let mut found = false;
+    let mut found: [Option<String>; N] = std::array::from_fn(|_| None);
     let mut option = options;
     // SAFETY: the array ends with an entry whose keyword is NULL; every
-    // string in it is owned by the array until PQconninfoFree.
+    // string in it is owned by the array until PQconninfoFree, and is
+    // copied out before that.
     unsafe {
         while !(*option).keyword.is_null() {
-            if CStr::from_ptr((*option).keyword).to_bytes() == b"connect_timeout" {
-                let value = (*option).val;
-                found = !value.is_null() && !CStr::from_ptr(value).to_bytes().is_empty();
-                break;
+            let keyword = CStr::from_ptr((*option).keyword);
+            if let Some(slot) = keywords.iter().position(|wanted| *wanted == keyword) {
+                let value = copy_c_str((*option).val);
+                found[slot] = (!value.is_empty()).then_some(value);
             }
             option = option.add(1);
         }
         pq::PQconninfoFree(options);
     }
     Some(found)
+}
+
+/// How long one attempt to connect to `url` may take, as libpq bounds it
+/// (the sync face's rule, for a connection that libpq does not make: the
+/// async face's). `with_connect_timeout` decides the setting, this reads it
+/// back.
+#[cfg(feature = "async")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ConnectBound {
+    /// The bound for the whole attempt: `connect_timeout` for each host
+    /// the URL lists, as libpq applies it to each host in turn. `None`
+    /// when the setting asks to wait indefinitely (zero or negative).
+    pub(crate) total: Option<Duration>,
+    /// The setting and where it came from, e.g. `connect_timeout=2 from
+    /// the URL` (or `from PGCONNECT_TIMEOUT`, or `by default`).
+    pub(crate) setting: String,
+    /// The servers the URL names, `host:port` (or socket directory and
+    /// port), in libpq's order, e.g. `127.0.0.1:5432`.
+    pub(crate) servers: String,
+}
+
+#[cfg(feature = "async")]
+impl ConnectBound {
+    /// The bound of one attempt to connect to `url`, as the caller gave it
+    /// (before [`with_connect_timeout`], so that the default is told from
+    /// the URL's own setting).
+    pub(crate) fn of(url: &str) -> Self {
+        let values = conninfo_values(url, [c"connect_timeout", c"host", c"hostaddr", c"port"]);
+        let [timeout, host, hostaddr, port] = values.unwrap_or_default();
+        let (seconds, origin) = match (timeout, std::env::var("PGCONNECT_TIMEOUT")) {
+            (Some(seconds), _) => (seconds, "from the URL"),
+            (None, Ok(seconds)) if !seconds.trim().is_empty() => {
+                (seconds, "from PGCONNECT_TIMEOUT")
+            }
+            _ => (DEFAULT_CONNECT_TIMEOUT_SECS.to_string(), "by default"),
+        };
+        let servers = servers(host.or(hostaddr).as_deref(), port.as_deref());
+        let hosts = u32::try_from(servers.len()).unwrap_or(u32::MAX).max(1);
+        Self {
+            total: per_host_timeout(&seconds).map(|each| each.saturating_mul(hosts)),
+            setting: format!("connect_timeout={} {origin}", seconds.trim()),
+            servers: servers.join(", "),
+        }
+    }
+}
+
+/// libpq's reading of a `connect_timeout` value: whole seconds, zero or
+/// negative for no bound, 1 raised to 2; a value libpq would refuse gets
+/// the default here (the connection attempt then reports the value).
+#[cfg(feature = "async")]
+fn per_host_timeout(seconds: &str) -> Option<Duration> {
+    match seconds.trim().parse::<i64>() {
+        Ok(seconds) if seconds <= 0 => None,
+        Ok(seconds) => Some(Duration::from_secs(seconds.unsigned_abs().max(2))),
+        Err(_) => Some(Duration::from_secs(u64::from(DEFAULT_CONNECT_TIMEOUT_SECS))),
+    }
+}
+
+/// `host:port` for each host of the comma-separated lists `hosts` and
+/// `ports`, with libpq's defaults (`localhost`, 5432; one port for all).
+#[cfg(feature = "async")]
+fn servers(hosts: Option<&str>, ports: Option<&str>) -> Vec<String> {
+    let hosts: Vec<&str> = hosts.unwrap_or("localhost").split(',').collect();
+    let ports: Vec<&str> = ports.unwrap_or("5432").split(',').collect();
+    hosts
+        .iter()
+        .enumerate()
+        .map(|(n, host)| {
+            let host = if host.is_empty() { "localhost" } else { host };
+            let port = if ports.len() == 1 {
+                ports.first()
+            } else {
+                ports.get(n)
+            };
+            let port = port
+                .copied()
+                .filter(|port| !port.is_empty())
+                .unwrap_or("5432");
+            if host.contains(':') && !host.starts_with('/') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        })
+        .collect()
 }
 
 /// A libpq notice processor that drops the notice.
@@ -414,6 +509,36 @@ pub(crate) fn wait_readable(fds: &[i32], timeout: Option<Duration>) -> Result<Ve
         let error = std::io::Error::last_os_error();
         if error.kind() != ErrorKind::Interrupted {
             return Err(format!("poll failed: {error}"));
+        }
+    }
+}
+
+#[cfg(all(test, feature = "async"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connect_bound_is_read_as_libpq_reads_connect_timeout() {
+        let bound = ConnectBound::of("postgres://u@h1:5433,h2/db?connect_timeout=3");
+        assert_eq!(bound.total, Some(Duration::from_secs(6)), "per host");
+        assert_eq!(bound.servers, "h1:5433, h2:5432");
+        assert_eq!(bound.setting, "connect_timeout=3 from the URL");
+        let bound = ConnectBound::of("host=/run/pg port=5499 connect_timeout=1");
+        assert_eq!(
+            bound.total,
+            Some(Duration::from_secs(2)),
+            "1 is raised to 2"
+        );
+        assert_eq!(bound.servers, "/run/pg:5499");
+        assert_eq!(
+            ConnectBound::of("postgres://u@h/db?connect_timeout=0").total,
+            None
+        );
+        if std::env::var_os("PGCONNECT_TIMEOUT").is_none() {
+            let bound = ConnectBound::of("postgres://u@[::1]/db");
+            assert_eq!(bound.total, Some(Duration::from_secs(5)));
+            assert_eq!(bound.setting, "connect_timeout=5 by default");
+            assert_eq!(bound.servers, "[::1]:5432");
         }
     }
 }

@@ -134,7 +134,7 @@ pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
         | LeaseError::OutcomeUnknown { .. }
         | LeaseError::ReadOnlyServer { .. } => true,
         #[cfg(feature = "async")]
-        LeaseError::AsyncPool(_) => true,
+        LeaseError::AsyncPool(_) | LeaseError::AsyncConnect { .. } => true,
         LeaseError::Database { source, .. } => is_dead_connection(source),
         _ => false,
     }

@@ -9,8 +9,10 @@
 //! checkout is one future on the caller's task, so a cancelled call
 //! leaves no task behind (bb8 opens connections in tasks it spawns); and
 //! it is diesel-async's first-listed pool, with no background reaper to
-//! configure. Both bound a checkout; deadpool's `wait_timeout` and
-//! `create_timeout` take the builder's checkout timeout.
+//! configure. Both bound a checkout; deadpool's `wait_timeout`,
+//! `create_timeout` and `recycle_timeout` take the builder's checkout
+//! timeout, and each connection it creates is bounded by the URL's
+//! `connect_timeout` as well ([`super::connect`]).
 
 use std::time::Duration;
 
@@ -126,7 +128,9 @@ impl AsyncLeaseClientBuilder {
 
     /// How long a call waits for a free pooled connection, and for a new
     /// one to connect, before it fails with [`LeaseError::AsyncPool`]
-    /// (default 30 s).
+    /// (default 30 s). A checkout thus waits at most this long for a free
+    /// slot, then, if it must connect, at most the URL's `connect_timeout`
+    /// (per host; [`super::connect`]) capped by this again.
     pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
         self.checkout_timeout = timeout;
         self
@@ -151,18 +155,23 @@ impl AsyncLeaseClientBuilder {
 
     /// Builds the pool, opening one connection first (unless
     /// [`connect_lazily`](Self::connect_lazily)): a URL that cannot connect
-    /// fails here with the server's or the network's message
-    /// ([`LeaseError::Connect`]). Every connection attempt is bounded by
-    /// the URL's `connect_timeout`, 5 seconds unless the URL says otherwise,
-    /// as for the sync client.
+    /// fails here with the driver's whole reason (the OS's, or the
+    /// server's message) as [`LeaseError::AsyncConnect`].
+    ///
+    /// Every connection attempt, this one and each one the pool makes, is
+    /// bounded by the URL's `connect_timeout` (else `PGCONNECT_TIMEOUT`,
+    /// else 5 s; per host the URL lists) from the TCP connect to the
+    /// session's first statements, as libpq bounds the sync client's; one
+    /// that runs out fails with [`super::ConnectError::TimedOut`], naming
+    /// the servers, the time and the setting ([`super::connect`]).
     pub async fn build(self) -> Result<AsyncLeaseClient, LeaseError> {
-        let url = crate::libpq::with_connect_timeout(&self.database_url);
+        let url = self.database_url.clone();
         let uncached = self.prepared == PreparedStatements::Uncached;
         if self.connect_at_once {
             drop(
-                AsyncPgConnection::establish(&url)
+                super::connect(&url)
                     .await
-                    .map_err(|source| LeaseError::Connect { source })?,
+                    .map_err(|source| LeaseError::AsyncConnect { source })?,
             );
         }
         let mut config = ManagerConfig::<AsyncPgConnection>::default();
@@ -172,7 +181,7 @@ impl AsyncLeaseClientBuilder {
         config.custom_setup = Box::new(move |url| {
             let url = url.to_owned();
             Box::pin(async move {
-                let mut conn = AsyncPgConnection::establish(&url).await?;
+                let mut conn = super::connect::connect_for_pool(&url).await?;
                 if uncached {
                     conn.set_prepared_statement_cache_size(CacheSize::Disabled);
                 }
@@ -184,6 +193,7 @@ impl AsyncLeaseClientBuilder {
             .max_size(usize::try_from(self.max_size.max(1)).unwrap_or(usize::MAX))
             .wait_timeout(Some(self.checkout_timeout))
             .create_timeout(Some(self.checkout_timeout))
+            .recycle_timeout(Some(self.checkout_timeout))
             .runtime(deadpool::Runtime::Tokio1)
             .build()
             .map_err(|error| LeaseError::InvalidInput {

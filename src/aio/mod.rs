@@ -37,6 +37,7 @@
 //! ```
 
 mod client;
+mod connect;
 mod keeper;
 mod keeper_set;
 mod releases;
@@ -63,6 +64,7 @@ use crate::token::FencingToken;
 pub(crate) use client::settle_lease;
 use client::{checkout, settle_guard};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
+pub use connect::{connect, ConnectError};
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};
 pub use releases::ReleaseWatch;

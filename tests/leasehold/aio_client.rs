@@ -145,7 +145,7 @@ fn every_methods_future_is_send_on_both_receivers() {
     });
 }
 
-/// A URL that cannot connect fails at build with the driver's message; a
+/// A URL that cannot connect fails at build with the driver's whole message; a
 /// lazily built client fails at its first call instead, with the pool's.
 #[test]
 fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
@@ -153,10 +153,10 @@ fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
     let wrong = db.url.replace(&db.name, "no_such_database");
     runtime().block_on(async {
         match AsyncLeaseClient::builder(&wrong).build().await {
-            Err(LeaseError::Connect { source }) => {
+            Err(LeaseError::AsyncConnect { source }) => {
                 assert!(source.to_string().contains("no_such_database"), "{source}")
             }
-            other => panic!("expected Connect, got {other:?}"),
+            other => panic!("expected AsyncConnect, got {other:?}"),
         }
         let mut lazy = AsyncLeaseClient::builder(&wrong)
             .connect_lazily()

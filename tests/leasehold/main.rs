@@ -14,6 +14,8 @@ mod attacks;
 mod common;
 mod concurrency;
 #[cfg(feature = "async")]
+mod connect_bounds;
+#[cfg(feature = "async")]
 mod faces;
 mod groups;
 mod guard_contract;

@@ -1,0 +1,244 @@
+//! Every way either face connects is bounded by `connect_timeout` and
+//! reports why it could not connect: a server that accepts and never
+//! answers, a stopped postmaster, and a port nobody listens on, through
+//! `AsyncLeaseClient::builder(..).build()`, a call through a lazily built
+//! async client's pool, `leasehold::aio::connect`, and the sync
+//! `LeaseClient::connect`.
+//!
+//! Each attempt runs under the test's own bound (`OUTER`), so a hang fails
+//! the test instead of stalling it.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use leasehold::aio::{AsyncLeaseClient, AsyncLeases, ConnectError};
+use leasehold::{LeaseClient, LeaseError};
+use leasehold_local::LocalPostgres;
+
+use crate::aio_common::runtime;
+
+/// How long any one attempt may take before the test calls it a hang.
+const OUTER: Duration = Duration::from_secs(15);
+
+/// The window a `connect_timeout=2` attempt must end in: not before the
+/// bound (it did wait for the server), well before `OUTER`.
+const AT_LEAST: Duration = Duration::from_secs(2);
+const BELOW: Duration = Duration::from_secs(10);
+
+/// Runs `attempt` under `OUTER`: its result and how long it took.
+async fn bounded<T>(what: &str, attempt: impl std::future::Future<Output = T>) -> (T, Duration) {
+    let started = Instant::now();
+    match tokio::time::timeout(OUTER, attempt).await {
+        Ok(result) => (result, started.elapsed()),
+        Err(_) => panic!("{what}: still waiting after {OUTER:?}"),
+    }
+}
+
+/// Runs the blocking `attempt` on a thread, under `OUTER`.
+fn bounded_sync<T: Send + 'static>(
+    what: &str,
+    attempt: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let started = Instant::now();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(attempt());
+    });
+    match rx.recv_timeout(OUTER) {
+        Ok(result) => (result, started.elapsed()),
+        Err(_) => panic!("{what}: still waiting after {OUTER:?}"),
+    }
+}
+
+fn assert_within_the_bound(what: &str, took: Duration) {
+    assert!(
+        took >= AT_LEAST && took < BELOW,
+        "{what}: failed after {took:?}, expected within [{AT_LEAST:?}, {BELOW:?})"
+    );
+}
+
+/// Every entry point of both faces against `url` (with
+/// `connect_timeout=2`) that cannot complete a connection: each fails with
+/// the typed timeout, naming `server`, the time and the setting, within
+/// the bound.
+fn every_entry_point_times_out(url: &str, server: &str) {
+    let expected = |what: &str, message: &str| {
+        for part in [server, "2 s", "connect_timeout=2 from the URL"] {
+            assert!(
+                message.contains(part),
+                "{what}: {part:?} not in {message:?}"
+            );
+        }
+    };
+    runtime().block_on(async {
+        let (result, took) = bounded("build", AsyncLeaseClient::builder(url).build()).await;
+        match &result {
+            Err(LeaseError::AsyncConnect {
+                source: ConnectError::TimedOut { after, .. },
+            }) => assert_eq!(*after, Duration::from_secs(2)),
+            other => panic!("build: expected AsyncConnect(TimedOut), got {other:?}"),
+        }
+        expected("build", &result_text(result));
+        assert_within_the_bound("build", took);
+
+        let (result, took) = bounded("aio::connect", leasehold::aio::connect(url)).await;
+        match &result {
+            Err(ConnectError::TimedOut { .. }) => {}
+            Err(other) => panic!("aio::connect: expected TimedOut, got {other:?}"),
+            Ok(_) => panic!("aio::connect: connected to a server that never answers"),
+        }
+        expected("aio::connect", &result_text(result));
+        assert_within_the_bound("aio::connect", took);
+
+        let mut lazy = AsyncLeaseClient::builder(url)
+            .connect_lazily()
+            .build()
+            .await
+            .expect("a lazy client builds without connecting");
+        let (result, took) = bounded("a call through the pool", lazy.inspect("k")).await;
+        let message = match result {
+            Err(LeaseError::AsyncPool(error)) => error.to_string(),
+            other => panic!("a call through the pool: expected AsyncPool, got {other:?}"),
+        };
+        expected("a call through the pool", &message);
+        assert_within_the_bound("a call through the pool", took);
+    });
+    let owned = url.to_owned();
+    let (result, took) = bounded_sync("LeaseClient::connect", move || {
+        LeaseClient::connect(&owned, 2).map(drop)
+    });
+    match result {
+        Err(LeaseError::Connect { source }) => {
+            assert!(source.to_string().contains("timeout"), "{source}")
+        }
+        other => panic!("LeaseClient::connect: expected Connect, got {other:?}"),
+    }
+    assert_within_the_bound("LeaseClient::connect", took);
+}
+
+fn result_text<T>(result: Result<T, impl std::fmt::Display>) -> String {
+    match result {
+        Ok(_) => panic!("connected to a server that never answers"),
+        Err(error) => error.to_string(),
+    }
+}
+
+/// A listener that accepts TCP connections and never says a word.
+#[test]
+fn connecting_to_a_server_that_never_answers_is_bounded_on_both_faces() {
+    let port = leasehold_test_support::fault_proxy::silent_server();
+    let url = format!("postgres://nobody@127.0.0.1:{port}/db?connect_timeout=2");
+    every_entry_point_times_out(&url, &format!("127.0.0.1:{port}"));
+}
+
+/// Resumes a stopped process when dropped, so that a failed assertion
+/// does not leave the postmaster stopped.
+struct Resume(libc::pid_t);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid this test stopped; no memory involved.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// A real server whose postmaster is stopped (SIGSTOP): the kernel still
+/// completes TCP handshakes on its socket, nobody answers.
+#[test]
+fn connecting_to_a_stopped_postmaster_is_bounded_on_both_faces() {
+    let server = LocalPostgres::builder()
+        .durable(false)
+        .tcp(true)
+        .start()
+        .expect("a local server");
+    let url = format!(
+        "{}?connect_timeout=2",
+        server.tcp_url_for("postgres").expect("a tcp server")
+    );
+    runtime().block_on(async {
+        let client = bounded(
+            "build while running",
+            AsyncLeaseClient::builder(&url).build(),
+        )
+        .await
+        .0;
+        client.expect("the running server accepts the async client");
+    });
+    let pid = server.postmaster_pid().expect("the postmaster's pid");
+    let pid = libc::pid_t::try_from(pid).expect("a pid_t");
+    let resume = Resume(pid);
+    // SAFETY: kill(2) on the postmaster this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0, "SIGSTOP");
+    every_entry_point_times_out(&url, &format!("127.0.0.1:{}", server.port()));
+    drop(resume);
+    runtime().block_on(async {
+        let (connected, _) = bounded("connect after SIGCONT", leasehold::aio::connect(&url)).await;
+        connected.expect("the resumed server answers again");
+    });
+}
+
+/// A loopback port that nobody listens on (bound, then closed).
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("its address").port()
+}
+
+/// A refused connection says so, with the operating system's reason, on
+/// every entry point of both faces, at once.
+#[test]
+fn a_refused_connection_reports_the_reason_on_both_faces() {
+    let url = format!("postgres://nobody@127.0.0.1:{}/db", closed_port());
+    let refused = |what: &str, message: &str| {
+        assert!(
+            message.contains("Connection refused"),
+            "{what}: no reason in {message:?}"
+        );
+    };
+    runtime().block_on(async {
+        let (result, took) = bounded("build", AsyncLeaseClient::builder(&url).build()).await;
+        match &result {
+            Err(LeaseError::AsyncConnect {
+                source: ConnectError::Driver { .. },
+            }) => {}
+            other => panic!("build: expected AsyncConnect(Driver), got {other:?}"),
+        }
+        refused("build", &result_text(result));
+        assert!(took < BELOW, "build: took {took:?}");
+
+        let (result, _) = bounded("aio::connect", leasehold::aio::connect(&url)).await;
+        let source = match result {
+            Err(error @ ConnectError::Driver { .. }) => error,
+            Err(other) => panic!("aio::connect: expected Driver, got {other:?}"),
+            Ok(_) => panic!("aio::connect: connected to a closed port"),
+        };
+        refused("aio::connect", &source.to_string());
+        let reason = std::error::Error::source(&source)
+            .and_then(std::error::Error::source)
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        refused("aio::connect's source chain", &reason);
+
+        let mut lazy = AsyncLeaseClient::builder(&url)
+            .connect_lazily()
+            .build()
+            .await
+            .expect("a lazy client builds without connecting");
+        let (result, _) = bounded("a call through the pool", lazy.inspect("k")).await;
+        match result {
+            Err(LeaseError::AsyncPool(error)) => {
+                refused("a call through the pool", &error.to_string())
+            }
+            other => panic!("a call through the pool: expected AsyncPool, got {other:?}"),
+        }
+    });
+    let owned = url.clone();
+    let (result, _) = bounded_sync("LeaseClient::connect", move || {
+        LeaseClient::connect(&owned, 2).map(drop)
+    });
+    match result {
+        Err(error @ LeaseError::Connect { .. }) => {
+            refused("LeaseClient::connect", &error.to_string())
+        }
+        other => panic!("LeaseClient::connect: expected Connect, got {other:?}"),
+    }
+}
