@@ -336,3 +336,40 @@ fn create_extension_refuses_a_schema_that_already_holds_objects() {
         .unwrap();
     assert_eq!(owners(&mut app), ["app"]);
 }
+
+/// The owner part is called by name, so the owner may try to put its own
+/// function in the call's place: an overload that takes defaults (or a
+/// variadic one) and runs as its caller. PostgreSQL never picks it over the
+/// exact match: the call is ambiguous, the update fails and changes
+/// nothing, and no planted code ran as a superuser.
+#[test]
+fn an_overload_of_the_owner_part_fails_the_update_and_runs_nothing() {
+    let db = database();
+    let mut app = app_conn(&db);
+    app.batch_execute(RECORDER).unwrap();
+    let versions = versions();
+    app.batch_execute(&format!(
+        "CREATE EXTENSION leasehold VERSION '{}'",
+        versions[0]
+    ))
+    .unwrap();
+    app.batch_execute(
+        "CREATE FUNCTION lease._extension_step_as_owner(planted integer DEFAULT 1) RETURNS void
+         LANGUAGE plpgsql AS $$ BEGIN PERFORM attack.record('overload'); END $$;",
+    )
+    .unwrap();
+    let update = format!("ALTER EXTENSION leasehold UPDATE TO '{}'", versions[1]);
+    let message = match conn(&db).batch_execute(&update) {
+        Ok(()) => panic!("the update ran beside a planted overload of its owner part"),
+        Err(error) => error.to_string(),
+    };
+    assert!(message.contains("is not unique"), "{message}");
+    assert_eq!(ran(&mut app), Vec::<String>::new());
+    assert_eq!(
+        rows(
+            &mut app,
+            "SELECT extversion AS t FROM pg_extension WHERE extname = 'leasehold'"
+        ),
+        [versions[0].clone()]
+    );
+}
