@@ -152,10 +152,9 @@ enum Updater {
     Superuser,
 }
 
-/// Installs the first version as `app`, then plants and updates one step at
-/// a time; returns the database. Panics when a plant ran as a superuser or
-/// an object of the schema is not `app`'s after a step.
-fn update_chain_with_plants(updater: Updater) -> String {
+/// A new database where `app` has its recorder and the extension's first
+/// version; the extension's versions, oldest first.
+fn first_version_with_recorder() -> (String, PgConnection, Vec<String>) {
     let db = database();
     let mut app = app_conn(&db);
     app.batch_execute(RECORDER).unwrap();
@@ -165,6 +164,14 @@ fn update_chain_with_plants(updater: Updater) -> String {
         versions[0]
     ))
     .unwrap();
+    (db, app, versions)
+}
+
+/// Installs the first version as `app`, then plants and updates one step at
+/// a time; returns the database. Panics when a plant ran as a superuser or
+/// an object of the schema is not `app`'s after a step.
+fn update_chain_with_plants(updater: Updater) -> String {
+    let (db, mut app, versions) = first_version_with_recorder();
     let mut fired = Vec::new();
     for version in &versions[1..] {
         app.batch_execute(PLANT).unwrap();
@@ -344,15 +351,7 @@ fn create_extension_refuses_a_schema_that_already_holds_objects() {
 /// nothing, and no planted code ran as a superuser.
 #[test]
 fn an_overload_of_the_owner_part_fails_the_update_and_runs_nothing() {
-    let db = database();
-    let mut app = app_conn(&db);
-    app.batch_execute(RECORDER).unwrap();
-    let versions = versions();
-    app.batch_execute(&format!(
-        "CREATE EXTENSION leasehold VERSION '{}'",
-        versions[0]
-    ))
-    .unwrap();
+    let (db, mut app, versions) = first_version_with_recorder();
     app.batch_execute(
         "CREATE FUNCTION lease._extension_step_as_owner(planted integer DEFAULT 1) RETURNS void
          LANGUAGE plpgsql AS $$ BEGIN PERFORM attack.record('overload'); END $$;",
