@@ -205,18 +205,23 @@ BEGIN
       FROM lease.leases AS l
      WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key
        FOR KEY SHARE;
-    -- A FREE row's counter is one above its last grant: never granted.
-    IF NOT FOUND OR v_epoch > v_row.epoch OR (v_epoch = v_row.epoch AND v_row.free) THEN
-        PERFORM lease._raise_not_granted(v_resource, v_key, v_epoch, COALESCE(v_row.epoch, 0));
-    END IF;
-    IF v_epoch < v_row.first_epoch THEN
-        PERFORM lease._raise_stale(v_resource, v_epoch, v_row.first_epoch);
-    END IF;
-    -- Superseded: the key was granted again, released or force-released
-    -- since this epoch was granted, whether or not anybody wrote since.
-    -- The lowest epoch the key can present now is its current grant's, or
-    -- the next grant's when the row is FREE.
-    IF v_epoch < v_row.epoch THEN
+    -- Only the key's newest grant is admitted: its epoch, on a row that
+    -- holds a grant (held or lapsed). One test on that path; the reason
+    -- is sorted out only for a refusal.
+    IF NOT FOUND OR v_epoch <> v_row.epoch OR v_row.free THEN
+        -- Never granted: above the counter, or the counter of a FREE row,
+        -- which is one above its last grant.
+        IF NOT FOUND OR v_epoch >= v_row.epoch THEN
+            PERFORM lease._raise_not_granted(v_resource, v_key, v_epoch, COALESCE(v_row.epoch, 0));
+        END IF;
+        -- An epoch of a pruned incarnation of the key (§1.8).
+        IF v_epoch < v_row.first_epoch THEN
+            PERFORM lease._raise_stale(v_resource, v_epoch, v_row.first_epoch);
+        END IF;
+        -- Superseded: the key was granted again, released or
+        -- force-released since this epoch was granted, whether or not
+        -- anybody wrote since. The lowest epoch the key can present now is
+        -- its current grant's, or the next grant's when the row is FREE.
         PERFORM lease._raise_stale(v_resource, v_epoch, v_row.epoch + v_row.free::integer);
     END IF;
     PERFORM lease._admit(v_resource, v_key, v_epoch);
