@@ -242,7 +242,7 @@ fn final_state(
         match &lease {
             LeaseState::Held { .. } => describe(&lease),
             LeaseState::Unowned { epoch } => format!(
-                "free, epoch counter {epoch} (every epoch <= {epoch} is stale; the next grant gets {})",
+                "free, epoch counter {epoch} (every epoch below it is stale, {epoch} itself was never granted; the next grant gets {})",
                 epoch.get() + 1
             ),
         }
