@@ -17,19 +17,9 @@ pub(crate) fn server_identity() -> Result<Option<(u32, u32)>, LocalServerError> 
         return Ok(None);
     }
     let passwd = fs::read_to_string("/etc/passwd").map_err(io_err("read /etc/passwd"))?;
-    passwd
-        .lines()
-        .find_map(|line| {
-            let mut fields = line.split(':');
-            if fields.next()? != SERVER_USER {
-                return None;
-            }
-            let _password = fields.next()?;
-            let uid = fields.next()?.parse().ok()?;
-            let gid = fields.next()?.parse().ok()?;
-            Some(Some((uid, gid)))
-        })
-        .ok_or(LocalServerError::NoServerUser)
+    let identity = entries(&passwd)
+        .find_map(|(name, uid, gid)| (name == SERVER_USER).then_some(uid.zip(gid)).flatten());
+    identity.map(Some).ok_or(LocalServerError::NoServerUser)
 }
 
 /// The name of user `uid` in /etc/passwd, else the number, for messages.
@@ -47,12 +37,20 @@ fn name_in(file: &str, id: u32) -> String {
     fs::read_to_string(file)
         .ok()
         .and_then(|text| {
-            text.lines().find_map(|line| {
-                let mut fields = line.split(':');
-                let name = fields.next()?;
-                let _password = fields.next()?;
-                (fields.next()?.parse::<u32>().ok()? == id).then(|| name.to_owned())
-            })
+            entries(&text).find_map(|(name, found, _)| (found == Some(id)).then(|| name.to_owned()))
         })
         .unwrap_or_else(|| id.to_string())
+}
+
+/// The name and the third and fourth fields (`None` where not a number) of
+/// each entry of a `name:password:ID:ID:...` file (/etc/passwd, /etc/group).
+fn entries(text: &str) -> impl Iterator<Item = (&str, Option<u32>, Option<u32>)> {
+    text.lines().filter_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let _password = fields.next()?;
+        let id = fields.next().and_then(|field| field.parse().ok());
+        let gid = fields.next().and_then(|field| field.parse().ok());
+        Some((name, id, gid))
+    })
 }
