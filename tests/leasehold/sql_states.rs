@@ -1370,3 +1370,45 @@ fn a_lapsed_key_locked_by_its_old_holders_admission_is_granted_once_that_transac
         );
     }
 }
+
+/// Attack on G2 with an old snapshot: a holder whose REPEATABLE READ or
+/// SERIALIZABLE transaction took its snapshot before its key was taken
+/// over is not admitted once the takeover committed. Its snapshot still
+/// shows its own grant as the newest, but `admit` locks the key's row, and
+/// a locking read of a row changed after the snapshot fails to serialize
+/// (40001); nothing is recorded. (A control: it passed before the
+/// superseded check too, which this test guards from being moved to a plain
+/// read.)
+#[test]
+fn an_old_snapshot_does_not_admit_a_holder_superseded_after_it() {
+    let db = TestDb::new();
+    let mut admin = db.conn();
+    for (level, tag) in OLD_SNAPSHOT_LEVELS {
+        let key = format!("superseded-{tag}");
+        let old = grant(&mut admin, &key, "a");
+        let mut holder = db.conn();
+        prepare_probe(&mut holder);
+        holder
+            .batch_execute(&format!("BEGIN ISOLATION LEVEL {level}; SELECT 1"))
+            .unwrap();
+        lapse(&mut admin, &key);
+        assert_eq!(grant(&mut admin, &key, "b"), old + 1);
+        let outcome = probe(
+            &mut holder,
+            &format!("SELECT lease.admit('r-{tag}', {}, {old})", quote(&key)),
+        );
+        assert!(
+            outcome.sqlstate() == "40001"
+                || outcome.failed_with("55000", "lease_guard_stale_epoch"),
+            "{level}: {outcome:?}"
+        );
+        holder.batch_execute("ROLLBACK").unwrap();
+    }
+    assert_eq!(
+        query_lines(
+            &mut admin,
+            "SELECT count(*)::text AS line FROM lease.guards"
+        ),
+        ["0"]
+    );
+}
