@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Draws the benchmark guide's main comparison as an SVG bar chart, from the
-numbers of one run of `cargo bench --bench side_by_side` (a markdown file
-under bench-results/), so the chart is never drawn by hand.
+"""Draws the main comparison of one run of `cargo bench --bench side_by_side`
+(a markdown file under bench-results/) as an SVG bar chart, so a chart is
+never drawn by hand.
 
-    python3 benches/chart.py bench-results/<run>.md docs/guide/benchmarks.svg
+    python3 benches/chart.py bench-results/<run>.md <chart>.svg
 
 Two panels, operations per second at 1, 4 and 16 clients: an acquire ->
 release cycle and a renew (a heartbeat), for leasehold, the peers the run
