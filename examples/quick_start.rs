@@ -58,9 +58,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "inspect('job-42') -> held=t owner={owner} epoch={epoch} expires_at={expires_at}"
             )
         }
-        Some(LeaseState::Unowned { epoch }) => {
-            println!("inspect('job-42') -> held=f owner=NULL epoch={epoch} expires_at=NULL")
-        }
+        Some(state) => println!(
+            "inspect('job-42') -> {} epoch={}",
+            state.as_str(),
+            state.epoch()
+        ),
         None => println!("inspect('job-42') -> no rows (never leased)"),
     }
     println!("token of the grant, for guards: {}", lease.token());

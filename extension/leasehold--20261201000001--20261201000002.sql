@@ -28,6 +28,7 @@
 --   the waiter lock id           lease._waiter_lock_id
 --   durability                   lease._make_durable
 --   why a grant does not match   lease._status
+--   why its holder lost it       lease._refusal
 
 SET LOCAL lock_timeout = '5s';
 
@@ -619,6 +620,53 @@ BEGIN
         RETURN 'epoch_mismatch';
     END IF;
     RETURN 'ok';
+END;
+$$;
+
+-- Why its holder lost the grant (key, owner, epoch), in the words the Rust
+-- refusal and the CLI use (docs/guide/operations.md, "Words"): `status` is
+-- lease._status's answer, and `reason` refines it without contradicting it:
+--
+--   status          reason          when
+--   ok              held            the grant is live (nothing was lost)
+--   lapsed          lapsed          its ttl passed; newest_epoch is the
+--                                   successor's when the key was taken
+--   epoch_mismatch  epoch_mismatch  the owner holds the key under
+--                                   newest_epoch
+--   not_owner       released        the key is FREE right after this grant:
+--                   force_released  its holder, or an operator
+--                                   (lease.force_release), ended it
+--                   superseded      a later grant exists (newest_epoch)
+--                   never_held      no grant at or after this epoch (or
+--                                   another owner's grant at it)
+--
+-- newest_epoch is the key's newest grant: the held or lapsed one, or the
+-- one a FREE row's counter follows; NULL without a row. Reads the row
+-- after lease._status did: a change committed in between can only make the
+-- reason later (released, then superseded), never another status's.
+CREATE FUNCTION lease._refusal(key_hash bytea, key text, owner text, epoch bigint,
+                               OUT status text, OUT reason text, OUT newest_epoch bigint)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_row record;
+BEGIN
+    status := lease._status(_refusal.key_hash, _refusal.key, _refusal.owner, _refusal.epoch);
+    SELECT l.owner IS NULL AS free, l.epoch, l.force_released INTO v_row
+      FROM lease.leases AS l
+     WHERE l.key_hash = _refusal.key_hash AND l.key = _refusal.key COLLATE "C";
+    IF FOUND THEN
+        newest_epoch := CASE WHEN v_row.free THEN v_row.epoch - 1 ELSE v_row.epoch END;
+    END IF;
+    reason := CASE
+        WHEN status = 'ok' THEN 'held'
+        WHEN status <> 'not_owner' THEN status
+        WHEN v_row.free AND newest_epoch = _refusal.epoch THEN
+            CASE WHEN v_row.force_released THEN 'force_released' ELSE 'released' END
+        WHEN newest_epoch > _refusal.epoch THEN 'superseded'
+        ELSE 'never_held' END;
 END;
 $$;
 

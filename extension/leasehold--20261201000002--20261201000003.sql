@@ -419,7 +419,7 @@ BEGIN
         BEGIN
             -- A grant outside any heartbeat group: one UPDATE.
             UPDATE lease.leases AS l
-               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1
+               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
                AND l.group_id IS NULL AND lease._live(l);
             IF NOT FOUND THEN
@@ -434,7 +434,7 @@ BEGIN
                     RAISE EXCEPTION USING ERRCODE = 'LH001';
                 END IF;
                 UPDATE lease.leases AS l
-                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, epoch = l.epoch + 1, group_id = NULL
+                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1, group_id = NULL
                  WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
             END IF;
@@ -480,6 +480,70 @@ BEGIN
 END;
 $$;
 
+-- The key's state in the words `leasehold inspect` and `leasehold ls` use
+-- (docs/guide/operations.md, "Words"): `held` (a live grant), `lapsed` (a
+-- grant whose expiry passed: anyone may take the key, and its holder's
+-- renew answers `lapsed`) or `free` (no grant: released by its holder,
+-- `ended` = 'released', or by an operator, `ended` = 'force_released').
+-- owner and expires_at are the grant's, lapsed included; epoch is the
+-- grant's, or the counter when free. No row for a never-seen key. Unlike
+-- lease.inspect, whose pg_lease signature shows a lapsed grant as unowned,
+-- it tells a lapsed grant from a released one, which is what a holder that
+-- was refused needs to learn why. Locks nothing; the namespace rules apply
+-- as to inspect (§4).
+CREATE FUNCTION lease.key_state(key text)
+RETURNS TABLE (state text, owner text, epoch bigint, expires_at timestamptz, ended text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+BEGIN
+    IF NOT lease._name_ok(v_key) THEN
+        PERFORM lease._raise_invalid('key_state', lease._text_violations('key', v_key));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('key_state', 'key', v_key);
+    END IF;
+    RETURN QUERY
+        SELECT CASE WHEN l.owner IS NULL THEN 'free' WHEN lease._live(l) THEN 'held' ELSE 'lapsed' END,
+               l.owner::text, l.epoch::bigint, lease._expiry(l),
+               CASE WHEN l.owner IS NOT NULL THEN NULL
+                    WHEN l.force_released THEN 'force_released' ELSE 'released' END
+          FROM lease.leases AS l
+         WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key;
+END;
+$$;
+
+-- Why (key, owner, epoch) is not a live grant, for a holder whose renew or
+-- release was refused: `status` is what renew and release answer now,
+-- `reason` says what happened to the grant (held, lapsed, epoch_mismatch,
+-- released, force_released, superseded, never_held: lease._refusal has the
+-- table), and newest_epoch is the key's newest grant (NULL for a key with
+-- no row). Reads only; checks its input and the namespace rules as renew
+-- does, so a caller learns nothing renew would not have told it.
+CREATE FUNCTION lease.why_refused(key text, owner text, epoch bigint)
+RETURNS TABLE (status text, reason text, newest_epoch bigint)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_owner text COLLATE "C" := owner;
+BEGIN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND why_refused.epoch IS NOT NULL) THEN
+        PERFORM lease._raise_invalid('why_refused',
+            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+            || lease._epoch_violations('epoch', why_refused.epoch, NULL));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('why_refused', 'key', v_key);
+    END IF;
+    RETURN QUERY SELECT r.status, r.reason, r.newest_epoch
+                   FROM lease._refusal(lease._key_hash(v_key), v_key, v_owner, why_refused.epoch) AS r;
+END;
+$$;
+
 -- The server's current generation and timeline (docs/SPECIFICATION.md
 -- §1.2): the next grant's epoch is at least (generation << 40) + 1. Read
 -- only, for any role and on a standby too (there it reports the timeline of
@@ -503,6 +567,8 @@ GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLI
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.inspect(text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.key_state(text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease.why_refused(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.generation() TO PUBLIC;
 
 -- Every migration ends so (see lease._drop_default_grants).

@@ -52,16 +52,22 @@ $$;
 
 -- Raised when a lease-checked call finds the lease not held by (key, owner,
 -- epoch) (G6); `reason` is the status renew would answer.
-CREATE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, reason text)
+CREATE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, status text, reason text,
+                                      newest_epoch bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RAISE EXCEPTION 'lease % is not held by % at epoch %: %', key, owner, epoch, reason
+    RAISE EXCEPTION 'lease % is not held by % at epoch %: %', key, owner, epoch,
+            CASE WHEN reason = 'superseded' THEN format('superseded by epoch %s', newest_epoch)
+                 WHEN reason = 'lapsed' AND newest_epoch > epoch THEN format('lapsed, and taken over at epoch %s', newest_epoch)
+                 WHEN reason = 'epoch_mismatch' THEN format('epoch_mismatch: the owner holds epoch %s', newest_epoch)
+                 ELSE reason END
         USING ERRCODE = '55000',
               CONSTRAINT = 'lease_guard_lease_not_held',
-              DETAIL = format('reason=%s key=%s owner=%s epoch=%s', reason, key, owner, epoch),
+              DETAIL = format('reason=%s why=%s newest=%s key=%s owner=%s epoch=%s',
+                              status, reason, COALESCE(newest_epoch::text, '-'), key, owner, epoch),
               HINT = 'Stop acting on this lease; re-acquire it for a new epoch if needed.';
 END;
 $$;
@@ -148,7 +154,7 @@ DECLARE
     v_owner text COLLATE "C" := owner;
     v_hash bytea := lease._key_hash(key);
     v_expires timestamptz;
-    v_status text;
+    v_why record;
 BEGIN
     FOR v_pass IN 1..2 LOOP
         SELECT lease._expiry(l) INTO v_expires
@@ -160,9 +166,10 @@ BEGIN
         IF FOUND THEN
             RETURN v_expires;
         END IF;
-        v_status := lease._status(v_hash, v_key, v_owner, _check_held.epoch);
-        IF v_status <> 'ok' THEN
-            PERFORM lease._raise_not_held(v_key, v_owner, _check_held.epoch, v_status);
+        SELECT * INTO v_why FROM lease._refusal(v_hash, v_key, v_owner, _check_held.epoch);
+        IF v_why.status <> 'ok' THEN
+            PERFORM lease._raise_not_held(v_key, v_owner, _check_held.epoch, v_why.status, v_why.reason,
+                                          v_why.newest_epoch);
         END IF;
     END LOOP;
     PERFORM lease._raise_contention('check_held', v_key);
@@ -300,6 +307,7 @@ DECLARE
     v_epoch bigint := epoch;
     v_ttl interval := ttl;
     v_renewal record;
+    v_why record;
 BEGIN
     IF NOT (lease._name_ok(v_resource) AND lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch IS NOT NULL AND v_epoch >= 1
             AND lease._ttl_ok(v_ttl)) THEN
@@ -314,7 +322,13 @@ BEGIN
     -- lease.renew checks the key's namespace.
     SELECT r.status, r.expires_at INTO v_renewal FROM lease.renew(v_key, v_owner, v_epoch, v_ttl) AS r;
     IF v_renewal.status <> 'ok' THEN
-        PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_renewal.status);
+        SELECT * INTO v_why FROM lease._refusal(lease._key_hash(v_key), v_key, v_owner, v_epoch);
+        IF v_why.status = 'ok' THEN
+            -- Cannot be (a refused grant never becomes live again); the
+            -- renew's own answer then.
+            PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_renewal.status, v_renewal.status, NULL);
+        END IF;
+        PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_why.status, v_why.reason, v_why.newest_epoch);
     END IF;
     PERFORM lease._admit(v_resource, v_key, v_epoch);
     RETURN v_renewal.expires_at;
@@ -411,7 +425,7 @@ $$;
 
 REVOKE ALL ON FUNCTION lease._raise_stale(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_wrong_key(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._raise_not_held(text, text, bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_not_held(text, text, bigint, text, text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_not_granted(text, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._shown_key(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._admit(text, text, bigint) FROM PUBLIC;

@@ -727,7 +727,7 @@ pub enum GuardError {
         owner: String,
         /// The presented epoch.
         epoch: Epoch,
-        /// Why: not_owner, lapsed or epoch_mismatch.
+        /// What happened to the grant.
         reason: Refusal,
     },
     /// An operator bound the prefix of the resource or of the token's key to
@@ -906,9 +906,14 @@ impl GuardError {
                     };
                 }
                 Some(names::GUARD_NOT_HELD) => {
+                    let newest = decode::detail_field(detail, "newest")
+                        .and_then(|newest| newest.parse().ok());
                     let reason = decode::detail_field(detail, "reason")
                         .and_then(Status::parse)
-                        .and_then(Refusal::from_status);
+                        .and_then(|status| {
+                            let why = decode::detail_field(detail, "why");
+                            Refusal::from_answer(status, why, newest, context.epoch.get())
+                        });
                     if let Some(reason) = reason {
                         return GuardError::LeaseNotHeld {
                             key: context.key.to_owned(),

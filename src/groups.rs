@@ -36,7 +36,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::errors::{LeaseError, Operation};
-use crate::leases::{check_text, interval, refusal, unexpected};
+use crate::leases::{check_text, interval, status_refusal, unexpected};
 use crate::many::{check_answers, key_renewal, Batch, SplitGrants};
 use crate::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
@@ -102,7 +102,7 @@ pub enum GroupRenewal {
         members: usize,
     },
     /// Nothing changed: [`Refusal::Lapsed`] when the group's expiry passed
-    /// (its members' grants may have been taken over), [`Refusal::NotOwner`]
+    /// (its members' grants may have been taken over), [`Refusal::NeverHeld`]
     /// when there is no such group or it is another owner's.
     Refused(Refusal),
 }
@@ -149,12 +149,11 @@ async fn join_group_unobserved(
     let rows = conn.load(call).await.map_err(on_error)?;
     check_answers(Operation::JoinGroup, grants, rows.iter().map(|row| &row.0))?;
     let group = rows.first().and_then(|row| row.3).map(GroupId);
-    let keys = rows
-        .into_iter()
-        .map(|(key, status, expires_at, _)| {
-            key_renewal(Operation::JoinGroup, key, &status, expires_at)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut keys = Vec::with_capacity(rows.len());
+    for ((key, status, expires_at, _), (_, epoch)) in rows.into_iter().zip(grants) {
+        let grant = (key, owner, *epoch);
+        keys.push(key_renewal(conn, Operation::JoinGroup, grant, &status, expires_at).await?);
+    }
     let joined = GroupJoin { group, keys };
     if joined.group.is_some() != (joined.renewed() > 0) {
         return Err(unexpected(
@@ -201,7 +200,7 @@ async fn renew_group_unobserved(
         LeaseError::from_diesel(Operation::RenewGroup, error, "", Duration::ZERO, autocommit)
     })?;
     match (
-        refusal(Operation::RenewGroup, &status)?,
+        status_refusal(Operation::RenewGroup, &status)?,
         expires_at,
         members,
     ) {

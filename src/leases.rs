@@ -1,4 +1,5 @@
-//! The lease operations: acquire, renew, release, inspect.
+//! The lease operations: acquire, renew, release, inspect (SQL's
+//! `lease.key_state`, which tells a lapsed grant from a free key).
 //!
 //! Each call is one statement, the SQL function of the same name (one
 //! round trip once it is prepared on the connection), whatever its answer:
@@ -17,7 +18,7 @@ use std::time::Duration;
 use crate::epoch::Epoch;
 use crate::errors::{LeaseError, Operation};
 use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
-use crate::sql::calls::{AcquireCall, InspectCall, ReleaseCall, RenewCall};
+use crate::sql::calls::{AcquireCall, KeyStateCall, ReleaseCall, RenewCall, WhyRefusedCall};
 use crate::sql::decode::Status;
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
@@ -140,7 +141,10 @@ async fn renew_sql(
     let (status, expires_at) = get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(Operation::Renew, error, key, Duration::ZERO, autocommit)
     })?;
-    match (refusal(Operation::Renew, &status)?, expires_at) {
+    match (
+        refusal(conn, Operation::Renew, (key, owner, epoch), &status).await?,
+        expires_at,
+    ) {
         (None, Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
         (Some(refusal), _) => Ok(Renewal::Refused(refusal)),
         (None, None) => Err(unexpected(Operation::Renew, "ok without an expiry")),
@@ -181,7 +185,7 @@ async fn release_sql(
     let status = get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
     })?;
-    match refusal(Operation::Release, &status)? {
+    match refusal(conn, Operation::Release, (key, owner, epoch), &status).await? {
         None => Ok(Release::Released),
         Some(refusal) => Ok(Release::Refused(refusal)),
     }
@@ -197,7 +201,7 @@ pub(crate) async fn inspect(
 
 async fn inspect_sql(conn: &mut impl Execute, key: &str) -> Result<Option<LeaseState>, LeaseError> {
     check_text("key", key)?;
-    let call = InspectCall {
+    let call = KeyStateCall {
         key,
         _borrow: std::marker::PhantomData,
     };
@@ -210,25 +214,69 @@ async fn inspect_sql(conn: &mut impl Execute, key: &str) -> Result<Option<LeaseS
         })?
         .into_iter()
         .next();
-    Ok(row.map(
-        |(held, owner, epoch, expires_at)| match (held, owner, expires_at) {
-            (true, Some(owner), Some(expires_at)) => LeaseState::Held {
+    row.map(|(state, owner, epoch, expires_at, ended)| {
+        let epoch = Epoch::new(epoch);
+        match (state.as_str(), owner, expires_at) {
+            ("held", Some(owner), Some(expires_at)) => Ok(LeaseState::Held {
                 owner,
-                epoch: Epoch::new(epoch),
+                epoch,
                 expires_at,
-            },
-            _ => LeaseState::Unowned {
-                epoch: Epoch::new(epoch),
-            },
-        },
-    ))
+            }),
+            ("lapsed", Some(owner), Some(expired_at)) => Ok(LeaseState::Lapsed {
+                owner,
+                epoch,
+                expired_at,
+            }),
+            ("free", None, None) => Ok(LeaseState::Free {
+                epoch,
+                force_released: ended.as_deref() == Some("force_released"),
+            }),
+            _ => Err(unexpected(Operation::Inspect, &state)),
+        }
+    })
+    .transpose()
 }
 
-/// The refusal a renew or release status names (`None` for `ok`).
-pub(crate) fn refusal(operation: Operation, status: &str) -> Result<Option<Refusal>, LeaseError> {
-    Status::parse(status)
-        .map(Refusal::from_status)
-        .ok_or_else(|| unexpected(operation, status))
+/// The refusal a renew or release status names (`None` for `ok`), with
+/// what happened to the grant (key, owner, epoch): on a refusal, and only
+/// then, `lease.why_refused` is asked on the same connection, one more
+/// round trip.
+pub(crate) async fn refusal(
+    conn: &mut impl Execute,
+    operation: Operation,
+    (key, owner, epoch): (&str, &str, i64),
+    status: &str,
+) -> Result<Option<Refusal>, LeaseError> {
+    let status = Status::parse(status).ok_or_else(|| unexpected(operation, status))?;
+    if status == Status::Ok {
+        return Ok(None);
+    }
+    let autocommit = conn.in_autocommit();
+    let call = WhyRefusedCall {
+        key,
+        owner,
+        epoch,
+        _borrow: std::marker::PhantomData,
+    };
+    let (now, reason, newest) = get_result(conn, call).await.map_err(|error| {
+        LeaseError::from_diesel(operation, error, key, Duration::ZERO, autocommit)
+    })?;
+    // A change committed since the refusal makes the later answer the truer
+    // one; `ok` cannot follow a refusal of the same grant.
+    let now = Status::parse(&now)
+        .filter(|now| *now != Status::Ok)
+        .unwrap_or(status);
+    Ok(Refusal::from_answer(now, Some(&reason), newest, epoch))
+}
+
+/// The refusal a status alone names, for an answer about no single grant
+/// (a heartbeat group's renew).
+pub(crate) fn status_refusal(
+    operation: Operation,
+    status: &str,
+) -> Result<Option<Refusal>, LeaseError> {
+    let parsed = Status::parse(status).ok_or_else(|| unexpected(operation, status))?;
+    Ok(Refusal::from_answer(parsed, None, None, 0))
 }
 
 /// An answer this client cannot read: the installed SQL is newer than it.

@@ -111,11 +111,12 @@ async fn renew_many_unobserved(
     };
     let rows = conn.load(call).await.map_err(on_error)?;
     check_answers(Operation::RenewMany, grants, rows.iter().map(|row| &row.0))?;
-    rows.into_iter()
-        .map(|(key, status, expires_at)| {
-            key_renewal(Operation::RenewMany, key, &status, expires_at)
-        })
-        .collect()
+    let mut answers = Vec::with_capacity(rows.len());
+    for ((key, status, expires_at), (_, epoch)) in rows.into_iter().zip(grants) {
+        let grant = (key, owner, *epoch);
+        answers.push(key_renewal(conn, Operation::RenewMany, grant, &status, expires_at).await?);
+    }
+    Ok(answers)
 }
 
 /// The connection's [`crate::Leases::release_many`]: its documentation is there.
@@ -157,15 +158,16 @@ async fn release_many_unobserved(
         grants,
         rows.iter().map(|row| &row.0),
     )?;
-    rows.into_iter()
-        .map(|(key, status)| {
-            let release = match refusal(Operation::ReleaseMany, &status)? {
-                None => Release::Released,
-                Some(refusal) => Release::Refused(refusal),
-            };
-            Ok(KeyRelease { key, release })
-        })
-        .collect()
+    let mut answers = Vec::with_capacity(rows.len());
+    for ((key, status), (_, epoch)) in rows.into_iter().zip(grants) {
+        let grant = (key.as_str(), owner, *epoch);
+        let release = match refusal(conn, Operation::ReleaseMany, grant, &status).await? {
+            None => Release::Released,
+            Some(refusal) => Release::Refused(refusal),
+        };
+        answers.push(KeyRelease { key, release });
+    }
+    Ok(answers)
 }
 
 /// One batch call's input, checked and split as the SQL functions take
@@ -208,14 +210,16 @@ impl<'a> Batch<'a> {
 }
 
 /// One key's renewal as a batch call answers it: `ok` with the new
-/// expiry, or a refusal.
-pub(crate) fn key_renewal(
+/// expiry, or a refusal and why (asked on `conn`).
+pub(crate) async fn key_renewal(
+    conn: &mut impl Execute,
     operation: Operation,
-    key: String,
+    (key, owner, epoch): (String, &str, i64),
     status: &str,
     expires_at: Option<DateTime<Utc>>,
 ) -> Result<KeyRenewal, LeaseError> {
-    let renewal = match (refusal(operation, status)?, expires_at) {
+    let grant = (key.as_str(), owner, epoch);
+    let renewal = match (refusal(conn, operation, grant, status).await?, expires_at) {
         (None, Some(expires_at)) => Renewal::Renewed { expires_at },
         (Some(refusal), _) => Renewal::Refused(refusal),
         (None, None) => return Err(unexpected(operation, "ok without an expiry")),

@@ -41,7 +41,8 @@
 //!   `list_leases`.
 //! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
 //!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
-//!   `epoch_mismatch`; `held`, `unowned`, `unknown` (inspect); `admitted`,
+//!   `epoch_mismatch` (the SQL status, so that `released` keeps one
+//!   meaning); `held`, `lapsed`, `free`, `unknown` (inspect); `admitted`,
 //!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
 //!   refusal's `kind`; `all`, `partial`, `none` (a batch: how many keys got
 //!   `renewed` or `released`); `joined`, `refused` (join_group);
@@ -54,8 +55,11 @@
 //!   tables), `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
 //! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
 //!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
-//! - `reason` of a keeper's loss: `not_owner`, `lapsed`, `epoch_mismatch`
-//!   (a renew was refused), `deadline_passed` (no renew succeeded in time).
+//! - `reason` of a keeper's loss: what happened to the grant when a renew
+//!   was refused, [`Refusal::as_reason`](crate::Refusal::as_reason)
+//!   (`lapsed`, `epoch_mismatch`, `superseded`, `released`,
+//!   `force_released`, `never_held`), or `deadline_passed` (no renew
+//!   succeeded in time).
 //! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
 //! - `cause` of a wake-up: `listener` (a release notification for the key,
 //!   or the listener session going down or up), `timer` (the holder's
@@ -190,7 +194,8 @@ impl Outcome for Option<LeaseState> {
     fn outcome(&self) -> &'static str {
         match self {
             Some(LeaseState::Held { .. }) => "held",
-            Some(LeaseState::Unowned { .. }) => "unowned",
+            Some(LeaseState::Lapsed { .. }) => "lapsed",
+            Some(LeaseState::Free { .. }) => "free",
             None => "unknown",
         }
     }
@@ -395,7 +400,7 @@ impl<T> GuardAnswer for Option<T> {
 /// The `reason` label of a keeper's loss.
 fn loss_reason(loss: &LeaseLoss) -> &'static str {
     match loss {
-        LeaseLoss::Refused(why) => why.as_status(),
+        LeaseLoss::Refused(why) => why.as_reason(),
         LeaseLoss::DeadlinePassed { .. } => "deadline_passed",
     }
 }
@@ -794,10 +799,20 @@ mod tests {
     use crate::outcome::Refusal;
 
     #[test]
-    fn refusals_keep_their_sql_names_as_labels() {
-        for why in [Refusal::NotOwner, Refusal::Lapsed, Refusal::EpochMismatch] {
+    fn refusals_label_calls_by_sql_status_and_losses_by_reason() {
+        let every = [
+            Refusal::Lapsed {
+                taken_over_by: None,
+            },
+            Refusal::EpochMismatch { held: None },
+            Refusal::Superseded { by: 3.into() },
+            Refusal::Released,
+            Refusal::ForceReleased,
+            Refusal::NeverHeld,
+        ];
+        for why in every {
             assert_eq!(Renewal::Refused(why).outcome(), why.as_status());
-            assert_eq!(loss_reason(&LeaseLoss::Refused(why)), why.as_status());
+            assert_eq!(loss_reason(&LeaseLoss::Refused(why)), why.as_reason());
         }
         assert_eq!(
             loss_reason(&LeaseLoss::DeadlinePassed { last_error: None }),

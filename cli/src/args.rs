@@ -23,8 +23,9 @@ Exit codes:
   4  lapsed: the caller's grant expired (and may have been taken over)
   5  epoch mismatch: the caller holds the key under another epoch
      (release --force: the key is held under a newer epoch, left alone)
-  6  not owner: unknown or free key, or another owner's grant
-     (release --force: that epoch was never granted)
+  6  not owner: the grant was superseded, released, force-released or
+     never held (the message says which; release --force: that epoch
+     was never granted)
   7  wait timed out: the key stayed held for the whole --wait
   8  cannot connect, database error, leasehold not installed, or a
      read-only server (a standby; list every host and add
@@ -161,9 +162,9 @@ pub enum Command {
         ttl: Duration,
     },
     /// Release the grant (KEY, OWNER, EPOCH), or the grant of --token; its
-    /// epoch becomes stale. Releasing a grant that is over already, with
-    /// the key free, answers `already_released` (exit 0): running it twice
-    /// is harmless. Operator: `release --force KEY --epoch N` ends exactly
+    /// epoch becomes stale. Releasing a grant released already (by its
+    /// holder or an operator), with the key still free, answers `released`
+    /// or `force_released` (exit 0): running it twice is harmless. Operator: `release --force KEY --epoch N` ends exactly
     /// grant N of KEY, whoever holds it, and never a newer one (exit 5 if
     /// the key is held under a newer epoch, 6 if epoch N was never
     /// granted); needs EXECUTE on lease.force_release(text, bigint)

@@ -182,14 +182,22 @@ pub fn release(
             );
             Ok(out.emit(&text, &status_json(key, owner, epoch, None))?)
         }
-        // Released before (or freed by an operator): the grant is over and
-        // the key free, which is what the caller asked for. Answered like
-        // `release --force`'s already_free, so running it twice is harmless.
-        Release::Refused(Refusal::NotOwner) if ended_and_free(conn, key, epoch) => {
-            let text = format!("{key} is free already: grant {epoch} has ended; nothing changed");
+        // Released before, by its holder or an operator, and the key still
+        // free: the grant is over, which is what the caller asked for, so
+        // running it twice is harmless (exit 0). The words are the
+        // refusal's, as everywhere: SQL answered not_owner.
+        Release::Refused(why @ (Refusal::Released | Refusal::ForceReleased)) => {
+            let by = match why {
+                Refusal::ForceReleased => "by an operator",
+                _ => "by its holder",
+            };
+            let text = format!(
+                "grant {epoch} of {key} was released already, {by}, and the key is free; nothing changed"
+            );
             let mut json = status_json(key, owner, epoch, None);
             if let Json::Object(fields) = &mut json {
-                fields[0] = ("status", Json::str("already_released"));
+                fields[0] = ("status", Json::str(why.as_reason()));
+                fields.insert(1, ("sql_status", Json::str(why.as_status())));
             }
             Ok(out.emit(&text, &json)?)
         }
@@ -201,15 +209,6 @@ pub fn release(
             why,
         }),
     }
-}
-
-/// Whether grant `epoch` of `key` is over with the key free: the key's
-/// counter has reached it and nobody holds the key.
-fn ended_and_free(conn: &mut PgConnection, key: &str, epoch: i64) -> bool {
-    matches!(
-        conn.inspect(key),
-        Ok(Some(LeaseState::Unowned { epoch: counter })) if epoch >= 1 && epoch <= counter
-    )
 }
 
 fn status_json(key: &str, owner: &str, epoch: i64, expires_at: Option<DateTime<Utc>>) -> Json {
@@ -230,64 +229,59 @@ pub fn inspect(conn: &mut PgConnection, out: Printer, key: &str) -> Result<(), C
     if key.is_empty() {
         return Err(CliError::InvalidInput("KEY must not be empty".into()));
     }
-    let state = conn.inspect(key).map_err(CliError::from_lease)?;
-    let (text, json) = match state {
-        None => (
-            format!("{key} was never leased (no row); the first grant will be epoch 1"),
-            Json::Object(vec![
-                ("key", Json::str(key)),
-                ("exists", Json::Bool(false)),
-                ("held", Json::Bool(false)),
-                ("owner", Json::Null),
-                ("epoch", Json::Null),
-                ("expires_at", Json::Null),
-            ]),
-        ),
-        Some(LeaseState::Held {
-            owner,
-            epoch,
-            expires_at,
-        }) => (
-            crate::table::render(
-                &["KEY", "STATE", "HOLDER", "EPOCH", "EXPIRES_AT"],
-                &[vec![
-                    key.to_owned(),
-                    "held".into(),
-                    owner.clone(),
-                    epoch.to_string(),
-                    expires_at.to_string(),
-                ]],
-            ),
-            Json::Object(vec![
-                ("key", Json::str(key)),
-                ("exists", Json::Bool(true)),
-                ("held", Json::Bool(true)),
-                ("owner", Json::str(owner)),
-                ("epoch", Json::Int(epoch.get())),
-                ("expires_at", Json::time(Some(expires_at))),
-            ]),
-        ),
-        Some(LeaseState::Unowned { epoch }) => (
-            crate::table::render(
-                &["KEY", "STATE", "HOLDER", "EPOCH", "EXPIRES_AT"],
-                &[vec![
-                    key.to_owned(),
-                    "free".into(),
-                    "-".into(),
-                    epoch.to_string(),
-                    "-".into(),
-                ]],
-            ),
-            Json::Object(vec![
-                ("key", Json::str(key)),
-                ("exists", Json::Bool(true)),
-                ("held", Json::Bool(false)),
-                ("owner", Json::Null),
-                ("epoch", Json::Int(epoch.get())),
-                ("expires_at", Json::Null),
-            ]),
+    let Some(state) = conn.inspect(key).map_err(CliError::from_lease)? else {
+        let text = format!("{key} was never leased (no row); the first grant will be epoch 1");
+        let json = Json::Object(vec![
+            ("key", Json::str(key)),
+            ("exists", Json::Bool(false)),
+            ("state", Json::Null),
+            ("held", Json::Bool(false)),
+            ("owner", Json::Null),
+            ("epoch", Json::Null),
+            ("expires_at", Json::Null),
+        ]);
+        return Ok(out.emit(&text, &json)?);
+    };
+    // The words `leasehold ls` prints: the holder and expiry of a grant,
+    // held or lapsed; how a free key's last grant ended.
+    let (owner, expires_at, ended) = match &state {
+        LeaseState::Held {
+            owner, expires_at, ..
+        } => (Some(owner.as_str()), Some(*expires_at), None),
+        LeaseState::Lapsed {
+            owner, expired_at, ..
+        } => (Some(owner.as_str()), Some(*expired_at), None),
+        LeaseState::Free { force_released, .. } => (
+            None,
+            None,
+            Some(if *force_released {
+                "force_released"
+            } else {
+                "released"
+            }),
         ),
     };
+    let text = crate::table::render(
+        &["KEY", "STATE", "HOLDER", "EPOCH", "EXPIRES_AT", "ENDED"],
+        &[vec![
+            key.to_owned(),
+            state.as_str().into(),
+            owner.unwrap_or("-").into(),
+            state.epoch().to_string(),
+            expires_at.map_or_else(|| "-".into(), |at| at.to_string()),
+            ended.unwrap_or("-").into(),
+        ]],
+    );
+    let json = Json::Object(vec![
+        ("key", Json::str(key)),
+        ("exists", Json::Bool(true)),
+        ("state", Json::str(state.as_str())),
+        ("held", Json::Bool(state.is_held())),
+        ("owner", owner.map_or(Json::Null, Json::str)),
+        ("epoch", Json::Int(state.epoch().get())),
+        ("expires_at", Json::time(expires_at)),
+        ("ended", ended.map_or(Json::Null, Json::str)),
+    ]);
     Ok(out.emit(&text, &json)?)
 }
 

@@ -191,7 +191,12 @@ fn describe(state: &LeaseState) -> String {
             epoch,
             expires_at,
         } => format!("held by {owner} at epoch {epoch} until {expires_at}"),
-        LeaseState::Unowned { epoch } => format!("unowned, epoch counter {epoch}"),
+        LeaseState::Lapsed {
+            owner,
+            epoch,
+            expired_at,
+        } => format!("lapsed: {owner}'s grant at epoch {epoch} expired at {expired_at}"),
+        LeaseState::Free { epoch, .. } => format!("free, epoch counter {epoch}"),
     }
 }
 
@@ -240,8 +245,8 @@ fn final_state(
     text.push_str(&format!(
         "lease {KEY}: {}; epoch {epoch_before} before the crash, {epoch_after} after\n",
         match &lease {
-            LeaseState::Held { .. } => describe(&lease),
-            LeaseState::Unowned { epoch } => format!(
+            LeaseState::Held { .. } | LeaseState::Lapsed { .. } => describe(&lease),
+            LeaseState::Free { epoch, .. } => format!(
                 "free, epoch counter {epoch} (every epoch below it is stale, {epoch} itself was never granted; the next grant gets {})",
                 epoch.get() + 1
             ),

@@ -31,7 +31,8 @@ pub enum Exit {
     Lapsed = 4,
     /// 5: the caller holds the key under another epoch.
     EpochMismatch = 5,
-    /// 6: the caller does not own the key.
+    /// 6: the caller does not own the key: superseded, released,
+    /// force-released or never held.
     NotOwner = 6,
     /// 7: a `--wait` passed with the key held throughout.
     WaitTimedOut = 7,
@@ -262,11 +263,18 @@ fn explain_force_refusal(key: &str, epoch: i64, status: &str, counter: Option<i6
     }
 }
 
-fn explain_lost(why: Refusal) -> &'static str {
+/// What happened to the grant and what to do, in the words of the
+/// operations guide's table ("Words").
+fn explain_lost(why: Refusal) -> String {
     match why {
-        Refusal::Lapsed => "lapsed: the grant expired (and may have been taken over); stop acting on it and acquire the key again for a new epoch",
-        Refusal::EpochMismatch => "epoch_mismatch: the owner holds the key under another epoch; use the epoch the latest acquire printed (`leasehold inspect KEY` shows it)",
-        Refusal::NotOwner => "not_owner: the key is unknown, free, or held by another owner; check the key and owner, or acquire it",
+        Refusal::Lapsed { taken_over_by: None } => "lapsed: the ttl passed without a renewal; stop acting on the lease and acquire the key again for a new epoch".into(),
+        Refusal::Lapsed { taken_over_by: Some(by) } => format!("lapsed, and taken over at epoch {by}: the ttl passed without a renewal and the key was granted again; stop acting on the lease, and acquire the key again once it is free"),
+        Refusal::EpochMismatch { held: Some(held) } => format!("epoch_mismatch: this owner holds the key at epoch {held}; use the epoch the latest acquire printed"),
+        Refusal::EpochMismatch { held: None } => "epoch_mismatch: this owner holds the key at another epoch; use the epoch the latest acquire printed (`leasehold inspect KEY` shows it)".into(),
+        Refusal::Superseded { by } => format!("superseded: this grant ended and the key was granted again, at epoch {by}; stop acting on the lease"),
+        Refusal::Released => "released: this grant was released already, by its holder; acquire the key again for a new epoch".into(),
+        Refusal::ForceReleased => "force_released: an operator ended this grant (`leasehold release --force`); stop acting on the lease".into(),
+        Refusal::NeverHeld => "never_held: this owner holds no grant of the key at this epoch; check the key, owner and epoch (`leasehold inspect KEY`)".into(),
     }
 }
 
@@ -285,9 +293,12 @@ impl CliError {
             CliError::CommandNotStarted { .. } => Exit::CommandNotStarted,
             CliError::LocalNotRunning { .. } => Exit::LocalNotRunning,
             CliError::Lost { why, .. } => match why {
-                Refusal::Lapsed => Exit::Lapsed,
-                Refusal::EpochMismatch => Exit::EpochMismatch,
-                Refusal::NotOwner => Exit::NotOwner,
+                Refusal::Lapsed { .. } => Exit::Lapsed,
+                Refusal::EpochMismatch { .. } => Exit::EpochMismatch,
+                Refusal::Superseded { .. }
+                | Refusal::Released
+                | Refusal::ForceReleased
+                | Refusal::NeverHeld => Exit::NotOwner,
             },
             CliError::WaitTimedOut { .. } => Exit::WaitTimedOut,
             CliError::ForceReleaseRefused { status, .. } => {
@@ -331,7 +342,7 @@ impl CliError {
             CliError::LostWhileRunning { .. } => "lost",
             CliError::CommandNotStarted { .. } => "command_not_started",
             CliError::LocalNotRunning { .. } => "local_not_running",
-            CliError::Lost { why, .. } => why.as_status(),
+            CliError::Lost { why, .. } => why.as_reason(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
             CliError::ForceReleaseRefused { status, .. } => status,
             CliError::Guard(GuardError::StaleEpoch { .. }) => "stale_epoch",
@@ -371,11 +382,19 @@ impl CliError {
                 fields.push(("expires_at", Json::time(holder.as_ref().map(|h| h.2))));
             }
             CliError::Lost {
-                key, owner, epoch, ..
+                key,
+                owner,
+                epoch,
+                why,
+                ..
             } => {
+                fields.push(("sql_status", Json::str(why.as_status())));
                 fields.push(("key", Json::str(key)));
                 fields.push(("owner", Json::str(owner)));
                 fields.push(("epoch", Json::Int(*epoch)));
+                if let Some(newer) = why.newer_epoch() {
+                    fields.push(("newer_epoch", Json::Int(newer.get())));
+                }
             }
             CliError::WaitTimedOut { key, wait } => {
                 fields.push(("key", Json::str(key)));

@@ -207,6 +207,12 @@ REVOKE ALL ON TABLE lease.groups FROM PUBLIC;
 --          a member is never stuck. Not a foreign key: its trigger would
 --          cost every write of the table about 5 µs (docs/PERFORMANCE.md),
 --          and the group's only deleter keeps the rule.
+--   force_released: true when the key's last release was an operator's
+--          (lease.force_release), NULL when its holder released it or it
+--          was never released. Read only while the row is FREE, to tell its
+--          last holder which of the two ended its grant (lease.key_state);
+--          a grant leaves it as it is, so that the common paths write
+--          nothing more.
 -- The domains and the constraint are the states that cannot happen. Names
 -- are compared as bytes: lease.lease_name has collation "C".
 CREATE TABLE lease.leases (
@@ -218,6 +224,7 @@ CREATE TABLE lease.leases (
     lapsed_owner lease.lease_name,
     first_epoch  lease.lease_epoch NOT NULL,
     group_id     bigint,
+    force_released boolean,
     -- A grant has an owner and an expiry, a FREE row neither; a heartbeat
     -- group, and the lapsed owner a takeover remembers, belong to a grant.
     -- One table constraint for all of it (see the domains above for why

@@ -3,6 +3,7 @@ DROP FUNCTION IF EXISTS lease._on_release(bytea);
 DROP FUNCTION IF EXISTS lease._waiter_lock_id(bytea);
 DROP FUNCTION IF EXISTS lease._waiter_class();
 DROP FUNCTION IF EXISTS lease._raise_contention(text, text);
+DROP FUNCTION IF EXISTS lease._refusal(bytea, text, text, bigint);
 DROP FUNCTION IF EXISTS lease._status(bytea, text, text, bigint);
 DROP FUNCTION IF EXISTS lease._raise_forbidden(text, text, text);
 DROP FUNCTION IF EXISTS lease._allowed(text);

@@ -1,5 +1,7 @@
 -- Removes the functions of leases (up.sql), newest first.
 DROP FUNCTION IF EXISTS lease.generation();
+DROP FUNCTION IF EXISTS lease.why_refused(text, text, bigint);
+DROP FUNCTION IF EXISTS lease.key_state(text);
 DROP FUNCTION IF EXISTS lease.inspect(text);
 DROP FUNCTION IF EXISTS lease.release(text, text, bigint);
 DROP FUNCTION IF EXISTS lease.renew(text, text, bigint, interval);

@@ -9,6 +9,6 @@ DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
 DROP FUNCTION IF EXISTS lease._admit(text, text, bigint);
 DROP FUNCTION IF EXISTS lease._shown_key(text);
 DROP FUNCTION IF EXISTS lease._raise_not_granted(text, text, bigint, bigint);
-DROP FUNCTION IF EXISTS lease._raise_not_held(text, text, bigint, text);
+DROP FUNCTION IF EXISTS lease._raise_not_held(text, text, bigint, text, text, bigint);
 DROP FUNCTION IF EXISTS lease._raise_wrong_key(text, text, text);
 DROP FUNCTION IF EXISTS lease._raise_stale(text, bigint, bigint);

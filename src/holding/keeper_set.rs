@@ -569,7 +569,7 @@ impl Shared {
                     LeaseLoss::Refused(reason) => Some((key.clone(), *reason)),
                     LeaseLoss::DeadlinePassed { .. } => None,
                 })
-                .unwrap_or_else(|| (String::new(), Refusal::NotOwner));
+                .unwrap_or_else(|| (String::new(), Refusal::NeverHeld));
             return Err(KeeperError::NotHeld { key, reason });
         }
         for event in &events {
@@ -910,7 +910,7 @@ impl Shared {
                     Some(reason) => Release::Refused(*reason),
                     None => released
                         .remove(&key)
-                        .unwrap_or(Release::Refused(Refusal::NotOwner)),
+                        .unwrap_or(Release::Refused(Refusal::NeverHeld)),
                 };
                 KeyRelease { key, release }
             })

@@ -175,11 +175,19 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.inspect(key)`.
-    InspectCall { key: &'a str => Text }
-    sql = "SELECT held, owner, epoch, expires_at FROM lease.inspect";
-    row = (Bool, Nullable<Text>, BigInt, Nullable<Timestamptz>);
-    rust = (bool, Option<String>, i64, Option<DateTime<Utc>>);
+    /// `lease.why_refused(key, owner, epoch)`: one row.
+    WhyRefusedCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT status, reason, newest_epoch FROM lease.why_refused";
+    row = (Text, Text, Nullable<BigInt>);
+    rust = (String, String, Option<i64>);
+}
+
+lease_call! {
+    /// `lease.key_state(key)`: no row for a never-seen key.
+    KeyStateCall { key: &'a str => Text }
+    sql = "SELECT state, owner, epoch, expires_at, ended FROM lease.key_state";
+    row = (Text, Nullable<Text>, BigInt, Nullable<Timestamptz>, Nullable<Text>);
+    rust = (String, Option<String>, i64, Option<DateTime<Utc>>, Option<String>);
 }
 
 lease_call! {

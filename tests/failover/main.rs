@@ -126,7 +126,10 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     // What the promoted server had replayed: the released first grant.
     assert_eq!(
         state(&mut new, "seen"),
-        LeaseState::Unowned { epoch: 2.into() }
+        LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        }
     );
     assert!(new.inspect("fresh").expect("inspect").is_none());
 
@@ -232,7 +235,10 @@ fn sync_standby_promoted_after_the_primary_is_killed_has_every_acknowledged_call
     }
     assert_eq!(
         state(&mut new, "k4"),
-        LeaseState::Unowned { epoch: 2.into() }
+        LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        }
     );
     let after_release = grant(&mut new, "k4", "f");
     let never_seen = grant(&mut new, "k5", "g");
@@ -305,7 +311,10 @@ fn dump_restored_into_a_new_cluster_grants_above_the_source() {
     let mut dst = connect(&target);
     assert_eq!(
         state(&mut dst, "k1"),
-        LeaseState::Unowned { epoch: 4.into() }
+        LeaseState::Free {
+            epoch: 4.into(),
+            force_released: false
+        }
     );
     let restored_k1 = grant(&mut dst, "k1", "x");
     let restored_k2 = grant(&mut dst, "k2", "y");
@@ -347,7 +356,10 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
     let mut dst = connect(&restored);
     assert_eq!(
         state(&mut dst, "k1"),
-        LeaseState::Unowned { epoch: 2.into() }
+        LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        }
     );
     let k1 = grant(&mut dst, "k1", "x");
     let k2 = grant(&mut dst, "k2", "y");
@@ -405,7 +417,10 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     }
     assert_eq!(
         state(&mut conn, "k"),
-        LeaseState::Unowned { epoch: 6.into() }
+        LeaseState::Free {
+            epoch: 6.into(),
+            force_released: false
+        }
     );
     pair.wait_caught_up();
     let mut standby = pair.standby_conn();
@@ -418,7 +433,10 @@ fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
     );
     assert_eq!(
         state(&mut standby, "k"),
-        LeaseState::Unowned { epoch: 6.into() }
+        LeaseState::Free {
+            epoch: 6.into(),
+            force_released: false
+        }
     );
 }
 

@@ -27,7 +27,9 @@ fn downtime_past_expiry(crash: bool) {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        })
     );
 }
 

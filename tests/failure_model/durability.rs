@@ -67,8 +67,9 @@ fn an_acknowledged_release_survives_a_crash_with_synchronous_commit_off() {
     drop(conn);
     assert_eq!(
         cluster.conn().inspect("k").unwrap(),
-        Some(LeaseState::Unowned {
-            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
+        Some(LeaseState::Free {
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1),
+            force_released: false,
         }),
         "the acknowledged release was lost in the crash"
     );

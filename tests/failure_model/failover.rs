@@ -592,7 +592,7 @@ fn no_cancellation_path_interrupts_a_commit_waiting_for_a_synchronous_standby() 
     assert_eq!(stopping.join().unwrap().unwrap(), Release::Released);
     assert!(matches!(
         admin.inspect("kept").unwrap(),
-        Some(LeaseState::Unowned { .. })
+        Some(LeaseState::Free { .. })
     ));
     let log = cluster.pg.log_tail(10_000);
     assert!(

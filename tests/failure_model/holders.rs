@@ -249,9 +249,15 @@ fn hung_holder_is_taken_over_at_expiry_and_fenced_when_it_resumes() {
     fenced_write(&mut conn, new.token(), Check::Token).unwrap();
     holder.signal(libc::SIGCONT);
     holder.stdin.write_all(b"GO\n").unwrap();
-    assert_eq!(holder.expect_line("RENEW"), "lapsed");
+    assert_eq!(
+        holder.expect_line("RENEW"),
+        "lapsed, and taken over at epoch 2"
+    );
     assert_eq!(holder.expect_line("TOKEN"), "stale_epoch accepted=2");
-    assert_eq!(holder.expect_line("HELD"), "lease_not_held reason=lapsed");
+    assert_eq!(
+        holder.expect_line("HELD"),
+        "lease_not_held reason=lapsed, and taken over at epoch 2"
+    );
     assert_eq!(writes(&mut conn), ["b@2"]);
     assert_eq!(
         conn.inspect("k").unwrap(),

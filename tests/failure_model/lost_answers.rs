@@ -152,7 +152,10 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
     );
     assert_eq!(
         direct.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() }),
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        }),
         "the release committed"
     );
 }

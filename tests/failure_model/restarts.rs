@@ -46,7 +46,9 @@ fn assert_state_stands(cluster: &Cluster, before: &[String]) {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("taken", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed),
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        }),
         "the taken-over holder must still hear lapsed"
     );
     let stale = leasehold::FencingToken::new("taken", "a", leasehold::Epoch::from(1)).unwrap();

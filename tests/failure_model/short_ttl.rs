@@ -25,13 +25,17 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
                 TTL
             )
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        })
     );
     assert_eq!(
         hasty
             .release(&leasehold_test_support::grant("k", "hasty", lease.epoch()))
             .unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        })
     );
     assert!(matches!(
         fenced_write(&mut hasty, lease.token(), Check::Token),
@@ -40,7 +44,9 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     assert!(matches!(
         fenced_write(&mut hasty, lease.token(), Check::LeaseHeld),
         Err(FencedError::Guard(GuardError::LeaseNotHeld {
-            reason: Refusal::Lapsed,
+            reason: Refusal::Lapsed {
+                taken_over_by: Some(leasehold::Epoch(2))
+            },
             ..
         }))
     ));

@@ -47,17 +47,17 @@ fn a_refused_renew_resolves_the_loss_future_a_task_selects_on() {
             () = tokio::time::sleep(BOUND) => panic!("the loss was never reported"),
         };
         assert!(
-            matches!(loss, Some(LeaseLoss::Refused(Refusal::NotOwner))),
+            matches!(loss, Some(LeaseLoss::Refused(Refusal::NeverHeld))),
             "{loss:?}"
         );
         assert!(!keeper.is_valid());
         assert!(matches!(
             keeper.loss(),
-            Some(LeaseLoss::Refused(Refusal::NotOwner))
+            Some(LeaseLoss::Refused(Refusal::NeverHeld))
         ));
         assert_eq!(
             keeper.stop().await.unwrap(),
-            Release::Refused(Refusal::NotOwner)
+            Release::Refused(Refusal::NeverHeld)
         );
     });
 }
@@ -123,7 +123,7 @@ fn dropping_an_async_keeper_releases_the_lease() {
         drop(keeper);
         let mut conn = db.conn();
         eventually("the release after the drop", || {
-            matches!(conn.inspect("k").unwrap(), Some(LeaseState::Unowned { .. }))
+            matches!(conn.inspect("k").unwrap(), Some(LeaseState::Free { .. }))
         })
         .await;
     });
@@ -161,7 +161,7 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
             .await
             .expect("reported in time");
         assert!(
-            matches!(loss, Some(LeaseLoss::Refused(Refusal::NotOwner))),
+            matches!(loss, Some(LeaseLoss::Refused(Refusal::NeverHeld))),
             "{loss:?}"
         );
         assert_eq!(set.kept_keys(), ["k0", "k2"]);
@@ -181,7 +181,7 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
             released,
             [
                 ("k0".to_owned(), Release::Released),
-                ("k1".to_owned(), Release::Refused(Refusal::NotOwner)),
+                ("k1".to_owned(), Release::Refused(Refusal::NeverHeld)),
                 ("k2".to_owned(), Release::Released)
             ]
         );

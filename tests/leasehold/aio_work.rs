@@ -36,7 +36,7 @@ async fn kept(client: &mut AsyncLeaseClient, key: &str) -> Keeper {
 }
 
 fn is_unowned(state: Option<LeaseState>) -> bool {
-    matches!(state, Some(LeaseState::Unowned { .. }))
+    matches!(state, Some(LeaseState::Free { .. }))
 }
 
 /// Work that finishes under a safe lease is `Finished`, sees the grant's
@@ -113,7 +113,7 @@ fn a_lease_lost_while_the_work_waits_resolves_stopped_and_the_outcome_is_lost() 
         assert!(
             matches!(
                 outcome,
-                WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NotOwner))
+                WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NeverHeld))
             ),
             "{outcome:?}"
         );
@@ -250,7 +250,7 @@ fn a_wait_dropped_mid_attempt_leaves_no_grant_behind() {
         eventually("the stranded grant released", || {
             matches!(
                 conn.inspect("k").unwrap(),
-                Some(LeaseState::Unowned { epoch, .. }) if epoch == 4
+                Some(LeaseState::Free { epoch, .. }) if epoch == 4
             )
         })
         .await;

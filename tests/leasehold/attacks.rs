@@ -87,7 +87,7 @@ fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
                 TTL
             )
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     assert_eq!(
         attacker
@@ -97,7 +97,7 @@ fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
                 lease.epoch()
             ))
             .unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::NeverHeld)
     );
     // Were the holder's calls to wait for the attacker, lock_timeout would
     // fail them instead of hanging the test.

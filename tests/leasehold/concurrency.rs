@@ -195,7 +195,9 @@ fn renewal_races_takeover(commit: bool) {
             holder_conn
                 .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
                 .unwrap(),
-            Renewal::Refused(Refusal::Lapsed)
+            Renewal::Refused(Refusal::Lapsed {
+                taken_over_by: Some(2.into())
+            })
         );
         assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
     }
@@ -229,13 +231,17 @@ fn stale_holder_races_takeover(commit: bool) {
         stale
             .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     assert_eq!(
         stale
             .release(&leasehold_test_support::grant("k", "a", 1))
             .unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     taker
         .batch_execute(if commit { "COMMIT" } else { "ROLLBACK" })
@@ -246,12 +252,17 @@ fn stale_holder_races_takeover(commit: bool) {
             stale
                 .renew(&leasehold_test_support::grant("k", "a", 1), TTL)
                 .unwrap(),
-            Renewal::Refused(Refusal::Lapsed)
+            Renewal::Refused(Refusal::Lapsed {
+                taken_over_by: Some(2.into())
+            })
         );
     } else {
         assert_eq!(
-            observer.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 1.into() })
+            observer
+                .inspect("k")
+                .unwrap()
+                .map(|state| (state.as_str(), state.epoch())),
+            Some(("lapsed", 1.into()))
         );
     }
 }
@@ -453,7 +464,10 @@ fn under_snapshot_isolation_calls_on_unchanged_rows_act_on_the_snapshot_and_comm
         conn.batch_execute("COMMIT").unwrap();
         assert_eq!(
             other.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 2.into() }),
+            Some(LeaseState::Free {
+                epoch: 2.into(),
+                force_released: false
+            }),
             "{level}"
         );
     }
@@ -619,9 +633,14 @@ fn lease_calls_on_one_key_in_two_open_transactions_never_deadlock() {
     assert_eq!(one.inspect("k").unwrap().unwrap().epoch(), 2);
     one.batch_execute("COMMIT").unwrap();
     let (first, second, third) = racer.join().unwrap().unwrap();
-    assert_eq!(first, Renewal::Refused(Refusal::Lapsed));
+    assert_eq!(
+        first,
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
+    );
     assert_eq!(second, Acquisition::Denied);
-    assert_eq!(third, Release::Refused(Refusal::NotOwner));
+    assert_eq!(third, Release::Refused(Refusal::NeverHeld));
     assert_eq!(holder(&mut observer), Some(("b".into(), 2)));
 }
 
@@ -696,8 +715,11 @@ fn call_inside_a_transaction_begun_before_an_uncommitted_regrant_reports_lapsed(
     txn.batch_execute("COMMIT").unwrap();
     assert_eq!(table_snapshot(&mut observer), expected, "nothing changed");
     assert_eq!(
-        observer.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        observer
+            .inspect("k")
+            .unwrap()
+            .map(|state| (state.as_str(), state.epoch())),
+        Some(("lapsed", 2.into()))
     );
 }
 
@@ -889,7 +911,10 @@ fn force_release_races_a_regrant(by_epoch: bool) {
         assert_eq!(holder(&mut observer), None);
         assert_eq!(
             observer.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 4.into() })
+            Some(LeaseState::Free {
+                epoch: 4.into(),
+                force_released: true
+            })
         );
     }
 }

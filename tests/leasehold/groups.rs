@@ -142,7 +142,9 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
 
     assert_eq!(
         conn.renew_group(group, OWNER, TTL).unwrap(),
-        GroupRenewal::Refused(Refusal::Lapsed)
+        GroupRenewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     assert_eq!(
         conn.renew(
@@ -150,7 +152,9 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
             TTL
         )
         .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     let taken = granted(conn.acquire("h/a", "rival", TTL).unwrap());
     assert!(taken.epoch() > leases[0].epoch());
@@ -168,7 +172,9 @@ fn a_lapsed_group_frees_its_members_and_is_never_renewed_again() {
     );
     assert_eq!(
         conn.renew_group(group, OWNER, TTL).unwrap(),
-        GroupRenewal::Refused(Refusal::Lapsed)
+        GroupRenewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     // The taker's grant is its own, outside the group.
     lapse_group(&mut conn, group, "1 second");
@@ -230,7 +236,9 @@ fn every_way_out_of_a_group_is_counted() {
             TTL
         )
         .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
 }
 
@@ -262,7 +270,7 @@ fn join_group_answers_each_key_as_renew_many_would_and_groups_only_the_renewed()
             std::mem::discriminant(&many_answer.renewal)
         );
     }
-    assert_eq!(joined.keys[0].renewal, Renewal::Refused(Refusal::NotOwner));
+    assert_eq!(joined.keys[0].renewal, Renewal::Refused(Refusal::NeverHeld));
     let group = joined.group.unwrap();
     assert_eq!(joined.renewed(), 1);
     assert_eq!(members_now(&mut grouped, group), 1);
@@ -288,12 +296,12 @@ fn a_heartbeat_is_refused_to_another_owner_an_unknown_group_and_bad_input() {
     let before = group_expiry_in_sql(&mut conn, group);
     assert_eq!(
         conn.renew_group(group, "rival", TTL).unwrap(),
-        GroupRenewal::Refused(Refusal::NotOwner)
+        GroupRenewal::Refused(Refusal::NeverHeld)
     );
     assert_eq!(
         conn.renew_group(GroupId::from_raw(group.get() + 1000), OWNER, TTL)
             .unwrap(),
-        GroupRenewal::Refused(Refusal::NotOwner)
+        GroupRenewal::Refused(Refusal::NeverHeld)
     );
     match conn.renew_group(group, OWNER, Duration::ZERO) {
         Err(LeaseError::InvalidInput { violations }) => {
@@ -416,7 +424,7 @@ fn a_grouped_release_that_waited_for_a_force_release_answers_from_the_newest_row
     operator.batch_execute("COMMIT").unwrap();
     assert_eq!(
         release.join().unwrap().unwrap(),
-        leasehold::Release::Refused(Refusal::NotOwner)
+        leasehold::Release::Refused(Refusal::ForceReleased)
     );
     assert_eq!(
         query_lines(
@@ -612,7 +620,9 @@ fn a_heartbeat_sent_after_the_group_lapsed_is_refused_in_a_transaction_begun_bef
     let before = group_expiry_in_sql(&mut conn, group);
     assert_eq!(
         late.renew_group(group, OWNER, TTL).unwrap(),
-        GroupRenewal::Refused(Refusal::Lapsed)
+        GroupRenewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     late.batch_execute("COMMIT").unwrap();
     assert_eq!(group_expiry_in_sql(&mut conn, group), before);

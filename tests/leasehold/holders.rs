@@ -395,8 +395,9 @@ fn keeper_renews_in_the_background_and_releases_on_stop() {
     assert_eq!(keeper.stop().unwrap(), Release::Released);
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned {
-            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
+        Some(LeaseState::Free {
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1),
+            force_released: false,
         })
     );
 }
@@ -433,10 +434,10 @@ fn keeper_stop_renewing_keeps_the_grant_until_it_lapses() {
     }
     wait_until_server_time_passes(&mut conn, expires_at);
     assert_eq!(
-        conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned {
-            epoch: lease.epoch()
-        }),
+        conn.inspect("k")
+            .unwrap()
+            .map(|state| (state.as_str(), state.epoch())),
+        Some(("lapsed", lease.epoch())),
         "renewed after stop_renewing"
     );
     assert!(rx.try_recv().is_err(), "an event after stop_renewing");
@@ -454,8 +455,9 @@ fn keeper_releases_on_drop() {
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned {
-            epoch: leasehold::Epoch::new(lease.epoch().get() + 1)
+        Some(LeaseState::Free {
+            epoch: leasehold::Epoch::new(lease.epoch().get() + 1),
+            force_released: false,
         })
     );
 }
@@ -479,7 +481,9 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
     let b = granted(conn.acquire("k", "b", TTL).unwrap());
     assert!(matches!(
         keeper.wait_for_loss(Duration::from_secs(10)),
-        Some(LeaseLoss::Refused(Refusal::NotOwner))
+        Some(LeaseLoss::Refused(
+            Refusal::Released | Refusal::Superseded { .. }
+        ))
     ));
     assert!(!keeper.is_valid());
     let lost = rx
@@ -488,10 +492,15 @@ fn keeper_reports_loss_when_a_renew_is_refused_after_takeover() {
         .unwrap();
     assert!(matches!(
         lost,
-        KeeperEvent::Lost(LeaseLoss::Refused(Refusal::NotOwner))
+        KeeperEvent::Lost(LeaseLoss::Refused(
+            Refusal::Released | Refusal::Superseded { .. }
+        ))
     ));
     // Stopping does not disturb the new holder.
-    assert_eq!(keeper.stop().unwrap(), Release::Refused(Refusal::NotOwner));
+    assert_eq!(
+        keeper.stop().unwrap(),
+        Release::Refused(Refusal::Superseded { by: b.epoch() })
+    );
     assert_eq!(held_by(&mut conn, "k"), Some(("b".into(), b.epoch().get())));
 }
 
@@ -662,7 +671,9 @@ fn worker_loop_stops_when_the_lease_is_lost_and_reports_why() {
         .unwrap();
     granted(conn.acquire("k", "b", TTL).unwrap());
     match worker.join().unwrap() {
-        WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NotOwner)) => {}
+        WorkOutcome::LeaseLost(LeaseLoss::Refused(
+            Refusal::Released | Refusal::Superseded { .. },
+        )) => {}
         other => panic!("{other:?}"),
     }
 }
@@ -695,7 +706,10 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
     for key in ["f", "e", "c"] {
         assert_eq!(
             conn.inspect(key).unwrap(),
-            Some(LeaseState::Unowned { epoch: 2.into() })
+            Some(LeaseState::Free {
+                epoch: 2.into(),
+                force_released: false
+            })
         );
     }
 }

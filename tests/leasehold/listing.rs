@@ -172,8 +172,17 @@ fn listed_states_and_expiries_are_the_sql_rules_own_for_every_kind_of_row() {
                 assert_eq!(listed.owner.as_deref(), Some(owner.as_str()));
                 assert_eq!((listed.epoch, listed.expires_at), (epoch, Some(expires_at)));
             }
-            Some(LeaseState::Unowned { epoch }) => {
-                assert_ne!(listed.state, KeyState::Held, "{listed:?}");
+            Some(LeaseState::Lapsed {
+                owner,
+                epoch,
+                expired_at,
+            }) => {
+                assert_eq!(listed.state, KeyState::Lapsed, "{listed:?}");
+                assert_eq!(listed.owner.as_deref(), Some(owner.as_str()));
+                assert_eq!((listed.epoch, listed.expires_at), (epoch, Some(expired_at)));
+            }
+            Some(LeaseState::Free { epoch, .. }) => {
+                assert_eq!(listed.state, KeyState::Free, "{listed:?}");
                 assert_eq!(listed.epoch, epoch, "{listed:?}");
             }
             other => panic!("{}: inspect answered {other:?}", listed.key),

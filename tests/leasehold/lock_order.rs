@@ -194,7 +194,8 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
         }
         Inspect => match conn.inspect(k) {
             Ok(Some(LeaseState::Held { owner, epoch, .. })) => format!("held {owner} e{epoch}"),
-            Ok(Some(LeaseState::Unowned { epoch })) => format!("unowned e{epoch}"),
+            Ok(Some(LeaseState::Lapsed { owner, epoch, .. })) => format!("lapsed {owner} e{epoch}"),
+            Ok(Some(LeaseState::Free { epoch, .. })) => format!("free e{epoch}"),
             Ok(None) => "never leased".to_owned(),
             Err(error) => lease_error(error),
         },

@@ -571,14 +571,19 @@ fn a_refused_batch_locks_nothing_and_an_applied_one_holds_its_rows_until_commit(
             TTL,
         )
         .unwrap();
-    assert_eq!(refused[0].renewal, Renewal::Refused(Refusal::NotOwner));
+    assert_eq!(refused[0].renewal, Renewal::Refused(Refusal::NeverHeld));
     let refused = other
         .release_many(&leasehold_test_support::grants(
             OWNER,
             &[("k", lease.epoch().get() + 1)],
         ))
         .unwrap();
-    assert_eq!(refused[0].release, Release::Refused(Refusal::EpochMismatch));
+    assert_eq!(
+        refused[0].release,
+        Release::Refused(Refusal::EpochMismatch {
+            held: Some(1.into())
+        })
+    );
     let mut quick = impatient(&db, "2s");
     assert!(matches!(
         quick
@@ -857,7 +862,10 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
     let losses = keepers.wait_for_losses(0, IN_TIME);
     assert_eq!(losses.len(), 1, "{losses:?}");
     assert_eq!(losses[0].0, "t-3");
-    assert!(matches!(losses[0].1, LeaseLoss::Refused(Refusal::NotOwner)));
+    assert!(matches!(
+        losses[0].1,
+        LeaseLoss::Refused(Refusal::ForceReleased)
+    ));
     assert!(!keepers.is_valid("t-3"));
     // Two more heartbeats renew the four others, and only them.
     let mut after_loss = 0;
@@ -897,7 +905,7 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
         vec![
             ("t-1", Release::Released),
             ("t-2", Release::Released),
-            ("t-3", Release::Refused(Refusal::NotOwner)),
+            ("t-3", Release::Refused(Refusal::ForceReleased)),
             ("t-4", Release::Released),
             ("t-5", Release::Released),
         ]
@@ -965,7 +973,7 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         .unwrap();
     match KeeperSet::start(&client(&db.url), vec![a]) {
         Err(KeeperError::NotHeld { key, reason }) => {
-            assert_eq!((key.as_str(), reason), ("a", Refusal::NotOwner));
+            assert_eq!((key.as_str(), reason), ("a", Refusal::Released));
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }

@@ -842,22 +842,25 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     );
     assert_eq!(
         app.inspect("job").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: true
+        })
     );
     assert_eq!(
         app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::ForceReleased)
     );
     assert_eq!(
         app.release(&leasehold_test_support::grant("job", "app-1", 1))
             .unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::ForceReleased)
     );
     assert!(matches!(
         app.admit_held("out", &lease),
         Err(GuardError::LeaseNotHeld {
-            reason: Refusal::NotOwner,
+            reason: Refusal::ForceReleased,
             ..
         })
     ));
@@ -879,7 +882,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     assert_eq!(
         app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::Superseded { by: 3.into() })
     );
 }
 
@@ -904,7 +907,7 @@ fn force_release_of_lapsed_free_and_unknown_keys() {
     assert_eq!(
         app.renew(&leasehold_test_support::grant("lapsed", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::ForceReleased)
     );
 
     // Free: nothing to end; the counter is reported unchanged.
@@ -952,7 +955,10 @@ fn force_release_acts_on_keys_of_any_namespace() {
     );
     assert_eq!(
         app.inspect("billing/k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: true
+        })
     );
 }
 
@@ -975,7 +981,10 @@ fn force_release_does_not_wait_for_a_holders_open_lease_checked_transaction() {
     app.batch_execute("COMMIT").unwrap();
     assert_eq!(
         app.inspect("job").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: true
+        })
     );
 }
 
@@ -1077,7 +1086,7 @@ fn force_release_epoch_ends_exactly_that_grant_and_never_a_newer_one() {
     assert_eq!(
         app.renew(&leasehold_test_support::grant("job", "app-1", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::ForceReleased)
     );
     // Twice: the grant is over, nothing more happens.
     assert_eq!(

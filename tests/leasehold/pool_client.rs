@@ -29,7 +29,10 @@ fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
     );
     assert_eq!(
         client.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        })
     );
     assert_eq!(client.inspect("none").unwrap(), None);
 }

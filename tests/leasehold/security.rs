@@ -35,6 +35,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
             "join_group|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
+            "key_state|t|search_path=pg_catalog, pg_temp",
             "list_namespaces|t|search_path=pg_catalog, pg_temp",
             "prune_guards|t|search_path=pg_catalog, pg_temp",
             "prune_keys|t|search_path=pg_catalog, pg_temp",
@@ -48,6 +49,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "renew_group|t|search_path=pg_catalog, pg_temp",
             "renew_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "unbind_namespace|t|search_path=pg_catalog, pg_temp",
+            "why_refused|t|search_path=pg_catalog, pg_temp",
         ]
     );
 }
@@ -71,7 +73,10 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
         );
         assert_eq!(
             conn.inspect("k").unwrap(),
-            Some(LeaseState::Unowned { epoch: 2.into() })
+            Some(LeaseState::Free {
+                epoch: 2.into(),
+                force_released: false
+            })
         );
         for sql in [
             "SELECT * FROM lease.leases",
@@ -91,7 +96,10 @@ fn a_plain_role_can_call_the_functions_but_cannot_touch_the_tables() {
     }
     assert_eq!(
         db.conn().inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 2.into() })
+        Some(LeaseState::Free {
+            epoch: 2.into(),
+            force_released: false
+        })
     );
     drop_role(&db, &role);
 }
@@ -123,12 +131,12 @@ fn shadowing_functions_and_operators_in_public_change_nothing() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "thief", 1), TTL)
             .unwrap(),
-        Renewal::Refused(leasehold::Refusal::NotOwner)
+        Renewal::Refused(leasehold::Refusal::NeverHeld)
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "thief", 1))
             .unwrap(),
-        Release::Refused(leasehold::Refusal::NotOwner)
+        Release::Refused(leasehold::Refusal::NeverHeld)
     );
     assert!(conn.inspect("k").unwrap().unwrap().is_held());
     assert_eq!(granted(conn.acquire("other", "a", TTL).unwrap()).epoch(), 1);
@@ -178,7 +186,7 @@ fn keys_and_owners_with_quotes_unicode_and_10_kb_lengths_work() {
                     .unwrap()
                     .map(|s| match s {
                         LeaseState::Held { expires_at, .. } => expires_at,
-                        LeaseState::Unowned { .. } => unreachable!(),
+                        LeaseState::Lapsed { .. } | LeaseState::Free { .. } => unreachable!(),
                     })
                     .unwrap()
             })

@@ -189,12 +189,12 @@ fn renew_and_release_of_an_unknown_key_report_not_owner() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("nope", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("nope", "a", 1))
             .unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::NeverHeld)
     );
     assert_eq!(
         conn.inspect("nope").unwrap(),
@@ -216,12 +216,12 @@ fn renew_and_release_of_a_free_key_report_not_owner_even_for_the_last_holder() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::Released)
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", 1))
             .unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::Released)
     );
 }
 
@@ -233,12 +233,12 @@ fn renew_and_release_by_a_different_owner_report_not_owner() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "b", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "b", 1))
             .unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::NeverHeld)
     );
     assert!(conn.inspect("k").unwrap().unwrap().is_held());
 }
@@ -251,16 +251,22 @@ fn renew_and_release_of_an_expired_own_grant_report_lapsed() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", lease.epoch()))
             .unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     assert_eq!(
-        conn.inspect("k").unwrap(),
-        Some(LeaseState::Unowned { epoch: 1.into() })
+        conn.inspect("k")
+            .unwrap()
+            .map(|state| (state.as_str(), state.epoch())),
+        Some(("lapsed", 1.into()))
     );
 }
 
@@ -274,18 +280,22 @@ fn renew_after_takeover_reports_lapsed_to_the_lapsed_owner() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", old.epoch()), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        })
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", old.epoch()))
             .unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: Some(2.into())
+        })
     );
     // A bystander hears not_owner.
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "c", 2), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     // The new holder is untouched.
     assert_eq!(
@@ -308,12 +318,14 @@ fn takeover_history_is_one_grant_deep() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "b", 2), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: Some(3.into())
+        })
     );
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::Superseded { by: 3.into() })
     );
 }
 
@@ -331,7 +343,7 @@ fn released_then_regranted_key_tells_the_releaser_not_owner() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::Superseded { by: 3.into() })
     );
 }
 
@@ -345,17 +357,23 @@ fn renew_and_release_with_a_stale_epoch_report_epoch_mismatch() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 1), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::EpochMismatch)
+        Renewal::Refused(Refusal::EpochMismatch {
+            held: Some(2.into())
+        })
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", 1))
             .unwrap(),
-        Release::Refused(Refusal::EpochMismatch)
+        Release::Refused(Refusal::EpochMismatch {
+            held: Some(2.into())
+        })
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", 99))
             .unwrap(),
-        Release::Refused(Refusal::EpochMismatch)
+        Release::Refused(Refusal::EpochMismatch {
+            held: Some(2.into())
+        })
     );
     assert_eq!(
         conn.inspect("k").unwrap(),
@@ -376,25 +394,31 @@ fn status_precedence_is_not_owner_then_lapsed_then_epoch_mismatch() {
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "b", 7), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     // Right owner, expired AND wrong epoch: lapsed wins.
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 7), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", 7))
             .unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     // Right owner, live, wrong epoch: epoch_mismatch.
     granted(conn.acquire("k", "a", TTL).unwrap());
     assert_eq!(
         conn.renew(&leasehold_test_support::grant("k", "a", 7), TTL)
             .unwrap(),
-        Renewal::Refused(Refusal::EpochMismatch)
+        Renewal::Refused(Refusal::EpochMismatch {
+            held: Some(2.into())
+        })
     );
 }
 

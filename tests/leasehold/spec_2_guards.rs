@@ -202,7 +202,9 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         matches!(
             lapsed.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: Refusal::Lapsed,
+                reason: Refusal::Lapsed {
+                    taken_over_by: None
+                },
                 epoch: leasehold::Epoch(1),
                 ..
             })
@@ -216,7 +218,9 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         matches!(
             superseded.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: Refusal::Lapsed,
+                reason: Refusal::Lapsed {
+                    taken_over_by: Some(leasehold::Epoch(2))
+                },
                 ..
             })
         ),
@@ -227,7 +231,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
         matches!(
             stranger.guard(),
             Some(GuardError::LeaseNotHeld {
-                reason: Refusal::NotOwner,
+                reason: Refusal::NeverHeld,
                 ..
             })
         ),

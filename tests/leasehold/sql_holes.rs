@@ -619,6 +619,10 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
         }
         "lease.release(text,text,bigint)" => vec!["SELECT * FROM lease.release({key}, 'app-1', 1)"],
         "lease.inspect(text)" => vec!["SELECT * FROM lease.inspect({key})"],
+        "lease.key_state(text)" => vec!["SELECT * FROM lease.key_state({key})"],
+        "lease.why_refused(text,text,bigint)" => {
+            vec!["SELECT * FROM lease.why_refused({key}, 'app-1', 1)"]
+        }
         "lease.admit(text,text,bigint)" => vec![
             "SELECT lease.admit('attacker/res', {key}, 1)",
             "SELECT lease.admit({key}, 'attacker/key', 1)",
@@ -1192,7 +1196,7 @@ fn a_grant_naming_a_group_that_is_gone_is_settled_by_its_own_expiry() {
         .unwrap();
     assert!(matches!(
         app.inspect("c/grouped").unwrap(),
-        Some(leasehold::LeaseState::Unowned { .. })
+        Some(leasehold::LeaseState::Lapsed { .. })
     ));
     let mut worker = deployment.conn_as(&deployment.worker);
     let taken = granted(worker.acquire("c/grouped", "worker-1", TTL).unwrap());

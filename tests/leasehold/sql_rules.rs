@@ -950,6 +950,8 @@ fn a_call_on_one_key_reads_no_other_keys_row() {
         (rc, format!("lease.renew('scan/held', 'a', {held}, interval '1 hour')"), "00000"),
         (rc, format!("lease.renew('scan/held', 'a', {}, interval '1 hour')", held + 1), "00000"),
         (rc, "lease.inspect('scan/held')".to_string(), "00000"),
+        (rc, "lease.key_state('scan/held')".to_string(), "00000"),
+        (rc, format!("lease.why_refused('scan/held', 'b', {held})"), "00000"),
         (rc, format!("lease.check_held('scan/held', 'a', {held})"), "00000"),
         (rc, format!("lease.admit('scan/resource', 'scan/held', {held})"), "00000"),
         (rc, format!("lease.admit('scan/resource', 'scan/new', {held})"), "22023"),

@@ -87,10 +87,10 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     let loss = keeper
         .wait_for_loss(Duration::from_secs(30))
         .expect("the keeper notices");
-    assert!(matches!(loss, LeaseLoss::Refused(Refusal::NotOwner)));
+    assert!(matches!(loss, LeaseLoss::Refused(Refusal::Released)));
     assert_eq!(
         keeper.stop().expect("stop"),
-        Release::Refused(Refusal::NotOwner),
+        Release::Refused(Refusal::Released),
         "a lost lease is not released again"
     );
     // Each successful renew the keeper reported was counted, and nothing
@@ -129,7 +129,7 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
         ),
         ("leasehold_guard_refused_total{kind=lease_not_held}", 1),
         ("leasehold_guard_refused_total{kind=stale_epoch}", 1),
-        ("leasehold_lease_lost_total{reason=not_owner}", 1),
+        ("leasehold_lease_lost_total{reason=released}", 1),
     ]
     .into_iter()
     .map(|(series, value)| (series.to_owned(), value))
@@ -232,14 +232,14 @@ fn a_keeper_sets_loss_of_one_key_counts_one_lost_lease() {
         .renew_every(Duration::from_millis(300))
         .start()
         .expect("keeper set");
-    let before = recorder.counter("leasehold_lease_lost_total{reason=not_owner}");
+    let before = recorder.counter("leasehold_lease_lost_total{reason=released}");
     let lost = &leases[1];
     assert_eq!(client.release(&lost).expect("release"), Release::Released);
     let losses = set.wait_for_losses(1, Duration::from_secs(30));
     assert_eq!(losses.len(), 1, "{losses:?}");
     assert_eq!(losses[0].0, "shard-2");
     assert_eq!(
-        recorder.counter("leasehold_lease_lost_total{reason=not_owner}") - before,
+        recorder.counter("leasehold_lease_lost_total{reason=released}") - before,
         1,
         "one lost key, one count"
     );

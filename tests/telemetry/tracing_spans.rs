@@ -176,7 +176,7 @@ fn a_keepers_loss_is_a_warning_event() {
         .expect("the keeper notices");
     assert_eq!(
         keeper.stop().expect("stop"),
-        Release::Refused(Refusal::NotOwner),
+        Release::Refused(Refusal::Released),
         "a lost lease is not released again"
     );
 
@@ -188,7 +188,7 @@ fn a_keepers_loss_is_a_warning_event() {
     assert_eq!(lost.len(), 1, "{lost:#?}");
     let lost = &lost[0];
     assert_eq!(lost.level, Level::WARN);
-    assert_eq!(lost.field("reason"), Some("not_owner"));
+    assert_eq!(lost.field("reason"), Some("released"));
     assert_eq!(lost.field("owner"), Some("worker-1"));
     assert_eq!(
         lost.field("epoch"),

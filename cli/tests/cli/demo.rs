@@ -13,7 +13,7 @@ fn demo_timeline_shows_takeover_refused_stale_write_and_intact_epochs() {
         "worker-b  acquire job-7 -> granted, epoch 2",
         "worker-a  heartbeat: renew -> lapsed",
         "REFUSED: stale epoch 1, job-7/result admits only epochs >= 2",
-        "REFUSED: lease not held at epoch 1 (lapsed)",
+        "REFUSED: lease not held at epoch 1 (lapsed, and taken over at epoch 2)",
         "inspect job-7 before the crash: held by worker-b at epoch 2",
         "CRASH: SIGKILL",
         "inspect job-7 after the restart: held by worker-b at epoch 2",

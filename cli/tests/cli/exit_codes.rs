@@ -68,9 +68,16 @@ fn renew_after_takeover_exits_4_lapsed() {
         lapsed.stderr.contains("acquire the key again"),
         "{lapsed:?}"
     );
+    assert!(
+        lapsed.stderr.contains("taken over at epoch 2"),
+        "{lapsed:?}"
+    );
     let (code, json) = db.json(&["release", "k", "worker-a", "1"]);
     assert_eq!(code, 4);
-    assert_eq!(json["error"], "lapsed");
+    assert_eq!(
+        (json["error"].as_str(), json["newer_epoch"].as_i64()),
+        (Some("lapsed"), Some(2))
+    );
 }
 
 #[test]
@@ -94,7 +101,10 @@ fn release_by_another_owner_exits_6_not_owner() {
     );
     let (code, json) = db.json(&["release", "k", "worker-b", "1"]);
     assert_eq!(code, 6, "{json}");
-    assert_eq!(json["error"], "not_owner");
+    assert_eq!(
+        (json["error"].as_str(), json["sql_status"].as_str()),
+        (Some("never_held"), Some("not_owner"))
+    );
     assert_eq!(json["owner"], "worker-b");
     // Nothing changed.
     let (_, state) = db.json(&["inspect", "k"]);

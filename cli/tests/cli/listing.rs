@@ -313,3 +313,63 @@ fn watch_events_shows_wake_ups_grants_and_losses_as_they_happen() {
     let status = child.wait().expect("wait for watch");
     assert_eq!(status.code(), Some(0));
 }
+
+/// `inspect` and `ls` say the same word for each state of a key: a lapsed
+/// grant is `lapsed` in both (inspect said `free` before), with its
+/// holder, and a force-released key is `free`, ended by the operator.
+#[test]
+fn inspect_and_ls_use_the_same_state_words() {
+    let db = Db::installed();
+    let (code, grant) = db.json(&["acquire", "job-l", "worker-a", "--ttl", "250ms"]);
+    assert_eq!(code, 0, "{grant}");
+    crate::support::wait_until_server_time_passes(
+        &mut db.conn(),
+        crate::support::time_of(&grant["expires_at"]),
+    );
+    acquire(&db, "job-f", "worker-b", "1m");
+    assert_eq!(
+        db.run(&["release", "--force", "job-f", "--epoch", "1"])
+            .code,
+        0
+    );
+    let (_, list) = db.json(&["ls", "job-"]);
+    let listed: Vec<(String, String)> = list["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["key"].as_str().unwrap().to_owned(),
+                row["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("job-f".to_owned(), "free".to_owned()),
+            ("job-l".to_owned(), "lapsed".to_owned())
+        ]
+    );
+    let (code, lapsed) = db.json(&["inspect", "job-l"]);
+    assert_eq!(code, 0, "{lapsed}");
+    assert_eq!(
+        (
+            lapsed["state"].as_str(),
+            lapsed["held"].as_bool(),
+            lapsed["owner"].as_str()
+        ),
+        (Some("lapsed"), Some(false), Some("worker-a"))
+    );
+    let (_, free) = db.json(&["inspect", "job-f"]);
+    assert_eq!(
+        (
+            free["state"].as_str(),
+            free["ended"].as_str(),
+            free["epoch"].as_i64()
+        ),
+        (Some("free"), Some("force_released"), Some(2))
+    );
+    let text = db.run(&["inspect", "job-l"]);
+    assert!(text.stdout.contains("lapsed"), "{text:?}");
+}

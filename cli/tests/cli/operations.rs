@@ -64,9 +64,9 @@ fn acquire_renew_release_inspect_round_trip_in_json() {
 }
 
 /// `renew` and `release` take the token `acquire` printed; a second
-/// release of the same grant answers `already_released` (exit 0), as
-/// `release --force` answers `already_free`; a grant that never was is
-/// still refused.
+/// release of the same grant answers `released` (exit 0), as `release
+/// --force` answers `already_free`; a grant that never was is still
+/// refused, and every refusal says what happened to the grant.
 #[test]
 fn renew_and_release_take_the_token_and_a_second_release_is_harmless() {
     let db = Db::installed();
@@ -85,19 +85,34 @@ fn renew_and_release_take_the_token_and_a_second_release_is_harmless() {
     assert_eq!(released["status"], "ok");
     let (code, again) = db.json(&["release", "--token", &token]);
     assert_eq!(code, 0, "{again}");
-    assert_eq!(again["status"], "already_released");
+    assert_eq!(
+        (again["status"].as_str(), again["sql_status"].as_str()),
+        (Some("released"), Some("not_owner"))
+    );
     let text = db.run(&["release", "job-2", "worker-b", "1"]);
     assert_eq!(text.code, 0, "{text:?}");
-    assert!(text.stdout.contains("free already"), "{text:?}");
+    assert!(
+        text.stdout.contains("released already, by its holder"),
+        "{text:?}"
+    );
 
     // Renewing a released grant is still refused (not_owner, exit 6), and
     // so is releasing an epoch the key never had, or a key never leased.
     let (code, refused) = db.json(&["renew", "--token", &token, "--ttl", "1m"]);
-    assert_eq!((code, refused["error"].as_str()), (6, Some("not_owner")));
+    assert_eq!(
+        (
+            code,
+            refused["error"].as_str(),
+            refused["sql_status"].as_str()
+        ),
+        (6, Some("released"), Some("not_owner"))
+    );
     let run = db.run(&["release", "job-2", "worker-b", "9"]);
     assert_eq!(run.code, 6, "{run:?}");
+    assert!(run.stderr.contains("never_held"), "{run:?}");
     let run = db.run(&["release", "never-leased", "worker-b", "1"]);
     assert_eq!(run.code, 6, "{run:?}");
+    assert!(run.stderr.contains("never_held"), "{run:?}");
     // A malformed token and a token next to positionals are usage errors.
     assert_eq!(db.run(&["release", "--token", "not-a-token"]).code, 2);
     assert_eq!(

@@ -455,7 +455,9 @@ async fn show(
         }) => {
             json!({"held": true, "owner": owner, "epoch": epoch.get(), "expires_at": time(expires_at)})
         }
-        Some(LeaseState::Unowned { epoch }) => json!({"held": false, "epoch": epoch.get()}),
+        Some(state) => {
+            json!({"held": false, "state": state.as_str(), "epoch": state.epoch().get()})
+        }
     };
     let mut conn = client.pool().get().await?;
     let stored = diesel::sql_query(

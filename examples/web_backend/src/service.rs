@@ -43,7 +43,7 @@ use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{error::FencedError, guard::Check};
 use leasehold::{
     error::GuardError, Acquisition, FencingToken, LeaseClient, LeaseError, LeaseState, Leases,
-    Refusal, Renewal,
+    Renewal,
 };
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -468,12 +468,7 @@ fn submit(
             Some(Some(accepted.get())),
         )?),
         Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
-            let reason = match reason {
-                Refusal::Lapsed => "lapsed",
-                Refusal::EpochMismatch => "epoch_mismatch",
-                Refusal::NotOwner => "not_owner",
-            };
-            Err(stale(client, job, token, reason, None)?)
+            Err(stale(client, job, token, reason.as_reason(), None)?)
         }
         Err(other) => Err(unavailable(other)),
     }
@@ -501,7 +496,9 @@ fn show(client: &mut LeaseClient, job: &str) -> Result<Value, ApiError> {
         }) => {
             json!({"held": true, "owner": owner, "epoch": epoch.get(), "expires_at": time(expires_at)})
         }
-        Some(LeaseState::Unowned { epoch }) => json!({"held": false, "epoch": epoch.get()}),
+        Some(state) => {
+            json!({"held": false, "state": state.as_str(), "epoch": state.epoch().get()})
+        }
     };
     let mut conn = client.pool().get().map_err(unavailable)?;
     let stored = diesel::sql_query(

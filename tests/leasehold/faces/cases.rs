@@ -75,12 +75,12 @@ pub async fn renew_extends_keeps_the_epoch_and_refuses_strangers<F: Face>(db: &T
     let stranger = grant("k", "b", 1);
     assert_eq!(
         face.renew(&stranger, TTL).await.unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
     let unknown = grant("nobody", "a", 1);
     assert_eq!(
         face.renew(&unknown, TTL).await.unwrap(),
-        Renewal::Refused(Refusal::NotOwner)
+        Renewal::Refused(Refusal::NeverHeld)
     );
 }
 
@@ -95,13 +95,14 @@ pub async fn release_frees_the_key_and_moves_the_counter<F: Face>(db: &TestDb) {
     );
     assert_eq!(
         face.inspect("k").await.unwrap(),
-        Some(LeaseState::Unowned {
-            epoch: Epoch::new(2)
+        Some(LeaseState::Free {
+            epoch: Epoch::new(2),
+            force_released: false,
         })
     );
     assert_eq!(
         face.release(lease.token()).await.unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::NeverHeld)
     );
     assert_eq!(epoch_of(face.inspect("k").await.unwrap()), 2);
 }
@@ -141,11 +142,11 @@ pub async fn a_renew_of_an_older_epoch_is_an_epoch_mismatch<F: Face>(db: &TestDb
     let second = granted(face.acquire("k", "a", TTL).await);
     assert_eq!(
         face.renew(first.token(), TTL).await.unwrap(),
-        Renewal::Refused(Refusal::EpochMismatch)
+        Renewal::Refused(Refusal::EpochMismatch { held: None })
     );
     assert_eq!(
         face.release(first.token()).await.unwrap(),
-        Release::Refused(Refusal::EpochMismatch)
+        Release::Refused(Refusal::EpochMismatch { held: None })
     );
     assert_eq!(
         epoch_of(face.inspect("k").await.unwrap()),
@@ -161,13 +162,17 @@ pub async fn a_lapsed_grant_is_refused_and_taken_over_with_a_higher_epoch<F: Fac
     wait_until_server_time_passes(&mut db.conn(), lease.expires_at());
     assert_eq!(
         face.renew(lease.token(), TTL).await.unwrap(),
-        Renewal::Refused(Refusal::Lapsed)
+        Renewal::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
     let next = granted(face.acquire("k", "b", TTL).await);
     assert!(next.epoch() > lease.epoch());
     assert_eq!(
         face.release(lease.token()).await.unwrap(),
-        Release::Refused(Refusal::Lapsed)
+        Release::Refused(Refusal::Lapsed {
+            taken_over_by: None
+        })
     );
 }
 
@@ -284,17 +289,17 @@ pub async fn batch_calls_answer_per_key_in_order<F: Face>(db: &TestDb) {
     let answers = face.renew_many(&tokens, TTL).await.unwrap();
     let keys: Vec<&str> = answers.iter().map(|k| k.key.as_str()).collect();
     assert_eq!(keys, ["b", "a", "never"]);
-    assert_eq!(answers[0].renewal, Renewal::Refused(Refusal::NotOwner));
+    assert_eq!(answers[0].renewal, Renewal::Refused(Refusal::NeverHeld));
     assert!(matches!(answers[1].renewal, Renewal::Renewed { .. }));
-    assert_eq!(answers[2].renewal, Renewal::Refused(Refusal::NotOwner));
+    assert_eq!(answers[2].renewal, Renewal::Refused(Refusal::NeverHeld));
     let released = face.release_many(&tokens).await.unwrap();
     let answers: Vec<Release> = released.iter().map(|k| k.release).collect();
     assert_eq!(
         answers,
         [
-            Release::Refused(Refusal::NotOwner),
+            Release::Refused(Refusal::NeverHeld),
             Release::Released,
-            Release::Refused(Refusal::NotOwner)
+            Release::Refused(Refusal::NeverHeld)
         ]
     );
     assert_eq!(epoch_of(face.inspect("a").await.unwrap()), 2);
@@ -356,7 +361,7 @@ pub async fn a_group_heartbeat_keeps_its_members_and_refuses_strangers<F: Face>(
     };
     assert_eq!(
         face.renew_group(group, "x", TTL).await.unwrap(),
-        leasehold::batch::GroupRenewal::Refused(Refusal::NotOwner)
+        leasehold::batch::GroupRenewal::Refused(Refusal::NeverHeld)
     );
     // The members outlive their own short expiry through the group's.
     wait_until_server_time_passes(&mut db.conn(), b.expires_at());
@@ -544,7 +549,15 @@ pub async fn g6_a_checked_write_needs_the_lease_held_now<F: Face>(db: &TestDb) {
     ] {
         match result {
             Err(GuardError::LeaseNotHeld { reason, epoch, .. }) => {
-                assert_eq!((reason, epoch.get()), (Refusal::Lapsed, 1));
+                assert_eq!(
+                    (reason, epoch.get()),
+                    (
+                        Refusal::Lapsed {
+                            taken_over_by: None
+                        },
+                        1
+                    )
+                );
             }
             other => panic!("expected LeaseNotHeld(lapsed), got {other:?}"),
         }
@@ -554,7 +567,9 @@ pub async fn g6_a_checked_write_needs_the_lease_held_now<F: Face>(db: &TestDb) {
         .await
     {
         Err(FencedError::Guard(GuardError::LeaseNotHeld {
-            reason: Refusal::Lapsed,
+            reason: Refusal::Lapsed {
+                taken_over_by: None,
+            },
             ..
         })) => {}
         other => panic!("expected LeaseNotHeld, got {other:?}"),
@@ -809,7 +824,7 @@ pub async fn a_keeper_renews_its_grant_until_stopped_and_stop_releases<F: Face>(
     assert_eq!(F::stop_keeping(kept).await.unwrap(), Release::Released);
     assert!(matches!(
         face.inspect("k").await.unwrap(),
-        Some(LeaseState::Unowned { .. })
+        Some(LeaseState::Free { .. })
     ));
 }
 
@@ -825,7 +840,7 @@ pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb)
     assert!(
         matches!(
             F::kept_loss(&kept),
-            Some(leasehold::hold::LeaseLoss::Refused(Refusal::NotOwner))
+            Some(leasehold::hold::LeaseLoss::Refused(Refusal::NeverHeld))
         ),
         "{}: {:?}",
         F::NAME,
@@ -834,7 +849,7 @@ pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb)
     assert!(!F::kept_is_valid(&kept));
     assert_eq!(
         F::stop_keeping(kept).await.unwrap(),
-        Release::Refused(Refusal::NotOwner)
+        Release::Refused(Refusal::NeverHeld)
     );
 }
 
