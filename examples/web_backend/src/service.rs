@@ -468,7 +468,7 @@ fn submit(
             Some(Some(accepted.get())),
         )?),
         Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
-            Err(stale(client, job, token, reason.as_reason(), None)?)
+            Err(stale(client, job, token, reason.as_status(), None)?)
         }
         Err(other) => Err(unavailable(other)),
     }
