@@ -47,17 +47,17 @@ fn a_refused_renew_resolves_the_loss_future_a_task_selects_on() {
             () = tokio::time::sleep(BOUND) => panic!("the loss was never reported"),
         };
         assert!(
-            matches!(loss, Some(LeaseLoss::Refused(Refusal::NeverHeld))),
+            matches!(loss, Some(LeaseLoss::Refused(Refusal::ForceReleased))),
             "{loss:?}"
         );
         assert!(!keeper.is_valid());
         assert!(matches!(
             keeper.loss(),
-            Some(LeaseLoss::Refused(Refusal::NeverHeld))
+            Some(LeaseLoss::Refused(Refusal::ForceReleased))
         ));
         assert_eq!(
             keeper.stop().await.unwrap(),
-            Release::Refused(Refusal::NeverHeld)
+            Release::Refused(Refusal::ForceReleased)
         );
     });
 }
@@ -161,7 +161,7 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
             .await
             .expect("reported in time");
         assert!(
-            matches!(loss, Some(LeaseLoss::Refused(Refusal::NeverHeld))),
+            matches!(loss, Some(LeaseLoss::Refused(Refusal::ForceReleased))),
             "{loss:?}"
         );
         assert_eq!(set.kept_keys(), ["k0", "k2"]);
@@ -181,7 +181,7 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
             released,
             [
                 ("k0".to_owned(), Release::Released),
-                ("k1".to_owned(), Release::Refused(Refusal::NeverHeld)),
+                ("k1".to_owned(), Release::Refused(Refusal::ForceReleased)),
                 ("k2".to_owned(), Release::Released)
             ]
         );

@@ -113,7 +113,7 @@ fn a_lease_lost_while_the_work_waits_resolves_stopped_and_the_outcome_is_lost() 
         assert!(
             matches!(
                 outcome,
-                WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::NeverHeld))
+                WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::ForceReleased))
             ),
             "{outcome:?}"
         );

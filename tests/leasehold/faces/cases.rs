@@ -102,7 +102,7 @@ pub async fn release_frees_the_key_and_moves_the_counter<F: Face>(db: &TestDb) {
     );
     assert_eq!(
         face.release(lease.token()).await.unwrap(),
-        Release::Refused(Refusal::NeverHeld)
+        Release::Refused(Refusal::Released)
     );
     assert_eq!(epoch_of(face.inspect("k").await.unwrap()), 2);
 }
@@ -142,11 +142,15 @@ pub async fn a_renew_of_an_older_epoch_is_an_epoch_mismatch<F: Face>(db: &TestDb
     let second = granted(face.acquire("k", "a", TTL).await);
     assert_eq!(
         face.renew(first.token(), TTL).await.unwrap(),
-        Renewal::Refused(Refusal::EpochMismatch { held: None })
+        Renewal::Refused(Refusal::EpochMismatch {
+            held: Some(second.epoch())
+        })
     );
     assert_eq!(
         face.release(first.token()).await.unwrap(),
-        Release::Refused(Refusal::EpochMismatch { held: None })
+        Release::Refused(Refusal::EpochMismatch {
+            held: Some(second.epoch())
+        })
     );
     assert_eq!(
         epoch_of(face.inspect("k").await.unwrap()),
@@ -171,7 +175,7 @@ pub async fn a_lapsed_grant_is_refused_and_taken_over_with_a_higher_epoch<F: Fac
     assert_eq!(
         face.release(lease.token()).await.unwrap(),
         Release::Refused(Refusal::Lapsed {
-            taken_over_by: None
+            taken_over_by: Some(next.epoch())
         })
     );
 }
@@ -289,7 +293,7 @@ pub async fn batch_calls_answer_per_key_in_order<F: Face>(db: &TestDb) {
     let answers = face.renew_many(&tokens, TTL).await.unwrap();
     let keys: Vec<&str> = answers.iter().map(|k| k.key.as_str()).collect();
     assert_eq!(keys, ["b", "a", "never"]);
-    assert_eq!(answers[0].renewal, Renewal::Refused(Refusal::NeverHeld));
+    assert_eq!(answers[0].renewal, Renewal::Refused(Refusal::Released));
     assert!(matches!(answers[1].renewal, Renewal::Renewed { .. }));
     assert_eq!(answers[2].renewal, Renewal::Refused(Refusal::NeverHeld));
     let released = face.release_many(&tokens).await.unwrap();
@@ -297,7 +301,7 @@ pub async fn batch_calls_answer_per_key_in_order<F: Face>(db: &TestDb) {
     assert_eq!(
         answers,
         [
-            Release::Refused(Refusal::NeverHeld),
+            Release::Refused(Refusal::Released),
             Release::Released,
             Release::Refused(Refusal::NeverHeld)
         ]
@@ -840,7 +844,7 @@ pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb)
     assert!(
         matches!(
             F::kept_loss(&kept),
-            Some(leasehold::hold::LeaseLoss::Refused(Refusal::NeverHeld))
+            Some(leasehold::hold::LeaseLoss::Refused(Refusal::ForceReleased))
         ),
         "{}: {:?}",
         F::NAME,
@@ -849,7 +853,7 @@ pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb)
     assert!(!F::kept_is_valid(&kept));
     assert_eq!(
         F::stop_keeping(kept).await.unwrap(),
-        Release::Refused(Refusal::NeverHeld)
+        Release::Refused(Refusal::ForceReleased)
     );
 }
 
