@@ -32,8 +32,8 @@ use leasehold_local::{DatabaseServer, LocalPostgres};
 /// hook every release calls (`lease._on_release`, migration
 /// 2026-12-01-000002_rules) emptied in the comparison database only.
 const WITHOUT_WAKE: &str =
-    "CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea) RETURNS void \
-     LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$ BEGIN END; $$";
+    "CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea) RETURNS boolean \
+     LANGUAGE sql VOLATILE AS $$ SELECT false $$";
 const TTL: Duration = Duration::from_secs(30);
 
 type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;

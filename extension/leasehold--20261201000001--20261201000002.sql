@@ -700,28 +700,50 @@ AS $$
     SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.substring(key_hash, 1, 4), 'hex'))::bit(32)::integer
 $$;
 
--- The wake-up after a key became FREE (the waiting protocol, see
--- 000005_waiting for why no release is missed): every function that frees
--- a key calls it in the freeing transaction, after its write. Two
--- statements, in this order: the look-up must take its snapshot after the
--- lock is held. While lease.waiters has no pages it has no row, committed
--- or not, so the look-up is skipped. Under REPEATABLE READ or SERIALIZABLE
--- the look-up would read the transaction's older snapshot, so it notifies
--- unconditionally.
-CREATE FUNCTION lease._on_release(key_hash bytea)
-RETURNS void
+-- Notifies the waiters of a key that became FREE (channel lease_released,
+-- the digest in hex): always, or with `only_if_waiting` only when a
+-- waiter's registration is visible to a snapshot taken now. Called by
+-- lease._on_release alone.
+CREATE FUNCTION lease._notify_released(key_hash bytea, only_if_waiting boolean)
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed'
-       OR NOT pg_try_advisory_xact_lock(lease._waiter_class(), lease._waiter_lock_id(_on_release.key_hash)) THEN
-        PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
-    ELSIF pg_relation_size('lease.waiters'::regclass) <> 0
-          AND EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _on_release.key_hash) THEN
-        PERFORM pg_notify('lease_released', encode(_on_release.key_hash, 'hex'));
+    IF only_if_waiting
+       AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _notify_released.key_hash) THEN
+        RETURN false;
     END IF;
+    PERFORM pg_notify('lease_released', encode(_notify_released.key_hash, 'hex'));
+    RETURN true;
 END;
+$$;
+
+-- The wake-up after a key became FREE (the waiting protocol, see
+-- 000005_waiting for why no release is missed): every function that frees
+-- a key calls it in the freeing transaction, after its write, and learns
+-- whether it notified (lease._notify_released, above). In this order: the
+-- try-lock, then the look-up, which must take its snapshot after the lock
+-- is held. While
+-- lease.waiters has no pages it has no row, committed or not, so there is
+-- nobody to wake and no look-up. Under REPEATABLE READ or SERIALIZABLE the
+-- look-up would read the transaction's older snapshot, so it notifies
+-- unconditionally, as it does when the try-lock fails (a waiter is
+-- registering). Inlined (a CASE evaluates its branches in order), so a
+-- release with nobody waiting runs no statement for it.
+CREATE FUNCTION lease._on_release(key_hash bytea)
+RETURNS boolean
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE
+        WHEN pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
+            THEN lease._notify_released(key_hash, false)
+        WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lease._waiter_class(), lease._waiter_lock_id(key_hash))
+            THEN lease._notify_released(key_hash, false)
+        WHEN pg_catalog.pg_relation_size('lease.waiters'::pg_catalog.regclass) OPERATOR(pg_catalog.=) 0
+            THEN false
+        ELSE lease._notify_released(key_hash, true)
+    END
 $$;
 
 -- The lineage of this installation: generation 0 on the timeline it is

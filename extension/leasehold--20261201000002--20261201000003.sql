@@ -29,16 +29,16 @@ SET LOCAL lock_timeout = '5s';
 -- fixed bound of 1 second that docs/SPECIFICATION.md §1.5 states. Never 0,
 -- which would mean "no limit", and never above what lock_timeout takes
 -- (2^31 - 1 ms, about 24.8 days): a longer wait meets that cap first, and
--- lease.acquire then tries again while its wait lasts.
+-- lease.acquire then tries again while its wait lasts. Inlined: no SET
+-- clause (every name is qualified instead) and `left` is used once, so a
+-- volatile argument does not keep the planner from inlining it; a call
+-- that is not inlined is parsed and planned at every use.
 CREATE FUNCTION lease._lock_budget("left" interval)
 RETURNS text
 LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE
-        WHEN "left" IS NULL THEN '1000'
-        ELSE LEAST(2147483647, GREATEST(1, ceil(EXTRACT(epoch FROM "left") * 1000)))::bigint::text
-    END
+    SELECT COALESCE(LEAST(2147483647, GREATEST(1, pg_catalog.ceil(pg_catalog.date_part('epoch', "left") OPERATOR(pg_catalog.*) 1000)))::pg_catalog.int8::pg_catalog.text,
+                    '1000')
 $$;
 
 -- Bounds the next lock wait of this transaction by what is `left` of a
@@ -231,20 +231,24 @@ DECLARE
     v_row record;
     v_settled record;
 BEGIN
+    -- One test for the common case; which rule failed, in the
+    -- specification's order, only when it fails. A grant writes, so
+    -- acquire refuses a read-only transaction (a standby, a primary being
+    -- demoted) before it reads anything, denials included: a denial read
+    -- on a server that no longer takes writes would answer from state that
+    -- may be stale.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
-            AND lease._wait_ok(acquire.wait)) THEN
-        PERFORM lease._raise_invalid('acquire',
-            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._ttl_violations(acquire.ttl) || lease._wait_violations(acquire.wait));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
-        PERFORM lease._raise_forbidden('acquire', 'key', v_key);
-    END IF;
-    -- A grant writes, so acquire refuses a read-only transaction (a
-    -- standby, a primary being demoted) before it reads anything, denials
-    -- included: a denial read on a server that no longer takes writes
-    -- would answer from state that may be stale.
-    IF current_setting('transaction_read_only')::boolean THEN
+            AND lease._wait_ok(acquire.wait) AND lease._allowed(v_key)
+            AND NOT current_setting('transaction_read_only')::boolean) THEN
+        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
+                AND lease._wait_ok(acquire.wait)) THEN
+            PERFORM lease._raise_invalid('acquire',
+                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+                || lease._ttl_violations(acquire.ttl) || lease._wait_violations(acquire.wait));
+        END IF;
+        IF NOT lease._allowed(v_key) THEN
+            PERFORM lease._raise_forbidden('acquire', 'key', v_key);
+        END IF;
         RAISE EXCEPTION 'cannot execute lease.acquire in a read-only transaction'
             USING ERRCODE = '25006';
     END IF;
@@ -347,14 +351,18 @@ DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
     v_hash bytea;
+    v_durable text;
 BEGIN
+    -- One test for the common case; which rule failed, in the
+    -- specification's order, only when it fails.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND renew.epoch IS NOT NULL
-            AND lease._ttl_ok(renew.ttl)) THEN
-        PERFORM lease._raise_invalid('renew',
-            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._ttl_violations(renew.ttl) || lease._epoch_violations('epoch', renew.epoch, NULL));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
+            AND lease._ttl_ok(renew.ttl) AND lease._allowed(v_key)) THEN
+        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND renew.epoch IS NOT NULL
+                AND lease._ttl_ok(renew.ttl)) THEN
+            PERFORM lease._raise_invalid('renew',
+                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+                || lease._ttl_violations(renew.ttl) || lease._epoch_violations('epoch', renew.epoch, NULL));
+        END IF;
         PERFORM lease._raise_forbidden('renew', 'key', v_key);
     END IF;
     v_hash := lease._key_hash(v_key);
@@ -368,11 +376,10 @@ BEGIN
                SET expires_at = lease._expires_in(renew.ttl)
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = renew.epoch
                AND lease._live(l)
-            RETURNING l.expires_at INTO renew.expires_at;
+            RETURNING l.expires_at, lease._make_durable() INTO renew.expires_at, v_durable;
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'LH001';
             END IF;
-            PERFORM lease._make_durable();
             status := 'ok';
             RETURN;
         EXCEPTION WHEN SQLSTATE 'LH001' THEN
@@ -403,13 +410,15 @@ DECLARE
     v_owner text COLLATE "C" := owner;
     v_hash bytea;
     v_group bigint;
+    v_durable text;
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL) THEN
-        PERFORM lease._raise_invalid('release',
-            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._epoch_violations('epoch', release.epoch, NULL));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL
+            AND lease._allowed(v_key)) THEN
+        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL) THEN
+            PERFORM lease._raise_invalid('release',
+                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
+                || lease._epoch_violations('epoch', release.epoch, NULL));
+        END IF;
         PERFORM lease._raise_forbidden('release', 'key', v_key);
     END IF;
     v_hash := lease._key_hash(v_key);
@@ -421,7 +430,8 @@ BEGIN
             UPDATE lease.leases AS l
                SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
-               AND l.group_id IS NULL AND lease._live(l);
+               AND l.group_id IS NULL AND lease._live(l)
+            RETURNING lease._make_durable() INTO v_durable;
             IF NOT FOUND THEN
                 -- A grant in a group: lock it to learn its group, then
                 -- release it and count it out of the group.
@@ -437,9 +447,9 @@ BEGIN
                    SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1, group_id = NULL
                  WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
+                PERFORM lease._make_durable();
             END IF;
             PERFORM lease._on_release(v_hash);
-            PERFORM lease._make_durable();
             status := 'ok';
             RETURN;
         EXCEPTION WHEN SQLSTATE 'LH001' THEN
@@ -465,10 +475,10 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
 BEGIN
-    IF NOT lease._name_ok(v_key) THEN
-        PERFORM lease._raise_invalid('inspect', lease._text_violations('key', v_key));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._allowed(v_key)) THEN
+        IF NOT lease._name_ok(v_key) THEN
+            PERFORM lease._raise_invalid('inspect', lease._text_violations('key', v_key));
+        END IF;
         PERFORM lease._raise_forbidden('inspect', 'key', v_key);
     END IF;
     RETURN QUERY
@@ -499,10 +509,10 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
 BEGIN
-    IF NOT lease._name_ok(v_key) THEN
-        PERFORM lease._raise_invalid('key_state', lease._text_violations('key', v_key));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
+    IF NOT (lease._name_ok(v_key) AND lease._allowed(v_key)) THEN
+        IF NOT lease._name_ok(v_key) THEN
+            PERFORM lease._raise_invalid('key_state', lease._text_violations('key', v_key));
+        END IF;
         PERFORM lease._raise_forbidden('key_state', 'key', v_key);
     END IF;
     RETURN QUERY

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Server CPU time per call of SQL expressions, for weighing one change to the
-# SQL against another (docs/PERFORMANCE.md, "How the levers were measured").
+# SQL against another (docs/PERFORMANCE.md, "How costs are counted").
 #
 #   benches/levers/cpu_per_call.sh [-n CALLS] [-r ROUNDS] [-b SQL] [-s] EXPRESSION...
 #

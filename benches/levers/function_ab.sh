@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The SQL functions of one version of migrations/ against those of another,
 # beside the fast paths and the floors they are to be measured by, on one
-# server, runs interleaved (docs/PERFORMANCE.md, "Fast paths without a
-# function call"). Made for the change that removes the fast paths of
-# migration 7: its question is whether lease.renew, lease.acquire and
-# lease.release, lease.inspect and lease.admit alone are now as fast as the
-# fast paths were.
+# server, runs interleaved (docs/PERFORMANCE.md, "One SQL path"). Made for
+# the change that removes the fast paths of migration 7: its question is
+# whether lease.renew, lease.acquire and lease.release, lease.inspect and
+# lease.admit alone are now as fast as the fast paths were.
 #
 #   benches/levers/function_ab.sh [-r ROUNDS] [-s SECONDS] [-b REV] [-a REV] [-o FILE]
 #
@@ -53,7 +52,7 @@
 #                                     of the held key
 #
 # A cycle is two transactions (acquire, release), as for the peers in
-# fast_path_ab.sh; its latency is the pair's. Before measuring, each path is
+# benches/compare.sh; its latency is the pair's. Before measuring, each path is
 # run once with psql to check that it does what the workload assumes (the
 # fast paths return a row, the denial is a denial, ...); the before_fast_*
 # workloads are left out when the before revision has no lease.fast_renew.

@@ -4,7 +4,7 @@
 # the floors they are measured by. CPU time on a shared 2-core VM moves by
 # ±20 % between runs; an instruction count moves by well under 1 %, so
 # this is the instrument for "what does this piece of a function cost"
-# (docs/PERFORMANCE.md, "One SQL path").
+# (docs/PERFORMANCE.md, "How costs are counted").
 #
 #   benches/levers/instructions.sh [-b REV] [-n CALLS]
 #

@@ -1,5 +1,6 @@
 -- Removes the functions of rules (up.sql), newest first.
 DROP FUNCTION IF EXISTS lease._on_release(bytea);
+DROP FUNCTION IF EXISTS lease._notify_released(bytea, boolean);
 DROP FUNCTION IF EXISTS lease._waiter_lock_id(bytea);
 DROP FUNCTION IF EXISTS lease._waiter_class();
 DROP FUNCTION IF EXISTS lease._raise_contention(text, text);

@@ -240,12 +240,14 @@ const INLINED_HELPERS: &[&str] = &[
     "_limit_lock_wait",
     "_lineage_generation",
     "_live",
+    "_lock_budget",
     "_make_durable",
     "_max_batch",
     "_max_generation",
     "_max_name_bytes",
     "_max_span",
     "_name_ok",
+    "_on_release",
     "_plain_span_within",
     "_timeline",
     "_ttl_ok",
@@ -294,7 +296,7 @@ fn every_function_pins_its_search_path_and_no_rule_exists() {
            FROM pg_proc AS p
           WHERE p.pronamespace = 'lease'::regnamespace
             AND p.proconfig IS NULL
-            AND p.prosrc ~ '(^|[^._a-z])(clock_timestamp|convert_to|sha256|octet_length|pg_relation_size|current_setting|set_config|encode|substring|date_part)\\('
+            AND p.prosrc ~ '(^|[^._a-z])(clock_timestamp|convert_to|sha256|octet_length|pg_relation_size|current_setting|set_config|encode|substring|date_part|ceil|pg_try_advisory_xact_lock)\\('
           ORDER BY 1",
     );
     assert!(
@@ -887,6 +889,80 @@ fn the_common_grant_and_denial_never_take_the_settling_step() {
             "SELECT string_agg(key || '=' || owner, ',' ORDER BY key) AS line FROM lease.leases"
         ),
         ["common/free=b,common/held=a,common/lapsed=b,common/new=b"]
+    );
+}
+
+/// The helpers written to be inlined are inlined where the common paths
+/// call them: a release with nobody waiting runs no statement and no
+/// function call for its wake-up (`lease._on_release` inlined; its
+/// look-up, `lease._notify_released`, not called), and the lock bound of
+/// a never-seen key's first grant is an expression, not a SQL function
+/// parsed and planned at every call (`lease._lock_budget`). Counted by
+/// the server (`track_functions = 'all'` counts a SQL function's calls
+/// only when it runs as a call, not inlined); a registered waiter (the
+/// control) makes the release call the look-up and notify.
+#[test]
+fn the_wake_up_and_the_lock_bound_are_inlined_on_the_common_paths() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("SET track_functions = 'all'")
+        .expect("count function calls (superuser)");
+    let calls = |conn: &mut diesel::PgConnection, call: &str| -> String {
+        conn.batch_execute("BEGIN").expect("begin");
+        conn.batch_execute(call).expect("the call");
+        let counted = query_lines(
+            conn,
+            "SELECT string_agg(f || '=' || COALESCE(pg_stat_get_xact_function_calls(f::regprocedure), 0), ' '
+                               ORDER BY f) AS line
+               FROM unnest(ARRAY['lease._lock_budget(interval)', 'lease._on_release(bytea)',
+                                 'lease._notify_released(bytea, boolean)']) AS f",
+        );
+        conn.batch_execute("COMMIT").expect("commit");
+        format!("{call}: {}", counted[0])
+    };
+    let acquire = "SELECT * FROM lease.acquire('inline/new', 'a', interval '1 min')";
+    let epoch = |conn: &mut diesel::PgConnection| {
+        query_lines(
+            conn,
+            "SELECT epoch::text AS line FROM lease.leases WHERE key = 'inline/new'",
+        )
+        .remove(0)
+    };
+    let counts_of = |calls_so_far: [u32; 3]| {
+        format!(
+            "lease._lock_budget(interval)={} lease._notify_released(bytea, boolean)={} lease._on_release(bytea)={}",
+            calls_so_far[0], calls_so_far[1], calls_so_far[2]
+        )
+    };
+    assert_eq!(
+        calls(&mut conn, acquire),
+        format!("{acquire}: {}", counts_of([0, 0, 0]))
+    );
+    let release = format!(
+        "SELECT status FROM lease.release('inline/new', 'a', {})",
+        epoch(&mut conn)
+    );
+    assert_eq!(
+        calls(&mut conn, &release),
+        format!("{release}: {}", counts_of([0, 0, 0]))
+    );
+    // The control: a waiter registered on the key, so the next release
+    // looks it up.
+    assert_eq!(
+        calls(&mut conn, acquire),
+        format!("{acquire}: {}", counts_of([0, 0, 0]))
+    );
+    let mut waiter = db.conn();
+    waiter
+        .batch_execute("SELECT lease._waiter_watch('inline/new')")
+        .expect("register a waiter (superuser)");
+    let release = format!(
+        "SELECT status FROM lease.release('inline/new', 'a', {})",
+        epoch(&mut conn)
+    );
+    assert_eq!(
+        calls(&mut conn, &release),
+        format!("{release}: {}", counts_of([0, 1, 0]))
     );
 }
 
