@@ -227,23 +227,26 @@ pub fn run_pgbench(
 
 /// What the Rust client sends for an acquire without a wait
 /// (src/sql/calls.rs, `AcquireCall`, with the wait of `acquire`: zero):
-/// the same statement, one whatever it answers. With `gset`, the answer's
-/// columns become pgbench variables (`:epoch` for a release after it).
+/// the same statement, one whatever it answers: the call in the select
+/// list. With `gset`, the answer's epoch becomes the pgbench variable
+/// `:epoch` for a release after it (a field of the same single call).
 pub fn client_acquire(key: &str, owner: &str, ttl: &str, gset: bool) -> String {
-    let end = if gset { " \\gset" } else { ";" };
-    format!(
-        "SELECT acquired, epoch, expires_at FROM lease.acquire({key}, {owner}, {ttl}, interval '0'){end}\n"
-    )
+    let call = format!("lease.acquire({key}, {owner}, {ttl}, interval '0')");
+    if gset {
+        format!("SELECT ({call}).epoch AS epoch \\gset\n")
+    } else {
+        format!("SELECT {call};\n")
+    }
 }
 
 /// What the Rust client sends for a renew (`RenewCall`).
 pub fn client_renew(key: &str, owner: &str, epoch: &str, ttl: &str) -> String {
-    format!("SELECT status, expires_at FROM lease.renew({key}, {owner}, {epoch}, {ttl});\n")
+    format!("SELECT lease.renew({key}, {owner}, {epoch}, {ttl});\n")
 }
 
 /// What the Rust client sends for a release (`ReleaseCall`).
 pub fn client_release(key: &str, owner: &str, epoch: &str) -> String {
-    format!("SELECT status FROM lease.release({key}, {owner}, {epoch});\n")
+    format!("SELECT lease.release({key}, {owner}, {epoch});\n")
 }
 
 /// The common calls that both pgbench (as the SQL the client sends) and
