@@ -158,7 +158,7 @@ lh_renew="SELECT lease.renew(\$1, \$2, \$3, \$4)"
 # The probe below reads acquire's answer by column.
 probe_acquire="SELECT acquired, epoch, expires_at FROM lease.acquire(\$1, \$2, \$3, \$4)"
 lh_inspect="SELECT held, owner, epoch, expires_at FROM lease.inspect(\$1)"
-lh_key_state="SELECT state, owner, epoch, expires_at, ended FROM lease.key_state(\$1)"
+lh_key_state="SELECT lease.key_state(\$1)"
 lh_admit="SELECT true AS admitted FROM lease.admit(\$1, \$2, \$3)"
 lh_admit_held="SELECT lease.admit_held(\$1, \$2, \$3, \$4)"
 lh_renew_many="SELECT key, status, expires_at FROM lease.renew_many(\$1, \$2, \$3, \$4, \$5)"
@@ -346,7 +346,7 @@ row_inspect() {
 row_key_state() {
     echo "PREPARE p(text) AS $lh_key_state;"
     for _ in $(seq "$1"); do echo "EXECUTE p('held');"; done
-    expect=('state = "held":1')
+    expect=('key_state = "(held,:1')
 }
 row_admit() {
     echo "PREPARE p(text, text, bigint) AS $lh_admit;"
@@ -428,6 +428,13 @@ row_definer_renew() {
     for _ in $(seq "$1"); do echo "EXECUTE p('held', 'owner', $held_epoch, '1 hour');"; done
     expect=('renew_minimal = "(ok,:1')
 }
+# The same read called in the select list, as the Rust client calls
+# lease.key_state: the reference for that row.
+row_definer_read_col() {
+    echo "PREPARE p(text) AS SELECT c.inspect_minimal(\$1);"
+    for _ in $(seq "$1"); do echo "EXECUTE p('held');"; done
+    expect=('inspect_minimal = "(t,:1')
+}
 row_definer_read() {
     echo "PREPARE p(text) AS SELECT * FROM c.inspect_minimal(\$1);"
     for _ in $(seq "$1"); do echo "EXECUTE p('held');"; done
@@ -475,7 +482,7 @@ if [ -n "$instructions" ]; then
                floor floor_check definer_renew renew_group; do
         measure "$row"
     done
-    [ "$key_state" = f ] || measure key_state
+    [ "$key_state" = f ] || { measure key_state; measure definer_read_col; }
     measure renew_many "$batch_calls"
     line() { # call leasehold shedlock pglock reference ratio
         printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$(num "${cost[$2]:-}")" "$(num "${cost[$3]:-}")" \
@@ -495,8 +502,8 @@ if [ -n "$instructions" ]; then
         line "inspect (reference: minimal definer read of the row)" inspect - - definer_read \
             "$(ratio "${cost[inspect]}" "${cost[definer_read]}") reference"
         if [ "$key_state" = t ]; then
-            line "key_state (the Rust client's inspect; reference: the same read)" key_state - - definer_read \
-                "$(ratio "${cost[key_state]}" "${cost[definer_read]}") reference"
+            line "key_state (the Rust client's inspect, in the select list; reference: the same read, so called)" key_state - - definer_read_col \
+                "$(ratio "${cost[key_state]}" "${cost[definer_read_col]}") reference"
         fi
         line "admit (\`lease.admit\`, the guard row exists)" admit - - - "–"
         line "admit_held" admit_held - - - "–"

@@ -209,12 +209,13 @@ $$;
 -- the caller's transaction ends; a denied or waiting attempt keeps no lock.
 --
 -- Each attempt settles the key in a fixed number of steps. The common
--- cases take one read of the row and, for a grant, one UPDATE: under READ
+-- cases take one read of the row and, for a grant, one write: under READ
 -- COMMITTED a live grant of another owner is the common denial (no lock
 -- taken); a FREE or LAPSED row outside any heartbeat group that nobody has
--- locked (SKIP LOCKED never waits) is granted when the lineage row is
--- current (checked by this server, no newer timeline to record: see
--- lease.lineage). Everything else goes to lease._acquire_settle.
+-- locked (SKIP LOCKED never waits) is granted by one UPDATE, and a key
+-- without a row by one INSERT, when the lineage row is current (checked by
+-- this server, no newer timeline to record: see lease.lineage). Everything
+-- else goes to lease._acquire_settle.
 CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
                               OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
@@ -230,6 +231,8 @@ DECLARE
     v_rc boolean;
     v_row record;
     v_settled record;
+    v_saved_lock_timeout text;
+    v_busy boolean;   -- true: a lock wait ran out (NULL: no)
 BEGIN
     -- One test for the common case; which rule failed, in the
     -- specification's order, only when it fails. A grant writes, so
@@ -297,17 +300,58 @@ BEGIN
             IF acquired THEN
                 EXIT;
             END IF;
-        END IF;
-        IF NOT (v_rc AND FOUND AND v_row.live AND v_row.owner <> v_owner) THEN
-            v_settled := lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
-                                               COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
-            IF v_settled.outcome IN ('granted', 'held') THEN
-                acquired := true;
-                epoch := v_settled.epoch;
-                expires_at := v_settled.expires_at;
+        ELSIF NOT FOUND THEN
+            -- The first grant of a key without a row, in one INSERT when the
+            -- lineage row is current (as for the common grant). ON CONFLICT
+            -- DO NOTHING waits for a concurrent first grant of the key to
+            -- end, within what is left of the call's bound (lock_timeout,
+            -- put back after), then inserts nothing: such a conflict, or a
+            -- lineage to record, goes to the settling step; a wait that ran
+            -- out is busy, as in the settling step. Nothing is locked
+            -- unless it inserts.
+            v_saved_lock_timeout := current_setting('lock_timeout');
+            BEGIN
+                -- Written so that no plan folds the bound into a constant
+                -- (which would run lease._lock_budget as a call when the
+                -- plan is made).
+                PERFORM lease._limit_lock_wait(COALESCE(v_deadline, lease._expires_in(interval '1 second'))
+                                               - clock_timestamp());
+                INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
+                SELECT v_key, v_hash, v_owner, e.epoch, lease._expires_in(acquire.ttl), NULL, e.epoch
+                  FROM (SELECT lease._grant_epoch(NULL, lease._lineage_generation(lg, lg.last_timeline),
+                                                  lg.pruned_through) AS epoch
+                          FROM lease.lineage AS lg
+                         WHERE lg.singleton
+                           AND lg.checked_start = pg_postmaster_start_time()
+                           AND lg.last_timeline = lease._timeline()) AS e
+                ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
+                RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+                acquired := FOUND;
+            EXCEPTION WHEN lock_not_available THEN
+                v_busy := true;
+            END;
+            PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
+            IF acquired THEN
                 EXIT;
             END IF;
-            IF v_settled.outcome = 'busy' THEN
+        END IF;
+        -- Not granted above: anything but another owner's live grant read
+        -- under READ COMMITTED (the common denial) settles. No row, or a
+        -- row that was not live, settles too (v_row.live NULL or false).
+        IF v_busy OR NOT (v_rc AND COALESCE(v_row.live AND v_row.owner <> v_owner, false)) THEN
+            IF v_busy IS NOT TRUE THEN
+                v_settled := lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
+                                                   COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
+                IF v_settled.outcome IN ('granted', 'held') THEN
+                    acquired := true;
+                    epoch := v_settled.epoch;
+                    expires_at := v_settled.expires_at;
+                    EXIT;
+                END IF;
+                v_busy := v_settled.outcome = 'busy';
+            END IF;
+            IF v_busy THEN
+                v_busy := NULL;
                 IF v_deadline IS NULL OR clock_timestamp() >= v_deadline THEN
                     PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
                         CASE WHEN v_deadline IS NULL

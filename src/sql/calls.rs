@@ -9,9 +9,9 @@
 //! `QueryId` is prepared once per connection and afterwards costs exactly one
 //! round trip: `Bind`/`Execute` of the named statement.
 //!
-//! The one-row calls the hot paths make (acquire, renew, release) are called
-//! in the select list, `SELECT lease.renew(…)`, and their record decoded:
-//! a call in `FROM` runs through a function scan that stores its row first,
+//! The calls the hot paths make (acquire, renew, release, and key_state for
+//! inspect) are called in the select list, `SELECT lease.renew(…)`, and
+//! their record decoded: a call in `FROM` runs through a function scan,
 //! about 13,000 server instructions more per call (docs/PERFORMANCE.md).
 
 use chrono::{DateTime, Utc};
@@ -191,8 +191,8 @@ lease_call! {
 lease_call! {
     /// `lease.key_state(key)`: no row for a never-seen key.
     KeyStateCall { key: &'a str => Text }
-    sql = "SELECT state, owner, epoch, expires_at, ended FROM lease.key_state";
-    row = (Text, Nullable<Text>, BigInt, Nullable<Timestamptz>, Nullable<Text>);
+    sql = "SELECT lease.key_state";
+    row = Record<(Text, Nullable<Text>, BigInt, Nullable<Timestamptz>, Nullable<Text>)>;
     rust = (String, Option<String>, i64, Option<DateTime<Utc>>, Option<String>);
 }
 
