@@ -977,6 +977,65 @@ fn the_wake_up_and_the_lock_bound_are_inlined_on_the_common_paths() {
     );
 }
 
+/// Every path of `lease.acquire` puts the caller's lock_timeout back: the
+/// common grant, a first grant (one INSERT), the settling step (here the
+/// caller's own grant), and a first grant that waited for another
+/// session's first grant of the same key until that one rolled back. The
+/// first grant and the settling step bound their lock waits by setting
+/// lock_timeout for the rest of the call; left set, the caller's next
+/// statements would give up on their locks early.
+#[test]
+fn acquire_puts_the_callers_lock_timeout_back_on_every_path() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let mut other = db.conn();
+    let mut observer = db.conn();
+    let released = granted(other.acquire("timeout/free", "a", TTL).unwrap());
+    assert_eq!(
+        other.release(&released).unwrap(),
+        leasehold::Release::Released
+    );
+    granted(conn.acquire("timeout/own", "o", TTL).unwrap());
+    let in_transaction = |conn: &mut diesel::PgConnection, call: &str| -> String {
+        conn.batch_execute("BEGIN; SET LOCAL lock_timeout = '7s'")
+            .expect("begin");
+        let answer =
+            query_lines(conn, &format!("SELECT acquired::text AS line FROM {call}")).remove(0);
+        let setting = query_lines(conn, "SELECT current_setting('lock_timeout') AS line").remove(0);
+        conn.batch_execute("COMMIT").expect("commit");
+        format!("{call}: acquired {answer}, lock_timeout {setting}")
+    };
+    let calls = [
+        "lease.acquire('timeout/free', 'o', interval '1 min')",
+        "lease.acquire('timeout/new', 'o', interval '1 min')",
+        "lease.acquire('timeout/own', 'o', interval '1 min')",
+    ];
+    for call in calls {
+        assert_eq!(
+            in_transaction(&mut conn, call),
+            format!("{call}: acquired true, lock_timeout 7s")
+        );
+    }
+    other
+        .batch_execute(
+            "BEGIN; SELECT * FROM lease.acquire('timeout/contended', 'x', interval '1 min')",
+        )
+        .expect("another session's first grant, not committed");
+    let contended = "lease.acquire('timeout/contended', 'o', interval '1 min', interval '30 s')";
+    let answer = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| in_transaction(&mut conn, contended));
+        wait_for_lock_waiter(&mut observer, &db.name);
+        other
+            .batch_execute("ROLLBACK")
+            .expect("roll the other first grant back");
+        waiting.join().expect("the waiting acquire")
+    });
+    assert_eq!(
+        answer,
+        format!("{contended}: acquired true, lock_timeout 7s")
+    );
+}
+
 /// A call on one key (or one resource) reads that key's row (and that
 /// resource's guard) through the primary key, never its way through other
 /// rows of `lease.leases` or `lease.guards`, so it costs the same with a
