@@ -233,6 +233,7 @@ DECLARE
     v_settled record;
     v_saved_lock_timeout text;
     v_busy boolean;   -- true: a lock wait ran out (NULL: no)
+    v_left interval;  -- what is left of the wait at this poll
 BEGIN
     -- One test for the common case; which rule failed, in the
     -- specification's order, only when it fails. A grant writes, so
@@ -368,11 +369,14 @@ BEGIN
             acquired := false;
             RETURN;
         END IF;
-        IF clock_timestamp() >= v_deadline THEN
+        -- One reading of the clock decides both whether the wait is over
+        -- and how long to sleep: a poll never sleeps past the deadline.
+        v_left := v_deadline - clock_timestamp();
+        IF v_left <= interval '0' THEN
             PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
                 format('stayed held by another owner for the whole wait of %s', acquire.wait));
         END IF;
-        PERFORM pg_sleep(LEAST(0.05, GREATEST(0, EXTRACT(epoch FROM v_deadline - clock_timestamp()))::double precision));
+        PERFORM pg_sleep(LEAST(0.05, EXTRACT(epoch FROM v_left)::double precision));
     END LOOP;
     PERFORM lease._make_durable();
 END;

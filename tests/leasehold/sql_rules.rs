@@ -828,6 +828,49 @@ fn the_generation_is_read_without_writing_even_when_the_row_is_not_checked() {
     );
 }
 
+/// The common denial reads the key's row once and writes nothing: another
+/// owner's live grant, read under READ COMMITTED, is the answer, with no
+/// attempt to update the row (which would read it twice more, in a
+/// subtransaction, before finding it live). Counted by the server
+/// (`pg_stat_xact_user_tables`, scans of `lease.leases` and rows updated
+/// in the transaction); the control is the grant of the same key once it
+/// is free, which reads it to find it free, then locks and updates it.
+#[test]
+fn the_common_denial_reads_the_keys_row_once_and_writes_nothing() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let mut other = db.conn();
+    let held = granted(other.acquire("denial/held", "a", TTL).unwrap());
+    let leases_use = |conn: &mut diesel::PgConnection| -> String {
+        let counts = "SELECT format('%s %s', COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_upd) AS line
+                        FROM pg_stat_xact_user_tables WHERE schemaname = 'lease' AND relname = 'leases'";
+        conn.batch_execute("BEGIN").expect("begin");
+        let before = query_lines(conn, counts).remove(0);
+        conn.batch_execute("SELECT * FROM lease.acquire('denial/held', 'b', interval '1 min')")
+            .expect("the call");
+        let after = query_lines(conn, counts).remove(0);
+        conn.batch_execute("COMMIT").expect("commit");
+        let parse = |text: &str| -> Vec<i64> {
+            text.split(' ')
+                .map(|n| n.parse().expect("a count"))
+                .collect()
+        };
+        let (before, after) = (parse(&before), parse(&after));
+        format!(
+            "{} reads, {} writes",
+            after[0] - before[0],
+            after[1] - before[1]
+        )
+    };
+    let denied = leases_use(&mut conn);
+    assert_eq!(other.release(&held).unwrap(), leasehold::Release::Released);
+    let granted_after = leases_use(&mut conn);
+    assert_eq!(
+        (denied.as_str(), granted_after.as_str()),
+        ("1 reads, 0 writes", "3 reads, 1 writes")
+    );
+}
+
 /// The common grant and the common denial take the first step of an
 /// attempt and never the settling step (docs/SPECIFICATION.md §1.3, "How
 /// an attempt settles the key"): the speed of the common path rests on
