@@ -180,6 +180,9 @@ pub(crate) struct ConnectBound {
     /// the URL lists, as libpq applies it to each host in turn. `None`
     /// when the setting asks to wait indefinitely (zero or negative).
     pub(crate) total: Option<Duration>,
+    /// The bound of one host's attempt: `connect_timeout` itself. `None`
+    /// as for `total`.
+    pub(crate) each: Option<Duration>,
     /// The setting and where it came from, e.g. `connect_timeout=2 from
     /// the URL` (or `from PGCONNECT_TIMEOUT`, or `by default`).
     pub(crate) setting: String,
@@ -205,8 +208,10 @@ impl ConnectBound {
         };
         let servers = servers(host.or(hostaddr).as_deref(), port.as_deref());
         let hosts = u32::try_from(servers.len()).unwrap_or(u32::MAX).max(1);
+        let each = per_host_timeout(&seconds);
         Self {
-            total: per_host_timeout(&seconds).map(|each| each.saturating_mul(hosts)),
+            total: each.map(|each| each.saturating_mul(hosts)),
+            each,
             setting: format!("connect_timeout={} {origin}", seconds.trim()),
             servers: servers.join(", "),
         }
@@ -521,6 +526,7 @@ mod tests {
     fn the_connect_bound_is_read_as_libpq_reads_connect_timeout() {
         let bound = ConnectBound::of("postgres://u@h1:5433,h2/db?connect_timeout=3");
         assert_eq!(bound.total, Some(Duration::from_secs(6)), "per host");
+        assert_eq!(bound.each, Some(Duration::from_secs(3)));
         assert_eq!(bound.servers, "h1:5433, h2:5432");
         assert_eq!(bound.setting, "connect_timeout=3 from the URL");
         let bound = ConnectBound::of("host=/run/pg port=5499 connect_timeout=1");

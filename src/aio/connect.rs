@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use diesel_async::AsyncPgConnection;
 
+use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
+
 use crate::libpq::{with_connect_timeout, ConnectBound};
 
 /// Why [`connect`] (or an [`AsyncLeaseClient`](super::AsyncLeaseClient)'s
@@ -77,38 +79,148 @@ impl std::fmt::Display for Chain<'_> {
 }
 
 /// Opens an `AsyncPgConnection` to `database_url` (libpq's URL or key-value
-/// form, as tokio-postgres reads it), the whole attempt (TCP, startup,
+/// form, as tokio-postgres reads it), each host's attempt (TCP, startup,
 /// authentication and the session's first statements) bounded by the
 /// URL's `connect_timeout`: the URL's own, else `PGCONNECT_TIMEOUT`'s,
-/// else 5 s; per host the URL lists, as libpq counts it; zero asks to
-/// wait indefinitely, as it does for libpq. The sync face's rule, read by
-/// the same code.
+/// else 5 s; zero asks to wait indefinitely, as it does for libpq. The
+/// sync face's rule, read by the same code. As libpq does, the hosts the
+/// URL lists are tried in turn (in a random order with
+/// `load_balance_hosts=random`), and a host that fails or runs out its
+/// bound (one that accepts and never answers included) passes the attempt
+/// to the next: a hung old primary does not keep a failover URL from the
+/// new one. When every host fails, the error is the reason of the last
+/// host that gave one, or [`ConnectError::TimedOut`] if every host ran out
+/// its bound.
 ///
 /// For [`AsyncLeases`](super::AsyncLeases) on a connection of the
 /// caller's own, instead of `AsyncPgConnection::establish`, which bounds
 /// only the TCP connect and reports a refusal without its reason.
 pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, ConnectError> {
     let bound = ConnectBound::of(database_url);
-    let url = with_connect_timeout(database_url);
-    let attempt = async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .map_err(|source| ConnectError::Driver { source })?;
-        AsyncPgConnection::try_from_client_and_connection(client, connection)
-            .await
-            .map_err(|source| ConnectError::Setup { source })
+    let config: Config = with_connect_timeout(database_url)
+        .parse()
+        .map_err(|source| ConnectError::Driver { source })?;
+    let mut reason = None;
+    for host in one_config_per_host(&config) {
+        let attempt = async {
+            let (client, connection) = host
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|source| ConnectError::Driver { source })?;
+            AsyncPgConnection::try_from_client_and_connection(client, connection)
+                .await
+                .map_err(|source| ConnectError::Setup { source })
+        };
+        let result = match bound.each {
+            None => attempt.await,
+            // Dropping the attempt closes its socket.
+            Some(each) => match tokio::time::timeout(each, attempt).await {
+                Ok(result) => result,
+                Err(_elapsed) => continue,
+            },
+        };
+        match result {
+            Ok(connection) => return Ok(connection),
+            Err(error) => reason = Some(error),
+        }
+    }
+    Err(reason.unwrap_or(ConnectError::TimedOut {
+        servers: bound.servers,
+        after: bound.total.unwrap_or_default(),
+        setting: bound.setting,
+    }))
+}
+
+/// `config` split into one configuration per host it lists, each with that
+/// host's address and port and every other setting, in the order
+/// tokio-postgres would try them; `config` itself when it lists no host.
+fn one_config_per_host(config: &Config) -> Vec<Config> {
+    let hosts = config.get_hosts();
+    let addresses = config.get_hostaddrs();
+    let count = hosts.len().max(addresses.len());
+    if count <= 1 {
+        return vec![config.clone()];
+    }
+    let mut order: Vec<usize> = (0..count).collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        shuffle(&mut order);
+    }
+    order.into_iter().map(|n| for_host(config, n)).collect()
+}
+
+/// `config` with only its host number `n` (its name or socket directory,
+/// its address, its port: one port given serves every host).
+fn for_host(config: &Config, n: usize) -> Config {
+    let mut one = Config::new();
+    if let Some(user) = config.get_user() {
+        one.user(user);
+    }
+    if let Some(password) = config.get_password() {
+        one.password(password);
+    }
+    if let Some(dbname) = config.get_dbname() {
+        one.dbname(dbname);
+    }
+    if let Some(options) = config.get_options() {
+        one.options(options);
+    }
+    if let Some(name) = config.get_application_name() {
+        one.application_name(name);
+    }
+    match config.get_hosts().get(n) {
+        Some(Host::Tcp(name)) => {
+            one.host(name);
+        }
+        Some(Host::Unix(directory)) => {
+            one.host_path(directory);
+        }
+        None => {}
+    }
+    if let Some(address) = config.get_hostaddrs().get(n) {
+        one.hostaddr(*address);
+    }
+    let ports = config.get_ports();
+    let port = if ports.len() == 1 {
+        ports.first()
+    } else {
+        ports.get(n)
     };
-    let Some(total) = bound.total else {
-        return attempt.await;
-    };
-    match tokio::time::timeout(total, attempt).await {
-        Ok(result) => result,
-        // Dropping the attempt closes its socket.
-        Err(_elapsed) => Err(ConnectError::TimedOut {
-            servers: bound.servers,
-            after: total,
-            setting: bound.setting,
-        }),
+    if let Some(port) = port {
+        one.port(*port);
+    }
+    if let Some(timeout) = config.get_connect_timeout() {
+        one.connect_timeout(*timeout);
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout() {
+        one.tcp_user_timeout(*timeout);
+    }
+    if let Some(interval) = config.get_keepalives_interval() {
+        one.keepalives_interval(interval);
+    }
+    if let Some(retries) = config.get_keepalives_retries() {
+        one.keepalives_retries(retries);
+    }
+    one.ssl_mode(config.get_ssl_mode())
+        .ssl_negotiation(config.get_ssl_negotiation())
+        .keepalives(config.get_keepalives())
+        .keepalives_idle(config.get_keepalives_idle())
+        .target_session_attrs(config.get_target_session_attrs())
+        .channel_binding(config.get_channel_binding())
+        .load_balance_hosts(config.get_load_balance_hosts());
+    one
+}
+
+/// Puts `order` in a random order (Fisher-Yates), drawing from the
+/// standard library's per-process random hash keys: good enough to spread
+/// connections over hosts, with no random-number crate.
+fn shuffle(order: &mut [usize]) {
+    use std::hash::{BuildHasher, Hasher};
+    let keys = std::collections::hash_map::RandomState::new();
+    for last in (1..order.len()).rev() {
+        let mut hasher = keys.build_hasher();
+        hasher.write_usize(last);
+        let pick = usize::try_from(hasher.finish() % (last as u64 + 1)).unwrap_or(0);
+        order.swap(last, pick);
     }
 }
 

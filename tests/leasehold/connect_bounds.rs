@@ -3,7 +3,8 @@
 //! answers, a stopped postmaster, and a port nobody listens on, through
 //! `AsyncLeaseClient::builder(..).build()`, a call through a lazily built
 //! async client's pool, `leasehold::aio::connect`, and the sync
-//! `LeaseClient::connect`.
+//! `LeaseClient::connect`; and a URL whose first host never answers
+//! reaches its second.
 //!
 //! Each attempt runs under the test's own bound (`OUTER`), so a hang fails
 //! the test instead of stalling it.
@@ -175,6 +176,50 @@ fn connecting_to_a_stopped_postmaster_is_bounded_on_both_faces() {
         let (connected, _) = bounded("connect after SIGCONT", leasehold::aio::connect(&url)).await;
         connected.expect("the resumed server answers again");
     });
+}
+
+/// A URL that lists a host which accepts and never answers before a
+/// running server (a hung old primary, then the new one) connects on both
+/// faces, to the second host, once the first has used up its own
+/// `connect_timeout`: each host has its own bound, as libpq gives it, and
+/// running out of one passes the attempt on.
+#[test]
+fn a_host_that_never_answers_passes_the_attempt_to_the_next_on_both_faces() {
+    let server = LocalPostgres::builder()
+        .durable(false)
+        .tcp(true)
+        .start()
+        .expect("a local server");
+    let silent = leasehold_test_support::fault_proxy::silent_server();
+    let direct = server.tcp_url_for("postgres").expect("a tcp server");
+    let real = format!("@127.0.0.1:{}/", server.port());
+    assert!(direct.contains(&real), "{direct}");
+    let url = format!(
+        "{}?connect_timeout=2",
+        direct.replace(
+            &real,
+            &format!("@127.0.0.1:{silent},127.0.0.1:{}/", server.port())
+        )
+    );
+    runtime().block_on(async {
+        let (connected, took) = bounded("aio::connect", leasehold::aio::connect(&url)).await;
+        let mut connection = connected.unwrap_or_else(|error| panic!("aio::connect: {error}"));
+        assert_within_the_bound("aio::connect", took);
+        use diesel_async::SimpleAsyncConnection;
+        connection
+            .batch_execute("SELECT 1")
+            .await
+            .expect("the second host answers");
+        let (built, took) = bounded("build", AsyncLeaseClient::builder(&url).build()).await;
+        built.unwrap_or_else(|error| panic!("build: {error}"));
+        assert_within_the_bound("build", took);
+    });
+    let owned = url.clone();
+    let (connected, took) = bounded_sync("LeaseClient::connect", move || {
+        LeaseClient::connect(&owned, 1).map(drop)
+    });
+    connected.unwrap_or_else(|error| panic!("LeaseClient::connect: {error}"));
+    assert_within_the_bound("LeaseClient::connect", took);
 }
 
 /// A loopback port that nobody listens on (bound, then closed).
