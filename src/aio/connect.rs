@@ -234,3 +234,78 @@ pub(super) async fn connect_for_pool(
         other => diesel::ConnectionError::BadConnection(other.to_string()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What one host's configuration names: host, address, port, and the
+    /// settings every host shares.
+    fn described(config: &Config) -> String {
+        format!(
+            "{:?} {:?} {:?} user={:?} db={:?} timeout={:?} attrs={:?} app={:?}",
+            config.get_hosts(),
+            config.get_hostaddrs(),
+            config.get_ports(),
+            config.get_user(),
+            config.get_dbname(),
+            config.get_connect_timeout(),
+            config.get_target_session_attrs(),
+            config.get_application_name(),
+        )
+    }
+
+    fn split(url: &str) -> Vec<String> {
+        let config: Config = url.parse().expect("a URL tokio-postgres reads");
+        one_config_per_host(&config).iter().map(described).collect()
+    }
+
+    #[test]
+    fn each_host_keeps_its_own_port_and_address_and_every_shared_setting() {
+        let hosts = split(
+            "postgres://app@db1:5433,db2:5434/orders?connect_timeout=2\
+             &target_session_attrs=read-write&application_name=billing",
+        );
+        assert_eq!(hosts.len(), 2);
+        assert!(hosts[0].starts_with(r#"[Tcp("db1")] [] [5433] user=Some("app") db=Some("orders") timeout=Some(2s) attrs=ReadWrite app=Some("billing")"#), "{}", hosts[0]);
+        assert!(
+            hosts[1].starts_with(r#"[Tcp("db2")] [] [5434] "#),
+            "{}",
+            hosts[1]
+        );
+        let sockets = split("host=/run/a,/run/b port=5499 hostaddr=10.0.0.1,10.0.0.2 user=u");
+        assert_eq!(
+            sockets
+                .iter()
+                .map(|host| host.split(" user=").next().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>(),
+            [
+                r#"[Unix("/run/a")] [10.0.0.1] [5499]"#,
+                r#"[Unix("/run/b")] [10.0.0.2] [5499]"#
+            ],
+            "one port serves every host"
+        );
+        let single = split("postgres://u@db1/x");
+        assert_eq!(single.len(), 1);
+        assert!(
+            single[0].starts_with(r#"[Tcp("db1")] [] [5432]"#),
+            "{}",
+            single[0]
+        );
+    }
+
+    #[test]
+    fn a_random_order_keeps_every_host_once() {
+        let mut in_order = split("postgres://u@h1,h2,h3,h4,h5/x?load_balance_hosts=random");
+        in_order.sort();
+        let mut orders = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let hosts = split("postgres://u@h1,h2,h3,h4,h5/x?load_balance_hosts=random");
+            orders.insert(hosts.clone());
+            let mut sorted = hosts;
+            sorted.sort();
+            assert_eq!(sorted, in_order, "every host, once");
+        }
+        assert!(orders.len() > 1, "50 shuffles of five hosts gave one order");
+    }
+}
