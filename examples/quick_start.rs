@@ -1,4 +1,4 @@
-//! The seed's SQL quick start, through the Rust API, against the embedded
+//! pg_lease's SQL quick start, through the Rust API, against the embedded
 //! default: a throwaway PostgreSQL started for this run (or the server named
 //! by `DATABASE_URL`). Prints each step's result.
 //!

@@ -402,7 +402,7 @@ fn seed(conn: &mut PgConnection) {
     assert!(joined.group.is_some());
 }
 
-/// The seed's rules on a database with `seed` in it: the next grant of a
+/// pg_lease's rules on a database with `seed`'s leases in it: the next grant of a
 /// released key is its counter + 1, a held key is refused, a stale epoch is
 /// refused by its guard.
 fn seed_checks(conn: &mut PgConnection) {

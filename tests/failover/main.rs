@@ -1,7 +1,7 @@
 //! docs/SPECIFICATION.md §1.7 and I13: epochs stay ordered across a
 //! promotion, a restore onto a new timeline and a dump restored into a new
 //! cluster; a synchronous standby loses no acknowledged call; a server that
-//! was never promoted keeps the seed's epochs exactly (§1.2); and an
+//! was never promoted keeps pg_lease's epochs exactly (§1.2); and an
 //! operator can raise the generation (§4.1).
 //!
 //! Each test runs its own servers on built-in streaming replication (the
@@ -390,7 +390,7 @@ fn restore_from_a_base_backup_onto_a_new_timeline_grants_above_the_source() {
 /// attached, through a clean restart and a crash, grants exactly 1, 2, 3,
 /// ...: counter + 1, generation 0. The standby reports generation 0 too.
 #[test]
-fn a_never_promoted_server_keeps_the_seed_epochs_exactly() {
+fn a_never_promoted_server_keeps_pg_leases_epochs_exactly() {
     let pair = ReplicatedPair::start(false);
     let mut conn = pair.primary_conn();
     let now = conn.generation().expect("generation");

@@ -226,7 +226,7 @@ fn granted_view(
     granted(conn.acquire("k", owner, TTL).unwrap())
 }
 
-/// The seed's example 3 with a real hang: the holder's process is stopped
+/// pg_lease example 3 with a real hang: the holder's process is stopped
 /// (no death, no disconnect), its lease lapses and is taken over, the new
 /// holder writes; when the old holder resumes, its renew says `lapsed`, its
 /// token-checked write is refused as stale and its lease-checked write as

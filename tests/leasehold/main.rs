@@ -25,6 +25,7 @@ mod listing;
 mod lock_order;
 mod many_keys;
 mod namespaces;
+mod pg_lease_examples;
 mod pool_client;
 mod poolers;
 mod pruning;
@@ -32,7 +33,6 @@ mod release_watch;
 #[cfg(feature = "async")]
 mod same_sql;
 mod security;
-mod seed_examples;
 mod spec_1_1_state;
 mod spec_1_2_epochs;
 mod spec_1_3_functions;

@@ -1,12 +1,12 @@
-//! The seed README's quick start and examples 1–5, run as SQL, unchanged
-//! except where noted, giving the seed's results.
+//! pg_lease's quick start and examples 1–5 (docs/SPECIFICATION.md), run as
+//! SQL, unchanged except where noted, giving the results pg_lease documents.
 
 use diesel::connection::SimpleConnection;
 
 use crate::common::*;
 
 #[test]
-fn seed_quick_start_gives_the_seed_results() {
+fn pg_lease_quick_start_gives_its_documented_results() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let acquired = query_lines(
@@ -33,7 +33,7 @@ fn seed_quick_start_gives_the_seed_results() {
 }
 
 #[test]
-fn seed_example_1_duplicate_acquire_returns_the_same_epoch() {
+fn pg_lease_example_1_duplicate_acquire_returns_the_same_epoch() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let sql = "SELECT format('%s|%s', acquired, epoch) AS line FROM lease.acquire('job-42', 'worker-a1', interval '30s')";
@@ -41,11 +41,11 @@ fn seed_example_1_duplicate_acquire_returns_the_same_epoch() {
     assert_eq!(query_lines(&mut conn, sql), ["t|1"]);
 }
 
-/// Examples 2 and 3 verbatim, with the seed's 10 s ttl: b2 blocks until a1's
+/// Examples 2 and 3 verbatim, with pg_lease's 10 s ttl: b2 blocks until a1's
 /// grant lapses, takes over with epoch 2, and a1's renew says `lapsed`.
 /// Then examples 4 and 5.
 #[test]
-fn seed_examples_2_to_5_takeover_fencing_watermark_and_independent_keys() {
+fn pg_lease_examples_2_to_5_takeover_fencing_watermark_and_independent_keys() {
     let db = TestDb::new();
     let mut conn = db.conn();
     assert_eq!(
