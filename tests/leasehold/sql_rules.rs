@@ -424,6 +424,35 @@ fn a_lineage_row_this_server_has_not_checked_is_checked_and_recorded_by_the_next
     assert_eq!(next.epoch(), 1);
 }
 
+/// What `call` does to table `lease.<table>`, counted by the server in one
+/// transaction (`pg_stat_xact_user_tables`): "N reads, M writes", reads
+/// being its scans and writes the rows it updated.
+fn reads_and_writes(
+    conn: &mut diesel::PgConnection,
+    table: &str,
+    call: impl FnOnce(&mut diesel::PgConnection),
+) -> String {
+    let counts = format!(
+        "SELECT format('%s %s', COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_upd) AS line
+           FROM pg_stat_xact_user_tables WHERE schemaname = 'lease' AND relname = '{table}'"
+    );
+    let parse = |text: String| -> Vec<i64> {
+        text.split(' ')
+            .map(|n| n.parse().expect("a count"))
+            .collect()
+    };
+    conn.batch_execute("BEGIN").expect("begin");
+    let before = parse(query_lines(conn, &counts).remove(0));
+    call(conn);
+    let after = parse(query_lines(conn, &counts).remove(0));
+    conn.batch_execute("COMMIT").expect("commit");
+    format!(
+        "{} reads, {} writes",
+        after[0] - before[0],
+        after[1] - before[1]
+    )
+}
+
 /// Once this server's start is recorded in the lineage row, a first grant
 /// only reads the row, once (its generation and the prune watermark its
 /// insert starts the counter above, in the insert itself), with no locking
@@ -437,24 +466,9 @@ fn a_first_grant_only_reads_a_lineage_row_that_is_recorded() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let lineage_use = |conn: &mut diesel::PgConnection, key: &str| -> String {
-        let counts = "SELECT format('%s %s', COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_upd) AS line
-                        FROM pg_stat_xact_user_tables WHERE schemaname = 'lease' AND relname = 'lineage'";
-        conn.batch_execute("BEGIN").expect("begin");
-        let before = query_lines(conn, counts).remove(0);
-        granted(conn.acquire(key, "o", TTL).unwrap());
-        let after = query_lines(conn, counts).remove(0);
-        conn.batch_execute("COMMIT").expect("commit");
-        let parse = |text: &str| -> Vec<i64> {
-            text.split(' ')
-                .map(|n| n.parse().expect("a count"))
-                .collect()
-        };
-        let (before, after) = (parse(&before), parse(&after));
-        format!(
-            "{} reads, {} writes",
-            after[0] - before[0],
-            after[1] - before[1]
-        )
+        reads_and_writes(conn, "lineage", |conn| {
+            granted(conn.acquire(key, "o", TTL).unwrap());
+        })
     };
     granted(conn.acquire("lineage/warm", "o", TTL).unwrap());
     let recorded = lineage_use(&mut conn, "lineage/recorded");
@@ -842,25 +856,10 @@ fn the_common_denial_reads_the_keys_row_once_and_writes_nothing() {
     let mut other = db.conn();
     let held = granted(other.acquire("denial/held", "a", TTL).unwrap());
     let leases_use = |conn: &mut diesel::PgConnection| -> String {
-        let counts = "SELECT format('%s %s', COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0), n_tup_upd) AS line
-                        FROM pg_stat_xact_user_tables WHERE schemaname = 'lease' AND relname = 'leases'";
-        conn.batch_execute("BEGIN").expect("begin");
-        let before = query_lines(conn, counts).remove(0);
-        conn.batch_execute("SELECT * FROM lease.acquire('denial/held', 'b', interval '1 min')")
-            .expect("the call");
-        let after = query_lines(conn, counts).remove(0);
-        conn.batch_execute("COMMIT").expect("commit");
-        let parse = |text: &str| -> Vec<i64> {
-            text.split(' ')
-                .map(|n| n.parse().expect("a count"))
-                .collect()
-        };
-        let (before, after) = (parse(&before), parse(&after));
-        format!(
-            "{} reads, {} writes",
-            after[0] - before[0],
-            after[1] - before[1]
-        )
+        reads_and_writes(conn, "leases", |conn| {
+            conn.batch_execute("SELECT * FROM lease.acquire('denial/held', 'b', interval '1 min')")
+                .expect("the call");
+        })
     };
     let denied = leases_use(&mut conn);
     assert_eq!(other.release(&held).unwrap(), leasehold::Release::Released);
