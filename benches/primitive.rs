@@ -21,6 +21,7 @@ use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Integer};
 use diesel::{Connection, PgConnection, QueryResult, RunQueryDsl};
 use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 use leasehold::Leases;
 use leasehold_local::{DatabaseServer, LocalPostgres};
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
+use leasehold::admin::Operator;
 use leasehold::{admin::PruneOptions, Acquisition, Leases};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 use leasehold::{
     error::{FencedError, GuardError},
     Acquisition, Leases,

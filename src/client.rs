@@ -8,15 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel::pg::PgConnection;
-
-use crate::errors::{GuardError, LeaseError};
-use crate::guards::{Check, FencedError};
+use crate::errors::LeaseError;
 use crate::pool::{self, PgPool, PoolSettings, PreparedStatements};
-use crate::token::FencingToken;
 
-/// Every lease operation over a connection pool: the methods of
-/// [`crate::Leases`]. Clone it for each thread or task that calls it (a
+/// Every operation over a connection pool: the methods of
+/// [`crate::Leases`], [`crate::guard::Fencing`] and [`crate::admin::Operator`]. Clone it for each thread or task that calls it (a
 /// clone shares the pool).
 ///
 /// `database_url` may name several hosts, as libpq allows
@@ -181,27 +177,4 @@ impl LeaseClientBuilder {
             listen_url: listen_url.into(),
         })
     }
-}
-
-/// The whole fenced transaction of [`crate::Leases::run_fenced`] on one
-/// connection of `pool`, returned to the pool afterwards unless the server
-/// turned read-only (a failover): that connection would keep reaching it.
-pub(crate) fn run_fenced_pooled<T, E, F>(
-    pool: &PgPool,
-    resource: &str,
-    token: &FencingToken,
-    check: Check,
-    work: F,
-) -> Result<T, FencedError<E>>
-where
-    F: FnOnce(&mut PgConnection) -> Result<T, E>,
-{
-    let mut conn = pool
-        .get()
-        .map_err(|error| FencedError::Guard(GuardError::Pool(error)))?;
-    let result = crate::guards::run_fenced(&mut conn, resource, token, check, work);
-    if let Err(FencedError::Guard(GuardError::ReadOnlyServer { .. })) = &result {
-        pool::discard(&mut conn);
-    }
-    result
 }

@@ -72,7 +72,7 @@ pub enum Operation {
     /// `lease.prune_keys` / `lease.prune_guards`: an operator removes idle
     /// rows.
     Prune,
-    /// A listing of keys ([`crate::Leases::list_leases`]): an operator reads
+    /// A listing of keys ([`crate::admin::Operator::list_leases`]): an operator reads
     /// `lease.leases` and `lease.groups`.
     ListLeases,
     /// A privilege question ([`crate::admin::function_privilege`]): may the
@@ -317,7 +317,7 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// [`crate::Leases::list_leases`]: the connected role may not read
+    /// [`crate::admin::Operator::list_leases`]: the connected role may not read
     /// `lease.leases` and `lease.groups`, which a listing reads and which
     /// are closed to every role but their owner (the role that installed
     /// leasehold) by design (docs/PRIVILEGES.md). Nothing was read, and the
@@ -331,7 +331,7 @@ pub enum LeaseError {
         /// The role refused (`current_user`: the one `SET ROLE` chose).
         role: String,
     },
-    /// [`crate::Leases::raise_generation`] was asked for a generation not
+    /// [`crate::admin::Operator::raise_generation`] was asked for a generation not
     /// above the current one: a generation is only ever raised. Nothing
     /// changed.
     #[error("generation {requested} is not above the current generation {current}")]
@@ -341,7 +341,7 @@ pub enum LeaseError {
         /// The server's current generation.
         current: i64,
     },
-    /// [`crate::Leases::raise_generation`] was asked for a generation above
+    /// [`crate::admin::Operator::raise_generation`] was asked for a generation above
     /// [`crate::admin::MAX_GENERATION`]. Nothing changed.
     #[error(
         "generation {requested} is above the highest generation, {}",
@@ -386,7 +386,7 @@ pub enum LeaseError {
     AsyncConnect {
         /// Why the connection could not be opened.
         #[source]
-        source: crate::aio::ConnectError,
+        source: ConnectError,
     },
 }
 
@@ -702,7 +702,7 @@ pub enum GuardError {
     /// The presented epoch was never granted for the key: above its counter,
     /// or any epoch of a key never leased in this database. A forged or
     /// mistaken token, refused so that nobody can fence out the key's real
-    /// holders with it (G7); nothing changed. From [`crate::Leases::fence`], the
+    /// holders with it (G7); nothing changed. From [`crate::guard::Fencing::fence`], the
     /// `up_to` was above the counter.
     #[error(
         "epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}"
@@ -940,6 +940,99 @@ impl GuardError {
     }
 }
 
+/// The error of a call on a pooled connection: how a failed checkout reads
+/// in it, and whether it means the connection must not serve another call.
+/// One rule for every face and error type; `pub` only so the sealed traits
+/// of `crate::api` may name it (this module is private).
+pub trait CallError {
+    /// A checkout from the sync pool that failed.
+    fn from_checkout(error: r2d2::Error) -> Self;
+    /// A checkout from the async pool that failed.
+    #[cfg(feature = "async")]
+    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self;
+    /// Whether the connection the call ran on is dead, reaches a server
+    /// that turned read-only, or lost its prepared statements, so it must
+    /// leave the pool.
+    fn discards_connection(&self) -> bool;
+}
+
+impl CallError for LeaseError {
+    fn from_checkout(error: r2d2::Error) -> Self {
+        LeaseError::Pool(error)
+    }
+
+    #[cfg(feature = "async")]
+    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
+        LeaseError::AsyncPool(error)
+    }
+
+    fn discards_connection(&self) -> bool {
+        self.is_connection_error() || matches!(self, LeaseError::PreparedStatementLost { .. })
+    }
+}
+
+impl CallError for GuardError {
+    fn from_checkout(error: r2d2::Error) -> Self {
+        GuardError::Pool(error)
+    }
+
+    #[cfg(feature = "async")]
+    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
+        GuardError::AsyncPool(error)
+    }
+
+    fn discards_connection(&self) -> bool {
+        self.is_connection_error()
+    }
+}
+
+impl LeaseError {
+    /// Whether the error says the connection (not the request) failed, or
+    /// that it reaches the wrong server: a read-only one, which is what a
+    /// failover leaves behind (the old primary demoted, or a standby not
+    /// yet promoted). Such a connection is not given back to the pool, and
+    /// the waiter and the keeper retry after such an error: the next
+    /// connection is opened anew, and libpq, given every host and
+    /// `target_session_attrs=read-write`, picks whichever server is the
+    /// primary by then.
+    pub(crate) fn is_connection_error(&self) -> bool {
+        match self {
+            LeaseError::Pool(_)
+            | LeaseError::OutcomeUnknown { .. }
+            | LeaseError::ReadOnlyServer { .. } => true,
+            #[cfg(feature = "async")]
+            LeaseError::AsyncPool(_) | LeaseError::AsyncConnect { .. } => true,
+            LeaseError::Database { source, .. } => is_dead_connection(source),
+            _ => false,
+        }
+    }
+}
+
+impl GuardError {
+    /// [`LeaseError::is_connection_error`] for a guard call's error: the
+    /// same connection failures, and a read-only server.
+    pub(crate) fn is_connection_error(&self) -> bool {
+        match self {
+            GuardError::Pool(_) | GuardError::ReadOnlyServer { .. } => true,
+            #[cfg(feature = "async")]
+            GuardError::AsyncPool(_) => true,
+            GuardError::Database { source, .. } => is_dead_connection(source),
+            _ => false,
+        }
+    }
+}
+
+/// Whether diesel says the session itself is gone (not that a statement
+/// failed).
+fn is_dead_connection(error: &DieselError) -> bool {
+    matches!(
+        error,
+        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
+            | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
+            | DieselError::BrokenTransactionManager
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use diesel::result::DatabaseErrorInformation;
@@ -1015,5 +1108,66 @@ mod tests {
     fn an_unreadable_detail_keeps_the_database_error() {
         let error = InstallError::from_diesel(reported("lease_unsupported_version", "garbled"));
         assert!(matches!(error, InstallError::Database(_)), "{error:?}");
+    }
+}
+
+/// Why [`crate::aio::connect`] (or an
+/// [`AsyncLeaseClient`](crate::aio::AsyncLeaseClient)'s build,
+/// [`LeaseError::AsyncConnect`]) could not open a connection.
+#[cfg(feature = "async")]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The attempt did not complete within `connect_timeout`: the server
+    /// accepted nothing, or accepted and never answered (a stopped or
+    /// overloaded server, a proxy that hangs). Nothing was left open.
+    #[error(
+        "no connection to {servers} within {} s (the bound: {setting}, per host)",
+        after.as_secs_f64()
+    )]
+    TimedOut {
+        /// The server or servers the URL names, `host:port`, in order.
+        servers: String,
+        /// How long the attempt was allowed: `connect_timeout` times the
+        /// number of hosts.
+        after: Duration,
+        /// Which `connect_timeout` bounded it and where it came from, e.g.
+        /// `connect_timeout=2 from the URL`, `connect_timeout=5 by default`.
+        setting: String,
+    },
+    /// The driver could not connect: refused, unreachable, a wrong
+    /// password or database, an invalid URL. The message carries the
+    /// whole reason, e.g. `error connecting to server: Connection refused
+    /// (os error 111)`.
+    #[error("{}", Chain(source))]
+    Driver {
+        /// tokio-postgres's error, whose source is the reason.
+        #[source]
+        source: tokio_postgres::Error,
+    },
+    /// Connected, but the session's first statements (diesel-async's
+    /// settings of the session) failed.
+    #[error("the new session could not be set up: {source}")]
+    Setup {
+        /// diesel-async's error.
+        #[source]
+        source: diesel::ConnectionError,
+    },
+}
+
+/// An error and its sources, `: `-separated.
+#[cfg(feature = "async")]
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+#[cfg(feature = "async")]
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
     }
 }

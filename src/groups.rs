@@ -216,3 +216,22 @@ async fn renew_group_unobserved(
         )),
     }
 }
+
+impl telemetry::Outcome for GroupJoin {
+    fn outcome(&self) -> &'static str {
+        if self.group.is_some() {
+            "joined"
+        } else {
+            "refused"
+        }
+    }
+}
+
+impl telemetry::Outcome for GroupRenewal {
+    fn outcome(&self) -> &'static str {
+        match self {
+            GroupRenewal::Renewed { .. } => "renewed",
+            GroupRenewal::Refused(why) => why.as_status(),
+        }
+    }
+}

@@ -16,26 +16,25 @@
 //! protects "a resource" can take any of them, and one conformance suite
 //! (`leasehold-test-support`'s `guard_conformance`) runs the same cases
 //! against each. The guards' own APIs (the database guard's calls of
-//! [`crate::Leases`] in the caller's transaction, `FencedFile::write`,
+//! [`Fencing`] in the caller's transaction, `FencedFile::write`,
 //! `FencedStore::write`) stay where a write must go with the admission;
 //! this trait is their common floor.
 //!
-//! The database guard's calls are methods of [`crate::Leases`]:
-//! [`run_fenced`](crate::Leases::run_fenced) runs a closure's writes in one
-//! transaction behind the admission; [`admit`](crate::Leases::admit),
-//! [`check_held`](crate::Leases::check_held),
-//! [`admit_held`](crate::Leases::admit_held) and
-//! [`renew_and_admit`](crate::Leases::renew_and_admit) check a token in the
-//! caller's own transaction; [`fence`](crate::Leases::fence) is the
-//! operator's action and [`inspect_guard`](crate::Leases::inspect_guard)
-//! reads a resource's record. This module holds their types.
+//! The database guard's calls are the methods of [`Fencing`]:
+//! [`run_fenced`](Fencing::run_fenced) runs a closure's writes in one
+//! transaction behind the admission; [`admit`](Fencing::admit) (with a
+//! [`Check`] of the strength wanted) and [`check_held`](Fencing::check_held)
+//! check a token in the caller's own transaction; [`fence`](Fencing::fence)
+//! is the operator's action and [`inspect_guard`](Fencing::inspect_guard)
+//! reads a resource's record. This module holds them and their types.
 
+pub use crate::api::Fencing;
 pub use crate::guards::{Check, GuardRecord};
 
 use crate::epoch::Epoch;
 use crate::errors::GuardError;
 use crate::guards;
-use crate::pool::{with_guard_conn, PgPool};
+use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
 use crate::token::FencingToken;
 
@@ -106,7 +105,7 @@ pub fn take_over<'a, G: Guard + 'a>(
 /// A database resource (a name in `lease.guards`) as a [`Guard`]: each
 /// call runs in a transaction of its own on a pooled connection.
 ///
-/// For a guarded *write*, call [`crate::Leases::admit`] (or [`crate::Leases::run_fenced`])
+/// For a guarded *write*, call [`crate::guard::Fencing::admit`] (or [`crate::guard::Fencing::run_fenced`])
 /// in the writer's own transaction instead: only there does the admission
 /// commit or roll back with the write.
 #[derive(Debug, Clone)]
@@ -134,19 +133,19 @@ impl Guard for DatabaseGuard {
     type Error = GuardError;
 
     fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
-        with_guard_conn(&self.pool, |conn| {
+        with_conn(&self.pool, |conn| {
             finish(guards::admit(conn, &self.resource, token))
         })
     }
 
     fn fence(&self, key: &str, through: Epoch) -> Result<(), GuardError> {
-        with_guard_conn(&self.pool, |conn| {
+        with_conn(&self.pool, |conn| {
             finish(guards::fence(conn, &self.resource, key, through)).map(drop)
         })
     }
 
     fn record(&self) -> Result<Option<GuardRecord>, GuardError> {
-        with_guard_conn(&self.pool, |conn| {
+        with_conn(&self.pool, |conn| {
             finish(guards::inspect_guard(conn, &self.resource))
         })
     }

@@ -22,8 +22,8 @@
 //! - [`Check::RenewAndAdmit`]: the same, renewing the lease in the same
 //!   transaction, so heartbeat and write commit together or not at all.
 //!
-//! The run-a-closure form is [`run_fenced`](crate::Leases::run_fenced); the single calls ([`admit`](crate::Leases::admit),
-//! [`admit_held`](crate::Leases::admit_held), [`renew_and_admit`](crate::Leases::renew_and_admit), [`check_held`](crate::Leases::check_held)) are for callers that
+//! The run-a-closure form is [`run_fenced`](crate::guard::Fencing::run_fenced); the single calls ([`admit`](crate::guard::Fencing::admit),
+//! [`admit_held`](crate::guard::Fencing::admit), [`renew_and_admit`](crate::guard::Fencing::admit), [`check_held`](crate::guard::Fencing::check_held)) are for callers that
 //! manage their own transaction.
 
 use std::time::Duration;
@@ -33,7 +33,7 @@ use diesel::pg::PgConnection;
 use diesel::Connection;
 
 use crate::epoch::Epoch;
-use crate::errors::{GuardContext, GuardError, Operation};
+use crate::errors::{CallError, GuardContext, GuardError, Operation};
 use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
 };
@@ -42,7 +42,7 @@ use crate::sql::input;
 use crate::telemetry;
 use crate::token::FencingToken;
 
-/// How strictly [`run_fenced`](crate::Leases::run_fenced) checks the writer.
+/// How strictly [`run_fenced`](crate::guard::Fencing::run_fenced) checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Check {
@@ -52,14 +52,14 @@ pub enum Check {
     /// from being taken over until commit (G6).
     LeaseHeld,
     /// Renew the lease by this ttl in the same transaction (G6, and the
-    /// heartbeat commits only with the write): [`renew_and_admit`](crate::Leases::renew_and_admit).
+    /// heartbeat commits only with the write): [`renew_and_admit`](crate::guard::Fencing::admit).
     RenewAndAdmit(Duration),
 }
 
 /// What a guarded resource remembers, the one record type of every guard
 /// (a database resource, a fenced file, a fenced object): the key that
 /// fences it and the lowest epoch it admits. The database guard reports it
-/// from [`inspect_guard`](crate::Leases::inspect_guard), every guard from
+/// from [`inspect_guard`](crate::guard::Fencing::inspect_guard), every guard from
 /// [`Guard::record`](crate::guard::Guard::record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRecord {
@@ -70,7 +70,7 @@ pub struct GuardRecord {
     pub accepted_epoch: Epoch,
 }
 
-/// Error of [`run_fenced`](crate::Leases::run_fenced): the guard refused, the caller's work failed, or
+/// Error of [`run_fenced`](crate::guard::Fencing::run_fenced): the guard refused, the caller's work failed, or
 /// the transaction itself failed. In every case everything was rolled back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -117,7 +117,7 @@ fn check_resource(resource: &str) -> Result<(), GuardError> {
     input::text("resource", resource).map_err(GuardError::invalid)
 }
 
-/// The connection's [`crate::Leases::admit`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
 pub(crate) async fn admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -154,7 +154,7 @@ async fn admit_sql(
     .map_err(|error| GuardError::from_diesel(&context(Operation::Admit, resource, token), error))
 }
 
-/// The connection's [`crate::Leases::check_held`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::check_held`]: its documentation is there.
 pub(crate) async fn check_held(
     conn: &mut impl Execute,
     token: &FencingToken,
@@ -187,7 +187,7 @@ async fn check_held_sql(
     .map_err(|error| GuardError::from_diesel(&context(Operation::CheckHeld, "", token), error))
 }
 
-/// The connection's [`crate::Leases::admit_held`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
 pub(crate) async fn admit_held(
     conn: &mut impl Execute,
     resource: &str,
@@ -226,7 +226,7 @@ async fn admit_held_sql(
     })
 }
 
-/// The connection's [`crate::Leases::renew_and_admit`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
 pub(crate) async fn renew_and_admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -269,7 +269,7 @@ async fn renew_and_admit_sql(
     })
 }
 
-/// The connection's [`crate::Leases::fence`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::fence`]: its documentation is there.
 pub(crate) async fn fence(
     conn: &mut impl Execute,
     resource: &str,
@@ -320,7 +320,7 @@ async fn fence_sql(
     })
 }
 
-/// The connection's [`crate::Leases::inspect_guard`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::inspect_guard`]: its documentation is there.
 pub(crate) async fn inspect_guard(
     conn: &mut impl Execute,
     resource: &str,
@@ -368,7 +368,7 @@ async fn inspect_guard_sql(
         }))
 }
 
-/// The connection's [`crate::Leases::run_fenced`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::run_fenced`]: its documentation is there.
 pub(crate) fn run_fenced<T, E, F>(
     conn: &mut PgConnection,
     resource: &str,
@@ -394,12 +394,27 @@ pub(crate) async fn admit_checked(
     resource: &str,
     token: &FencingToken,
     check: Check,
-) -> Result<(), GuardError> {
+) -> Result<Option<DateTime<Utc>>, GuardError> {
     match check {
-        Check::Token => admit(conn, resource, token).await,
-        Check::LeaseHeld => admit_held(conn, resource, token).await.map(|_| ()),
-        Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl)
-            .await
-            .map(|_| ()),
+        Check::Token => admit(conn, resource, token).await.map(|()| None),
+        Check::LeaseHeld => admit_held(conn, resource, token).await.map(Some),
+        Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl).await.map(Some),
+    }
+}
+
+/// A fenced transaction keeps its connection unless the server turned
+/// read-only (a failover): that connection would keep reaching it.
+impl<W> CallError for FencedError<W> {
+    fn from_checkout(error: r2d2::Error) -> Self {
+        FencedError::Guard(GuardError::Pool(error))
+    }
+
+    #[cfg(feature = "async")]
+    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
+        FencedError::Guard(GuardError::AsyncPool(error))
+    }
+
+    fn discards_connection(&self) -> bool {
+        matches!(self, FencedError::Guard(GuardError::ReadOnlyServer { .. }))
     }
 }

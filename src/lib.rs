@@ -7,7 +7,8 @@
 //! The SQL side lives in `migrations/` (schema `lease`, the functions
 //! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
 //! installed by [`install()`]. The Rust side is a thin, synchronous, typed
-//! layer over diesel with one API, the [`Leases`] trait: on a
+//! layer over diesel with one API, the [`Leases`] trait (with
+//! [`guard::Fencing`] and [`admin::Operator`] beside it): on a
 //! `PgConnection` every operation runs in the caller's own transaction; on
 //! a [`LeaseClient`] it runs on a pooled connection and autocommits. With
 //! the cargo feature `async`, module `aio` has the same operations as
@@ -32,8 +33,8 @@
 //!
 //! # Where things are
 //!
-//! The crate root holds what a first program needs: [`Leases`] (every
-//! operation), [`LeaseClient`] (the pooled implementation) and its
+//! The crate root holds what a first program needs: [`Leases`] (the
+//! application's calls), [`LeaseClient`] (the pooled implementation) and its
 //! [`LeaseClientBuilder`], the answers
 //! ([`Acquisition`], [`Renewal`], [`Release`], [`Refusal`],
 //! [`LeaseState`]), the [`Lease`], its [`FencingToken`] and [`Epoch`], [`LeaseError`],
@@ -42,18 +43,18 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`guard`] | the one guard contract and the database guard's types |
+//! | [`guard`] | the one guard contract; the database guard's calls ([`guard::Fencing`]) and types |
 //! | [`hold`] | [`hold::Keeper`], [`hold::KeeperSet`], [`hold::run_while_held`], [`hold::CancelToken`] |
 //! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications; [`wait::ReleaseWatch`]: those wake-ups as events |
 //! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
-//! | [`admin`] | install, uninstall and the installed check; the types of the operator calls and of the listing of keys ([`admin::ListFilter`]); whether a role may run an operator function |
+//! | [`admin`] | install, uninstall and the installed check; the operator calls ([`admin::Operator`]) and their types and of the listing of keys ([`admin::ListFilter`]); whether a role may run an operator function |
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
 //! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::run_while_held`, `aio::LeaseWaiter` and its `aio::ReleaseWatch` on the shared listener (docs/guide/async.md) |
 //!
-//! Behind them, private modules each do one job: `api` (the [`Leases`]
-//! trait and its two implementations), `sql` (the only place with SQL
+//! Behind them, private modules each do one job: `api` (the three traits
+//! of the sync face over their one sealed hook), `sql` (the only place with SQL
 //! text, constraint names and answer decoding, and the execute step, the
 //! one thing the sync and the async face do differently), `outcome` (grants,
 //! refusals and states as values), `leases`, `many`, `groups`, `guards`,
@@ -151,11 +152,12 @@ pub mod wait {
 }
 
 /// Operating leasehold: installing and removing it (and asking whether it
-/// is installed), the types of the operator calls of [`Leases`] (namespace
+/// is installed), the operator calls ([`admin::Operator`]: namespace
 /// rules, forced releases, the generation, pruning, listing keys), which
 /// are granted to nobody by default (docs/guide/security.md), and asking
 /// whether the connected role was granted one.
 pub mod admin {
+    pub use crate::api::Operator;
     pub use crate::install::{
         install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
     };

@@ -96,7 +96,7 @@ impl ListOrder {
     }
 }
 
-/// Which keys [`list_leases`](crate::Leases::list_leases) returns, and in
+/// Which keys [`list_leases`](crate::admin::Operator::list_leases) returns, and in
 /// what order: every key by default.
 ///
 /// ```
@@ -163,7 +163,7 @@ impl ListFilter {
     }
 }
 
-/// One key as [`list_leases`](crate::Leases::list_leases) reports it.
+/// One key as [`list_leases`](crate::admin::Operator::list_leases) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListedLease {
@@ -188,7 +188,7 @@ pub struct ListedLease {
     pub remaining: Option<TimeDelta>,
 }
 
-/// What [`list_leases`](crate::Leases::list_leases) read.
+/// What [`list_leases`](crate::admin::Operator::list_leases) read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listing {
@@ -200,7 +200,7 @@ pub struct Listing {
     pub leases: Vec<ListedLease>,
 }
 
-/// The connection's [`crate::Leases::list_leases`]: its documentation is
+/// The connection's [`crate::admin::Operator::list_leases`]: its documentation is
 /// there.
 pub(crate) async fn list_leases(
     conn: &mut impl Execute,
@@ -216,7 +216,7 @@ pub(crate) async fn list_leases(
     .await
 }
 
-/// [`list_leases`](crate::Leases::list_leases) without its span and
+/// [`list_leases`](crate::admin::Operator::list_leases) without its span and
 /// counters.
 async fn list_leases_unobserved(
     conn: &mut impl Execute,
@@ -298,6 +298,12 @@ fn check(filter: &ListFilter) -> Result<i64, LeaseError> {
     Ok(filter
         .limit
         .map_or(i64::MAX, |limit| i64::try_from(limit).unwrap_or(i64::MAX)))
+}
+
+impl telemetry::Outcome for Listing {
+    fn outcome(&self) -> &'static str {
+        "listed"
+    }
 }
 
 #[cfg(test)]

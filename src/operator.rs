@@ -33,7 +33,7 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::{decode, input};
 use crate::telemetry;
 
-/// One namespace rule, as [`list_namespaces`](crate::Leases::list_namespaces) reports it.
+/// One namespace rule, as [`list_namespaces`](crate::admin::Operator::list_namespaces) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceRule {
     /// The bound prefix: every key and resource name starting with it, for
@@ -80,7 +80,7 @@ impl std::fmt::Display for BoundRole {
     }
 }
 
-/// The connection's [`crate::Leases::bind_namespace`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::bind_namespace`]: its documentation is there.
 pub(crate) async fn bind_namespace(
     conn: &mut impl Execute,
     prefix: &str,
@@ -96,7 +96,7 @@ pub(crate) async fn bind_namespace(
     .await
 }
 
-/// [`bind_namespace`](crate::Leases::bind_namespace) without its span and counters.
+/// [`bind_namespace`](crate::admin::Operator::bind_namespace) without its span and counters.
 async fn bind_namespace_unobserved(
     conn: &mut impl Execute,
     prefix: &str,
@@ -118,7 +118,7 @@ async fn bind_namespace_unobserved(
     .map_err(|error| LeaseError::from_keyless(Operation::BindNamespace, error, autocommit))
 }
 
-/// The connection's [`crate::Leases::unbind_namespace`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::unbind_namespace`]: its documentation is there.
 pub(crate) async fn unbind_namespace(
     conn: &mut impl Execute,
     prefix: &str,
@@ -133,7 +133,7 @@ pub(crate) async fn unbind_namespace(
     .await
 }
 
-/// [`unbind_namespace`](crate::Leases::unbind_namespace) without its span and counters.
+/// [`unbind_namespace`](crate::admin::Operator::unbind_namespace) without its span and counters.
 async fn unbind_namespace_unobserved(
     conn: &mut impl Execute,
     prefix: &str,
@@ -151,7 +151,7 @@ async fn unbind_namespace_unobserved(
     .map_err(|error| LeaseError::from_keyless(Operation::UnbindNamespace, error, autocommit))
 }
 
-/// The connection's [`crate::Leases::list_namespaces`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::list_namespaces`]: its documentation is there.
 pub(crate) async fn list_namespaces(
     conn: &mut impl Execute,
 ) -> Result<Vec<NamespaceRule>, LeaseError> {
@@ -165,7 +165,7 @@ pub(crate) async fn list_namespaces(
     .await
 }
 
-/// [`list_namespaces`](crate::Leases::list_namespaces) without its span and counters.
+/// [`list_namespaces`](crate::admin::Operator::list_namespaces) without its span and counters.
 async fn list_namespaces_unobserved(
     conn: &mut impl Execute,
 ) -> Result<Vec<NamespaceRule>, LeaseError> {
@@ -192,7 +192,7 @@ async fn list_namespaces_unobserved(
         .collect())
 }
 
-/// The connection's [`crate::Leases::force_release`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::force_release`]: its documentation is there.
 pub(crate) async fn force_release(
     conn: &mut impl Execute,
     key: &str,
@@ -208,7 +208,7 @@ pub(crate) async fn force_release(
     .map(|counter| counter.map(Epoch::new))
 }
 
-/// [`force_release`](crate::Leases::force_release) without its span and counters.
+/// [`force_release`](crate::admin::Operator::force_release) without its span and counters.
 async fn force_release_unobserved(
     conn: &mut impl Execute,
     key: &str,
@@ -230,7 +230,7 @@ async fn force_release_unobserved(
     })
 }
 
-/// What [`force_release_epoch`](crate::Leases::force_release_epoch) did with the grant it was given.
+/// What [`force_release_epoch`](crate::admin::Operator::force_release_epoch) did with the grant it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForcedRelease {
@@ -239,7 +239,7 @@ pub enum ForcedRelease {
     /// and waiters were woken.
     Released {
         /// The key's counter now, the grant's epoch + 1: every epoch up to
-        /// it is stale; fence resources up to it ([`crate::Leases::fence`]).
+        /// it is stale; fence resources up to it ([`crate::guard::Fencing::fence`]).
         counter: Epoch,
     },
     /// The key is held (or lapsed) under a higher epoch: the grant asked
@@ -263,7 +263,7 @@ pub enum ForcedRelease {
     },
 }
 
-/// The connection's [`crate::Leases::force_release_epoch`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::force_release_epoch`]: its documentation is there.
 pub(crate) async fn force_release_epoch(
     conn: &mut impl Execute,
     key: &str,
@@ -280,7 +280,7 @@ pub(crate) async fn force_release_epoch(
     .await
 }
 
-/// [`force_release_epoch`](crate::Leases::force_release_epoch) without its span and counters.
+/// [`force_release_epoch`](crate::admin::Operator::force_release_epoch) without its span and counters.
 async fn force_release_epoch_unobserved(
     conn: &mut impl Execute,
     key: &str,
@@ -340,7 +340,7 @@ pub const GENERATION_SHIFT: u32 = 40;
 pub const MAX_GENERATION: i64 = (1 << 23) - 1;
 
 /// The server's generation (docs/SPECIFICATION.md §1.2, §1.7), as
-/// [`generation`](crate::Leases::generation) reports it.
+/// [`generation`](crate::admin::Operator::generation) reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation {
     /// The generation: 0 on a server that was never promoted, restored onto
@@ -360,7 +360,7 @@ impl Generation {
     }
 }
 
-/// The connection's [`crate::Leases::generation`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::generation`]: its documentation is there.
 pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
     telemetry::lease_call(
         Operation::Generation,
@@ -372,7 +372,7 @@ pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, Le
     .await
 }
 
-/// [`generation`](crate::Leases::generation) without its span and counters.
+/// [`generation`](crate::admin::Operator::generation) without its span and counters.
 async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
     let autocommit = conn.in_autocommit();
     let (generation, timeline) = get_result(
@@ -389,7 +389,7 @@ async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, Le
     })
 }
 
-/// The connection's [`crate::Leases::raise_generation`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::raise_generation`]: its documentation is there.
 pub(crate) async fn raise_generation(
     conn: &mut impl Execute,
     generation: i64,
@@ -404,7 +404,7 @@ pub(crate) async fn raise_generation(
     .await
 }
 
-/// [`raise_generation`](crate::Leases::raise_generation) without its span and counters.
+/// [`raise_generation`](crate::admin::Operator::raise_generation) without its span and counters.
 async fn raise_generation_unobserved(
     conn: &mut impl Execute,
     generation: i64,
@@ -498,4 +498,27 @@ pub(crate) async fn function_privilege_on(
 /// Checks a name for what PostgreSQL cannot store.
 fn check_name(field: &str, value: &str) -> Result<(), LeaseError> {
     input::text(field, value).map_err(LeaseError::invalid)
+}
+
+impl telemetry::Outcome for Vec<NamespaceRule> {
+    fn outcome(&self) -> &'static str {
+        "listed"
+    }
+}
+
+impl telemetry::Outcome for ForcedRelease {
+    fn outcome(&self) -> &'static str {
+        match self {
+            ForcedRelease::Released { .. } => "released",
+            ForcedRelease::NewerGrant { .. } => "newer_grant",
+            ForcedRelease::AlreadyFree { .. } => "already_free",
+            ForcedRelease::NoSuchGrant { .. } => "no_such_grant",
+        }
+    }
+}
+
+impl telemetry::Outcome for Generation {
+    fn outcome(&self) -> &'static str {
+        "read"
+    }
 }

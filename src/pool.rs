@@ -20,11 +20,10 @@
 
 use diesel::connection::{AnsiTransactionManager, CacheSize, Connection, TransactionManager};
 use diesel::pg::PgConnection;
-use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
 
-use crate::errors::{GuardError, LeaseError};
+use crate::errors::{CallError, LeaseError};
 
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
@@ -121,58 +120,18 @@ pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPoo
     })
 }
 
-/// Whether `error` says the connection (not the request) failed, or that
-/// it reaches the wrong server: a read-only one, which is what a failover
-/// leaves behind (the old primary demoted, or a standby not yet promoted).
-/// Such a connection is not given back to the pool, and the waiter and
-/// the keeper retry after such an error: the next connection is opened
-/// anew, and libpq, given every host and `target_session_attrs=read-write`,
-/// picks whichever server is the primary by then.
-pub(crate) fn is_connection_error(error: &LeaseError) -> bool {
-    match error {
-        LeaseError::Pool(_)
-        | LeaseError::OutcomeUnknown { .. }
-        | LeaseError::ReadOnlyServer { .. } => true,
-        #[cfg(feature = "async")]
-        LeaseError::AsyncPool(_) | LeaseError::AsyncConnect { .. } => true,
-        LeaseError::Database { source, .. } => is_dead_connection(source),
-        _ => false,
-    }
-}
-
-/// [`is_connection_error`] for a guard call's error: the same connection
-/// failures, and a read-only server.
-pub(crate) fn is_guard_connection_error(error: &GuardError) -> bool {
-    match error {
-        GuardError::Pool(_) | GuardError::ReadOnlyServer { .. } => true,
-        #[cfg(feature = "async")]
-        GuardError::AsyncPool(_) => true,
-        GuardError::Database { source, .. } => is_dead_connection(source),
-        _ => false,
-    }
-}
-
-/// Whether diesel says the session itself is gone (not that a statement
-/// failed).
-fn is_dead_connection(error: &DieselError) -> bool {
-    matches!(
-        error,
-        DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)
-            | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
-            | DieselError::BrokenTransactionManager
-    )
-}
-
-/// Runs `call` on a connection from `pool`; when it fails because the
-/// connection is dead, the connection is not returned to the pool.
-pub(crate) fn with_conn<T>(
+/// Runs `call` on a connection from `pool`; when it fails in a way that
+/// leaves the connection unfit ([`CallError::discards_connection`]: dead, on
+/// a server that turned read-only, its prepared statements lost), the
+/// connection is not returned to the pool.
+pub(crate) fn with_conn<T, E: CallError>(
     pool: &PgPool,
-    call: impl FnOnce(&mut PgConnection) -> Result<T, LeaseError>,
-) -> Result<T, LeaseError> {
-    let mut conn = pool.get()?;
+    call: impl FnOnce(&mut PgConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut conn = pool.get().map_err(E::from_checkout)?;
     let result = call(&mut conn);
     if let Err(error) = &result {
-        if is_connection_error(error) || matches!(error, LeaseError::PreparedStatementLost { .. }) {
+        if error.discards_connection() {
             discard(&mut conn);
         }
     }
@@ -186,21 +145,4 @@ pub(crate) fn discard(conn: &mut PgConnection) {
         conn,
     )
     .set_in_error();
-}
-
-/// Runs a guard call on a pooled connection; a connection that failed, or
-/// reaches a server that turned read-only, is not given back to the pool
-/// (as [`crate::LeaseClient`]'s calls do).
-pub(crate) fn with_guard_conn<T>(
-    pool: &PgPool,
-    call: impl FnOnce(&mut diesel::PgConnection) -> Result<T, GuardError>,
-) -> Result<T, GuardError> {
-    let mut conn = pool.get()?;
-    let result = call(&mut conn);
-    if let Err(error) = &result {
-        if is_guard_connection_error(error) {
-            discard(&mut conn);
-        }
-    }
-    result
 }

@@ -89,7 +89,7 @@ pub struct PruneReport {
     pub batches: u64,
 }
 
-/// The connection's [`crate::Leases::prune`]: its documentation is there.
+/// The connection's [`crate::admin::Operator::prune`]: its documentation is there.
 pub(crate) async fn prune(
     conn: &mut impl Execute,
     options: &PruneOptions,
@@ -104,7 +104,7 @@ pub(crate) async fn prune(
     .await
 }
 
-/// [`prune`](crate::Leases::prune) without its span and counters.
+/// [`prune`](crate::admin::Operator::prune) without its span and counters.
 async fn prune_unobserved(
     conn: &mut impl Execute,
     options: &PruneOptions,
@@ -171,4 +171,14 @@ async fn prune_unobserved(
 /// A row count from the server (never negative).
 fn count(rows: i32) -> u64 {
     u64::try_from(rows).unwrap_or(0)
+}
+
+impl telemetry::Outcome for PruneReport {
+    fn outcome(&self) -> &'static str {
+        if self.dry_run {
+            "dry_run"
+        } else {
+            "pruned"
+        }
+    }
 }

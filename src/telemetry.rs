@@ -5,7 +5,7 @@
 //! recorder, the application does.
 //!
 //! With `tracing`, every lease call (the single-key calls, the batch and
-//! group calls, the operator calls and [`prune`](crate::Leases::prune)) runs in a `DEBUG` span
+//! group calls, the operator calls and [`prune`](crate::admin::Operator::prune)) runs in a `DEBUG` span
 //! `lease` (target `leasehold::lease`), every guard call in a span `guard`
 //! (`leasehold::guard`), and a [`LeaseWaiter`](crate::wait::LeaseWaiter) acquire in a span
 //! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
@@ -91,10 +91,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use chrono::{DateTime, Utc};
 
 use crate::errors::{GuardError, LeaseError, Operation};
-use crate::holding::LeaseLoss;
 use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
-use crate::waiting::slot::Woken;
-use crate::waiting::WaitError;
 
 /// Whether spans and events may carry lease keys and resource names
 /// ([`set_trace_keys`]).
@@ -230,42 +227,6 @@ impl Outcome for Vec<crate::outcome::KeyRelease> {
     }
 }
 
-impl Outcome for crate::groups::GroupJoin {
-    fn outcome(&self) -> &'static str {
-        if self.group.is_some() {
-            "joined"
-        } else {
-            "refused"
-        }
-    }
-}
-
-impl Outcome for crate::groups::GroupRenewal {
-    fn outcome(&self) -> &'static str {
-        match self {
-            crate::groups::GroupRenewal::Renewed { .. } => "renewed",
-            crate::groups::GroupRenewal::Refused(why) => why.as_status(),
-        }
-    }
-}
-
-impl Outcome for Vec<crate::operator::NamespaceRule> {
-    fn outcome(&self) -> &'static str {
-        "listed"
-    }
-}
-
-impl Outcome for crate::operator::ForcedRelease {
-    fn outcome(&self) -> &'static str {
-        match self {
-            crate::operator::ForcedRelease::Released { .. } => "released",
-            crate::operator::ForcedRelease::NewerGrant { .. } => "newer_grant",
-            crate::operator::ForcedRelease::AlreadyFree { .. } => "already_free",
-            crate::operator::ForcedRelease::NoSuchGrant { .. } => "no_such_grant",
-        }
-    }
-}
-
 /// `force_release` by key: the counter after, or `None` for a key never
 /// leased.
 impl Outcome for Option<i64> {
@@ -299,28 +260,6 @@ impl Outcome for bool {
 impl Outcome for i64 {
     fn outcome(&self) -> &'static str {
         "done"
-    }
-}
-
-impl Outcome for crate::listing::Listing {
-    fn outcome(&self) -> &'static str {
-        "listed"
-    }
-}
-
-impl Outcome for crate::operator::Generation {
-    fn outcome(&self) -> &'static str {
-        "read"
-    }
-}
-
-impl Outcome for crate::prune::PruneReport {
-    fn outcome(&self) -> &'static str {
-        if self.dry_run {
-            "dry_run"
-        } else {
-            "pruned"
-        }
     }
 }
 
@@ -394,34 +333,6 @@ impl GuardAnswer for DateTime<Utc> {}
 impl<T> GuardAnswer for Option<T> {
     fn found(&self) -> bool {
         self.is_some()
-    }
-}
-
-/// The `reason` label of a keeper's loss.
-fn loss_reason(loss: &LeaseLoss) -> &'static str {
-    match loss {
-        LeaseLoss::Refused(why) => why.as_reason(),
-        LeaseLoss::DeadlinePassed { .. } => "deadline_passed",
-    }
-}
-
-/// The `outcome` label of a waiter's acquire.
-fn wait_outcome(result: &Result<Lease, WaitError>) -> &'static str {
-    match result {
-        Ok(_) => "granted",
-        Err(WaitError::TimedOut { .. }) => "timed_out",
-        Err(WaitError::Cancelled { .. }) => "cancelled",
-        Err(_) => "error",
-    }
-}
-
-/// The `cause` label of a waiter's wake-up; `None` when it was cancelled
-/// (the wait ends there, it does not try again).
-fn wake_cause(woken: Woken) -> Option<&'static str> {
-    match woken {
-        Woken::Changed => Some("listener"),
-        Woken::TimedOut => Some("timer"),
-        Woken::Cancelled => None,
     }
 }
 
@@ -612,18 +523,20 @@ where
 /// face's waiter: the sync one finishes it on its own thread).
 #[cfg(not(any(feature = "tracing", feature = "metrics")))]
 #[inline(always)]
-pub(crate) async fn wait<F>(_key: &str, _owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<R, F>(_key: &str, _owner: &str, call: F) -> R
 where
-    F: std::future::Future<Output = Result<Lease, WaitError>>,
+    R: Outcome,
+    F: std::future::Future<Output = R>,
 {
     call.await
 }
 
 /// Runs a waiter's whole acquire in its span and times the wait.
 #[cfg(any(feature = "tracing", feature = "metrics"))]
-pub(crate) async fn wait<F>(key: &str, owner: &str, call: F) -> Result<Lease, WaitError>
+pub(crate) async fn wait<R, F>(key: &str, owner: &str, call: F) -> R
 where
-    F: std::future::Future<Output = Result<Lease, WaitError>>,
+    R: Outcome,
+    F: std::future::Future<Output = R>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(
@@ -643,40 +556,34 @@ where
         call,
     )
     .await;
-    let outcome = wait_outcome(&result);
+    let outcome = result.outcome();
     #[cfg(feature = "tracing")]
-    timing::close(
-        &span,
-        outcome,
-        result.as_ref().ok().map(|lease| lease.epoch().get()),
-        elapsed,
-    );
+    timing::close(&span, outcome, result.epoch(), elapsed);
     #[cfg(feature = "metrics")]
     metrics::histogram!("leasehold_wait_duration_seconds", "outcome" => outcome)
         .record(elapsed.as_secs_f64());
     result
 }
 
-/// Reports a blocked waiter's wake-up; returns `woken` unchanged.
+/// Reports a blocked waiter's wake-up by its `cause` label; `None` (it was
+/// cancelled: the wait ends there) reports nothing.
 #[inline(always)]
-pub(crate) fn waiter_woke(woken: Woken) -> Woken {
+pub(crate) fn waiter_woke(cause: Option<&'static str>) {
     #[cfg(any(feature = "tracing", feature = "metrics"))]
-    if let Some(cause) = wake_cause(woken) {
+    if let Some(cause) = cause {
         #[cfg(feature = "tracing")]
         tracing::debug!(target: "leasehold::waiter", cause, "waiter woke");
         #[cfg(feature = "metrics")]
         metrics::counter!("leasehold_waiter_wakeups_total", "cause" => cause).increment(1);
     }
     #[cfg(not(any(feature = "tracing", feature = "metrics")))]
-    let _ = wake_cause;
-    woken
+    let _ = cause;
 }
 
 /// Reports a keeper's loss of `lease`: once per `Keeper`, once per key of
 /// a `KeeperSet`.
 #[inline(always)]
-pub(crate) fn lease_lost(lease: &Lease, loss: &LeaseLoss) {
-    let reason = loss_reason(loss);
+pub(crate) fn lease_lost(lease: &Lease, reason: &'static str, loss: &dyn std::fmt::Display) {
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "leasehold::keeper",
@@ -688,7 +595,7 @@ pub(crate) fn lease_lost(lease: &Lease, loss: &LeaseLoss) {
     );
     #[cfg(feature = "metrics")]
     metrics::counter!("leasehold_lease_lost_total", "reason" => reason).increment(1);
-    let _ = (lease, reason);
+    let _ = (lease, reason, loss);
 }
 
 /// Reports that the waiters' listener session is up.
@@ -796,6 +703,7 @@ mod metered {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::holding::LeaseLoss;
     use crate::outcome::Refusal;
 
     #[test]
@@ -812,10 +720,10 @@ mod tests {
         ];
         for why in every {
             assert_eq!(Renewal::Refused(why).outcome(), why.as_status());
-            assert_eq!(loss_reason(&LeaseLoss::Refused(why)), why.as_reason());
+            assert_eq!(LeaseLoss::Refused(why).reason(), why.as_reason());
         }
         assert_eq!(
-            loss_reason(&LeaseLoss::DeadlinePassed { last_error: None }),
+            LeaseLoss::DeadlinePassed { last_error: None }.reason(),
             "deadline_passed"
         );
     }

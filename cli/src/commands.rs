@@ -16,6 +16,7 @@ use crate::duration;
 use crate::failure::CliError;
 use crate::json::Json;
 use crate::output::Printer;
+use leasehold::guard::Fencing;
 
 /// `leasehold install`.
 pub fn install(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {

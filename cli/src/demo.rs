@@ -33,6 +33,7 @@ use crate::failure::CliError;
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
+use leasehold::guard::Fencing;
 use leasehold::Leases;
 use timeline::Timeline;
 use workers::{AChannels, BChannels};

@@ -16,7 +16,7 @@
 //!   watch says releases may have been missed, and the keys are listed
 //!   again.
 //! - **Losses and grants** come from comparing one listing of the keys with
-//!   the next ([`leasehold::Leases::list_leases`], on the server's clock),
+//!   the next ([`leasehold::admin::Operator::list_leases`], on the server's clock),
 //!   every `--interval`, and at once after a wake-up: a grant that lapsed,
 //!   was released, or was replaced by a grant of another epoch; a new
 //!   grant. A renewal (same grant, later expiry) is not an event. Changes
@@ -31,13 +31,14 @@ use chrono::{DateTime, Utc};
 use diesel::PgConnection;
 use leasehold::admin::{KeyState, ListFilter};
 use leasehold::wait::{LeaseWaiter, ReleaseEvent, ReleaseWatch, WAITER_LIMIT};
-use leasehold::{LeaseClient, Leases};
+use leasehold::LeaseClient;
 
 use crate::args::ListArgs;
 use crate::failure::CliError;
 use crate::json::Json;
 use crate::listing::{self, Row};
 use crate::output::Printer;
+use leasehold::admin::Operator;
 
 /// How long the watch waits for the listener's session at its start: the
 /// listener's delivery check takes up to ten seconds on a session that

@@ -1,7 +1,7 @@
 //! `ls` and `watch`: every key with its holder, epoch and remaining time.
 //!
 //! The rows come from the library's listing
-//! ([`leasehold::Leases::list_leases`]), which reads `lease.leases` and
+//! ([`leasehold::admin::Operator::list_leases`]), which reads `lease.leases` and
 //! `lease.groups` (closed to callers by design, so it works for a
 //! superuser, the role that installed leasehold, or a role granted SELECT
 //! on both) and reports a role without the privilege by name, which these
@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use diesel::PgConnection;
 use leasehold::admin::{KeyState, ListFilter, ListOrder, ListedLease};
-use leasehold::{LeaseError, Leases};
+use leasehold::LeaseError;
 
 use crate::args::{ListArgs, SortBy};
 use crate::duration;
@@ -27,6 +27,7 @@ use crate::failure::{report, CliError};
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
+use leasehold::admin::Operator;
 
 /// One key as listed.
 pub(crate) type Row = ListedLease;

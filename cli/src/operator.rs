@@ -16,13 +16,13 @@ use diesel::PgConnection;
 use leasehold::{
     admin::{function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, NamespaceRule},
     error::LeaseError,
-    Leases,
 };
 
 use crate::failure::{report, CliError};
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
+use leasehold::admin::Operator;
 
 /// The SQL signatures of the operator functions, as a GRANT names them.
 pub const FENCE: &str = "lease.fence(text, text, bigint)";

@@ -12,7 +12,6 @@ use diesel::PgConnection;
 use leasehold::{
     admin::{PruneOptions, PruneReport},
     error::LeaseError,
-    Leases,
 };
 
 use crate::duration;
@@ -20,6 +19,7 @@ use crate::failure::{report, CliError};
 use crate::json::Json;
 use crate::operator::explain;
 use crate::output::Printer;
+use leasehold::admin::Operator;
 
 /// The functions a role needs EXECUTE on, as a GRANT names them.
 const PRUNE_KEYS: &str = "lease.prune_keys(interval, bytea, integer, boolean)";

@@ -21,12 +21,13 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
-use crate::errors::{GuardError, LeaseError};
-use crate::pool::{is_connection_error, is_guard_connection_error, PreparedStatements};
+use crate::errors::CallError;
+use crate::errors::LeaseError;
+use crate::pool::PreparedStatements;
 
 /// Why no connection could be had from an [`AsyncLeaseClient`]'s pool:
 /// deadpool's error, which names the connection error when there was one
-/// ([`LeaseError::AsyncPool`], [`GuardError::AsyncPool`]).
+/// ([`LeaseError::AsyncPool`], [`GuardError::AsyncPool`](crate::error::GuardError::AsyncPool)).
 pub type PoolError = diesel_async::pooled_connection::deadpool::PoolError;
 
 /// Every lease operation over a pool of async connections: the methods
@@ -76,7 +77,7 @@ impl AsyncLeaseClient {
     }
 
     /// A connection of the pool for one call (settle it after the call
-    /// with [`settle_lease`]).
+    /// with [`settle`]).
     pub(crate) async fn checkout(&self) -> Result<Object<AsyncPgConnection>, PoolError> {
         checkout(&self.pool).await
     }
@@ -176,7 +177,7 @@ impl AsyncLeaseClientBuilder {
         }
         let mut config = ManagerConfig::<AsyncPgConnection>::default();
         // No round trip before each call: a call that finds its connection
-        // dead discards it instead (`settle_lease`), as the sync pool does.
+        // dead discards it instead (`settle`), as the sync pool does.
         config.recycling_method = diesel_async::pooled_connection::RecyclingMethod::Fast;
         config.custom_setup = Box::new(move |url| {
             let url = url.to_owned();
@@ -220,24 +221,12 @@ pub(super) fn discard(conn: Object<AsyncPgConnection>) {
     drop(Object::take(conn));
 }
 
-/// After a lease call: a connection that the call found dead, on a server
-/// that turned read-only, or whose prepared statements went missing (a
-/// transaction-mode pooler) is discarded, by the rules of the sync pool
-/// (`crate::pool::with_conn`).
-pub(crate) fn settle_lease<T>(conn: Object<AsyncPgConnection>, result: &Result<T, LeaseError>) {
-    if let Err(error) = result {
-        if is_connection_error(error) || matches!(error, LeaseError::PreparedStatementLost { .. }) {
-            discard(conn);
-        }
-    }
-}
-
-/// After a guard call: as [`settle_lease`], by the rules of the sync
-/// pool's guard calls (`crate::pool::with_guard_conn`).
-pub(super) fn settle_guard<T>(conn: Object<AsyncPgConnection>, result: &Result<T, GuardError>) {
-    if let Err(error) = result {
-        if is_guard_connection_error(error) {
-            discard(conn);
-        }
+/// After a call: a connection the call's error names unfit (found dead,
+/// on a server that turned read-only, its prepared statements gone) is
+/// discarded, by the one rule of both faces
+/// (`CallError::discards_connection`).
+pub(crate) fn settle<T, E: CallError>(conn: Object<AsyncPgConnection>, result: &Result<T, E>) {
+    if matches!(result, Err(error) if error.discards_connection()) {
+        discard(conn);
     }
 }

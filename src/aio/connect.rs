@@ -13,70 +13,12 @@
 //! source, and diesel-async's session setup (its first statements) runs
 //! inside the same bound.
 
-use std::time::Duration;
-
 use diesel_async::AsyncPgConnection;
 
 use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
 
+pub use crate::errors::ConnectError;
 use crate::libpq::{with_connect_timeout, ConnectBound};
-
-/// Why [`connect`] (or an [`AsyncLeaseClient`](super::AsyncLeaseClient)'s
-/// build, [`crate::LeaseError::AsyncConnect`]) could not open a connection.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The attempt did not complete within `connect_timeout`: the server
-    /// accepted nothing, or accepted and never answered (a stopped or
-    /// overloaded server, a proxy that hangs). Nothing was left open.
-    #[error(
-        "no connection to {servers} within {} s (the bound: {setting}, per host)",
-        after.as_secs_f64()
-    )]
-    TimedOut {
-        /// The server or servers the URL names, `host:port`, in order.
-        servers: String,
-        /// How long the attempt was allowed: `connect_timeout` times the
-        /// number of hosts.
-        after: Duration,
-        /// Which `connect_timeout` bounded it and where it came from, e.g.
-        /// `connect_timeout=2 from the URL`, `connect_timeout=5 by default`.
-        setting: String,
-    },
-    /// The driver could not connect: refused, unreachable, a wrong
-    /// password or database, an invalid URL. The message carries the
-    /// whole reason, e.g. `error connecting to server: Connection refused
-    /// (os error 111)`.
-    #[error("{}", Chain(source))]
-    Driver {
-        /// tokio-postgres's error, whose source is the reason.
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    /// Connected, but the session's first statements (diesel-async's
-    /// settings of the session) failed.
-    #[error("the new session could not be set up: {source}")]
-    Setup {
-        /// diesel-async's error.
-        #[source]
-        source: diesel::ConnectionError,
-    },
-}
-
-/// An error and its sources, `: `-separated.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
-    }
-}
 
 /// Opens an `AsyncPgConnection` to `database_url` (libpq's URL or key-value
 /// form, as tokio-postgres reads it), each host's attempt (TCP, startup,

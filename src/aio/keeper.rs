@@ -32,7 +32,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use super::client::{checkout, settle, AsyncLeaseClient};
 use crate::errors::KeeperError;
 use crate::errors::LeaseError;
 use crate::holding::schedule::{self, Schedule};
@@ -238,7 +238,7 @@ impl Shared {
         let sent_at = Instant::now();
         let mut conn = checkout(&self.client.pool).await?;
         let renewal = crate::leases::renew(&mut *conn, self.lease.token(), self.schedule.ttl).await;
-        settle_lease(conn, &renewal);
+        settle(conn, &renewal);
         match renewal? {
             Renewal::Renewed { expires_at } => {
                 let mut renewed = false;
@@ -282,7 +282,7 @@ impl Shared {
             true
         });
         if declared {
-            crate::telemetry::lease_lost(&self.lease, &loss);
+            crate::telemetry::lease_lost(&self.lease, loss.reason(), &loss);
         }
     }
 
@@ -367,7 +367,7 @@ impl Shared {
         loop {
             let mut conn = checkout(&self.client.pool).await?;
             let answer = crate::leases::release(&mut *conn, self.lease.token()).await;
-            settle_lease(conn, &answer);
+            settle(conn, &answer);
             attempts = attempts.saturating_sub(1);
             match answer {
                 Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,

@@ -32,7 +32,7 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::AsyncPgConnection;
 use tokio::sync::oneshot;
 
-use super::client::{checkout, settle_lease, AsyncLeaseClient};
+use super::client::{checkout, settle, AsyncLeaseClient};
 use super::releases::ReleaseWatch;
 use crate::errors::LeaseError;
 use crate::outcome::{Acquisition, Lease};
@@ -230,7 +230,8 @@ impl LeaseWaiter {
                         woken = slot.wait_async(seen, wake_at) => woken,
                         () = cancel.as_mut() => Woken::Cancelled,
                     };
-                    if telemetry::waiter_woke(woken) == Woken::Cancelled {
+                    telemetry::waiter_woke(woken.cause());
+                    if woken == Woken::Cancelled {
                         return Err(rounds.cancelled());
                     }
                 }
@@ -288,7 +289,7 @@ impl LeaseWaiter {
                             _ => Step::Unowned,
                         })
                 };
-                settle_lease(conn, &step);
+                settle(conn, &step);
                 step
             }
             .await;
@@ -340,7 +341,7 @@ impl Drop for Unclaimed {
 async fn release_unclaimed(pool: Pool<AsyncPgConnection>, lease: Lease) {
     if let Ok(mut conn) = checkout(&pool).await {
         let released = crate::leases::release(&mut *conn, lease.token()).await;
-        settle_lease(conn, &released);
+        settle(conn, &released);
     }
 }
 

@@ -89,6 +89,16 @@ pub enum LeaseLoss {
     },
 }
 
+impl LeaseLoss {
+    /// The `reason` label of the loss in telemetry.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            LeaseLoss::Refused(why) => why.as_reason(),
+            LeaseLoss::DeadlinePassed { .. } => "deadline_passed",
+        }
+    }
+}
+
 impl std::fmt::Display for LeaseLoss {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -348,7 +358,7 @@ impl Shared {
             self.valid_until.store(0, Ordering::SeqCst);
             self.changed.notify_all();
         }
-        crate::telemetry::lease_lost(&self.lease, &loss);
+        crate::telemetry::lease_lost(&self.lease, loss.reason(), &loss);
         self.emit(&KeeperEvent::Lost(loss));
     }
 

@@ -326,7 +326,7 @@ impl Calls {
             Calls::Tasks(client) => {
                 let mut conn = client.checkout().await?;
                 let answer = groups::renew_group(&mut *conn, group, owner, ttl).await;
-                crate::aio::settle_lease(conn, &answer);
+                crate::aio::settle(conn, &answer);
                 answer
             }
         }
@@ -346,7 +346,7 @@ impl Calls {
                 let split = many::split_grants(grants);
                 let mut conn = client.checkout().await?;
                 let answer = groups::join_group(&mut *conn, split, ttl).await;
-                crate::aio::settle_lease(conn, &answer);
+                crate::aio::settle(conn, &answer);
                 answer
             }
         }
@@ -362,7 +362,7 @@ impl Calls {
                 let split = many::split_grants(grants);
                 let mut conn = client.checkout().await?;
                 let answer = many::release_many(&mut *conn, split).await;
-                crate::aio::settle_lease(conn, &answer);
+                crate::aio::settle(conn, &answer);
                 answer
             }
         }
@@ -446,7 +446,7 @@ impl Shared {
         if !member.kept.swap(false, Ordering::SeqCst) {
             return None;
         }
-        crate::telemetry::lease_lost(&member.lease, &loss);
+        crate::telemetry::lease_lost(&member.lease, loss.reason(), &loss);
         let key = member.lease.key().to_owned();
         state.losses.push((key.clone(), loss.clone()));
         self.notify();

@@ -363,7 +363,7 @@ cacheable_query! {
     }
 }
 
-/// The listing of `leasehold ls` and [`crate::Leases::list_leases`], after
+/// The listing of `leasehold ls` and [`crate::admin::Operator::list_leases`], after
 /// its parameters (`params`, so each is bound once): one reading of the
 /// server's clock (`clock`), every key under the prefix and of the owner
 /// with its state on that clock (`listed`), those in the states asked for,

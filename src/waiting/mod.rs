@@ -51,7 +51,7 @@ use crate::errors::{LeaseError, Operation};
 use crate::holding::cancel::{CancelToken, Wake};
 use crate::leases;
 use crate::outcome::{Acquisition, Lease};
-use crate::pool::{is_connection_error, with_conn, PgPool};
+use crate::pool::{with_conn, PgPool};
 use crate::sql::calls::RemainingCall;
 use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
@@ -59,13 +59,14 @@ use crate::telemetry;
 pub(crate) mod listener;
 mod releases;
 mod session;
+mod shared;
 pub(crate) mod slot;
 
 use listener::Listener;
-pub use listener::{
+pub use releases::{ReleaseEvent, ReleaseWatch};
+pub use shared::{
     ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
 };
-pub use releases::{ReleaseEvent, ReleaseWatch};
 use slot::Woken;
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
@@ -132,6 +133,21 @@ pub enum WaitError {
     /// multi-host URL); this is what remained.
     #[error(transparent)]
     Lease(#[from] LeaseError),
+}
+
+/// A waiter's acquire, as telemetry counts it.
+impl telemetry::Outcome for Result<Lease, WaitError> {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Ok(_) => "granted",
+            Err(WaitError::TimedOut { .. }) => "timed_out",
+            Err(WaitError::Cancelled { .. }) => "cancelled",
+            Err(_) => "error",
+        }
+    }
+    fn epoch(&self) -> Option<i64> {
+        self.as_ref().ok().map(|lease| lease.epoch().get())
+    }
 }
 
 /// Blocking acquire that waits on release notifications instead of polling.
@@ -364,8 +380,9 @@ impl LeaseWaiter {
                 Round::Failed(error) => return Err(error),
                 Round::Again => continue,
                 Round::Sleep(wake_at) => {
-                    if telemetry::waiter_woke(slot.wait(seen, wake_at, cancel)) == Woken::Cancelled
-                    {
+                    let woken = slot.wait(seen, wake_at, cancel);
+                    telemetry::waiter_woke(woken.cause());
+                    if woken == Woken::Cancelled {
                         return Err(rounds.cancelled());
                     }
                 }
@@ -492,7 +509,7 @@ impl<'k> Rounds<'k> {
             Ok(Step::Granted(lease)) => return Round::Granted(lease),
             Ok(Step::Held { remaining }) => Some(remaining),
             Ok(Step::Unowned) => Some(Duration::ZERO),
-            Err(error) if is_connection_error(&error) => None,
+            Err(error) if error.is_connection_error() => None,
             Err(error) => return Round::Failed(error.into()),
         };
         let now = Instant::now();

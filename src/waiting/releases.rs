@@ -23,7 +23,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::listener::{lock, Delivery, Listener, Subscription, Watch};
+use super::listener::{Listener, Watch};
+use super::shared::{lock, Delivery, Subscription};
 use super::WAITER_LIMIT;
 use crate::errors::LeaseError;
 use crate::sql::input;

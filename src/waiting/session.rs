@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::listener::{
+use super::shared::{
     lock, Delivery, PollingReason, Registration, Shared, LISTENER_APPLICATION_NAME,
     UNDELIVERED_RETRY,
 };

@@ -23,6 +23,18 @@ pub(crate) enum Woken {
     Cancelled,
 }
 
+impl Woken {
+    /// The `cause` label of the wake-up in telemetry; `None` when it was
+    /// cancelled (the wait ends there, it does not try again).
+    pub(crate) fn cause(self) -> Option<&'static str> {
+        match self {
+            Woken::Changed => Some("listener"),
+            Woken::TimedOut => Some("timer"),
+            Woken::Cancelled => None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct SlotState {
     seq: u64,

@@ -16,6 +16,8 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 use leasehold::{
     error::{GuardError, InstallError},
     install, FencingToken, Leases,
@@ -382,16 +384,16 @@ fn state(conn: &mut PgConnection) -> Vec<String> {
 /// Leases held, released and fenced, and guard records.
 fn seed(conn: &mut PgConnection) {
     let a = conn.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
-    conn.admit("res-a", &a).unwrap();
+    conn.admit("res-a", &a, Check::Token).unwrap();
     assert_eq!(
         conn.release(&leasehold_test_support::grant("job-a", "w1", a.epoch()))
             .unwrap(),
         leasehold::Release::Released
     );
     let a2 = conn.acquire("job-a", "w2", TTL).unwrap().granted().unwrap();
-    conn.admit("res-a", &a2).unwrap();
+    conn.admit("res-a", &a2, Check::Token).unwrap();
     let b = conn.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
-    conn.admit("res-b", &b).unwrap();
+    conn.admit("res-b", &b, Check::Token).unwrap();
     conn.fence("res-c", "job-b", b.epoch()).unwrap();
     let joined = conn
         .join_group(
@@ -436,10 +438,10 @@ fn seed_checks(conn: &mut PgConnection) {
     );
     let stale = leasehold::FencingToken::new("job-a", "w1", leasehold::Epoch::from(1)).unwrap();
     assert!(
-        conn.admit("res-a", &stale).is_err(),
+        conn.admit("res-a", &stale, Check::Token).is_err(),
         "a stale epoch is refused"
     );
-    conn.admit("res-a", &next).unwrap();
+    conn.admit("res-a", &next, Check::Token).unwrap();
     let fresh = conn
         .acquire("new-key", "w1", TTL)
         .unwrap()
@@ -530,7 +532,8 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     assert!(matches!(
         c.admit(
             "res-0",
-            &FencingToken::new("job-0", "w0", leasehold::Epoch::from(1)).unwrap()
+            &FencingToken::new("job-0", "w0", leasehold::Epoch::from(1)).unwrap(),
+            Check::Token
         ),
         Err(GuardError::NotInstalled { .. })
     ));
@@ -563,7 +566,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     );
     c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261201000004'")
         .unwrap();
-    c.admit("res-a", &held).unwrap();
+    c.admit("res-a", &held, Check::Token).unwrap();
     let before = state(&mut c);
     c.batch_execute("ALTER EXTENSION leasehold UPDATE").unwrap();
     assert_eq!(
@@ -585,7 +588,7 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     assert_eq!(installed_objects(&mut c), installed_objects(&mut f));
     // Still the same lease, and its guard still admits it; the library's
     // calls work on the updated schema.
-    c.admit("res-a", &held).unwrap();
+    c.admit("res-a", &held, Check::Token).unwrap();
     let next = c.acquire("job-b", "w2", TTL).unwrap().granted().unwrap();
     assert_eq!(next.epoch(), other_epoch + 2);
     assert_eq!(

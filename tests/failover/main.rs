@@ -17,6 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel::prelude::*;
+use leasehold::admin::Operator;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 use leasehold::{error::GuardError, Acquisition, Lease, LeaseState, Leases, Release};
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
@@ -90,7 +93,7 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     // Replicated: a grant, its guarded writes, its release.
     let first = grant(&mut old, "seen", "old-a");
     assert_eq!(first.epoch(), 1);
-    old.admit("db-resource", &first)
+    old.admit("db-resource", &first, Check::Token)
         .expect("database guard admits epoch 1");
     file.write(first.token(), b"a")
         .expect("file admits epoch 1");
@@ -106,7 +109,7 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     assert_eq!(stale.epoch(), 3);
     let fresh_old = grant(&mut old, "fresh", "old-c");
     assert_eq!(fresh_old.epoch(), 1);
-    old.admit("db-resource", &stale)
+    old.admit("db-resource", &stale, Check::Token)
         .expect("old primary's guard admits epoch 3");
     file.write(stale.token(), b"b")
         .expect("file admits epoch 3");
@@ -148,10 +151,10 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
     assert_eq!(now.floor_epoch(), GENERATION_1);
 
     // The database guard on the promoted server (it saw epoch 1 only).
-    new.admit("db-resource", &winner)
+    new.admit("db-resource", &winner, Check::Token)
         .expect("database guard admits the new holder");
     for old_token in [first.token(), stale.token()] {
-        match new.admit("db-resource", &old_token) {
+        match new.admit("db-resource", &old_token, Check::Token) {
             Err(GuardError::StaleEpoch { presented, .. }) => {
                 assert_eq!(presented, old_token.epoch())
             }
@@ -508,7 +511,8 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     let pair = ReplicatedPair::start(false);
     let mut old = pair.primary_conn();
     let first = grant(&mut old, "job", "old-a");
-    old.admit("job-output", &first).expect("admit epoch 1");
+    old.admit("job-output", &first, Check::Token)
+        .expect("admit epoch 1");
     release_ok(&mut old, &first);
     // Prune until the key and its record are gone: the first prune records
     // the FREE key, a prune 1 ms later (server clock) removes it.
@@ -532,7 +536,8 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     pair.standby.stop(StopMode::Fast).expect("stop the standby");
     let again = grant(&mut old, "job", "old-b");
     assert_eq!(again.epoch(), 3, "one above the watermark");
-    old.admit("job-output", &again).expect("admit epoch 3");
+    old.admit("job-output", &again, Check::Token)
+        .expect("admit epoch 3");
     drop(old);
     pair.primary
         .kill_postmaster()
@@ -559,7 +564,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
         "above 3 and above the watermark"
     );
     for old_token in [first.token(), again.token()] {
-        match new.admit("job-output", &old_token) {
+        match new.admit("job-output", &old_token, Check::Token) {
             Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
             other => panic!(
                 "old epoch {} after the promotion: {other:?}",
@@ -567,6 +572,6 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
             ),
         }
     }
-    new.admit("job-output", &winner)
+    new.admit("job-output", &winner, Check::Token)
         .expect("admit the new holder");
 }

@@ -10,6 +10,7 @@ pub use diesel::connection::SimpleConnection;
 pub use diesel::prelude::*;
 pub use diesel::sql_types::Text;
 pub use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 pub use leasehold::{
     error::{FencedError, GuardError},
     Acquisition, Lease, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,

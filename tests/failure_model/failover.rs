@@ -27,6 +27,7 @@ use leasehold::{
 
 use crate::common::*;
 use crate::proxy;
+use leasehold::guard::Fencing;
 
 const READ_WRITE: &str = "target_session_attrs=read-write";
 
@@ -396,7 +397,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     );
     assert_eq!(conn.inspect("free").unwrap(), None);
 
-    let error = conn.admit("r", &held).unwrap_err();
+    let error = conn.admit("r", &held, Check::Token).unwrap_err();
     assert!(
         matches!(
             error,

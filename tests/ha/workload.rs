@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
+use leasehold::guard::Fencing;
 use leasehold::{
     error::{FencedError, GuardError},
     guard::Check,

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::aio_common::runtime;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use leasehold::aio::AsyncFencing;
+use leasehold::aio::AsyncOperator;
 use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
 use leasehold::guard::Check;
 use leasehold::{Acquisition, LeaseError, Release};
@@ -41,7 +43,10 @@ fn the_futures_are_send_and_tasks_share_one_pool() {
                     client.renew(&lease, TTL).await.unwrap(),
                     leasehold::Renewal::Renewed { .. }
                 ));
-                client.admit(&format!("out-{n}"), &lease).await.unwrap();
+                client
+                    .admit(&format!("out-{n}"), &lease, Check::Token)
+                    .await
+                    .unwrap();
                 client
                     .run_fenced(
                         &format!("out-{n}"),
@@ -108,10 +113,10 @@ fn every_methods_future_is_send_on_both_receivers() {
                 send($leases.release_many(&tokens));
                 send($leases.join_group(&tokens, TTL));
                 send($leases.renew_group(group, "a", TTL));
-                send($leases.admit("r", &lease));
+                send($leases.admit("r", &lease, Check::Token));
                 send($leases.check_held(&lease));
-                send($leases.admit_held("r", &lease));
-                send($leases.renew_and_admit("r", &lease, TTL));
+                send($leases.admit("r", &lease, Check::LeaseHeld));
+                send($leases.admit("r", &lease, Check::RenewAndAdmit(TTL)));
                 send($leases.fence("r", "k", epoch));
                 send($leases.inspect_guard("r"));
                 send($leases.run_fenced(
@@ -268,7 +273,7 @@ fn calls_roll_back_with_the_callers_async_transaction() {
         let outcome = conn
             .transaction::<(), diesel::result::Error, _>(async |conn| {
                 let lease = conn.acquire("k", "a", TTL).await.unwrap().granted().unwrap();
-                conn.admit("r", &lease).await.unwrap();
+                conn.admit("r", &lease, Check::Token).await.unwrap();
                 conn.batch_execute("CREATE TABLE out (v int)").await?;
                 Err(diesel::result::Error::RollbackTransaction)
             })

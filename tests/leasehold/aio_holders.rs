@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use crate::aio_common::{client, eventually, runtime};
+use leasehold::aio::AsyncOperator;
 use leasehold::aio::{AsyncLeases, Keeper, KeeperSet, LeaseWaiter};
 use leasehold::error::WaitError;
 use leasehold::hold::LeaseLoss;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::aio_common::{client, eventually, runtime};
 use diesel::connection::SimpleConnection;
+use leasehold::aio::AsyncOperator;
 use leasehold::aio::{run_while_held, AsyncLeaseClient, AsyncLeases, Keeper, LeaseWaiter};
 use leasehold::hold::{LeaseLoss, StopReason, WorkOutcome};
 use leasehold::wait::{ReleaseEvent, Wait};

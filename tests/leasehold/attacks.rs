@@ -17,6 +17,8 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 fn pid_of(conn: &mut PgConnection) -> i32 {
     query_lines(conn, "SELECT pg_backend_pid()::text AS line")[0]
@@ -73,7 +75,9 @@ fn an_attackers_open_transaction_never_holds_up_the_holders_renew_or_release() {
     let token = public_token(&mut attacker, "jobs/1");
     attacker.batch_execute("BEGIN").unwrap();
     attacker.check_held(&token).unwrap();
-    attacker.admit_held("attacker/resource", &token).unwrap();
+    attacker
+        .admit("attacker/resource", &token, Check::LeaseHeld)
+        .unwrap();
     let again = granted(attacker.acquire("jobs/1", "app-1", TTL).unwrap());
     assert_eq!(
         again.epoch(),
@@ -251,7 +255,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         ("jobs/never-leased", 1, 0),
     ] {
         let forged = FencingToken::new(key, "app-1", leasehold::Epoch::from(epoch)).unwrap();
-        match attacker.admit("orders", &forged) {
+        match attacker.admit("orders", &forged, Check::Token) {
             Err(GuardError::EpochNotGranted {
                 presented,
                 counter: reported,
@@ -275,7 +279,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
     assert_eq!(attacker.inspect_guard("orders").unwrap(), None);
 
     // The real holder writes.
-    app.admit("orders", &lease).unwrap();
+    app.admit("orders", &lease, Check::Token).unwrap();
 
     // An operator the owner granted fence to: overflow and never-granted
     // epochs are refused; the counter itself fences.
@@ -345,9 +349,10 @@ fn fence_then_admit_held_against_a_concurrent_renew_and_admit_does_not_deadlock(
 
     let pid = pid_of(&mut app);
     let token = lease.token().clone();
-    let renewing = std::thread::spawn(move || app.renew_and_admit("orders", &token, TTL));
+    let renewing =
+        std::thread::spawn(move || app.admit("orders", &token, Check::RenewAndAdmit(TTL)));
     wait_until_blocked(&mut admin, pid);
-    operator.admit_held("orders", &lease).unwrap();
+    operator.admit("orders", &lease, Check::LeaseHeld).unwrap();
     operator.batch_execute("COMMIT").unwrap();
     renewing.join().unwrap().unwrap();
     assert_eq!(
@@ -370,7 +375,8 @@ fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
     let mut app = deployment.conn_as(&deployment.app);
     let longest = "k".repeat(16_384);
     let lease = granted(app.acquire(&longest, &"o".repeat(16_384), TTL).unwrap());
-    app.admit(&"r".repeat(16_384), &lease.token()).unwrap();
+    app.admit(&"r".repeat(16_384), &lease.token(), Check::Token)
+        .unwrap();
     assert!(app.inspect(&longest).unwrap().unwrap().is_held());
     let before = table_snapshot(&mut admin);
 
@@ -391,7 +397,7 @@ fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
-    match app.admit(&too_long, &lease) {
+    match app.admit(&too_long, &lease, Check::Token) {
         Err(GuardError::InvalidInput { violations }) => {
             assert_eq!(violations, ["resource must be at most 16384 bytes"])
         }
@@ -414,7 +420,7 @@ fn a_grant_rolled_back_gives_its_epoch_to_the_next_grant_and_takes_its_admission
     let mut app = deployment.conn_as(&deployment.app);
     app.batch_execute("BEGIN").unwrap();
     let uncommitted = granted(app.acquire("jobs/6", "app-1", TTL).unwrap());
-    app.admit("orders", &uncommitted).unwrap();
+    app.admit("orders", &uncommitted, Check::Token).unwrap();
     app.batch_execute("ROLLBACK").unwrap();
 
     let mut worker = deployment.conn_as(&deployment.worker);
@@ -450,8 +456,9 @@ fn the_api_revoked_from_public_and_granted_to_the_application_alone_works_for_it
         .unwrap();
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("jobs/7", "app-1", TTL).unwrap());
-    app.admit("orders", &lease).unwrap();
-    app.renew_and_admit("orders", &lease, TTL).unwrap();
+    app.admit("orders", &lease, Check::Token).unwrap();
+    app.admit("orders", &lease, Check::RenewAndAdmit(TTL))
+        .unwrap();
     assert_eq!(
         app.release(&leasehold_test_support::grant(
             "jobs/7",

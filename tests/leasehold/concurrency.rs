@@ -19,6 +19,9 @@ use leasehold::{
 };
 
 use crate::common::*;
+use leasehold::admin::Operator;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// A pid-tagged session: its backend pid lets the test observe exactly
 /// this session waiting.
@@ -535,17 +538,20 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                                     leasehold::Epoch::from(epoch.max(1)),
                                 )
                                 .unwrap();
-                                return Ok(c.admit(&resource, &token)?);
+                                c.admit(&resource, &token, Check::Token)?;
+                                return Ok(());
                             }
                         };
                         let token = lease.token();
                         match n % 3 {
-                            0 => c.admit(&resource, &token)?,
+                            0 => {
+                                c.admit(&resource, &token, Check::Token)?;
+                            }
                             1 => {
-                                c.admit_held(&resource, &token)?;
+                                c.admit(&resource, &token, Check::LeaseHeld)?;
                             }
                             _ => {
-                                c.renew_and_admit(&resource, &token, ttl)?;
+                                c.admit(&resource, &token, Check::RenewAndAdmit(ttl))?;
                             }
                         }
                         diesel::sql_query("INSERT INTO items (resource, epoch) VALUES ($1, $2)")

@@ -22,6 +22,8 @@ use leasehold_test_support::Deployment;
 
 use crate::common::*;
 use crate::holders::client;
+use leasehold::admin::Operator;
+use leasehold::guard::Fencing;
 
 const OWNER: &str = "worker";
 

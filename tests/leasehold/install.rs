@@ -12,6 +12,8 @@ use leasehold::{
 };
 
 use crate::common::*;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 fn expected_versions() -> Vec<String> {
     let mut versions: Vec<String> =
@@ -295,7 +297,7 @@ fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
         "{error:?}"
     );
     let token = leasehold::FencingToken::new("k", "o", leasehold::Epoch::from(1)).expect("token");
-    let error = conn.admit("r", &token).unwrap_err();
+    let error = conn.admit("r", &token, Check::Token).unwrap_err();
     assert!(
         matches!(error, leasehold::error::GuardError::NotInstalled { .. }),
         "{error:?}"

@@ -1,4 +1,4 @@
-//! Listing keys (`Leases::list_leases`, what `leasehold ls` and `watch`
+//! Listing keys (`Operator::list_leases`, what `leasehold ls` and `watch`
 //! show): the states it reports are the SQL's own liveness rule, its
 //! filters and orders, and who may list.
 //!
@@ -20,11 +20,12 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::admin::Operator;
 
 /// A ttl that outlasts every test here.
 const LONG: Duration = Duration::from_secs(600);
 
-fn listed(leases: &mut impl Leases, filter: &ListFilter) -> Vec<String> {
+fn listed(leases: &mut impl Operator, filter: &ListFilter) -> Vec<String> {
     leases
         .list_leases(filter)
         .unwrap()
@@ -260,7 +261,7 @@ fn list_leases_filters_by_prefix_owner_and_state_orders_and_limits() {
 }
 
 /// The filters and orders, on either face of the call.
-fn check_filters(leases: &mut impl Leases) {
+fn check_filters(leases: &mut impl Operator) {
     let all = ListFilter::new();
     assert_eq!(listed(leases, &all), ["a-1", "a-2", "a-3", "b-1"]);
     assert_eq!(

@@ -39,6 +39,8 @@ use leasehold::{
 };
 
 use crate::common::*;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// The epoch of the grant every fixture starts from.
 const E: i64 = 1;
@@ -203,18 +205,20 @@ fn run(conn: &mut PgConnection, call: Call, fixture: &Fixture, tag: u8) -> Strin
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        Admit(who) => match conn.admit(r, &token(fixture, who, tag)) {
-            Ok(()) => "ok".to_owned(),
-            Err(error) => guard_error(error),
-        },
-        AdmitHeld(who) => match conn.admit_held(r, &token(fixture, who, tag)) {
+        Admit(who) => match conn.admit(r, &token(fixture, who, tag), Check::Token) {
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
-        RenewAdmit(who) => match conn.renew_and_admit(r, &token(fixture, who, tag), TTL) {
+        AdmitHeld(who) => match conn.admit(r, &token(fixture, who, tag), Check::LeaseHeld) {
             Ok(_) => "ok".to_owned(),
             Err(error) => guard_error(error),
         },
+        RenewAdmit(who) => {
+            match conn.admit(r, &token(fixture, who, tag), Check::RenewAndAdmit(TTL)) {
+                Ok(_) => "ok".to_owned(),
+                Err(error) => guard_error(error),
+            }
+        }
         Fence => match conn.fence(r, k, leasehold::Epoch::from(E - 1)) {
             Ok(accepted) => format!("fenced (admits >= {accepted})"),
             Err(error) => guard_error(error),
@@ -282,7 +286,7 @@ fn fixtures(conn: &mut PgConnection, state: State, prefix: &str, count: usize) -
             };
             let lease = granted(conn.acquire(&fixture.key, "h", ttl).unwrap());
             assert_eq!(lease.epoch(), E);
-            conn.admit(&fixture.resource, &lease).unwrap();
+            conn.admit(&fixture.resource, &lease, Check::Token).unwrap();
             latest = Some(lease.expires_at());
             fixture
         })

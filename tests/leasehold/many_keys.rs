@@ -25,6 +25,7 @@ use leasehold_test_support::Deployment;
 
 use crate::common::*;
 use crate::holders::{client, strict_waiter_at, wait_armed, LONG_WAIT};
+use leasehold::admin::Operator;
 
 /// One fixture row: key, owner, epoch, expiry in seconds from now,
 /// lapsed_owner.

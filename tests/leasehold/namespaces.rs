@@ -21,6 +21,9 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::admin::Operator;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// The GRANT an owner runs to make a role an operator (docs/guide/security.md,
 /// "Security model"), without `fence`, which has its own test.
@@ -447,7 +450,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("billing/k", "app-1", TTL).unwrap());
     let token = lease.token();
-    app.admit("billing/invoices", &token).unwrap();
+    app.admit("billing/invoices", &token, Check::Token).unwrap();
     // Each other role gets a lease of its own outside the namespace, for
     // the calls that present an allowed key to a protected resource.
     let mut others = Vec::new();
@@ -510,7 +513,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         );
         // Protected key and resource.
         assert_guard_forbidden(
-            conn.admit("billing/invoices", &token),
+            conn.admit("billing/invoices", &token, Check::Token),
             Operation::Admit,
             None,
             role,
@@ -522,13 +525,13 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
             role,
         );
         assert_guard_forbidden(
-            conn.admit_held("billing/invoices", &token),
+            conn.admit("billing/invoices", &token, Check::LeaseHeld),
             Operation::AdmitHeld,
             None,
             role,
         );
         assert_guard_forbidden(
-            conn.renew_and_admit("billing/invoices", &token, TTL),
+            conn.admit("billing/invoices", &token, Check::RenewAndAdmit(TTL)),
             Operation::RenewAndAdmit,
             None,
             role,
@@ -544,15 +547,17 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         for (operation, result) in [
             (
                 Operation::Admit,
-                conn.admit("billing/new-res", &own_token).map(|_| ()),
+                conn.admit("billing/new-res", &own_token, Check::Token)
+                    .map(|_| ()),
             ),
             (
                 Operation::AdmitHeld,
-                conn.admit_held("billing/new-res", &own_token).map(|_| ()),
+                conn.admit("billing/new-res", &own_token, Check::LeaseHeld)
+                    .map(|_| ()),
             ),
             (
                 Operation::RenewAndAdmit,
-                conn.renew_and_admit("billing/new-res", &own_token, TTL)
+                conn.admit("billing/new-res", &own_token, Check::RenewAndAdmit(TTL))
                     .map(|_| ()),
             ),
         ] {
@@ -565,7 +570,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         }
         // A protected key presented to an unprotected resource.
         assert_guard_forbidden(
-            conn.admit("open-resource", &token),
+            conn.admit("open-resource", &token, Check::Token),
             Operation::Admit,
             Some(("key", "billing/k")),
             role,
@@ -589,8 +594,9 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         Some(LeaseState::Held { .. })
     ));
     app.check_held(&token).unwrap();
-    app.admit_held("billing/invoices", &token).unwrap();
-    app.renew_and_admit("billing/invoices", &token, TTL)
+    app.admit("billing/invoices", &token, Check::LeaseHeld)
+        .unwrap();
+    app.admit("billing/invoices", &token, Check::RenewAndAdmit(TTL))
         .unwrap();
     assert_eq!(
         app.inspect_guard("billing/invoices")
@@ -785,7 +791,7 @@ fn without_rules_every_role_acts_on_every_key_as_before() {
     let mut app = deployment.conn_as(&deployment.app);
     let mut attacker = deployment.conn_as(&deployment.attacker);
     let lease = granted(app.acquire("billing/k", "app-1", TTL).unwrap());
-    app.admit("billing/res", &lease).unwrap();
+    app.admit("billing/res", &lease, Check::Token).unwrap();
     assert!(matches!(
         attacker.inspect("billing/k").unwrap(),
         Some(LeaseState::Held { .. })
@@ -834,7 +840,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     let mut app = deployment.conn_as(&deployment.app);
     let mut operator = deployment.conn_as(&deployment.operator);
     let lease = granted(app.acquire("job", "app-1", TTL).unwrap());
-    app.admit("out", &lease).unwrap();
+    app.admit("out", &lease, Check::Token).unwrap();
 
     assert_eq!(
         operator.force_release("job").unwrap(),
@@ -858,7 +864,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
         Release::Refused(Refusal::ForceReleased)
     );
     assert!(matches!(
-        app.admit_held("out", &lease),
+        app.admit("out", &lease, Check::LeaseHeld),
         Err(GuardError::LeaseNotHeld {
             reason: Refusal::ForceReleased,
             ..
@@ -869,9 +875,9 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     let mut worker = deployment.conn_as(&deployment.worker);
     let next = granted(worker.acquire("job", "worker-1", TTL).unwrap());
     assert_eq!(next.epoch(), 3);
-    worker.admit("out", &next).unwrap();
+    worker.admit("out", &next, Check::Token).unwrap();
     assert!(matches!(
-        app.admit("out", &lease),
+        app.admit("out", &lease, Check::Token),
         Err(GuardError::StaleEpoch {
             presented: leasehold::Epoch(1),
             accepted: leasehold::Epoch(3),

@@ -19,6 +19,7 @@ use leasehold::{
 use leasehold_test_support::{PgBouncer, PoolMode};
 
 use crate::common::{granted, query_lines, quote, TestDb, TestServer, TTL};
+use leasehold::guard::Fencing;
 
 const LONG_WAIT: Duration = Duration::from_secs(60);
 

@@ -17,6 +17,9 @@ use leasehold::{
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::admin::Operator;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// The idle time these tests prune with: short, so that a test waits for it
 /// on the server's clock instead of back-dating rows.
@@ -59,7 +62,7 @@ fn grant_and_release(conn: &mut PgConnection, key: &str, owner: &str) -> i64 {
 /// newest grant (G2), so the record is written before the release.
 fn admit_then_release(conn: &mut PgConnection, key: &str, owner: &str, resource: &str) -> i64 {
     let lease = granted(conn.acquire(key, owner, TTL).unwrap());
-    conn.admit(resource, &lease.token()).unwrap();
+    conn.admit(resource, &lease.token(), Check::Token).unwrap();
     assert_eq!(
         conn.release(&leasehold_test_support::grant(key, owner, lease.epoch()))
             .unwrap(),
@@ -184,7 +187,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     let db = TestDb::new();
     let mut conn = db.conn();
     let old = granted(conn.acquire("k", "a", TTL).unwrap());
-    conn.admit("r", &old).unwrap();
+    conn.admit("r", &old, Check::Token).unwrap();
     assert_eq!(
         conn.release(&leasehold_test_support::grant("k", "a", old.epoch()))
             .unwrap(),
@@ -200,7 +203,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
 
     // The key has no row: every epoch of it is refused (G7).
     for epoch in [old.epoch(), newer.into()] {
-        match conn.admit("r", &token("k", "x", epoch.get())) {
+        match conn.admit("r", &token("k", "x", epoch.get()), Check::Token) {
             Err(GuardError::EpochNotGranted { .. }) => {}
             other => panic!("epoch {epoch} without a key row: {other:?}"),
         }
@@ -209,12 +212,12 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     // admitted.
     let back = granted(conn.acquire("k", "c", TTL).unwrap());
     for epoch in [old.epoch(), newer.into()] {
-        match conn.admit("r", &token("k", "x", epoch.get())) {
+        match conn.admit("r", &token("k", "x", epoch.get()), Check::Token) {
             Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, back.epoch()),
             other => panic!("stale epoch {epoch} after the prune: {other:?}"),
         }
     }
-    conn.admit("r", &back).unwrap();
+    conn.admit("r", &back, Check::Token).unwrap();
 }
 
 #[test]
@@ -227,7 +230,7 @@ fn a_live_key_below_the_watermark_keeps_being_admitted() {
     assert!(report.watermark >= 1_000, "{report:?}");
     assert!(row_exists(&mut conn, "live"));
     // A resource the live key never wrote: its first admission works.
-    conn.admit("fresh", &live).unwrap();
+    conn.admit("fresh", &live, Check::Token).unwrap();
     // A key created after the prune starts above the watermark.
     let new = granted(conn.acquire("new", "a", TTL).unwrap());
     assert!(new.epoch() > 1_000);
@@ -238,7 +241,7 @@ fn held_keys_and_records_of_live_keys_stay_and_free_keys_wait_for_their_idle_tim
     let db = TestDb::new();
     let mut conn = db.conn();
     let held = granted(conn.acquire("held", "a", TTL).unwrap());
-    conn.admit("r-held", &held).unwrap();
+    conn.admit("r-held", &held, Check::Token).unwrap();
     admit_then_release(&mut conn, "free", "a", "r-free");
     // An hour's idle time: the FREE key is recorded, twice, and stays.
     let an_hour = PruneOptions::new(Duration::from_secs(3600));

@@ -14,6 +14,7 @@ use leasehold::{LeaseError, Leases, Release};
 
 use crate::common::*;
 use crate::holders::{strict_waiter_at, wait_armed, LONG_WAIT};
+use leasehold::admin::Operator;
 
 /// How long a test waits for something that should come at once.
 const SOON: Duration = Duration::from_secs(15);

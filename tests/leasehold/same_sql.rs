@@ -14,9 +14,13 @@ use std::time::Duration;
 use diesel::connection::{Instrumentation, InstrumentationEvent};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use leasehold::admin::Operator;
 use leasehold::admin::{ListFilter, PruneOptions};
+use leasehold::aio::AsyncFencing;
 use leasehold::aio::AsyncLeases;
+use leasehold::aio::AsyncOperator;
 use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 use leasehold::{Epoch, Leases};
 use leasehold_test_support::TestDb;
 
@@ -81,13 +85,13 @@ macro_rules! script {
         sent.mark("renew_group");
         let _ = $run!(renew_group(group, "a", TTL)).unwrap();
         sent.mark("admit");
-        $run!(admit("r", &lease)).unwrap();
+        $run!(admit("r", &lease, Check::Token)).unwrap();
         sent.mark("check_held");
         $run!(check_held(&lease)).unwrap();
         sent.mark("admit_held");
-        $run!(admit_held("r", &lease)).unwrap();
+        $run!(admit("r", &lease, Check::LeaseHeld)).unwrap();
         sent.mark("renew_and_admit");
-        $run!(renew_and_admit("r", &lease, TTL)).unwrap();
+        $run!(admit("r", &lease, Check::RenewAndAdmit(TTL))).unwrap();
         sent.mark("inspect_guard");
         $run!(inspect_guard("r")).unwrap();
         sent.mark("bind_namespace");
@@ -130,7 +134,7 @@ fn sync_face(db: &TestDb) -> Vec<String> {
     let mut conn = PgConnection::establish(&db.url).unwrap();
     conn.set_instrumentation(sent.recorder());
     macro_rules! run {
-        ($method:ident($($arg:expr),*)) => { Leases::$method(&mut conn, $($arg),*) };
+        ($method:ident($($arg:expr),*)) => { conn.$method($($arg),*) };
     }
     script!(sent, run);
     // A guard admits only a key's newest grant: a grant of its own.
@@ -154,7 +158,7 @@ async fn async_face(db: &TestDb) -> Vec<String> {
     let mut conn = AsyncPgConnection::establish(&db.url).await.unwrap();
     conn.set_instrumentation(sent.recorder());
     macro_rules! run {
-        ($method:ident($($arg:expr),*)) => { AsyncLeases::$method(&mut conn, $($arg),*).await };
+        ($method:ident($($arg:expr),*)) => { conn.$method($($arg),*).await };
     }
     script!(sent, run);
     // A guard admits only a key's newest grant: a grant of its own.

@@ -12,6 +12,7 @@ use leasehold::{
 };
 
 use crate::common::*;
+use leasehold::guard::Fencing;
 
 fn setup(db: &TestDb) -> PgConnection {
     let mut conn = db.conn();
@@ -250,7 +251,7 @@ fn g6_takeover_waits_until_an_open_lease_checked_transaction_ends() {
     let mut observer = db.conn();
     let lease = granted(holder.acquire("k", "a", STILL_HELD_NEXT_STEP).unwrap());
     holder.batch_execute("BEGIN").unwrap();
-    holder.admit_held("r", &lease).unwrap();
+    holder.admit("r", &lease, Check::LeaseHeld).unwrap();
     // The lease lapses while the transaction is open.
     wait_until_server_time_passes(&mut observer, lease.expires_at());
     let url = db.url.clone();
@@ -277,7 +278,8 @@ fn g6_acquire_admit_and_write_in_one_transaction_commit_together() {
     let mut conn = setup(&db);
     let result: Result<(), FencedError<diesel::result::Error>> = conn.transaction(|conn| {
         let lease = granted(conn.acquire("k", "a", TTL).unwrap());
-        conn.admit("r", &lease).map_err(FencedError::Guard)?;
+        conn.admit("r", &lease, Check::Token)
+            .map_err(FencedError::Guard)?;
         write(conn, "r", "a", lease.epoch().get())?;
         Err(FencedError::Work(
             diesel::result::Error::RollbackTransaction,
@@ -299,8 +301,12 @@ fn renew_and_write_commit_together_or_not_at_all() {
     let mut conn = setup(&db);
     let lease = granted(conn.acquire("k", "a", TTL).unwrap());
     let _ = conn.transaction::<(), diesel::result::Error, _>(|conn| {
-        conn.renew_and_admit("r", &lease, Duration::from_secs(3_600))
-            .unwrap();
+        conn.admit(
+            "r",
+            &lease,
+            Check::RenewAndAdmit(Duration::from_secs(3_600)),
+        )
+        .unwrap();
         write(conn, "r", "a", 1)?;
         Err(diesel::result::Error::RollbackTransaction)
     });
@@ -564,7 +570,9 @@ fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
     let db = TestDb::new();
     let mut conn = setup(&db);
     fenced_write(&mut conn, "r", &token("k", "a", 1), Check::Token).unwrap();
-    let error = conn.admit("", &token("k", "a", 1)).unwrap_err();
+    let error = conn
+        .admit("", &token("k", "a", 1), Check::Token)
+        .unwrap_err();
     assert!(
         matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty"]),
         "{error:?}"
@@ -599,7 +607,7 @@ fn a_plain_role_can_use_guards_but_cannot_touch_the_guard_table() {
     {
         let mut conn = db.conn_as(&role);
         conn.batch_execute("BEGIN").unwrap();
-        conn.admit("r", &token("k", "a", 1)).unwrap();
+        conn.admit("r", &token("k", "a", 1), Check::Token).unwrap();
         conn.batch_execute("COMMIT").unwrap();
         for sql in [
             "SELECT * FROM lease.guards",

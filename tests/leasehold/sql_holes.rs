@@ -26,6 +26,8 @@ use leasehold::{Acquisition, Leases, Release, Renewal};
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// A key of the application's namespace that the application holds.
 const HELD: &str = "team/held";
@@ -668,7 +670,7 @@ fn every_public_function_answers_an_outsider_alike_for_a_held_and_a_free_governe
     let mut app = deployment.conn_as(&deployment.app);
     let held = granted(app.acquire(HELD, "app-1", TTL).unwrap());
     assert_eq!(held.epoch(), 1, "the statements present epoch 1");
-    app.admit(HELD, &held).unwrap();
+    app.admit(HELD, &held, Check::Token).unwrap();
     hold_and_release(&mut app, FREE, "app-1");
     for key in [HELD, FREE] {
         query_lines(
@@ -1140,7 +1142,7 @@ fn the_guard_table_refuses_impossible_rows_by_named_check_constraints() {
     let deployment = Deployment::new();
     let mut app = deployment.conn_as(&deployment.app);
     let lease = granted(app.acquire("c/held", "app-1", TTL).unwrap());
-    app.admit("c/res", &lease).unwrap();
+    app.admit("c/res", &lease, Check::Token).unwrap();
     let cases: Vec<(&str, String)> = vec![
         (
             "lease_epoch_positive",

@@ -12,6 +12,7 @@ use diesel::connection::SimpleConnection;
 use leasehold_test_support::TestDb;
 
 use crate::common::*;
+use leasehold::admin::Operator;
 use leasehold::Leases;
 
 /// The helpers allowed to compare an expiry with the clock, or to compute

@@ -26,7 +26,7 @@ use diesel_migrations::{FileBasedMigrations, MigrationHarness};
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
-use leasehold::Leases;
+use leasehold::admin::Operator;
 
 /// What a statement run through [`probe`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]

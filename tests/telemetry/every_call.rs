@@ -16,6 +16,7 @@ use leasehold::{
 use leasehold_test_support::TestDb;
 
 use crate::{exclusive, wait_for};
+use leasehold::admin::Operator;
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -18,6 +18,7 @@ use leasehold::{
 use leasehold_test_support::TestDb;
 
 use crate::{exclusive, wait_for};
+use leasehold::guard::Fencing;
 
 const TTL: Duration = Duration::from_secs(30);
 

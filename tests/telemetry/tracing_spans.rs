@@ -19,6 +19,7 @@ use tracing::Level;
 
 use crate::capture::Captured;
 use crate::{exclusive, wait_for};
+use leasehold::guard::Fencing;
 
 const TTL: Duration = Duration::from_secs(30);
 const KEY: &str = "customer-4711-invoice";

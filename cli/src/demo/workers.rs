@@ -28,6 +28,7 @@ use super::{KEY, RESOURCE, TTL};
 use crate::connect::establish;
 use crate::duration;
 use crate::failure::CliError;
+use leasehold::guard::Fencing;
 
 /// The ttl worker-b heartbeats with before the planned crash, so its grant
 /// outlasts crash recovery and the inspect after the restart shows it held.

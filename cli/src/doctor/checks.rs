@@ -14,11 +14,11 @@ use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 use diesel::PgConnection;
 
 use leasehold::admin::BoundRole;
-use leasehold::Leases;
 
 use super::{Finding, Options, Status};
 use crate::connect;
 use crate::duration;
+use leasehold::admin::Operator;
 
 /// The API functions an application role calls: "can this role act".
 const ACT: [&str; 10] = [

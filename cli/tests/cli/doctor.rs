@@ -7,6 +7,7 @@ use leasehold_test_support::{Deployment, PgBouncer, PoolMode, TestDb, TestServer
 use serde_json::Value;
 
 use crate::support::{run, Run};
+use leasehold::admin::Operator;
 use leasehold::Leases;
 
 /// The throwaway servers of the other tests run with fsync and

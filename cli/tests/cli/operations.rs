@@ -3,7 +3,8 @@
 use leasehold::error::GuardError;
 
 use crate::support::{command, time_of, Db};
-use leasehold::Leases;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 #[test]
 fn install_is_idempotent_and_reports_versions() {
@@ -182,7 +183,7 @@ fn fence_raises_the_guard_floor() {
     let mut conn = db.conn();
     let stale =
         leasehold::FencingToken::new("job-4", "worker-a", leasehold::Epoch::from(3)).unwrap();
-    match conn.admit("reports", &stale) {
+    match conn.admit("reports", &stale, Check::Token) {
         Err(GuardError::StaleEpoch {
             accepted: leasehold::Epoch(4),
             ..

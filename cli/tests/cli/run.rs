@@ -12,6 +12,8 @@ use diesel::connection::SimpleConnection;
 use leasehold::{LeaseState, Leases};
 
 use crate::support::{command, wait_until_server_time_passes, Db, BIN};
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// A scratch directory for one test's scripts and marker files.
 fn scratch(name: &str) -> PathBuf {
@@ -172,7 +174,7 @@ while :; do sleep 0.02; done
     let (owner, epoch, _) = held_by(&db, "job").unwrap();
     let job_token =
         leasehold::FencingToken::new("job", &owner, leasehold::Epoch::from(epoch)).unwrap();
-    operator.admit("res", &job_token).unwrap();
+    operator.admit("res", &job_token, Check::Token).unwrap();
     // Taken away: freed, granted to a successor, the resource fenced to it.
     let taken_at = chrono::Utc::now();
     operator
@@ -185,7 +187,7 @@ while :; do sleep 0.02; done
         leasehold::Acquisition::Granted(lease) => lease,
         leasehold::Acquisition::Denied => panic!("the successor was denied"),
     };
-    operator.admit("res", &successor).unwrap();
+    operator.admit("res", &successor, Check::Token).unwrap();
 
     let (code, stderr) = exit_code(child);
     assert_eq!(code, 4, "{stderr}");

@@ -21,9 +21,10 @@
 //!
 //! How a result is fenced: the handler of `PUT /jobs/{job}/result`
 //! (src/service.rs, shown in the repository's README) opens a transaction
-//! of its own on a pooled `AsyncPgConnection`, calls `admit_held` for the
-//! resource `job-results/{job}` with the presented token, then INSERTs.
-//! `admit_held` refuses unless the token's lease is held by its owner and
+//! of its own on a pooled `AsyncPgConnection`, admits the presented token
+//! for the resource `job-results/{job}` with `Check::LeaseHeld`, then
+//! INSERTs.
+//! That admission refuses unless the token's lease is held by its owner and
 //! epoch right now and no later epoch was admitted for the resource, and
 //! keeps a takeover from committing until the transaction ends; a refusal
 //! rolls the transaction back, so a stale holder's result is never stored,
@@ -93,7 +94,7 @@ mod readme {
             "```\n",
             "README's axum section",
         );
-        assert!(compiled.contains("admit_held"), "{compiled}");
+        assert!(compiled.contains("Check::LeaseHeld"), "{compiled}");
         assert_eq!(
             shown, compiled,
             "README.md's axum snippet is not src/service.rs's marked region; copy the region into README.md"

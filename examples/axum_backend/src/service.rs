@@ -24,6 +24,8 @@ use tokio::task::JoinHandle;
 
 use crate::api_error::ApiError;
 use crate::metrics::{self, MetricsError, PrometheusHandle};
+use leasehold::aio::AsyncFencing;
+use leasehold::guard::Check;
 
 /// Largest request body read; a larger one is refused with 400.
 const MAX_BODY: usize = 64 * 1024;
@@ -338,7 +340,7 @@ async fn heartbeat(
 }
 
 /// `PUT /jobs/{job}/result`: the fenced write, in the request's own
-/// transaction. `admit_held` refuses a token whose lease is not held right
+/// transaction. `admit` with `Check::LeaseHeld` refuses a token whose lease is not held right
 /// now (lapsed, released, taken over) or whose epoch is below one already
 /// admitted for the resource, and holds off a takeover until commit; the
 /// INSERT commits with that admission, or a refusal rolls both back. The
@@ -358,7 +360,7 @@ async fn submit_result(
     let mut conn = app.client.pool().get().await?;
     let written = conn
         .transaction::<_, WriteError, _>(async |conn| {
-            conn.admit_held(&resource, &token).await?;
+            conn.admit(&resource, &token, Check::LeaseHeld).await?;
             diesel::sql_query(STORE_RESULT)
                 .bind::<Text, _>(&job)
                 .bind::<Text, _>(token.owner())

@@ -50,6 +50,7 @@ use tiny_http::{Header, Method, Request, Response, Server};
 
 use crate::api_error::ApiError;
 use crate::metrics::{self, MetricsError, PrometheusHandle};
+use leasehold::guard::Fencing;
 
 /// Largest request body read; larger ones are refused with 400.
 const MAX_BODY: u64 = 64 * 1024;

@@ -6,8 +6,8 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text};
+use leasehold::guard::Fencing;
 use leasehold::LeaseClient;
-use leasehold::Leases;
 use leasehold_test_support::{
     time_of, wait_for_lock_waiter, wait_until_server_time_passes, TestDb, TestServer,
 };

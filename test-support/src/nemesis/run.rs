@@ -38,6 +38,9 @@ use leasehold_local::LocalPostgres;
 
 use super::history::{self, Event, Report};
 use crate::clock::{server_now, try_server_now};
+use leasehold::admin::Operator;
+use leasehold::guard::Check;
+use leasehold::guard::Fencing;
 
 /// Environment variable carrying a worker's configuration to the child
 /// process; its presence selects the worker role.
@@ -328,9 +331,9 @@ pub fn worker_main(spec: &WorkerSpec) {
                 let result = c.transaction::<_, WriteError, _>(|c| {
                     let at = try_server_now(c)?;
                     if held {
-                        c.admit_held(&resource, &token)?;
+                        c.admit(&resource, &token, Check::LeaseHeld)?;
                     } else {
-                        c.admit(&resource, &token)?;
+                        c.admit(&resource, &token, Check::Token)?;
                     }
                     let seq = diesel::sql_query(
                         "INSERT INTO nemesis_writes (op, resource, key, owner, epoch, at) \

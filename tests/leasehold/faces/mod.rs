@@ -18,10 +18,14 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use leasehold::admin::Operator;
+use leasehold::aio::AsyncFencing;
 use leasehold::aio::AsyncLeases;
+use leasehold::aio::AsyncOperator;
 use leasehold::batch::{GroupId, GroupJoin, GroupRenewal, KeyRelease, KeyRenewal};
 use leasehold::error::{FencedError, GuardError};
 use leasehold::error::{KeeperError, WaitError};
+use leasehold::guard::Fencing;
 use leasehold::guard::{Check, GuardRecord};
 use leasehold::hold::LeaseLoss;
 use leasehold::{
@@ -243,7 +247,7 @@ impl Face for SyncFace {
         self.0.renew_group(group, owner, ttl)
     }
     async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
-        self.0.admit(resource, grant)
+        self.0.admit(resource, grant, Check::Token).map(drop)
     }
     async fn check_held(
         &mut self,
@@ -256,7 +260,9 @@ impl Face for SyncFace {
         resource: &str,
         grant: &FencingToken,
     ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
-        self.0.admit_held(resource, grant)
+        self.0
+            .admit(resource, grant, Check::LeaseHeld)
+            .map(read_expiry)
     }
     async fn renew_and_admit(
         &mut self,
@@ -264,7 +270,9 @@ impl Face for SyncFace {
         grant: &FencingToken,
         ttl: Duration,
     ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
-        self.0.renew_and_admit(resource, grant, ttl)
+        self.0
+            .admit(resource, grant, Check::RenewAndAdmit(ttl))
+            .map(read_expiry)
     }
     async fn fence(
         &mut self,
@@ -437,7 +445,7 @@ impl Face for AsyncFace {
         self.0.renew_group(group, owner, ttl).await
     }
     async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
-        self.0.admit(resource, grant).await
+        self.0.admit(resource, grant, Check::Token).await.map(drop)
     }
     async fn check_held(
         &mut self,
@@ -450,7 +458,10 @@ impl Face for AsyncFace {
         resource: &str,
         grant: &FencingToken,
     ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
-        self.0.admit_held(resource, grant).await
+        self.0
+            .admit(resource, grant, Check::LeaseHeld)
+            .await
+            .map(read_expiry)
     }
     async fn renew_and_admit(
         &mut self,
@@ -458,7 +469,10 @@ impl Face for AsyncFace {
         grant: &FencingToken,
         ttl: Duration,
     ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
-        self.0.renew_and_admit(resource, grant, ttl).await
+        self.0
+            .admit(resource, grant, Check::RenewAndAdmit(ttl))
+            .await
+            .map(read_expiry)
     }
     async fn fence(
         &mut self,
@@ -633,3 +647,9 @@ both_faces!(
     a_waiter_is_granted_the_key_its_holder_releases,
     a_bounded_wait_times_out_and_leaves_nothing_armed,
 );
+
+/// The expiry an admission that reads the lease answers (`Check::LeaseHeld`,
+/// `Check::RenewAndAdmit`): always there.
+fn read_expiry(expiry: Option<chrono::DateTime<chrono::Utc>>) -> chrono::DateTime<chrono::Utc> {
+    expiry.expect("an admission that reads the lease answers its expiry")
+}

@@ -1,0 +1,128 @@
+//! [`AsyncFencing`]: the database guard's calls, as futures.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+use crate::aio::FencedWork;
+use crate::epoch::Epoch;
+use crate::errors::GuardError;
+use crate::guards::{Check, FencedError, GuardRecord};
+use crate::token::FencingToken;
+
+use super::on_connection;
+use super::sealed::{OnAsyncConnection, Token};
+
+/// [`Fencing`](crate::guard::Fencing) as futures: the same calls, answers
+/// and errors, each future `Send`.
+pub trait AsyncFencing: OnAsyncConnection {
+    /// [`Fencing::admit`](crate::guard::Fencing::admit), awaited: the same
+    /// call, the same answers and errors.
+    fn admit(
+        &mut self,
+        resource: &str,
+        grant: &impl AsRef<FencingToken>,
+        check: Check,
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, GuardError>> + Send {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| crate::guards::admit_checked(
+            conn, resource, token, check
+        ))
+    }
+
+    /// [`Fencing::check_held`](crate::guard::Fencing::check_held), awaited: the same call, the
+    /// same answers and errors.
+    fn check_held(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+    ) -> impl Future<Output = Result<DateTime<Utc>, GuardError>> + Send {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| crate::guards::check_held(conn, token))
+    }
+
+    /// [`Fencing::fence`](crate::guard::Fencing::fence), awaited: the same call, the
+    /// same answers and errors.
+    fn fence(
+        &mut self,
+        resource: &str,
+        lease_key: &str,
+        up_to: Epoch,
+    ) -> impl Future<Output = Result<Epoch, GuardError>> + Send {
+        on_connection!(self, |conn| crate::guards::fence(
+            conn, resource, lease_key, up_to
+        ))
+    }
+
+    /// [`Fencing::inspect_guard`](crate::guard::Fencing::inspect_guard), awaited: the same call, the
+    /// same answers and errors.
+    fn inspect_guard(
+        &mut self,
+        resource: &str,
+    ) -> impl Future<Output = Result<Option<GuardRecord>, GuardError>> + Send {
+        on_connection!(self, |conn| crate::guards::inspect_guard(conn, resource))
+    }
+
+    /// [`Fencing::run_fenced`](crate::guard::Fencing::run_fenced), awaited: admits
+    /// the token for `resource` with the chosen [`Check`], runs `work` on
+    /// the transaction's connection, commits; any refusal or error rolls
+    /// everything back, the guard record included. Inside an open
+    /// transaction it runs in a savepoint.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: &mut diesel_async::AsyncPgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+    /// use diesel_async::SimpleAsyncConnection;
+    /// use leasehold::aio::AsyncFencing;
+    /// use leasehold::guard::Check;
+    /// conn.run_fenced("report-2026-11", lease, Check::LeaseHeld, async |conn| {
+    ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
+    ///         .await
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    fn run_fenced<'a, T, E, F>(
+        &'a mut self,
+        resource: &'a str,
+        grant: &'a impl AsRef<FencingToken>,
+        check: Check,
+        work: F,
+    ) -> impl Future<Output = Result<T, FencedError<E>>> + Send + 'a
+    where
+        for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<T, E>
+            + FencedWork<&'r mut AsyncPgConnection, T, E, Fut: Send>
+            + Send
+            + 'a,
+        T: Send + 'a,
+        E: Send + 'a,
+    {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| run_fenced(conn, resource, token, check, work))
+    }
+}
+
+/// The fenced transaction of [`AsyncFencing::run_fenced`] on one
+/// connection: the sync face's `guards::run_fenced` with diesel-async's
+/// transaction, and the same admission (`guards::admit_checked`).
+async fn run_fenced<T, E, F>(
+    conn: &mut AsyncPgConnection,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+    work: F,
+) -> Result<T, FencedError<E>>
+where
+    for<'r> F: AsyncFnOnce(&'r mut AsyncPgConnection) -> Result<T, E>
+        + FencedWork<&'r mut AsyncPgConnection, T, E, Fut: Send>
+        + Send,
+    T: Send,
+    E: Send,
+{
+    conn.transaction(async move |conn| {
+        crate::guards::admit_checked(conn, resource, token, check)
+            .await
+            .map_err(FencedError::Guard)?;
+        work(conn).await.map_err(FencedError::Work)
+    })
+    .await
+}

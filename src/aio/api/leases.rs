@@ -1,0 +1,117 @@
+//! [`AsyncLeases`]: the calls an application makes, as futures.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::errors::LeaseError;
+use crate::groups::{GroupId, GroupJoin, GroupRenewal};
+use crate::many::split_grants;
+use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
+use crate::token::FencingToken;
+
+use super::on_connection;
+use super::sealed::{OnAsyncConnection, Token};
+
+/// [`Leases`](crate::Leases) as futures: the same calls, answers and
+/// errors, each future `Send`. Sealed, as `Leases` is.
+pub trait AsyncLeases: OnAsyncConnection {
+    /// [`Leases::acquire`](crate::Leases::acquire), awaited: the same call, the
+    /// same answers and errors.
+    fn acquire(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Acquisition, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::leases::acquire(conn, key, owner, ttl))
+    }
+
+    /// [`Leases::acquire_waiting`](crate::Leases::acquire_waiting), awaited: the same call, the
+    /// same answers and errors.
+    fn acquire_waiting(
+        &mut self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Lease, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::leases::acquire_waiting(
+            conn, key, owner, ttl, wait
+        ))
+    }
+
+    /// [`Leases::renew`](crate::Leases::renew), awaited: the same call, the
+    /// same answers and errors.
+    fn renew(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Renewal, LeaseError>> + Send {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| crate::leases::renew(conn, token, ttl))
+    }
+
+    /// [`Leases::release`](crate::Leases::release), awaited: the same call, the
+    /// same answers and errors.
+    fn release(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+    ) -> impl Future<Output = Result<Release, LeaseError>> + Send {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| crate::leases::release(conn, token))
+    }
+
+    /// [`Leases::inspect`](crate::Leases::inspect), awaited: the same call, the
+    /// same answers and errors.
+    fn inspect(
+        &mut self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<LeaseState>, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::leases::inspect(conn, key))
+    }
+
+    /// [`Leases::renew_many`](crate::Leases::renew_many), awaited: the same call, the
+    /// same answers and errors.
+    fn renew_many(
+        &mut self,
+        grants: &[impl AsRef<FencingToken>],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Vec<KeyRenewal>, LeaseError>> + Send {
+        let grants = split_grants(grants);
+        on_connection!(self, |conn| crate::many::renew_many(conn, grants, ttl))
+    }
+
+    /// [`Leases::release_many`](crate::Leases::release_many), awaited: the same call, the
+    /// same answers and errors.
+    fn release_many(
+        &mut self,
+        grants: &[impl AsRef<FencingToken>],
+    ) -> impl Future<Output = Result<Vec<KeyRelease>, LeaseError>> + Send {
+        let grants = split_grants(grants);
+        on_connection!(self, |conn| crate::many::release_many(conn, grants))
+    }
+
+    /// [`Leases::join_group`](crate::Leases::join_group), awaited: the same call, the
+    /// same answers and errors.
+    fn join_group(
+        &mut self,
+        grants: &[impl AsRef<FencingToken>],
+        ttl: Duration,
+    ) -> impl Future<Output = Result<GroupJoin, LeaseError>> + Send {
+        let grants = split_grants(grants);
+        on_connection!(self, |conn| crate::groups::join_group(conn, grants, ttl))
+    }
+
+    /// [`Leases::renew_group`](crate::Leases::renew_group), awaited: the same call, the
+    /// same answers and errors.
+    fn renew_group(
+        &mut self,
+        group: GroupId,
+        owner: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<GroupRenewal, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::groups::renew_group(
+            conn, group, owner, ttl
+        ))
+    }
+}

@@ -1,0 +1,101 @@
+//! [`AsyncOperator`]: the operator's calls, as futures.
+
+use std::future::Future;
+
+use crate::epoch::Epoch;
+use crate::errors::LeaseError;
+use crate::listing::{ListFilter, Listing};
+use crate::operator::{ForcedRelease, Generation, NamespaceRule};
+use crate::prune::{PruneOptions, PruneReport};
+
+use super::on_connection;
+use super::sealed::{OnAsyncConnection, Token};
+
+/// [`Operator`](crate::admin::Operator) as futures: the same calls,
+/// answers and errors, each future `Send`.
+pub trait AsyncOperator: OnAsyncConnection {
+    /// [`Operator::bind_namespace`](crate::admin::Operator::bind_namespace), awaited: the same call, the
+    /// same answers and errors.
+    fn bind_namespace(
+        &mut self,
+        prefix: &str,
+        role: &str,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::bind_namespace(
+            conn, prefix, role
+        ))
+    }
+
+    /// [`Operator::unbind_namespace`](crate::admin::Operator::unbind_namespace), awaited: the same call, the
+    /// same answers and errors.
+    fn unbind_namespace(
+        &mut self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::unbind_namespace(conn, prefix))
+    }
+
+    /// [`Operator::list_namespaces`](crate::admin::Operator::list_namespaces), awaited: the same call, the
+    /// same answers and errors.
+    fn list_namespaces(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<NamespaceRule>, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::list_namespaces(conn))
+    }
+
+    /// [`Operator::force_release`](crate::admin::Operator::force_release), awaited: the same call, the
+    /// same answers and errors.
+    fn force_release(
+        &mut self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Epoch>, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::force_release(conn, key))
+    }
+
+    /// [`Operator::force_release_epoch`](crate::admin::Operator::force_release_epoch), awaited: the same call, the
+    /// same answers and errors.
+    fn force_release_epoch(
+        &mut self,
+        key: &str,
+        epoch: Epoch,
+    ) -> impl Future<Output = Result<ForcedRelease, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::force_release_epoch(
+            conn, key, epoch
+        ))
+    }
+
+    /// [`Operator::generation`](crate::admin::Operator::generation), awaited: the same call, the
+    /// same answers and errors.
+    fn generation(&mut self) -> impl Future<Output = Result<Generation, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::generation(conn))
+    }
+
+    /// [`Operator::raise_generation`](crate::admin::Operator::raise_generation), awaited: the same call, the
+    /// same answers and errors.
+    fn raise_generation(
+        &mut self,
+        generation: i64,
+    ) -> impl Future<Output = Result<i64, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::operator::raise_generation(
+            conn, generation
+        ))
+    }
+
+    /// [`Operator::prune`](crate::admin::Operator::prune), awaited: the same call, the
+    /// same answers and errors.
+    fn prune(
+        &mut self,
+        options: &PruneOptions,
+    ) -> impl Future<Output = Result<PruneReport, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::prune::prune(conn, options))
+    }
+
+    /// [`Operator::list_leases`](crate::admin::Operator::list_leases), awaited: the same call, the
+    /// same answers and errors.
+    fn list_leases(
+        &mut self,
+        filter: &ListFilter,
+    ) -> impl Future<Output = Result<Listing, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::listing::list_leases(conn, filter))
+    }
+}
