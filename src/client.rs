@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::errors::LeaseError;
+use crate::error::LeaseError;
 use crate::pool::{self, PgPool, PoolSettings, PreparedStatements};
 
 /// Every operation over a connection pool: the methods of

@@ -41,7 +41,7 @@ use diesel::prelude::*;
 use diesel::sql_types::Text;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 
-use crate::errors::InstallError;
+use crate::error::InstallError;
 use crate::sql::install;
 
 /// The migration files under `migrations/`, compiled into the crate.

@@ -70,116 +70,45 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 // Waiting reads its listener connection's socket through std::os::unix
-// (src/waiting/), so the crate builds on Unix-like systems only: stop with
+// (src/wait/), so the crate builds on Unix-like systems only: stop with
 // a message that says so instead of a missing-module error.
 #[cfg(not(unix))]
 compile_error!(
     "leasehold supports Unix-like systems only (Linux, macOS, the BSDs): its waiters use Unix socket APIs"
 );
 
+pub mod admin;
 #[cfg(feature = "async")]
 pub mod aio;
 mod api;
+pub mod batch;
 mod client;
-mod epoch;
-mod errors;
+pub mod error;
 mod field_text;
-mod groups;
 pub mod guard;
-mod guards;
-mod holding;
+pub mod hold;
 mod install;
-mod leases;
+mod lease;
 #[allow(unsafe_code)]
 mod libpq;
-mod listing;
-mod many;
 mod migration_sql;
-mod operator;
-mod outcome;
 pub mod pool;
-mod prune;
 mod sql;
 // With both telemetry features off only the pass-throughs are used.
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
 pub mod telemetry;
-mod token;
-mod waiting;
+pub mod wait;
 
 // The crate root: what a newcomer reaches for first. Everything else is in
-// a public module named by its concern, below.
+// a public module named by its concern, above.
 pub use api::Leases;
 pub use client::{LeaseClient, LeaseClientBuilder};
-pub use epoch::Epoch;
-pub use errors::LeaseError;
-pub use holding::Keeper;
+pub use error::LeaseError;
+pub use hold::Keeper;
 pub use install::install;
-pub use outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
-pub use token::FencingToken;
-
-/// The types of the calls on many keys of one owner: [`Leases::renew_many`]
-/// and [`Leases::release_many`] answer per key what the single-key calls
-/// would; a heartbeat group ([`Leases::join_group`],
-/// [`Leases::renew_group`]) keeps many grants alive with one row write.
-pub mod batch {
-    pub use crate::groups::{GroupId, GroupJoin, GroupRenewal};
-    pub use crate::many::MAX_KEYS_PER_CALL;
-    pub use crate::outcome::{KeyRelease, KeyRenewal};
-}
-
-/// Holding a lease over time: a [`Keeper`] renews one in the
-/// background and reports its loss, a [`KeeperSet`](hold::KeeperSet) keeps
-/// many with one heartbeat, and [`run_while_held`](hold::run_while_held)
-/// runs work that stops when the lease is lost.
-pub mod hold {
-    pub use crate::holding::{
-        run_while_held, CancelToken, Keeper, KeeperBuilder, KeeperEvent, KeeperSet,
-        KeeperSetBuilder, KeeperSetEvent, LeaseLoss, StopReason, WorkContext, WorkOutcome,
-    };
-}
-
-/// Waiting for a lease: a [`LeaseWaiter`](wait::LeaseWaiter) blocks until a
-/// key is granted, woken by release notifications from one listener
-/// session per database URL ([`Leases::acquire_waiting`] waits inside the
-/// server instead); a [`ReleaseWatch`](wait::ReleaseWatch) reports those
-/// wake-ups for keys it watches, from the same session.
-pub mod wait {
-    pub use crate::waiting::{
-        LeaseWaiter, LeaseWaiterBuilder, ListenerStatus, PollingReason, ReleaseEvent, ReleaseWatch,
-        Wait, WakeMode, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK, LISTENER_APPLICATION_NAME,
-        UNDELIVERED_RETRY, WAITER_LIMIT,
-    };
-}
-
-/// Operating leasehold: installing and removing it (and asking whether it
-/// is installed), the operator calls ([`admin::Operator`]: namespace
-/// rules, forced releases, the generation, pruning, listing keys), which
-/// are granted to nobody by default (docs/guide/security.md), and asking
-/// whether the connected role was granted one.
-pub mod admin {
-    pub use crate::api::Operator;
-    pub use crate::install::{
-        install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
-    };
-    pub use crate::listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
-    pub use crate::operator::{
-        function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,
-        GENERATION_SHIFT, MAX_GENERATION,
-    };
-    pub use crate::prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
-    pub use crate::sql::install::INSTALL_LOCK_TIMEOUT;
-}
-
-/// Every error type, each keeping its source. One call returns one of
-/// them: lease calls [`LeaseError`], guard calls
-/// [`GuardError`](error::GuardError), and so on.
-pub mod error {
-    pub use crate::errors::KeeperError;
-    pub use crate::errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
-    pub use crate::guards::FencedError;
-    pub use crate::token::TokenError;
-    pub use crate::waiting::WaitError;
-}
+pub use lease::epoch::Epoch;
+pub use lease::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+pub use lease::token::FencingToken;
 
 /// Plumbing shared with the adapter crates in `guards/` (not a public API:
 /// it may change in any release).

@@ -7,7 +7,7 @@
 //! Why not the `postgres` crate? It brings an async runtime and some forty
 //! crates into a synchronous library. libpq itself is already linked (diesel
 //! uses it through `pq-sys`); this module uses the same `pq-sys` directly, so
-//! the listener can `poll(2)` its socket (see `crate::waiting::listener`) and wake
+//! the listener can `poll(2)` its socket (see `crate::wait::listener`) and wake
 //! within microseconds of a notification arriving, with no new dependency
 //! compiled.
 //!

@@ -23,7 +23,7 @@ use diesel::pg::PgConnection;
 
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
 
-use crate::errors::{CallError, LeaseError};
+use crate::error::{CallError, LeaseError};
 
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;

@@ -90,8 +90,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 
-use crate::errors::{GuardError, LeaseError, Operation};
-use crate::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
+use crate::error::{GuardError, LeaseError, Operation};
+use crate::lease::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
 
 /// Whether spans and events may carry lease keys and resource names
 /// ([`set_trace_keys`]).
@@ -215,13 +215,13 @@ fn batch_outcome<'a>(answers: impl Iterator<Item = &'a str> + Clone, first: &str
     }
 }
 
-impl Outcome for Vec<crate::outcome::KeyRenewal> {
+impl Outcome for Vec<crate::lease::outcome::KeyRenewal> {
     fn outcome(&self) -> &'static str {
         batch_outcome(self.iter().map(|k| k.renewal.outcome()), "renewed")
     }
 }
 
-impl Outcome for Vec<crate::outcome::KeyRelease> {
+impl Outcome for Vec<crate::lease::outcome::KeyRelease> {
     fn outcome(&self) -> &'static str {
         batch_outcome(self.iter().map(|k| k.release.outcome()), "released")
     }
@@ -634,7 +634,7 @@ mod metered {
 
     use metrics::Unit;
 
-    use crate::errors::Operation;
+    use crate::error::Operation;
 
     /// Counts one lease or guard call and records its duration.
     pub(super) fn call(
@@ -703,8 +703,8 @@ mod metered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holding::LeaseLoss;
-    use crate::outcome::Refusal;
+    use crate::hold::LeaseLoss;
+    use crate::lease::outcome::Refusal;
 
     #[test]
     fn refusals_label_calls_by_sql_status_and_losses_by_reason() {

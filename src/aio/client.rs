@@ -21,8 +21,8 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
-use crate::errors::CallError;
-use crate::errors::LeaseError;
+use crate::error::CallError;
+use crate::error::LeaseError;
 use crate::pool::PreparedStatements;
 
 /// Why no connection could be had from an [`AsyncLeaseClient`]'s pool:

@@ -17,7 +17,7 @@ use diesel_async::AsyncPgConnection;
 
 use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
 
-pub use crate::errors::ConnectError;
+pub use crate::error::ConnectError;
 use crate::libpq::{with_connect_timeout, ConnectBound};
 
 /// Opens an `AsyncPgConnection` to `database_url` (libpq's URL or key-value

@@ -3,9 +3,9 @@
 //!
 //! The rules are the sync keeper's (its module documentation has the
 //! reasoning), from the same code: the schedule and its checks
-//! (`holding::schedule`: defaults, `safe_until = sent + ttl - margin`, how
+//! (`hold::schedule`: defaults, `safe_until = sent + ttl - margin`, how
 //! often a release refused by a read-only server is sent again), the renew
-//! (`leases::renew`, the operation both faces run) and the loss's
+//! (`lease::renew`, the operation both faces run) and the loss's
 //! telemetry. What differs is only how the two loops wait: the renewer and
 //! the deadline monitor are two tasks instead of two threads, and they
 //! wake on a `tokio::sync::watch` of the keeper's state instead of a
@@ -33,12 +33,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::{checkout, settle, AsyncLeaseClient};
-use crate::errors::KeeperError;
-use crate::errors::LeaseError;
-use crate::holding::schedule::{self, Schedule};
-use crate::holding::LeaseLoss;
-use crate::outcome::{Lease, Refusal, Release, Renewal};
-use crate::token::FencingToken;
+use crate::error::KeeperError;
+use crate::error::LeaseError;
+use crate::hold::schedule::{self, Schedule};
+use crate::hold::LeaseLoss;
+use crate::lease::outcome::{Lease, Refusal, Release, Renewal};
+use crate::lease::token::FencingToken;
 
 /// What the keeper's tasks share, and what its receivers watch.
 #[derive(Debug, Clone)]
@@ -237,7 +237,7 @@ impl Shared {
     async fn renew_once(&self) -> Result<RenewResult, LeaseError> {
         let sent_at = Instant::now();
         let mut conn = checkout(&self.client.pool).await?;
-        let renewal = crate::leases::renew(&mut *conn, self.lease.token(), self.schedule.ttl).await;
+        let renewal = crate::lease::renew(&mut *conn, self.lease.token(), self.schedule.ttl).await;
         settle(conn, &renewal);
         match renewal? {
             Renewal::Renewed { expires_at } => {
@@ -366,7 +366,7 @@ impl Shared {
         let mut attempts = schedule::release_attempts(self.client.pool.status().max_size);
         loop {
             let mut conn = checkout(&self.client.pool).await?;
-            let answer = crate::leases::release(&mut *conn, self.lease.token()).await;
+            let answer = crate::lease::release(&mut *conn, self.lease.token()).await;
             settle(conn, &answer);
             attempts = attempts.saturating_sub(1);
             match answer {

@@ -1,7 +1,7 @@
 //! [`KeeperSet`] as tokio tasks: the sync [`crate::hold::KeeperSet`] (one
 //! heartbeat call for a set of one owner's grants, each key lost on its
 //! own) from the same code, its heartbeat, bookkeeping and release
-//! (`holding::keeper_set`, whose calls run here on the async client's
+//! (`hold::keeper_set`, whose calls run here on the async client's
 //! pool), with its two loops as tasks and the losses as futures.
 
 use std::sync::Arc;
@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::client::AsyncLeaseClient;
-use crate::errors::KeeperError;
-use crate::holding::keeper_set::{Calls, SetSettings, Shared};
-use crate::holding::{KeeperSetEvent, LeaseLoss};
-use crate::outcome::{KeyRelease, Lease};
-use crate::token::FencingToken;
+use crate::error::KeeperError;
+use crate::hold::keeper_set::{Calls, SetSettings, Shared};
+use crate::hold::{KeeperSetEvent, LeaseLoss};
+use crate::lease::outcome::{KeyRelease, Lease};
+use crate::lease::token::FencingToken;
 
 /// Configures a [`KeeperSet`]; see [`KeeperSet::builder`].
 #[derive(Debug)]

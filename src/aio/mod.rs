@@ -51,9 +51,9 @@ use std::future::Future;
 
 use diesel_async::AsyncPgConnection;
 
-use crate::errors::LeaseError;
-use crate::operator::FunctionPrivilege;
-use crate::outcome::{Lease, Renewal};
+use crate::admin::operator::FunctionPrivilege;
+use crate::error::LeaseError;
+use crate::lease::outcome::{Lease, Renewal};
 
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
 pub(crate) use client::settle;
@@ -103,5 +103,5 @@ pub async fn function_privilege(
     conn: &mut AsyncPgConnection,
     function: &str,
 ) -> Result<FunctionPrivilege, LeaseError> {
-    crate::operator::function_privilege_on(conn, function).await
+    crate::admin::operator::function_privilege_on(conn, function).await
 }

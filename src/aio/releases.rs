@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::errors::LeaseError;
+use crate::error::LeaseError;
 use crate::wait::ReleaseEvent;
 
 /// A stream of release wake-ups for a set of keys, from

@@ -7,8 +7,8 @@
 //! key's slot as a waiting thread does, through a `tokio::sync::Notify`
 //! that every wake-up of the slot also notifies, so a thousand waiting
 //! tasks cost a thousand small futures, not a thousand threads. The
-//! attempts (`waiting::attempt_step`) and the rules between them
-//! (`waiting::Rounds`: when to retry at once, when to sleep until the
+//! attempts (`wait::attempt_step`) and the rules between them
+//! (`wait::Rounds`: when to retry at once, when to sleep until the
 //! holder's expiry, when to poll because the listener is down) are the
 //! sync waiter's own code.
 //!
@@ -34,12 +34,12 @@ use tokio::sync::oneshot;
 
 use super::client::{checkout, settle, AsyncLeaseClient};
 use super::releases::ReleaseWatch;
-use crate::errors::LeaseError;
-use crate::outcome::{Acquisition, Lease};
+use crate::error::LeaseError;
+use crate::lease::outcome::{Acquisition, Lease};
 use crate::telemetry;
-use crate::waiting::listener::Listener;
-use crate::waiting::slot::Woken;
-use crate::waiting::{
+use crate::wait::listener::Listener;
+use crate::wait::slot::Woken;
+use crate::wait::{
     attempt_step, ListenerStatus, Round, Rounds, Step, Wait, WaitError, DEFAULT_FALLBACK_POLL,
     DEFAULT_RECHECK,
 };
@@ -282,7 +282,7 @@ impl LeaseWaiter {
                 let step = if inspect {
                     attempt_step(&mut *conn, &key, &owner, ttl).await
                 } else {
-                    crate::leases::acquire(&mut *conn, &key, &owner, ttl)
+                    crate::lease::acquire(&mut *conn, &key, &owner, ttl)
                         .await
                         .map(|acquisition| match acquisition {
                             Acquisition::Granted(lease) => Step::Granted(lease),
@@ -340,7 +340,7 @@ impl Drop for Unclaimed {
 /// ttl, as it would have without the release.
 async fn release_unclaimed(pool: Pool<AsyncPgConnection>, lease: Lease) {
     if let Ok(mut conn) = checkout(&pool).await {
-        let released = crate::leases::release(&mut *conn, lease.token()).await;
+        let released = crate::lease::release(&mut *conn, lease.token()).await;
         settle(conn, &released);
     }
 }

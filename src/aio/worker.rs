@@ -2,7 +2,7 @@
 //! sync [`crate::hold::run_while_held`] for tasks.
 //!
 //! The outcome rules are the sync face's, from the same code
-//! (`holding::worker::{lost_now, stop_reason, decide}`): the work runs until it
+//! (`hold::worker::{lost_now, stop_reason, decide}`): the work runs until it
 //! returns, and what it returned counts only if the lease was still safe
 //! then. What the async form adds is a future to wait on:
 //! [`WorkContext::stopped`] resolves when the lease is lost or the work is
@@ -45,9 +45,9 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use super::keeper::{Keeper, Shared};
-use crate::holding::worker::{decide, lost_now, or_deadline, stop_reason};
-use crate::holding::{StopReason, WorkOutcome};
-use crate::token::FencingToken;
+use crate::hold::worker::{decide, lost_now, or_deadline, stop_reason};
+use crate::hold::{StopReason, WorkOutcome};
+use crate::lease::token::FencingToken;
 
 /// What the work sees: the grant's token, whether to stop, and a future
 /// that resolves when it should. Cheap to clone; it borrows nothing, so

@@ -3,11 +3,11 @@
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 
-use crate::epoch::Epoch;
-use crate::errors::GuardError;
-use crate::guards::{Check, FencedError, GuardRecord};
+use crate::error::GuardError;
+use crate::guard::database::{Check, FencedError, GuardRecord};
+use crate::lease::epoch::Epoch;
+use crate::lease::token::FencingToken;
 use crate::sql::execute::finish;
-use crate::token::FencingToken;
 
 use super::sealed::{OnConnection, Token};
 
@@ -56,7 +56,7 @@ pub trait Fencing: OnConnection {
         check: Check,
     ) -> Result<Option<DateTime<Utc>>, GuardError> {
         self.on_connection(Token, |conn| {
-            finish(crate::guards::admit_checked(
+            finish(crate::guard::database::admit_checked(
                 conn,
                 resource,
                 grant.as_ref(),
@@ -73,7 +73,7 @@ pub trait Fencing: OnConnection {
         grant: &impl AsRef<FencingToken>,
     ) -> Result<DateTime<Utc>, GuardError> {
         self.on_connection(Token, |conn| {
-            finish(crate::guards::check_held(conn, grant.as_ref()))
+            finish(crate::guard::database::check_held(conn, grant.as_ref()))
         })
     }
 
@@ -92,7 +92,9 @@ pub trait Fencing: OnConnection {
         up_to: Epoch,
     ) -> Result<Epoch, GuardError> {
         self.on_connection(Token, |conn| {
-            finish(crate::guards::fence(conn, resource, lease_key, up_to))
+            finish(crate::guard::database::fence(
+                conn, resource, lease_key, up_to,
+            ))
         })
     }
 
@@ -100,7 +102,7 @@ pub trait Fencing: OnConnection {
     /// for it.
     fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
         self.on_connection(Token, |conn| {
-            finish(crate::guards::inspect_guard(conn, resource))
+            finish(crate::guard::database::inspect_guard(conn, resource))
         })
     }
 
@@ -132,7 +134,7 @@ pub trait Fencing: OnConnection {
         F: FnOnce(&mut PgConnection) -> Result<T, E>,
     {
         self.on_connection(Token, |conn| {
-            crate::guards::run_fenced(conn, resource, grant.as_ref(), check, work)
+            crate::guard::database::run_fenced(conn, resource, grant.as_ref(), check, work)
         })
     }
 }

@@ -2,12 +2,14 @@
 
 use std::time::Duration;
 
-use crate::errors::LeaseError;
-use crate::groups::{GroupId, GroupJoin, GroupRenewal};
-use crate::many::split_grants;
-use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
+use crate::batch::groups::{GroupId, GroupJoin, GroupRenewal};
+use crate::batch::many::split_grants;
+use crate::error::LeaseError;
+use crate::lease::outcome::{
+    Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal,
+};
+use crate::lease::token::FencingToken;
 use crate::sql::execute::finish;
-use crate::token::FencingToken;
 
 use super::sealed::{OnConnection, Token};
 
@@ -66,7 +68,7 @@ pub trait Leases: OnConnection {
         ttl: Duration,
     ) -> Result<Acquisition, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::leases::acquire(conn, key, owner, ttl))
+            finish(crate::lease::acquire(conn, key, owner, ttl))
         })
     }
 
@@ -85,7 +87,7 @@ pub trait Leases: OnConnection {
         wait: Duration,
     ) -> Result<Lease, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::leases::acquire_waiting(conn, key, owner, ttl, wait))
+            finish(crate::lease::acquire_waiting(conn, key, owner, ttl, wait))
         })
     }
 
@@ -109,7 +111,7 @@ pub trait Leases: OnConnection {
         ttl: Duration,
     ) -> Result<Renewal, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::leases::renew(conn, grant.as_ref(), ttl))
+            finish(crate::lease::renew(conn, grant.as_ref(), ttl))
         })
     }
 
@@ -118,7 +120,7 @@ pub trait Leases: OnConnection {
     /// that epoch is stale at every guard from now on.
     fn release(&mut self, grant: &impl AsRef<FencingToken>) -> Result<Release, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::leases::release(conn, grant.as_ref()))
+            finish(crate::lease::release(conn, grant.as_ref()))
         })
     }
 
@@ -127,7 +129,7 @@ pub trait Leases: OnConnection {
     /// Advisory only: the answer may be stale by the time it arrives. Use it to
     /// decide what to try, never as permission to act.
     fn inspect(&mut self, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-        self.on_connection(Token, |conn| finish(crate::leases::inspect(conn, key)))
+        self.on_connection(Token, |conn| finish(crate::lease::inspect(conn, key)))
     }
 
     /// Renews every grant of `grants` (leases or tokens, all of one owner) to
@@ -156,7 +158,11 @@ pub trait Leases: OnConnection {
         ttl: Duration,
     ) -> Result<Vec<KeyRenewal>, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::many::renew_many(conn, split_grants(grants), ttl))
+            finish(crate::batch::many::renew_many(
+                conn,
+                split_grants(grants),
+                ttl,
+            ))
         })
     }
 
@@ -168,7 +174,7 @@ pub trait Leases: OnConnection {
         grants: &[impl AsRef<FencingToken>],
     ) -> Result<Vec<KeyRelease>, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::many::release_many(conn, split_grants(grants)))
+            finish(crate::batch::many::release_many(conn, split_grants(grants)))
         })
     }
 
@@ -186,7 +192,11 @@ pub trait Leases: OnConnection {
         ttl: Duration,
     ) -> Result<GroupJoin, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::groups::join_group(conn, split_grants(grants), ttl))
+            finish(crate::batch::groups::join_group(
+                conn,
+                split_grants(grants),
+                ttl,
+            ))
         })
     }
 
@@ -200,7 +210,7 @@ pub trait Leases: OnConnection {
         ttl: Duration,
     ) -> Result<GroupRenewal, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::groups::renew_group(conn, group, owner, ttl))
+            finish(crate::batch::groups::renew_group(conn, group, owner, ttl))
         })
     }
 }

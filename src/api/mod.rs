@@ -30,13 +30,13 @@ pub use leases::Leases;
 pub use operator::Operator;
 
 use crate::client::LeaseClient;
-use crate::errors::CallError;
+use crate::error::CallError;
 use sealed::{OnConnection, Token};
 
 pub(crate) mod sealed {
     use diesel::pg::PgConnection;
 
-    use crate::errors::CallError;
+    use crate::error::CallError;
 
     /// Proof that the caller is leasehold: the hook's methods take it, and
     /// nothing outside the crate can name or make it, so the hooks stay out

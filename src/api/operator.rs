@@ -1,10 +1,10 @@
 //! [`Operator`]: the operator's calls.
 
-use crate::epoch::Epoch;
-use crate::errors::LeaseError;
-use crate::listing::{ListFilter, Listing};
-use crate::operator::{ForcedRelease, Generation, NamespaceRule};
-use crate::prune::{PruneOptions, PruneReport};
+use crate::admin::listing::{ListFilter, Listing};
+use crate::admin::operator::{ForcedRelease, Generation, NamespaceRule};
+use crate::admin::prune::{PruneOptions, PruneReport};
+use crate::error::LeaseError;
+use crate::lease::epoch::Epoch;
 use crate::sql::execute::finish;
 
 use super::sealed::{OnConnection, Token};
@@ -32,7 +32,7 @@ pub trait Operator: OnConnection {
     /// ```
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::operator::bind_namespace(conn, prefix, role))
+            finish(crate::admin::operator::bind_namespace(conn, prefix, role))
         })
     }
 
@@ -41,13 +41,15 @@ pub trait Operator: OnConnection {
     /// prefix, or to no rule at all (every role may act).
     fn unbind_namespace(&mut self, prefix: &str) -> Result<bool, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::operator::unbind_namespace(conn, prefix))
+            finish(crate::admin::operator::unbind_namespace(conn, prefix))
         })
     }
 
     /// Operator action: every namespace rule, ordered by prefix (byte order).
     fn list_namespaces(&mut self) -> Result<Vec<NamespaceRule>, LeaseError> {
-        self.on_connection(Token, |conn| finish(crate::operator::list_namespaces(conn)))
+        self.on_connection(Token, |conn| {
+            finish(crate::admin::operator::list_namespaces(conn))
+        })
     }
 
     /// Operator action: frees `key` whatever its state. A held or lapsed grant
@@ -67,7 +69,7 @@ pub trait Operator: OnConnection {
     /// "permission denied for function force_release".
     fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::operator::force_release(conn, key))
+            finish(crate::admin::operator::force_release(conn, key))
         })
     }
 
@@ -100,14 +102,18 @@ pub trait Operator: OnConnection {
         epoch: Epoch,
     ) -> Result<ForcedRelease, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::operator::force_release_epoch(conn, key, epoch))
+            finish(crate::admin::operator::force_release_epoch(
+                conn, key, epoch,
+            ))
         })
     }
 
     /// The server's current generation and timeline. Any role may ask; nothing
     /// is written, and it works on a standby.
     fn generation(&mut self) -> Result<Generation, LeaseError> {
-        self.on_connection(Token, |conn| finish(crate::operator::generation(conn)))
+        self.on_connection(Token, |conn| {
+            finish(crate::admin::operator::generation(conn))
+        })
     }
 
     /// Operator action: raises the server's generation to `generation`, so that
@@ -131,7 +137,7 @@ pub trait Operator: OnConnection {
     /// ```
     fn raise_generation(&mut self, generation: i64) -> Result<i64, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::operator::raise_generation(conn, generation))
+            finish(crate::admin::operator::raise_generation(conn, generation))
         })
     }
 
@@ -150,7 +156,9 @@ pub trait Operator: OnConnection {
     /// # Ok(()) }
     /// ```
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
-        self.on_connection(Token, |conn| finish(crate::prune::prune(conn, options)))
+        self.on_connection(Token, |conn| {
+            finish(crate::admin::prune::prune(conn, options))
+        })
     }
 
     /// Operator view: the keys `filter` selects, each with its state (held,
@@ -186,7 +194,7 @@ pub trait Operator: OnConnection {
     /// ```
     fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
         self.on_connection(Token, |conn| {
-            finish(crate::listing::list_leases(conn, filter))
+            finish(crate::admin::listing::list_leases(conn, filter))
         })
     }
 }

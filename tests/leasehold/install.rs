@@ -222,7 +222,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
 /// which is below that. It must refuse with SQLSTATE 0A000, the stable
 /// constraint name and a DETAIL `minimum=<major> server_version=<version>`
 /// that `InstallError::UnsupportedVersion` is read from (the mapping itself
-/// is unit-tested in src/errors.rs), and this server must pass the real one.
+/// is unit-tested in src/error.rs), and this server must pass the real one.
 #[test]
 fn the_version_check_refuses_a_server_below_the_minimum() {
     let up = include_str!("../../migrations/2026-12-01-000001_tables/up.sql");

@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::aio::FencedWork;
-use crate::epoch::Epoch;
-use crate::errors::GuardError;
-use crate::guards::{Check, FencedError, GuardRecord};
-use crate::token::FencingToken;
+use crate::error::GuardError;
+use crate::guard::database::{Check, FencedError, GuardRecord};
+use crate::lease::epoch::Epoch;
+use crate::lease::token::FencingToken;
 
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
@@ -26,7 +26,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         check: Check,
     ) -> impl Future<Output = Result<Option<DateTime<Utc>>, GuardError>> + Send {
         let token = grant.as_ref();
-        on_connection!(self, |conn| crate::guards::admit_checked(
+        on_connection!(self, |conn| crate::guard::database::admit_checked(
             conn, resource, token, check
         ))
     }
@@ -38,7 +38,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         grant: &impl AsRef<FencingToken>,
     ) -> impl Future<Output = Result<DateTime<Utc>, GuardError>> + Send {
         let token = grant.as_ref();
-        on_connection!(self, |conn| crate::guards::check_held(conn, token))
+        on_connection!(self, |conn| crate::guard::database::check_held(conn, token))
     }
 
     /// [`Fencing::fence`](crate::guard::Fencing::fence), awaited: the same call, the
@@ -49,7 +49,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         lease_key: &str,
         up_to: Epoch,
     ) -> impl Future<Output = Result<Epoch, GuardError>> + Send {
-        on_connection!(self, |conn| crate::guards::fence(
+        on_connection!(self, |conn| crate::guard::database::fence(
             conn, resource, lease_key, up_to
         ))
     }
@@ -60,7 +60,9 @@ pub trait AsyncFencing: OnAsyncConnection {
         &mut self,
         resource: &str,
     ) -> impl Future<Output = Result<Option<GuardRecord>, GuardError>> + Send {
-        on_connection!(self, |conn| crate::guards::inspect_guard(conn, resource))
+        on_connection!(self, |conn| crate::guard::database::inspect_guard(
+            conn, resource
+        ))
     }
 
     /// [`Fencing::run_fenced`](crate::guard::Fencing::run_fenced), awaited: admits
@@ -102,8 +104,8 @@ pub trait AsyncFencing: OnAsyncConnection {
 }
 
 /// The fenced transaction of [`AsyncFencing::run_fenced`] on one
-/// connection: the sync face's `guards::run_fenced` with diesel-async's
-/// transaction, and the same admission (`guards::admit_checked`).
+/// connection: the sync face's `guard::database::run_fenced` with diesel-async's
+/// transaction, and the same admission (`guard::database::admit_checked`).
 async fn run_fenced<T, E, F>(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -119,7 +121,7 @@ where
     E: Send,
 {
     conn.transaction(async move |conn| {
-        crate::guards::admit_checked(conn, resource, token, check)
+        crate::guard::database::admit_checked(conn, resource, token, check)
             .await
             .map_err(FencedError::Guard)?;
         work(conn).await.map_err(FencedError::Work)

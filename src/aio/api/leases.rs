@@ -3,11 +3,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::errors::LeaseError;
-use crate::groups::{GroupId, GroupJoin, GroupRenewal};
-use crate::many::split_grants;
-use crate::outcome::{Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal};
-use crate::token::FencingToken;
+use crate::batch::groups::{GroupId, GroupJoin, GroupRenewal};
+use crate::batch::many::split_grants;
+use crate::error::LeaseError;
+use crate::lease::outcome::{
+    Acquisition, KeyRelease, KeyRenewal, Lease, LeaseState, Release, Renewal,
+};
+use crate::lease::token::FencingToken;
 
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
@@ -23,7 +25,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         owner: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<Acquisition, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::leases::acquire(conn, key, owner, ttl))
+        on_connection!(self, |conn| crate::lease::acquire(conn, key, owner, ttl))
     }
 
     /// [`Leases::acquire_waiting`](crate::Leases::acquire_waiting), awaited: the same call, the
@@ -35,7 +37,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         ttl: Duration,
         wait: Duration,
     ) -> impl Future<Output = Result<Lease, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::leases::acquire_waiting(
+        on_connection!(self, |conn| crate::lease::acquire_waiting(
             conn, key, owner, ttl, wait
         ))
     }
@@ -48,7 +50,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         ttl: Duration,
     ) -> impl Future<Output = Result<Renewal, LeaseError>> + Send {
         let token = grant.as_ref();
-        on_connection!(self, |conn| crate::leases::renew(conn, token, ttl))
+        on_connection!(self, |conn| crate::lease::renew(conn, token, ttl))
     }
 
     /// [`Leases::release`](crate::Leases::release), awaited: the same call, the
@@ -58,7 +60,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         grant: &impl AsRef<FencingToken>,
     ) -> impl Future<Output = Result<Release, LeaseError>> + Send {
         let token = grant.as_ref();
-        on_connection!(self, |conn| crate::leases::release(conn, token))
+        on_connection!(self, |conn| crate::lease::release(conn, token))
     }
 
     /// [`Leases::inspect`](crate::Leases::inspect), awaited: the same call, the
@@ -67,7 +69,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         &mut self,
         key: &str,
     ) -> impl Future<Output = Result<Option<LeaseState>, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::leases::inspect(conn, key))
+        on_connection!(self, |conn| crate::lease::inspect(conn, key))
     }
 
     /// [`Leases::renew_many`](crate::Leases::renew_many), awaited: the same call, the
@@ -78,7 +80,9 @@ pub trait AsyncLeases: OnAsyncConnection {
         ttl: Duration,
     ) -> impl Future<Output = Result<Vec<KeyRenewal>, LeaseError>> + Send {
         let grants = split_grants(grants);
-        on_connection!(self, |conn| crate::many::renew_many(conn, grants, ttl))
+        on_connection!(self, |conn| crate::batch::many::renew_many(
+            conn, grants, ttl
+        ))
     }
 
     /// [`Leases::release_many`](crate::Leases::release_many), awaited: the same call, the
@@ -88,7 +92,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         grants: &[impl AsRef<FencingToken>],
     ) -> impl Future<Output = Result<Vec<KeyRelease>, LeaseError>> + Send {
         let grants = split_grants(grants);
-        on_connection!(self, |conn| crate::many::release_many(conn, grants))
+        on_connection!(self, |conn| crate::batch::many::release_many(conn, grants))
     }
 
     /// [`Leases::join_group`](crate::Leases::join_group), awaited: the same call, the
@@ -99,7 +103,9 @@ pub trait AsyncLeases: OnAsyncConnection {
         ttl: Duration,
     ) -> impl Future<Output = Result<GroupJoin, LeaseError>> + Send {
         let grants = split_grants(grants);
-        on_connection!(self, |conn| crate::groups::join_group(conn, grants, ttl))
+        on_connection!(self, |conn| crate::batch::groups::join_group(
+            conn, grants, ttl
+        ))
     }
 
     /// [`Leases::renew_group`](crate::Leases::renew_group), awaited: the same call, the
@@ -110,7 +116,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         owner: &str,
         ttl: Duration,
     ) -> impl Future<Output = Result<GroupRenewal, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::groups::renew_group(
+        on_connection!(self, |conn| crate::batch::groups::renew_group(
             conn, group, owner, ttl
         ))
     }

@@ -31,7 +31,7 @@ pub(crate) mod sealed {
     use diesel_async::AsyncPgConnection;
 
     pub use crate::api::sealed::Token;
-    pub use crate::errors::CallError;
+    pub(crate) use crate::error::CallError;
 
     /// The one thing the two async types do differently (the async twin of
     /// `crate::api::sealed::OnConnection`, split in two because a closure

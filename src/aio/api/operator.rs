@@ -2,11 +2,11 @@
 
 use std::future::Future;
 
-use crate::epoch::Epoch;
-use crate::errors::LeaseError;
-use crate::listing::{ListFilter, Listing};
-use crate::operator::{ForcedRelease, Generation, NamespaceRule};
-use crate::prune::{PruneOptions, PruneReport};
+use crate::admin::listing::{ListFilter, Listing};
+use crate::admin::operator::{ForcedRelease, Generation, NamespaceRule};
+use crate::admin::prune::{PruneOptions, PruneReport};
+use crate::error::LeaseError;
+use crate::lease::epoch::Epoch;
 
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
@@ -21,7 +21,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         prefix: &str,
         role: &str,
     ) -> impl Future<Output = Result<(), LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::bind_namespace(
+        on_connection!(self, |conn| crate::admin::operator::bind_namespace(
             conn, prefix, role
         ))
     }
@@ -32,7 +32,9 @@ pub trait AsyncOperator: OnAsyncConnection {
         &mut self,
         prefix: &str,
     ) -> impl Future<Output = Result<bool, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::unbind_namespace(conn, prefix))
+        on_connection!(self, |conn| crate::admin::operator::unbind_namespace(
+            conn, prefix
+        ))
     }
 
     /// [`Operator::list_namespaces`](crate::admin::Operator::list_namespaces), awaited: the same call, the
@@ -40,7 +42,7 @@ pub trait AsyncOperator: OnAsyncConnection {
     fn list_namespaces(
         &mut self,
     ) -> impl Future<Output = Result<Vec<NamespaceRule>, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::list_namespaces(conn))
+        on_connection!(self, |conn| crate::admin::operator::list_namespaces(conn))
     }
 
     /// [`Operator::force_release`](crate::admin::Operator::force_release), awaited: the same call, the
@@ -49,7 +51,9 @@ pub trait AsyncOperator: OnAsyncConnection {
         &mut self,
         key: &str,
     ) -> impl Future<Output = Result<Option<Epoch>, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::force_release(conn, key))
+        on_connection!(self, |conn| crate::admin::operator::force_release(
+            conn, key
+        ))
     }
 
     /// [`Operator::force_release_epoch`](crate::admin::Operator::force_release_epoch), awaited: the same call, the
@@ -59,7 +63,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         key: &str,
         epoch: Epoch,
     ) -> impl Future<Output = Result<ForcedRelease, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::force_release_epoch(
+        on_connection!(self, |conn| crate::admin::operator::force_release_epoch(
             conn, key, epoch
         ))
     }
@@ -67,7 +71,7 @@ pub trait AsyncOperator: OnAsyncConnection {
     /// [`Operator::generation`](crate::admin::Operator::generation), awaited: the same call, the
     /// same answers and errors.
     fn generation(&mut self) -> impl Future<Output = Result<Generation, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::generation(conn))
+        on_connection!(self, |conn| crate::admin::operator::generation(conn))
     }
 
     /// [`Operator::raise_generation`](crate::admin::Operator::raise_generation), awaited: the same call, the
@@ -76,7 +80,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         &mut self,
         generation: i64,
     ) -> impl Future<Output = Result<i64, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::operator::raise_generation(
+        on_connection!(self, |conn| crate::admin::operator::raise_generation(
             conn, generation
         ))
     }
@@ -87,7 +91,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         &mut self,
         options: &PruneOptions,
     ) -> impl Future<Output = Result<PruneReport, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::prune::prune(conn, options))
+        on_connection!(self, |conn| crate::admin::prune::prune(conn, options))
     }
 
     /// [`Operator::list_leases`](crate::admin::Operator::list_leases), awaited: the same call, the
@@ -96,6 +100,8 @@ pub trait AsyncOperator: OnAsyncConnection {
         &mut self,
         filter: &ListFilter,
     ) -> impl Future<Output = Result<Listing, LeaseError>> + Send {
-        on_connection!(self, |conn| crate::listing::list_leases(conn, filter))
+        on_connection!(self, |conn| crate::admin::listing::list_leases(
+            conn, filter
+        ))
     }
 }

@@ -47,10 +47,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LeaseClient;
-use crate::errors::{LeaseError, Operation};
-use crate::holding::cancel::{CancelToken, Wake};
-use crate::leases;
-use crate::outcome::{Acquisition, Lease};
+use crate::error::{LeaseError, Operation};
+use crate::hold::cancel::{CancelToken, Wake};
+use crate::lease;
+use crate::lease::outcome::{Acquisition, Lease};
 use crate::pool::{with_conn, PgPool};
 use crate::sql::calls::RemainingCall;
 use crate::sql::execute::{finish, Execute};
@@ -392,7 +392,7 @@ impl LeaseWaiter {
 
     fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Acquisition, LeaseError> {
         with_conn(&self.pool, |conn| {
-            finish(leases::acquire(conn, key, owner, ttl))
+            finish(lease::acquire(conn, key, owner, ttl))
         })
     }
 
@@ -419,7 +419,7 @@ pub(crate) async fn attempt_step(
     owner: &str,
     ttl: Duration,
 ) -> Result<Step, LeaseError> {
-    if let Acquisition::Granted(lease) = leases::acquire(conn, key, owner, ttl).await? {
+    if let Acquisition::Granted(lease) = lease::acquire(conn, key, owner, ttl).await? {
         return Ok(Step::Granted(lease));
     }
     let row = conn

@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use crate::errors::{LeaseError, Operation};
+use crate::error::{LeaseError, Operation};
 use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;

@@ -16,8 +16,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::epoch::Epoch;
 use crate::field_text::{decode as percent_decode, encode as percent_encode};
+use crate::lease::epoch::Epoch;
 
 /// The version prefix of the current text form.
 const TEXT_FORM_PREFIX: &str = "lh1";

@@ -1,7 +1,8 @@
-//! Typed errors, one enum per family of operations.
+//! Every error type, each keeping its source. One call returns one of
+//! them: lease calls [`LeaseError`], guard calls [`GuardError`], and so on.
 //!
 //! Callers match on meaning, never on message text: the SQL functions put a
-//! stable name in the error's `CONSTRAINT` field (see [`crate::sql::names`]),
+//! stable name in the error's `CONSTRAINT` field (see `sql::names`),
 //! and this module turns those names into variants. Messages are one line
 //! that says what happened; the underlying error is kept and reachable
 //! through [`std::error::Error::source`], never flattened into text. What to
@@ -10,10 +11,15 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::guard::database::FencedError;
+pub use crate::lease::token::TokenError;
+pub use crate::wait::WaitError;
+pub(crate) use call::CallError;
+
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
-use crate::epoch::Epoch;
-use crate::outcome::Refusal;
+use crate::lease::epoch::Epoch;
+use crate::lease::outcome::Refusal;
 use crate::sql::decode::{self, Status};
 use crate::sql::names;
 
@@ -940,20 +946,24 @@ impl GuardError {
     }
 }
 
-/// The error of a call on a pooled connection: how a failed checkout reads
-/// in it, and whether it means the connection must not serve another call.
-/// One rule for every face and error type; `pub` only so the sealed traits
-/// of `crate::api` may name it (this module is private).
-pub trait CallError {
-    /// A checkout from the sync pool that failed.
-    fn from_checkout(error: r2d2::Error) -> Self;
-    /// A checkout from the async pool that failed.
-    #[cfg(feature = "async")]
-    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self;
-    /// Whether the connection the call ran on is dead, reaches a server
-    /// that turned read-only, or lost its prepared statements, so it must
-    /// leave the pool.
-    fn discards_connection(&self) -> bool;
+/// The one discard rule, in a private module: nameable by the sealed
+/// traits of `crate::api`, not by users.
+mod call {
+    /// The error of a call on a pooled connection: how a failed checkout reads
+    /// in it, and whether it means the connection must not serve another call.
+    /// One rule for every face and error type.
+    pub trait CallError {
+        /// A checkout from the sync pool that failed.
+        fn from_checkout(error: r2d2::Error) -> Self;
+        /// A checkout from the async pool that failed.
+        #[cfg(feature = "async")]
+        fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError)
+            -> Self;
+        /// Whether the connection the call ran on is dead, reaches a server
+        /// that turned read-only, or lost its prepared statements, so it must
+        /// leave the pool.
+        fn discards_connection(&self) -> bool;
+    }
 }
 
 impl CallError for LeaseError {

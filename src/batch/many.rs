@@ -23,13 +23,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::errors::{LeaseError, Operation};
-use crate::leases::{check_text, interval, refusal, unexpected};
-use crate::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
+use crate::error::{LeaseError, Operation};
+use crate::lease::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
+use crate::lease::token::FencingToken;
+use crate::lease::{check_text, interval, refusal, unexpected};
 use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::sql::execute::Execute;
 use crate::telemetry;
-use crate::token::FencingToken;
 
 /// The most keys one [`renew_many`](crate::Leases::renew_many) or [`release_many`](crate::Leases::release_many) call may carry
 /// (the SQL functions' own cap). A call's row locks last until its

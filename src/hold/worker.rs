@@ -34,7 +34,7 @@ use std::time::Instant;
 
 use super::cancel::CancelToken;
 use super::keeper::{Keeper, LeaseLoss};
-use crate::token::FencingToken;
+use crate::lease::token::FencingToken;
 
 /// Why work should stop now.
 #[derive(Debug, Clone)]

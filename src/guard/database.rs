@@ -32,15 +32,15 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::Connection;
 
-use crate::epoch::Epoch;
-use crate::errors::{CallError, GuardContext, GuardError, Operation};
+use crate::error::{CallError, GuardContext, GuardError, Operation};
+use crate::lease::epoch::Epoch;
+use crate::lease::token::FencingToken;
 use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
 };
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
-use crate::token::FencingToken;
 
 /// How strictly [`run_fenced`](crate::guard::Fencing::run_fenced) checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -45,15 +45,15 @@ use std::time::{Duration, Instant};
 
 use super::keeper::LeaseLoss;
 use super::schedule::{lock, spawn, Schedule};
+use crate::batch::groups::{self, GroupId, GroupRenewal};
+use crate::batch::many::{self, MAX_KEYS_PER_CALL};
 use crate::client::LeaseClient;
-use crate::errors::KeeperError;
-use crate::errors::LeaseError;
-use crate::groups::{self, GroupId, GroupRenewal};
-use crate::many::{self, MAX_KEYS_PER_CALL};
-use crate::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
+use crate::error::KeeperError;
+use crate::error::LeaseError;
+use crate::lease::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
+use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
-use crate::token::FencingToken;
 
 /// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
 #[derive(Debug, Clone)]
@@ -336,7 +336,7 @@ impl Calls {
         &self,
         grants: &[&Lease],
         ttl: Duration,
-    ) -> Result<crate::groups::GroupJoin, LeaseError> {
+    ) -> Result<crate::batch::groups::GroupJoin, LeaseError> {
         match self {
             Calls::Blocking(pool) => with_conn(pool, |conn| {
                 finish(groups::join_group(conn, many::split_grants(grants), ttl))

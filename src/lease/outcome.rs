@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::epoch::Epoch;
+use crate::lease::epoch::Epoch;
+use crate::lease::token::FencingToken;
 use crate::sql::decode::Status;
-use crate::token::FencingToken;
 
 /// A grant: exclusive ownership of `key` by `owner` until `expires_at`
 /// (server time), fenced by `epoch`.

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::errors::KeeperError;
+use crate::error::KeeperError;
 
 /// A poisoned lock only means another keeper thread panicked; the state it
 /// guards stays consistent (every update is a single assignment).

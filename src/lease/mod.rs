@@ -13,17 +13,21 @@
 //! `clock_timestamp()` plus the ttl, and the client's clock is never
 //! consulted.
 
+pub(crate) mod epoch;
+pub(crate) mod outcome;
+pub(crate) mod token;
+
 use std::time::Duration;
 
-use crate::epoch::Epoch;
-use crate::errors::{LeaseError, Operation};
-use crate::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+use crate::error::{LeaseError, Operation};
+use crate::lease::epoch::Epoch;
+use crate::lease::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
+use crate::lease::token::FencingToken;
 use crate::sql::calls::{AcquireCall, KeyStateCall, ReleaseCall, RenewCall, WhyRefusedCall};
 use crate::sql::decode::Status;
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
-use crate::token::FencingToken;
 
 /// The connection's [`crate::Leases::acquire`]: its documentation is there.
 pub(crate) async fn acquire(

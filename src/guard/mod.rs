@@ -28,15 +28,16 @@
 //! is the operator's action and [`inspect_guard`](Fencing::inspect_guard)
 //! reads a resource's record. This module holds them and their types.
 
-pub use crate::api::Fencing;
-pub use crate::guards::{Check, GuardRecord};
+pub(crate) mod database;
 
-use crate::epoch::Epoch;
-use crate::errors::GuardError;
-use crate::guards;
+pub use crate::api::Fencing;
+pub use crate::guard::database::{Check, GuardRecord};
+
+use crate::error::GuardError;
+use crate::lease::epoch::Epoch;
+use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
-use crate::token::FencingToken;
 
 /// Why a guard refused a token, in the contract's words. Any other failure
 /// (I/O, the database, a store whose answer was lost) is not a refusal.
@@ -134,19 +135,19 @@ impl Guard for DatabaseGuard {
 
     fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
         with_conn(&self.pool, |conn| {
-            finish(guards::admit(conn, &self.resource, token))
+            finish(database::admit(conn, &self.resource, token))
         })
     }
 
     fn fence(&self, key: &str, through: Epoch) -> Result<(), GuardError> {
         with_conn(&self.pool, |conn| {
-            finish(guards::fence(conn, &self.resource, key, through)).map(drop)
+            finish(database::fence(conn, &self.resource, key, through)).map(drop)
         })
     }
 
     fn record(&self) -> Result<Option<GuardRecord>, GuardError> {
         with_conn(&self.pool, |conn| {
-            finish(guards::inspect_guard(conn, &self.resource))
+            finish(database::inspect_guard(conn, &self.resource))
         })
     }
 

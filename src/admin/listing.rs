@@ -20,8 +20,8 @@
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use crate::epoch::Epoch;
-use crate::errors::{LeaseError, Operation};
+use crate::error::{LeaseError, Operation};
+use crate::lease::epoch::Epoch;
 use crate::sql::calls::{ListLeasesCall, ListPrivilegeCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
@@ -258,7 +258,7 @@ async fn list_leases_unobserved(
             continue;
         };
         let state = KeyState::parse(&state)
-            .ok_or_else(|| crate::leases::unexpected(Operation::ListLeases, &state))?;
+            .ok_or_else(|| crate::lease::unexpected(Operation::ListLeases, &state))?;
         leases.push(ListedLease {
             key,
             digest,
@@ -270,7 +270,7 @@ async fn list_leases_unobserved(
         });
     }
     let read_at =
-        read_at.ok_or_else(|| crate::leases::unexpected(Operation::ListLeases, "no rows"))?;
+        read_at.ok_or_else(|| crate::lease::unexpected(Operation::ListLeases, "no rows"))?;
     Ok(Listing { read_at, leases })
 }
 

@@ -67,12 +67,12 @@ use chrono::{DateTime, Utc};
 
 use super::schedule::{lock, spawn, Schedule};
 use crate::client::LeaseClient;
-use crate::errors::{KeeperError, LeaseError};
-use crate::leases;
-use crate::outcome::{Lease, Refusal, Release, Renewal};
+use crate::error::{KeeperError, LeaseError};
+use crate::lease;
+use crate::lease::outcome::{Lease, Refusal, Release, Renewal};
+use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
-use crate::token::FencingToken;
 
 /// Why a keeper's lease is lost.
 #[derive(Debug, Clone)]
@@ -320,7 +320,7 @@ impl Shared {
         let sent_at = Instant::now();
         let lease = &self.lease;
         let renewal = with_conn(&self.pool, |conn| {
-            finish(leases::renew(conn, lease.token(), self.ttl))
+            finish(lease::renew(conn, lease.token(), self.ttl))
         })?;
         match renewal {
             Renewal::Renewed { expires_at } => {
@@ -453,7 +453,7 @@ impl Shared {
         );
         loop {
             let answer = with_conn(&self.pool, |conn| {
-                finish(leases::release(conn, lease.token()))
+                finish(lease::release(conn, lease.token()))
             });
             attempts = attempts.saturating_sub(1);
             match answer {

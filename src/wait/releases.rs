@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use super::listener::{Listener, Watch};
 use super::shared::{lock, Delivery, Subscription};
 use super::WAITER_LIMIT;
-use crate::errors::LeaseError;
+use crate::error::LeaseError;
 use crate::sql::input;
 
 /// What a [`ReleaseWatch`] reports.

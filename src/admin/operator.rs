@@ -22,9 +22,9 @@ use chrono::{DateTime, Utc};
 
 use diesel::pg::PgConnection;
 
-use crate::epoch::Epoch;
-use crate::errors::{LeaseError, Operation};
-use crate::leases::check_text;
+use crate::error::{LeaseError, Operation};
+use crate::lease::check_text;
+use crate::lease::epoch::Epoch;
 use crate::sql::calls::{
     BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, FunctionPrivilegeCall,
     GenerationCall, ListNamespacesCall, RaiseGenerationCall, UnbindNamespaceCall,

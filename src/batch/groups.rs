@@ -35,10 +35,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::errors::{LeaseError, Operation};
-use crate::leases::{check_text, interval, status_refusal, unexpected};
-use crate::many::{check_answers, key_renewal, Batch, SplitGrants};
-use crate::outcome::{KeyRenewal, Refusal, Renewal};
+use crate::batch::many::{check_answers, key_renewal, Batch, SplitGrants};
+use crate::error::{LeaseError, Operation};
+use crate::lease::outcome::{KeyRenewal, Refusal, Renewal};
+use crate::lease::{check_text, interval, status_refusal, unexpected};
 use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::telemetry;

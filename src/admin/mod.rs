@@ -1,0 +1,21 @@
+//! Operating leasehold: installing and removing it (and asking whether it
+//! is installed), the operator calls ([`Operator`]: namespace
+//! rules, forced releases, the generation, pruning, listing keys), which
+//! are granted to nobody by default (docs/guide/security.md), and asking
+//! whether the connected role was granted one.
+
+pub(crate) mod listing;
+pub(crate) mod operator;
+pub(crate) mod prune;
+
+pub use crate::api::Operator;
+pub use crate::install::{
+    install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
+};
+pub use crate::sql::install::INSTALL_LOCK_TIMEOUT;
+pub use listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
+pub use operator::{
+    function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,
+    GENERATION_SHIFT, MAX_GENERATION,
+};
+pub use prune::{PruneOptions, PruneReport, DEFAULT_PRUNE_BATCH};
