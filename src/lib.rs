@@ -65,8 +65,6 @@
 //! for the command that generates the `CREATE EXTENSION` files),
 //! `field_text` (the percent-encoding of token fields) and `libpq` (the
 //! listener's libpq FFI, the only module allowed `unsafe`).
-#![deny(missing_docs)]
-#![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 // Waiting reads its listener connection's socket through std::os::unix

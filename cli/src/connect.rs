@@ -11,7 +11,7 @@
 
 use diesel::prelude::*;
 use diesel::PgConnection;
-use leasehold_local::LocalPostgres;
+use leasehold_local::{DevServer, DevStatus, LocalPostgres};
 
 use crate::failure::CliError;
 
@@ -45,7 +45,7 @@ pub fn open(url: Option<&str>, throwaway: bool, needs: Needs) -> Result<Session,
     let url = match url.filter(|u| !u.is_empty()) {
         Some(url) => url,
         None if throwaway => return open_embedded(),
-        None => match crate::local::running_url() {
+        None => match running_url() {
             Some(found) => {
                 eprintln!("note: no --database-url: using the development server at {found} (`leasehold local`)");
                 local = found;
@@ -63,6 +63,15 @@ pub fn open(url: Option<&str>, throwaway: bool, needs: Needs) -> Result<Session,
         url: url.to_owned(),
         _server: None,
     })
+}
+
+/// The URL of the development server of `leasehold local start` when it
+/// runs; `None` when it does not run or cannot be looked at.
+fn running_url() -> Option<String> {
+    match DevServer::from_env().ok()?.status().ok()? {
+        DevStatus::Running { url } => Some(url),
+        _ => None,
+    }
 }
 
 fn open_embedded() -> Result<Session, CliError> {

@@ -16,7 +16,7 @@ use crate::duration;
 use crate::json::Json;
 use crate::logging::LogSetupError;
 
-/// Process exit codes; documented in `--help` (see `args::EXIT_CODES`).
+/// Process exit codes; documented in `--help` (see `help::EXIT_CODES`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// 0: the command did what was asked.

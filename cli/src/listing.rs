@@ -1,4 +1,6 @@
-//! `ls` and `watch`: every key with its holder, epoch and remaining time.
+//! What `ls` and `watch` share: which keys they show (their arguments,
+//! [`ListArgs`]), one read of them, and how a row looks in a table and in
+//! JSON.
 //!
 //! The rows come from the library's listing
 //! ([`leasehold::admin::Operator::list_leases`]), which reads `lease.leases` and
@@ -12,31 +14,24 @@
 //! statement, like every lease decision, so a row shows `lapsed` exactly
 //! when `acquire` would grant the key to someone else.
 
-use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use clap::Args;
 use diesel::PgConnection;
 use leasehold::admin::{KeyState, ListFilter, ListOrder, ListedLease};
 use leasehold::LeaseError;
 
-use crate::args::{ListArgs, SortBy};
 use crate::duration;
 use crate::failure::{report, CliError};
 use crate::json::Json;
-use crate::output::Printer;
-use crate::table;
 use leasehold::admin::Operator;
 
 /// One key as listed.
-pub(crate) type Row = ListedLease;
-
-/// What is compared between refreshes to mark a changed row.
-type Fingerprint = (KeyState, Option<String>, i64);
+pub type Row = ListedLease;
 
 /// The library's filter for `list`.
-pub(crate) fn filter(list: &ListArgs) -> ListFilter {
+pub fn filter(list: &ListArgs) -> ListFilter {
     let mut filter = ListFilter::new()
         .prefix(list.prefix())
         .order(match list.sort {
@@ -53,7 +48,7 @@ pub(crate) fn filter(list: &ListArgs) -> ListFilter {
 
 /// One read of the keys `filter` selects, in its order, and the server's
 /// clock (`None` when no key matched: what `ls --json` has always shown).
-pub(crate) fn load(
+pub fn load(
     conn: &mut PgConnection,
     filter: &ListFilter,
 ) -> Result<(Vec<Row>, Option<DateTime<Utc>>), CliError> {
@@ -63,7 +58,7 @@ pub(crate) fn load(
 }
 
 /// The command's error for a failed listing.
-pub(crate) fn failure(error: LeaseError) -> CliError {
+pub fn failure(error: LeaseError) -> CliError {
     match error {
         LeaseError::ListNotPermitted { role } => CliError::NoListPrivilege { role },
         LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
@@ -74,98 +69,8 @@ pub(crate) fn failure(error: LeaseError) -> CliError {
     }
 }
 
-/// `leasehold ls [PREFIX] [--state S] [--owner O] [--sort K] [--limit N]`.
-pub fn ls(conn: &mut PgConnection, out: Printer, list: &ListArgs) -> Result<(), CliError> {
-    let (rows, now) = load(conn, &filter(list))?;
-    let text = if rows.is_empty() {
-        no_keys(list)
-    } else {
-        table::render(&HEADER[1..], &rows.iter().map(cells).collect::<Vec<_>>())
-    };
-    let json = Json::Object(vec![
-        ("now", Json::time(now)),
-        ("leases", Json::Array(rows.iter().map(row_json).collect())),
-    ]);
-    Ok(out.emit(&text, &json)?)
-}
-
-/// `leasehold watch [PREFIX] [--interval D] [--count N]`.
-pub fn watch(
-    conn: &mut PgConnection,
-    out: Printer,
-    list: &ListArgs,
-    interval: Duration,
-    count: Option<u64>,
-) -> Result<(), CliError> {
-    let filter = filter(list);
-    let clear = !out.is_json() && std::io::stdout().is_terminal();
-    let mut previous: Option<HashMap<String, Fingerprint>> = None;
-    let mut refresh: u64 = 0;
-    loop {
-        refresh += 1;
-        let (rows, now) = load(conn, &filter)?;
-        let current: HashMap<String, Fingerprint> = rows
-            .iter()
-            .map(|row| (row.key.clone(), fingerprint(row)))
-            .collect();
-        let changed: Vec<&Row> = match &previous {
-            None => Vec::new(),
-            Some(before) => rows
-                .iter()
-                .filter(|row| before.get(&row.key) != current.get(&row.key))
-                .collect(),
-        };
-        let mut text = String::new();
-        if clear {
-            text.push_str("\x1b[2J\x1b[H");
-        }
-        text.push_str(&format!(
-            "refresh {refresh} at {} (server time), every {}; Ctrl-C to stop\n",
-            now.map_or_else(|| "-".to_owned(), |t| t.to_string()),
-            duration::format(interval)
-        ));
-        if rows.is_empty() {
-            text.push_str(&no_keys(list));
-            text.push('\n');
-        } else {
-            let lines: Vec<Vec<String>> = rows
-                .iter()
-                .map(|row| {
-                    // Always one character wide, so columns stay put
-                    // from one refresh to the next.
-                    let mark = if changed.iter().any(|c| c.key == row.key) {
-                        "*"
-                    } else {
-                        " "
-                    };
-                    std::iter::once(mark.to_owned()).chain(cells(row)).collect()
-                })
-                .collect();
-            text.push_str(&table::render(&HEADER, &lines));
-        }
-        let json = Json::Object(vec![
-            (
-                "refresh",
-                Json::Int(i64::try_from(refresh).unwrap_or(i64::MAX)),
-            ),
-            ("now", Json::time(now)),
-            (
-                "changed",
-                Json::Array(changed.iter().map(|row| Json::str(&row.key)).collect()),
-            ),
-            ("leases", Json::Array(rows.iter().map(row_json).collect())),
-        ]);
-        out.emit(&text, &json)?;
-        if count.is_some_and(|limit| refresh >= limit) {
-            return Ok(());
-        }
-        previous = Some(current);
-        std::thread::sleep(interval);
-    }
-}
-
 /// Columns of `watch`; `ls` drops the first (the change mark).
-const HEADER: [&str; 7] = [
+pub const HEADER: [&str; 7] = [
     "",
     "KEY",
     "STATE",
@@ -175,7 +80,8 @@ const HEADER: [&str; 7] = [
     "REMAINING",
 ];
 
-fn no_keys(list: &ListArgs) -> String {
+/// What `ls` and `watch` print when no key matches.
+pub fn no_keys(list: &ListArgs) -> String {
     let filtered = !list.state.is_empty() || list.owner.is_some();
     match list.prefix() {
         "" if filtered => "no lease keys match the filters".to_owned(),
@@ -183,10 +89,6 @@ fn no_keys(list: &ListArgs) -> String {
         prefix if filtered => format!("no lease keys start with {prefix:?} and match the filters"),
         prefix => format!("no lease keys start with {prefix:?}"),
     }
-}
-
-fn fingerprint(row: &Row) -> Fingerprint {
-    (row.state, row.owner.clone(), row.epoch.get())
 }
 
 /// Milliseconds left (held), or since expiry (negative, lapsed), rounded
@@ -197,7 +99,8 @@ fn remaining_ms(row: &Row) -> Option<i64> {
         .map(|micros| micros.div_euclid(1000))
 }
 
-fn cells(row: &Row) -> Vec<String> {
+/// A row's table cells, under [`HEADER`] without its first column.
+pub fn cells(row: &Row) -> Vec<String> {
     let holder = match (row.state, &row.owner) {
         (KeyState::Held, Some(owner)) => owner.clone(),
         (KeyState::Lapsed, Some(owner)) => format!("({owner})"),
@@ -223,7 +126,8 @@ fn millis(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-pub(crate) fn row_json(row: &Row) -> Json {
+/// A row as `ls --json` and `watch --json` show it.
+pub fn row_json(row: &Row) -> Json {
     Json::Object(vec![
         ("key", Json::str(&row.key)),
         ("state", Json::str(row.state.as_str())),
@@ -235,4 +139,75 @@ pub(crate) fn row_json(row: &Row) -> Json {
             Json::int(remaining_ms(row).filter(|_| row.state == KeyState::Held)),
         ),
     ])
+}
+
+/// Which keys `ls` and `watch` show, and in which order.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys starting with this prefix (default: all keys); the same
+    /// as --prefix.
+    #[arg(value_name = "PREFIX", conflicts_with = "prefix")]
+    pub positional_prefix: Option<String>,
+    /// Only keys starting with this prefix.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Only keys in these states (comma-separated or repeated): held,
+    /// lapsed (the grant expired; anyone may take the key), free (released).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub state: Vec<StateArg>,
+    /// Only keys whose current or lapsed grant belongs to this owner
+    /// (exact match).
+    #[arg(long)]
+    pub owner: Option<String>,
+    /// Order of the rows: key (byte order), expires (soonest expiry first,
+    /// free keys last) or epoch (highest first); ties by key.
+    #[arg(long, value_enum, default_value_t = SortBy::Key)]
+    pub sort: SortBy,
+    /// Show at most this many rows (after filtering and sorting).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+    pub limit: Option<i64>,
+}
+
+impl ListArgs {
+    /// The prefix, from either spelling ("" for all keys).
+    pub fn prefix(&self) -> &str {
+        self.prefix
+            .as_deref()
+            .or(self.positional_prefix.as_deref())
+            .unwrap_or("")
+    }
+}
+
+/// A key's state as `ls` shows it (decided on the server's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StateArg {
+    /// A live grant.
+    Held,
+    /// A grant whose ttl passed: anyone may acquire the key.
+    Lapsed,
+    /// Released (or force-released): no grant.
+    Free,
+}
+
+impl StateArg {
+    /// The library's name for the state.
+    pub fn as_library(self) -> KeyState {
+        match self {
+            StateArg::Held => KeyState::Held,
+            StateArg::Lapsed => KeyState::Lapsed,
+            StateArg::Free => KeyState::Free,
+        }
+    }
+}
+
+/// How `ls` orders its rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    /// By key, byte order.
+    Key,
+    /// Soonest expiry first (lapsed ones, longest lapsed, before held
+    /// ones); free keys last.
+    Expires,
+    /// Highest epoch first.
+    Epoch,
 }

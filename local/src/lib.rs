@@ -45,7 +45,6 @@
 //! diesel::sql_query("SELECT 1").execute(&mut conn)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 // Starting a server uses std::os::unix (process groups, ownership, modes):

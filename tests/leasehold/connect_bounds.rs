@@ -137,6 +137,9 @@ fn connecting_to_a_server_that_never_answers_is_bounded_on_both_faces() {
 struct Resume(libc::pid_t);
 
 impl Drop for Resume {
+    // The workspace denies unsafe code; this test stops and resumes a
+    // process, which only libc's kill does.
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         // SAFETY: kill(2) with a pid this test stopped; no memory involved.
         unsafe { libc::kill(self.0, libc::SIGCONT) };
@@ -146,6 +149,7 @@ impl Drop for Resume {
 /// A real server whose postmaster is stopped (SIGSTOP): the kernel still
 /// completes TCP handshakes on its socket, nobody answers.
 #[test]
+#[allow(unsafe_code)] // kill(2), as in `Resume`.
 fn connecting_to_a_stopped_postmaster_is_bounded_on_both_faces() {
     let server = LocalPostgres::builder()
         .durable(false)

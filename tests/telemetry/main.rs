@@ -21,7 +21,9 @@ use recorder::TestRecorder;
 
 /// The process's recorder and subscriber, installed on first use.
 pub struct Installed {
+    /// The metrics recorder every test reads its counters from.
     pub metrics: &'static TestRecorder,
+    /// The spans and events the subscriber captured.
     pub spans: Capture,
 }
 

@@ -172,7 +172,6 @@
 //!   the directory part of the path are followed, once per operation.
 //! * Unix is the tested platform.
 
-#![deny(missing_docs)]
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod directory;

@@ -180,7 +180,7 @@
 //!   Without it only the core (and any [`ObjectStore`](object_store::ObjectStore) you construct
 //!   yourself, e.g. `InMemory`) is available.
 
-#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod guard;

@@ -1,20 +1,67 @@
 //! `leasehold extension generate` and `leasehold extension install`: write
-//! the PostgreSQL extension files that [`crate::extension_files`] generates
+//! the PostgreSQL extension files that [`files`] generates
 //! from the migrations, into a directory of the caller's choice or into the
 //! extension directory of the server `pg_config` describes.
+
+mod files;
 
 use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::extension_files;
+use clap::Subcommand;
+
+use crate::context::Context;
 use crate::failure::CliError;
+use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
 use crate::output::Printer;
 
+/// The PostgreSQL extension `leasehold` (`CREATE EXTENSION leasehold`),
+/// an alternative to `install`.
+#[derive(Debug, Subcommand)]
+#[command(after_help = SEE_EXIT_CODES)]
+pub enum Action {
+    /// Write the extension's control file and scripts, generated from the
+    /// migrations, into DIR (created if missing; files there are
+    /// replaced). `extension install` writes them where the server looks
+    /// for them instead. Needs no database connection.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Generate {
+        /// The directory to write into.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
+    /// Write the extension's files into the server's extension directory,
+    /// `$(pg_config --sharedir)/extension`; then run `CREATE EXTENSION
+    /// leasehold` in the database. That directory usually belongs to root:
+    /// when it is not writable this exits 10 and names the one command
+    /// (with sudo) that writes the files there; --print prints that
+    /// command instead of writing. Needs no database connection.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Install {
+        /// The pg_config of the PostgreSQL installation that is to load the
+        /// extension (default: pg_config on PATH).
+        #[arg(long, value_name = "PATH")]
+        pg_config: Option<std::path::PathBuf>,
+        /// Print the command that writes the files (with sudo) instead of
+        /// writing them.
+        #[arg(long)]
+        print: bool,
+    },
+}
+
+/// Runs one `extension` action; needs no database connection.
+pub fn run(action: Action, ctx: &Context) -> Result<(), CliError> {
+    match action {
+        Action::Generate { out: dir } => generate(&dir, ctx.out),
+        Action::Install { pg_config, print } => install(pg_config.as_deref(), print, ctx.out),
+    }
+}
+
 /// `leasehold extension generate --out DIR`.
-pub fn generate(dir: &Path, out: Printer) -> Result<(), CliError> {
+fn generate(dir: &Path, out: Printer) -> Result<(), CliError> {
     let names = write_files(dir).map_err(|error| match error {
         WriteError::Generate(error) => error,
         WriteError::Io(message) => CliError::Extension(message),
@@ -31,7 +78,7 @@ pub fn generate(dir: &Path, out: Printer) -> Result<(), CliError> {
 /// into `$(pg_config --sharedir)/extension`, or with `print` the one
 /// command that writes them there (printed also, in the error, when that
 /// directory is not writable).
-pub fn install(pg_config: Option<&Path>, print: bool, out: Printer) -> Result<(), CliError> {
+fn install(pg_config: Option<&Path>, print: bool, out: Printer) -> Result<(), CliError> {
     let dir = extension_dir(pg_config.unwrap_or(Path::new("pg_config")))?;
     let command = install_command(&dir);
     if print {
@@ -69,7 +116,7 @@ enum WriteError {
 /// Generates the files and writes them into `dir` (created if missing;
 /// files there are replaced); their names.
 fn write_files(dir: &Path) -> Result<Vec<String>, WriteError> {
-    let files = extension_files::extension_files().map_err(|error| {
+    let files = files::extension_files().map_err(|error| {
         WriteError::Generate(CliError::Extension(crate::failure::report(&error)))
     })?;
     fs::create_dir_all(dir)
@@ -89,7 +136,7 @@ fn wrote(names: &[String], dir: &Path) -> String {
     format!(
         "wrote {} files for extension leasehold version {} into {}: {}",
         names.len(),
-        extension_files::extension_version(),
+        files::extension_version(),
         dir.display(),
         names.join(", ")
     )
@@ -98,7 +145,7 @@ fn wrote(names: &[String], dir: &Path) -> String {
 /// The `--json` form of a successful write.
 fn written_json(names: &[String], dir: &Path) -> Json {
     Json::Object(vec![
-        ("version", Json::str(extension_files::extension_version())),
+        ("version", Json::str(files::extension_version())),
         ("dir", Json::str(dir.display().to_string())),
         ("files", Json::Array(names.iter().map(Json::str).collect())),
     ])

@@ -43,8 +43,12 @@ use leasehold::{hold::LeaseLoss, Keeper, Lease, LeaseClient, Leases, Renewal};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::commands;
-use crate::failure::CliError;
+use super::acquire::obtain;
+use crate::connect::Needs;
+use crate::context::Context;
+use crate::duration;
+use crate::failure::{report, CliError};
+use crate::help::RUN_EXIT_CODES;
 
 /// Longest sleep of the supervisor between two looks at CMD and the keeper.
 const TICK: Duration = Duration::from_millis(20);
@@ -59,27 +63,79 @@ const FORWARDED: [i32; 3] = [
     signal_hook::consts::SIGHUP,
 ];
 
+/// Run CMD while holding KEY: acquire it (or --wait for it), keep it
+/// alive while CMD runs, stop CMD (SIGTERM, then SIGKILL after --grace)
+/// if the lease is lost, and release it when CMD ends (or hold it until
+/// --hold-at-least after it began). CMD gets LEASEHOLD_KEY,
+/// LEASEHOLD_OWNER, LEASEHOLD_EPOCH and LEASEHOLD_TOKEN; SIGINT, SIGTERM
+/// and SIGHUP sent to `run` are passed on to it.
+#[derive(Debug, clap::Args)]
+#[command(after_help = RUN_EXIT_CODES)]
+pub struct Args {
+    /// The lease key, e.g. nightly-billing.
+    key: String,
+    /// Who acquires it (default: HOST:PID of this process).
+    #[arg(long)]
+    owner: Option<String>,
+    /// The grant's ttl; the keeper renews it every ttl/3 and treats it
+    /// as lost ttl/10 before it would lapse.
+    #[arg(long, value_parser = duration::parse, default_value = "30s", allow_hyphen_values = true)]
+    ttl: Duration,
+    /// Wait up to this long while another owner holds the key (exit 7
+    /// on timeout) instead of failing at once (exit 3).
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    wait: Option<Duration>,
+    /// Keep the grant until this long after it began even if CMD ends
+    /// sooner, so no other runner starts the job again meanwhile.
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    hold_at_least: Option<Duration>,
+    /// After a loss, how long CMD has between SIGTERM and SIGKILL
+    /// (default: the keeper's margin, ttl/10, so SIGKILL lands no later
+    /// than the server's expiry of the last renewed grant).
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
+    grace: Option<Duration>,
+    /// The command and its arguments, after --.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// `leasehold run`: exits with CMD's own status once CMD ran under the
+/// lease.
+pub fn run(args: Args, ctx: &Context) -> Result<u8, CliError> {
+    let request = RunRequest {
+        key: &args.key,
+        owner: args.owner.clone().unwrap_or_else(default_owner),
+        ttl: args.ttl,
+        wait: args.wait,
+        hold_at_least: args.hold_at_least,
+        grace: args.grace,
+        command: &args.command,
+    };
+    let mut session = ctx.connect(Needs::Installed)?;
+    run_under_lease(&mut session.conn, &session.url, &request)
+}
+
 /// What `leasehold run` was asked to do.
-pub struct RunRequest<'a> {
+struct RunRequest<'a> {
     /// The lease key.
-    pub key: &'a str,
+    key: &'a str,
     /// The owner to acquire as.
-    pub owner: String,
+    owner: String,
     /// The grant's ttl, renewed by the keeper.
-    pub ttl: Duration,
+    ttl: Duration,
     /// Wait this long for a held key (None: fail at once, exit 3).
-    pub wait: Option<Duration>,
+    wait: Option<Duration>,
     /// Keep the grant at least this long after it began.
-    pub hold_at_least: Option<Duration>,
+    hold_at_least: Option<Duration>,
     /// SIGTERM to SIGKILL after a loss (None: the keeper's margin).
-    pub grace: Option<Duration>,
+    grace: Option<Duration>,
     /// CMD and its arguments.
-    pub command: &'a [OsString],
+    command: &'a [OsString],
 }
 
 /// The default owner: host name and process id, unique among concurrent
 /// runners and readable in `leasehold ls`.
-pub fn default_owner() -> String {
+fn default_owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|name| name.trim().to_owned())
@@ -89,14 +145,18 @@ pub fn default_owner() -> String {
 }
 
 /// Runs the request; returns the exit code for the process.
-pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Result<u8, CliError> {
+fn run_under_lease(
+    conn: &mut PgConnection,
+    url: &str,
+    request: &RunRequest<'_>,
+) -> Result<u8, CliError> {
     let Some((program, args)) = request.command.split_first() else {
         return Err(CliError::InvalidInput(
             "no command given: write it after --, e.g. `leasehold run KEY -- ./job.sh`".into(),
         ));
     };
     let began = Instant::now();
-    let lease = commands::obtain(
+    let lease = obtain(
         conn,
         url,
         request.key,
@@ -124,7 +184,7 @@ pub fn run(conn: &mut PgConnection, url: &str, request: &RunRequest<'_>) -> Resu
             Keeper::builder(&client, lease.clone())
                 .ttl(request.ttl)
                 .start()
-                .map_err(|error| CliError::Database(crate::failure::report(&error)))
+                .map_err(|error| CliError::Database(report(&error)))
         }) {
         Ok(keeper) => keeper,
         Err(error) => {
@@ -211,7 +271,7 @@ fn supervise(
                 .unwrap_or(LeaseLoss::DeadlinePassed { last_error: None });
             eprintln!(
                 "leasehold run: lease lost ({loss}); sent SIGTERM to the command, SIGKILL follows in {}",
-                crate::duration::format(grace)
+                duration::format(grace)
             );
             let _ = kill(pid, Signal::SIGTERM);
             kill_at = Some(Instant::now() + grace);
@@ -257,7 +317,7 @@ fn finish(
             // exit was seen with the lease safe: nothing left to release.
             let _released = keeper
                 .stop()
-                .map_err(|error| CliError::Database(crate::failure::report(&error)))?;
+                .map_err(|error| CliError::Database(report(&error)))?;
         }
         Some(left) => {
             let lease: Lease = keeper.stop_renewing();

@@ -4,7 +4,7 @@
 //! own.
 //!
 //! The prune functions are granted to nobody by default, so a refusal is
-//! explained with the GRANT that fixes it (see `operator::explain`).
+//! explained with the GRANT that fixes it (see `privilege::explain`).
 
 use std::time::Duration;
 
@@ -14,24 +14,42 @@ use leasehold::{
     error::LeaseError,
 };
 
+use crate::connect::Needs;
+use crate::context::Context;
 use crate::duration;
 use crate::failure::{report, CliError};
+use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
-use crate::operator::explain;
-use crate::output::Printer;
+use crate::privilege::explain;
 use leasehold::admin::Operator;
 
 /// The functions a role needs EXECUTE on, as a GRANT names them.
 const PRUNE_KEYS: &str = "lease.prune_keys(interval, bytea, integer, boolean)";
 const PRUNE_GUARDS: &str = "lease.prune_guards(interval, bytea, integer, boolean)";
 
-/// `leasehold prune --idle IDLE [--dry-run]`.
-pub fn prune(
-    conn: &mut PgConnection,
-    out: Printer,
+/// Operator: remove the rows of keys FREE or LAPSED for longer than
+/// --idle, with the guard records of resources fenced only by them, in
+/// short batches. Epochs stay safe: a key that comes back starts above
+/// every epoch it had, and stale epochs stay refused. A FREE key is
+/// removed only when a prune saw it FREE at least --idle earlier (the
+/// first prune records it). Needs EXECUTE on lease.prune_keys and
+/// lease.prune_guards (granted to nobody by default).
+#[derive(Debug, clap::Args)]
+#[command(after_help = SEE_EXIT_CODES)]
+pub struct Args {
+    /// How long a key must have been unused, e.g. 168h.
+    #[arg(long, value_parser = duration::parse, allow_hyphen_values = true)]
     idle: Duration,
+    /// Change nothing; say what a prune would remove now.
+    #[arg(long)]
     dry_run: bool,
-) -> Result<(), CliError> {
+}
+
+/// `leasehold prune --idle IDLE [--dry-run]`.
+pub fn run(args: Args, ctx: &Context) -> Result<(), CliError> {
+    let mut session = ctx.connect(Needs::Installed)?;
+    let conn = &mut session.conn;
+    let Args { idle, dry_run } = args;
     if idle.is_zero() {
         return Err(CliError::InvalidInput(
             "--idle must be positive (e.g. 7d is written 168h); nothing changed".into(),
@@ -42,7 +60,7 @@ pub fn prune(
         ..PruneOptions::new(idle)
     };
     let done = conn.prune(&options).map_err(|error| failure(conn, error))?;
-    Ok(out.emit(&text(&done, idle), &json(&done, idle))?)
+    Ok(ctx.out.emit(&text(&done, idle), &json(&done, idle))?)
 }
 
 fn text(done: &PruneReport, idle: Duration) -> String {

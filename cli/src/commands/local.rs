@@ -1,20 +1,47 @@
 //! `leasehold local start|stop|status|env`: the persistent development
 //! server (see `leasehold_local::DevServer` for where it lives and why).
 
+use clap::Subcommand;
 use leasehold_local::{DevServer, DevStatus};
 
-use crate::args::LocalCommand;
 use crate::connect;
+use crate::context::Context;
 use crate::failure::{report, CliError};
+use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
-use crate::output::Printer;
 
-/// Runs one `local` action.
-pub fn run(action: LocalCommand, out: Printer) -> Result<(), CliError> {
+/// A persistent PostgreSQL for development on this machine, with
+/// leasehold installed: `leasehold local start`, then every command
+/// without --database-url uses it. Its data lives in
+/// $XDG_DATA_HOME/leasehold/local (~/.local/share/leasehold/local;
+/// /var/lib/leasehold/local for root; LEASEHOLD_LOCAL_DIR overrides).
+#[derive(Debug, Subcommand)]
+#[command(after_help = SEE_EXIT_CODES)]
+pub enum Action {
+    /// Create (the first time) and start the development server; prints
+    /// its URL. Its data stays between starts.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Start,
+    /// Stop the development server (its data stays).
+    #[command(after_help = SEE_EXIT_CODES)]
+    Stop,
+    /// Whether the development server runs (exit 0) or not (exit 14), and
+    /// its URL.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Status,
+    /// Print `export DATABASE_URL=...` for the running development server:
+    /// `eval "$(leasehold local env)"`.
+    #[command(after_help = SEE_EXIT_CODES)]
+    Env,
+}
+
+/// Runs one `local` action; needs no database but the one it manages.
+pub fn run(action: Action, ctx: &Context) -> Result<(), CliError> {
+    let out = ctx.out;
     let server = DevServer::from_env()?;
     let dir = server.root().display().to_string();
     match action {
-        LocalCommand::Start => {
+        Action::Start => {
             let url = server.start()?;
             // Installed on every start (idempotent), so commands and an
             // application can use it at once, also after an upgrade.
@@ -26,7 +53,7 @@ pub fn run(action: LocalCommand, out: Printer) -> Result<(), CliError> {
             );
             Ok(out.emit(&text, &fields("running", &url, &dir))?)
         }
-        LocalCommand::Stop => {
+        Action::Stop => {
             let was_running = server.stop()?;
             let text = if was_running {
                 format!("development server in {dir} stopped (its data stays; `leasehold local start` starts it again)")
@@ -35,14 +62,14 @@ pub fn run(action: LocalCommand, out: Printer) -> Result<(), CliError> {
             };
             Ok(out.emit(&text, &fields("stopped", "", &dir))?)
         }
-        LocalCommand::Status => match server.status()? {
+        Action::Status => match server.status()? {
             DevStatus::Running { url } => Ok(out.emit(
                 &format!("running at {url} (data in {dir})"),
                 &fields("running", &url, &dir),
             )?),
             _ => Err(CliError::LocalNotRunning { dir }),
         },
-        LocalCommand::Env => match server.status()? {
+        Action::Env => match server.status()? {
             DevStatus::Running { url } => Ok(out.emit(
                 &format!("export DATABASE_URL='{url}'"),
                 &fields("running", &url, &dir),
@@ -58,13 +85,4 @@ fn fields(status: &str, url: &str, dir: &str) -> Json {
         ("url", Json::str(url)),
         ("dir", Json::str(dir)),
     ])
-}
-
-/// The URL of the development server when it runs, for commands given no
-/// database; `None` when it does not run or cannot be looked at.
-pub fn running_url() -> Option<String> {
-    match DevServer::from_env().ok()?.status().ok()? {
-        DevStatus::Running { url } => Some(url),
-        _ => None,
-    }
 }

@@ -28,8 +28,10 @@ use leasehold::LeaseState;
 use leasehold_local::LocalPostgres;
 
 use crate::connect::establish;
+use crate::context::Context;
 use crate::duration;
 use crate::failure::CliError;
+use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
 use crate::output::Printer;
 use crate::table;
@@ -45,8 +47,27 @@ const RESOURCE: &str = "job-7/result";
 /// Short, so the takeover happens within a second or two.
 const TTL: Duration = Duration::from_secs(1);
 
+/// A guided fencing scenario on its own throwaway server: two workers,
+/// a stalled holder taken over, its stale write refused, a database
+/// crash and restart with epochs intact. Takes a few seconds.
+#[derive(Debug, clap::Args)]
+#[command(after_help = SEE_EXIT_CODES)]
+pub struct Args {}
+
+/// `leasehold demo`: on its own server whatever the global flags say,
+/// since it crashes and restarts its database.
+pub fn run(_args: Args, ctx: &Context) -> Result<(), CliError> {
+    if ctx.database_url().is_some_and(|url| !url.is_empty()) {
+        eprintln!(
+            "note: demo ignores --database-url / DATABASE_URL: it crashes and restarts \
+             its database, so it always runs on its own throwaway local PostgreSQL"
+        );
+    }
+    scenario(ctx.out)
+}
+
 /// Runs the scenario and prints the timeline and the final state.
-pub fn run(out: Printer) -> Result<(), CliError> {
+fn scenario(out: Printer) -> Result<(), CliError> {
     let timeline = Timeline::new(!out.is_json());
     timeline.log(
         "demo",

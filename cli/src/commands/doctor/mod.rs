@@ -3,7 +3,7 @@
 //! Every check is a [`Finding`]: a name, ok / warn / fail, what was seen,
 //! and what to do. The command prints them all, whatever they say, and
 //! exits 0 when all are ok, 11 when the worst is a warning and 12 when
-//! something fails (args::EXIT_CODES), so a deployment script can gate on
+//! something fails (`leasehold --help`), so a deployment script can gate on
 //! it. A check that cannot run (the role may not read a table) says so in
 //! its finding instead of failing the command; only a connection that
 //! cannot be opened at all ends it early (exit 8).
@@ -11,17 +11,18 @@
 //! Read-only except for one `NOTIFY` on a channel of its own (the listener
 //! check) and nothing else: no lease, guard or namespace row is touched.
 //!
-//! The checks live in `doctor/checks.rs`; this module runs them and prints.
+//! The checks live in `checks.rs`; this module runs them and prints.
 
 mod checks;
 
 use std::time::Duration;
 
-use diesel::PgConnection;
-
+use crate::connect::Needs;
+use crate::context::Context;
+use crate::duration;
 use crate::failure::{CliError, Exit};
+use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
-use crate::output::Printer;
 
 /// How bad a finding is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,10 +95,31 @@ pub struct Options<'a> {
     pub idle: Duration,
 }
 
+/// Check this database and role for leasehold: install path, version
+/// and pending upgrades, privileges (act, operate, list),
+/// synchronous_commit, standby, pooler, listener, clock difference,
+/// table sizes and prunable rows. Each finding says what to do. Exit 0
+/// healthy, 11 warnings, 12 failures (8 when it cannot connect).
+#[derive(Debug, clap::Args)]
+#[command(after_help = SEE_EXIT_CODES)]
+pub struct Args {
+    /// Lapsed rows whose grant expired longer ago than this count as
+    /// prunable (free rows always do: no release time is stored).
+    #[arg(long, default_value = "168h", value_parser = duration::parse, allow_hyphen_values = true)]
+    idle: Duration,
+}
+
 /// `leasehold doctor [--idle D]`: prints the findings; the exit code says
-/// how bad the worst one is.
-pub fn run(conn: &mut PgConnection, out: Printer, options: &Options) -> Result<Exit, CliError> {
-    let findings = checks::all(conn, options);
+/// how bad the worst one is. It runs on a database where leasehold may be
+/// missing (that is a finding).
+pub fn run(args: Args, ctx: &Context) -> Result<Exit, CliError> {
+    let mut session = ctx.connect(Needs::Nothing)?;
+    let options = Options {
+        url: &session.url,
+        idle: args.idle,
+    };
+    let (conn, out) = (&mut session.conn, ctx.out);
+    let findings = checks::all(conn, &options);
     let worst = findings
         .iter()
         .map(|finding| finding.status)

@@ -33,10 +33,9 @@ use leasehold::admin::{KeyState, ListFilter};
 use leasehold::wait::{LeaseWaiter, ReleaseEvent, ReleaseWatch, WAITER_LIMIT};
 use leasehold::LeaseClient;
 
-use crate::args::ListArgs;
 use crate::failure::CliError;
 use crate::json::Json;
-use crate::listing::{self, Row};
+use crate::listing::{self, ListArgs, Row};
 use crate::output::Printer;
 use leasehold::admin::Operator;
 
