@@ -47,24 +47,23 @@
 //! | [`hold`] | [`hold::Keeper`], [`hold::KeeperSet`], [`hold::run_while_held`], [`hold::CancelToken`] |
 //! | [`wait`] | [`wait::LeaseWaiter`]: waiting woken by release notifications; [`wait::ReleaseWatch`]: those wake-ups as events |
 //! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
-//! | [`admin`] | install, uninstall and the installed check; the operator calls ([`admin::Operator`]) and their types and of the listing of keys ([`admin::ListFilter`]); whether a role may run an operator function |
+//! | [`admin`] | install, uninstall and the installed check; the operator calls ([`admin::Operator`]) and their types, the listing of keys ([`admin::ListFilter`]) among them; whether a role may run an operator function |
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
 //! | [`error`] | every error type |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
-//! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::run_while_held`, `aio::LeaseWaiter` and its `aio::ReleaseWatch` on the shared listener (docs/guide/async.md) |
+//! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases`, `AsyncFencing`, `AsyncOperator` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::run_while_held`, `aio::LeaseWaiter` and its `aio::ReleaseWatch` on the shared listener (docs/guide/async.md) |
 //!
-//! Behind them, private modules each do one job: `api` (the three traits
-//! of the sync face over their one sealed hook), `sql` (the only place with SQL
-//! text, constraint names and answer decoding, and the execute step, the
-//! one thing the sync and the async face do differently), `outcome` (grants,
-//! refusals and states as values), `leases`, `many`, `groups`, `guards`,
-//! `operator`, `prune`, `listing`, `install` (the operations on a
-//! connection, which the trait calls), `token` (the fencing token and its
-//! text form), `epoch` (the epoch's type), `errors`,
-//! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
-//! for the command that generates the `CREATE EXTENSION` files),
-//! `field_text` (the percent-encoding of token fields) and `libpq` (the
-//! listener's libpq FFI, the only module allowed `unsafe`).
+//! Each public module is a file or directory of that name. Behind them,
+//! private modules each do one job: `api` (the three traits of the sync
+//! face over their one sealed hook), `lease` (acquire, renew, release,
+//! inspect, and the values they answer: grants, refusals, states, the
+//! token and the epoch), `sql` (the only place with SQL text, constraint
+//! names and answer decoding, and the execute step, the one thing the sync
+//! and the async face do differently), `client`, `install`,
+//! `migration_sql` (the migrations' text, for the command that generates
+//! the `CREATE EXTENSION` files), `field_text` (the percent-encoding of
+//! token fields) and `libpq` (the listener's libpq FFI, the only module
+//! allowed `unsafe`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 // Waiting reads its listener connection's socket through std::os::unix
