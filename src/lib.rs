@@ -4,7 +4,7 @@
 //! unless renewed, with a monotonic fencing epoch on every grant, and guards
 //! that make protected resources refuse writes from a superseded holder.
 //!
-//! The SQL side lives in `migrations/` (schema `lease`, the functions
+//! The SQL side lives in `migrations/` and `sql/functions/` (schema `lease`, the functions
 //! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
 //! installed by [`install()`]. The Rust side is a thin, synchronous, typed
 //! layer over diesel with one API, the [`Leases`] trait: on a
@@ -60,8 +60,9 @@
 //! `operator`, `prune`, `listing`, `install` (the operations on a
 //! connection, which the trait calls), `token` (the fencing token and its
 //! text form), `epoch` (the epoch's type), `errors`,
-//! `client`, `waiting`, `holding`, `migration_sql` (the migrations' text,
-//! for the command that generates the `CREATE EXTENSION` files),
+//! `client`, `waiting`, `holding`, `sql_files` (the SQL's text, migrations
+//! and files of functions), `extension` (the `CREATE EXTENSION` files
+//! generated from that text),
 //! `field_text` (the percent-encoding of token fields) and `libpq` (the
 //! listener's libpq FFI, the only module allowed `unsafe`).
 #![deny(missing_docs)]
@@ -82,6 +83,7 @@ mod api;
 mod client;
 mod epoch;
 mod errors;
+mod extension;
 mod field_text;
 mod groups;
 pub mod guard;
@@ -93,12 +95,12 @@ mod leases;
 mod libpq;
 mod listing;
 mod many;
-mod migration_sql;
 mod operator;
 mod outcome;
 pub mod pool;
 mod prune;
 mod sql;
+mod sql_files;
 // With both telemetry features off only the pass-throughs are used.
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
 pub mod telemetry;
@@ -156,8 +158,11 @@ pub mod wait {
 /// are granted to nobody by default (docs/guide/security.md), and asking
 /// whether the connected role was granted one.
 pub mod admin {
+    pub use crate::extension::{
+        extension_files, extension_version, ExtensionFile, EXTENSION_UPGRADES_FROM,
+    };
     pub use crate::install::{
-        install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
+        install, installed_versions, is_installed, uninstall, InstallReport, Migrations, MIGRATIONS,
     };
     pub use crate::listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
     pub use crate::operator::{
@@ -174,6 +179,7 @@ pub mod admin {
 pub mod error {
     pub use crate::errors::KeeperError;
     pub use crate::errors::{GuardError, InstallError, LeaseError, Operation, LOCK_WAIT_BOUND};
+    pub use crate::extension::ExtensionError;
     pub use crate::guards::FencedError;
     pub use crate::token::TokenError;
     pub use crate::waiting::WaitError;
@@ -189,13 +195,13 @@ pub mod __private {
         pub use crate::field_text::{decode, encode};
     }
 
-    /// What the `leasehold` command needs to generate the PostgreSQL
-    /// extension from the migrations (a build-time job, kept out of the
-    /// library): each migration's text, and the schema-ownership check the
-    /// extension replaces with its own.
-    pub mod extension_inputs {
-        pub use crate::migration_sql::MIGRATION_SQL;
-        pub use crate::sql::install::SCHEMA_OWNER_CHECK;
+    /// leasehold's SQL as compiled in, and the extension generator's hook
+    /// for an earlier layout, for the tests and tools of this repository.
+    pub mod sql_files {
+        pub use crate::extension::install_script_of;
+        pub use crate::sql_files::{
+            functions_sql, functions_version, FUNCTION_SQL, MIGRATION_SQL, RETIRED_VERSIONS,
+        };
     }
 
     /// The URL with the library's default connect timeout, for the

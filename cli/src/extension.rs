@@ -1,6 +1,6 @@
 //! `leasehold extension generate` and `leasehold extension install`: write
-//! the PostgreSQL extension files that [`crate::extension_files`] generates
-//! from the migrations, into a directory of the caller's choice or into the
+//! the PostgreSQL extension files that `leasehold::admin::extension_files`
+//! generates from the library's SQL, into a directory of the caller's choice or into the
 //! extension directory of the server `pg_config` describes.
 
 use std::ffi::OsStr;
@@ -8,10 +8,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::extension_files;
 use crate::failure::CliError;
 use crate::json::Json;
 use crate::output::Printer;
+use leasehold::admin as extension_files;
 
 /// `leasehold extension generate --out DIR`.
 pub fn generate(dir: &Path, out: Printer) -> Result<(), CliError> {

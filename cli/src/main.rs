@@ -24,7 +24,6 @@ mod doctor;
 mod duration;
 mod events;
 mod extension;
-mod extension_files;
 mod failure;
 mod json;
 mod listing;

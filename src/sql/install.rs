@@ -195,7 +195,15 @@ mod tests {
             INSTALL_LOCK_TIMEOUT.as_secs()
         );
         assert_eq!(SET_LOCK_TIMEOUT, spelled);
-        for (name, sql) in crate::migration_sql::MIGRATION_SQL {
+        for (name, sql) in crate::sql_files::MIGRATION_SQL
+            .iter()
+            .map(|(name, up, _)| (name, up))
+            .chain(
+                crate::sql_files::FUNCTION_SQL
+                    .iter()
+                    .map(|(name, text)| (name, text)),
+            )
+        {
             assert!(
                 sql.lines().any(|line| line.trim() == format!("{spelled};")),
                 "migration {name} does not set the install's lock bound"

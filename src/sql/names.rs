@@ -79,27 +79,21 @@ pub(crate) const INSTALL_NOT_PERMITTED: &str = "lease_install_not_permitted";
 mod tests {
     use std::collections::BTreeSet;
 
-    /// Every `CONSTRAINT` name the SQL raises: the migrations', the
-    /// extension scripts' and the installer's `RAISE ... USING CONSTRAINT =
+    /// Every `CONSTRAINT` name the SQL raises: the migrations', the files
+    /// of functions' (through the extension scripts, which hold them), the
+    /// extension scripts' own and the installer's `RAISE ... USING CONSTRAINT =
     /// '...'`.
     fn raised() -> BTreeSet<String> {
         let root = env!("CARGO_MANIFEST_DIR");
         let mut texts =
             vec![std::fs::read_to_string(format!("{root}/src/sql/install.rs")).unwrap_or_default()];
-        let mut dirs: Vec<_> = std::fs::read_dir(format!("{root}/migrations"))
-            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        dirs.sort();
-        for dir in dirs {
-            texts.push(std::fs::read_to_string(dir.join("up.sql")).unwrap_or_default());
+        for (_, up, _) in crate::sql_files::MIGRATION_SQL {
+            texts.push((*up).to_owned());
         }
-        // The extension scripts as generated (and committed), with the
-        // statements the generator adds.
-        let scripts = std::fs::read_dir(format!("{root}/extension"))
-            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_else(|_| Vec::new());
-        for script in scripts {
-            texts.push(std::fs::read_to_string(script).unwrap_or_default());
+        // The extension scripts as generated, with the statements the
+        // generator adds.
+        for file in crate::extension::extension_files().unwrap_or_default() {
+            texts.push(file.contents);
         }
         let mut names = BTreeSet::new();
         for text in texts {

@@ -13,6 +13,7 @@ use leasehold::{
 
 use crate::common::*;
 
+/// Every migration's version, then the functions step's.
 fn expected_versions() -> Vec<String> {
     let mut versions: Vec<String> =
         std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
@@ -29,6 +30,7 @@ fn expected_versions() -> Vec<String> {
             })
             .collect();
     versions.sort();
+    versions.push(leasehold::__private::sql_files::functions_version());
     versions
 }
 

@@ -5,8 +5,8 @@
 -- for those keys, without ever letting an epoch be granted twice, go back,
 -- or be admitted again where it was stale.
 --
--- The rules of 000001_tables apply. Like the operator actions of
--- 000006_operator, the prune functions are granted to nobody: the installing role runs them or grants EXECUTE on
+-- The rules of migration 000001_tables apply. Like the operator actions of
+-- 05_operator.sql, the prune functions are granted to nobody: the installing role runs them or grants EXECUTE on
 -- them (docs/guide/security.md).
 --
 -- The argument, in short (docs/SPECIFICATION.md §1.8 has it in full):
@@ -55,7 +55,7 @@ SET LOCAL lock_timeout = '5s';
 -- arguments, or returns when they are fine: idle is a span judged as a ttl
 -- is (positive, at most 100 years, by the time it spans from now), batch
 -- between 1 and 100 000.
-CREATE FUNCTION lease._check_prune_input(caller text, idle interval, batch integer)
+CREATE OR REPLACE FUNCTION lease._check_prune_input(caller text, idle interval, batch integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -94,7 +94,7 @@ $$;
 -- pass as `after` for the next batch (NULL when this batch reached the
 -- end). Locks only the rows it removes, FOR UPDATE, until the caller's
 -- transaction ends: commit after every batch.
-CREATE FUNCTION lease.prune_keys(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
+CREATE OR REPLACE FUNCTION lease.prune_keys(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
                                  dry_run boolean DEFAULT false)
 RETURNS TABLE (examined integer, pruned integer, sighted integer, waiters integer,
                watermark bigint, next_after bytea)
@@ -204,7 +204,7 @@ $$;
 --
 -- Returns: examined, pruned, and next_after (as lease.prune_keys). Locks
 -- only the records it removes, until the caller's transaction ends.
-CREATE FUNCTION lease.prune_guards(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
+CREATE OR REPLACE FUNCTION lease.prune_guards(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
                                    dry_run boolean DEFAULT false)
 RETURNS TABLE (examined integer, pruned integer, next_after bytea)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -266,5 +266,6 @@ REVOKE ALL ON FUNCTION lease._check_prune_input(text, interval, integer) FROM PU
 REVOKE ALL ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_guards(interval, bytea, integer, boolean) FROM PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();
