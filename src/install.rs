@@ -264,7 +264,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
 }
 
 /// Whether leasehold is installed in the connected database, by
-/// [`install`], by vendored migrations or as the extension `leasehold`:
+/// [`install`], by Diesel's runner with [`MIGRATIONS`] or as the extension `leasehold`:
 /// whether its functions exist, which any role may ask. Reads the catalog
 /// only; for a command that should say "not installed" before it calls
 /// anything.
@@ -349,7 +349,7 @@ mod tests {
     }
 
     /// Migration 1 opens with the version check `install` runs first (after
-    /// only its own lock_timeout), so vendored migrations refuse an old
+    /// only its own lock_timeout), so Diesel's runner refuses an old
     /// server too.
     #[test]
     fn the_version_check_is_the_first_statement_of_migration_1() {

@@ -25,7 +25,7 @@ pub(crate) const MINIMUM_MAJOR: u32 = 14;
 /// Refuses a server older than PostgreSQL [`MINIMUM_MAJOR`] before anything
 /// is created: SQLSTATE 0A000, constraint `lease_unsupported_version`,
 /// DETAIL `minimum=14 server_version=<server_version>`. The same block opens
-/// migration 1, so that `diesel migration run` with the vendored migrations
+/// migration 1, so that Diesel's runner with `admin::MIGRATIONS`
 /// refuses too; the two must stay the same. Only versions the test matrix
 /// has run are accepted (docs/guide/getting-started.md, "Supported PostgreSQL versions").
 pub(crate) const VERSION_CHECK: &str = "DO $$
@@ -64,7 +64,7 @@ pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 /// Refuses a schema `lease` that exists and is not owned by the installing
 /// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
 /// `lease_schema_not_owned`, DETAIL `owner=<role>`. The same block opens
-/// migration 1, so that `diesel migration run` with the vendored migrations
+/// migration 1, so that Diesel's runner with `admin::MIGRATIONS`
 /// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
 /// EXISTS`, so a schema created concurrently is judged as well.
 pub const SCHEMA_OWNER_CHECK: &str = "DO $$

@@ -1,5 +1,6 @@
-//! Names the SQL functions raise and return, shared by the migrations and
-//! this crate. Changing one here means changing it in `migrations/` too.
+//! Names the SQL functions raise and return, shared by the SQL
+//! (`migrations/`, `sql/functions/`) and this crate. Changing one here
+//! means changing it in the SQL too.
 
 /// `CONSTRAINT` name of invalid-input errors (SQLSTATE 22023).
 pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
