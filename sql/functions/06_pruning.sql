@@ -103,14 +103,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz;
-    v_cutoff timestamptz;
     v_upper bytea;
     v_hashes bytea[];
     v_max bigint;
 BEGIN
     PERFORM lease._check_prune_input('prune_keys', idle, batch);
     v_now := clock_timestamp();
-    v_cutoff := v_now - idle;
     waiters := 0;
     SELECT count(*)::integer, (array_agg(w.key_hash ORDER BY w.key_hash DESC))[1]
         INTO examined, v_upper
@@ -119,7 +117,7 @@ BEGIN
              ORDER BY l.key_hash
              LIMIT prune_keys.batch) AS w;
     next_after := CASE WHEN examined = batch THEN v_upper END;
-    -- Heartbeat groups lapsed since before the cutoff, once per pass (its
+    -- Heartbeat groups lapsed for at least `idle`, once per pass (its
     -- first batch). A lapsed group is never renewed again, so its members'
     -- liveness is their own expiry alone; their group_id is cleared in the
     -- same statement, so no row names a group that is gone.
@@ -135,7 +133,7 @@ BEGIN
         sighted := 0;
     ELSIF dry_run THEN
         SELECT count(*) FILTER (WHERE lease._lapsed_for(l, prune_keys.idle)
-                                   OR (l.owner IS NULL AND s.seen_at <= v_cutoff AND s.epoch = l.epoch))::integer,
+                                   OR (l.owner IS NULL AND lease._idle_for(s.seen_at, prune_keys.idle) AND s.epoch = l.epoch))::integer,
                count(*) FILTER (WHERE l.owner IS NULL AND s.epoch IS DISTINCT FROM l.epoch)::integer
           INTO pruned, sighted
           FROM lease.leases AS l
@@ -153,7 +151,7 @@ BEGIN
                         OR (l.owner IS NULL
                             AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
                                          WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch
-                                           AND s.seen_at <= v_cutoff)))
+                                           AND lease._idle_for(s.seen_at, prune_keys.idle))))
                    FOR UPDATE OF l SKIP LOCKED) AS d;
         pruned := 0;
         IF v_hashes IS NOT NULL THEN
@@ -211,12 +209,10 @@ LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_cutoff timestamptz;
     v_upper bytea;
     v_hashes bytea[];
 BEGIN
     PERFORM lease._check_prune_input('prune_guards', idle, batch);
-    v_cutoff := clock_timestamp() - idle;
     SELECT count(*)::integer, (array_agg(w.resource_hash ORDER BY w.resource_hash DESC))[1]
         INTO examined, v_upper
       FROM (SELECT g.resource_hash FROM lease.guards AS g
@@ -234,7 +230,7 @@ BEGIN
           FROM lease.guards AS g
          WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
            AND g.resource_hash <= v_upper
-           AND g.updated_at <= v_cutoff
+           AND lease._idle_for(g.updated_at, prune_guards.idle)
            AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                             WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                               AND l.first_epoch <= g.accepted_epoch);
@@ -246,7 +242,7 @@ BEGIN
               FROM lease.guards AS g
              WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
                AND g.resource_hash <= v_upper
-               AND g.updated_at <= v_cutoff
+               AND lease._idle_for(g.updated_at, prune_guards.idle)
                AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                                 WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                                   AND l.first_epoch <= g.accepted_epoch)

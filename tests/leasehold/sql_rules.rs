@@ -25,6 +25,7 @@ const TIME_RULE_HELPERS: &[&str] = &[
     "_expiry",
     "_lapsed_for",
     "_group_lapsed_for",
+    "_idle_for",
     "_span_effect",
 ];
 
@@ -117,6 +118,9 @@ fn time_rule_written_out(text: &str) -> Option<String> {
     }
     for needle in [
         "clock_timestamp() +",
+        "clock_timestamp() -",
+        "clock_timestamp() operator(pg_catalog.+)",
+        "clock_timestamp() operator(pg_catalog.-)",
         "now()",
         "_expiry(l) <",
         "_expiry(l) >",
@@ -133,7 +137,7 @@ fn time_rule_written_out(text: &str) -> Option<String> {
 }
 
 /// One definition per rule: no liveness or expiry comparison, and no
-/// `clock_timestamp() + span`, is written anywhere in the migrations but in
+/// `clock_timestamp() + span` or `- span` (pruning's idle test), is written anywhere in the migrations but in
 /// its helper; everything else calls `lease._live`, `lease._expires_in` and
 /// the others. Fails naming the function and the text.
 #[test]
@@ -170,6 +174,8 @@ fn the_time_rule_detector_catches_what_it_must() {
         "SET expires_at = clock_timestamp() + ttl",
         "v := now()",
         "lease._expiry(l) <= v_cutoff",
+        "v_cutoff := clock_timestamp() - idle",
+        "g.updated_at <= (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) idle)",
     ] {
         assert!(time_rule_written_out(text).is_some(), "{text}");
     }
@@ -178,6 +184,7 @@ fn the_time_rule_detector_catches_what_it_must() {
         "RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires",
         "lease._live(l) AND l.owner = v_owner",
         "SELECT g.expires_at INTO v FROM lease.groups AS g",
+        "lease._idle_for(g.updated_at, prune_guards.idle)",
     ] {
         assert!(time_rule_written_out(text).is_none(), "{text}");
     }
@@ -262,6 +269,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_grant_epoch",
     "_group_lapsed_for",
     "_group_live",
+    "_idle_for",
     "_key_hash",
     "_lapsed_for",
     "_limit_lock_wait",
