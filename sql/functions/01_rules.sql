@@ -25,6 +25,8 @@
 --   the namespace decision       lease._allowed
 --   the waiter lock id           lease._waiter_lock_id
 --   durability                   lease._make_durable
+--   a transaction that may not   lease._read_only
+--   write
 --   why a grant does not match   lease._status
 --   why its holder lost it       lease._refusal
 
@@ -338,6 +340,14 @@ AS $$
      WHERE g.id = c.id
 $$;
 
+-- Whether this transaction may not write (a standby, a primary being
+-- demoted with default_transaction_read_only, a READ ONLY transaction):
+-- the one read-only test of the functions. Inlined.
+CREATE OR REPLACE FUNCTION lease._read_only()
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.current_setting('transaction_read_only')::pg_catalog.bool $$;
+
 -- §1.4: whatever the session asked for, a write of leasehold's is durable
 -- at commit. Raises synchronous_commit to `on` for this transaction, and
 -- only from below `on`; remote_write and remote_apply stay. Every function
@@ -524,7 +534,7 @@ DECLARE
     v_role oid;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed'
-       AND NOT current_setting('transaction_read_only')::boolean THEN
+       AND NOT lease._read_only() THEN
         BEGIN
             PERFORM 1 FROM lease.namespace_changes AS c WHERE c.singleton FOR SHARE;
         EXCEPTION WHEN serialization_failure THEN

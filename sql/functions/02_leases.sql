@@ -240,7 +240,7 @@ BEGIN
     -- may be stale.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
             AND lease._wait_ok(acquire.wait) AND lease._allowed(v_key)
-            AND NOT current_setting('transaction_read_only')::boolean) THEN
+            AND NOT lease._read_only()) THEN
         IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
                 AND lease._wait_ok(acquire.wait)) THEN
             PERFORM lease._raise_invalid('acquire',

@@ -284,6 +284,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_name_ok",
     "_on_release",
     "_plain_span_within",
+    "_read_only",
     "_timeline",
     "_ttl_ok",
     "_wait_ok",
