@@ -20,7 +20,7 @@
 --   liveness                     lease._live (a grant), lease._group_live
 --   effective expiry             lease._expiry
 --   lapsed long enough to prune  lease._lapsed_for, lease._group_lapsed_for,
---                                both on lease._idle_for (idle long enough)
+--                                both on lease._idle_cutoff
 --   the epoch floor              lease._grant_epoch, lease._lineage_generation
 --   the namespace decision       lease._allowed
 --   the waiter lock id           lease._waiter_lock_id
@@ -303,28 +303,32 @@ AS $$
                 ELSE GREATEST((l).expires_at, lease._group_expiry((l).group_id)) END
 $$;
 
--- Pruning's idle test: whether `since` is at least `idle` ago by the clock
--- at the call. Takes a span, not a time, so that no function of the schema
--- takes a time from its caller (docs/SPECIFICATION.md §1.1). Every idle
--- test of pruning (a lapsed grant, a lapsed group, a FREE key's sighting,
--- a guard record's last update) is this one.
-CREATE OR REPLACE FUNCTION lease._idle_for(since timestamptz, idle interval)
-RETURNS boolean
+-- Pruning's idle test: a time at or before this, `idle` before the clock
+-- at the call, is idle long enough. Takes a span, not a time, so that no
+-- function of the schema takes a time from its caller
+-- (docs/SPECIFICATION.md §1.1). Every idle test of pruning (a lapsed
+-- grant, a lapsed group, a FREE key's sighting, a guard record's last
+-- update) compares with this.
+CREATE OR REPLACE FUNCTION lease._idle_cutoff(idle interval)
+RETURNS timestamptz
 LANGUAGE sql VOLATILE
-AS $$ SELECT since OPERATOR(pg_catalog.<=) (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) idle) $$;
+AS $$ SELECT pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) idle $$;
 
 -- Whether a grant has been lapsed for at least `idle` by the clock: it has
 -- an owner and its effective expiry is at least `idle` ago.
 CREATE OR REPLACE FUNCTION lease._lapsed_for(l lease.leases, idle interval)
 RETURNS boolean
 LANGUAGE sql VOLATILE
-AS $$ SELECT (l).owner IS NOT NULL AND lease._idle_for(lease._expiry(l), idle) $$;
+AS $$
+    SELECT (l).owner IS NOT NULL
+       AND lease._expiry(l) OPERATOR(pg_catalog.<=) lease._idle_cutoff(idle)
+$$;
 
 -- Whether a heartbeat group has been lapsed for at least `idle`.
 CREATE OR REPLACE FUNCTION lease._group_lapsed_for(g lease.groups, idle interval)
 RETURNS boolean
 LANGUAGE sql VOLATILE
-AS $$ SELECT lease._idle_for((g).expires_at, idle) $$;
+AS $$ SELECT (g).expires_at OPERATOR(pg_catalog.<=) lease._idle_cutoff(idle) $$;
 
 -- Counts grants out of their groups (lease.groups.members), one entry per
 -- grant that left, in the transaction that cleared their group_id. NULL

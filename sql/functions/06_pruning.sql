@@ -133,7 +133,7 @@ BEGIN
         sighted := 0;
     ELSIF dry_run THEN
         SELECT count(*) FILTER (WHERE lease._lapsed_for(l, prune_keys.idle)
-                                   OR (l.owner IS NULL AND lease._idle_for(s.seen_at, prune_keys.idle) AND s.epoch = l.epoch))::integer,
+                                   OR (l.owner IS NULL AND s.seen_at <= lease._idle_cutoff(prune_keys.idle) AND s.epoch = l.epoch))::integer,
                count(*) FILTER (WHERE l.owner IS NULL AND s.epoch IS DISTINCT FROM l.epoch)::integer
           INTO pruned, sighted
           FROM lease.leases AS l
@@ -151,7 +151,7 @@ BEGIN
                         OR (l.owner IS NULL
                             AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
                                          WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch
-                                           AND lease._idle_for(s.seen_at, prune_keys.idle))))
+                                           AND s.seen_at <= lease._idle_cutoff(prune_keys.idle))))
                    FOR UPDATE OF l SKIP LOCKED) AS d;
         pruned := 0;
         IF v_hashes IS NOT NULL THEN
@@ -230,7 +230,7 @@ BEGIN
           FROM lease.guards AS g
          WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
            AND g.resource_hash <= v_upper
-           AND lease._idle_for(g.updated_at, prune_guards.idle)
+           AND g.updated_at <= lease._idle_cutoff(prune_guards.idle)
            AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                             WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                               AND l.first_epoch <= g.accepted_epoch);
@@ -242,7 +242,7 @@ BEGIN
               FROM lease.guards AS g
              WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
                AND g.resource_hash <= v_upper
-               AND lease._idle_for(g.updated_at, prune_guards.idle)
+               AND g.updated_at <= lease._idle_cutoff(prune_guards.idle)
                AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                                 WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                                   AND l.first_epoch <= g.accepted_epoch)

@@ -25,7 +25,7 @@ const TIME_RULE_HELPERS: &[&str] = &[
     "_expiry",
     "_lapsed_for",
     "_group_lapsed_for",
-    "_idle_for",
+    "_idle_cutoff",
     "_span_effect",
 ];
 
@@ -184,7 +184,7 @@ fn the_time_rule_detector_catches_what_it_must() {
         "RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires",
         "lease._live(l) AND l.owner = v_owner",
         "SELECT g.expires_at INTO v FROM lease.groups AS g",
-        "lease._idle_for(g.updated_at, prune_guards.idle)",
+        "g.updated_at <= lease._idle_cutoff(prune_guards.idle)",
     ] {
         assert!(time_rule_written_out(text).is_none(), "{text}");
     }
@@ -269,7 +269,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_grant_epoch",
     "_group_lapsed_for",
     "_group_live",
-    "_idle_for",
+    "_idle_cutoff",
     "_key_hash",
     "_lapsed_for",
     "_limit_lock_wait",
