@@ -78,7 +78,7 @@
 
 use std::fmt::Write as _;
 
-use crate::sql::install::SCHEMA_OWNER_CHECK;
+use crate::sql::install::schema_owner_check;
 use crate::sql_files::{self, FUNCTION_SQL, MIGRATION_SQL};
 
 /// The extension's name (`CREATE EXTENSION leasehold`).
@@ -520,16 +520,16 @@ DROP FUNCTION {OWNER_STEP};
 
 /// One top-level statement of a migration: the text before it (comments
 /// and blank lines) and the statement itself, without its `;`.
-struct Statement<'a> {
+pub(crate) struct Statement<'a> {
     preamble: &'a str,
-    text: &'a str,
+    pub(crate) text: &'a str,
 }
 
 /// Splits SQL into top-level statements at `;` outside comments, quoted
 /// strings, quoted identifiers and dollar quotes. Text after the last `;`
 /// is returned as a statement with an empty text when it holds only
 /// comments and blanks.
-fn statements(sql: &str) -> Vec<Statement<'_>> {
+pub(crate) fn statements(sql: &str) -> Vec<Statement<'_>> {
     let bytes = sql.as_bytes();
     let mut out = Vec::new();
     let mut start = 0;
@@ -632,7 +632,9 @@ fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), ExtensionE
             return Err(unexpected(format!("the statement {create:?}")));
         }
         body = body.replacen(create, "", 1);
-        let check = format!("{};", SCHEMA_OWNER_CHECK);
+        let Some(check) = schema_owner_check().map(|check| format!("{check};")) else {
+            return Err(unexpected("the schema-ownership check".to_owned()));
+        };
         if !body.contains(&check) {
             return Err(unexpected("the schema-ownership check".to_owned()));
         }

@@ -323,7 +323,10 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(InstallError::from_diesel)?;
-    conn.batch_execute(install::SCHEMA_OWNER_CHECK)
+    let owner_check = install::schema_owner_check().ok_or_else(|| {
+        InstallError::Embedded("migration 1 has no schema-ownership check".into())
+    })?;
+    conn.batch_execute(owner_check)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::SCHEMA_PRIVATE_CHECK)
         .map_err(InstallError::from_diesel)?;
@@ -341,11 +344,24 @@ fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, Install
 
 #[cfg(test)]
 mod tests {
-    /// The check `install` runs is the one migration 1 opens with.
+    /// The ownership check `install` runs is migration 1's statement that
+    /// raises `lease_schema_not_owned`, comparing the schema's owner with
+    /// the installing role.
     #[test]
-    fn the_schema_owner_check_is_the_one_migration_1_runs() {
+    fn the_schema_owner_check_is_taken_from_migration_1() {
+        let check = crate::sql::install::schema_owner_check().expect("migration 1 has it");
+        assert!(check.starts_with("DO $$"), "{check}");
+        assert!(check.contains("ERRCODE = '42501'"), "{check}");
+        assert!(
+            check.contains("n.nspowner OPERATOR(pg_catalog.<>)"),
+            "{check}"
+        );
+        assert!(
+            check.contains("r.rolname OPERATOR(pg_catalog.=) current_user"),
+            "{check}"
+        );
         let up = crate::sql_files::MIGRATION_SQL[0].1;
-        assert!(up.contains(&format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK)));
+        assert!(up.contains(&format!("{check};")));
     }
 
     /// Migration 1 opens with the version check `install` runs first (after

@@ -139,6 +139,17 @@ pub fn is_functions_version(version: &str) -> bool {
     })
 }
 
+/// The statement of migration 1 that raises `constraint` (its text,
+/// without the closing `;`): the checks written once there, which
+/// `install` and the extension generator take from it.
+pub(crate) fn migration_1_check(constraint: &str) -> Option<&'static str> {
+    let needle = format!("CONSTRAINT = '{constraint}'");
+    crate::extension::statements(MIGRATION_SQL.first()?.1)
+        .into_iter()
+        .map(|statement| statement.text)
+        .find(|text| text.contains(&needle))
+}
+
 /// The files of functions as one script, in order.
 pub fn functions_sql() -> String {
     FUNCTION_SQL.iter().map(|(_, text)| *text).collect()

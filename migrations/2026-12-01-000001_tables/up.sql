@@ -65,7 +65,8 @@ CREATE SCHEMA IF NOT EXISTS lease;
 -- included, and the next SECURITY DEFINER call would run that code as the
 -- installer. The check follows the CREATE, so a schema created concurrently
 -- is judged too; refusing rolls the whole migration back. leasehold::install
--- runs the same check before its own bookkeeping (src/sql/install.rs).
+-- runs this very statement before its own bookkeeping, on every install and
+-- upgrade (src/sql/install.rs takes it from here).
 DO $$
 DECLARE
     v_owner text;
