@@ -64,7 +64,7 @@ postmaster=$(head -n 1 "$scratch/data/postmaster.pid")
 psql() { "$bin/psql" -qAtX -v ON_ERROR_STOP=1 "$@"; }
 psql -d postgres -c "CREATE DATABASE big" -c "CREATE DATABASE small"
 for db in big small; do
-    for m in "$root"/migrations/*/up.sql; do
+    for m in "$root"/migrations/*/up.sql "$root"/sql/functions/*.sql; do
         PGOPTIONS="-c client_min_messages=warning" psql -d "$db" -1 -f "$m" >/dev/null
     done
 done

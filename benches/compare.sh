@@ -34,7 +34,7 @@
 #
 # Runs as root or as any other user. Both parts use one throwaway cluster
 # in a directory under /tmp (removed at the end), built
-# with the working tree's migrations/*/up.sql. Server binaries come from
+# with the working tree's migrations/*/up.sql and sql/functions/*.sql. Server binaries come from
 # PGBIN (default /usr/lib/postgresql/15/bin; as user postgres when run as
 # root, since initdb refuses root); psql and pgbench from PGBIN when they
 # are there, else from /usr/lib/postgresql/15/bin or PATH (any version
@@ -132,7 +132,7 @@ server_version=$(psql -d postgres -c "SHOW server_version")
 install() {
     local db=$1 m
     psql -d postgres -c "CREATE DATABASE $db"
-    for m in "$root"/migrations/*/up.sql; do
+    for m in "$root"/migrations/*/up.sql "$root"/sql/functions/*.sql; do
         PGOPTIONS="-c client_min_messages=warning" psql -d "$db" -1 -f "$m" >/dev/null ||
             { say "${m#"$root"/} (working tree) does not install"; exit 1; }
     done
@@ -577,13 +577,13 @@ fi
 
 stamp=$(date -u +%Y-%m-%dT%H-%M-%SZ)
 commit=$(git -C "$root" rev-parse --short HEAD)
-dirty=$(git -C "$root" status --porcelain -- migrations/ | wc -l)
+dirty=$(git -C "$root" status --porcelain -- migrations/ sql/ | wc -l)
 elapsed=$(($(date +%s) - started_at))
 report=$(
     echo "## leasehold beside ShedLock and pglock, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "\`benches/compare.sh${args:+ $args}\`, $((elapsed / 60)) min $((elapsed % 60)) s."
-    echo "Migrations: the working tree at $commit$( [ "$dirty" -eq 0 ] || echo ", with uncommitted changes to $dirty file(s) under migrations/")."
+    echo "Migrations: the working tree at $commit$( [ "$dirty" -eq 0 ] || echo ", with uncommitted changes to $dirty file(s) under migrations/ or sql/")."
     echo "Server: $version. Client tools: $("$pgbench_bin" --version)."
     echo "Machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), load average at the end $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "The machine is shared: a CI run may have been running on the same cores, so the pgbench figures are noisy (±20 % between runs here); callgrind's counts are not affected (they move by less than 1 %)."

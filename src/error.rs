@@ -11,6 +11,7 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::admin::extension::ExtensionError;
 pub use crate::guard::database::FencedError;
 pub use crate::lease::token::TokenError;
 pub use crate::wait::WaitError;
@@ -569,7 +570,7 @@ pub enum InstallError {
     /// The server is older than the oldest supported PostgreSQL major
     /// version (14); nothing was installed or changed. Migration 1 refuses
     /// such a server the same way (SQLSTATE 0A000, constraint
-    /// `lease_unsupported_version`), so vendored migrations do too.
+    /// `lease_unsupported_version`), so Diesel's runner refuses it too.
     #[error("PostgreSQL {found} is not supported: leasehold needs PostgreSQL {minimum} or newer; nothing was installed")]
     UnsupportedVersion {
         /// The server's version as it reports it (`server_version`, e.g.

@@ -1,12 +1,14 @@
-//! Installing the SQL side: the embedded Diesel migrations in `migrations/`.
+//! Installing the SQL side: the migrations in `migrations/` (tables,
+//! indexes, types, data), then the files of functions in `sql/functions/`
+//! (src/sql_files.rs lists both).
 //!
 //! Why not diesel_migrations' own harness? It records versions in an
 //! unqualified `__diesel_schema_migrations` found on the caller's
 //! `search_path` (so it shares, and can collide with, the application's own
 //! migration bookkeeping), needs CREATE on that schema (which PostgreSQL 15
 //! no longer grants on `public`), and takes no lock across a run (two
-//! processes starting at once race). [`install`] runs the same migration
-//! files with its own small harness instead:
+//! processes starting at once race). [`install`] runs the same steps with
+//! its own small harness instead:
 //!
 //! - versions are recorded in `lease.schema_migrations`, inside leasehold's
 //!   own schema, so they never meet the application's versions;
@@ -27,29 +29,148 @@
 //!   ([`InstallError::SchemaNotPrivate`]): the migrations would run that
 //!   code as the installer, a superuser included.
 //!
-//! Version naming: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`;
-//! its version is the digits. Upgrades are new directories with later
-//! versions; [`install`] applies exactly those not yet recorded, in order.
-//! Released migrations are never edited.
+//! Versions: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`; its
+//! version is the digits. A table change after a release is a new
+//! directory with a later version; released migrations are never edited.
+//! The files of functions are one more step whose version is the newest
+//! migration's, a dot and a digest of their text
+//! ([`crate::sql_files::functions_version`]): a change to any function
+//! changes it, and [`install`] applies the files again (they are written
+//! `CREATE OR REPLACE`). [`install`] applies exactly the steps not yet
+//! recorded, in order, and forgets the functions versions it replaced.
+//!
+//! [`MIGRATIONS`] hands the same steps to Diesel's runner, for applications
+//! that run their migrations with `run_pending_migrations`.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
+use std::fmt;
 
-use diesel::connection::SimpleConnection;
-use diesel::migration::MigrationSource;
+use diesel::connection::{BoxableConnection, SimpleConnection};
+use diesel::migration::{
+    Migration, MigrationMetadata, MigrationName, MigrationSource, MigrationVersion,
+};
 use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use diesel_migrations::{embed_migrations, EmbeddedMigrations};
 
 use crate::error::InstallError;
 use crate::sql::install;
+use crate::sql_files;
 
-/// The migration files under `migrations/`, compiled into the crate.
+/// leasehold's SQL as a Diesel migration source: the migrations under
+/// `migrations/`, oldest first, then one step that applies the files of
+/// functions under `sql/functions/` (version: the newest migration's, a dot
+/// and a digest of the files, so it is pending again whenever a function
+/// changes). The steps [`install`] applies, for applications that run
+/// `run_pending_migrations(leasehold::admin::MIGRATIONS)` themselves (see
+/// docs/guide/getting-started.md, "Running the migrations with Diesel").
 ///
-/// Applications that prefer `diesel migration run` can copy the directories
-/// into their own migrations folder instead of calling [`install`] (see
-/// docs/guide/getting-started.md, "Vendoring the migrations").
-pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
+/// Diesel records the versions in its own `__diesel_schema_migrations`.
+/// When the functions step runs, it removes from that table the versions
+/// of leasehold's earlier functions steps and of the retired migrations
+/// 000002 to 000008 (none of them is in this source any more), so that
+/// `revert_all_migrations` keeps working after an upgrade.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Migrations {
+    _private: (),
+}
+
+/// The migrations and the functions step, for Diesel's runner: see
+/// [`Migrations`].
+pub const MIGRATIONS: Migrations = Migrations { _private: () };
+
+impl MigrationSource<Pg> for Migrations {
+    fn migrations(&self) -> diesel::migration::Result<Vec<Box<dyn Migration<Pg>>>> {
+        Ok(steps(true)
+            .into_iter()
+            .map(|step| Box::new(step) as Box<dyn Migration<Pg>>)
+            .collect())
+    }
+}
+
+/// One step: a migration, or the files of functions.
+struct Step {
+    name: String,
+    version: String,
+    up: Cow<'static, str>,
+    down: &'static str,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl MigrationName for Step {
+    fn version(&self) -> MigrationVersion<'_> {
+        MigrationVersion::from(self.version.as_str())
+    }
+}
+
+impl MigrationMetadata for Step {}
+
+impl Migration<Pg> for Step {
+    fn run(&self, conn: &mut dyn BoxableConnection<Pg>) -> diesel::migration::Result<()> {
+        Ok(conn.batch_execute(&self.up)?)
+    }
+
+    fn revert(&self, conn: &mut dyn BoxableConnection<Pg>) -> diesel::migration::Result<()> {
+        Ok(conn.batch_execute(self.down)?)
+    }
+
+    fn metadata(&self) -> &dyn MigrationMetadata {
+        self
+    }
+
+    fn name(&self) -> &dyn MigrationName {
+        self
+    }
+}
+
+/// Every step, in order. For Diesel's runner (`for_diesel`), the functions
+/// step also tidies Diesel's bookkeeping (see [`Migrations`]).
+fn steps(for_diesel: bool) -> Vec<Step> {
+    let mut steps: Vec<Step> = sql_files::MIGRATION_SQL
+        .iter()
+        .map(|(dir, up, down)| Step {
+            name: (*dir).to_owned(),
+            version: sql_files::version_of(dir),
+            up: Cow::Borrowed(up),
+            down,
+        })
+        .collect();
+    let version = sql_files::functions_version();
+    let mut up = sql_files::functions_sql();
+    if for_diesel {
+        up.push_str(&forget_replaced_versions(
+            "__diesel_schema_migrations",
+            &version,
+        ));
+    }
+    steps.push(Step {
+        name: format!("{version}_functions"),
+        version,
+        up: Cow::Owned(up),
+        down: sql_files::DROP_FUNCTIONS,
+    });
+    steps
+}
+
+/// Deletes from a bookkeeping `table` the versions of earlier functions
+/// steps and the retired migrations: the files of functions at `current`
+/// replace everything they installed.
+fn forget_replaced_versions(table: &str, current: &str) -> String {
+    let retired: Vec<String> = sql_files::RETIRED_VERSIONS
+        .iter()
+        .map(|v| format!("'{v}'"))
+        .collect();
+    format!(
+        "\nDELETE FROM {table} WHERE version IN ({}) OR (version ~ '^[0-9]{{14}}[.][0-9a-f]{{12}}$' AND version <> '{current}');\n",
+        retired.join(", ")
+    )
+}
 
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
@@ -80,27 +201,32 @@ struct VersionRow {
 /// # Ok(()) }
 /// ```
 pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
-    let migrations = embedded()?;
+    let steps = steps(false);
     conn.transaction(|conn| {
         lock_and_prepare(conn)?;
         let done = recorded_versions(conn)?;
         let mut applied = Vec::new();
-        for migration in &migrations {
-            let version = migration.name().version().to_string();
-            if done.contains(&version) {
+        for step in &steps {
+            if done.contains(&step.version) {
                 continue;
             }
-            migration.run(conn).map_err(|source| {
+            step.run(conn).map_err(|source| {
                 InstallError::blocked_or(source, |source| InstallError::Migration {
-                    version: version.clone(),
+                    version: step.version.clone(),
                     source,
                 })
             })?;
             diesel::sql_query(install::RECORD_VERSION)
-                .bind::<Text, _>(&version)
-                .bind::<Text, _>(migration.name().to_string())
+                .bind::<Text, _>(&step.version)
+                .bind::<Text, _>(&step.name)
                 .execute(conn)?;
-            applied.push(version);
+            applied.push(step.version.clone());
+        }
+        if !applied.is_empty() {
+            conn.batch_execute(&forget_replaced_versions(
+                "lease.schema_migrations",
+                &sql_files::functions_version(),
+            ))?;
         }
         Ok(InstallReport { applied })
     })
@@ -111,20 +237,24 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
 /// voids fencing for anything that recorded older epochs. Meant for tests and
 /// for decommissioning.
 pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
-    let migrations = embedded()?;
+    let steps = steps(false);
     conn.transaction(|conn| {
         lock_and_prepare(conn)?;
         let done = recorded_versions(conn)?;
         diesel::sql_query(install::DROP_BOOKKEEPING).execute(conn)?;
-        for migration in migrations.iter().rev() {
-            let version = migration.name().version().to_string();
-            if !done.contains(&version) {
+        // The functions first, whichever version of them is installed.
+        conn.batch_execute(sql_files::DROP_FUNCTIONS)
+            .map_err(|source| InstallError::Migration {
+                version: sql_files::functions_version(),
+                source: Box::new(source),
+            })?;
+        for step in steps.iter().rev() {
+            if !done.contains(&step.version) || sql_files::is_functions_version(&step.version) {
                 continue;
             }
-            migration
-                .revert(conn)
+            step.revert(conn)
                 .map_err(|source| InstallError::Migration {
-                    version: version.clone(),
+                    version: step.version.clone(),
                     source,
                 })?;
         }
@@ -134,7 +264,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
 }
 
 /// Whether leasehold is installed in the connected database, by
-/// [`install`], by vendored migrations or as the extension `leasehold`:
+/// [`install`], by Diesel's runner with [`MIGRATIONS`] or as the extension `leasehold`:
 /// whether its functions exist, which any role may ask. Reads the catalog
 /// only; for a command that should say "not installed" before it calls
 /// anything.
@@ -162,13 +292,6 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, Instal
         .collect();
     versions.sort();
     Ok(versions)
-}
-
-fn embedded() -> Result<Vec<Box<dyn diesel::migration::Migration<Pg>>>, InstallError> {
-    let mut migrations =
-        MigrationSource::<Pg>::migrations(&MIGRATIONS).map_err(InstallError::Embedded)?;
-    migrations.sort_by_key(|migration| migration.name().version().to_string());
-    Ok(migrations)
 }
 
 fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
@@ -200,7 +323,10 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(InstallError::from_diesel)?;
-    conn.batch_execute(install::SCHEMA_OWNER_CHECK)
+    let owner_check = install::schema_owner_check().ok_or_else(|| {
+        InstallError::Embedded("migration 1 has no schema-ownership check".into())
+    })?;
+    conn.batch_execute(owner_check)
         .map_err(InstallError::from_diesel)?;
     conn.batch_execute(install::SCHEMA_PRIVATE_CHECK)
         .map_err(InstallError::from_diesel)?;
@@ -218,19 +344,32 @@ fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, Install
 
 #[cfg(test)]
 mod tests {
-    /// The check `install` runs is the one migration 1 opens with.
+    /// The ownership check `install` runs is migration 1's statement that
+    /// raises `lease_schema_not_owned`, comparing the schema's owner with
+    /// the installing role.
     #[test]
-    fn the_schema_owner_check_is_the_one_migration_1_runs() {
-        let up = include_str!("../migrations/2026-12-01-000001_tables/up.sql");
-        assert!(up.contains(&format!("{};", crate::sql::install::SCHEMA_OWNER_CHECK)));
+    fn the_schema_owner_check_is_taken_from_migration_1() {
+        let check = crate::sql::install::schema_owner_check().expect("migration 1 has it");
+        assert!(check.starts_with("DO $$"), "{check}");
+        assert!(check.contains("ERRCODE = '42501'"), "{check}");
+        assert!(
+            check.contains("n.nspowner OPERATOR(pg_catalog.<>)"),
+            "{check}"
+        );
+        assert!(
+            check.contains("r.rolname OPERATOR(pg_catalog.=) current_user"),
+            "{check}"
+        );
+        let up = crate::sql_files::MIGRATION_SQL[0].1;
+        assert!(up.contains(&format!("{check};")));
     }
 
     /// Migration 1 opens with the version check `install` runs first (after
-    /// only its own lock_timeout), so vendored migrations refuse an old
+    /// only its own lock_timeout), so Diesel's runner refuses an old
     /// server too.
     #[test]
     fn the_version_check_is_the_first_statement_of_migration_1() {
-        let up = include_str!("../migrations/2026-12-01-000001_tables/up.sql");
+        let up = crate::sql_files::MIGRATION_SQL[0].1;
         let check = format!("{};", crate::sql::install::VERSION_CHECK);
         let at = up.find(&check).expect("migration 1 runs the version check");
         let before: String = up[..at]

@@ -4,7 +4,7 @@
 //! unless renewed, with a monotonic fencing epoch on every grant, and guards
 //! that make protected resources refuse writes from a superseded holder.
 //!
-//! The SQL side lives in `migrations/` (schema `lease`, the functions
+//! The SQL side lives in `migrations/` and `sql/functions/` (schema `lease`, the functions
 //! `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`) and is
 //! installed by [`install()`]. The Rust side is a thin, synchronous, typed
 //! layer over diesel with one API, the [`Leases`] trait (with
@@ -60,8 +60,8 @@
 //! token and the epoch), `sql` (the only place with SQL text, constraint
 //! names and answer decoding, and the execute step, the one thing the sync
 //! and the async face do differently), `client`, `install`,
-//! `migration_sql` (the migrations' text, for the command that generates
-//! the `CREATE EXTENSION` files), `field_text` (the percent-encoding of
+//! `sql_files` (the SQL's text: the migrations and the files of
+//! functions, in install order), `field_text` (the percent-encoding of
 //! token fields) and `libpq` (the listener's libpq FFI, the only module
 //! allowed `unsafe`).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -88,9 +88,9 @@ mod install;
 mod lease;
 #[allow(unsafe_code)]
 mod libpq;
-mod migration_sql;
 pub mod pool;
 mod sql;
+mod sql_files;
 // With both telemetry features off only the pass-throughs are used.
 #[cfg_attr(not(any(feature = "tracing", feature = "metrics")), allow(dead_code))]
 pub mod telemetry;
@@ -117,13 +117,13 @@ pub mod __private {
         pub use crate::field_text::{decode, encode};
     }
 
-    /// What the `leasehold` command needs to generate the PostgreSQL
-    /// extension from the migrations (a build-time job, kept out of the
-    /// library): each migration's text, and the schema-ownership check the
-    /// extension replaces with its own.
-    pub mod extension_inputs {
-        pub use crate::migration_sql::MIGRATION_SQL;
-        pub use crate::sql::install::SCHEMA_OWNER_CHECK;
+    /// leasehold's SQL as compiled in, and the extension generator's hook
+    /// for an earlier layout, for the tests and tools of this repository.
+    pub mod sql_files {
+        pub use crate::admin::extension::install_script_of;
+        pub use crate::sql_files::{
+            functions_sql, functions_version, FUNCTION_SQL, MIGRATION_SQL, RETIRED_VERSIONS,
+        };
     }
 
     /// The URL with the library's default connect timeout, for the

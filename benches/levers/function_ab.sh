@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SQL functions of one version of migrations/ against those of another,
+# The SQL functions of one version of migrations/ and sql/functions/ against those of another,
 # beside the fast paths and the floors they are to be measured by, on one
 # server, runs interleaved (docs/PERFORMANCE.md, "One SQL path"). Made for
 # the change that removes the fast paths of migration 7: its question is
@@ -11,10 +11,10 @@
 #   -r ROUNDS   rounds (default 5); each round runs every workload once, in
 #               a new shuffled order
 #   -s SECONDS  pgbench's -T for each run (default 5)
-#   -b REV      the git revision whose migrations/*/up.sql make the database
+#   -b REV      the git revision whose migrations/*/up.sql (and sql/functions/*.sql) make the database
 #               `before` (default 8dace47, the last commit with the fast paths)
 #   -a REV      the revision for the database `after`; without it, the working
-#               tree's migrations/*/up.sql
+#               tree's migrations/*/up.sql and sql/functions/*.sql
 #   -o FILE     write the report there too
 #
 # It starts its own throwaway PostgreSQL server in a temporary directory
@@ -132,13 +132,16 @@ psql -d postgres -c "CREATE DATABASE before" -c "CREATE DATABASE after"
 install() {
     local db=$1 rev=$2 m
     if [ -n "$rev" ]; then
-        for m in $(git -C "$root" ls-tree --name-only "$rev" migrations/); do
-            git -C "$root" show "$rev:$m/up.sql" |
+        # The migrations, then (from the layout with sql/functions/ on)
+        # the files of functions.
+        for m in $(git -C "$root" ls-tree --name-only "$rev" migrations/ | sed 's|$|/up.sql|') \
+                 $(git -C "$root" ls-tree --name-only "$rev" sql/functions/); do
+            git -C "$root" show "$rev:$m" |
                 PGOPTIONS="-c client_min_messages=warning" psql -d "$db" -1 -f - >/dev/null ||
-                { echo "function_ab.sh: $m/up.sql of $rev does not install into $db" >&2; exit 1; }
+                { echo "function_ab.sh: $m of $rev does not install into $db" >&2; exit 1; }
         done
     else
-        for m in "$root"/migrations/*/up.sql; do
+        for m in "$root"/migrations/*/up.sql "$root"/sql/functions/*.sql; do
             PGOPTIONS="-c client_min_messages=warning" psql -d "$db" -1 -f "$m" >/dev/null ||
                 { echo "function_ab.sh: ${m#"$root"/} (working tree) does not install into $db" >&2; exit 1; }
         done
@@ -367,8 +370,8 @@ done
         after_label=$after_commit
     else
         after_label="the working tree"
-        if [ -n "$(git -C "$root" status --porcelain -- migrations)" ]; then
-            after_label="$after_label (migrations/ differ from $(git -C "$root" rev-parse --short HEAD))"
+        if [ -n "$(git -C "$root" status --porcelain -- migrations sql)" ]; then
+            after_label="$after_label (migrations/ or sql/ differ from $(git -C "$root" rev-parse --short HEAD))"
         fi
     fi
     echo "## function_ab: before $before_commit, after $after_label"

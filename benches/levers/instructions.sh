@@ -51,10 +51,13 @@ export PGHOST=$scratch PGPORT=5432 PGUSER=postgres
 unset PGDATABASE PGSERVICE PGOPTIONS PGHOSTADDR
 psql() { "$bin/psql" -qAtX -v ON_ERROR_STOP=1 "$@"; }
 psql -d postgres -c "CREATE DATABASE before" -c "CREATE DATABASE after"
-for m in $(git -C "$root" ls-tree --name-only "$before_rev" migrations/); do
-    git -C "$root" show "$before_rev:$m/up.sql" | PGOPTIONS="-c client_min_messages=warning" psql -d before -1 -f - >/dev/null
+# The migrations, then (from the layout with sql/functions/ on) the files
+# of functions.
+for m in $(git -C "$root" ls-tree --name-only "$before_rev" migrations/ | sed 's|$|/up.sql|') \
+         $(git -C "$root" ls-tree --name-only "$before_rev" sql/functions/); do
+    git -C "$root" show "$before_rev:$m" | PGOPTIONS="-c client_min_messages=warning" psql -d before -1 -f - >/dev/null
 done
-for m in "$root"/migrations/*/up.sql; do
+for m in "$root"/migrations/*/up.sql "$root"/sql/functions/*.sql; do
     PGOPTIONS="-c client_min_messages=warning" psql -d after -1 -f "$m" >/dev/null
 done
 for db in before after; do

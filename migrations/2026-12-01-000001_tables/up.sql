@@ -1,19 +1,25 @@
 -- leasehold, the baseline schema: the server check, schema `lease` and
 -- every table, with the invariants of each row as constraints
--- (docs/SPECIFICATION.md §1.1, §2, §4). The functions come in the
--- migrations after this one, one concern each:
+-- (docs/SPECIFICATION.md §1.1, §2, §4). Migrations hold tables, indexes,
+-- types and data, and are never edited once released. Every function lives
+-- in the files of sql/functions/, applied after the migrations and again
+-- whenever their text changes (docs/ARCHITECTURE.md, "Where the SQL
+-- lives"):
 --
---   000002_rules       one definition of every rule (liveness, expiry, input
+--   01_rules.sql       one definition of every rule (liveness, expiry, input
 --                      bounds, the epoch floor, the namespace decision, ...)
---   000003_leases      acquire, renew, release, inspect, generation
---   000004_guards      admit, check_held, admit_held, renew_admit, fence,
+--   02_leases.sql      acquire, renew, release, inspect, generation
+--   03_guards.sql      admit, check_held, admit_held, renew_admit, fence,
 --                      inspect_guard
---   000005_waiting     the waiters' registration protocol
---   000006_operator    namespaces, force_release, raise_generation
---   000007_pruning     prune_keys, prune_guards
---   000008_batches     renew_many, release_many, join_group, renew_group
+--   04_waiting.sql     the waiters' registration protocol
+--   05_operator.sql    namespaces, force_release, raise_generation
+--   06_pruning.sql     prune_keys, prune_guards
+--   07_batches.sql     renew_many, release_many, join_group, renew_group
 --
--- The rules every migration follows:
+-- The one function here, lease._drop_default_grants, is the migrations'
+-- own tool: every migration and every file of functions ends by calling it.
+--
+-- The rules every migration and every file of functions follows:
 --
 -- * One path. Every entry point is a PL/pgSQL function. Its arguments are
 --   evaluated once (a function call does that), copied into local
@@ -28,11 +34,11 @@
 --   caller's object in `public` or `pg_temp` either. Leasehold's own objects
 --   are always written `lease.`-qualified. Tables are REVOKEd from PUBLIC;
 --   the functions are their only writers.
--- * One definition per rule: each rule is a helper of 000002, and every
+-- * One definition per rule: each rule is a helper of 01_rules.sql, and every
 --   other place calls it. tests/leasehold/sql_rules.rs fails when a
 --   liveness or expiry comparison is written anywhere else.
 -- * Install and upgrade never queue behind a lock for long: every migration
---   sets its own lock_timeout, so a blocked install fails with
+--   and every file of functions sets its own lock_timeout, so a blocked install fails with
 --   lock_not_available and changes nothing.
 
 SET LOCAL lock_timeout = '5s';
@@ -59,7 +65,8 @@ CREATE SCHEMA IF NOT EXISTS lease;
 -- included, and the next SECURITY DEFINER call would run that code as the
 -- installer. The check follows the CREATE, so a schema created concurrently
 -- is judged too; refusing rolls the whole migration back. leasehold::install
--- runs the same check before its own bookkeeping (src/sql/install.rs).
+-- runs this very statement before its own bookkeeping, on every install and
+-- upgrade (src/sql/install.rs takes it from here).
 DO $$
 DECLARE
     v_owner text;
@@ -86,12 +93,13 @@ GRANT USAGE ON SCHEMA lease TO PUBLIC;
 -- extension's script runs as) add grants to every object a migration
 -- creates; a monitoring role's "SELECT, TRIGGER on tables" would let it put
 -- a trigger on lease.leases that runs as the owner. None of those grants is
--- leasehold's to give. Every migration ends by calling this: it takes back,
+-- leasehold's to give. Every migration and every file of functions ends by
+-- calling this: it takes back,
 -- from each object in schema lease that this transaction wrote, every grant
 -- to a role other than the owner and PUBLIC that a default privilege
--- names. (PUBLIC's rights are set by each migration's own GRANT and REVOKE
+-- names. (PUBLIC's rights are set by each file's own GRANT and REVOKE
 -- statements. A grant an operator made to such a role on an object that a
--- later migration replaces is taken back too, which docs/PRIVILEGES.md
+-- later install replaces is taken back too, which docs/PRIVILEGES.md
 -- says.)
 CREATE FUNCTION lease._drop_default_grants()
 RETURNS void
@@ -389,7 +397,7 @@ CREATE TABLE lease.guards (
 REVOKE ALL ON TABLE lease.guards FROM PUBLIC;
 
 -- One row per (key, listener session) with interest in the key's release
--- (the waiting protocol, 000005_waiting).
+-- (the waiting protocol, sql/functions/04_waiting.sql).
 --   backend_pid: the registering session. A stale row (its session gone,
 --   or its pid reused) only costs an unneeded notification;
 --   lease._waiter_reset prunes rows whose pid no longer runs in this
@@ -404,7 +412,7 @@ CREATE INDEX waiters_backend_pid ON lease.waiters (backend_pid);
 REVOKE ALL ON TABLE lease.waiters FROM PUBLIC;
 
 -- One row per FREE key a prune has seen, for the idle time of FREE rows
--- (000007_pruning).
+-- (sql/functions/06_pruning.sql).
 --   key_hash: the key's digest (lease.leases.key_hash).
 --   epoch: the key's counter when the prune saw it FREE.
 --   seen_at: when (clock_timestamp() of that prune).
@@ -414,6 +422,18 @@ CREATE TABLE lease.prune_sightings (
     seen_at  timestamptz NOT NULL
 );
 REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
+
+-- The lineage of this installation: generation 0 on the timeline it is
+-- installed on, so epochs start at 1. The timeline is the expression of
+-- lease._timeline() (sql/functions/01_rules.sql), which does not exist yet
+-- when the tables are created; a unit test keeps the two equal.
+INSERT INTO lease.lineage (singleton, system_identifier, base, last_timeline, external_floor, checked_start)
+SELECT true, (pg_catalog.pg_control_system()).system_identifier, 1 OPERATOR(pg_catalog.-) t.timeline, t.timeline, 0,
+       pg_catalog.pg_postmaster_start_time()
+  FROM (SELECT CASE WHEN pg_catalog.pg_is_in_recovery()
+                THEN (pg_catalog.pg_control_checkpoint()).timeline_id::bigint
+                ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
+           END AS timeline) AS t;
 
 -- Every migration ends so (see lease._drop_default_grants).
 SELECT lease._drop_default_grants();

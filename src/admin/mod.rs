@@ -4,15 +4,17 @@
 //! are granted to nobody by default (docs/guide/security.md), and asking
 //! whether the connected role was granted one.
 
+pub(crate) mod extension;
 pub(crate) mod listing;
 pub(crate) mod operator;
 pub(crate) mod prune;
 
 pub use crate::api::Operator;
 pub use crate::install::{
-    install, installed_versions, is_installed, uninstall, InstallReport, MIGRATIONS,
+    install, installed_versions, is_installed, uninstall, InstallReport, Migrations, MIGRATIONS,
 };
 pub use crate::sql::install::INSTALL_LOCK_TIMEOUT;
+pub use extension::{extension_files, extension_version, ExtensionFile, EXTENSION_UPGRADES_FROM};
 pub use listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
 pub use operator::{
     function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,

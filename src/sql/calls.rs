@@ -372,7 +372,7 @@ cacheable_query! {
 /// matched, so the clock is always answered.
 ///
 /// The state restates `lease._live` and the expiry `lease._expiry`
-/// (migration 2), which a listing cannot call: helpers are granted to
+/// (sql/functions/01_rules.sql), which a listing cannot call: helpers are granted to
 /// nobody, and the role that may read the tables need not be their owner.
 /// The same rule: a grant is held while the later of its own expiry and its
 /// group's (none when the group is gone) is ahead of the clock.

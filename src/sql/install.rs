@@ -25,7 +25,7 @@ pub(crate) const MINIMUM_MAJOR: u32 = 14;
 /// Refuses a server older than PostgreSQL [`MINIMUM_MAJOR`] before anything
 /// is created: SQLSTATE 0A000, constraint `lease_unsupported_version`,
 /// DETAIL `minimum=14 server_version=<server_version>`. The same block opens
-/// migration 1, so that `diesel migration run` with the vendored migrations
+/// migration 1, so that Diesel's runner with `admin::MIGRATIONS`
 /// refuses too; the two must stay the same. Only versions the test matrix
 /// has run are accepted (docs/guide/getting-started.md, "Supported PostgreSQL versions").
 pub(crate) const VERSION_CHECK: &str = "DO $$
@@ -63,28 +63,14 @@ pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 
 /// Refuses a schema `lease` that exists and is not owned by the installing
 /// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
-/// `lease_schema_not_owned`, DETAIL `owner=<role>`. The same block opens
-/// migration 1, so that `diesel migration run` with the vendored migrations
-/// refuses too; the two must stay the same. Run after `CREATE SCHEMA IF NOT
-/// EXISTS`, so a schema created concurrently is judged as well.
-pub const SCHEMA_OWNER_CHECK: &str = "DO $$
-DECLARE
-    v_owner text;
-BEGIN
-    SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
-      FROM pg_catalog.pg_namespace AS n
-     WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
-       AND n.nspowner OPERATOR(pg_catalog.<>)
-           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
-    IF v_owner IS NOT NULL THEN
-        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
-            USING ERRCODE = '42501',
-                  CONSTRAINT = 'lease_schema_not_owned',
-                  DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
-                  HINT = 'The owner of schema lease could replace leasehold''s functions. Have that role or a superuser drop the schema, or install as that role.';
-    END IF;
-END
-$$";
+/// `lease_schema_not_owned`, DETAIL `owner=<role>`. Written once, in
+/// migration 1 (which Diesel's runner and the extension run too); this is
+/// that statement, which `install` runs before its bookkeeping on every
+/// install and upgrade. Run after `CREATE SCHEMA IF NOT EXISTS`, so a
+/// schema created concurrently is judged as well.
+pub(crate) fn schema_owner_check() -> Option<&'static str> {
+    crate::sql_files::migration_1_check(super::names::SCHEMA_NOT_OWNED)
+}
 
 /// Refuses, before any migration runs, a schema `lease` that a role other
 /// than the installer can put code into: an object in it that another role
@@ -195,7 +181,15 @@ mod tests {
             INSTALL_LOCK_TIMEOUT.as_secs()
         );
         assert_eq!(SET_LOCK_TIMEOUT, spelled);
-        for (name, sql) in crate::migration_sql::MIGRATION_SQL {
+        for (name, sql) in crate::sql_files::MIGRATION_SQL
+            .iter()
+            .map(|(name, up, _)| (name, up))
+            .chain(
+                crate::sql_files::FUNCTION_SQL
+                    .iter()
+                    .map(|(name, text)| (name, text)),
+            )
+        {
             assert!(
                 sql.lines().any(|line| line.trim() == format!("{spelled};")),
                 "migration {name} does not set the install's lock bound"

@@ -1,5 +1,6 @@
-//! Names the SQL functions raise and return, shared by the migrations and
-//! this crate. Changing one here means changing it in `migrations/` too.
+//! Names the SQL functions raise and return, shared by the SQL
+//! (`migrations/`, `sql/functions/`) and this crate. Changing one here
+//! means changing it in the SQL too.
 
 /// `CONSTRAINT` name of invalid-input errors (SQLSTATE 22023).
 pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
@@ -58,7 +59,7 @@ pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
 
 /// `CONSTRAINT` name of a `CREATE EXTENSION leasehold` refused because the
 /// migrations installed leasehold in the database already (SQLSTATE 55000;
-/// raised by the extension's first script, src/extension.rs). Nothing in
+/// raised by the extension's first script, src/admin/extension.rs). Nothing in
 /// this crate maps it: `CREATE EXTENSION` is a statement users run.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
@@ -79,27 +80,21 @@ pub(crate) const INSTALL_NOT_PERMITTED: &str = "lease_install_not_permitted";
 mod tests {
     use std::collections::BTreeSet;
 
-    /// Every `CONSTRAINT` name the SQL raises: the migrations', the
-    /// extension scripts' and the installer's `RAISE ... USING CONSTRAINT =
+    /// Every `CONSTRAINT` name the SQL raises: the migrations', the files
+    /// of functions' (through the extension scripts, which hold them), the
+    /// extension scripts' own and the installer's `RAISE ... USING CONSTRAINT =
     /// '...'`.
     fn raised() -> BTreeSet<String> {
         let root = env!("CARGO_MANIFEST_DIR");
         let mut texts =
             vec![std::fs::read_to_string(format!("{root}/src/sql/install.rs")).unwrap_or_default()];
-        let mut dirs: Vec<_> = std::fs::read_dir(format!("{root}/migrations"))
-            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_default();
-        dirs.sort();
-        for dir in dirs {
-            texts.push(std::fs::read_to_string(dir.join("up.sql")).unwrap_or_default());
+        for (_, up, _) in crate::sql_files::MIGRATION_SQL {
+            texts.push((*up).to_owned());
         }
-        // The extension scripts as generated (and committed), with the
-        // statements the generator adds.
-        let scripts = std::fs::read_dir(format!("{root}/extension"))
-            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
-            .unwrap_or_else(|_| Vec::new());
-        for script in scripts {
-            texts.push(std::fs::read_to_string(script).unwrap_or_default());
+        // The extension scripts as generated, with the statements the
+        // generator adds.
+        for file in crate::admin::extension_files().unwrap_or_default() {
+            texts.push(file.contents);
         }
         let mut names = BTreeSet::new();
         for text in texts {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation testing for leasehold's SQL functions.
 
-Mutates the functions of migrations/*/up.sql one operator at a time and runs
+Mutates the functions of migrations/*/up.sql and sql/functions/*.sql one operator at a time and runs
 the SQL-level test suite (the cargo test target `leasehold`) against each
 mutant. A mutant is applied by test-support after `leasehold::install`, via
 LEASEHOLD_TEST_SQL_PATCH (a file holding one `CREATE OR REPLACE FUNCTION`).
@@ -281,8 +281,9 @@ def parse_file(path: Path) -> list[Function]:
 
 
 def migration_files(repo: Path) -> list[Path]:
-    """migrations/*/up.sql, sorted."""
-    return sorted(repo.glob("migrations/*/up.sql"))
+    """migrations/*/up.sql, sorted, then sql/functions/*.sql, sorted: the
+    order every install applies them in."""
+    return sorted(repo.glob("migrations/*/up.sql")) + sorted(repo.glob("sql/functions/*.sql"))
 
 
 def parse_functions(files: list[Path]) -> tuple[list[Function], list[Function]]:
@@ -1334,7 +1335,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up as on Ctrl-C
     files = migration_files(args.repo)
     if not files:
-        sys.exit(f"no migrations/*/up.sql under {args.repo}")
+        sys.exit(f"no migrations/*/up.sql or sql/functions/*.sql under {args.repo}")
     functions, superseded = parse_functions(files)
     all_mutants = build_mutants(functions)
     mutants = all_mutants

@@ -18,6 +18,7 @@ pub mod fault_proxy;
 pub mod grants;
 pub mod guard_conformance;
 pub mod json;
+pub mod layout;
 pub mod moto;
 pub mod nemesis;
 pub mod patroni;

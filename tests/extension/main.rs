@@ -1,8 +1,9 @@
-//! The PostgreSQL extension `leasehold` (src/extension.rs): the committed
-//! files under `extension/` are what the generator produces; `CREATE
-//! EXTENSION` installs what the migrations install; `ALTER EXTENSION ...
-//! UPDATE` follows the migrations' steps; `pg_dump`/`pg_restore` keep every
-//! epoch and guard record; the two install paths refuse to mix.
+//! The PostgreSQL extension `leasehold` (src/admin/extension.rs): `CREATE
+//! EXTENSION` installs what `install()` and Diesel's runner install, to the
+//! same catalog; `ALTER EXTENSION ... UPDATE` brings an install of the
+//! earlier layout to it, keeping every lease and guard record;
+//! `pg_dump`/`pg_restore` keep every epoch and guard record; the two
+//! install paths refuse to mix.
 //!
 //! The server runs from a private copy of the PostgreSQL installation (see
 //! [`private_install`]) whose share directory holds the generated files, so
@@ -16,12 +17,8 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
-use leasehold::guard::Check;
-use leasehold::guard::Fencing;
-use leasehold::{
-    error::{GuardError, InstallError},
-    install, FencingToken, Leases,
-};
+use leasehold::guard::{Check, Fencing};
+use leasehold::{error::InstallError, install, Leases};
 use leasehold_local::LocalPostgres;
 
 mod namespaces_restore;
@@ -30,8 +27,10 @@ mod tampering;
 
 const TTL: Duration = Duration::from_secs(300);
 
-/// The first extension version: the first migration's.
-const FIRST_VERSION: &str = "20261201000003";
+/// The version the earlier layout (one migration per concern, functions
+/// included) installed, which `ALTER EXTENSION leasehold UPDATE` upgrades
+/// from.
+const PREVIOUS_VERSION: &str = "20261201000008";
 
 #[derive(QueryableByName)]
 struct Row {
@@ -49,36 +48,36 @@ fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
         .collect()
 }
 
-/// The committed extension files (`extension/`), as the generator wrote
-/// them (the command's own tests check they are what it generates).
+/// The extension files the library generates, and the install script of
+/// the earlier layout's version [`PREVIOUS_VERSION`] (generated from that
+/// layout's migrations, read from the repository's history), so that an
+/// update from it can be tested.
 fn extension_files() -> Vec<(String, String)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("extension");
-    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|error| panic!("read {}: {error}", dir.display()))
-        .map(|entry| {
-            let entry = entry.unwrap();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            (name, std::fs::read_to_string(entry.path()).unwrap())
+    static FILES: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    FILES
+        .get_or_init(|| {
+            let mut files: Vec<(String, String)> = leasehold::admin::extension_files()
+                .expect("generate the extension files")
+                .into_iter()
+                .map(|file| (file.name, file.contents))
+                .collect();
+            assert!(leasehold::admin::EXTENSION_UPGRADES_FROM.contains(&PREVIOUS_VERSION));
+            files.push((
+                format!("leasehold--{PREVIOUS_VERSION}.sql"),
+                leasehold::__private::sql_files::install_script_of(
+                    &leasehold_test_support::layout::previous_layout_migrations(),
+                )
+                .expect("generate the earlier layout's install script"),
+            ));
+            files.sort();
+            files
         })
-        .collect();
-    files.sort();
-    files
+        .clone()
 }
 
-/// The version `CREATE EXTENSION leasehold` installs: the control file's
-/// `default_version`.
+/// The version `CREATE EXTENSION leasehold` installs.
 fn extension_version() -> String {
-    extension_files()
-        .into_iter()
-        .find(|(name, _)| name == "leasehold.control")
-        .and_then(|(_, control)| {
-            control.lines().find_map(|line| {
-                line.strip_prefix("default_version = '")
-                    .and_then(|rest| rest.strip_suffix('\''))
-                    .map(str::to_owned)
-            })
-        })
-        .expect("extension/leasehold.control names a default_version")
+    leasehold::admin::extension_version()
 }
 
 /// A private copy of the PostgreSQL installation: the binaries hard-linked
@@ -304,7 +303,7 @@ fn app_conn(database: &str) -> PgConnection {
 /// What was installed, object by object: functions (signature, security,
 /// settings, volatility, body), table columns, indexes, triggers,
 /// constraints. Ownership and privileges are left out (see the module
-/// documentation of src/extension.rs), and so is the extension's own
+/// documentation of src/admin/extension.rs), and so is the extension's own
 /// lineage-restore trigger.
 fn installed_objects(conn: &mut PgConnection) -> Vec<String> {
     rows(
@@ -509,70 +508,63 @@ fn create_extension_by_a_non_superuser_installs_what_the_migrations_install() {
 }
 
 #[test]
-fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
+fn every_install_path_leaves_the_same_catalog() {
+    use diesel_migrations::MigrationHarness;
+    use leasehold_test_support::layout::catalog;
+    let by_install = database();
+    let mut i = app_conn(&by_install);
+    install(&mut i).unwrap();
+    // Diesel's own bookkeeping table goes on the search_path, into a schema
+    // the role may create in (PostgreSQL 15 grants no CREATE on public).
+    let by_diesel = database();
+    conn(&by_diesel)
+        .batch_execute("CREATE SCHEMA diesel AUTHORIZATION app")
+        .unwrap();
+    let mut d = app_conn(&by_diesel);
+    d.batch_execute("SET search_path = diesel").unwrap();
+    d.run_pending_migrations(leasehold::admin::MIGRATIONS)
+        .unwrap();
+    let by_extension = database();
+    let mut e = app_conn(&by_extension);
+    e.batch_execute("CREATE EXTENSION leasehold").unwrap();
+    let expected = catalog(&mut i);
+    assert!(expected
+        .iter()
+        .any(|line| line.starts_with("function lease.acquire(")
+            && line.contains("definer=t")
+            && line.contains("owner=app")));
+    assert!(expected
+        .iter()
+        .any(|line| line.starts_with("function acl lease.acquire(")
+            && line.contains(" PUBLIC EXECUTE ")));
+    assert_eq!(catalog(&mut d), expected, "Diesel's runner");
+    assert_eq!(catalog(&mut e), expected, "CREATE EXTENSION");
+}
+
+#[test]
+fn alter_extension_update_from_the_previous_layout_keeps_the_leases() {
+    use leasehold_test_support::layout::{catalog, lease_state};
     let db = database();
     let mut c = app_conn(&db);
     c.batch_execute(&format!(
-        "CREATE EXTENSION leasehold VERSION '{FIRST_VERSION}'"
+        "CREATE EXTENSION leasehold VERSION '{PREVIOUS_VERSION}'"
     ))
     .unwrap();
-    assert_eq!(
-        rows(
-            &mut c,
-            "SELECT (to_regprocedure('lease.admit(text, text, bigint)') IS NULL)::text AS t"
-        ),
-        vec!["true".to_owned()],
-        "version 3 (tables, rules, lease functions) has no guard functions yet"
-    );
-    // The library needs the schema of its own version
-    // (docs/guide/getting-started.md, "Upgrading"): against version 3 a
-    // guard call fails as "not installed" (its function is missing) and
-    // changes nothing. Version 3's own SQL API sets up the state the
-    // updates must keep.
-    assert!(matches!(
-        c.admit(
-            "res-0",
-            &FencingToken::new("job-0", "w0", leasehold::Epoch::from(1)).unwrap(),
-            Check::Token
-        ),
-        Err(GuardError::NotInstalled { .. })
-    ));
-    assert_eq!(
-        rows(&mut c, "SELECT count(*)::text AS t FROM lease.guards"),
-        vec!["0".to_owned()]
-    );
-    let epoch_of =
-        |c: &mut PgConnection, sql: &str| -> i64 { rows(c, sql).remove(0).parse().unwrap() };
-    let held = FencingToken::new(
-        "job-a",
-        "w1",
-        epoch_of(
-            &mut c,
-            "SELECT epoch::text AS t FROM lease.acquire('job-a', 'w1', '30 seconds')",
-        )
-        .into(),
-    )
-    .unwrap();
-    let other_epoch = epoch_of(
-        &mut c,
-        "SELECT epoch::text AS t FROM lease.acquire('job-b', 'w1', '30 seconds')",
-    );
-    assert_eq!(
-        rows(
-            &mut c,
-            &format!("SELECT status AS t FROM lease.release('job-b', 'w1', {other_epoch})")
-        ),
-        vec!["ok".to_owned()]
-    );
-    c.batch_execute("ALTER EXTENSION leasehold UPDATE TO '20261201000004'")
-        .unwrap();
-    c.admit("res-a", &held, Check::Token).unwrap();
-    let before = state(&mut c);
+    // A lease held, its guard records by admit and by fence, one released.
+    let first = c.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
+    c.admit("res-a", &first, Check::Token).unwrap();
+    let other = c.acquire("job-b", "w1", TTL).unwrap().granted().unwrap();
+    c.fence("res-b", "job-b", other.epoch()).unwrap();
+    assert_eq!(c.release(&other).unwrap(), leasehold::Release::Released);
+    let before = lease_state(&mut c);
+    assert!(before
+        .iter()
+        .any(|line| line.starts_with("guard res-a job-a ")));
     c.batch_execute("ALTER EXTENSION leasehold UPDATE").unwrap();
     assert_eq!(
-        state(&mut c),
+        lease_state(&mut c),
         before,
-        "the update changed no lease or guard"
+        "the update changed no lease, epoch or guard record"
     );
     assert_eq!(owners(&mut c), vec!["app".to_owned()]);
     assert_eq!(
@@ -586,16 +578,13 @@ fn alter_extension_update_follows_the_migrations_and_keeps_the_state() {
     let mut f = app_conn(&fresh);
     f.batch_execute("CREATE EXTENSION leasehold").unwrap();
     assert_eq!(installed_objects(&mut c), installed_objects(&mut f));
+    assert_eq!(catalog(&mut c), catalog(&mut f));
     // Still the same lease, and its guard still admits it; the library's
     // calls work on the updated schema.
-    c.admit("res-a", &held, Check::Token).unwrap();
+    c.admit("res-a", &first, Check::Token).unwrap();
     let next = c.acquire("job-b", "w2", TTL).unwrap().granted().unwrap();
-    assert_eq!(next.epoch(), other_epoch + 2);
-    assert_eq!(
-        c.release(&leasehold_test_support::grant("job-b", "w2", next.epoch()))
-            .unwrap(),
-        leasehold::Release::Released
-    );
+    assert_eq!(i64::from(next.epoch()), i64::from(other.epoch()) + 2);
+    assert_eq!(c.release(&next).unwrap(), leasehold::Release::Released);
 }
 
 /// `pg_dump` or `pg_restore`: the test server's own, or, for the server-only
@@ -672,7 +661,7 @@ fn dump_keeps_everything(use_extension: bool) {
     c.batch_execute("SELECT lease.raise_generation(1)").unwrap();
     let before = state(&mut c);
     assert!(before.iter().filter(|r| r.starts_with("guard ")).count() >= 3);
-    // The extension is restored as its owner (see src/extension.rs); the
+    // The extension is restored as its owner (see src/admin/extension.rs); the
     // migrations install by the superuser, which restores each owner.
     let restored = dump_and_restore(&db, use_extension.then_some("app"));
     let mut r = conn(&restored);

@@ -15,6 +15,7 @@ use crate::common::*;
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
 
+/// Every migration's version, then the functions step's.
 fn expected_versions() -> Vec<String> {
     let mut versions: Vec<String> =
         std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
@@ -31,6 +32,7 @@ fn expected_versions() -> Vec<String> {
             })
             .collect();
     versions.sort();
+    versions.push(leasehold::__private::sql_files::functions_version());
     versions
 }
 

@@ -21,6 +21,7 @@ mod groups;
 mod guard_contract;
 mod holders;
 mod install;
+mod layout;
 mod listing;
 mod lock_order;
 mod many_keys;

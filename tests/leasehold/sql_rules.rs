@@ -3,7 +3,8 @@
 //! the shortcuts of a rule never disagree with the rule, every function
 //! pins its search_path or is an inlined helper, nothing in schema `lease`
 //! is a rewrite rule or a view, and each migration's `down.sql` drops
-//! exactly the functions its `up.sql` creates.
+//! exactly the functions its `up.sql` creates (the files of functions are
+//! undone together by the functions step, tests/leasehold/layout.rs).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use leasehold::Leases;
 
 /// The helpers allowed to compare an expiry with the clock, or to compute
 /// one: the definitions of liveness, expiry and span validity
-/// (migrations/2026-12-01-000002_rules).
+/// (sql/functions/01_rules.sql).
 const TIME_RULE_HELPERS: &[&str] = &[
     "_expires_in",
     "_live",
@@ -25,6 +26,7 @@ const TIME_RULE_HELPERS: &[&str] = &[
     "_expiry",
     "_lapsed_for",
     "_group_lapsed_for",
+    "_idle_cutoff",
     "_span_effect",
 ];
 
@@ -37,6 +39,33 @@ fn migration_dirs() -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     dirs
+}
+
+/// Every SQL source, in the order installs apply them: each migration's
+/// `up.sql`, then each file of `sql/functions/`; path and text.
+fn sql_sources() -> Vec<(PathBuf, String)> {
+    let mut sources: Vec<PathBuf> = migration_dirs()
+        .into_iter()
+        .map(|dir| dir.join("up.sql"))
+        .collect();
+    let functions = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql/functions");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&functions)
+        .expect("sql/functions/")
+        .map(|entry| entry.expect("a directory entry").path())
+        .collect();
+    files.sort();
+    sources.extend(files);
+    sources
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            (
+                path,
+                text.replace("CREATE OR REPLACE FUNCTION", "CREATE FUNCTION"),
+            )
+        })
+        .collect()
 }
 
 /// Every `CREATE FUNCTION lease.<name>(...) ... $$ body $$` of a migration:
@@ -90,6 +119,9 @@ fn time_rule_written_out(text: &str) -> Option<String> {
     }
     for needle in [
         "clock_timestamp() +",
+        "clock_timestamp() -",
+        "clock_timestamp() operator(pg_catalog.+)",
+        "clock_timestamp() operator(pg_catalog.-)",
         "now()",
         "_expiry(l) <",
         "_expiry(l) >",
@@ -106,15 +138,14 @@ fn time_rule_written_out(text: &str) -> Option<String> {
 }
 
 /// One definition per rule: no liveness or expiry comparison, and no
-/// `clock_timestamp() + span`, is written anywhere in the migrations but in
+/// `clock_timestamp() + span` or `- span` (pruning's idle test), is written anywhere in the migrations but in
 /// its helper; everything else calls `lease._live`, `lease._expires_in` and
 /// the others. Fails naming the function and the text.
 #[test]
 fn liveness_and_expiry_are_compared_only_in_their_helpers() {
     let mut found = Vec::new();
     let mut helpers_seen = BTreeSet::new();
-    for dir in migration_dirs() {
-        let sql = std::fs::read_to_string(dir.join("up.sql")).expect("up.sql");
+    for (dir, sql) in sql_sources() {
         for (name, body) in function_bodies(&sql) {
             if TIME_RULE_HELPERS.contains(&name.as_str()) {
                 helpers_seen.insert(name);
@@ -144,6 +175,8 @@ fn the_time_rule_detector_catches_what_it_must() {
         "SET expires_at = clock_timestamp() + ttl",
         "v := now()",
         "lease._expiry(l) <= v_cutoff",
+        "v_cutoff := clock_timestamp() - idle",
+        "g.updated_at <= (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) idle)",
     ] {
         assert!(time_rule_written_out(text).is_some(), "{text}");
     }
@@ -152,6 +185,7 @@ fn the_time_rule_detector_catches_what_it_must() {
         "RETURNING l.epoch, l.expires_at INTO v_epoch, v_expires",
         "lease._live(l) AND l.owner = v_owner",
         "SELECT g.expires_at INTO v FROM lease.groups AS g",
+        "g.updated_at <= lease._idle_cutoff(prune_guards.idle)",
     ] {
         assert!(time_rule_written_out(text).is_none(), "{text}");
     }
@@ -236,6 +270,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_grant_epoch",
     "_group_lapsed_for",
     "_group_live",
+    "_idle_cutoff",
     "_key_hash",
     "_lapsed_for",
     "_limit_lock_wait",
@@ -250,6 +285,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_name_ok",
     "_on_release",
     "_plain_span_within",
+    "_read_only",
     "_timeline",
     "_ttl_ok",
     "_wait_ok",
@@ -318,13 +354,12 @@ fn every_function_pins_its_search_path_and_no_rule_exists() {
     );
 }
 
-/// Every migration ends by taking back what default privileges granted on
-/// the objects it wrote (docs/PRIVILEGES.md), so a new migration cannot
-/// forget it: its last statement is the call.
+/// Every migration and every file of functions ends by taking back what
+/// default privileges granted on the objects it wrote (docs/PRIVILEGES.md),
+/// so a new one cannot forget it: its last statement is the call.
 #[test]
 fn each_migration_ends_by_dropping_default_grants() {
-    for dir in migration_dirs() {
-        let up = std::fs::read_to_string(dir.join("up.sql")).expect("up.sql");
+    for (dir, up) in sql_sources() {
         let last = up
             .lines()
             .map(str::trim)

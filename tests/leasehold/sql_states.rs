@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
-use diesel_migrations::{FileBasedMigrations, MigrationHarness};
+use diesel_migrations::MigrationHarness;
 use leasehold_test_support::Deployment;
 
 use crate::common::*;
@@ -808,7 +808,7 @@ fn a_blocked_install_fails_with_a_lock_error_and_leaves_nothing() {
     assert_eq!(grant(&mut owner, "k", "a"), 1);
 }
 
-/// Hole: diesel's own migration runner on the vendored migrations waited
+/// Hole: diesel's own migration runner on leasehold's migrations waited
 /// without bound for the same lock. Must hold: the migrations set their own
 /// lock_timeout, so `run_pending_migrations` returns an error within a
 /// bounded time that mentions a lock, records no version and leaves no
@@ -820,10 +820,7 @@ fn a_blocked_diesel_migration_run_fails_with_a_lock_error_and_leaves_nothing() {
     let mut blocker = deployment.conn_as(&deployment.owner);
     blocker.batch_execute("BEGIN; CREATE SCHEMA lease").unwrap();
     let url = deployment.url_as(&deployment.owner);
-    let migrations = || {
-        FileBasedMigrations::from_path(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
-            .expect("the vendored migrations")
-    };
+    let migrations = || leasehold::admin::MIGRATIONS;
     let result = returns(
         "diesel's run_pending_migrations blocked by an uncommitted CREATE SCHEMA lease",
         move || {

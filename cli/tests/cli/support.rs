@@ -116,22 +116,8 @@ fn output_of(mut command: Command) -> Run {
     }
 }
 
-/// The version of the newest migration under `migrations/` (its digits),
-/// which is what `leasehold install` records last and the extension's
-/// `default_version`.
+/// The version `leasehold install` records last (its functions step) and
+/// the extension's `default_version`.
 pub fn newest_migration_version() -> String {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    std::fs::read_dir(&dir)
-        .unwrap_or_else(|error| panic!("read {}: {error}", dir.display()))
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .max()
-        .map(|name| {
-            name.split('_')
-                .next()
-                .unwrap_or(&name)
-                .chars()
-                .filter(char::is_ascii_digit)
-                .collect()
-        })
-        .expect("a migration")
+    leasehold::admin::extension_version()
 }

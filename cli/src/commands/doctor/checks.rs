@@ -228,25 +228,29 @@ fn install(conn: &mut PgConnection, findings: &mut Vec<Finding>) -> bool {
 }
 
 fn upgrades_of_extension(version: &str, latest: &str) -> Finding {
-    match version.cmp(latest) {
-        std::cmp::Ordering::Equal => Finding::new(
+    // Versions carry a digest of the functions' text, so they have no
+    // order: this binary knows its own and the ones it upgrades from.
+    if version == latest {
+        Finding::new(
             "upgrades",
             Status::Ok,
             format!("extension version {version} is the newest this binary knows"),
             "nothing",
-        ),
-        std::cmp::Ordering::Less => Finding::new(
+        )
+    } else if leasehold::admin::EXTENSION_UPGRADES_FROM.contains(&version) {
+        Finding::new(
             "upgrades",
             Status::Warn,
             format!("extension version {version} is installed; this binary has {latest}"),
             "copy the files of `leasehold extension generate` into the server's extension directory, then run ALTER EXTENSION leasehold UPDATE",
-        ),
-        std::cmp::Ordering::Greater => Finding::new(
+        )
+    } else {
+        Finding::new(
             "upgrades",
             Status::Warn,
-            format!("extension version {version} is newer than this binary's {latest}"),
-            "use a leasehold binary at least as new as the installed SQL",
-        ),
+            format!("extension version {version} is not one this binary installs ({latest}) or upgrades from"),
+            "use the leasehold binary whose version installed the SQL, or a newer one that upgrades from it",
+        )
     }
 }
 

@@ -1,9 +1,7 @@
 //! `leasehold extension generate` and `leasehold extension install`: write
-//! the PostgreSQL extension files that [`files`] generates
-//! from the migrations, into a directory of the caller's choice or into the
+//! the PostgreSQL extension files that `leasehold::admin::extension_files`
+//! generates from the library's SQL, into a directory of the caller's choice or into the
 //! extension directory of the server `pg_config` describes.
-
-mod files;
 
 use std::ffi::OsStr;
 use std::fs;
@@ -17,6 +15,7 @@ use crate::failure::CliError;
 use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
 use crate::output::Printer;
+use leasehold::admin;
 
 /// The PostgreSQL extension `leasehold` (`CREATE EXTENSION leasehold`),
 /// an alternative to `install`.
@@ -116,7 +115,7 @@ enum WriteError {
 /// Generates the files and writes them into `dir` (created if missing;
 /// files there are replaced); their names.
 fn write_files(dir: &Path) -> Result<Vec<String>, WriteError> {
-    let files = files::extension_files().map_err(|error| {
+    let files = admin::extension_files().map_err(|error| {
         WriteError::Generate(CliError::Extension(crate::failure::report(&error)))
     })?;
     fs::create_dir_all(dir)
@@ -136,7 +135,7 @@ fn wrote(names: &[String], dir: &Path) -> String {
     format!(
         "wrote {} files for extension leasehold version {} into {}: {}",
         names.len(),
-        files::extension_version(),
+        admin::extension_version(),
         dir.display(),
         names.join(", ")
     )
@@ -145,7 +144,7 @@ fn wrote(names: &[String], dir: &Path) -> String {
 /// The `--json` form of a successful write.
 fn written_json(names: &[String], dir: &Path) -> Json {
     Json::Object(vec![
-        ("version", Json::str(files::extension_version())),
+        ("version", Json::str(admin::extension_version())),
         ("dir", Json::str(dir.display().to_string())),
         ("files", Json::Array(names.iter().map(Json::str).collect())),
     ])

@@ -61,9 +61,9 @@
 -- lease._waiter_reset.
 --
 -- The table (lease.waiters), the lock id (lease._waiter_lock_id) and the
--- release side (lease._on_release) are in 000001_tables and 000002_rules.
+-- release side (lease._on_release) are in migration 000001_tables and 01_rules.sql.
 --
--- The rules of 000001_tables apply, with one documented exception:
+-- The rules of migration 000001_tables apply, with one documented exception:
 -- * lease._waiter_watch, lease._waiter_unwatch and lease._waiter_reset are
 --   the waiting protocol's entry points, called by the Rust client's listener
 --   session under the application's role. They keep the `_` of plumbing that
@@ -88,7 +88,7 @@ SET LOCAL lock_timeout = '5s';
 -- Refuses with 42501 lease_namespace_denied when the caller may not act on
 -- the key (§4) and with 22023 lease_waiter_limit when the session already
 -- holds lease._waiter_limit() registrations.
-CREATE FUNCTION lease._waiter_watch(key text)
+CREATE OR REPLACE FUNCTION lease._waiter_watch(key text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -132,7 +132,7 @@ $$;
 -- Withdraws the calling session's interest in `key`. Changes only the
 -- calling session's own row, so it needs no namespace check; a NULL key
 -- matches nothing.
-CREATE FUNCTION lease._waiter_unwatch(key text)
+CREATE OR REPLACE FUNCTION lease._waiter_unwatch(key text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -154,7 +154,7 @@ $$;
 -- transaction and keeps that copy, so a caller that read it earlier in an
 -- open transaction would otherwise make this function prune the rows of
 -- every session started since.
-CREATE FUNCTION lease._waiter_reset()
+CREATE OR REPLACE FUNCTION lease._waiter_reset()
 RETURNS integer
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -176,5 +176,6 @@ GRANT EXECUTE ON FUNCTION lease._waiter_watch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_unwatch(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._waiter_reset() TO PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();

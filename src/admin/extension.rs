@@ -1,21 +1,21 @@
-//! Packaging the migrations as a PostgreSQL extension: `CREATE EXTENSION
-//! leasehold` installs what `leasehold::install` installs, from the same SQL.
-//! A build-time job, so it lives in the command, not in the library.
+//! Packaging leasehold's SQL as a PostgreSQL extension: `CREATE EXTENSION
+//! leasehold` installs what [`crate::install()`] installs, from the same
+//! sources compiled into the crate (src/sql_files.rs).
 //!
-//! [`extension_files`] generates the control file and one script per
-//! migration from the files under `migrations/` (compiled into the library,
-//! which hands their text over):
-//! `leasehold--<v1>.sql` installs the first migration, and
-//! `leasehold--<vN-1>--<vN>.sql` applies migration N, so `CREATE EXTENSION`
-//! (PostgreSQL chains the steps up to `default_version`) and `ALTER
-//! EXTENSION leasehold UPDATE` run exactly the migrations' statements in the
-//! migrations' order. Versions are the migration versions
-//! `leasehold::admin::installed_versions` reports (`20261201000001`, ...). The
-//! command `leasehold extension generate --out DIR` writes them; the copies
-//! committed under `extension/` are checked against this generator by a
-//! test and are never edited by hand.
+//! [`extension_files`] generates the control file and the scripts:
+//! `leasehold--<V>.sql` runs every migration and then every file of
+//! functions, in the order [`crate::install()`] applies them, and
+//! `leasehold--<P>--<V>.sql`, for each earlier version `P` of
+//! [`EXTENSION_UPGRADES_FROM`], runs the migrations newer than `P` and then
+//! every file of functions (written `CREATE OR REPLACE`), so that `ALTER
+//! EXTENSION leasehold UPDATE` brings an older install to `V`. `V` is the
+//! version of the functions step ([`crate::sql_files::functions_version`]):
+//! the newest migration's version, a dot and a digest of the files of
+//! functions. The command `leasehold extension generate --out DIR` writes
+//! the files, and `leasehold extension install` writes them into the
+//! server's extension directory; nothing generated is committed.
 //!
-//! What the generator changes in the migrations' SQL, and why:
+//! What the generator changes in the SQL, and why:
 //!
 //! - Every script opens with the `\echo ... \quit` guard, so feeding it to
 //!   psql does nothing.
@@ -78,7 +78,8 @@
 
 use std::fmt::Write as _;
 
-use leasehold::__private::extension_inputs::{MIGRATION_SQL, SCHEMA_OWNER_CHECK};
+use crate::sql::install::schema_owner_check;
+use crate::sql_files::{self, FUNCTION_SQL, MIGRATION_SQL};
 
 /// The extension's name (`CREATE EXTENSION leasehold`).
 const EXTENSION_NAME: &str = "leasehold";
@@ -97,76 +98,123 @@ pub struct ExtensionFile {
     pub contents: String,
 }
 
-/// Why the extension files could not be generated from the migrations: a
-/// migration no longer has a shape the generator relies on. Fixed in the
-/// generator, never by editing the generated files.
+/// Why the extension files could not be generated: a migration or a file
+/// of functions no longer has a shape the generator relies on. Fixed in the
+/// generator or the SQL, never by editing the generated files.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExtensionError {
-    /// A migration lacks a statement the generator rewrites.
-    #[error("migration {migration}: expected {expected}")]
+    /// A migration or a file of functions lacks a statement the generator
+    /// rewrites, or has one it refuses.
+    #[error("{source_file}: expected {expected}")]
     Unexpected {
-        /// The migration's directory name.
-        migration: String,
+        /// The file: `migrations/<dir>/up.sql` or `sql/functions/<file>`.
+        source_file: String,
         /// What was missing or not allowed.
         expected: String,
     },
 }
 
-/// The version of a migration directory `YYYY-MM-DD-NNNNNN_<what>`: its
-/// digits, as `leasehold::admin::installed_versions` reports it.
-fn version_of(dir: &str) -> String {
-    dir.split('_')
-        .next()
-        .unwrap_or(dir)
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect()
-}
+/// The earlier versions of the extension that `ALTER EXTENSION leasehold
+/// UPDATE` upgrades from, oldest first: each gets a script
+/// `leasehold--<P>--<V>.sql`. `20261201000008` is what the layout with one
+/// migration per concern installed (before the functions moved to
+/// `sql/functions/`). A release adds its own version here, so the next one
+/// upgrades from it.
+pub const EXTENSION_UPGRADES_FROM: &[&str] = &["20261201000008"];
 
 /// The extension version every `CREATE EXTENSION leasehold` installs: the
-/// newest migration's version.
+/// version of the functions step, as [`crate::admin::installed_versions`]
+/// reports it last for an install by [`crate::install()`].
 pub fn extension_version() -> String {
-    MIGRATION_SQL
-        .last()
-        .map(|(dir, _)| version_of(dir))
-        .unwrap_or_default()
+    sql_files::functions_version()
 }
 
-/// Generates the control file and the scripts, in a stable order (control
-/// file first, then the scripts oldest first).
+/// One source of a script: its path (for messages), its text and whether
+/// it is the install's first migration.
+struct Source<'a> {
+    path: String,
+    sql: &'a str,
+    first: bool,
+}
+
+/// The migrations newer than `after` (all when `None`), then every file of
+/// functions.
+fn sources(after: Option<&str>) -> Vec<Source<'static>> {
+    let mut sources: Vec<Source<'static>> = MIGRATION_SQL
+        .iter()
+        .enumerate()
+        .filter(|(_, (dir, _, _))| {
+            after.is_none_or(|after| sql_files::version_of(dir).as_str() > after)
+        })
+        .map(|(index, (dir, up, _))| Source {
+            path: format!("migrations/{dir}/up.sql"),
+            sql: up,
+            first: after.is_none() && index == 0,
+        })
+        .collect();
+    sources.extend(FUNCTION_SQL.iter().map(|(file, sql)| Source {
+        path: format!("sql/functions/{file}"),
+        sql,
+        first: false,
+    }));
+    sources
+}
+
+/// Generates the control file, the install script and the update scripts,
+/// in a stable order (control file, install script, update scripts in the
+/// order of [`EXTENSION_UPGRADES_FROM`]).
 pub fn extension_files() -> Result<Vec<ExtensionFile>, ExtensionError> {
-    let mut files = vec![ExtensionFile {
-        name: format!("{EXTENSION_NAME}.control"),
-        contents: control_file(),
-    }];
-    let mut previous: Option<String> = None;
-    for (index, (dir, up)) in MIGRATION_SQL.iter().enumerate() {
-        let version = version_of(dir);
-        let name = match &previous {
-            None => format!("{EXTENSION_NAME}--{version}.sql"),
-            Some(from) => format!("{EXTENSION_NAME}--{from}--{version}.sql"),
-        };
+    let version = extension_version();
+    let mut files = vec![
+        ExtensionFile {
+            name: format!("{EXTENSION_NAME}.control"),
+            contents: control_file(&version),
+        },
+        ExtensionFile {
+            name: format!("{EXTENSION_NAME}--{version}.sql"),
+            contents: script(&sources(None), true)?,
+        },
+    ];
+    for from in EXTENSION_UPGRADES_FROM {
+        if *from == version {
+            continue;
+        }
+        let after = from.split('.').next().unwrap_or(from);
         files.push(ExtensionFile {
-            name,
-            contents: script(dir, up, index == 0)?,
+            name: format!("{EXTENSION_NAME}--{from}--{version}.sql"),
+            contents: script(&sources(Some(after)), false)?,
         });
-        previous = Some(version);
     }
     Ok(files)
 }
 
-fn control_file() -> String {
+/// The install script of an extension made of `migrations` alone
+/// (directory name and `up.sql`, oldest first), as this generator writes
+/// it: for tests that install the layout of an earlier version.
+pub fn install_script_of(migrations: &[(String, String)]) -> Result<String, ExtensionError> {
+    let sources: Vec<Source<'_>> = migrations
+        .iter()
+        .enumerate()
+        .map(|(index, (dir, up))| Source {
+            path: format!("migrations/{dir}/up.sql"),
+            sql: up,
+            first: index == 0,
+        })
+        .collect();
+    script(&sources, true)
+}
+
+fn control_file(version: &str) -> String {
     format!(
-        "# Generated by `leasehold extension generate` from migrations/; do not edit.\n\
+        "# Generated by `leasehold extension generate` from migrations/ and sql/functions/; do not edit.\n\
          comment = 'PostgreSQL-native leases with monotonic fencing epochs, and guards that reject writes from superseded holders'\n\
-         default_version = '{}'\n\
+         default_version = '{version}'\n\
          schema = lease\n\
          relocatable = false\n\
          superuser = true\n\
          trusted = true\n\
-         requires = 'plpgsql'\n",
-        extension_version()
+         requires = 'plpgsql'\n"
     )
 }
 
@@ -472,16 +520,16 @@ DROP FUNCTION {OWNER_STEP};
 
 /// One top-level statement of a migration: the text before it (comments
 /// and blank lines) and the statement itself, without its `;`.
-struct Statement<'a> {
+pub(crate) struct Statement<'a> {
     preamble: &'a str,
-    text: &'a str,
+    pub(crate) text: &'a str,
 }
 
 /// Splits SQL into top-level statements at `;` outside comments, quoted
 /// strings, quoted identifiers and dollar quotes. Text after the last `;`
 /// is returned as a statement with an empty text when it holds only
 /// comments and blanks.
-fn statements(sql: &str) -> Vec<Statement<'_>> {
+pub(crate) fn statements(sql: &str) -> Vec<Statement<'_>> {
     let bytes = sql.as_bytes();
     let mut out = Vec::new();
     let mut start = 0;
@@ -568,19 +616,25 @@ fn calls_a_lease_function(statement: &str) -> bool {
     })
 }
 
-fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
+/// One source's statements: those that stay with the superuser, in the
+/// source's order (with the extension's own additions), and those that run
+/// as the owner.
+fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), ExtensionError> {
     let unexpected = |expected: String| ExtensionError::Unexpected {
-        migration: dir.to_owned(),
+        source_file: source.path.clone(),
         expected,
     };
+    let up = source.sql;
     let mut body = up.to_owned();
-    if first {
+    if source.first {
         let create = "CREATE SCHEMA IF NOT EXISTS lease;\n";
         if !body.contains(create) {
             return Err(unexpected(format!("the statement {create:?}")));
         }
         body = body.replacen(create, "", 1);
-        let check = format!("{};", SCHEMA_OWNER_CHECK);
+        let Some(check) = schema_owner_check().map(|check| format!("{check};")) else {
+            return Err(unexpected("the schema-ownership check".to_owned()));
+        };
         if !body.contains(&check) {
             return Err(unexpected("the schema-ownership check".to_owned()));
         }
@@ -590,7 +644,7 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
             1,
         );
     }
-    // The statements that stay with the superuser, in the migration's order;
+    // The statements that stay with the superuser, in the source's order;
     // the owner's are collected for the owner part.
     let mut kept = String::new();
     let mut as_owner = Vec::new();
@@ -662,18 +716,35 @@ fn script(dir: &str, up: &str, first: bool) -> Result<String, ExtensionError> {
             }
         }
     }
+    Ok((out, as_owner))
+}
+
+/// A script of `sources`, in order: an install script (`install`: it opens
+/// by refusing a migrations install) or an update script.
+fn script(sources: &[Source<'_>], install: bool) -> Result<String, ExtensionError> {
     let mut script = String::new();
     let _ = writeln!(
         script,
-        "-- Generated by `leasehold extension generate` from migrations/{dir}/up.sql; do not edit."
+        "-- Generated by `leasehold extension generate` from {}; do not edit.",
+        sources
+            .iter()
+            .map(|source| source.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     script.push_str("\\echo Use \"CREATE EXTENSION leasehold\" to load this file. \\quit\n\n");
-    if first {
+    if install {
         script.push_str(REFUSE_MIGRATIONS_INSTALL);
         script.push_str("\n\n");
     }
-    script.push_str(&out);
-    script.push('\n');
+    let mut as_owner = Vec::new();
+    for source in sources {
+        let (kept, owner) = split_source(source)?;
+        let _ = writeln!(script, "-- From {}:", source.path);
+        script.push_str(&kept);
+        script.push('\n');
+        as_owner.extend(owner);
+    }
     script.push_str(REASSIGN_TO_EXTENSION_OWNER);
     script.push('\n');
     if !as_owner.is_empty() {
@@ -688,19 +759,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn generates_one_script_per_migration() {
+    fn generates_an_install_script_and_one_update_script_per_earlier_version() {
         let files = extension_files().expect("generate");
-        assert_eq!(files.len(), MIGRATION_SQL.len() + 1);
-        assert_eq!(files[1].name, "leasehold--20261201000001.sql");
+        let version = extension_version();
+        assert_eq!(files.len(), 2 + EXTENSION_UPGRADES_FROM.len());
+        assert_eq!(files[0].name, "leasehold.control");
+        assert!(files[0]
+            .contents
+            .contains(&format!("default_version = '{version}'")));
+        assert_eq!(files[1].name, format!("leasehold--{version}.sql"));
         assert_eq!(
             files[2].name,
-            "leasehold--20261201000001--20261201000002.sql"
+            format!("leasehold--20261201000008--{version}.sql")
         );
-        assert!(files[1]
-            .contents
-            .contains("pg_extension_config_dump('lease.lineage'"));
-        assert!(!files[3].contents.contains("config_dump('lease.waiters'"));
-        assert!(!files[1].contents.contains("CREATE SCHEMA"));
+        let install = &files[1].contents;
+        assert!(install.contains("pg_extension_config_dump('lease.lineage'"));
+        assert!(!install.contains("config_dump('lease.waiters'"));
+        assert!(!install.contains("CREATE SCHEMA"));
+        assert!(install.contains("lease_installed_by_migrations"));
+        // Every function of every file, once, in the install script and in
+        // the update script; the update creates no table.
+        let update = &files[2].contents;
+        for (_, sql) in FUNCTION_SQL {
+            for line in sql
+                .lines()
+                .filter(|l| l.starts_with("CREATE OR REPLACE FUNCTION"))
+            {
+                assert_eq!(install.matches(line).count(), 1, "{line}");
+                assert_eq!(update.matches(line).count(), 1, "{line}");
+            }
+        }
+        assert!(!update.contains("CREATE TABLE"));
+        assert!(!update.contains("lease_installed_by_migrations"));
+        assert!(update.contains("REVOKE GRANT OPTION FOR ALL"));
     }
 
     /// Every data change and every call of a lease function runs inside the
@@ -722,8 +813,8 @@ mod tests {
             }
             assert!(owner.contains("SELECT lease._drop_default_grants()"));
         }
-        let step2 = &extension_files().expect("generate")[2].contents;
-        let owner = step2.split_once("_extension_step_as_owner()").unwrap().1;
+        let install = &extension_files().expect("generate")[1].contents;
+        let owner = install.split_once("_extension_step_as_owner()").unwrap().1;
         assert!(owner.contains("INSERT INTO lease.lineage"));
     }
 

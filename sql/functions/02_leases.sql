@@ -30,7 +30,7 @@ SET LOCAL lock_timeout = '5s';
 -- clause (every name is qualified instead) and `left` is used once, so a
 -- volatile argument does not keep the planner from inlining it; a call
 -- that is not inlined is parsed and planned at every use.
-CREATE FUNCTION lease._lock_budget("left" interval)
+CREATE OR REPLACE FUNCTION lease._lock_budget("left" interval)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
@@ -41,7 +41,7 @@ $$;
 -- Bounds the next lock wait of this transaction by what is `left` of a
 -- call's bound (lease._lock_budget), until the transaction ends or the
 -- caller puts its own lock_timeout back. Inlined.
-CREATE FUNCTION lease._limit_lock_wait("left" interval)
+CREATE OR REPLACE FUNCTION lease._limit_lock_wait("left" interval)
 RETURNS text
 LANGUAGE sql VOLATILE
 AS $$ SELECT pg_catalog.set_config('lock_timeout', lease._lock_budget("left"), true) $$;
@@ -49,7 +49,7 @@ AS $$ SELECT pg_catalog.set_config('lock_timeout', lease._lock_budget("left"), t
 -- Raised when lease.acquire's wait ran out (SQLSTATE 57014). `reason` says
 -- whether another owner held the key or another transaction kept its row
 -- locked for the whole bound.
-CREATE FUNCTION lease._raise_wait_timeout(key text, wait interval, reason text)
+CREATE OR REPLACE FUNCTION lease._raise_wait_timeout(key text, wait interval, reason text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -90,7 +90,7 @@ $$;
 --      ends, G6, without holding up its renewals).
 -- A state that changed under four passes in a row is lease_contention at
 -- once (a key that other sessions grant and release that fast).
-CREATE FUNCTION lease._acquire_settle(key_hash bytea, key text, owner text, ttl interval, lock_left interval,
+CREATE OR REPLACE FUNCTION lease._acquire_settle(key_hash bytea, key text, owner text, ttl interval, lock_left interval,
                                       OUT outcome text, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
 LANGUAGE plpgsql VOLATILE
@@ -213,7 +213,7 @@ $$;
 -- without a row by one INSERT, when the lineage row is current (checked by
 -- this server, no newer timeline to record: see lease.lineage). Everything
 -- else goes to lease._acquire_settle.
-CREATE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
+CREATE OR REPLACE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
                               OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -240,7 +240,7 @@ BEGIN
     -- may be stale.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
             AND lease._wait_ok(acquire.wait) AND lease._allowed(v_key)
-            AND NOT current_setting('transaction_read_only')::boolean) THEN
+            AND NOT lease._read_only()) THEN
         IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
                 AND lease._wait_ok(acquire.wait)) THEN
             PERFORM lease._raise_invalid('acquire',
@@ -386,7 +386,7 @@ $$;
 -- common path; a second only when a change committed between the first
 -- and the status read made the grant match, and then lease_contention if
 -- that one misses too.
-CREATE FUNCTION lease.renew(key text, owner text, epoch bigint, ttl interval,
+CREATE OR REPLACE FUNCTION lease.renew(key text, owner text, epoch bigint, ttl interval,
                             OUT status text, OUT expires_at timestamptz)
 RETURNS record
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -445,7 +445,7 @@ $$;
 -- otherwise answers why not. A release locks the key's row until the
 -- caller's transaction ends; a refusal locks nothing. The row is locked
 -- first, so the group it leaves is read from its newest version.
-CREATE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
+CREATE OR REPLACE FUNCTION lease.release(key text, owner text, epoch bigint, OUT status text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -512,7 +512,7 @@ $$;
 -- The key's state as of the call (docs/SPECIFICATION.md §1.3): no row for a
 -- never-seen key; owner and expiry only while a grant is live. Locks
 -- nothing. A key under another role's namespace is refused, not shown (§4).
-CREATE FUNCTION lease.inspect(key text)
+CREATE OR REPLACE FUNCTION lease.inspect(key text)
 RETURNS TABLE (held boolean, owner text, epoch bigint, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -546,7 +546,7 @@ $$;
 -- it tells a lapsed grant from a released one, which is what a holder that
 -- was refused needs to learn why. Locks nothing; the namespace rules apply
 -- as to inspect (§4).
-CREATE FUNCTION lease.key_state(key text)
+CREATE OR REPLACE FUNCTION lease.key_state(key text)
 RETURNS TABLE (state text, owner text, epoch bigint, expires_at timestamptz, ended text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -577,7 +577,7 @@ $$;
 -- table), and newest_epoch is the key's newest grant (NULL for a key with
 -- no row). Reads only; checks its input and the namespace rules as renew
 -- does, so a caller learns nothing renew would not have told it.
-CREATE FUNCTION lease.why_refused(key text, owner text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease.why_refused(key text, owner text, epoch bigint)
 RETURNS TABLE (status text, reason text, newest_epoch bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -603,7 +603,7 @@ $$;
 -- §1.2): the next grant's epoch is at least (generation << 40) + 1. Read
 -- only, for any role and on a standby too (there it reports the timeline of
 -- the last restartpoint). Answers nothing about any key.
-CREATE FUNCTION lease.generation(OUT generation bigint, OUT timeline bigint)
+CREATE OR REPLACE FUNCTION lease.generation(OUT generation bigint, OUT timeline bigint)
 RETURNS record
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -626,5 +626,6 @@ GRANT EXECUTE ON FUNCTION lease.key_state(text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.why_refused(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.generation() TO PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();

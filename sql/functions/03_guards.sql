@@ -18,7 +18,7 @@
 SET LOCAL lock_timeout = '5s';
 
 -- Raised when a presented epoch is below what the resource admits (G2).
-CREATE FUNCTION lease._raise_stale(resource text, presented bigint, accepted bigint)
+CREATE OR REPLACE FUNCTION lease._raise_stale(resource text, presented bigint, accepted bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -33,7 +33,7 @@ END;
 $$;
 
 -- Raised when a token of another lease key is presented (G5).
-CREATE FUNCTION lease._raise_wrong_key(resource text, fenced_by text, presented_key text)
+CREATE OR REPLACE FUNCTION lease._raise_wrong_key(resource text, fenced_by text, presented_key text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -49,7 +49,7 @@ $$;
 
 -- Raised when a lease-checked call finds the lease not held by (key, owner,
 -- epoch) (G6); `reason` is the status renew would answer.
-CREATE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, status text, reason text,
+CREATE OR REPLACE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, status text, reason text,
                                       newest_epoch bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -71,7 +71,7 @@ $$;
 
 -- Raised when a presented epoch was never granted: above the key's counter,
 -- or any epoch of a key that was never leased in this database (G7).
-CREATE FUNCTION lease._raise_not_granted(resource text, key text, presented bigint, counter bigint)
+CREATE OR REPLACE FUNCTION lease._raise_not_granted(resource text, key text, presented bigint, counter bigint)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -87,7 +87,7 @@ $$;
 
 -- A key name as an error message may show it to the caller: hidden when the
 -- key is under a namespace the caller may not act on (§4).
-CREATE FUNCTION lease._shown_key(key text)
+CREATE OR REPLACE FUNCTION lease._shown_key(key text)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -101,7 +101,7 @@ $$;
 -- and the input checked (G1, G2, G5): one upsert on the common path, which
 -- locks the guard row until the caller's transaction ends. The reason for a
 -- refusal is read only when it did not apply.
-CREATE FUNCTION lease._admit(resource text, key text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease._admit(resource text, key text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -141,7 +141,7 @@ $$;
 -- lease_guard_lease_not_held otherwise. Locks the key's row FOR KEY SHARE
 -- until the caller's transaction ends: no grant to anybody else can commit
 -- in between, while the holder's own renew and release are not held up.
-CREATE FUNCTION lease._check_held(key text, owner text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease._check_held(key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -183,7 +183,7 @@ $$;
 -- record may have been pruned with it (docs/SPECIFICATION.md §1.8, I16).
 -- Locks the key's row FOR KEY SHARE and the guard row until the caller's
 -- transaction ends.
-CREATE FUNCTION lease.admit(resource text, key text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease.admit(resource text, key text, epoch bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -235,7 +235,7 @@ $$;
 -- lease._check_held for clients (G6): the lease is held by (owner, epoch);
 -- returns its expiry. Locks the key's row FOR KEY SHARE until the caller's
 -- transaction ends.
-CREATE FUNCTION lease.check_held(key text, owner text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease.check_held(key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -260,7 +260,7 @@ $$;
 -- Checks the lease is held (G6), then admits (G1, G2, G5); returns the
 -- lease's expiry. Locks the key's row FOR KEY SHARE, then the guard row,
 -- until the caller's transaction ends.
-CREATE FUNCTION lease.admit_held(resource text, key text, owner text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease.admit_held(resource text, key text, owner text, epoch bigint)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -292,7 +292,7 @@ $$;
 -- Renews the lease (G6; the heartbeat commits only together with the write),
 -- then admits (G1, G2, G5); returns the new expiry. Locks the key's row FOR
 -- NO KEY UPDATE, then the guard row, until the caller's transaction ends.
-CREATE FUNCTION lease.renew_admit(resource text, key text, owner text, epoch bigint, ttl interval)
+CREATE OR REPLACE FUNCTION lease.renew_admit(resource text, key text, owner text, epoch bigint, ttl interval)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -340,7 +340,7 @@ $$;
 -- record: the lowest epoch the resource now admits. Locks the key's row FOR
 -- KEY SHARE and the guard row until the caller's transaction ends.
 -- Namespace rules do not apply to operators.
-CREATE FUNCTION lease.fence(resource text, key text, up_to bigint)
+CREATE OR REPLACE FUNCTION lease.fence(resource text, key text, up_to bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -391,7 +391,7 @@ $$;
 -- The resource's guard record: no row for a resource never admitted or
 -- fenced. Locks nothing. Refused when the resource, or the key that fences
 -- it, is under a namespace the caller may not act on (§4).
-CREATE FUNCTION lease.inspect_guard(resource text)
+CREATE OR REPLACE FUNCTION lease.inspect_guard(resource text)
 RETURNS TABLE (lease_key text, accepted_epoch bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -436,5 +436,6 @@ GRANT EXECUTE ON FUNCTION lease.inspect_guard(text) TO PUBLIC;
 -- default only until this REVOKE (G7).
 REVOKE ALL ON FUNCTION lease.fence(text, text, bigint) FROM PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();

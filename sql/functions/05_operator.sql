@@ -2,7 +2,7 @@
 -- namespaces to roles, listing and removing those bindings, freeing a key
 -- whatever its state, and raising the generation (§1.2, §1.7).
 --
--- The rules of 000001_tables apply, with one difference: these functions
+-- The rules of migration 000001_tables apply, with one difference: these functions
 -- are granted to nobody. The role that installed leasehold owns them and may run them; it grants EXECUTE to the
 -- roles that operate the deployment (docs/guide/security.md), e.g.
 --
@@ -27,7 +27,7 @@ SET LOCAL lock_timeout = '5s';
 
 -- The violations of a namespace prefix: not NULL, not empty, at most 1024
 -- bytes (lease.namespaces.prefix is a btree key).
-CREATE FUNCTION lease._prefix_violations(prefix text)
+CREATE OR REPLACE FUNCTION lease._prefix_violations(prefix text)
 RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -45,7 +45,7 @@ $$;
 -- that role, or binding again, repairs it). PostgreSQL reserves role names
 -- starting with `pg_` for its own roles, and none of those holds
 -- parentheses, so neither text can be the name of a real role.
-CREATE FUNCTION lease._dropped_role_label(rule lease.namespaces)
+CREATE OR REPLACE FUNCTION lease._dropped_role_label(rule lease.namespaces)
 RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -59,7 +59,7 @@ $$;
 -- (see lease.namespace_changes): a transaction whose snapshot is older
 -- then fails its next namespace decision with 40001 instead of acting
 -- under the old rules.
-CREATE FUNCTION lease._namespaces_changed()
+CREATE OR REPLACE FUNCTION lease._namespaces_changed()
 RETURNS void
 LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -73,7 +73,7 @@ $$;
 -- commit on, every key and resource name whose longest bound prefix is this
 -- one may be used only by members of `role` (and superusers), whatever the
 -- snapshot of the transaction that asks (lease._allowed_by_rules).
-CREATE FUNCTION lease.bind_namespace(prefix text, role text)
+CREATE OR REPLACE FUNCTION lease.bind_namespace(prefix text, role text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -109,7 +109,7 @@ $$;
 
 -- Removes the rule for exactly `prefix`; answers whether there was one.
 -- Names it governed fall to the next-longest bound prefix, or to no rule.
-CREATE FUNCTION lease.unbind_namespace(prefix text)
+CREATE OR REPLACE FUNCTION lease.unbind_namespace(prefix text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -134,7 +134,7 @@ $$;
 -- (lease._rule_role), or, for a rule that admits nobody but superusers,
 -- lease._dropped_role_label: `pg_dropped_role(<oid>)` or
 -- `pg_missing_role(<name>)`.
-CREATE FUNCTION lease.list_namespaces()
+CREATE OR REPLACE FUNCTION lease.list_namespaces()
 RETURNS TABLE (prefix text, role text, created_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -151,7 +151,7 @@ $$;
 -- KEY UPDATE and found held or lapsed, as a release ends it (owner
 -- cleared, counter + 1, the heartbeat group counts it out, waiters are
 -- woken). Returns the counter after.
-CREATE FUNCTION lease._force_free(key_hash bytea, group_id bigint)
+CREATE OR REPLACE FUNCTION lease._force_free(key_hash bytea, group_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -183,7 +183,7 @@ $$;
 -- grant of the key in progress, not for a holder's open lease-checked
 -- transaction (FOR KEY SHARE). The operator bounds the wait with its own
 -- lock_timeout if it wants one.
-CREATE FUNCTION lease.force_release(key text)
+CREATE OR REPLACE FUNCTION lease.force_release(key text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -231,7 +231,7 @@ $$;
 -- A NULL, empty or over-long key, or an epoch that is NULL or below 1, is
 -- invalid input (SQLSTATE 22023, lease_invalid_input) and changes nothing.
 -- Locks the row FOR NO KEY UPDATE, and decides on its newest version.
-CREATE FUNCTION lease.force_release(key text, epoch bigint)
+CREATE OR REPLACE FUNCTION lease.force_release(key text, epoch bigint)
 RETURNS TABLE (status text, counter bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -285,7 +285,7 @@ $$;
 -- row stays locked until the caller's transaction ends, so two raises are
 -- serialised; a grant meanwhile is not held up (it does not lock the row on
 -- its common path).
-CREATE FUNCTION lease.raise_generation(generation bigint)
+CREATE OR REPLACE FUNCTION lease.raise_generation(generation bigint)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -328,5 +328,6 @@ REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();

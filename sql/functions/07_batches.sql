@@ -47,7 +47,7 @@ SET LOCAL lock_timeout = '5s';
 -- optional digests (NULL, or one per key without NULL elements). Nested
 -- CASE, not AND: array_position refuses a multi-dimensional array, so the
 -- dimension check must come first, and AND does not promise an order.
-CREATE FUNCTION lease._many_shape_ok(keys text[], epochs bigint[], key_hashes bytea[])
+CREATE OR REPLACE FUNCTION lease._many_shape_ok(keys text[], epochs bigint[], key_hashes bytea[])
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -67,7 +67,7 @@ $$;
 -- Every violated rule of a batch's keys and epochs (the error path only),
 -- in the terms of lease._raise_invalid. A key's own rules (not empty, at
 -- most 16384 bytes) are named once for the batch, not once per key.
-CREATE FUNCTION lease._many_violations(keys text[], epochs bigint[], key_hashes bytea[])
+CREATE OR REPLACE FUNCTION lease._many_violations(keys text[], epochs bigint[], key_hashes bytea[])
 RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -142,7 +142,7 @@ $$;
 -- check (bad input is reported before a refusal, as everywhere) and when
 -- some key did not match; raising then undoes whatever the call had
 -- written (the whole call fails).
-CREATE FUNCTION lease._check_many_keys(fn text, keys text[], epochs bigint[], key_hashes bytea[])
+CREATE OR REPLACE FUNCTION lease._check_many_keys(fn text, keys text[], epochs bigint[], key_hashes bytea[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -160,7 +160,7 @@ $$;
 -- (docs/SPECIFICATION.md §4.2), naming the first such key in input order:
 -- lease._allowed, the one namespace decision, per key. The batch functions
 -- call it only while some rule exists (lease._any_rules).
-CREATE FUNCTION lease._raise_forbidden_many(caller text, keys text[])
+CREATE OR REPLACE FUNCTION lease._raise_forbidden_many(caller text, keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -204,7 +204,7 @@ $$;
 -- renewed are the statuses read, from a fresh snapshot, as lease.renew
 -- does; a key whose grant matches after all (a change committed after the
 -- UPDATE looked) is tried again in another pass.
-CREATE FUNCTION lease.renew_many(keys text[], owner text, epochs bigint[], ttl interval,
+CREATE OR REPLACE FUNCTION lease.renew_many(keys text[], owner text, epochs bigint[], ttl interval,
                                  key_hashes bytea[] DEFAULT NULL)
 RETURNS TABLE (key text, status text, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -320,7 +320,7 @@ $$;
 -- release wakes the key's waiters (lease._on_release per released key, as
 -- lease.release calls it); refused keys lock nothing. Same passes and plan settings as
 -- lease.renew_many.
-CREATE FUNCTION lease.release_many(keys text[], owner text, epochs bigint[],
+CREATE OR REPLACE FUNCTION lease.release_many(keys text[], owner text, epochs bigint[],
                                    key_hashes bytea[] DEFAULT NULL)
 RETURNS TABLE (key text, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -442,7 +442,7 @@ $$;
 -- Answers as lease.renew_many does, plus `group_id`, the same on every
 -- row: the new group, or NULL when no key was renewed (then no group is
 -- made). A renewed key that was in another group moves to the new one.
-CREATE FUNCTION lease.join_group(keys text[], owner text, epochs bigint[], ttl interval,
+CREATE OR REPLACE FUNCTION lease.join_group(keys text[], owner text, epochs bigint[], ttl interval,
                                  key_hashes bytea[] DEFAULT NULL)
 RETURNS TABLE (key text, status text, expires_at timestamptz, group_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -517,7 +517,7 @@ $$;
 -- group); `not_owner` when there is no such group or another owner's.
 -- Refusals change nothing and lock nothing. With namespace rules, every
 -- member is checked as lease.renew_many checks its keys (§4.2).
-CREATE FUNCTION lease.renew_group(group_id bigint, owner text, ttl interval)
+CREATE OR REPLACE FUNCTION lease.renew_group(group_id bigint, owner text, ttl interval)
 RETURNS TABLE (status text, expires_at timestamptz, members integer)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
@@ -571,5 +571,6 @@ REVOKE ALL ON FUNCTION lease._raise_forbidden_many(text, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew_many(text[], text, bigint[], interval, bytea[]) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release_many(text[], text, bigint[], bytea[]) TO PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();

@@ -5,8 +5,8 @@
 -- for those keys, without ever letting an epoch be granted twice, go back,
 -- or be admitted again where it was stale.
 --
--- The rules of 000001_tables apply. Like the operator actions of
--- 000006_operator, the prune functions are granted to nobody: the installing role runs them or grants EXECUTE on
+-- The rules of migration 000001_tables apply. Like the operator actions of
+-- 05_operator.sql, the prune functions are granted to nobody: the installing role runs them or grants EXECUTE on
 -- them (docs/guide/security.md).
 --
 -- The argument, in short (docs/SPECIFICATION.md §1.8 has it in full):
@@ -55,7 +55,7 @@ SET LOCAL lock_timeout = '5s';
 -- arguments, or returns when they are fine: idle is a span judged as a ttl
 -- is (positive, at most 100 years, by the time it spans from now), batch
 -- between 1 and 100 000.
-CREATE FUNCTION lease._check_prune_input(caller text, idle interval, batch integer)
+CREATE OR REPLACE FUNCTION lease._check_prune_input(caller text, idle interval, batch integer)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -94,7 +94,7 @@ $$;
 -- pass as `after` for the next batch (NULL when this batch reached the
 -- end). Locks only the rows it removes, FOR UPDATE, until the caller's
 -- transaction ends: commit after every batch.
-CREATE FUNCTION lease.prune_keys(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
+CREATE OR REPLACE FUNCTION lease.prune_keys(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
                                  dry_run boolean DEFAULT false)
 RETURNS TABLE (examined integer, pruned integer, sighted integer, waiters integer,
                watermark bigint, next_after bytea)
@@ -103,14 +103,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     v_now timestamptz;
-    v_cutoff timestamptz;
     v_upper bytea;
     v_hashes bytea[];
     v_max bigint;
 BEGIN
     PERFORM lease._check_prune_input('prune_keys', idle, batch);
     v_now := clock_timestamp();
-    v_cutoff := v_now - idle;
     waiters := 0;
     SELECT count(*)::integer, (array_agg(w.key_hash ORDER BY w.key_hash DESC))[1]
         INTO examined, v_upper
@@ -119,7 +117,7 @@ BEGIN
              ORDER BY l.key_hash
              LIMIT prune_keys.batch) AS w;
     next_after := CASE WHEN examined = batch THEN v_upper END;
-    -- Heartbeat groups lapsed since before the cutoff, once per pass (its
+    -- Heartbeat groups lapsed for at least `idle`, once per pass (its
     -- first batch). A lapsed group is never renewed again, so its members'
     -- liveness is their own expiry alone; their group_id is cleared in the
     -- same statement, so no row names a group that is gone.
@@ -135,7 +133,7 @@ BEGIN
         sighted := 0;
     ELSIF dry_run THEN
         SELECT count(*) FILTER (WHERE lease._lapsed_for(l, prune_keys.idle)
-                                   OR (l.owner IS NULL AND s.seen_at <= v_cutoff AND s.epoch = l.epoch))::integer,
+                                   OR (l.owner IS NULL AND s.seen_at <= lease._idle_cutoff(prune_keys.idle) AND s.epoch = l.epoch))::integer,
                count(*) FILTER (WHERE l.owner IS NULL AND s.epoch IS DISTINCT FROM l.epoch)::integer
           INTO pruned, sighted
           FROM lease.leases AS l
@@ -153,7 +151,7 @@ BEGIN
                         OR (l.owner IS NULL
                             AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
                                          WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch
-                                           AND s.seen_at <= v_cutoff)))
+                                           AND s.seen_at <= lease._idle_cutoff(prune_keys.idle))))
                    FOR UPDATE OF l SKIP LOCKED) AS d;
         pruned := 0;
         IF v_hashes IS NOT NULL THEN
@@ -204,19 +202,17 @@ $$;
 --
 -- Returns: examined, pruned, and next_after (as lease.prune_keys). Locks
 -- only the records it removes, until the caller's transaction ends.
-CREATE FUNCTION lease.prune_guards(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
+CREATE OR REPLACE FUNCTION lease.prune_guards(idle interval, after bytea DEFAULT NULL, batch integer DEFAULT 1000,
                                    dry_run boolean DEFAULT false)
 RETURNS TABLE (examined integer, pruned integer, next_after bytea)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_cutoff timestamptz;
     v_upper bytea;
     v_hashes bytea[];
 BEGIN
     PERFORM lease._check_prune_input('prune_guards', idle, batch);
-    v_cutoff := clock_timestamp() - idle;
     SELECT count(*)::integer, (array_agg(w.resource_hash ORDER BY w.resource_hash DESC))[1]
         INTO examined, v_upper
       FROM (SELECT g.resource_hash FROM lease.guards AS g
@@ -234,7 +230,7 @@ BEGIN
           FROM lease.guards AS g
          WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
            AND g.resource_hash <= v_upper
-           AND g.updated_at <= v_cutoff
+           AND g.updated_at <= lease._idle_cutoff(prune_guards.idle)
            AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                             WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                               AND l.first_epoch <= g.accepted_epoch);
@@ -246,7 +242,7 @@ BEGIN
               FROM lease.guards AS g
              WHERE (prune_guards.after IS NULL OR g.resource_hash > prune_guards.after)
                AND g.resource_hash <= v_upper
-               AND g.updated_at <= v_cutoff
+               AND g.updated_at <= lease._idle_cutoff(prune_guards.idle)
                AND NOT EXISTS (SELECT 1 FROM lease.leases AS l
                                 WHERE l.key_hash = lease._key_hash(g.lease_key) AND l.key = g.lease_key
                                   AND l.first_epoch <= g.accepted_epoch)
@@ -266,5 +262,6 @@ REVOKE ALL ON FUNCTION lease._check_prune_input(text, interval, integer) FROM PU
 REVOKE ALL ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_guards(interval, bytea, integer, boolean) FROM PUBLIC;
 
--- Every migration ends so (see lease._drop_default_grants).
+-- Every file of functions and every migration ends so (see
+-- lease._drop_default_grants).
 SELECT lease._drop_default_grants();
