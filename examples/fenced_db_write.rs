@@ -16,7 +16,7 @@ use diesel::{Connection, PgConnection};
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
 use leasehold::{
-    error::{FencedError, GuardError},
+    error::{FencedError, LeaseError},
     Acquisition, Leases,
 };
 use leasehold_local::{DatabaseServer, LocalPostgres};
@@ -98,7 +98,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match a.run_fenced(RESOURCE, &lease_a, Check::Token, |conn| {
         write_rows(conn, "worker-a", lease_a.epoch().get())
     }) {
-        Err(FencedError::Guard(GuardError::StaleEpoch { presented, accepted, .. })) => t.say(
+        Err(FencedError::Guard(LeaseError::StaleEpoch { presented, accepted, .. })) => t.say(
             "guard",
             &format!("REFUSED worker-a: presented epoch {presented}, resource accepted {accepted}; rolled back"),
         ),

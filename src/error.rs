@@ -1,20 +1,16 @@
-//! Every error type, each keeping its source. One call returns one of
-//! them: lease calls [`LeaseError`], guard calls [`GuardError`], and so on.
+//! The crate's one error type, [`LeaseError`], and what a caller does
+//! about it, [`ErrorKind`].
 //!
 //! Callers match on meaning, never on message text: the SQL functions put a
-//! stable name in the error's `CONSTRAINT` field (see `sql::names`),
-//! and this module turns those names into variants. Messages are one line
-//! that says what happened; the underlying error is kept and reachable
-//! through [`std::error::Error::source`], never flattened into text. What to
-//! do about each error is in the variant's documentation.
+//! stable name in the error's `CONSTRAINT` field (see `sql::names`), and
+//! this module turns those names into variants. Each message is one line
+//! that says what happened and what to do; the underlying error stays
+//! reachable through [`std::error::Error::source`].
 
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::admin::extension::ExtensionError;
 pub use crate::guard::database::FencedError;
-pub use crate::lease::token::TokenError;
-pub use crate::wait::WaitError;
 pub(crate) use call::CallError;
 
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
@@ -23,6 +19,7 @@ use crate::lease::epoch::Epoch;
 use crate::lease::outcome::Refusal;
 use crate::sql::decode::{self, Status};
 use crate::sql::names;
+use crate::wait::shared::ListenerStatus;
 
 /// How long a call without a wait (`acquire`, and `acquire_waiting` with a
 /// zero wait) waits at most for a row lock another transaction holds on its
@@ -85,6 +82,12 @@ pub enum Operation {
     /// A privilege question ([`crate::admin::function_privilege`]): may the
     /// connected role run a function.
     Privilege,
+    /// [`crate::install()`] or [`crate::admin::uninstall`].
+    Install,
+    /// A statement that is not a leasehold call: the install's bookkeeping,
+    /// or the caller's own statement in a transaction whose error type is
+    /// [`LeaseError`] (through `From<diesel::result::Error>`).
+    Statement,
 }
 
 impl Operation {
@@ -99,6 +102,7 @@ impl Operation {
                 | Operation::Generation
                 | Operation::ListLeases
                 | Operation::Privilege
+                | Operation::Install
         )
     }
 
@@ -128,6 +132,8 @@ impl Operation {
             Operation::Prune => "prune",
             Operation::ListLeases => "list_leases",
             Operation::Privilege => "privilege",
+            Operation::Install => "install",
+            Operation::Statement => "statement",
         }
     }
 }
@@ -186,58 +192,82 @@ fn is_read_only(error: &DieselError) -> bool {
     )
 }
 
-/// Errors of the lease operations: acquire, renew, release and inspect.
+/// Every failure of a leasehold call, from a lease call, a guard, a
+/// keeper, a waiter, an install or a connection: one type, so that `?`
+/// works across them and a caller matches on [`LeaseError::kind`] (what to
+/// do) or on the variant (the facts).
 ///
-/// A refused acquire, a lapsed lease or an epoch mismatch are *not* errors:
-/// they are ordinary outcomes ([`crate::Acquisition::Denied`],
-/// [`crate::Refusal`]). These variants are failures of the call itself.
+/// A refused acquire, a lapsed lease or an epoch mismatch answered by
+/// renew or release are *not* errors: they are values
+/// ([`crate::Acquisition::Denied`], [`crate::Refusal`]). A guard's refusal
+/// is an error ([`ErrorKind::Fenced`]), because the write it protects must
+/// not happen.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The arguments broke the lease functions' input rules; nothing
-    /// changed. Fix the arguments; calling again unchanged fails again.
-    #[error("invalid lease input: {}", .violations.join("; "))]
+    /// The arguments broke an input rule; nothing changed, and calling
+    /// again unchanged fails again.
+    #[error("invalid input: {}; fix the arguments, nothing changed", .violations.join("; "))]
     InvalidInput {
         /// Every violated rule, e.g. `"key must not be empty"`.
         violations: Vec<String>,
     },
-    /// An acquire gave up; nothing changed. Either another owner held the
-    /// key for the whole wait, or another transaction kept the key's row
-    /// locked for the whole wait — for a call without a wait, for
-    /// [`LOCK_WAIT_BOUND`] (an uncommitted grant, or a transaction that
-    /// checked the lease and has not ended). Retry later, wait longer, or
-    /// inspect the key.
-    #[error("timed out after {waited:?} waiting for lease {key:?}")]
+    /// [`crate::admin::Operator::raise_generation`] was asked for a
+    /// generation not above the current one; nothing changed.
+    #[error("generation {requested} is not above the current generation {current}; ask for a higher one, nothing changed")]
+    GenerationNotAbove {
+        /// The generation asked for.
+        requested: i64,
+        /// The server's current generation.
+        current: i64,
+    },
+    /// [`crate::admin::Operator::raise_generation`] was asked for a
+    /// generation above [`crate::admin::MAX_GENERATION`]; nothing changed.
+    #[error(
+        "generation {requested} is above the highest generation, {}; nothing changed",
+        crate::admin::MAX_GENERATION
+    )]
+    GenerationTooHigh {
+        /// The generation asked for.
+        requested: i64,
+    },
+    /// An acquire or a wait gave up; nothing changed. Another owner held
+    /// the key for the whole wait, or another transaction kept its row
+    /// locked (for a call without a wait, for [`LOCK_WAIT_BOUND`]).
+    #[error("timed out after {waited:?} waiting for lease {key:?}; retry later or wait longer")]
     TimedOut {
         /// The key waited for.
         key: String,
-        /// How long the call waited: its wait bound, or
-        /// [`LOCK_WAIT_BOUND`] for a call without a wait.
+        /// How long the call waited.
         waited: Duration,
     },
-    /// An operator bound the key's prefix to a role the connected login role
-    /// is not a member of (docs/SPECIFICATION.md §4.2, SQLSTATE 42501,
-    /// constraint `lease_namespace_denied`); nothing changed and nothing
-    /// about the key's state was revealed. Calling again as the same login
-    /// role fails again, whatever `SET ROLE` says: connect as a member of
-    /// the role the prefix is bound to, or ask an operator to change the rule.
-    #[error("role {role:?} may not {operation} key {key:?}: an operator bound its prefix to another role")]
-    Forbidden {
-        /// The refused call.
-        operation: Operation,
-        /// The key refused.
+    /// A wait was cancelled through its [`crate::hold::CancelToken`];
+    /// nothing changed.
+    #[error("waiting for lease {key:?} was cancelled; nothing changed")]
+    Cancelled {
+        /// The key waited for.
         key: String,
-        /// The login role (`session_user`) that was refused.
-        role: String,
     },
-    /// The connection broke while an autocommitted acquire, renew or release
-    /// was in flight, so it may or may not have committed. Neither success
-    /// nor failure may be assumed: re-read the key with `inspect` (or repeat
-    /// an acquire, which is idempotent for its owner) before acting.
-    #[error("connection lost during lease {operation} of key {key:?}: the outcome is unknown")]
+    /// The call changed nothing because the state it depends on changed
+    /// under it (SQLSTATE 40001): retry the call, or, for
+    /// `lease_namespace_changed`, the transaction.
+    #[error("lease {operation} of key {key:?} must be retried: {reason}; nothing changed")]
+    Retry {
+        /// The call to retry.
+        operation: Operation,
+        /// The key concerned; for a batch call, its first key.
+        key: String,
+        /// What changed, and what to retry.
+        reason: &'static str,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+    /// The connection broke while an autocommitted call that changes state
+    /// was in flight: it may or may not have committed.
+    #[error("connection lost during lease {operation} of key {key:?}: the outcome is unknown; inspect the key before acting")]
     OutcomeUnknown {
-        /// The call in flight: acquire, renew or release (or a batch of
-        /// them).
+        /// The call in flight.
         operation: Operation,
         /// The key concerned; for a batch call, its first key.
         key: String,
@@ -245,42 +275,148 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// Retry: the call changed nothing because the state it depends on
-    /// changed under it (SQLSTATE 40001). Either the key's row changed twice
-    /// while the call settled it (`lease_contention`: retry the call), or,
-    /// under REPEATABLE READ or SERIALIZABLE, the namespace rules changed
-    /// after the transaction's snapshot was taken
-    /// (`lease_namespace_changed`: roll back and retry the transaction,
-    /// whose new snapshot sees the rules as they are).
-    #[error("lease {operation} of key {key:?} must be retried: {reason}; nothing changed")]
-    Retry {
-        /// The call to retry.
-        operation: Operation,
-        /// The key concerned; for a batch call, its first key.
-        key: String,
-        /// What changed, in words.
-        reason: &'static str,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
+    /// A guard refused: the presented epoch is below the resource's record
+    /// (a newer holder has written, or an operator fenced it out).
+    #[error("stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}; stop acting on this lease")]
+    StaleEpoch {
+        /// The guarded resource.
+        resource: String,
+        /// The epoch the writer presented.
+        presented: Epoch,
+        /// The resource's record: the lowest epoch it admits.
+        accepted: Epoch,
     },
-    /// The database failed the call (connection lost, lease functions not
-    /// installed, the caller's transaction already aborted, ...). The call's
-    /// effect is undone with its transaction. Check the connection and that
-    /// [`crate::install`] has run on this database.
-    #[error("lease {operation} failed in the database: {source}")]
-    Database {
-        /// The failed call.
+    /// A guard refused: the token is of another lease key than the one
+    /// fencing the resource (a programming error, refused, not ignored).
+    #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}; present a token of {fenced_by:?}")]
+    WrongLeaseKey {
+        /// The guarded resource.
+        resource: String,
+        /// The key that fences it.
+        fenced_by: String,
+        /// The key of the presented token.
+        presented: String,
+    },
+    /// A guard refused: the epoch was never granted for the key (a forged
+    /// or mistaken token, G7); from `fence`, `up_to` was above the counter.
+    #[error("epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}; present a granted token")]
+    EpochNotGranted {
+        /// The guarded resource.
+        resource: String,
+        /// The lease key of the token.
+        key: String,
+        /// The epoch presented (for `fence`, its `up_to`).
+        presented: Epoch,
+        /// The key's counter: the highest epoch it has granted or passed.
+        counter: Epoch,
+    },
+    /// A lease-checked guard, or a keeper's first renew, found the lease not
+    /// held by the token's owner at its epoch.
+    #[error(
+        "lease {key:?} is not held by {owner:?} at epoch {epoch}: {reason}; stop acting on it"
+    )]
+    LeaseNotHeld {
+        /// The lease key.
+        key: String,
+        /// The owner that presented the token.
+        owner: String,
+        /// The presented epoch.
+        epoch: Epoch,
+        /// What happened to the grant.
+        reason: Refusal,
+    },
+    /// An operator bound the prefix of the key (or the guarded resource) to
+    /// a role the login role is not a member of (§4.2, constraint
+    /// `lease_namespace_denied`); nothing changed or was revealed. `SET
+    /// ROLE` does not change who is asked.
+    #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role; connect as a member of that role")]
+    Forbidden {
+        /// The refused call.
         operation: Operation,
-        /// The database error as diesel reported it.
+        /// Which name was refused: `"key"` or `"resource"`.
+        argument: String,
+        /// The refused key or resource name.
+        name: String,
+        /// The login role (`session_user`) that was refused.
+        role: String,
+    },
+    /// [`crate::admin::Operator::list_leases`]: the role may not read
+    /// `lease.leases` and `lease.groups`, closed to all but their owner by
+    /// design; nothing was read and the transaction is not aborted.
+    #[error("role {role:?} may not list leases: it lacks SELECT on lease.leases and lease.groups; connect as their owner or have it GRANT SELECT, nothing was read")]
+    ListNotPermitted {
+        /// The role refused (`current_user`).
+        role: String,
+    },
+    /// The installing role may not create schema `lease` in this database;
+    /// nothing was installed.
+    #[error("role {role:?} may not create schema lease in database {database:?}: GRANT CREATE ON DATABASE to it, or install as the database owner; nothing was installed")]
+    InstallNotPermitted {
+        /// The installing role.
+        role: String,
+        /// The database.
+        database: String,
+    },
+    /// Schema `lease` exists and another role owns it: that role could
+    /// replace leasehold's functions, so nothing was installed.
+    #[error("schema lease already exists and is owned by role {owner:?}; have it drop the schema, or install as {owner:?}; nothing was installed")]
+    SchemaNotOwned {
+        /// The role that owns the existing schema `lease`.
+        owner: String,
+    },
+    /// Another role can put code into schema `lease` (an object, CREATE, or
+    /// TRIGGER on a table), which the install would run; nothing was
+    /// installed.
+    #[error("another role can put code into schema lease ({what}), which the install would run as the installing role; drop that object or revoke that privilege first")]
+    SchemaNotPrivate {
+        /// The object or privilege, and the role that holds it.
+        what: String,
+    },
+    /// leasehold is installed here as the extension `leasehold`, so its
+    /// migrations are not run: the two install paths are never mixed.
+    #[error("leasehold is installed in this database as the extension `leasehold` (version {version}); upgrade it with ALTER EXTENSION leasehold UPDATE, or drop the extension first")]
+    ExtensionInstalled {
+        /// The installed extension version (`pg_extension.extversion`).
+        version: String,
+    },
+    /// The server is older than PostgreSQL 14; nothing was installed.
+    #[error("PostgreSQL {found} is not supported: leasehold needs PostgreSQL {minimum} or newer; nothing was installed")]
+    UnsupportedVersion {
+        /// The server's `server_version`.
+        found: String,
+        /// The oldest supported major version (14).
+        minimum: u32,
+    },
+    /// Another session held a lock the install needs for longer than
+    /// [`crate::admin::INSTALL_LOCK_TIMEOUT`]; nothing was installed.
+    #[error("leasehold install was blocked: another session held a lock it needs for more than {waited:?}; let it finish (pg_locks names it) and install again")]
+    Blocked {
+        /// How long the install waited for the lock.
+        waited: Duration,
+        /// The server's lock-timeout error.
         #[source]
-        source: DieselError,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A migration's SQL failed; the whole install was rolled back.
+    #[error("leasehold migration {version} failed and the install was rolled back; the installing role needs CREATE on the database")]
+    Migration {
+        /// The failing migration's version.
+        version: String,
+        /// What the migration harness reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The SQL compiled into the crate could not be listed or turned into
+    /// extension scripts: a build problem, fixed in the crate's SQL or
+    /// generator, never by editing generated files.
+    #[error("leasehold's embedded SQL is unusable ({reason}); rebuild the crate")]
+    EmbeddedSql {
+        /// The file and what it lacked.
+        reason: String,
     },
     /// leasehold is not installed in this database, or is older than this
-    /// crate (the lease schema or function does not exist). Nothing
-    /// changed. Run [`crate::install`] (or `leasehold install`) as the
-    /// role that should own leasehold.
-    #[error("leasehold is not installed in this database (lease {operation}: {source}); run leasehold::install or `leasehold install` first")]
+    /// crate (a schema or function is missing); nothing changed.
+    #[error("leasehold is not installed in this database ({operation}: {source}); run leasehold::install or `leasehold install` first")]
     NotInstalled {
         /// The call.
         operation: Operation,
@@ -288,17 +424,11 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// The server accepts only reads (SQLSTATE 25006): a hot standby, a
-    /// primary being demoted or not yet promoted during a failover (e.g.
-    /// `default_transaction_read_only = on`), or a `READ ONLY` transaction
-    /// of the caller's. Nothing changed: a read-only server refuses the
-    /// call before it writes. Connect to the primary: list every host in the
-    /// URL and add `target_session_attrs=read-write`, so that libpq skips
-    /// read-only servers. The pooled clients ([`crate::LeaseClient`],
-    /// [`crate::wait::LeaseWaiter`], [`crate::Keeper`]) discard the connection
-    /// after this error, so their next call connects anew and reaches
-    /// whichever server is the primary by then.
-    #[error("lease {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary")]
+    /// The server accepts only reads (SQLSTATE 25006: a standby, a primary
+    /// being demoted, a `READ ONLY` transaction); nothing changed. The
+    /// pooled clients discard the connection, so their next call connects
+    /// anew.
+    #[error("lease {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary (target_session_attrs=read-write)")]
     ReadOnlyServer {
         /// The refused call.
         operation: Operation,
@@ -306,17 +436,10 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// A statement the connection had prepared was missing on the server,
-    /// or its name was already taken there: the connection goes through a
-    /// pooler in transaction mode (PgBouncer `pool_mode = transaction`),
-    /// which runs each transaction on whichever server session is free.
-    /// Whether the call was applied is unknown only if it was the execution
-    /// that failed; it never was, since a missing statement fails before it
-    /// runs. Use [`crate::pool::PreparedStatements::Uncached`] (or disable the
-    /// statement cache of your own connection) with such a pooler, or point
-    /// the client at a session-mode pooler or at the server. The pooled
-    /// clients discard the connection after this error.
-    #[error("lease {operation} failed: a prepared statement went missing between transactions; a transaction-mode pooler needs PreparedStatements::Uncached")]
+    /// A prepared statement went missing between transactions: the
+    /// connection goes through a transaction-mode pooler. The call failed
+    /// before it ran.
+    #[error("lease {operation} failed: a prepared statement went missing between transactions; with a transaction-mode pooler use PreparedStatements::Uncached")]
     PreparedStatementLost {
         /// The failed call.
         operation: Operation,
@@ -324,77 +447,145 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// [`crate::admin::Operator::list_leases`]: the connected role may not read
-    /// `lease.leases` and `lease.groups`, which a listing reads and which
-    /// are closed to every role but their owner (the role that installed
-    /// leasehold) by design (docs/PRIVILEGES.md). Nothing was read, and the
-    /// caller's transaction is not aborted: the server was asked first.
-    /// Calling again as the same role fails again: connect as the owner or
-    /// a superuser, have the owner `GRANT SELECT ON lease.leases,
-    /// lease.groups` to the role, or ask about single keys with
-    /// [`crate::Leases::inspect`], which every role may.
-    #[error("role {role:?} may not list leases: it lacks SELECT on lease.leases and lease.groups, which are closed to callers by design; nothing was read")]
-    ListNotPermitted {
-        /// The role refused (`current_user`: the one `SET ROLE` chose).
-        role: String,
-    },
-    /// [`crate::admin::Operator::raise_generation`] was asked for a generation not
-    /// above the current one: a generation is only ever raised. Nothing
-    /// changed.
-    #[error("generation {requested} is not above the current generation {current}")]
-    GenerationNotAbove {
-        /// The generation asked for.
-        requested: i64,
-        /// The server's current generation.
-        current: i64,
-    },
-    /// [`crate::admin::Operator::raise_generation`] was asked for a generation above
-    /// [`crate::admin::MAX_GENERATION`]. Nothing changed.
-    #[error(
-        "generation {requested} is above the highest generation, {}",
-        crate::admin::MAX_GENERATION
-    )]
-    GenerationTooHigh {
-        /// The generation asked for.
-        requested: i64,
-    },
-    /// No connection could be taken from the pool: the database is
-    /// unreachable or the pool is too small for the load. The message
-    /// carries r2d2's, which names the last connection error when there
-    /// was one.
-    #[error("no database connection available from the pool: {0}")]
+    /// No connection could be taken from the pool within its timeout.
+    #[error("no database connection available from the pool: {0}; check the server, or enlarge the pool")]
     Pool(#[from] r2d2::Error),
-    /// The async face's [`crate::aio::AsyncLeaseClient`]: no connection
-    /// could be taken from its pool within the checkout timeout (the
-    /// database is unreachable, or the pool is too small for the load). The
-    /// message carries deadpool's, which names the connection error when
-    /// there was one.
+    /// The async pool gave no connection within its checkout timeout.
     #[cfg(feature = "async")]
-    #[error("no database connection available from the pool: {0}")]
+    #[error("no database connection available from the pool: {0}; check the server, or enlarge the pool")]
     AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
-    /// Building a client, waiter or pool: the first connection failed, so
-    /// no pool was built (a wrong password, user, host, port or database
-    /// name, or a server that is down). The message is libpq's, at once,
-    /// instead of a pool that waits for connections that never come.
-    #[error("cannot connect to the database: {source}")]
+    /// A connection could not be opened: the source says why (libpq's or
+    /// the driver's whole reason: refused, a wrong password, the server's
+    /// FATAL).
+    #[error("cannot connect to the database: {}; check the URL and that the server is up", Chain(source.as_ref()))]
     Connect {
-        /// What libpq said.
-        #[source]
-        source: diesel::ConnectionError,
-    },
-    /// Building an [`crate::aio::AsyncLeaseClient`]: the first connection
-    /// failed or ran out of its `connect_timeout`, so no pool was built.
-    /// The source says which: [`crate::aio::ConnectError::TimedOut`]
-    /// (which servers, after how long, which setting), or the driver's
-    /// error with its whole reason (`Connection refused (os error 111)`,
-    /// the server's FATAL).
-    #[cfg(feature = "async")]
-    #[error("cannot connect to the database: {source}")]
-    AsyncConnect {
         /// Why the connection could not be opened.
         #[source]
-        source: ConnectError,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// No host answered within its `connect_timeout`; nothing was left
+    /// open.
+    #[error("no connection to {servers} within {} s (the bound: {setting}, per host); check that the server is up and reachable", after.as_secs_f64())]
+    ConnectTimedOut {
+        /// The server or servers the URL names, `host:port`, in order.
+        servers: String,
+        /// How long the attempt was allowed: `connect_timeout` times hosts.
+        after: Duration,
+        /// Which `connect_timeout` bounded it and where it came from.
+        setting: String,
+    },
+    /// Only from [`crate::wait::LeaseWaiter::ensure_listening`]: the
+    /// listener is not up in time, or notifications do not reach it (a
+    /// transaction-mode pooler). Waiting still works, by polling.
+    #[error("the waiters' listener is not listening ({:?}): {}; point the waiter's URL at the server or a session-mode pooler", .status.wake_mode, .status.last_error.as_deref().unwrap_or("not connected yet"))]
+    NotListening {
+        /// The listener's state when the check gave up.
+        status: Box<ListenerStatus>,
+    },
+    /// A keeper's or a waiter's thread could not be started.
+    #[error("cannot start a leasehold thread; the process is out of threads or memory")]
+    Spawn(#[source] std::io::Error),
+    /// The database failed the call for another reason (the caller's
+    /// transaction already aborted, a lost connection, ...); its effect is
+    /// undone with its transaction.
+    #[error("lease {operation} failed in the database: {source}; check the connection and the transaction")]
+    Database {
+        /// The failed call.
+        operation: Operation,
+        /// The database error as diesel reported it.
+        #[source]
+        source: DieselError,
+    },
+}
+
+/// A diesel error from a statement that is not a leasehold call, so that
+/// `?` works in a transaction mixing the caller's statements with
+/// leasehold's calls.
+impl From<DieselError> for LeaseError {
+    fn from(source: DieselError) -> Self {
+        LeaseError::Database {
+            operation: Operation::Statement,
+            source,
+        }
+    }
+}
+
+/// What a caller does about a [`LeaseError`]: the meaning its variants
+/// share. Match on this; match on the variant only for its facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Fix the arguments or settings: calling again unchanged fails again.
+    InvalidInput,
+    /// The bound passed: retry later or wait longer.
+    TimedOut,
+    /// The caller cancelled it.
+    Cancelled,
+    /// Retry now: the state changed under the call, which changed nothing.
+    Retry,
+    /// A write may or may not have committed: re-read before acting.
+    OutcomeUnknown,
+    /// A guard refused the writer, or the lease is not held: stop acting on
+    /// the lease; acquire it again for a new epoch if needed.
+    Fenced,
+    /// The role may not do this: connect as another role, or ask an
+    /// operator (a namespace rule, a grant, a schema's owner).
+    Forbidden,
+    /// leasehold is not installed here as this call needs (missing,
+    /// installed by the other path, or the server is too old): install or
+    /// upgrade it.
+    NotInstalled,
+    /// The connection, the pool, the server's role or the process failed:
+    /// retry on a new connection (the pooled clients discard the old one).
+    Unavailable,
+    /// Anything else the database or the build reported; the source says.
+    Other,
+}
+
+impl LeaseError {
+    /// What the caller does about this error.
+    pub fn kind(&self) -> ErrorKind {
+        use LeaseError as E;
+        match self {
+            E::InvalidInput { .. } | E::GenerationNotAbove { .. } | E::GenerationTooHigh { .. } => {
+                ErrorKind::InvalidInput
+            }
+            E::TimedOut { .. } | E::Blocked { .. } => ErrorKind::TimedOut,
+            E::Cancelled { .. } => ErrorKind::Cancelled,
+            E::Retry { .. } => ErrorKind::Retry,
+            E::OutcomeUnknown { .. } => ErrorKind::OutcomeUnknown,
+            E::StaleEpoch { .. }
+            | E::WrongLeaseKey { .. }
+            | E::EpochNotGranted { .. }
+            | E::LeaseNotHeld { .. } => ErrorKind::Fenced,
+            E::Forbidden { .. }
+            | E::ListNotPermitted { .. }
+            | E::InstallNotPermitted { .. }
+            | E::SchemaNotOwned { .. }
+            | E::SchemaNotPrivate { .. } => ErrorKind::Forbidden,
+            E::NotInstalled { .. }
+            | E::ExtensionInstalled { .. }
+            | E::UnsupportedVersion { .. } => ErrorKind::NotInstalled,
+            E::ReadOnlyServer { .. }
+            | E::PreparedStatementLost { .. }
+            | E::Pool(_)
+            | E::Connect { .. }
+            | E::ConnectTimedOut { .. }
+            | E::NotListening { .. }
+            | E::Spawn(_) => ErrorKind::Unavailable,
+            #[cfg(feature = "async")]
+            E::AsyncPool(_) => ErrorKind::Unavailable,
+            E::Database { source, .. } if is_dead_connection(source) => ErrorKind::Unavailable,
+            E::Migration { .. } | E::EmbeddedSql { .. } | E::Database { .. } => ErrorKind::Other,
+        }
+    }
+
+    /// The connection error of a failed connect, boxed as its source.
+    pub(crate) fn connect(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        LeaseError::Connect {
+            source: Box::new(source),
+        }
+    }
 }
 
 impl LeaseError {
@@ -472,7 +663,8 @@ impl LeaseError {
                     let refused = info.details().and_then(decode::forbidden);
                     return LeaseError::Forbidden {
                         operation,
-                        key: refused.as_ref().map_or(key, |r| r.name).to_owned(),
+                        argument: "key".to_owned(),
+                        name: refused.as_ref().map_or(key, |r| r.name).to_owned(),
                         role: refused.map_or_else(String::new, |r| r.role.to_owned()),
                     };
                 }
@@ -521,108 +713,17 @@ impl LeaseError {
     }
 }
 
-/// Errors of [`crate::install`] and [`crate::admin::uninstall`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum InstallError {
-    /// A migration's SQL failed; the whole install was rolled back. The
-    /// installing role needs CREATE on the database
-    /// (`GRANT CREATE ON DATABASE <db> TO <role>`).
-    #[error("leasehold migration {version} failed; the install was rolled back")]
-    Migration {
-        /// The failing migration's version.
-        version: String,
-        /// What the migration harness reported.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// Schema `lease` already exists and another role owns it; nothing was
-    /// installed or changed. Whoever owns the schema could replace
-    /// leasehold's functions and run code as their owner, so leasehold never
-    /// installs into a schema it did not create. Have `owner` (or a
-    /// superuser) drop the schema, or install as `owner` if that role is
-    /// meant to own leasehold.
-    #[error("schema lease already exists and is owned by role {owner:?}, not by the installing role; leasehold installs only into a schema the installing role owns")]
-    SchemaNotOwned {
-        /// The role that owns the existing schema `lease`.
-        owner: String,
-    },
-    /// Schema `lease` is the installing role's, but another role can put
-    /// code into it: an object of its own there, CREATE on the schema, or
-    /// TRIGGER on one of its tables. The migrations would run that code as
-    /// the installing role (a superuser's install included), so nothing was
-    /// installed. Drop the object or revoke the privilege first.
-    #[error("another role can put code into schema lease ({what}), which the install would run as the installing role; drop that object or revoke that privilege first")]
-    SchemaNotPrivate {
-        /// The object or privilege, and the role that holds it.
-        what: String,
-    },
-    /// Leasehold is installed in this database as the PostgreSQL extension
-    /// `leasehold` (`CREATE EXTENSION`), so its migrations are not run
-    /// (nothing was changed): the two install paths are never mixed in one
-    /// database. Upgrade it with `ALTER EXTENSION leasehold UPDATE`, or
-    /// `DROP EXTENSION leasehold` first to switch to the migrations.
-    #[error("leasehold is installed in this database as the extension `leasehold` (version {version}); it is upgraded with ALTER EXTENSION leasehold UPDATE, not by leasehold::install (the two install paths are never mixed)")]
-    ExtensionInstalled {
-        /// The installed extension version (`pg_extension.extversion`).
-        version: String,
-    },
-    /// The server is older than the oldest supported PostgreSQL major
-    /// version (14); nothing was installed or changed. Migration 1 refuses
-    /// such a server the same way (SQLSTATE 0A000, constraint
-    /// `lease_unsupported_version`), so Diesel's runner refuses it too.
-    #[error("PostgreSQL {found} is not supported: leasehold needs PostgreSQL {minimum} or newer; nothing was installed")]
-    UnsupportedVersion {
-        /// The server's version as it reports it (`server_version`, e.g.
-        /// `13.11` or `13.11 (Debian 13.11-1.pgdg120+1)`).
-        found: String,
-        /// The oldest supported major version (14).
-        minimum: u32,
-    },
-    /// Another session held a lock the install needs (the install lock of a
-    /// concurrent `install`, schema `lease` being created, a table being
-    /// used) for longer than the install waits, [`crate::admin::INSTALL_LOCK_TIMEOUT`];
-    /// nothing was installed or changed. Find the session in `pg_locks` and
-    /// `pg_stat_activity`, let it finish, and install again.
-    #[error("leasehold install was blocked: another session held a lock it needs for more than {waited:?} (lock_timeout); nothing was installed")]
-    Blocked {
-        /// How long the install waited for the lock.
-        waited: std::time::Duration,
-        /// The server's lock-timeout error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// The installing role may not create schema `lease` in this database
-    /// (it has no CREATE on the database, and there is no schema `lease` of
-    /// its own). Nothing was installed.
-    #[error("role {role:?} may not create schema lease in database {database:?}: GRANT CREATE ON DATABASE to it, or install as the database owner; nothing was installed")]
-    NotPermitted {
-        /// The installing role.
-        role: String,
-        /// The database.
-        database: String,
-    },
-    /// The install bookkeeping (schema `lease`, its version table, the
-    /// install lock) could not be read or written.
-    #[error("leasehold install bookkeeping failed: {0}")]
-    Database(#[from] DieselError),
-    /// The migrations embedded in the crate could not be listed: a build
-    /// problem, fixed by rebuilding the crate.
-    #[error("the embedded leasehold migrations could not be read")]
-    Embedded(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl InstallError {
-    /// An install step's error as [`InstallError::Blocked`] when the server
+impl LeaseError {
+    /// An install step's error as [`LeaseError::Blocked`] when the server
     /// cancelled it for its lock_timeout, else as `otherwise`. The server
     /// reports it as `canceling statement due to lock timeout` (SQLSTATE
     /// 55P03, which diesel does not expose).
-    pub(crate) fn blocked_or(
+    pub(crate) fn install_blocked_or(
         source: Box<dyn std::error::Error + Send + Sync>,
-        otherwise: impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> InstallError,
-    ) -> InstallError {
+        otherwise: impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> LeaseError,
+    ) -> LeaseError {
         if source.to_string().contains("lock timeout") {
-            InstallError::Blocked {
+            LeaseError::Blocked {
                 waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source,
             }
@@ -632,9 +733,9 @@ impl InstallError {
     }
 
     /// Maps a diesel error of the install bookkeeping to its typed meaning.
-    pub(crate) fn from_diesel(error: DieselError) -> Self {
+    pub(crate) fn from_install_diesel(error: DieselError) -> Self {
         if error.to_string().contains("lock timeout") {
-            return InstallError::Blocked {
+            return LeaseError::Blocked {
                 waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source: Box::new(error),
             };
@@ -643,7 +744,7 @@ impl InstallError {
             if info.constraint_name() == Some(names::UNSUPPORTED_VERSION) {
                 if let Some((minimum, found)) = info.details().and_then(decode::unsupported_version)
                 {
-                    return InstallError::UnsupportedVersion {
+                    return LeaseError::UnsupportedVersion {
                         found: found.to_owned(),
                         minimum,
                     };
@@ -651,7 +752,7 @@ impl InstallError {
             }
             if info.constraint_name() == Some(names::INSTALL_NOT_PERMITTED) {
                 if let Some((role, database)) = info.details().and_then(decode::role_and_database) {
-                    return InstallError::NotPermitted {
+                    return LeaseError::InstallNotPermitted {
                         role: role.to_owned(),
                         database: database.to_owned(),
                     };
@@ -659,178 +760,24 @@ impl InstallError {
             }
             if info.constraint_name() == Some(names::SCHEMA_NOT_PRIVATE) {
                 if let Some(what) = info.details().and_then(decode::schema_not_private) {
-                    return InstallError::SchemaNotPrivate {
+                    return LeaseError::SchemaNotPrivate {
                         what: what.to_owned(),
                     };
                 }
             }
             if info.constraint_name() == Some(names::SCHEMA_NOT_OWNED) {
                 if let Some(owner) = info.details().and_then(decode::schema_owner) {
-                    return InstallError::SchemaNotOwned {
+                    return LeaseError::SchemaNotOwned {
                         owner: owner.to_owned(),
                     };
                 }
             }
         }
-        InstallError::Database(error)
+        LeaseError::Database {
+            operation: Operation::Install,
+            source: error,
+        }
     }
-}
-
-/// Errors of the guard operations. A refusal rolls back the caller's
-/// transaction (or savepoint): nothing of the refused write is visible.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GuardError {
-    /// The presented epoch is below the resource's record: a newer holder
-    /// has written (or an operator fenced this epoch out). Stop acting on
-    /// this lease; re-acquire it for a new epoch if needed.
-    #[error(
-        "stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}"
-    )]
-    StaleEpoch {
-        /// The guarded resource.
-        resource: String,
-        /// The epoch the writer presented.
-        presented: Epoch,
-        /// The resource's record: the lowest epoch it admits.
-        accepted: Epoch,
-    },
-    /// The token belongs to another lease key than the one fencing the
-    /// resource: a programming error, refused rather than ignored.
-    #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}")]
-    WrongLeaseKey {
-        /// The guarded resource.
-        resource: String,
-        /// The key that fences it.
-        fenced_by: String,
-        /// The key of the presented token.
-        presented: String,
-    },
-    /// The presented epoch was never granted for the key: above its counter,
-    /// or any epoch of a key never leased in this database. A forged or
-    /// mistaken token, refused so that nobody can fence out the key's real
-    /// holders with it (G7); nothing changed. From [`crate::guard::Fencing::fence`], the
-    /// `up_to` was above the counter.
-    #[error(
-        "epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}"
-    )]
-    EpochNotGranted {
-        /// The guarded resource.
-        resource: String,
-        /// The lease key of the token.
-        key: String,
-        /// The epoch presented (for `fence`, its `up_to`).
-        presented: Epoch,
-        /// The key's counter: the highest epoch it has granted or passed.
-        counter: Epoch,
-    },
-    /// A lease-checked write found the lease not held by the token's owner
-    /// and epoch. Stop acting on it; re-acquire it for a new epoch if needed.
-    #[error("lease {key:?} is not held by {owner:?} at epoch {epoch}: {reason}")]
-    LeaseNotHeld {
-        /// The lease key.
-        key: String,
-        /// The owner that presented the token.
-        owner: String,
-        /// The presented epoch.
-        epoch: Epoch,
-        /// What happened to the grant.
-        reason: Refusal,
-    },
-    /// An operator bound the prefix of the resource or of the token's key to
-    /// a role the connected login role is not a member of
-    /// (docs/SPECIFICATION.md §4.2, SQLSTATE 42501, constraint
-    /// `lease_namespace_denied`). Nothing was admitted, and the caller's
-    /// transaction (or savepoint) is rolled back. Connect as a member of the
-    /// bound role; `SET ROLE` does not change who the guard sees.
-    #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role")]
-    Forbidden {
-        /// The refused call.
-        operation: Operation,
-        /// Which name was refused: `"key"` or `"resource"`.
-        argument: String,
-        /// The refused key or resource name.
-        name: String,
-        /// The login role (`session_user`) that was refused.
-        role: String,
-    },
-    /// The arguments broke the guard functions' input rules; nothing changed.
-    #[error("invalid guard input: {}", .violations.join("; "))]
-    InvalidInput {
-        /// Every violated rule.
-        violations: Vec<String>,
-    },
-    /// leasehold is not installed in this database, or is older than this
-    /// crate; the caller's transaction is rolled back. Run
-    /// [`crate::install`] (or `leasehold install`).
-    #[error("leasehold is not installed in this database (guard {operation}: {source}); run leasehold::install or `leasehold install` first")]
-    NotInstalled {
-        /// The call.
-        operation: Operation,
-        /// The server's error.
-        #[source]
-        source: DieselError,
-    },
-    /// The database failed the call; the caller's transaction is rolled
-    /// back. Check the connection and that [`crate::install`] has run.
-    #[error("guard {operation} failed in the database: {source}")]
-    Database {
-        /// The failed call.
-        operation: Operation,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
-    },
-    /// The server accepts only reads (SQLSTATE 25006): a hot standby, a
-    /// primary being demoted during a failover, or a `READ ONLY`
-    /// transaction. Nothing was admitted and the caller's transaction is
-    /// rolled back. Run fenced writes on the primary (see
-    /// [`LeaseError::ReadOnlyServer`]).
-    #[error("guard {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary")]
-    ReadOnlyServer {
-        /// The refused call.
-        operation: Operation,
-        /// The database error as diesel reported it.
-        #[source]
-        source: DieselError,
-    },
-    /// No connection could be taken from the pool (r2d2's message, which
-    /// names the last connection error when there was one).
-    #[error("no database connection available from the pool: {0}")]
-    Pool(#[from] r2d2::Error),
-    /// The async face's [`crate::aio::AsyncLeaseClient`]: no connection
-    /// could be taken from its pool (deadpool's message).
-    #[cfg(feature = "async")]
-    #[error("no database connection available from the pool: {0}")]
-    AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
-}
-
-/// Why a keeper could not be built or stopped cleanly.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KeeperError {
-    /// The configuration cannot keep a lease alive; fix the setting and
-    /// start again.
-    #[error("invalid keeper configuration: {reason}")]
-    InvalidConfig {
-        /// Which rule the settings broke.
-        reason: String,
-    },
-    /// A keeper thread could not be started (the process is out of
-    /// threads or memory).
-    #[error("cannot start a keeper thread")]
-    Spawn(#[source] std::io::Error),
-    /// The first renew found the lease already lost.
-    #[error("lease {key:?} is no longer held: {reason}")]
-    NotHeld {
-        /// The lease key.
-        key: String,
-        /// What the renew answered.
-        reason: Refusal,
-    },
-    /// A renew or release call failed.
-    #[error("a keeper's lease call failed")]
-    Lease(#[from] LeaseError),
 }
 
 /// What a guard call was about, so a refusal can be reported with its facts.
@@ -842,16 +789,16 @@ pub(crate) struct GuardContext<'a> {
     pub(crate) epoch: Epoch,
 }
 
-impl GuardError {
-    pub(crate) fn from_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
+impl LeaseError {
+    pub(crate) fn from_guard_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
         if is_not_installed(&error) {
-            return GuardError::NotInstalled {
+            return LeaseError::NotInstalled {
                 operation: context.operation,
                 source: error,
             };
         }
         if is_read_only(&error) {
-            return GuardError::ReadOnlyServer {
+            return LeaseError::ReadOnlyServer {
                 operation: context.operation,
                 source: error,
             };
@@ -860,7 +807,7 @@ impl GuardError {
             let detail = info.details().unwrap_or("");
             match info.constraint_name() {
                 Some(names::INVALID_INPUT) => {
-                    return GuardError::InvalidInput {
+                    return LeaseError::InvalidInput {
                         violations: decode::violations(info.as_ref()),
                     }
                 }
@@ -868,7 +815,7 @@ impl GuardError {
                     if let Some(accepted) =
                         decode::detail_field(detail, "accepted").and_then(|v| v.parse().ok())
                     {
-                        return GuardError::StaleEpoch {
+                        return LeaseError::StaleEpoch {
                             resource: context.resource.to_owned(),
                             presented: context.epoch,
                             accepted,
@@ -877,7 +824,7 @@ impl GuardError {
                 }
                 Some(names::GUARD_WRONG_KEY) => {
                     if let Some(fenced_by) = decode::fenced_by(detail) {
-                        return GuardError::WrongLeaseKey {
+                        return LeaseError::WrongLeaseKey {
                             resource: context.resource.to_owned(),
                             fenced_by: fenced_by.to_owned(),
                             presented: context.key.to_owned(),
@@ -888,7 +835,7 @@ impl GuardError {
                     if let Some(counter) =
                         decode::detail_field(detail, "counter").and_then(|v| v.parse().ok())
                     {
-                        return GuardError::EpochNotGranted {
+                        return LeaseError::EpochNotGranted {
                             resource: context.resource.to_owned(),
                             key: context.key.to_owned(),
                             presented: context.epoch,
@@ -905,7 +852,7 @@ impl GuardError {
                         None if context.resource.is_empty() => ("key", context.key),
                         None => ("resource", context.resource),
                     };
-                    return GuardError::Forbidden {
+                    return LeaseError::Forbidden {
                         operation: context.operation,
                         argument: argument.to_owned(),
                         name: name.to_owned(),
@@ -922,7 +869,7 @@ impl GuardError {
                             Refusal::from_answer(status, why, newest, context.epoch.get())
                         });
                     if let Some(reason) = reason {
-                        return GuardError::LeaseNotHeld {
+                        return LeaseError::LeaseNotHeld {
                             key: context.key.to_owned(),
                             owner: context.owner.to_owned(),
                             epoch: context.epoch,
@@ -933,16 +880,9 @@ impl GuardError {
                 _ => {}
             }
         }
-        GuardError::Database {
+        LeaseError::Database {
             operation: context.operation,
             source: error,
-        }
-    }
-
-    /// An input rule broken before the call was sent.
-    pub(crate) fn invalid(violation: String) -> Self {
-        GuardError::InvalidInput {
-            violations: vec![violation],
         }
     }
 }
@@ -982,52 +922,21 @@ impl CallError for LeaseError {
     }
 }
 
-impl CallError for GuardError {
-    fn from_checkout(error: r2d2::Error) -> Self {
-        GuardError::Pool(error)
-    }
-
-    #[cfg(feature = "async")]
-    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
-        GuardError::AsyncPool(error)
-    }
-
-    fn discards_connection(&self) -> bool {
-        self.is_connection_error()
-    }
-}
-
 impl LeaseError {
     /// Whether the error says the connection (not the request) failed, or
-    /// that it reaches the wrong server: a read-only one, which is what a
-    /// failover leaves behind (the old primary demoted, or a standby not
-    /// yet promoted). Such a connection is not given back to the pool, and
-    /// the waiter and the keeper retry after such an error: the next
-    /// connection is opened anew, and libpq, given every host and
-    /// `target_session_attrs=read-write`, picks whichever server is the
-    /// primary by then.
+    /// that it reaches a read-only server (what a failover leaves behind):
+    /// such a connection leaves the pool, and the waiter and the keeper
+    /// retry on a new one, which libpq opens to whichever host is primary.
     pub(crate) fn is_connection_error(&self) -> bool {
         match self {
             LeaseError::Pool(_)
             | LeaseError::OutcomeUnknown { .. }
-            | LeaseError::ReadOnlyServer { .. } => true,
+            | LeaseError::ReadOnlyServer { .. }
+            | LeaseError::Connect { .. }
+            | LeaseError::ConnectTimedOut { .. } => true,
             #[cfg(feature = "async")]
-            LeaseError::AsyncPool(_) | LeaseError::AsyncConnect { .. } => true,
+            LeaseError::AsyncPool(_) => true,
             LeaseError::Database { source, .. } => is_dead_connection(source),
-            _ => false,
-        }
-    }
-}
-
-impl GuardError {
-    /// [`LeaseError::is_connection_error`] for a guard call's error: the
-    /// same connection failures, and a read-only server.
-    pub(crate) fn is_connection_error(&self) -> bool {
-        match self {
-            GuardError::Pool(_) | GuardError::ReadOnlyServer { .. } => true,
-            #[cfg(feature = "async")]
-            GuardError::AsyncPool(_) => true,
-            GuardError::Database { source, .. } => is_dead_connection(source),
             _ => false,
         }
     }
@@ -1042,6 +951,26 @@ fn is_dead_connection(error: &DieselError) -> bool {
             | DieselError::DatabaseError(DatabaseErrorKind::UnableToSendCommand, _)
             | DieselError::BrokenTransactionManager
     )
+}
+
+/// An error and its sources, `: `-separated, as one line.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    Chain(error).to_string()
+}
+
+/// An error and its sources, `: `-separated.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -1089,12 +1018,12 @@ mod tests {
 
     #[test]
     fn an_unsupported_version_refusal_is_typed_and_names_the_minimum() {
-        let error = InstallError::from_diesel(reported(
+        let error = LeaseError::from_install_diesel(reported(
             "lease_unsupported_version",
             "minimum=14 server_version=13.11 (Debian 13.11-1.pgdg120+1)",
         ));
         match &error {
-            InstallError::UnsupportedVersion { found, minimum } => {
+            LeaseError::UnsupportedVersion { found, minimum } => {
                 assert_eq!(found, "13.11 (Debian 13.11-1.pgdg120+1)");
                 assert_eq!(*minimum, 14);
             }
@@ -1109,76 +1038,17 @@ mod tests {
 
     #[test]
     fn a_schema_owner_refusal_stays_typed() {
-        match InstallError::from_diesel(reported("lease_schema_not_owned", "owner=squatter")) {
-            InstallError::SchemaNotOwned { owner } => assert_eq!(owner, "squatter"),
+        match LeaseError::from_install_diesel(reported("lease_schema_not_owned", "owner=squatter"))
+        {
+            LeaseError::SchemaNotOwned { owner } => assert_eq!(owner, "squatter"),
             other => panic!("expected SchemaNotOwned, got {other:?}"),
         }
     }
 
     #[test]
     fn an_unreadable_detail_keeps_the_database_error() {
-        let error = InstallError::from_diesel(reported("lease_unsupported_version", "garbled"));
-        assert!(matches!(error, InstallError::Database(_)), "{error:?}");
-    }
-}
-
-/// Why [`crate::aio::connect`] (or an
-/// [`AsyncLeaseClient`](crate::aio::AsyncLeaseClient)'s build,
-/// [`LeaseError::AsyncConnect`]) could not open a connection.
-#[cfg(feature = "async")]
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConnectError {
-    /// The attempt did not complete within `connect_timeout`: the server
-    /// accepted nothing, or accepted and never answered (a stopped or
-    /// overloaded server, a proxy that hangs). Nothing was left open.
-    #[error(
-        "no connection to {servers} within {} s (the bound: {setting}, per host)",
-        after.as_secs_f64()
-    )]
-    TimedOut {
-        /// The server or servers the URL names, `host:port`, in order.
-        servers: String,
-        /// How long the attempt was allowed: `connect_timeout` times the
-        /// number of hosts.
-        after: Duration,
-        /// Which `connect_timeout` bounded it and where it came from, e.g.
-        /// `connect_timeout=2 from the URL`, `connect_timeout=5 by default`.
-        setting: String,
-    },
-    /// The driver could not connect: refused, unreachable, a wrong
-    /// password or database, an invalid URL. The message carries the
-    /// whole reason, e.g. `error connecting to server: Connection refused
-    /// (os error 111)`.
-    #[error("{}", Chain(source))]
-    Driver {
-        /// tokio-postgres's error, whose source is the reason.
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    /// Connected, but the session's first statements (diesel-async's
-    /// settings of the session) failed.
-    #[error("the new session could not be set up: {source}")]
-    Setup {
-        /// diesel-async's error.
-        #[source]
-        source: diesel::ConnectionError,
-    },
-}
-
-/// An error and its sources, `: `-separated.
-#[cfg(feature = "async")]
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-#[cfg(feature = "async")]
-impl std::fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(error) = source {
-            write!(f, ": {error}")?;
-            source = error.source();
-        }
-        Ok(())
+        let error =
+            LeaseError::from_install_diesel(reported("lease_unsupported_version", "garbled"));
+        assert!(matches!(error, LeaseError::Database { .. }), "{error:?}");
     }
 }

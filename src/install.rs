@@ -17,16 +17,16 @@
 //!   the rest find everything done; a failure leaves nothing behind;
 //! - it needs only CREATE on the database (for schema `lease`);
 //! - it refuses a database where leasehold is installed as the extension
-//!   `leasehold` ([`InstallError::ExtensionInstalled`]; the command
+//!   `leasehold` ([`LeaseError::ExtensionInstalled`]; the command
 //!   `leasehold extension generate` writes the extension's files);
 //! - it refuses a server older than PostgreSQL 14
-//!   ([`InstallError::UnsupportedVersion`]) before creating anything;
+//!   ([`LeaseError::UnsupportedVersion`]) before creating anything;
 //! - it never adopts a schema `lease` another role owns
-//!   ([`InstallError::SchemaNotOwned`]): that role could replace leasehold's
+//!   ([`LeaseError::SchemaNotOwned`]): that role could replace leasehold's
 //!   functions and run code as the installer;
 //! - nor one that another role can put code into, by an object of its own
 //!   there, CREATE on the schema or TRIGGER on a table
-//!   ([`InstallError::SchemaNotPrivate`]): the migrations would run that
+//!   ([`LeaseError::SchemaNotPrivate`]): the migrations would run that
 //!   code as the installer, a superuser included.
 //!
 //! Versions: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`; its
@@ -54,7 +54,7 @@ use diesel::pg::{Pg, PgConnection};
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 
-use crate::error::InstallError;
+use crate::error::LeaseError;
 use crate::sql::install;
 use crate::sql_files;
 
@@ -195,12 +195,12 @@ struct VersionRow {
 /// called inside an open transaction of the caller's (it commits).
 ///
 /// ```no_run
-/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::InstallError> {
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::LeaseError> {
 /// let report = leasehold::install(conn)?;
 /// println!("applied {:?}", report.applied);
 /// # Ok(()) }
 /// ```
-pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
+pub fn install(conn: &mut PgConnection) -> Result<InstallReport, LeaseError> {
     let steps = steps(false);
     conn.transaction(|conn| {
         lock_and_prepare(conn)?;
@@ -211,7 +211,7 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
                 continue;
             }
             step.run(conn).map_err(|source| {
-                InstallError::blocked_or(source, |source| InstallError::Migration {
+                LeaseError::install_blocked_or(source, |source| LeaseError::Migration {
                     version: step.version.clone(),
                     source,
                 })
@@ -236,7 +236,7 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, InstallError> {
 /// fencing epochs: a later install starts every key again at epoch 1, which
 /// voids fencing for anything that recorded older epochs. Meant for tests and
 /// for decommissioning.
-pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
+pub fn uninstall(conn: &mut PgConnection) -> Result<(), LeaseError> {
     let steps = steps(false);
     conn.transaction(|conn| {
         lock_and_prepare(conn)?;
@@ -244,7 +244,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
         diesel::sql_query(install::DROP_BOOKKEEPING).execute(conn)?;
         // The functions first, whichever version of them is installed.
         conn.batch_execute(sql_files::DROP_FUNCTIONS)
-            .map_err(|source| InstallError::Migration {
+            .map_err(|source| LeaseError::Migration {
                 version: sql_files::functions_version(),
                 source: Box::new(source),
             })?;
@@ -252,11 +252,10 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
             if !done.contains(&step.version) || sql_files::is_functions_version(&step.version) {
                 continue;
             }
-            step.revert(conn)
-                .map_err(|source| InstallError::Migration {
-                    version: step.version.clone(),
-                    source,
-                })?;
+            step.revert(conn).map_err(|source| LeaseError::Migration {
+                version: step.version.clone(),
+                source,
+            })?;
         }
         diesel::sql_query(install::DROP_SCHEMA).execute(conn)?;
         Ok(())
@@ -268,7 +267,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), InstallError> {
 /// whether its functions exist, which any role may ask. Reads the catalog
 /// only; for a command that should say "not installed" before it calls
 /// anything.
-pub fn is_installed(conn: &mut PgConnection) -> Result<bool, InstallError> {
+pub fn is_installed(conn: &mut PgConnection) -> Result<bool, LeaseError> {
     let present: Present = diesel::sql_query(install::INSTALLED).get_result(conn)?;
     Ok(present.present)
 }
@@ -280,7 +279,7 @@ struct Present {
 }
 
 /// Versions recorded as installed, oldest first; empty when not installed.
-pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, InstallError> {
+pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, LeaseError> {
     let present: Present = diesel::sql_query(install::BOOKKEEPING_PRESENT).get_result(conn)?;
     if !present.present {
         return Ok(Vec::new());
@@ -294,17 +293,17 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, Instal
     Ok(versions)
 }
 
-fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
+fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
     // Before anything is created: an unsupported server gets nothing.
     conn.batch_execute(install::VERSION_CHECK)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     // Every lock the install waits for, from here on, within the bound.
     conn.batch_execute(install::SET_LOCK_TIMEOUT)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     diesel::sql_query(install::LOCK)
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     // An extension install is never taken over (nor removed) by the
     // migrations: the extension owns its objects, and its scripts refuse a
     // migrations install in turn.
@@ -313,28 +312,28 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), InstallError> {
         .into_iter()
         .next()
     {
-        return Err(InstallError::ExtensionInstalled {
+        return Err(LeaseError::ExtensionInstalled {
             version: row.version,
         });
     }
     // The ownership check comes before the bookkeeping table: a schema
     // owned by someone else is never written to.
     conn.batch_execute(install::CREATE_PERMITTED_CHECK)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
-        .map_err(InstallError::from_diesel)?;
-    let owner_check = install::schema_owner_check().ok_or_else(|| {
-        InstallError::Embedded("migration 1 has no schema-ownership check".into())
+        .map_err(LeaseError::from_install_diesel)?;
+    let owner_check = install::schema_owner_check().ok_or_else(|| LeaseError::EmbeddedSql {
+        reason: "migration 1 has no schema-ownership check".to_owned(),
     })?;
     conn.batch_execute(owner_check)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::SCHEMA_PRIVATE_CHECK)
-        .map_err(InstallError::from_diesel)?;
+        .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_BOOKKEEPING)?;
     Ok(())
 }
 
-fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, InstallError> {
+fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, LeaseError> {
     Ok(diesel::sql_query(install::RECORDED_VERSIONS)
         .load::<VersionRow>(conn)?
         .into_iter()

@@ -49,7 +49,7 @@
 //! | [`batch`] | the types of the calls on many keys of one owner, and of heartbeat groups |
 //! | [`admin`] | install, uninstall and the installed check; the operator calls ([`admin::Operator`]) and their types, the listing of keys ([`admin::ListFilter`]) among them; whether a role may run an operator function |
 //! | [`pool`] | the pool's type and statement caching ([`LeaseClient::builder`] makes the pool) |
-//! | [`error`] | every error type |
+//! | [`error`] | the one error type, [`LeaseError`], and [`ErrorKind`], what to do about it |
 //! | [`telemetry`] | spans, events and metrics (features `tracing`, `metrics`) |
 //! | `aio` | feature `async`: the same operations as futures for tokio (`AsyncLeases`, `AsyncFencing`, `AsyncOperator` on diesel-async's `AsyncPgConnection` and on the pooled `AsyncLeaseClient`), `aio::Keeper` and `aio::KeeperSet` as tasks, `aio::run_while_held`, `aio::LeaseWaiter` and its `aio::ReleaseWatch` on the shared listener (docs/guide/async.md) |
 //!
@@ -100,7 +100,7 @@ pub mod wait;
 // a public module named by its concern, above.
 pub use api::Leases;
 pub use client::{LeaseClient, LeaseClientBuilder};
-pub use error::LeaseError;
+pub use error::{ErrorKind, LeaseError};
 pub use hold::Keeper;
 pub use install::install;
 pub use lease::epoch::Epoch;

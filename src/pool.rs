@@ -102,10 +102,7 @@ pub(crate) struct PoolSettings {
 pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPool, LeaseError> {
     let database_url = &crate::libpq::with_connect_timeout(database_url);
     if settings.connect_at_once {
-        drop(
-            PgConnection::establish(database_url)
-                .map_err(|source| LeaseError::Connect { source })?,
-        );
+        drop(PgConnection::establish(database_url).map_err(LeaseError::connect)?);
     }
     let builder = Pool::builder()
         .max_size(settings.max_size.max(1))

@@ -90,7 +90,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 
-use crate::error::{GuardError, LeaseError, Operation};
+use crate::error::{LeaseError, Operation};
 use crate::lease::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
 
 /// Whether spans and events may carry lease keys and resource names
@@ -265,11 +265,14 @@ impl Outcome for i64 {
 
 impl Outcome for LeaseError {
     fn outcome(&self) -> &'static str {
+        if let Some(kind) = self.refusal_kind() {
+            return kind;
+        }
         match self {
             LeaseError::InvalidInput { .. } | LeaseError::GenerationTooHigh { .. } => "invalid",
             LeaseError::GenerationNotAbove { .. } => "not_above",
             LeaseError::TimedOut { .. } => "timed_out",
-            LeaseError::Forbidden { .. } | LeaseError::ListNotPermitted { .. } => "forbidden",
+            LeaseError::ListNotPermitted { .. } => "forbidden",
             LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
             LeaseError::ReadOnlyServer { .. } => "read_only",
             LeaseError::Retry { .. } => "retry",
@@ -279,30 +282,16 @@ impl Outcome for LeaseError {
     }
 }
 
-impl Outcome for GuardError {
-    fn outcome(&self) -> &'static str {
-        match self.refusal_kind() {
-            Some(kind) => kind,
-            None => match self {
-                GuardError::InvalidInput { .. } => "invalid",
-                GuardError::ReadOnlyServer { .. } => "read_only",
-                GuardError::NotInstalled { .. } => "not_installed",
-                _ => "error",
-            },
-        }
-    }
-}
-
-impl GuardError {
+impl LeaseError {
     /// The `kind` label when the guard refused the writer (as opposed to
     /// failing): counted in `leasehold_guard_refused_total`.
     fn refusal_kind(&self) -> Option<&'static str> {
         match self {
-            GuardError::StaleEpoch { .. } => Some("stale_epoch"),
-            GuardError::WrongLeaseKey { .. } => Some("wrong_lease_key"),
-            GuardError::EpochNotGranted { .. } => Some("epoch_not_granted"),
-            GuardError::LeaseNotHeld { .. } => Some("lease_not_held"),
-            GuardError::Forbidden { .. } => Some("forbidden"),
+            LeaseError::StaleEpoch { .. } => Some("stale_epoch"),
+            LeaseError::WrongLeaseKey { .. } => Some("wrong_lease_key"),
+            LeaseError::EpochNotGranted { .. } => Some("epoch_not_granted"),
+            LeaseError::LeaseNotHeld { .. } => Some("lease_not_held"),
+            LeaseError::Forbidden { .. } => Some("forbidden"),
             _ => None,
         }
     }
@@ -465,9 +454,9 @@ pub(crate) async fn guard_call<T, F>(
     _owner: &str,
     _epoch: Option<i64>,
     call: F,
-) -> Result<T, GuardError>
+) -> Result<T, LeaseError>
 where
-    F: std::future::Future<Output = Result<T, GuardError>>,
+    F: std::future::Future<Output = Result<T, LeaseError>>,
 {
     call.await
 }
@@ -481,10 +470,10 @@ pub(crate) async fn guard_call<T, F>(
     owner: &str,
     epoch: Option<i64>,
     call: F,
-) -> Result<T, GuardError>
+) -> Result<T, LeaseError>
 where
     T: GuardAnswer,
-    F: std::future::Future<Output = Result<T, GuardError>>,
+    F: std::future::Future<Output = Result<T, LeaseError>>,
 {
     #[cfg(feature = "tracing")]
     let span = tracing::debug_span!(

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::{error::GuardError, LeaseError, Refusal};
+use leasehold::{error::LeaseError, Refusal};
 use leasehold_local::LocalServerError;
 
 use crate::duration;
@@ -100,7 +100,7 @@ pub enum CliError {
     },
     /// A guard refused the write or fence.
     #[error("{0}")]
-    Guard(GuardError),
+    Guard(LeaseError),
     /// The role lacks EXECUTE on an operator function (PostgreSQL's own
     /// "permission denied for function", SQLSTATE 42501).
     #[error("role {role:?} may not run {function}: operator actions are granted to nobody by default; run the command as the role that installed leasehold, or have that role run `GRANT EXECUTE ON FUNCTION {function} TO {role}`")]
@@ -308,12 +308,11 @@ impl CliError {
                     Exit::NotOwner
                 }
             }
-            CliError::Guard(GuardError::InvalidInput { .. }) => Exit::InvalidInput,
             CliError::Guard(
-                GuardError::StaleEpoch { .. }
-                | GuardError::WrongLeaseKey { .. }
-                | GuardError::EpochNotGranted { .. }
-                | GuardError::LeaseNotHeld { .. },
+                LeaseError::StaleEpoch { .. }
+                | LeaseError::WrongLeaseKey { .. }
+                | LeaseError::EpochNotGranted { .. }
+                | LeaseError::LeaseNotHeld { .. },
             ) => Exit::GuardRefused,
             CliError::Guard(_)
             | CliError::ReadOnlyServer { .. }
@@ -333,9 +332,7 @@ impl CliError {
     fn kind(&self) -> &'static str {
         match self {
             CliError::NoDatabase => "no_database",
-            CliError::InvalidInput(_) | CliError::Guard(GuardError::InvalidInput { .. }) => {
-                "invalid_input"
-            }
+            CliError::InvalidInput(_) => "invalid_input",
             CliError::LogSetup(LogSetupError::Install(_)) => "log_setup",
             CliError::LogSetup(_) => "invalid_input",
             CliError::Denied { .. } => "denied",
@@ -345,10 +342,10 @@ impl CliError {
             CliError::Lost { why, .. } => why.as_reason(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
             CliError::ForceReleaseRefused { status, .. } => status,
-            CliError::Guard(GuardError::StaleEpoch { .. }) => "stale_epoch",
-            CliError::Guard(GuardError::WrongLeaseKey { .. }) => "wrong_lease_key",
-            CliError::Guard(GuardError::LeaseNotHeld { .. }) => "lease_not_held",
-            CliError::Guard(GuardError::EpochNotGranted { .. }) => "epoch_not_granted",
+            CliError::Guard(LeaseError::StaleEpoch { .. }) => "stale_epoch",
+            CliError::Guard(LeaseError::WrongLeaseKey { .. }) => "wrong_lease_key",
+            CliError::Guard(LeaseError::LeaseNotHeld { .. }) => "lease_not_held",
+            CliError::Guard(LeaseError::EpochNotGranted { .. }) => "epoch_not_granted",
             CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
             CliError::ReadOnlyServer { .. } => "read_only_server",
             CliError::NotInstalled => "not_installed",
@@ -403,7 +400,7 @@ impl CliError {
                     Json::Int(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
                 ));
             }
-            CliError::Guard(GuardError::StaleEpoch {
+            CliError::Guard(LeaseError::StaleEpoch {
                 resource,
                 presented,
                 accepted,
@@ -412,7 +409,7 @@ impl CliError {
                 fields.push(("presented_epoch", Json::Int((*presented).get())));
                 fields.push(("accepted_epoch", Json::Int((*accepted).get())));
             }
-            CliError::Guard(GuardError::WrongLeaseKey {
+            CliError::Guard(LeaseError::WrongLeaseKey {
                 resource,
                 fenced_by,
                 presented,
@@ -421,7 +418,7 @@ impl CliError {
                 fields.push(("fenced_by", Json::str(fenced_by)));
                 fields.push(("presented", Json::str(presented)));
             }
-            CliError::Guard(GuardError::EpochNotGranted {
+            CliError::Guard(LeaseError::EpochNotGranted {
                 resource,
                 key,
                 presented,
@@ -472,30 +469,6 @@ impl CliError {
         }
         Json::Object(fields)
     }
-
-    /// Maps a library error of a lease operation.
-    pub fn from_lease(error: LeaseError) -> CliError {
-        match error {
-            LeaseError::InvalidInput { violations } => {
-                CliError::InvalidInput(violations.join("; "))
-            }
-            LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
-            LeaseError::Forbidden {
-                operation,
-                key,
-                role,
-            } => CliError::Forbidden {
-                operation: operation.to_string(),
-                argument: "key".to_owned(),
-                name: key,
-                role,
-            },
-            LeaseError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
-                operation: operation.to_string(),
-            },
-            other => CliError::Database(report(&other)),
-        }
-    }
 }
 
 /// An error and its causes on one line (`what happened: because: because`):
@@ -512,10 +485,17 @@ pub fn report(error: &dyn std::error::Error) -> String {
     text
 }
 
-impl From<GuardError> for CliError {
-    fn from(error: GuardError) -> Self {
+/// The one mapping of a library error to the command's: the facts a
+/// command reports specially, and the rest as a database failure with its
+/// causes.
+impl From<LeaseError> for CliError {
+    fn from(error: LeaseError) -> Self {
         match error {
-            GuardError::Forbidden {
+            LeaseError::InvalidInput { violations } => {
+                CliError::InvalidInput(violations.join("; "))
+            }
+            LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
+            LeaseError::Forbidden {
                 operation,
                 argument,
                 name,
@@ -526,10 +506,14 @@ impl From<GuardError> for CliError {
                 name,
                 role,
             },
-            GuardError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
+            LeaseError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
                 operation: operation.to_string(),
             },
-            other => CliError::Guard(other),
+            refused @ (LeaseError::StaleEpoch { .. }
+            | LeaseError::WrongLeaseKey { .. }
+            | LeaseError::EpochNotGranted { .. }
+            | LeaseError::LeaseNotHeld { .. }) => CliError::Guard(refused),
+            other => CliError::Database(report(&other)),
         }
     }
 }

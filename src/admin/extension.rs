@@ -78,6 +78,7 @@
 
 use std::fmt::Write as _;
 
+use crate::error::LeaseError;
 use crate::sql::install::schema_owner_check;
 use crate::sql_files::{self, FUNCTION_SQL, MIGRATION_SQL};
 
@@ -96,23 +97,6 @@ pub struct ExtensionFile {
     pub name: String,
     /// The file's text.
     pub contents: String,
-}
-
-/// Why the extension files could not be generated: a migration or a file
-/// of functions no longer has a shape the generator relies on. Fixed in the
-/// generator or the SQL, never by editing the generated files.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExtensionError {
-    /// A migration or a file of functions lacks a statement the generator
-    /// rewrites, or has one it refuses.
-    #[error("{source_file}: expected {expected}")]
-    Unexpected {
-        /// The file: `migrations/<dir>/up.sql` or `sql/functions/<file>`.
-        source_file: String,
-        /// What was missing or not allowed.
-        expected: String,
-    },
 }
 
 /// The earlier versions of the extension that `ALTER EXTENSION leasehold
@@ -164,7 +148,7 @@ fn sources(after: Option<&str>) -> Vec<Source<'static>> {
 /// Generates the control file, the install script and the update scripts,
 /// in a stable order (control file, install script, update scripts in the
 /// order of [`EXTENSION_UPGRADES_FROM`]).
-pub fn extension_files() -> Result<Vec<ExtensionFile>, ExtensionError> {
+pub fn extension_files() -> Result<Vec<ExtensionFile>, LeaseError> {
     let version = extension_version();
     let mut files = vec![
         ExtensionFile {
@@ -192,7 +176,7 @@ pub fn extension_files() -> Result<Vec<ExtensionFile>, ExtensionError> {
 /// The install script of an extension made of `migrations` alone
 /// (directory name and `up.sql`, oldest first), as this generator writes
 /// it: for tests that install the layout of an earlier version.
-pub fn install_script_of(migrations: &[(String, String)]) -> Result<String, ExtensionError> {
+pub fn install_script_of(migrations: &[(String, String)]) -> Result<String, LeaseError> {
     let sources: Vec<Source<'_>> = migrations
         .iter()
         .enumerate()
@@ -619,10 +603,9 @@ fn calls_a_lease_function(statement: &str) -> bool {
 /// One source's statements: those that stay with the superuser, in the
 /// source's order (with the extension's own additions), and those that run
 /// as the owner.
-fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), ExtensionError> {
-    let unexpected = |expected: String| ExtensionError::Unexpected {
-        source_file: source.path.clone(),
-        expected,
+fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), LeaseError> {
+    let unexpected = |expected: String| LeaseError::EmbeddedSql {
+        reason: format!("{}: expected {expected}", source.path),
     };
     let up = source.sql;
     let mut body = up.to_owned();
@@ -721,7 +704,7 @@ fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), ExtensionE
 
 /// A script of `sources`, in order: an install script (`install`: it opens
 /// by refusing a migrations install) or an update script.
-fn script(sources: &[Source<'_>], install: bool) -> Result<String, ExtensionError> {
+fn script(sources: &[Source<'_>], install: bool) -> Result<String, LeaseError> {
     let mut script = String::new();
     let _ = writeln!(
         script,

@@ -27,7 +27,7 @@ use crate::pool::PreparedStatements;
 
 /// Why no connection could be had from an [`AsyncLeaseClient`]'s pool:
 /// deadpool's error, which names the connection error when there was one
-/// ([`LeaseError::AsyncPool`], [`GuardError::AsyncPool`](crate::error::GuardError::AsyncPool)).
+/// ([`LeaseError::AsyncPool`]).
 pub type PoolError = diesel_async::pooled_connection::deadpool::PoolError;
 
 /// Every lease operation over a pool of async connections: the methods
@@ -157,23 +157,19 @@ impl AsyncLeaseClientBuilder {
     /// Builds the pool, opening one connection first (unless
     /// [`connect_lazily`](Self::connect_lazily)): a URL that cannot connect
     /// fails here with the driver's whole reason (the OS's, or the
-    /// server's message) as [`LeaseError::AsyncConnect`].
+    /// server's message) as [`LeaseError::Connect`].
     ///
     /// Every connection attempt, this one and each one the pool makes, is
     /// bounded by the URL's `connect_timeout` (else `PGCONNECT_TIMEOUT`,
     /// else 5 s; per host the URL lists) from the TCP connect to the
     /// session's first statements, as libpq bounds the sync client's; one
-    /// that runs out fails with [`super::ConnectError::TimedOut`], naming
+    /// that runs out fails with [`super::LeaseError::ConnectTimedOut`], naming
     /// the servers, the time and the setting ([`super::connect`]).
     pub async fn build(self) -> Result<AsyncLeaseClient, LeaseError> {
         let url = self.database_url.clone();
         let uncached = self.prepared == PreparedStatements::Uncached;
         if self.connect_at_once {
-            drop(
-                super::connect(&url)
-                    .await
-                    .map_err(|source| LeaseError::AsyncConnect { source })?,
-            );
+            drop(super::connect(&url).await?);
         }
         let mut config = ManagerConfig::<AsyncPgConnection>::default();
         // No round trip before each call: a call that finds its connection

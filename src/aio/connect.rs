@@ -17,7 +17,7 @@ use diesel_async::AsyncPgConnection;
 
 use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
 
-pub use crate::error::ConnectError;
+use crate::error::LeaseError;
 use crate::libpq::{with_connect_timeout, ConnectBound};
 
 /// Opens an `AsyncPgConnection` to `database_url` (libpq's URL or key-value
@@ -31,27 +31,27 @@ use crate::libpq::{with_connect_timeout, ConnectBound};
 /// bound (one that accepts and never answers included) passes the attempt
 /// to the next: a hung old primary does not keep a failover URL from the
 /// new one. When every host fails, the error is the reason of the last
-/// host that gave one, or [`ConnectError::TimedOut`] if every host ran out
+/// host that gave one, or [`LeaseError::ConnectTimedOut`] if every host ran out
 /// its bound.
 ///
 /// For [`AsyncLeases`](super::AsyncLeases) on a connection of the
 /// caller's own, instead of `AsyncPgConnection::establish`, which bounds
 /// only the TCP connect and reports a refusal without its reason.
-pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, ConnectError> {
+pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, LeaseError> {
     let bound = ConnectBound::of(database_url);
     let config: Config = with_connect_timeout(database_url)
         .parse()
-        .map_err(|source| ConnectError::Driver { source })?;
+        .map_err(LeaseError::connect)?;
     let mut reason = None;
     for host in one_config_per_host(&config) {
         let attempt = async {
             let (client, connection) = host
                 .connect(tokio_postgres::NoTls)
                 .await
-                .map_err(|source| ConnectError::Driver { source })?;
+                .map_err(LeaseError::connect)?;
             AsyncPgConnection::try_from_client_and_connection(client, connection)
                 .await
-                .map_err(|source| ConnectError::Setup { source })
+                .map_err(LeaseError::connect)
         };
         let result = match bound.each {
             None => attempt.await,
@@ -66,7 +66,7 @@ pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, ConnectErr
             Err(error) => reason = Some(error),
         }
     }
-    Err(reason.unwrap_or(ConnectError::TimedOut {
+    Err(reason.unwrap_or(LeaseError::ConnectTimedOut {
         servers: bound.servers,
         after: bound.total.unwrap_or_default(),
         setting: bound.setting,
@@ -172,7 +172,12 @@ pub(super) async fn connect_for_pool(
     database_url: &str,
 ) -> diesel::ConnectionResult<AsyncPgConnection> {
     connect(database_url).await.map_err(|error| match error {
-        ConnectError::Setup { source } => source,
+        LeaseError::Connect { source } => match source.downcast::<diesel::ConnectionError>() {
+            Ok(setup) => *setup,
+            Err(other) => {
+                diesel::ConnectionError::BadConnection(crate::error::chain(other.as_ref()))
+            }
+        },
         other => diesel::ConnectionError::BadConnection(other.to_string()),
     })
 }

@@ -33,7 +33,6 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::{checkout, settle, AsyncLeaseClient};
-use crate::error::KeeperError;
 use crate::error::LeaseError;
 use crate::hold::schedule::{self, Schedule};
 use crate::hold::LeaseLoss;
@@ -100,11 +99,11 @@ impl KeeperBuilder {
 
     /// Validates, renews once (establishing the first deadline) and spawns
     /// the keeper's two tasks on the current tokio runtime.
-    pub async fn start(self) -> Result<Keeper, KeeperError> {
+    pub async fn start(self) -> Result<Keeper, LeaseError> {
         let schedule =
             Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
-            KeeperError::Spawn(std::io::Error::other(format!(
+            LeaseError::Spawn(std::io::Error::other(format!(
                 "an async keeper runs on a tokio runtime: {error}"
             )))
         })?;
@@ -129,8 +128,10 @@ impl KeeperBuilder {
         match shared.renew_once().await? {
             RenewResult::Renewed | RenewResult::Ignored => {}
             RenewResult::Refused(reason) => {
-                return Err(KeeperError::NotHeld {
+                return Err(LeaseError::LeaseNotHeld {
                     key: shared.lease.key().to_owned(),
+                    owner: shared.lease.owner().to_owned(),
+                    epoch: shared.lease.epoch(),
                     reason,
                 })
             }
@@ -381,7 +382,7 @@ impl Keeper {
     /// Starts keeping `lease` alive with the default settings, renewing it
     /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
     /// returning.
-    pub async fn start(client: &AsyncLeaseClient, lease: Lease) -> Result<Keeper, KeeperError> {
+    pub async fn start(client: &AsyncLeaseClient, lease: Lease) -> Result<Keeper, LeaseError> {
         Self::builder(client, lease).start().await
     }
 
@@ -448,7 +449,7 @@ impl Keeper {
     /// Stops renewing, waits for the keeper's tasks (a renew in flight
     /// finishes first), and releases the lease. Returns what the release
     /// answered ([`Release::Refused`] when the lease was already lost).
-    pub async fn stop(mut self) -> Result<Release, KeeperError> {
+    pub async fn stop(mut self) -> Result<Release, LeaseError> {
         let refused = self.shared.begin_stop();
         for task in self.tasks.drain(..) {
             let _ = task.await;
@@ -456,7 +457,7 @@ impl Keeper {
         if let Some(reason) = refused {
             return Ok(Release::Refused(reason));
         }
-        Ok(self.shared.release().await?)
+        self.shared.release().await
     }
 
     /// Stops renewing and keeps the grant: nothing is released, and the

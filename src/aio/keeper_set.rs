@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::client::AsyncLeaseClient;
-use crate::error::KeeperError;
+use crate::error::LeaseError;
 use crate::hold::keeper_set::{Calls, SetSettings, Shared};
 use crate::hold::{KeeperSetEvent, LeaseLoss};
 use crate::lease::outcome::{KeyRelease, Lease};
@@ -63,9 +63,9 @@ impl KeeperSetBuilder {
     /// [`start`](crate::hold::KeeperSetBuilder::start)), sends the first
     /// heartbeat and spawns the set's two tasks on the current tokio
     /// runtime.
-    pub async fn start(self) -> Result<KeeperSet, KeeperError> {
+    pub async fn start(self) -> Result<KeeperSet, LeaseError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
-            KeeperError::Spawn(std::io::Error::other(format!(
+            LeaseError::Spawn(std::io::Error::other(format!(
                 "an async keeper set runs on a tokio runtime: {error}"
             )))
         })?;
@@ -109,7 +109,7 @@ impl KeeperSet {
     pub async fn start(
         client: &AsyncLeaseClient,
         leases: Vec<Lease>,
-    ) -> Result<KeeperSet, KeeperError> {
+    ) -> Result<KeeperSet, LeaseError> {
         Self::builder(client, leases).start().await
     }
 
@@ -193,12 +193,12 @@ impl KeeperSet {
     /// Stops renewing, waits for the set's tasks (a heartbeat in flight
     /// finishes first), and releases every key not refused in one call.
     /// Answers per key, in the order the leases were given.
-    pub async fn stop(mut self) -> Result<Vec<KeyRelease>, KeeperError> {
+    pub async fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
         let refused = self.shared.begin_stop();
         for task in self.tasks.drain(..) {
             let _ = task.await;
         }
-        Ok(self.shared.release_kept(refused).await?)
+        self.shared.release_kept(refused).await
     }
 }
 

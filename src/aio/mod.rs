@@ -58,7 +58,7 @@ use crate::lease::outcome::{Lease, Renewal};
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
 pub(crate) use client::settle;
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
-pub use connect::{connect, ConnectError};
+pub use connect::connect;
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};
 pub use releases::ReleaseWatch;

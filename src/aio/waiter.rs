@@ -40,8 +40,7 @@ use crate::telemetry;
 use crate::wait::listener::Listener;
 use crate::wait::slot::Woken;
 use crate::wait::{
-    attempt_step, ListenerStatus, Round, Rounds, Step, Wait, WaitError, DEFAULT_FALLBACK_POLL,
-    DEFAULT_RECHECK,
+    attempt_step, ListenerStatus, Round, Rounds, Step, Wait, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
 };
 
 /// Acquires keys waiting on release notifications, as the sync
@@ -157,7 +156,7 @@ impl LeaseWaiter {
     /// attempt in flight runs in a task of its own, finishes, and releases
     /// a grant it got once it finds nobody waiting for it (best effort: on
     /// an error the grant lapses at its ttl). To stop a wait with an
-    /// answer, [`WaitError::Cancelled`], use
+    /// answer, [`LeaseError::Cancelled`], use
     /// [`acquire_cancellable`](Self::acquire_cancellable).
     pub async fn acquire(
         &self,
@@ -165,7 +164,7 @@ impl LeaseWaiter {
         owner: &str,
         ttl: Duration,
         wait: impl Into<Wait>,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let wait = wait.into();
         telemetry::wait(
             key,
@@ -176,7 +175,7 @@ impl LeaseWaiter {
     }
 
     /// Like [`acquire`](Self::acquire), returning
-    /// [`WaitError::Cancelled`] once `cancel` resolves; the cancellation is
+    /// [`LeaseError::Cancelled`] once `cancel` resolves; the cancellation is
     /// seen between attempts, never during one, so an attempt that was
     /// granted is answered rather than released.
     pub async fn acquire_cancellable(
@@ -186,7 +185,7 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: impl Into<Wait>,
         cancel: impl Future<Output = ()> + Send,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let wait = wait.into();
         telemetry::wait(
             key,
@@ -203,7 +202,7 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: Wait,
         cancel: impl Future<Output = ()> + Send,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let mut cancel = pin!(cancel);
         let mut rounds = Rounds::new(key, wait, self.fallback_poll, self.recheck_every);
         if is_ready(cancel.as_mut()).await {

@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 
-use crate::error::GuardError;
+use crate::error::LeaseError;
 use crate::guard::database::{Check, FencedError, GuardRecord};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
@@ -28,8 +28,8 @@ pub trait Fencing: OnConnection {
     /// - [`Check::RenewAndAdmit`]: also renews the lease by the given ttl in
     ///   the same transaction, so the heartbeat commits only with the write.
     ///
-    /// A stale token fails with [`GuardError::StaleEpoch`], a token of
-    /// another key with [`GuardError::WrongLeaseKey`]. The first admission
+    /// A stale token fails with [`LeaseError::StaleEpoch`], a token of
+    /// another key with [`LeaseError::WrongLeaseKey`]. The first admission
     /// registers the resource as fenced by the token's key. Answers the
     /// lease's expiry when the check read the lease (`LeaseHeld`: as it is;
     /// `RenewAndAdmit`: the new one, valid once committed), `None` for
@@ -54,7 +54,7 @@ pub trait Fencing: OnConnection {
         resource: &str,
         grant: &impl AsRef<FencingToken>,
         check: Check,
-    ) -> Result<Option<DateTime<Utc>>, GuardError> {
+    ) -> Result<Option<DateTime<Utc>>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::guard::database::admit_checked(
                 conn,
@@ -71,7 +71,7 @@ pub trait Fencing: OnConnection {
     fn check_held(
         &mut self,
         grant: &impl AsRef<FencingToken>,
-    ) -> Result<DateTime<Utc>, GuardError> {
+    ) -> Result<DateTime<Utc>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::guard::database::check_held(conn, grant.as_ref()))
         })
@@ -90,7 +90,7 @@ pub trait Fencing: OnConnection {
         resource: &str,
         lease_key: &str,
         up_to: Epoch,
-    ) -> Result<Epoch, GuardError> {
+    ) -> Result<Epoch, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::guard::database::fence(
                 conn, resource, lease_key, up_to,
@@ -100,7 +100,7 @@ pub trait Fencing: OnConnection {
 
     /// A resource's guard record; `None` if nothing was ever admitted or fenced
     /// for it.
-    fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
+    fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::guard::database::inspect_guard(conn, resource))
         })

@@ -32,7 +32,7 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 use diesel::Connection;
 
-use crate::error::{CallError, GuardContext, GuardError, Operation};
+use crate::error::{CallError, GuardContext, LeaseError, Operation};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 use crate::sql::calls::{
@@ -77,7 +77,7 @@ pub struct GuardRecord {
 pub enum FencedError<E> {
     /// The guard refused the write; nothing of it is visible.
     #[error(transparent)]
-    Guard(GuardError),
+    Guard(LeaseError),
     /// The caller's closure returned an error; its writes were rolled back
     /// and the guard record was not raised.
     #[error("the fenced work failed; it was rolled back")]
@@ -91,7 +91,7 @@ pub enum FencedError<E> {
 
 impl<E> FencedError<E> {
     /// The guard's refusal, if that is what this is.
-    pub fn guard(&self) -> Option<&GuardError> {
+    pub fn guard(&self) -> Option<&LeaseError> {
         match self {
             FencedError::Guard(error) => Some(error),
             _ => None,
@@ -113,8 +113,8 @@ fn context<'a>(
     }
 }
 
-fn check_resource(resource: &str) -> Result<(), GuardError> {
-    input::text("resource", resource).map_err(GuardError::invalid)
+fn check_resource(resource: &str) -> Result<(), LeaseError> {
+    input::text("resource", resource).map_err(LeaseError::invalid)
 }
 
 /// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
@@ -122,7 +122,7 @@ pub(crate) async fn admit(
     conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
-) -> Result<(), GuardError> {
+) -> Result<(), LeaseError> {
     telemetry::guard_call(
         Operation::Admit,
         resource,
@@ -138,7 +138,7 @@ async fn admit_sql(
     conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
-) -> Result<(), GuardError> {
+) -> Result<(), LeaseError> {
     check_resource(resource)?;
     get_result(
         conn,
@@ -151,14 +151,16 @@ async fn admit_sql(
     )
     .await
     .map(|_| ())
-    .map_err(|error| GuardError::from_diesel(&context(Operation::Admit, resource, token), error))
+    .map_err(|error| {
+        LeaseError::from_guard_diesel(&context(Operation::Admit, resource, token), error)
+    })
 }
 
 /// The connection's [`crate::guard::Fencing::check_held`]: its documentation is there.
 pub(crate) async fn check_held(
     conn: &mut impl Execute,
     token: &FencingToken,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
         Operation::CheckHeld,
         "",
@@ -173,7 +175,7 @@ pub(crate) async fn check_held(
 async fn check_held_sql(
     conn: &mut impl Execute,
     token: &FencingToken,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     get_result(
         conn,
         CheckHeldCall {
@@ -184,7 +186,9 @@ async fn check_held_sql(
         },
     )
     .await
-    .map_err(|error| GuardError::from_diesel(&context(Operation::CheckHeld, "", token), error))
+    .map_err(|error| {
+        LeaseError::from_guard_diesel(&context(Operation::CheckHeld, "", token), error)
+    })
 }
 
 /// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
@@ -192,7 +196,7 @@ pub(crate) async fn admit_held(
     conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
         Operation::AdmitHeld,
         resource,
@@ -208,7 +212,7 @@ async fn admit_held_sql(
     conn: &mut impl Execute,
     resource: &str,
     token: &FencingToken,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     check_resource(resource)?;
     get_result(
         conn,
@@ -222,7 +226,7 @@ async fn admit_held_sql(
     )
     .await
     .map_err(|error| {
-        GuardError::from_diesel(&context(Operation::AdmitHeld, resource, token), error)
+        LeaseError::from_guard_diesel(&context(Operation::AdmitHeld, resource, token), error)
     })
 }
 
@@ -232,7 +236,7 @@ pub(crate) async fn renew_and_admit(
     resource: &str,
     token: &FencingToken,
     ttl: Duration,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
         Operation::RenewAndAdmit,
         resource,
@@ -249,9 +253,9 @@ async fn renew_and_admit_sql(
     resource: &str,
     token: &FencingToken,
     ttl: Duration,
-) -> Result<DateTime<Utc>, GuardError> {
+) -> Result<DateTime<Utc>, LeaseError> {
     check_resource(resource)?;
-    let ttl = input::interval("ttl", ttl).map_err(GuardError::invalid)?;
+    let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
     get_result(
         conn,
         RenewAdmitCall {
@@ -265,7 +269,7 @@ async fn renew_and_admit_sql(
     )
     .await
     .map_err(|error| {
-        GuardError::from_diesel(&context(Operation::RenewAndAdmit, resource, token), error)
+        LeaseError::from_guard_diesel(&context(Operation::RenewAndAdmit, resource, token), error)
     })
 }
 
@@ -275,7 +279,7 @@ pub(crate) async fn fence(
     resource: &str,
     lease_key: &str,
     up_to: Epoch,
-) -> Result<Epoch, GuardError> {
+) -> Result<Epoch, LeaseError> {
     let up_to = up_to.get();
     telemetry::guard_call(
         Operation::Fence,
@@ -294,7 +298,7 @@ async fn fence_sql(
     resource: &str,
     lease_key: &str,
     up_to: i64,
-) -> Result<i64, GuardError> {
+) -> Result<i64, LeaseError> {
     check_resource(resource)?;
     get_result(
         conn,
@@ -307,7 +311,7 @@ async fn fence_sql(
     )
     .await
     .map_err(|error| {
-        GuardError::from_diesel(
+        LeaseError::from_guard_diesel(
             &GuardContext {
                 operation: Operation::Fence,
                 resource,
@@ -324,7 +328,7 @@ async fn fence_sql(
 pub(crate) async fn inspect_guard(
     conn: &mut impl Execute,
     resource: &str,
-) -> Result<Option<GuardRecord>, GuardError> {
+) -> Result<Option<GuardRecord>, LeaseError> {
     telemetry::guard_call(
         Operation::InspectGuard,
         resource,
@@ -339,7 +343,7 @@ pub(crate) async fn inspect_guard(
 async fn inspect_guard_sql(
     conn: &mut impl Execute,
     resource: &str,
-) -> Result<Option<GuardRecord>, GuardError> {
+) -> Result<Option<GuardRecord>, LeaseError> {
     check_resource(resource)?;
     let rows = conn
         .load(InspectGuardCall {
@@ -348,7 +352,7 @@ async fn inspect_guard_sql(
         })
         .await
         .map_err(|error| {
-            GuardError::from_diesel(
+            LeaseError::from_guard_diesel(
                 &GuardContext {
                     operation: Operation::InspectGuard,
                     resource,
@@ -394,7 +398,7 @@ pub(crate) async fn admit_checked(
     resource: &str,
     token: &FencingToken,
     check: Check,
-) -> Result<Option<DateTime<Utc>>, GuardError> {
+) -> Result<Option<DateTime<Utc>>, LeaseError> {
     match check {
         Check::Token => admit(conn, resource, token).await.map(|()| None),
         Check::LeaseHeld => admit_held(conn, resource, token).await.map(Some),
@@ -406,15 +410,15 @@ pub(crate) async fn admit_checked(
 /// read-only (a failover): that connection would keep reaching it.
 impl<W> CallError for FencedError<W> {
     fn from_checkout(error: r2d2::Error) -> Self {
-        FencedError::Guard(GuardError::Pool(error))
+        FencedError::Guard(LeaseError::Pool(error))
     }
 
     #[cfg(feature = "async")]
     fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
-        FencedError::Guard(GuardError::AsyncPool(error))
+        FencedError::Guard(LeaseError::AsyncPool(error))
     }
 
     fn discards_connection(&self) -> bool {
-        matches!(self, FencedError::Guard(GuardError::ReadOnlyServer { .. }))
+        matches!(self, FencedError::Guard(LeaseError::ReadOnlyServer { .. }))
     }
 }

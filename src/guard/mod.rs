@@ -33,7 +33,7 @@ pub(crate) mod database;
 pub use crate::api::Fencing;
 pub use crate::guard::database::{Check, GuardRecord};
 
-use crate::error::GuardError;
+use crate::error::LeaseError;
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
@@ -131,29 +131,29 @@ impl DatabaseGuard {
 }
 
 impl Guard for DatabaseGuard {
-    type Error = GuardError;
+    type Error = LeaseError;
 
-    fn admit(&self, token: &FencingToken) -> Result<(), GuardError> {
+    fn admit(&self, token: &FencingToken) -> Result<(), LeaseError> {
         with_conn(&self.pool, |conn| {
             finish(database::admit(conn, &self.resource, token))
         })
     }
 
-    fn fence(&self, key: &str, through: Epoch) -> Result<(), GuardError> {
+    fn fence(&self, key: &str, through: Epoch) -> Result<(), LeaseError> {
         with_conn(&self.pool, |conn| {
             finish(database::fence(conn, &self.resource, key, through)).map(drop)
         })
     }
 
-    fn record(&self) -> Result<Option<GuardRecord>, GuardError> {
+    fn record(&self) -> Result<Option<GuardRecord>, LeaseError> {
         with_conn(&self.pool, |conn| {
             finish(database::inspect_guard(conn, &self.resource))
         })
     }
 
-    fn refused(error: &GuardError) -> Option<Refused> {
+    fn refused(error: &LeaseError) -> Option<Refused> {
         match error {
-            GuardError::StaleEpoch {
+            LeaseError::StaleEpoch {
                 presented,
                 accepted,
                 ..
@@ -161,7 +161,7 @@ impl Guard for DatabaseGuard {
                 presented: *presented,
                 accepted: *accepted,
             }),
-            GuardError::WrongLeaseKey {
+            LeaseError::WrongLeaseKey {
                 fenced_by,
                 presented,
                 ..

@@ -67,7 +67,7 @@ use chrono::{DateTime, Utc};
 
 use super::schedule::{lock, spawn, Schedule};
 use crate::client::LeaseClient;
-use crate::error::{KeeperError, LeaseError};
+use crate::error::LeaseError;
 use crate::lease;
 use crate::lease::outcome::{Lease, Refusal, Release, Renewal};
 use crate::lease::token::FencingToken;
@@ -199,7 +199,7 @@ impl KeeperBuilder {
 
     /// Validates, renews once (establishing the first deadline) and starts
     /// the background threads.
-    pub fn start(self) -> Result<Keeper, KeeperError> {
+    pub fn start(self) -> Result<Keeper, LeaseError> {
         let Schedule {
             ttl,
             margin,
@@ -232,12 +232,14 @@ impl KeeperBuilder {
             Ok(RenewResult::Renewed(event)) => shared.emit(&event),
             Ok(RenewResult::Ignored) => {}
             Ok(RenewResult::Refused(reason)) => {
-                return Err(KeeperError::NotHeld {
+                return Err(LeaseError::LeaseNotHeld {
                     key: shared.lease.key().to_owned(),
+                    owner: shared.lease.owner().to_owned(),
+                    epoch: shared.lease.epoch(),
                     reason,
                 })
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => return Err(error),
         }
         let renewer = {
             let shared = shared.clone();
@@ -468,14 +470,14 @@ impl Keeper {
     /// Starts keeping `lease` alive with the default settings, renewing it
     /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
     /// returning.
-    pub fn start(client: &LeaseClient, lease: Lease) -> Result<Keeper, KeeperError> {
+    pub fn start(client: &LeaseClient, lease: Lease) -> Result<Keeper, LeaseError> {
         Self::builder(client, lease).start()
     }
 
     /// A builder to change intervals, margin, or observe events.
     ///
     /// ```no_run
-    /// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), leasehold::error::KeeperError> {
+    /// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), leasehold::error::LeaseError> {
     /// use std::time::Duration;
     /// let keeper = leasehold::Keeper::builder(client, lease)
     ///     .ttl(Duration::from_secs(9))
@@ -574,12 +576,12 @@ impl Keeper {
     /// lease was already lost). A release that a read-only server refused
     /// (a pooled connection still on a demoted primary) is sent again on
     /// another connection, at most the pool's size of times.
-    pub fn stop(mut self) -> Result<Release, KeeperError> {
+    pub fn stop(mut self) -> Result<Release, LeaseError> {
         let released = self.shared.stop_and_release();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        Ok(released?)
+        released
     }
 
     /// Stops renewing and keeps the grant: nothing is released, and the

@@ -48,8 +48,8 @@ use super::schedule::{lock, spawn, Schedule};
 use crate::batch::groups::{self, GroupId, GroupRenewal};
 use crate::batch::many::{self, MAX_KEYS_PER_CALL};
 use crate::client::LeaseClient;
-use crate::error::KeeperError;
 use crate::error::LeaseError;
+use crate::lease::epoch::Epoch;
 use crate::lease::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
@@ -150,12 +150,12 @@ impl KeeperSetBuilder {
     /// deadline) and starts the background threads.
     ///
     /// The leases must be one owner's, of distinct keys, between 1 and
-    /// [`MAX_KEYS_PER_CALL`] of them ([`KeeperError::InvalidConfig`]
+    /// [`MAX_KEYS_PER_CALL`] of them ([`LeaseError::InvalidInput`]
     /// otherwise). A key the first heartbeat finds already lost is reported
     /// as lost (and kept no more), like any later loss; only when every key
-    /// is refused does `start` fail, with [`KeeperError::NotHeld`] for the
+    /// is refused does `start` fail, with [`LeaseError::LeaseNotHeld`] for the
     /// first of them.
-    pub fn start(self) -> Result<KeeperSet, KeeperError> {
+    pub fn start(self) -> Result<KeeperSet, LeaseError> {
         let shared = self.settings.into_shared(Calls::Blocking(self.pool))?;
         // The first deadline comes from a heartbeat sent now.
         finish(shared.first_heartbeat())?;
@@ -203,8 +203,12 @@ impl SetSettings {
     /// Checks the leases and the schedule ([`KeeperSetBuilder::start`]
     /// says what they must be) and makes the set's shared state, whose
     /// calls run on `calls`.
-    pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, KeeperError> {
-        let invalid = |reason: String| Err(KeeperError::InvalidConfig { reason });
+    pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, LeaseError> {
+        let invalid = |reason: String| {
+            Err(LeaseError::InvalidInput {
+                violations: vec![reason],
+            })
+        };
         let Some(first) = self.leases.first() else {
             return invalid("a keeper set needs at least one lease".into());
         };
@@ -557,9 +561,9 @@ impl Shared {
 
     /// The first heartbeat, from either face's `start`: establishes the
     /// first deadline and reports its events; fails the start on an error,
-    /// or with [`KeeperError::NotHeld`] (for the first key refused) when
+    /// or with [`LeaseError::LeaseNotHeld`] (for the first key refused) when
     /// every key was refused.
-    pub(crate) async fn first_heartbeat(&self) -> Result<(), KeeperError> {
+    pub(crate) async fn first_heartbeat(&self) -> Result<(), LeaseError> {
         let events = self.heartbeat().await?;
         if self.kept_positions().is_empty() {
             let (key, reason) = lock(&self.state)
@@ -570,7 +574,16 @@ impl Shared {
                     LeaseLoss::DeadlinePassed { .. } => None,
                 })
                 .unwrap_or_else(|| (String::new(), Refusal::NeverHeld));
-            return Err(KeeperError::NotHeld { key, reason });
+            let epoch = self
+                .index
+                .get(&key)
+                .map_or(Epoch::from(1), |&at| self.members[at].lease.epoch());
+            return Err(LeaseError::LeaseNotHeld {
+                key,
+                owner: self.owner.clone(),
+                epoch,
+                reason,
+            });
         }
         for event in &events {
             self.emit(event);
@@ -922,7 +935,7 @@ impl KeeperSet {
     /// Starts keeping `leases` (one owner's, distinct keys) alive with the
     /// default settings, on `client`'s pool; sends the first heartbeat
     /// before returning.
-    pub fn start(client: &LeaseClient, leases: Vec<Lease>) -> Result<KeeperSet, KeeperError> {
+    pub fn start(client: &LeaseClient, leases: Vec<Lease>) -> Result<KeeperSet, LeaseError> {
         Self::builder(client, leases).start()
     }
 
@@ -1005,12 +1018,12 @@ impl KeeperSet {
     /// Stops renewing, waits for the set's threads, and releases every key
     /// not refused in one call. Answers per key, in the order the leases
     /// were given ([`Release::Refused`] for a key already lost).
-    pub fn stop(mut self) -> Result<Vec<KeyRelease>, KeeperError> {
+    pub fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
         let released = self.shared.stop_and_release();
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
-        Ok(released?)
+        released
     }
 }
 

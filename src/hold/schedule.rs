@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::error::KeeperError;
+use crate::error::LeaseError;
 
 /// A poisoned lock only means another keeper thread panicked; the state it
 /// guards stays consistent (every update is a single assignment).
@@ -18,11 +18,11 @@ pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(super) fn spawn(
     name: &str,
     body: impl FnOnce() + Send + 'static,
-) -> Result<JoinHandle<()>, KeeperError> {
+) -> Result<JoinHandle<()>, LeaseError> {
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(body)
-        .map_err(KeeperError::Spawn)
+        .map_err(LeaseError::Spawn)
 }
 
 /// The timing of a heartbeat, checked.
@@ -47,8 +47,12 @@ impl Schedule {
         margin: Option<Duration>,
         renew_every: Option<Duration>,
         retry_every: Option<Duration>,
-    ) -> Result<Self, KeeperError> {
-        let invalid = |reason: String| Err(KeeperError::InvalidConfig { reason });
+    ) -> Result<Self, LeaseError> {
+        let invalid = |reason: String| {
+            Err(LeaseError::InvalidInput {
+                violations: vec![reason],
+            })
+        };
         if ttl.is_zero() {
             return invalid("ttl must be positive".into());
         }

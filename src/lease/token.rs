@@ -16,6 +16,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use crate::error::LeaseError;
+
 use crate::field_text::{decode as percent_decode, encode as percent_encode};
 use crate::lease::epoch::Epoch;
 
@@ -41,43 +43,28 @@ pub struct FencingToken {
     epoch: Epoch,
 }
 
-/// Why a token could not be built or parsed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum TokenError {
-    /// The key or owner was empty; grants never have empty names.
-    #[error("fencing token {field} must not be empty")]
-    EmptyField {
-        /// `"key"` or `"owner"`.
-        field: &'static str,
-    },
-    /// Epochs start at 1; zero or negative epochs are never granted.
-    #[error("fencing token epoch must be at least 1 (got {epoch})")]
-    NonPositiveEpoch {
-        /// The rejected epoch.
-        epoch: Epoch,
-    },
-    /// The text is not of the form `lh1.<epoch>.<key>.<owner>`, as
-    /// `FencingToken`'s `Display` writes it.
-    #[error("malformed fencing token text: {reason}")]
-    Malformed {
-        /// What exactly did not match.
-        reason: String,
-    },
+/// A token that cannot be built or parsed: [`LeaseError::InvalidInput`]
+/// naming the rule it broke.
+fn invalid(rule: String) -> LeaseError {
+    LeaseError::InvalidInput {
+        violations: vec![rule],
+    }
 }
 
 impl FencingToken {
     /// Builds a token from its parts, for example after receiving them from
     /// another service. Rejects empty names and epochs below 1.
-    pub fn new(key: &str, owner: &str, epoch: Epoch) -> Result<Self, TokenError> {
+    pub fn new(key: &str, owner: &str, epoch: Epoch) -> Result<Self, LeaseError> {
         if key.is_empty() {
-            return Err(TokenError::EmptyField { field: "key" });
+            return Err(invalid("fencing token key must not be empty".to_owned()));
         }
         if owner.is_empty() {
-            return Err(TokenError::EmptyField { field: "owner" });
+            return Err(invalid("fencing token owner must not be empty".to_owned()));
         }
         if epoch < 1 {
-            return Err(TokenError::NonPositiveEpoch { epoch });
+            return Err(invalid(format!(
+                "fencing token epoch must be at least 1 (got {epoch})"
+            )));
         }
         Ok(Self {
             key: Arc::from(key),
@@ -144,12 +131,10 @@ impl fmt::Display for FencingToken {
 }
 
 impl FromStr for FencingToken {
-    type Err = TokenError;
+    type Err = LeaseError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let malformed = |reason: &str| TokenError::Malformed {
-            reason: reason.to_owned(),
-        };
+        let malformed = |reason: &str| invalid(format!("malformed fencing token text: {reason}"));
         let mut parts = text.split('.');
         let (Some(prefix), Some(epoch), Some(key), Some(owner), None) = (
             parts.next(),
@@ -205,16 +190,15 @@ mod tests {
         ] {
             assert!(bad.parse::<FencingToken>().is_err(), "{bad:?} parsed");
         }
+        let refused = |text: &str| match text.parse::<FencingToken>() {
+            Err(LeaseError::InvalidInput { violations }) => violations.join("; "),
+            other => panic!("{text:?}: expected InvalidInput, got {other:?}"),
+        };
         assert_eq!(
-            "lh1.0.k.o".parse::<FencingToken>(),
-            Err(TokenError::NonPositiveEpoch {
-                epoch: Epoch::new(0)
-            })
+            refused("lh1.0.k.o"),
+            "fencing token epoch must be at least 1 (got 0)"
         );
-        assert_eq!(
-            "lh1.1..o".parse::<FencingToken>(),
-            Err(TokenError::EmptyField { field: "key" })
-        );
+        assert_eq!(refused("lh1.1..o"), "fencing token key must not be empty");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
 /// How long an install waits for any lock before it gives up and changes
-/// nothing ([`crate::error::InstallError::Blocked`]): the `lock_timeout` every
+/// nothing ([`crate::error::LeaseError::Blocked`]): the `lock_timeout` every
 /// migration and the install transaction set.
 pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 

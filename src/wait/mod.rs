@@ -32,12 +32,12 @@
 //! ```no_run
 //! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use leasehold::{wait::{LeaseWaiter, Wait}, error::WaitError, LeaseClient};
+//! use leasehold::{wait::{LeaseWaiter, Wait}, error::LeaseError, LeaseClient};
 //! let client = LeaseClient::connect("postgres://localhost/app", 4)?;
 //! let waiter = LeaseWaiter::new(&client);
 //! match waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5))) {
 //!     Ok(lease) => println!("got epoch {}", lease.epoch()),
-//!     Err(WaitError::TimedOut { .. }) => println!("still held by someone else"),
+//!     Err(LeaseError::TimedOut { .. }) => println!("still held by someone else"),
 //!     Err(other) => return Err(other.into()),
 //! }
 //! # Ok(()) }
@@ -59,7 +59,7 @@ use crate::telemetry;
 pub(crate) mod listener;
 mod releases;
 mod session;
-mod shared;
+pub(crate) mod shared;
 pub(crate) mod slot;
 
 use listener::Listener;
@@ -86,7 +86,7 @@ const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Wait {
-    /// Give up with [`WaitError::TimedOut`] after this long (zero: one
+    /// Give up with [`LeaseError::TimedOut`] after this long (zero: one
     /// attempt).
     AtMost(Duration),
     /// Wait until granted or cancelled through a [`CancelToken`].
@@ -99,49 +99,13 @@ impl From<Duration> for Wait {
     }
 }
 
-/// Why a blocking acquire returned without a lease.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WaitError {
-    /// Another owner held the key for the whole wait; nothing changed.
-    #[error("timed out after {waited:?} waiting for lease {key:?}")]
-    TimedOut {
-        /// The key waited for.
-        key: String,
-        /// The wait bound that passed.
-        waited: Duration,
-    },
-    /// The wait was cancelled through its [`CancelToken`]; nothing changed.
-    #[error("waiting for lease {key:?} was cancelled")]
-    Cancelled {
-        /// The key waited for.
-        key: String,
-    },
-    /// Only from [`LeaseWaiter::ensure_listening`]: the listener session was
-    /// not up in time, or notifications do not reach it
-    /// ([`PollingReason::NotificationsNotDelivered`]: its URL goes through
-    /// a transaction-mode pooler). Waiting still works, by polling.
-    #[error("the waiters' listener is not listening ({:?}): {}", .status.wake_mode, .status.last_error.as_deref().unwrap_or("not connected yet"))]
-    NotListening {
-        /// The listener's state when the check gave up.
-        status: Box<ListenerStatus>,
-    },
-    /// An attempt failed (invalid input, database or pool error). Transient
-    /// connection failures after the first successful attempt are retried
-    /// instead, and so is a server that turned read-only (a failover in
-    /// progress: the retry connects anew and reaches the new primary of a
-    /// multi-host URL); this is what remained.
-    #[error(transparent)]
-    Lease(#[from] LeaseError),
-}
-
 /// A waiter's acquire, as telemetry counts it.
-impl telemetry::Outcome for Result<Lease, WaitError> {
+impl telemetry::Outcome for Result<Lease, LeaseError> {
     fn outcome(&self) -> &'static str {
         match self {
             Ok(_) => "granted",
-            Err(WaitError::TimedOut { .. }) => "timed_out",
-            Err(WaitError::Cancelled { .. }) => "cancelled",
+            Err(LeaseError::TimedOut { .. }) => "timed_out",
+            Err(LeaseError::Cancelled { .. }) => "cancelled",
             Err(_) => "error",
         }
     }
@@ -255,10 +219,10 @@ impl LeaseWaiter {
     /// transaction-mode pooler), or when `timeout` passes. The check itself
     /// takes up to ten seconds on a session that does not deliver, so give
     /// more than that.
-    pub fn ensure_listening(&self, timeout: Duration) -> Result<(), WaitError> {
+    pub fn ensure_listening(&self, timeout: Duration) -> Result<(), LeaseError> {
         self.listener
             .wait_delivering(timeout)
-            .map_err(|status| WaitError::NotListening { status })
+            .map_err(|status| LeaseError::NotListening { status })
     }
 
     /// How many waiters of this process are blocked on `key` with its
@@ -315,14 +279,14 @@ impl LeaseWaiter {
         owner: &str,
         ttl: Duration,
         wait: impl Into<Wait>,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let wait = wait.into();
         finish(telemetry::wait(key, owner, async {
             self.acquire_inner(key, owner, ttl, wait, None)
         }))
     }
 
-    /// Like [`LeaseWaiter::acquire`], returning [`WaitError::Cancelled`] as
+    /// Like [`LeaseWaiter::acquire`], returning [`LeaseError::Cancelled`] as
     /// soon as `cancel` is cancelled from any thread.
     ///
     /// ```no_run
@@ -341,7 +305,7 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: impl Into<Wait>,
         cancel: &CancelToken,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let wait = wait.into();
         finish(telemetry::wait(key, owner, async {
             self.acquire_inner(key, owner, ttl, wait, Some(cancel))
@@ -355,7 +319,7 @@ impl LeaseWaiter {
         ttl: Duration,
         wait: Wait,
         cancel: Option<&CancelToken>,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         let mut rounds = Rounds::new(key, wait, self.fallback_poll, self.recheck_every);
         let cancelled = || cancel.is_some_and(CancelToken::is_cancelled);
         if cancelled() {
@@ -465,7 +429,7 @@ pub(crate) enum Round {
     /// again.
     Sleep(Instant),
     /// Give up with this error.
-    Failed(WaitError),
+    Failed(LeaseError),
 }
 
 impl<'k> Rounds<'k> {
@@ -491,8 +455,8 @@ impl<'k> Rounds<'k> {
     }
 
     /// The error of a wait cancelled now.
-    pub(crate) fn cancelled(&self) -> WaitError {
-        WaitError::Cancelled {
+    pub(crate) fn cancelled(&self) -> LeaseError {
+        LeaseError::Cancelled {
             key: self.key.to_owned(),
         }
     }
@@ -510,11 +474,11 @@ impl<'k> Rounds<'k> {
             Ok(Step::Held { remaining }) => Some(remaining),
             Ok(Step::Unowned) => Some(Duration::ZERO),
             Err(error) if error.is_connection_error() => None,
-            Err(error) => return Round::Failed(error.into()),
+            Err(error) => return Round::Failed(error),
         };
         let now = Instant::now();
         if self.deadline.is_some_and(|d| now >= d) {
-            return Round::Failed(WaitError::TimedOut {
+            return Round::Failed(LeaseError::TimedOut {
                 key: self.key.to_owned(),
                 waited: self.started.elapsed(),
             });

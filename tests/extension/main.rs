@@ -18,7 +18,7 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::Text;
 use leasehold::guard::{Check, Fencing};
-use leasehold::{error::InstallError, install, Leases};
+use leasehold::{error::LeaseError, install, Leases};
 use leasehold_local::LocalPostgres;
 
 mod namespaces_restore;
@@ -695,14 +695,14 @@ fn install_refuses_a_database_with_the_extension() {
     let mut c = app_conn(&db);
     c.batch_execute("CREATE EXTENSION leasehold").unwrap();
     match install(&mut c) {
-        Err(InstallError::ExtensionInstalled { version }) => {
+        Err(LeaseError::ExtensionInstalled { version }) => {
             assert_eq!(version, extension_version())
         }
         other => panic!("expected ExtensionInstalled, got {other:?}"),
     }
     assert!(matches!(
         leasehold::admin::uninstall(&mut c),
-        Err(InstallError::ExtensionInstalled { .. })
+        Err(LeaseError::ExtensionInstalled { .. })
     ));
     assert_eq!(
         rows(

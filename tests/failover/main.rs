@@ -20,7 +20,7 @@ use diesel::prelude::*;
 use leasehold::admin::Operator;
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
-use leasehold::{error::GuardError, Acquisition, Lease, LeaseState, Leases, Release};
+use leasehold::{error::LeaseError, Acquisition, Lease, LeaseState, Leases, Release};
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
 use leasehold_object_store::object_store::path::Path as ObjectPath;
@@ -155,7 +155,7 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
         .expect("database guard admits the new holder");
     for old_token in [first.token(), stale.token()] {
         match new.admit("db-resource", &old_token, Check::Token) {
-            Err(GuardError::StaleEpoch { presented, .. }) => {
+            Err(LeaseError::StaleEpoch { presented, .. }) => {
                 assert_eq!(presented, old_token.epoch())
             }
             other => panic!(
@@ -565,7 +565,7 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     );
     for old_token in [first.token(), again.token()] {
         match new.admit("job-output", &old_token, Check::Token) {
-            Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
+            Err(LeaseError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
             other => panic!(
                 "old epoch {} after the promotion: {other:?}",
                 old_token.epoch()

@@ -12,8 +12,8 @@ pub use diesel::sql_types::Text;
 pub use leasehold::guard::Check;
 use leasehold::guard::Fencing;
 pub use leasehold::{
-    error::{FencedError, GuardError},
-    Acquisition, Lease, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
+    error::{FencedError, LeaseError},
+    Acquisition, Lease, LeaseState, Leases, Refusal, Release, Renewal,
 };
 pub use leasehold_local::{LocalPostgres, StopMode};
 pub use leasehold_test_support::{

@@ -174,10 +174,10 @@ fn holder_process() {
     say(format!("RENEW {renewal}"));
     let describe = |result: Result<(), FencedError<diesel::result::Error>>| match result {
         Ok(()) => "written".to_owned(),
-        Err(FencedError::Guard(GuardError::StaleEpoch { accepted, .. })) => {
+        Err(FencedError::Guard(LeaseError::StaleEpoch { accepted, .. })) => {
             format!("stale_epoch accepted={accepted}")
         }
-        Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
+        Err(FencedError::Guard(LeaseError::LeaseNotHeld { reason, .. })) => {
             format!("lease_not_held reason={reason}")
         }
         Err(other) => format!("other {other}"),

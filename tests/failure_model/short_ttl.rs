@@ -39,11 +39,11 @@ fn too_short_ttl_shows_up_as_lapsed_and_harms_nobody() {
     );
     assert!(matches!(
         fenced_write(&mut hasty, lease.token(), Check::Token),
-        Err(FencedError::Guard(GuardError::StaleEpoch { .. }))
+        Err(FencedError::Guard(LeaseError::StaleEpoch { .. }))
     ));
     assert!(matches!(
         fenced_write(&mut hasty, lease.token(), Check::LeaseHeld),
-        Err(FencedError::Guard(GuardError::LeaseNotHeld {
+        Err(FencedError::Guard(LeaseError::LeaseNotHeld {
             reason: Refusal::Lapsed {
                 taken_over_by: Some(leasehold::Epoch(2))
             },

@@ -21,9 +21,9 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::guard::Fencing;
 use leasehold::{
-    error::{FencedError, GuardError},
+    error::{FencedError, LeaseError},
     guard::Check,
-    Acquisition, LeaseError, LeaseState, Leases, Release, Renewal,
+    Acquisition, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_test_support::nemesis::history::Event;
 use leasehold_test_support::nemesis::run::Rng;
@@ -235,16 +235,16 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
             });
             let outcome = match result {
                 Ok(w) => WriteOutcome::Ok(w.seq, w.at),
-                Err(FencedError::Guard(GuardError::StaleEpoch { .. })) => {
+                Err(FencedError::Guard(LeaseError::StaleEpoch { .. })) => {
                     WriteOutcome::Refused("stale_epoch")
                 }
-                Err(FencedError::Guard(GuardError::LeaseNotHeld { .. })) => {
+                Err(FencedError::Guard(LeaseError::LeaseNotHeld { .. })) => {
                     WriteOutcome::Refused("lease_not_held")
                 }
-                Err(FencedError::Guard(GuardError::EpochNotGranted { .. })) => {
+                Err(FencedError::Guard(LeaseError::EpochNotGranted { .. })) => {
                     WriteOutcome::Refused("epoch_not_granted")
                 }
-                Err(FencedError::Guard(GuardError::WrongLeaseKey { .. })) => {
+                Err(FencedError::Guard(LeaseError::WrongLeaseKey { .. })) => {
                     WriteOutcome::Refused("wrong_key")
                 }
                 Err(_) => WriteOutcome::Unknown,

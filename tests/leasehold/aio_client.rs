@@ -158,10 +158,10 @@ fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
     let wrong = db.url.replace(&db.name, "no_such_database");
     runtime().block_on(async {
         match AsyncLeaseClient::builder(&wrong).build().await {
-            Err(LeaseError::AsyncConnect { source }) => {
+            Err(LeaseError::Connect { source }) => {
                 assert!(source.to_string().contains("no_such_database"), "{source}")
             }
-            other => panic!("expected AsyncConnect, got {other:?}"),
+            other => panic!("expected Connect, got {other:?}"),
         }
         let mut lazy = AsyncLeaseClient::builder(&wrong)
             .connect_lazily()

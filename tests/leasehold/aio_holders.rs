@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::aio_common::{client, eventually, runtime};
 use leasehold::aio::AsyncOperator;
 use leasehold::aio::{AsyncLeases, Keeper, KeeperSet, LeaseWaiter};
-use leasehold::error::WaitError;
+use leasehold::error::LeaseError;
 use leasehold::hold::LeaseLoss;
 use leasehold::wait::Wait;
 use leasehold::{LeaseState, Leases, Refusal, Release};
@@ -270,7 +270,7 @@ fn a_wait_ends_when_cancelled_or_timed_out_and_leaves_nothing_armed() {
             .expect("ended in time")
             .unwrap()
         {
-            Err(WaitError::Cancelled { key }) => assert_eq!(key, "k"),
+            Err(LeaseError::Cancelled { key }) => assert_eq!(key, "k"),
             other => panic!("expected Cancelled, got {other:?}"),
         }
         assert_eq!(waiter.armed_waiters("k"), 0);
@@ -278,7 +278,7 @@ fn a_wait_ends_when_cancelled_or_timed_out_and_leaves_nothing_armed() {
             .acquire("k", "b", TTL, Duration::from_millis(300))
             .await
         {
-            Err(WaitError::TimedOut { key, .. }) => assert_eq!(key, "k"),
+            Err(LeaseError::TimedOut { key, .. }) => assert_eq!(key, "k"),
             other => panic!("expected TimedOut, got {other:?}"),
         }
         assert_eq!(waiter.armed_waiters("k"), 0);

@@ -10,9 +10,9 @@ use std::time::Duration;
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    error::{GuardError, LOCK_WAIT_BOUND},
+    error::{LeaseError, LOCK_WAIT_BOUND},
     guard::GuardRecord,
-    Acquisition, FencingToken, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
+    Acquisition, FencingToken, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -256,7 +256,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
     ] {
         let forged = FencingToken::new(key, "app-1", leasehold::Epoch::from(epoch)).unwrap();
         match attacker.admit("orders", &forged, Check::Token) {
-            Err(GuardError::EpochNotGranted {
+            Err(LeaseError::EpochNotGranted {
                 presented,
                 counter: reported,
                 ..
@@ -274,7 +274,7 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
     );
     assert!(matches!(
         attacker.fence("orders", "jobs/4", leasehold::Epoch::from(1)),
-        Err(GuardError::Database { .. })
+        Err(LeaseError::Database { .. })
     ));
     assert_eq!(attacker.inspect_guard("orders").unwrap(), None);
 
@@ -292,14 +292,14 @@ fn forged_epochs_cannot_fence_out_the_real_holders() {
         .unwrap();
     let mut operator = deployment.conn_as(&deployment.operator);
     match operator.fence("orders", "jobs/4", leasehold::Epoch::from(i64::MAX)) {
-        Err(GuardError::InvalidInput { violations }) => {
+        Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, ["up_to must be below 9223372036854775807"])
         }
         other => panic!("expected InvalidInput, got {other:?}"),
     }
     assert!(matches!(
         operator.fence("orders", "jobs/4", leasehold::Epoch::from(2)),
-        Err(GuardError::EpochNotGranted {
+        Err(LeaseError::EpochNotGranted {
             counter: leasehold::Epoch(1),
             ..
         })
@@ -398,7 +398,7 @@ fn names_are_capped_at_16_kib_and_longer_ones_are_refused_storing_nothing() {
         other => panic!("expected InvalidInput, got {other:?}"),
     }
     match app.admit(&too_long, &lease, Check::Token) {
-        Err(GuardError::InvalidInput { violations }) => {
+        Err(LeaseError::InvalidInput { violations }) => {
             assert_eq!(violations, ["resource must be at most 16384 bytes"])
         }
         other => panic!("expected InvalidInput, got {other:?}"),

@@ -14,8 +14,7 @@ use diesel::connection::SimpleConnection;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use leasehold::{
-    error::GuardError, Acquisition, FencingToken, LeaseError, LeaseState, Leases, Refusal, Release,
-    Renewal,
+    error::LeaseError, Acquisition, FencingToken, LeaseState, Leases, Refusal, Release, Renewal,
 };
 
 use crate::common::*;
@@ -480,12 +479,12 @@ fn under_snapshot_isolation_calls_on_unchanged_rows_act_on_the_snapshot_and_comm
 
 #[derive(Debug)]
 enum TxError {
-    Guard(GuardError),
+    Guard(LeaseError),
     Db(DieselError),
 }
 
-impl From<GuardError> for TxError {
-    fn from(error: GuardError) -> Self {
+impl From<LeaseError> for TxError {
+    fn from(error: LeaseError) -> Self {
         TxError::Guard(error)
     }
 }
@@ -570,9 +569,9 @@ fn mixed_lease_and_guard_calls_from_many_sessions_never_deadlock_or_fail_to_seri
                         // A key released between the denial and the
                         // inspect shows its counter, never granted (G7).
                         Err(TxError::Guard(
-                            GuardError::StaleEpoch { .. }
-                            | GuardError::LeaseNotHeld { .. }
-                            | GuardError::EpochNotGranted { .. },
+                            LeaseError::StaleEpoch { .. }
+                            | LeaseError::LeaseNotHeld { .. }
+                            | LeaseError::EpochNotGranted { .. },
                         )) => refusals += 1,
                         Err(TxError::Guard(other)) => panic!("{owner}: unexpected error {other:?}"),
                         Err(TxError::Db(error)) => panic!("{owner}: unexpected error {error}"),

@@ -12,7 +12,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use leasehold::aio::{AsyncLeaseClient, AsyncLeases, ConnectError};
+use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
 use leasehold::{LeaseClient, LeaseError};
 use leasehold_local::LocalPostgres;
 
@@ -74,17 +74,17 @@ fn every_entry_point_times_out(url: &str, server: &str) {
     runtime().block_on(async {
         let (result, took) = bounded("build", AsyncLeaseClient::builder(url).build()).await;
         match &result {
-            Err(LeaseError::AsyncConnect {
-                source: ConnectError::TimedOut { after, .. },
-            }) => assert_eq!(*after, Duration::from_secs(2)),
-            other => panic!("build: expected AsyncConnect(TimedOut), got {other:?}"),
+            Err(LeaseError::ConnectTimedOut { after, .. }) => {
+                assert_eq!(*after, Duration::from_secs(2))
+            }
+            other => panic!("build: expected ConnectTimedOut, got {other:?}"),
         }
         expected("build", &result_text(result));
         assert_within_the_bound("build", took);
 
         let (result, took) = bounded("aio::connect", leasehold::aio::connect(url)).await;
         match &result {
-            Err(ConnectError::TimedOut { .. }) => {}
+            Err(LeaseError::ConnectTimedOut { .. }) => {}
             Err(other) => panic!("aio::connect: expected TimedOut, got {other:?}"),
             Ok(_) => panic!("aio::connect: connected to a server that never answers"),
         }
@@ -246,17 +246,15 @@ fn a_refused_connection_reports_the_reason_on_both_faces() {
     runtime().block_on(async {
         let (result, took) = bounded("build", AsyncLeaseClient::builder(&url).build()).await;
         match &result {
-            Err(LeaseError::AsyncConnect {
-                source: ConnectError::Driver { .. },
-            }) => {}
-            other => panic!("build: expected AsyncConnect(Driver), got {other:?}"),
+            Err(LeaseError::Connect { .. }) => {}
+            other => panic!("build: expected Connect, got {other:?}"),
         }
         refused("build", &result_text(result));
         assert!(took < BELOW, "build: took {took:?}");
 
         let (result, _) = bounded("aio::connect", leasehold::aio::connect(&url)).await;
         let source = match result {
-            Err(error @ ConnectError::Driver { .. }) => error,
+            Err(error @ LeaseError::Connect { .. }) => error,
             Err(other) => panic!("aio::connect: expected Driver, got {other:?}"),
             Ok(_) => panic!("aio::connect: connected to a closed port"),
         };

@@ -501,7 +501,11 @@ fn a_heartbeat_with_a_member_in_another_roles_namespace_is_refused() {
         .bind_namespace("ns/", &deployment.app)
         .unwrap();
     match worker.renew_group(group, OWNER, TTL) {
-        Err(LeaseError::Forbidden { operation, key, .. }) => {
+        Err(LeaseError::Forbidden {
+            operation,
+            name: key,
+            ..
+        }) => {
             assert_eq!(operation, Operation::RenewGroup);
             assert_eq!(key, "ns/1");
         }

@@ -195,7 +195,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
     // Typed, naming the role and the database, and saying what to do, in
     // the message itself (not only in a source behind it).
     match &error {
-        leasehold::error::InstallError::NotPermitted {
+        leasehold::error::LeaseError::InstallNotPermitted {
             role: named,
             database,
         } => {
@@ -223,7 +223,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
 /// the same block with its minimum raised to 99 runs on this server instead,
 /// which is below that. It must refuse with SQLSTATE 0A000, the stable
 /// constraint name and a DETAIL `minimum=<major> server_version=<version>`
-/// that `InstallError::UnsupportedVersion` is read from (the mapping itself
+/// that `LeaseError::UnsupportedVersion` is read from (the mapping itself
 /// is unit-tested in src/error.rs), and this server must pass the real one.
 #[test]
 fn the_version_check_refuses_a_server_below_the_minimum() {
@@ -301,7 +301,7 @@ fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
     let token = leasehold::FencingToken::new("k", "o", leasehold::Epoch::from(1)).expect("token");
     let error = conn.admit("r", &token, Check::Token).unwrap_err();
     assert!(
-        matches!(error, leasehold::error::GuardError::NotInstalled { .. }),
+        matches!(error, leasehold::error::LeaseError::NotInstalled { .. }),
         "{error:?}"
     );
     assert!(error.to_string().contains("not installed"), "{error}");

@@ -10,7 +10,7 @@
 //! below from the row-lock modes the migrations document. Every session runs
 //! with `deadlock_timeout = '50ms'`, so a deadlock would surface within the
 //! run as SQLSTATE 40P01 inside `LeaseError::Database` /
-//! `GuardError::Database`; any database error fails the test.
+//! `LeaseError::Database`; any database error fails the test.
 //!
 //! B's answer and the final state of `k` and `r` are also checked against
 //! the same two calls run one after the other on fresh copies of the
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    error::GuardError, Acquisition, FencingToken, LeaseError, LeaseState, Leases, Release, Renewal,
+    error::LeaseError, Acquisition, FencingToken, LeaseState, Leases, Release, Renewal,
 };
 
 use crate::common::*;
@@ -146,13 +146,13 @@ fn lease_error(error: LeaseError) -> String {
     }
 }
 
-fn guard_error(error: GuardError) -> String {
+fn guard_error(error: LeaseError) -> String {
     match error {
-        GuardError::StaleEpoch { accepted, .. } => format!("stale (admits >= {accepted})"),
-        GuardError::LeaseNotHeld { reason, .. } => format!("not held ({})", reason.as_status()),
-        GuardError::EpochNotGranted { counter, .. } => format!("not granted (counter {counter})"),
-        GuardError::WrongLeaseKey { .. } => "wrong lease key".to_owned(),
-        GuardError::Database { source, .. } => format!("DATABASE ERROR: {source}"),
+        LeaseError::StaleEpoch { accepted, .. } => format!("stale (admits >= {accepted})"),
+        LeaseError::LeaseNotHeld { reason, .. } => format!("not held ({})", reason.as_status()),
+        LeaseError::EpochNotGranted { counter, .. } => format!("not granted (counter {counter})"),
+        LeaseError::WrongLeaseKey { .. } => "wrong lease key".to_owned(),
+        LeaseError::Database { source, .. } => format!("DATABASE ERROR: {source}"),
         other => format!("ERROR: {other:?}"),
     }
 }

@@ -17,9 +17,9 @@ use diesel::prelude::*;
 use diesel::result::Error as DieselError;
 use leasehold::{
     batch::MAX_KEYS_PER_CALL,
-    error::{KeeperError, Operation},
+    error::{LeaseError, Operation},
     hold::{KeeperSet, KeeperSetEvent, LeaseLoss},
-    LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
+    LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -491,8 +491,9 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
         match result {
             Err(LeaseError::Forbidden {
                 operation: refused,
-                key,
+                name: key,
                 role,
+                ..
             }) => {
                 assert_eq!(refused, operation);
                 assert_eq!(key, "billing/1");
@@ -962,10 +963,10 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         (vec![a.clone(), a.clone()], "twice"),
     ] {
         match KeeperSet::start(&client(&db.url), leases) {
-            Err(KeeperError::InvalidConfig { reason }) => {
-                assert!(reason.contains(says), "{reason}");
+            Err(LeaseError::InvalidInput { violations }) => {
+                assert!(violations.join("; ").contains(says), "{violations:?}");
             }
-            other => panic!("expected InvalidConfig, got {other:?}"),
+            other => panic!("expected InvalidInput, got {other:?}"),
         }
     }
     // Every key already lost: nothing to keep.
@@ -973,7 +974,7 @@ fn a_keeper_set_refuses_what_one_call_cannot_keep() {
         .release(&leasehold_test_support::grant("a", "w", a.epoch()))
         .unwrap();
     match KeeperSet::start(&client(&db.url), vec![a]) {
-        Err(KeeperError::NotHeld { key, reason }) => {
+        Err(LeaseError::LeaseNotHeld { key, reason, .. }) => {
             assert_eq!((key.as_str(), reason), ("a", Refusal::Released));
         }
         other => panic!("expected NotHeld, got {other:?}"),

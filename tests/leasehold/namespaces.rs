@@ -14,9 +14,9 @@ use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use leasehold::{
     admin::{BoundRole, ForcedRelease, MAX_GENERATION},
-    error::{GuardError, Operation},
+    error::{LeaseError, Operation},
     wait::LeaseWaiter,
-    LeaseClient, LeaseError, LeaseState, Leases, Refusal, Release, Renewal,
+    LeaseClient, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::Deployment;
 
@@ -80,8 +80,9 @@ fn assert_lease_forbidden<T: std::fmt::Debug>(
     match result {
         Err(LeaseError::Forbidden {
             operation: refused,
-            key: name,
+            name,
             role: who,
+            ..
         }) => {
             assert_eq!(
                 (refused, name.as_str(), who.as_str()),
@@ -96,13 +97,13 @@ fn assert_lease_forbidden<T: std::fmt::Debug>(
 /// whose key and resource are both protected may name either).
 #[track_caller]
 fn assert_guard_forbidden<T: std::fmt::Debug>(
-    result: Result<T, GuardError>,
+    result: Result<T, LeaseError>,
     operation: Operation,
     refused: Option<(&str, &str)>,
     role: &str,
 ) {
     match result {
-        Err(GuardError::Forbidden {
+        Err(LeaseError::Forbidden {
             operation: op,
             argument,
             name,
@@ -579,7 +580,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         let client = LeaseClient::connect(&deployment.url_as(role), 1).unwrap();
         let waiter = LeaseWaiter::new(&client);
         match waiter.acquire("billing/k", role, TTL, Duration::from_secs(5)) {
-            Err(leasehold::error::WaitError::Lease(error)) => {
+            Err(error) => {
                 assert_lease_forbidden::<()>(Err(error), Operation::Acquire, "billing/k", role)
             }
             other => panic!("waiter of {role}: expected Forbidden, got {other:?}"),
@@ -865,7 +866,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     );
     assert!(matches!(
         app.admit("out", &lease, Check::LeaseHeld),
-        Err(GuardError::LeaseNotHeld {
+        Err(LeaseError::LeaseNotHeld {
             reason: Refusal::ForceReleased,
             ..
         })
@@ -878,7 +879,7 @@ fn force_release_frees_a_held_key_and_fences_its_holder() {
     worker.admit("out", &next, Check::Token).unwrap();
     assert!(matches!(
         app.admit("out", &lease, Check::Token),
-        Err(GuardError::StaleEpoch {
+        Err(LeaseError::StaleEpoch {
             presented: leasehold::Epoch(1),
             accepted: leasehold::Epoch(3),
             ..

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use diesel::connection::{CacheSize, SimpleConnection};
 use diesel::prelude::*;
 use leasehold::{
-    error::WaitError,
+    error::LeaseError,
     guard::Check,
     pool::PreparedStatements,
     wait::{LeaseWaiter, PollingReason, Wait, WakeMode},
-    LeaseClient, LeaseError, LeaseState, Leases, Release, Renewal,
+    LeaseClient, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_test_support::{PgBouncer, PoolMode};
 
@@ -255,7 +255,7 @@ fn a_waiter_listening_through_transaction_mode_says_why_and_polls() {
         .fallback_poll(Duration::from_millis(20))
         .build();
     let error = waiter.ensure_listening(LONG_WAIT).unwrap_err();
-    let WaitError::NotListening { status } = &error else {
+    let LeaseError::NotListening { status } = &error else {
         panic!("{error:?}");
     };
     assert_eq!(

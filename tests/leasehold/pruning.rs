@@ -11,7 +11,7 @@ use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
     admin::{PruneOptions, PruneReport},
-    error::{GuardError, LeaseError},
+    error::LeaseError,
     FencingToken, LeaseState, Leases,
 };
 use leasehold_test_support::Deployment;
@@ -204,7 +204,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     // The key has no row: every epoch of it is refused (G7).
     for epoch in [old.epoch(), newer.into()] {
         match conn.admit("r", &token("k", "x", epoch.get()), Check::Token) {
-            Err(GuardError::EpochNotGranted { .. }) => {}
+            Err(LeaseError::EpochNotGranted { .. }) => {}
             other => panic!("epoch {epoch} without a key row: {other:?}"),
         }
     }
@@ -213,7 +213,7 @@ fn a_stale_epoch_stays_refused_at_a_resource_whose_record_was_pruned() {
     let back = granted(conn.acquire("k", "c", TTL).unwrap());
     for epoch in [old.epoch(), newer.into()] {
         match conn.admit("r", &token("k", "x", epoch.get()), Check::Token) {
-            Err(GuardError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, back.epoch()),
+            Err(LeaseError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, back.epoch()),
             other => panic!("stale epoch {epoch} after the prune: {other:?}"),
         }
     }

@@ -4,7 +4,7 @@
 use diesel::connection::SimpleConnection;
 use diesel_migrations::MigrationHarness;
 use leasehold::{
-    admin::installed_versions, error::InstallError, install, Acquisition, LeaseState, Leases,
+    admin::installed_versions, error::LeaseError, install, Acquisition, LeaseState, Leases,
     Release, Renewal,
 };
 
@@ -253,7 +253,7 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
     // leasehold::install: a typed refusal naming the owner.
     let error = install(&mut conn).unwrap_err();
     match &error {
-        InstallError::SchemaNotOwned { owner } => assert_eq!(owner, &squatter),
+        LeaseError::SchemaNotOwned { owner } => assert_eq!(owner, &squatter),
         other => panic!("expected SchemaNotOwned, got {other:?}"),
     }
     assert!(error.to_string().contains(&squatter), "{error}");
@@ -322,7 +322,7 @@ fn a_superusers_install_refuses_a_schema_another_role_can_put_code_into() {
 
     let error = install(&mut admin).unwrap_err();
     match &error {
-        InstallError::SchemaNotPrivate { what } => assert!(
+        LeaseError::SchemaNotPrivate { what } => assert!(
             what.contains("lease._drop_default_grants()") && what.contains(&planter),
             "{what}"
         ),
@@ -334,7 +334,7 @@ fn a_superusers_install_refuses_a_schema_another_role_can_put_code_into() {
         .unwrap();
     let error = install(&mut admin).unwrap_err();
     assert!(
-        matches!(&error, InstallError::SchemaNotPrivate { what } if what.contains("CREATE on schema lease")),
+        matches!(&error, LeaseError::SchemaNotPrivate { what } if what.contains("CREATE on schema lease")),
         "{error:?}"
     );
     admin
@@ -348,7 +348,7 @@ fn a_superusers_install_refuses_a_schema_another_role_can_put_code_into() {
         .unwrap();
     let error = install(&mut admin).unwrap_err();
     assert!(
-        matches!(&error, InstallError::SchemaNotPrivate { what }
+        matches!(&error, LeaseError::SchemaNotPrivate { what }
             if what.contains("TRIGGER on table lease.lineage") && what.contains(&planter)),
         "{error:?}"
     );

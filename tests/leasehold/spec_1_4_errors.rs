@@ -253,19 +253,22 @@ fn rust_api_maps_invalid_input_to_typed_violations() {
     );
     // A grant with an empty name or an epoch below 1 cannot even be named:
     // renew and release take a token, and a token refuses those parts.
+    let refused = |key: &str, owner: &str, epoch: i64| match leasehold::FencingToken::new(
+        key,
+        owner,
+        leasehold::Epoch::new(epoch),
+    ) {
+        Err(LeaseError::InvalidInput { violations }) => violations,
+        other => panic!("expected InvalidInput, got {other:?}"),
+    };
     assert_eq!(
-        leasehold::FencingToken::new("k", "", leasehold::Epoch::new(1)),
-        Err(leasehold::error::TokenError::EmptyField { field: "owner" })
+        refused("k", "", 1),
+        ["fencing token owner must not be empty"]
     );
+    assert_eq!(refused("", "o", 1), ["fencing token key must not be empty"]);
     assert_eq!(
-        leasehold::FencingToken::new("", "o", leasehold::Epoch::new(1)),
-        Err(leasehold::error::TokenError::EmptyField { field: "key" })
-    );
-    assert_eq!(
-        leasehold::FencingToken::new("k", "o", leasehold::Epoch::new(0)),
-        Err(leasehold::error::TokenError::NonPositiveEpoch {
-            epoch: leasehold::Epoch::new(0)
-        })
+        refused("k", "o", 0),
+        ["fencing token epoch must be at least 1 (got 0)"]
     );
     assert_eq!(
         violations(

@@ -7,7 +7,7 @@ use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guard::{Check, GuardRecord};
 use leasehold::{
-    error::{FencedError, GuardError},
+    error::{FencedError, LeaseError},
     FencingToken, LeaseState, Leases, Refusal,
 };
 
@@ -65,7 +65,7 @@ fn fenced_write(
 
 fn stale(error: FencedError<diesel::result::Error>) -> (String, i64, i64) {
     match error {
-        FencedError::Guard(GuardError::StaleEpoch {
+        FencedError::Guard(LeaseError::StaleEpoch {
             resource,
             presented,
             accepted,
@@ -157,7 +157,7 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
     )
     .unwrap_err();
     match error {
-        FencedError::Guard(GuardError::WrongLeaseKey {
+        FencedError::Guard(LeaseError::WrongLeaseKey {
             resource,
             fenced_by,
             presented,
@@ -183,7 +183,7 @@ fn g5_a_token_of_another_lease_key_is_refused_as_misuse_even_with_a_higher_epoch
     assert!(
         matches!(
             &error,
-            GuardError::WrongLeaseKey { resource, fenced_by, presented }
+            LeaseError::WrongLeaseKey { resource, fenced_by, presented }
                 if (resource.as_str(), fenced_by.as_str(), presented.as_str()) == ("r", "k", "other-key")
         ),
         "{error:?}"
@@ -202,7 +202,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     assert!(
         matches!(
             lapsed.guard(),
-            Some(GuardError::LeaseNotHeld {
+            Some(LeaseError::LeaseNotHeld {
                 reason: Refusal::Lapsed {
                     taken_over_by: None
                 },
@@ -218,7 +218,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     assert!(
         matches!(
             superseded.guard(),
-            Some(GuardError::LeaseNotHeld {
+            Some(LeaseError::LeaseNotHeld {
                 reason: Refusal::Lapsed {
                     taken_over_by: Some(leasehold::Epoch(2))
                 },
@@ -231,7 +231,7 @@ fn g6_lease_checked_write_is_refused_for_a_lapsed_or_superseded_holder_with_its_
     assert!(
         matches!(
             stranger.guard(),
-            Some(GuardError::LeaseNotHeld {
+            Some(LeaseError::LeaseNotHeld {
                 reason: Refusal::NeverHeld,
                 ..
             })
@@ -364,7 +364,7 @@ fn g4_concurrent_writers_with_interleaved_epochs_commit_in_non_decreasing_epoch_
                         Check::Token,
                     ) {
                         Ok(()) => {}
-                        Err(FencedError::Guard(GuardError::StaleEpoch {
+                        Err(FencedError::Guard(LeaseError::StaleEpoch {
                             presented,
                             accepted,
                             ..
@@ -510,7 +510,7 @@ fn fenced_work_in_a_savepoint_rolls_back_alone_inside_an_outer_transaction() {
         let refused = fenced_write(conn, "r", &token("k", "old", 1), Check::Token).unwrap_err();
         assert!(matches!(
             refused,
-            FencedError::Guard(GuardError::StaleEpoch { .. })
+            FencedError::Guard(LeaseError::StaleEpoch { .. })
         ));
         fenced_write(conn, "r", &token("k", "new", 2), Check::Token).unwrap();
         Ok(())
@@ -574,12 +574,12 @@ fn invalid_guard_input_is_refused_with_every_violation_and_changes_nothing() {
         .admit("", &token("k", "a", 1), Check::Token)
         .unwrap_err();
     assert!(
-        matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty"]),
+        matches!(&error, LeaseError::InvalidInput { violations } if violations == &["resource must not be empty"]),
         "{error:?}"
     );
     let error = conn.fence("", "", leasehold::Epoch::from(-1)).unwrap_err();
     assert!(
-        matches!(&error, GuardError::InvalidInput { violations } if violations == &["resource must not be empty", "key must not be empty", "up_to must not be negative"]),
+        matches!(&error, LeaseError::InvalidInput { violations } if violations == &["resource must not be empty", "key must not be empty", "up_to must not be negative"]),
         "{error:?}"
     );
     for sql in [
@@ -671,7 +671,7 @@ fn fence_with_a_negative_up_to_raises_22023_naming_up_to_and_changes_nothing() {
                 .fence(resource, "k", leasehold::Epoch::from(up_to))
                 .unwrap_err();
             assert!(
-                matches!(&error, GuardError::InvalidInput { violations } if violations == &["up_to must not be negative"]),
+                matches!(&error, LeaseError::InvalidInput { violations } if violations == &["up_to must not be negative"]),
                 "{resource} {up_to}: {error:?}"
             );
             assert_eq!(

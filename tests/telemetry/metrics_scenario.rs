@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{
-    error::{FencedError, GuardError},
+    error::{FencedError, LeaseError},
     guard::Check,
     hold::{KeeperEvent, KeeperSet, LeaseLoss},
     wait::{LeaseWaiter, Wait},
@@ -26,7 +26,7 @@ fn granted(acquisition: Acquisition) -> leasehold::Lease {
     acquisition.granted().expect("expected a grant")
 }
 
-fn guard_refusal(result: Result<(), FencedError<std::convert::Infallible>>) -> GuardError {
+fn guard_refusal(result: Result<(), FencedError<std::convert::Infallible>>) -> LeaseError {
     match result {
         Err(FencedError::Guard(error)) => error,
         other => panic!("expected a guard refusal, got {other:?}"),
@@ -62,11 +62,11 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     // Refusals: the first holder's token is stale, and its lease not held.
     assert!(matches!(
         guard_refusal(write(first.token(), Check::Token)),
-        GuardError::StaleEpoch { .. }
+        LeaseError::StaleEpoch { .. }
     ));
     assert!(matches!(
         guard_refusal(write(first.token(), Check::LeaseHeld)),
-        GuardError::LeaseNotHeld { .. }
+        LeaseError::LeaseNotHeld { .. }
     ));
 
     // Loss: the second holder's keeper finds its grant released.

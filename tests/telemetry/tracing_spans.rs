@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use diesel::PgConnection;
 use leasehold::{
-    error::{FencedError, GuardError},
+    error::{FencedError, LeaseError},
     guard::Check,
     telemetry::TraceKeys,
     wait::{LeaseWaiter, Wait},
-    Acquisition, FencingToken, Keeper, Lease, LeaseError, Leases, Refusal, Release,
+    Acquisition, FencingToken, Keeper, Lease, Leases, Refusal, Release,
 };
 use leasehold_test_support::TestDb;
 use tracing::Level;
@@ -87,7 +87,7 @@ fn lease_and_guard_calls_are_spans_without_key_names_by_default() {
     let refused = write(&mut conn, lease.token()).expect_err("the older epoch is stale");
     assert!(matches!(
         refused,
-        FencedError::Guard(GuardError::StaleEpoch { .. })
+        FencedError::Guard(LeaseError::StaleEpoch { .. })
     ));
     let invalid = conn.acquire("", "worker-1", TTL).expect_err("empty key");
     assert!(matches!(invalid, LeaseError::InvalidInput { .. }));

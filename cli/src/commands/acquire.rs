@@ -10,7 +10,7 @@ use leasehold::{Acquisition, Lease, LeaseState, Leases};
 use crate::connect::Needs;
 use crate::context::Context;
 use crate::duration;
-use crate::failure::{report, CliError};
+use crate::failure::CliError;
 use crate::grant::check_names;
 use crate::help::SEE_EXIT_CODES;
 use crate::json::Json;
@@ -63,22 +63,18 @@ pub fn obtain(
         // Wake on release (LISTEN/NOTIFY) or at the holder's expiry, holding
         // no transaction while waiting, instead of the SQL 50 ms poll.
         Some(wait) => {
-            let client = leasehold::LeaseClient::connect(url, 1).map_err(CliError::from_lease)?;
+            let client = leasehold::LeaseClient::connect(url, 1).map_err(CliError::from)?;
             let waiter = leasehold::wait::LeaseWaiter::new(&client);
             waiter
                 .acquire(key, owner, ttl, leasehold::wait::Wait::AtMost(wait))
                 .map_err(|error| match error {
-                    leasehold::error::WaitError::TimedOut { key, .. } => {
+                    leasehold::error::LeaseError::TimedOut { key, .. } => {
                         CliError::WaitTimedOut { key, wait }
                     }
-                    leasehold::error::WaitError::Lease(error) => CliError::from_lease(error),
-                    other => CliError::Database(report(&other)),
+                    other => CliError::from(other),
                 })?
         }
-        None => match conn
-            .acquire(key, owner, ttl)
-            .map_err(CliError::from_lease)?
-        {
+        None => match conn.acquire(key, owner, ttl).map_err(CliError::from)? {
             Acquisition::Granted(lease) => lease,
             Acquisition::Denied => return Err(denied(conn, key)),
         },

@@ -41,7 +41,7 @@ pub fn run(args: Args, ctx: &Context) -> Result<(), CliError> {
                 CliError::Database(report(&error)),
             ))
         }
-        Err(error) => return Err(CliError::from_lease(error)),
+        Err(error) => return Err(CliError::from(error)),
     };
     let text = match counter {
         Some(counter) => format!(

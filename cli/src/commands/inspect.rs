@@ -26,7 +26,7 @@ pub fn run(args: Args, ctx: &Context) -> Result<(), CliError> {
     if key.is_empty() {
         return Err(CliError::InvalidInput("KEY must not be empty".into()));
     }
-    let Some(state) = conn.inspect(key).map_err(CliError::from_lease)? else {
+    let Some(state) = conn.inspect(key).map_err(CliError::from)? else {
         let text = format!("{key} was never leased (no row); the first grant will be epoch 1");
         let json = Json::Object(vec![
             ("key", Json::str(key)),

@@ -89,7 +89,7 @@ fn release(
     epoch: i64,
 ) -> Result<(), CliError> {
     let grant = token_of(key, owner, epoch)?;
-    match conn.release(&grant).map_err(CliError::from_lease)? {
+    match conn.release(&grant).map_err(CliError::from)? {
         Release::Released => {
             let text = format!(
                 "released {key} (owner {owner}, epoch {epoch}); epoch {epoch} is stale from now on and the next grant gets a higher one"
@@ -145,7 +145,7 @@ fn force_release_epoch(
                 CliError::Database(report(&error)),
             ))
         }
-        Err(error) => return Err(CliError::from_lease(error)),
+        Err(error) => return Err(CliError::from(error)),
     };
     let (status, counter, text) = match outcome {
         ForcedRelease::Released { counter } => (

@@ -72,7 +72,7 @@ fn renew(
     ttl: Duration,
 ) -> Result<(), CliError> {
     let grant = token_of(key, owner, epoch)?;
-    match conn.renew(&grant, ttl).map_err(CliError::from_lease)? {
+    match conn.renew(&grant, ttl).map_err(CliError::from)? {
         Renewal::Renewed { expires_at } => {
             let text = format!(
                 "renewed {key} for {owner} at epoch {epoch}, expires {expires_at} (ttl {})",

@@ -179,7 +179,7 @@ fn run_under_lease(
         }
     }
     let keeper = match LeaseClient::connect(url, 2)
-        .map_err(CliError::from_lease)
+        .map_err(CliError::from)
         .and_then(|client| {
             Keeper::builder(&client, lease.clone())
                 .ttl(request.ttl)
@@ -321,7 +321,7 @@ fn finish(
         }
         Some(left) => {
             let lease: Lease = keeper.stop_renewing();
-            match conn.renew(&lease, left).map_err(CliError::from_lease)? {
+            match conn.renew(&lease, left).map_err(CliError::from)? {
                 Renewal::Renewed { expires_at } => eprintln!(
                     "leasehold run: holding {:?} until {expires_at} (--hold-at-least)",
                     lease.key()

@@ -1,6 +1,6 @@
 //! The successful path of every one-shot subcommand, in text and JSON.
 
-use leasehold::error::GuardError;
+use leasehold::error::LeaseError;
 
 use crate::support::{command, time_of, Db};
 use leasehold::guard::Check;
@@ -184,7 +184,7 @@ fn fence_raises_the_guard_floor() {
     let stale =
         leasehold::FencingToken::new("job-4", "worker-a", leasehold::Epoch::from(3)).unwrap();
     match conn.admit("reports", &stale, Check::Token) {
-        Err(GuardError::StaleEpoch {
+        Err(LeaseError::StaleEpoch {
             accepted: leasehold::Epoch(4),
             ..
         }) => {}

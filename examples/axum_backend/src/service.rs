@@ -15,7 +15,7 @@ use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::{Connection, PgConnection, QueryableByName};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
-use leasehold::error::GuardError;
+use leasehold::error::LeaseError;
 use leasehold::{Acquisition, FencingToken, LeaseState, Renewal};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -267,7 +267,7 @@ impl Stored {
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
     #[error(transparent)]
-    Guard(#[from] GuardError),
+    Guard(#[from] LeaseError),
     #[error(transparent)]
     Database(#[from] diesel::result::Error),
 }
@@ -387,15 +387,15 @@ async fn refusal(
     error: WriteError,
 ) -> ApiError {
     match error {
-        WriteError::Guard(GuardError::StaleEpoch { accepted, .. }) => {
+        WriteError::Guard(LeaseError::StaleEpoch { accepted, .. }) => {
             stale(&mut client, job, token, "stale_epoch", Some(accepted.get())).await
         }
-        WriteError::Guard(GuardError::LeaseNotHeld { reason, .. }) => {
+        WriteError::Guard(LeaseError::LeaseNotHeld { reason, .. }) => {
             stale(&mut client, job, token, reason.as_status(), None).await
         }
         // A token of an epoch never granted for the job: forged or
         // mistaken, not stale.
-        WriteError::Guard(refused @ GuardError::EpochNotGranted { .. }) => {
+        WriteError::Guard(refused @ LeaseError::EpochNotGranted { .. }) => {
             ApiError::BadRequest(format!("{refused}; send the token the claim returned"))
         }
         other => ApiError::unavailable(other),

@@ -42,8 +42,7 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{error::FencedError, guard::Check};
 use leasehold::{
-    error::GuardError, Acquisition, FencingToken, LeaseClient, LeaseError, LeaseState, Leases,
-    Renewal,
+    error::LeaseError, Acquisition, FencingToken, LeaseClient, LeaseState, Leases, Renewal,
 };
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -461,14 +460,14 @@ fn submit(
     });
     match stored {
         Ok(_) => Ok(json!({"job": job, "stored": true, "epoch": token.epoch().get()})),
-        Err(FencedError::Guard(GuardError::StaleEpoch { accepted, .. })) => Err(stale(
+        Err(FencedError::Guard(LeaseError::StaleEpoch { accepted, .. })) => Err(stale(
             client,
             job,
             token,
             "stale_epoch",
             Some(Some(accepted.get())),
         )?),
-        Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, .. })) => {
+        Err(FencedError::Guard(LeaseError::LeaseNotHeld { reason, .. })) => {
             Err(stale(client, job, token, reason.as_status(), None)?)
         }
         Err(other) => Err(unavailable(other)),

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::aio::FencedWork;
-use crate::error::GuardError;
+use crate::error::LeaseError;
 use crate::guard::database::{Check, FencedError, GuardRecord};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
@@ -24,7 +24,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         resource: &str,
         grant: &impl AsRef<FencingToken>,
         check: Check,
-    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, GuardError>> + Send {
+    ) -> impl Future<Output = Result<Option<DateTime<Utc>>, LeaseError>> + Send {
         let token = grant.as_ref();
         on_connection!(self, |conn| crate::guard::database::admit_checked(
             conn, resource, token, check
@@ -36,7 +36,7 @@ pub trait AsyncFencing: OnAsyncConnection {
     fn check_held(
         &mut self,
         grant: &impl AsRef<FencingToken>,
-    ) -> impl Future<Output = Result<DateTime<Utc>, GuardError>> + Send {
+    ) -> impl Future<Output = Result<DateTime<Utc>, LeaseError>> + Send {
         let token = grant.as_ref();
         on_connection!(self, |conn| crate::guard::database::check_held(conn, token))
     }
@@ -48,7 +48,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         resource: &str,
         lease_key: &str,
         up_to: Epoch,
-    ) -> impl Future<Output = Result<Epoch, GuardError>> + Send {
+    ) -> impl Future<Output = Result<Epoch, LeaseError>> + Send {
         on_connection!(self, |conn| crate::guard::database::fence(
             conn, resource, lease_key, up_to
         ))
@@ -59,7 +59,7 @@ pub trait AsyncFencing: OnAsyncConnection {
     fn inspect_guard(
         &mut self,
         resource: &str,
-    ) -> impl Future<Output = Result<Option<GuardRecord>, GuardError>> + Send {
+    ) -> impl Future<Output = Result<Option<GuardRecord>, LeaseError>> + Send {
         on_connection!(self, |conn| crate::guard::database::inspect_guard(
             conn, resource
         ))

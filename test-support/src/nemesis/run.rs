@@ -31,8 +31,8 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{
     batch::{GroupId, GroupRenewal},
-    error::GuardError,
-    Acquisition, LeaseError, LeaseState, Leases, Release, Renewal,
+    error::LeaseError,
+    Acquisition, LeaseState, Leases, Release, Renewal,
 };
 use leasehold_local::LocalPostgres;
 
@@ -204,14 +204,14 @@ enum WriteError {
     Other,
 }
 
-impl From<GuardError> for WriteError {
-    fn from(error: GuardError) -> Self {
+impl From<LeaseError> for WriteError {
+    fn from(error: LeaseError) -> Self {
         match error {
-            GuardError::StaleEpoch { .. } => WriteError::Refused("stale_epoch"),
-            GuardError::LeaseNotHeld { .. } => WriteError::Refused("lease_not_held"),
-            GuardError::WrongLeaseKey { .. } => WriteError::Refused("wrong_key"),
+            LeaseError::StaleEpoch { .. } => WriteError::Refused("stale_epoch"),
+            LeaseError::LeaseNotHeld { .. } => WriteError::Refused("lease_not_held"),
+            LeaseError::WrongLeaseKey { .. } => WriteError::Refused("wrong_key"),
             // A token of a key whose row a pruner removed (G7).
-            GuardError::EpochNotGranted { .. } => WriteError::Refused("epoch_not_granted"),
+            LeaseError::EpochNotGranted { .. } => WriteError::Refused("epoch_not_granted"),
             _ => WriteError::Other,
         }
     }

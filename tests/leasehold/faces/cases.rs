@@ -4,11 +4,9 @@
 
 use std::time::Duration;
 
-use leasehold::error::{FencedError, GuardError, Operation};
+use leasehold::error::{FencedError, LeaseError, Operation};
 use leasehold::guard::Check;
-use leasehold::{
-    Acquisition, Epoch, FencingToken, Lease, LeaseError, LeaseState, Refusal, Release, Renewal,
-};
+use leasehold::{Acquisition, Epoch, FencingToken, Lease, LeaseState, Refusal, Release, Renewal};
 use leasehold_test_support::{
     grant, grants, query_bool, server_now, wait_until_server_time_passes, TestDb,
 };
@@ -195,7 +193,7 @@ pub async fn bad_input_is_a_typed_error_and_changes_nothing<F: Face>(db: &TestDb
         }
     }
     match face.admit("r\0", &grant("k", "a", 1)).await {
-        Err(GuardError::InvalidInput { .. }) => {}
+        Err(LeaseError::InvalidInput { .. }) => {}
         other => panic!("expected InvalidInput, got {other:?}"),
     }
     assert_eq!(face.inspect("k").await.unwrap(), None);
@@ -440,7 +438,7 @@ pub async fn g2_a_stale_epoch_is_refused_and_its_write_is_rolled_back<F: Face>(d
         .run_fenced_sql("r", &old, Check::Token, "INSERT INTO out VALUES (1)", false)
         .await
     {
-        Err(FencedError::Guard(GuardError::StaleEpoch {
+        Err(FencedError::Guard(LeaseError::StaleEpoch {
             resource,
             presented,
             accepted,
@@ -518,7 +516,7 @@ pub async fn g5_a_token_of_another_key_is_refused<F: Face>(db: &TestDb) {
     let other = epoch_n(&mut face, "other", "a", 2).await;
     face.admit("r", &mine).await.unwrap();
     match face.admit("r", &other).await {
-        Err(GuardError::WrongLeaseKey {
+        Err(LeaseError::WrongLeaseKey {
             fenced_by,
             presented,
             ..
@@ -529,7 +527,7 @@ pub async fn g5_a_token_of_another_key_is_refused<F: Face>(db: &TestDb) {
     }
     assert!(matches!(
         face.fence("r", "other", Epoch::new(1)).await,
-        Err(GuardError::WrongLeaseKey { .. })
+        Err(LeaseError::WrongLeaseKey { .. })
     ));
     assert_eq!(face.inspect_guard("r").await.unwrap(), record(1));
 }
@@ -552,7 +550,7 @@ pub async fn g6_a_checked_write_needs_the_lease_held_now<F: Face>(db: &TestDb) {
         face.renew_and_admit("r", &token, TTL).await.map(drop),
     ] {
         match result {
-            Err(GuardError::LeaseNotHeld { reason, epoch, .. }) => {
+            Err(LeaseError::LeaseNotHeld { reason, epoch, .. }) => {
                 assert_eq!(
                     (reason, epoch.get()),
                     (
@@ -570,7 +568,7 @@ pub async fn g6_a_checked_write_needs_the_lease_held_now<F: Face>(db: &TestDb) {
         .run_fenced_sql("r", &token, Check::LeaseHeld, "SELECT 1", false)
         .await
     {
-        Err(FencedError::Guard(GuardError::LeaseNotHeld {
+        Err(FencedError::Guard(LeaseError::LeaseNotHeld {
             reason: Refusal::Lapsed {
                 taken_over_by: None,
             },
@@ -614,7 +612,7 @@ pub async fn g7_an_epoch_never_granted_fences_nothing<F: Face>(db: &TestDb) {
     let mut face = open::<F>(db).await;
     let real = epoch_n(&mut face, "k", "a", 1).await;
     match face.admit("r", &grant("k", "a", 1_000)).await {
-        Err(GuardError::EpochNotGranted {
+        Err(LeaseError::EpochNotGranted {
             presented, counter, ..
         }) => {
             assert_eq!((presented.get(), counter.get()), (1_000, 1));
@@ -623,11 +621,11 @@ pub async fn g7_an_epoch_never_granted_fences_nothing<F: Face>(db: &TestDb) {
     }
     assert!(matches!(
         face.admit("r", &grant("never-leased", "a", 1)).await,
-        Err(GuardError::EpochNotGranted { .. })
+        Err(LeaseError::EpochNotGranted { .. })
     ));
     assert!(matches!(
         face.fence("r", "k", Epoch::new(50)).await,
-        Err(GuardError::EpochNotGranted { .. })
+        Err(LeaseError::EpochNotGranted { .. })
     ));
     assert_eq!(face.inspect_guard("r").await.unwrap(), None);
     face.admit("r", &real).await.unwrap();
@@ -648,8 +646,8 @@ pub async fn g2_a_superseded_holder_is_refused_before_its_successor_writes<F: Fa
         .unwrap();
     let new = granted(face.acquire("k", "b", TTL).await).token().clone();
     assert_eq!(new.epoch().get(), old.epoch().get() + 1);
-    let superseded = |result: Result<(), GuardError>| match result {
-        Err(GuardError::StaleEpoch {
+    let superseded = |result: Result<(), LeaseError>| match result {
+        Err(LeaseError::StaleEpoch {
             presented,
             accepted,
             ..
@@ -680,7 +678,7 @@ pub async fn g2_a_superseded_holder_is_refused_before_its_successor_writes<F: Fa
     );
     assert!(matches!(
         face.admit_held("r", &old).await,
-        Err(GuardError::LeaseNotHeld { .. })
+        Err(LeaseError::LeaseNotHeld { .. })
     ));
     assert!(query_bool(
         &mut db.conn(),
@@ -703,7 +701,7 @@ pub async fn g2_a_superseded_holder_is_refused_before_its_successor_writes<F: Fa
         .admit("r2", &grant("k", "b", new.epoch().get() + 1))
         .await
     {
-        Err(GuardError::EpochNotGranted {
+        Err(LeaseError::EpochNotGranted {
             presented, counter, ..
         }) => assert_eq!(presented, counter),
         other => panic!("expected EpochNotGranted for the released counter, got {other:?}"),
@@ -714,7 +712,7 @@ pub async fn g2_a_superseded_holder_is_refused_before_its_successor_writes<F: Fa
     face.force_release("k").await.unwrap();
     assert!(matches!(
         face.admit("r3", &third).await,
-        Err(GuardError::StaleEpoch { .. })
+        Err(LeaseError::StaleEpoch { .. })
     ));
     assert_eq!(face.inspect_guard("r2").await.unwrap(), None);
     assert_eq!(face.inspect_guard("r3").await.unwrap(), None);
@@ -733,7 +731,7 @@ pub async fn a_fence_refuses_through_its_epoch<F: Face>(db: &TestDb) {
     );
     assert!(matches!(
         face.admit("r", &old).await,
-        Err(GuardError::StaleEpoch { .. })
+        Err(LeaseError::StaleEpoch { .. })
     ));
     assert_eq!(
         face.fence("r", "k", Epoch::new(1)).await.unwrap(),
@@ -896,7 +894,7 @@ pub async fn a_bounded_wait_times_out_and_leaves_nothing_armed<F: Face>(db: &Tes
     let held = granted(face.acquire("k", "a", Duration::from_secs(600)).await);
     let waiter = F::waiter(&db.url).await;
     match F::wait_for(waiter.clone(), "k", "b", TTL, Duration::from_millis(300)).await {
-        Err(leasehold::error::WaitError::TimedOut { key, .. }) => assert_eq!(key, "k"),
+        Err(leasehold::error::LeaseError::TimedOut { key, .. }) => assert_eq!(key, "k"),
         other => panic!("{}: expected TimedOut, got {other:?}", F::NAME),
     }
     assert_eq!(F::armed_waiters(&waiter, "k"), 0);

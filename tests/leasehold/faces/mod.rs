@@ -23,14 +23,12 @@ use leasehold::aio::AsyncFencing;
 use leasehold::aio::AsyncLeases;
 use leasehold::aio::AsyncOperator;
 use leasehold::batch::{GroupId, GroupJoin, GroupRenewal, KeyRelease, KeyRenewal};
-use leasehold::error::{FencedError, GuardError};
-use leasehold::error::{KeeperError, WaitError};
+use leasehold::error::{FencedError, LeaseError};
 use leasehold::guard::Fencing;
 use leasehold::guard::{Check, GuardRecord};
 use leasehold::hold::LeaseLoss;
 use leasehold::{
-    Acquisition, Epoch, FencingToken, Lease, LeaseClient, LeaseError, LeaseState, Leases, Release,
-    Renewal,
+    Acquisition, Epoch, FencingToken, Lease, LeaseClient, LeaseState, Leases, Release, Renewal,
 };
 
 /// One face of the API, on a connection of its own to the test's
@@ -89,32 +87,32 @@ pub trait Face: Send + Sized + 'static {
         &mut self,
         resource: &str,
         grant: &FencingToken,
-    ) -> impl std::future::Future<Output = Result<(), GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<(), LeaseError>> + Send;
     fn check_held(
         &mut self,
         grant: &FencingToken,
-    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, LeaseError>> + Send;
     fn admit_held(
         &mut self,
         resource: &str,
         grant: &FencingToken,
-    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, LeaseError>> + Send;
     fn renew_and_admit(
         &mut self,
         resource: &str,
         grant: &FencingToken,
         ttl: Duration,
-    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<chrono::DateTime<chrono::Utc>, LeaseError>> + Send;
     fn fence(
         &mut self,
         resource: &str,
         key: &str,
         up_to: Epoch,
-    ) -> impl std::future::Future<Output = Result<Epoch, GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Epoch, LeaseError>> + Send;
     fn inspect_guard(
         &mut self,
         resource: &str,
-    ) -> impl std::future::Future<Output = Result<Option<GuardRecord>, GuardError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Option<GuardRecord>, LeaseError>> + Send;
     fn force_release(
         &mut self,
         key: &str,
@@ -151,7 +149,7 @@ pub trait Face: Send + Sized + 'static {
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss>;
     fn stop_keeping(
         kept: Self::Kept,
-    ) -> impl std::future::Future<Output = Result<Release, KeeperError>> + Send;
+    ) -> impl std::future::Future<Output = Result<Release, LeaseError>> + Send;
 
     /// The face's waiter, `wait::LeaseWaiter` or `aio::LeaseWaiter`, on a
     /// client of its own to `url`, its listener up, and no timed
@@ -166,7 +164,7 @@ pub trait Face: Send + Sized + 'static {
         owner: &'static str,
         ttl: Duration,
         wait: Duration,
-    ) -> impl std::future::Future<Output = Result<Lease, WaitError>> + Send + 'static;
+    ) -> impl std::future::Future<Output = Result<Lease, LeaseError>> + Send + 'static;
     fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize;
 }
 
@@ -246,20 +244,20 @@ impl Face for SyncFace {
     ) -> Result<GroupRenewal, LeaseError> {
         self.0.renew_group(group, owner, ttl)
     }
-    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
+    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), LeaseError> {
         self.0.admit(resource, grant, Check::Token).map(drop)
     }
     async fn check_held(
         &mut self,
         grant: &FencingToken,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0.check_held(grant)
     }
     async fn admit_held(
         &mut self,
         resource: &str,
         grant: &FencingToken,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0
             .admit(resource, grant, Check::LeaseHeld)
             .map(read_expiry)
@@ -269,7 +267,7 @@ impl Face for SyncFace {
         resource: &str,
         grant: &FencingToken,
         ttl: Duration,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0
             .admit(resource, grant, Check::RenewAndAdmit(ttl))
             .map(read_expiry)
@@ -279,10 +277,10 @@ impl Face for SyncFace {
         resource: &str,
         key: &str,
         up_to: Epoch,
-    ) -> Result<Epoch, GuardError> {
+    ) -> Result<Epoch, LeaseError> {
         self.0.fence(resource, key, up_to)
     }
-    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
+    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, LeaseError> {
         self.0.inspect_guard(resource)
     }
     async fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
@@ -347,7 +345,7 @@ impl Face for SyncFace {
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
         kept.loss()
     }
-    async fn stop_keeping(kept: Self::Kept) -> Result<Release, KeeperError> {
+    async fn stop_keeping(kept: Self::Kept) -> Result<Release, LeaseError> {
         tokio::task::spawn_blocking(move || kept.stop())
             .await
             .expect("the keeper's stop")
@@ -372,7 +370,7 @@ impl Face for SyncFace {
         owner: &'static str,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         tokio::task::spawn_blocking(move || waiter.acquire(key, owner, ttl, wait))
             .await
             .expect("the blocking wait")
@@ -444,20 +442,20 @@ impl Face for AsyncFace {
     ) -> Result<GroupRenewal, LeaseError> {
         self.0.renew_group(group, owner, ttl).await
     }
-    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), GuardError> {
+    async fn admit(&mut self, resource: &str, grant: &FencingToken) -> Result<(), LeaseError> {
         self.0.admit(resource, grant, Check::Token).await.map(drop)
     }
     async fn check_held(
         &mut self,
         grant: &FencingToken,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0.check_held(grant).await
     }
     async fn admit_held(
         &mut self,
         resource: &str,
         grant: &FencingToken,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0
             .admit(resource, grant, Check::LeaseHeld)
             .await
@@ -468,7 +466,7 @@ impl Face for AsyncFace {
         resource: &str,
         grant: &FencingToken,
         ttl: Duration,
-    ) -> Result<chrono::DateTime<chrono::Utc>, GuardError> {
+    ) -> Result<chrono::DateTime<chrono::Utc>, LeaseError> {
         self.0
             .admit(resource, grant, Check::RenewAndAdmit(ttl))
             .await
@@ -479,10 +477,10 @@ impl Face for AsyncFace {
         resource: &str,
         key: &str,
         up_to: Epoch,
-    ) -> Result<Epoch, GuardError> {
+    ) -> Result<Epoch, LeaseError> {
         self.0.fence(resource, key, up_to).await
     }
-    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, GuardError> {
+    async fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, LeaseError> {
         self.0.inspect_guard(resource).await
     }
     async fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
@@ -559,7 +557,7 @@ impl Face for AsyncFace {
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
         kept.loss()
     }
-    async fn stop_keeping(kept: Self::Kept) -> Result<Release, KeeperError> {
+    async fn stop_keeping(kept: Self::Kept) -> Result<Release, LeaseError> {
         kept.stop().await
     }
 
@@ -580,7 +578,7 @@ impl Face for AsyncFace {
         owner: &'static str,
         ttl: Duration,
         wait: Duration,
-    ) -> Result<Lease, WaitError> {
+    ) -> Result<Lease, LeaseError> {
         waiter.acquire(key, owner, ttl, wait).await
     }
     fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize {

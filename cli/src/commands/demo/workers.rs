@@ -20,7 +20,7 @@ use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::PgConnection;
 use leasehold::{error::FencedError, guard::Check, Leases};
 use leasehold::{
-    error::GuardError, Acquisition, FencingToken, Lease, LeaseState, Release, Renewal,
+    error::LeaseError, Acquisition, FencingToken, Lease, LeaseState, Release, Renewal,
 };
 
 use super::timeline::Timeline;
@@ -158,7 +158,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
         }
     }
     match fenced_write(&mut conn, token, Check::Token, "late result from a stale holder") {
-        Err(FencedError::Guard(GuardError::StaleEpoch {
+        Err(FencedError::Guard(LeaseError::StaleEpoch {
             presented, accepted, ..
         })) => timeline.log(
             ME,
@@ -173,7 +173,7 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
         }
     }
     match fenced_write(&mut conn, token, Check::LeaseHeld, "late result from a stale holder") {
-        Err(FencedError::Guard(GuardError::LeaseNotHeld { reason, epoch, .. })) => timeline.log(
+        Err(FencedError::Guard(LeaseError::LeaseNotHeld { reason, epoch, .. })) => timeline.log(
             ME,
             format!(
                 "retries with Check::LeaseHeld -> REFUSED: lease not held at epoch {epoch} ({reason}); rolled back"

@@ -204,7 +204,7 @@ impl Wakeups {
             .max_size(1)
             .connect_lazily()
             .build()
-            .map_err(CliError::from_lease)?;
+            .map_err(CliError::from)?;
         let waiter = LeaseWaiter::new(&client);
         if let Err(error) = waiter.ensure_listening(LISTEN_TIMEOUT) {
             eprintln!(
@@ -213,7 +213,7 @@ impl Wakeups {
         }
         let watch = waiter
             .watch_releases(std::iter::empty::<&str>())
-            .map_err(CliError::from_lease)?;
+            .map_err(CliError::from)?;
         Ok(Wakeups { waiter, watch })
     }
 
