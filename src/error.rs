@@ -963,10 +963,19 @@ struct Chain<'a>(&'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        // libpq's messages span lines ("...\n\tIs the server running..."):
+        // joined with single spaces, the chain stays one line.
+        let one_line = |error: &dyn std::error::Error| {
+            error
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        write!(f, "{}", one_line(self.0))?;
         let mut source = self.0.source();
         while let Some(error) = source {
-            write!(f, ": {error}")?;
+            write!(f, ": {}", one_line(error))?;
             source = error.source();
         }
         Ok(())

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::client::AsyncLeaseClient;
 use crate::error::LeaseError;
-use crate::hold::keeper_set::{Calls, SetSettings, Shared};
+use crate::hold::keeper_set::{set_accessors, Calls, SetSettings, Shared};
 use crate::hold::{KeeperSetEvent, LeaseLoss};
 use crate::lease::outcome::{KeyRelease, Lease};
 use crate::lease::token::FencingToken;
@@ -121,51 +121,7 @@ impl KeeperSet {
         }
     }
 
-    /// The owner of every lease in the set.
-    pub fn owner(&self) -> &str {
-        self.shared.owner()
-    }
-
-    /// The ttl each heartbeat asks for.
-    pub fn ttl(&self) -> Duration {
-        self.shared.ttl()
-    }
-
-    /// The grant of `key` as acquired, if `key` is in the set.
-    pub fn lease(&self, key: &str) -> Option<&Lease> {
-        self.shared.lease(key)
-    }
-
-    /// The fencing token of `key`'s grant, if `key` is in the set.
-    pub fn token(&self, key: &str) -> Option<&FencingToken> {
-        self.shared.token(key)
-    }
-
-    /// Whether `key` is safe to act on right now: in the set, not lost, not
-    /// stopped, and before the set's `safe_until`.
-    pub fn is_valid(&self, key: &str) -> bool {
-        self.shared.is_valid(key)
-    }
-
-    /// The keys still kept, in the order the leases were given.
-    pub fn kept_keys(&self) -> Vec<String> {
-        self.shared.kept_keys()
-    }
-
-    /// Until when the kept keys may be acted on (client monotonic clock).
-    pub fn safe_until(&self) -> Instant {
-        self.shared.safe_until()
-    }
-
-    /// Why `key` is lost, if it is.
-    pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
-        self.shared.loss(key)
-    }
-
-    /// Every lost key with its loss, in the order they were lost.
-    pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
-        self.shared.losses()
-    }
+    set_accessors!();
 
     /// Resolves when `key` is lost, with its loss: the future the task
     /// working on `key` `select!`s on. `None` once the set stopped first,

@@ -373,6 +373,61 @@ impl Calls {
     }
 }
 
+/// The read-only accessors both faces' `KeeperSet` share: each reads the
+/// set's shared state (`self.shared`), so they are written once here.
+macro_rules! set_accessors {
+    () => {
+        /// The owner of every lease in the set.
+        pub fn owner(&self) -> &str {
+            self.shared.owner()
+        }
+
+        /// The ttl each heartbeat asks for.
+        pub fn ttl(&self) -> Duration {
+            self.shared.ttl()
+        }
+
+        /// The grant of `key` as acquired, if `key` is in the set.
+        pub fn lease(&self, key: &str) -> Option<&Lease> {
+            self.shared.lease(key)
+        }
+
+        /// The fencing token of `key`'s grant, if `key` is in the set.
+        pub fn token(&self, key: &str) -> Option<&FencingToken> {
+            self.shared.token(key)
+        }
+
+        /// Whether `key` is safe to act on right now: in the set, not lost, not
+        /// stopped, and before the set's `safe_until`. Two atomic loads and a
+        /// clock read.
+        pub fn is_valid(&self, key: &str) -> bool {
+            self.shared.is_valid(key)
+        }
+
+        /// The keys still kept, in the order the leases were given.
+        pub fn kept_keys(&self) -> Vec<String> {
+            self.shared.kept_keys()
+        }
+
+        /// Until when the kept keys may be acted on: the last successful
+        /// heartbeat's send instant + ttl - margin (client monotonic clock).
+        pub fn safe_until(&self) -> Instant {
+            self.shared.safe_until()
+        }
+
+        /// Why `key` is lost, if it is.
+        pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
+            self.shared.loss(key)
+        }
+
+        /// Every lost key with its loss, in the order they were lost.
+        pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
+            self.shared.losses()
+        }
+    };
+}
+pub(crate) use set_accessors;
+
 pub(crate) struct Shared {
     members: Vec<Member>,
     /// Key -> position in `members`.
@@ -947,53 +1002,7 @@ impl KeeperSet {
         }
     }
 
-    /// The owner of every lease in the set.
-    pub fn owner(&self) -> &str {
-        self.shared.owner()
-    }
-
-    /// The ttl each heartbeat asks for.
-    pub fn ttl(&self) -> Duration {
-        self.shared.ttl()
-    }
-
-    /// The grant of `key` as acquired, if `key` is in the set.
-    pub fn lease(&self, key: &str) -> Option<&Lease> {
-        self.shared.lease(key)
-    }
-
-    /// The fencing token of `key`'s grant, if `key` is in the set.
-    pub fn token(&self, key: &str) -> Option<&FencingToken> {
-        self.shared.token(key)
-    }
-
-    /// Whether `key` is safe to act on right now: in the set, not lost, not
-    /// stopped, and before the set's `safe_until`. Two atomic loads and a
-    /// clock read.
-    pub fn is_valid(&self, key: &str) -> bool {
-        self.shared.is_valid(key)
-    }
-
-    /// The keys still kept, in the order the leases were given.
-    pub fn kept_keys(&self) -> Vec<String> {
-        self.shared.kept_keys()
-    }
-
-    /// Until when the kept keys may be acted on: the last successful
-    /// heartbeat's send instant + ttl - margin (client monotonic clock).
-    pub fn safe_until(&self) -> Instant {
-        self.shared.safe_until()
-    }
-
-    /// Why `key` is lost, if it is.
-    pub fn loss(&self, key: &str) -> Option<LeaseLoss> {
-        self.shared.loss(key)
-    }
-
-    /// Every lost key with its loss, in the order they were lost.
-    pub fn losses(&self) -> Vec<(String, LeaseLoss)> {
-        self.shared.losses()
-    }
+    set_accessors!();
 
     /// Blocks until more than `seen` keys are lost, or `timeout` passes;
     /// returns every loss so far. Pass the length of the last answer to

@@ -158,8 +158,8 @@ fn a_url_that_cannot_connect_fails_at_build_or_lazily_at_the_first_call() {
     let wrong = db.url.replace(&db.name, "no_such_database");
     runtime().block_on(async {
         match AsyncLeaseClient::builder(&wrong).build().await {
-            Err(LeaseError::Connect { source }) => {
-                assert!(source.to_string().contains("no_such_database"), "{source}")
+            Err(error @ LeaseError::Connect { .. }) => {
+                assert!(error.to_string().contains("no_such_database"), "{error}")
             }
             other => panic!("expected Connect, got {other:?}"),
         }

@@ -16,6 +16,7 @@ mod concurrency;
 #[cfg(feature = "async")]
 mod connect_bounds;
 #[cfg(feature = "async")]
+mod error_kinds;
 mod faces;
 mod groups;
 mod guard_contract;
