@@ -32,7 +32,7 @@ fn each_kind_comes_from_the_failure_it_names() {
 
     // A guard that a newer holder passed: the old holder is fenced.
     let first = granted(conn.acquire("kinds/a", "w1", TTL).unwrap());
-    conn.release(&first).unwrap();
+    assert_eq!(conn.release(&first).unwrap(), leasehold::Release::Released);
     let second = granted(conn.acquire("kinds/a", "w2", TTL).unwrap());
     conn.admit("kinds/res", &second, Check::Token).unwrap();
     let (k, message) = kind(conn.admit("kinds/res", &first, Check::Token));
@@ -87,7 +87,7 @@ fn a_transaction_mixes_its_statements_and_lease_calls_with_one_error_type() {
         let lease = granted(conn.acquire("kinds/tx", "w", TTL)?);
         diesel::sql_query("INSERT INTO kinds_log VALUES ('acquired')").execute(conn)?;
         diesel::sql_query("INSERT INTO kinds_log VALUES (NULL)").execute(conn)?;
-        conn.release(&lease)?;
+        let _released = conn.release(&lease)?;
         Ok(())
     });
     let error = result.unwrap_err();
