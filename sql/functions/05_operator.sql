@@ -160,7 +160,7 @@ DECLARE
     v_epoch bigint;
 BEGIN
     UPDATE lease.leases AS l
-       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = true, epoch = l.epoch + 1, group_id = NULL
+       SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, true)).*)
      WHERE l.key_hash = _force_free.key_hash
     RETURNING l.epoch INTO v_epoch;
     IF _force_free.group_id IS NOT NULL THEN
