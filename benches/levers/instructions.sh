@@ -6,7 +6,15 @@
 # this is the instrument for "what does this piece of a function cost"
 # (docs/PERFORMANCE.md, "How costs are counted").
 #
-#   benches/levers/instructions.sh [-b REV] [-n CALLS]
+#   benches/levers/instructions.sh [-b REV] [-n CALLS] [-r]
+#
+# With -r, the rows are the calls rather than the levers: lease.renew and
+# the release paths (acquire -> release, of a grant and of a heartbeat
+# group's member, acquire -> both forms of force_release, five acquires ->
+# release_many), each for REV's functions and for the working tree's. A
+# cycle here is one statement, so one transaction (its acquire's cost is
+# the same on both sides); compare the two columns, not these counts with
+# benches/compare.sh's two-transaction cycle.
 #
 # It builds a throwaway cluster (binaries from PGBIN, default
 # /usr/lib/postgresql/15/bin; as user postgres when run as root), with two
@@ -21,10 +29,12 @@
 set -euo pipefail
 before_rev=8dace47
 calls=500
-while getopts "b:n:" opt; do
+release_paths=""
+while getopts "b:n:r" opt; do
     case "$opt" in
         b) before_rev=$OPTARG ;;
         n) calls=$OPTARG ;;
+        r) release_paths=yes ;;
         *) exit 2 ;;
     esac
 done
@@ -117,6 +127,59 @@ per_call() {
     high=$(count "$1" "$2" $((50 + calls)))
     echo $(((high - low) / calls))
 }
+if [ -n "$release_paths" ]; then
+    # Each statement runs with the held key's arguments ($1 'ab-held', $2
+    # its owner, $4 '1 hour'); the cycles work on keys of their own.
+    # One line each: the single-user backend ends a statement at a newline.
+    many="SELECT count(*) FROM (SELECT array_agg(a.k ORDER BY a.k) AS ks, array_agg(a.epoch ORDER BY a.k) AS es"
+    many+=" FROM (SELECT \$1 || '.many' || i AS k FROM generate_series(1, 5) AS i) AS x,"
+    many+=" LATERAL (SELECT x.k, q.epoch FROM lease.acquire(x.k, \$2, \$4) AS q) AS a) AS s,"
+    many+=" lease.release_many(s.ks, \$2, s.es) AS r WHERE r.status = 'ok'"
+    names=(); stmts=(); answers=()
+    row() { names+=("$1"); stmts+=("$2"); answers+=("$3"); }
+    row "lease.renew" \
+        "SELECT status FROM lease.renew(\$1, \$2, \$3, \$4)" \
+        ok
+    row "acquire → release" \
+        "SELECT r.status FROM lease.acquire(\$1 || '.cycle', \$2, \$4) AS a, lease.release(\$1 || '.cycle', \$2, a.epoch) AS r" \
+        ok
+    row "acquire → join_group → release (a member)" \
+        "SELECT r.status FROM lease.acquire(\$1 || '.member', \$2, \$4) AS a, lease.join_group(ARRAY[\$1 || '.member'], \$2, ARRAY[a.epoch], \$4) AS j, lease.release(\$1 || '.member', \$2, CASE WHEN j.status = 'ok' THEN a.epoch END) AS r" \
+        ok
+    row "acquire → force_release(key)" \
+        "SELECT lease.force_release(\$1 || '.force') = a.epoch + 1 FROM lease.acquire(\$1 || '.force', \$2, \$4) AS a" \
+        t
+    row "acquire → force_release(key, epoch)" \
+        "SELECT f.status FROM lease.acquire(\$1 || '.exact', \$2, \$4) AS a, lease.force_release(\$1 || '.exact', a.epoch) AS f" \
+        released
+    row "acquire × 5 → release_many" \
+        "$many" \
+        5
+    "${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -l "$scratch/server.log" -w \
+        -o "-c fsync=off -c listen_addresses='' -c unix_socket_directories='$scratch' -p 5432" start >/dev/null
+    started=yes
+    # Each statement once on each side, checking its answer (it also makes
+    # every key a key used before).
+    for i in "${!names[@]}"; do
+        name=${names[$i]} stmt=${stmts[$i]} expect=${answers[$i]}
+        for db in before after; do
+            got=$(psql -d "$db" -c "PREPARE p(text, text, bigint, interval) AS $stmt" \
+                       -c "EXECUTE p('ab-held', 'ab-owner', 1, '1 hour')")
+            [ "$got" = "$expect" ] || { echo "instructions.sh: $db: $name answered $got, not $expect" >&2; exit 1; }
+        done
+    done
+    "${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -m fast stop >/dev/null
+    started=""
+    echo "| call | before ($before_rev) | after | after − before |"
+    echo "|---|---:|---:|---:|"
+    for i in "${!names[@]}"; do
+        name=${names[$i]} stmt=${stmts[$i]}
+        b=$(per_call before "$stmt")
+        a=$(per_call after "$stmt")
+        echo "| $name | $b | $a | $((a - b)) ($(awk -v a="$a" -v b="$b" 'BEGIN { printf "%+.2f %%", (a - b) * 100 / b }')) |"
+    done
+    exit 0
+fi
 plain='UPDATE %s SET expires_at = clock_timestamp() + $4 WHERE key_hash = sha256(convert_to($1, '"'UTF8'"')) AND key = $1 AND owner = $2 AND epoch = $3 AND expires_at > clock_timestamp() RETURNING expires_at'
 echo "| call | instructions per call |"
 echo "|---|---:|"

@@ -22,6 +22,7 @@
 --   lapsed long enough to prune  lease._lapsed_for, lease._group_lapsed_for,
 --                                both on lease._idle_cutoff
 --   the epoch floor              lease._grant_epoch, lease._lineage_generation
+--   a grant's end                lease._freed
 --   the namespace decision       lease._allowed
 --   the waiter lock id           lease._waiter_lock_id
 --   durability                   lease._make_durable
@@ -329,6 +330,28 @@ CREATE OR REPLACE FUNCTION lease._group_lapsed_for(g lease.groups, idle interval
 RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$ SELECT (g).expires_at OPERATOR(pg_catalog.<=) lease._idle_cutoff(idle) $$;
+
+-- THE end of a grant (docs/SPECIFICATION.md §1.3): the row a release or a
+-- force-release leaves, FREE with its counter one above the grant's epoch,
+-- so that epoch and every lower one are stale. `forced` is what
+-- force_released records: true for an operator's force-release, NULL for
+-- the holder's release. Every function that frees a row writes the whole
+-- row with it, `SET (key, key_hash, owner, epoch, expires_at, lapsed_owner,
+-- first_epoch, group_id, force_released) = ROW((lease._freed(l, ...)).*)`,
+-- the table's columns in order, so a new column fails every such UPDATE
+-- until this rule says what freeing does to it. Inlined: the planner
+-- reduces the assignment to one expression per column, the unchanged ones
+-- to the old values, so it costs about what the written-out SET list cost
+-- (3,000 to 4,000 instructions more per freeing UPDATE, for the columns
+-- kept; benches/levers/instructions.sh -r), and an unchanged key keeps the
+-- UPDATE a no-key, HOT one (PostgreSQL compares the values).
+CREATE OR REPLACE FUNCTION lease._freed(l lease.leases, forced boolean)
+RETURNS lease.leases
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT ROW((l).key, (l).key_hash, NULL, (l).epoch OPERATOR(pg_catalog.+) 1, NULL, NULL,
+               (l).first_epoch, NULL, forced)::lease.leases
+$$;
 
 -- Counts grants out of their groups (lease.groups.members), one entry per
 -- grant that left, in the transaction that cleared their group_id. NULL

@@ -473,7 +473,7 @@ BEGIN
         BEGIN
             -- A grant outside any heartbeat group: one UPDATE.
             UPDATE lease.leases AS l
-               SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1
+               SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
                AND l.group_id IS NULL AND lease._live(l)
             RETURNING lease._make_durable() INTO v_durable;
@@ -489,7 +489,7 @@ BEGIN
                     RAISE EXCEPTION USING ERRCODE = 'LH001';
                 END IF;
                 UPDATE lease.leases AS l
-                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1, group_id = NULL
+                   SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
                  WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
                 PERFORM lease._make_durable();

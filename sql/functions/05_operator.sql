@@ -1,9 +1,11 @@
 -- leasehold: operator actions (docs/SPECIFICATION.md §4): binding key
 -- namespaces to roles, listing and removing those bindings, freeing a key
--- whatever its state, and raising the generation (§1.2, §1.7).
+-- whatever its state, raising the generation (§1.2, §1.7), and listing
+-- keys.
 --
 -- The rules of migration 000001_tables apply, with one difference: these functions
--- are granted to nobody. The role that installed leasehold owns them and may run them; it grants EXECUTE to the
+-- are granted to nobody (but the listing of keys, lease.list_leases, which
+-- admits whoever may read the tables it lists). The role that installed leasehold owns them and may run them; it grants EXECUTE to the
 -- roles that operate the deployment (docs/guide/security.md), e.g.
 --
 --   GRANT EXECUTE ON FUNCTION lease.force_release(text), lease.force_release(text, bigint),
@@ -160,7 +162,7 @@ DECLARE
     v_epoch bigint;
 BEGIN
     UPDATE lease.leases AS l
-       SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = true, epoch = l.epoch + 1, group_id = NULL
+       SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, true)).*)
      WHERE l.key_hash = _force_free.key_hash
     RETURNING l.epoch INTO v_epoch;
     IF _force_free.group_id IS NOT NULL THEN
@@ -271,6 +273,84 @@ BEGIN
 END;
 $$;
 
+-- The operator's listing (`leasehold ls`, Operator::list_leases): every key
+-- starting with `prefix` (byte-wise), of `holder` when given (a held or
+-- lapsed grant's owner; a FREE key has none), in `states` ('held',
+-- 'lapsed', 'free'; empty for all), ordered by `sort` ('key'; 'expires':
+-- soonest effective expiry first, FREE keys last; 'epoch': highest first;
+-- ties by key in byte order), at most `max_rows` rows. The state is
+-- lease._live's and the expiry lease._expiry's, so the listing shows what
+-- every call decides. `read_at` is the clock read before the rows: a held
+-- row's expiry is after it. No key matched: one row with only `read_at`.
+--
+-- Who may list: a role that may read lease.leases and lease.groups itself
+-- (their owner, a superuser, a role granted SELECT on both), asked of
+-- session_user as every namespace decision is. So EXECUTE is PUBLIC's, and
+-- the function shows nobody a key the tables would not show them; anybody
+-- else is refused (42501) before a row is read. The Rust client asks first
+-- whether its role may read both tables (LeaseError::ListNotPermitted), so
+-- a refusal does not abort the caller's transaction.
+CREATE OR REPLACE FUNCTION lease.list_leases(prefix text, holder text, states text[], sort text, max_rows bigint)
+RETURNS TABLE (read_at timestamptz, key text, digest text, state text, owner text, epoch bigint,
+               expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_prefix text COLLATE "C" := prefix;
+    v_holder text COLLATE "C" := holder;
+    v_states text[] := states;
+    v_sort text := sort;
+    v_max bigint := max_rows;
+    v_now timestamptz;
+BEGIN
+    IF NOT (has_table_privilege(session_user, 'lease.leases', 'SELECT')
+            AND has_table_privilege(session_user, 'lease.groups', 'SELECT')) THEN
+        RAISE EXCEPTION 'permission denied for lease.list_leases: role % may not read lease.leases and lease.groups', session_user
+            USING ERRCODE = '42501',
+                  HINT = 'Connect as the role that installed leasehold, or have it GRANT SELECT ON lease.leases, lease.groups to this role.';
+    END IF;
+    IF v_prefix IS NULL OR v_holder = '' OR v_states IS NULL OR array_position(v_states, NULL) IS NOT NULL
+       OR NOT (v_states <@ ARRAY['held', 'lapsed', 'free']) OR v_sort IS NULL
+       OR v_sort NOT IN ('key', 'expires', 'epoch') OR v_max IS NULL OR v_max < 1 THEN
+        PERFORM lease._raise_invalid('list_leases',
+            CASE WHEN v_prefix IS NULL THEN ARRAY['prefix must not be NULL'] ELSE ARRAY[]::text[] END
+            || CASE WHEN v_holder = '' THEN ARRAY['owner must not be empty'] ELSE ARRAY[]::text[] END
+            || CASE WHEN v_states IS NULL OR array_position(v_states, NULL) IS NOT NULL
+                         OR NOT (v_states <@ ARRAY['held', 'lapsed', 'free'])
+                    THEN ARRAY['states must each be held, lapsed or free'] ELSE ARRAY[]::text[] END
+            || CASE WHEN v_sort IS NULL OR v_sort NOT IN ('key', 'expires', 'epoch')
+                    THEN ARRAY['sort must be key, expires or epoch'] ELSE ARRAY[]::text[] END
+            || CASE WHEN v_max IS NULL OR v_max < 1 THEN ARRAY['max_rows must be at least 1'] ELSE ARRAY[]::text[] END);
+    END IF;
+    v_now := clock_timestamp();
+    RETURN QUERY
+        WITH listed AS (
+            SELECT l.key::text AS key,
+                   encode(l.key_hash, 'hex') AS digest,
+                   CASE WHEN l.owner IS NULL THEN 'free'
+                        WHEN lease._live(l) THEN 'held'
+                        ELSE 'lapsed' END AS state,
+                   l.owner::text AS owner,
+                   l.epoch::bigint AS epoch,
+                   lease._expiry(l) AS expires_at
+              FROM lease.leases AS l
+             WHERE left(l.key, length(v_prefix)) = v_prefix
+               AND (v_holder IS NULL OR l.owner = v_holder)),
+        ranked AS (
+            SELECT s.*,
+                   row_number() OVER (ORDER BY CASE WHEN v_sort = 'expires' THEN s.expires_at END ASC NULLS LAST,
+                                               CASE WHEN v_sort = 'epoch' THEN s.epoch END DESC,
+                                               s.key COLLATE "C") AS ordinal
+              FROM listed AS s
+             WHERE cardinality(v_states) = 0 OR s.state = ANY (v_states))
+        SELECT v_now, r.key, r.digest, r.state, r.owner, r.epoch, r.expires_at
+          FROM (SELECT 1) AS c
+          LEFT JOIN ranked AS r ON r.ordinal <= v_max
+         ORDER BY r.ordinal;
+END;
+$$;
+
 -- Raises the generation (docs/SPECIFICATION.md §1.2, §1.7) to
 -- `generation`: from the commit on, every grant's epoch is at least
 -- (generation << 40) + 1, for every key. For what timelines cannot see: a
@@ -327,6 +407,8 @@ REVOKE ALL ON FUNCTION lease.list_namespaces() FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.force_release(text, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.raise_generation(bigint) FROM PUBLIC;
+-- Its own gate decides who may list (above).
+GRANT EXECUTE ON FUNCTION lease.list_leases(text, text, text[], text, bigint) TO PUBLIC;
 
 -- Every file of functions and every migration ends so (see
 -- lease._drop_default_grants).

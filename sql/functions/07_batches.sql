@@ -359,7 +359,7 @@ BEGIN
         BEGIN
             WITH released AS (
                 UPDATE lease.leases AS l
-                   SET owner = NULL, expires_at = NULL, lapsed_owner = NULL, force_released = NULL, epoch = l.epoch + 1, group_id = NULL
+                   SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
                   FROM (SELECT o.key_hash, o.group_id, i.ord
                           FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
                                   FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)

@@ -1,22 +1,19 @@
 //! Listing keys (docs/guide/operations.md, `leasehold ls`): the operator's
 //! view of every key under a prefix, with its state, holder, epoch and
-//! expiry, read in one statement on the server's clock.
+//! expiry, read in one call of `lease.list_leases` on the server's clock.
 //!
 //! Why an operator call and not an API function: `lease.leases` and
 //! `lease.groups` are closed to callers by design (docs/PRIVILEGES.md), who
-//! see their own keys through `inspect` only. A listing reads the tables
-//! themselves, so it works for their owner (the role that installed
-//! leasehold), for superusers, and for a role an operator granted SELECT on
-//! both tables; anybody else gets [`LeaseError::ListNotPermitted`], asked of
-//! the server before the listing is sent, so a caller's transaction is not
-//! aborted by a refusal. No SQL function is added for it: one would open
-//! every key name to every role that may call it.
+//! see their own keys through `inspect` only. `lease.list_leases` admits
+//! exactly the roles that may read both tables themselves: their owner (the
+//! role that installed leasehold), superusers, and a role an operator
+//! granted SELECT on both; anybody else gets
+//! [`LeaseError::ListNotPermitted`], asked of the server before the listing
+//! is sent, so a caller's transaction is not aborted by a refusal.
 //!
-//! The state of a row is decided as `lease._live` decides it, in the same
-//! statement and on one reading of the server's clock (see
-//! `sql::calls::ListLeasesCall`, which has to restate the rule because the
-//! helpers are granted to nobody; `tests/leasehold/listing.rs` keeps the
-//! two equal).
+//! The state of a row is `lease._live`'s and its expiry `lease._expiry`'s
+//! (sql/functions/01_rules.sql): the function calls them, so the listing
+//! cannot drift from what every lease call decides.
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -172,7 +169,8 @@ pub struct ListedLease {
     /// The key's digest, hex SHA-256 of its UTF-8 bytes: what its release
     /// notifications carry instead of the name.
     pub digest: String,
-    /// Held, lapsed or free, on the server's clock at [`Listing::read_at`].
+    /// Held, lapsed or free, decided by `lease._live` as the row is read,
+    /// on the server's clock at or just after [`Listing::read_at`].
     pub state: KeyState,
     /// The holder, or the lapsed grant's owner; `None` when free.
     pub owner: Option<String>,
@@ -184,7 +182,8 @@ pub struct ListedLease {
     pub expires_at: Option<DateTime<Utc>>,
     /// `expires_at` minus [`Listing::read_at`], both the server's: the time
     /// left of a held grant (positive), or how long ago a lapsed one expired
-    /// (zero or negative); `None` when free. No client clock is involved.
+    /// (zero or negative, unless it lapsed while the listing was read);
+    /// `None` when free. No client clock is involved.
     pub remaining: Option<TimeDelta>,
 }
 
@@ -192,9 +191,9 @@ pub struct ListedLease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listing {
-    /// The server's clock when the rows were read: the instant every
-    /// state and [`ListedLease::remaining`] refers to (present even when
-    /// no key matched).
+    /// The server's clock when the listing began reading rows: the instant
+    /// [`ListedLease::remaining`] refers to (present even when no key
+    /// matched).
     pub read_at: DateTime<Utc>,
     /// The keys the filter selected, in its order.
     pub leases: Vec<ListedLease>,

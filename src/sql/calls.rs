@@ -346,9 +346,9 @@ cacheable_query! {
 }
 
 /// Whether the connected role may read what a listing reads, and who it
-/// is: a role without SELECT on `lease.leases` and `lease.groups` is told
-/// so by name, before the listing could fail (and abort the caller's
-/// transaction).
+/// is: `lease.list_leases` refuses a role without SELECT on `lease.leases`
+/// and `lease.groups`, so such a role is told so by name before the
+/// listing could fail (and abort the caller's transaction).
 pub(crate) const LIST_PRIVILEGE: &str = "SELECT has_table_privilege('lease.leases', 'SELECT') \
 AND has_table_privilege('lease.groups', 'SELECT'), current_user::text";
 
@@ -363,61 +363,13 @@ cacheable_query! {
     }
 }
 
-/// The listing of `leasehold ls` and [`crate::admin::Operator::list_leases`], after
-/// its parameters (`params`, so each is bound once): one reading of the
-/// server's clock (`clock`), every key under the prefix and of the owner
-/// with its state on that clock (`listed`), those in the states asked for,
-/// numbered in the order asked for (`ranked`), and the clock joined with
-/// the first `max_rows` of them: one row with NULL key columns when none
-/// matched, so the clock is always answered.
-///
-/// The state restates `lease._live` and the expiry `lease._expiry`
-/// (sql/functions/01_rules.sql), which a listing cannot call: helpers are granted to
-/// nobody, and the role that may read the tables need not be their owner.
-/// The same rule: a grant is held while the later of its own expiry and its
-/// group's (none when the group is gone) is ahead of the clock.
-/// `tests/leasehold/listing.rs` compares the two on every kind of row.
-pub(crate) const LIST_LEASES: [&str; 6] = [
-    "WITH params AS (SELECT ",
-    "::text AS prefix, ",
-    "::text AS owner, ",
-    "::text[] AS states, ",
-    "::text AS sort, ",
-    "::bigint AS max_rows),
-clock AS (SELECT clock_timestamp() AS now),
-listed AS (
-    SELECT l.key::text AS key,
-           encode(l.key_hash, 'hex') AS digest,
-           CASE WHEN l.owner IS NULL THEN 'free'
-                WHEN x.expires_at > c.now THEN 'held'
-                ELSE 'lapsed' END AS state,
-           l.owner::text AS owner,
-           l.epoch::bigint AS epoch,
-           x.expires_at
-      FROM lease.leases AS l
-     CROSS JOIN params AS p
-     CROSS JOIN clock AS c
-      LEFT JOIN lease.groups AS g ON g.id = l.group_id
-     CROSS JOIN LATERAL (SELECT GREATEST(l.expires_at, g.expires_at) AS expires_at) AS x
-     WHERE left(l.key, length(p.prefix)) = p.prefix
-       AND (p.owner IS NULL OR l.owner = p.owner)),
-ranked AS (
-    SELECT s.*,
-           row_number() OVER (ORDER BY CASE WHEN p.sort = 'expires' THEN s.expires_at END ASC NULLS LAST,
-                                       CASE WHEN p.sort = 'epoch' THEN s.epoch END DESC,
-                                       s.key COLLATE \"C\") AS ordinal
-      FROM listed AS s CROSS JOIN params AS p
-     WHERE cardinality(p.states) = 0 OR s.state = ANY (p.states))
-SELECT c.now, r.key, r.digest, r.state, r.owner, r.epoch, r.expires_at
-  FROM clock AS c
-  LEFT JOIN ranked AS r ON r.ordinal <= (SELECT p.max_rows FROM params AS p)
- ORDER BY r.ordinal",
-];
-
-cacheable_query! {
-    /// [`LIST_LEASES`] with its parameters: key prefix, owner (NULL: any),
-    /// states (empty: any), order (`key`, `expires`, `epoch`) and the most
-    /// rows answered.
+lease_call! {
+    /// `lease.list_leases(prefix, holder, states, sort, max_rows)`: the
+    /// listing of `leasehold ls` and [`crate::admin::Operator::list_leases`],
+    /// its states and expiries decided by the SQL's own rules (`lease._live`,
+    /// `lease._expiry`). Owner NULL: any; states empty: any; order `key`,
+    /// `expires` or `epoch`. Every row carries the clock the listing read
+    /// (`read_at`); when no key matched, it is the one row.
     ListLeasesCall {
         prefix: &'a str => Text,
         owner: Option<&'a str> => Nullable<Text>,
@@ -425,22 +377,9 @@ cacheable_query! {
         order: &'static str => Text,
         limit: i64 => BigInt
     }
+    sql = "SELECT read_at, key, digest, state, owner, epoch, expires_at FROM lease.list_leases";
     row = (Timestamptz, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<BigInt>, Nullable<Timestamptz>);
     rust = (DateTime<Utc>, Option<String>, Option<String>, Option<String>, Option<String>, Option<i64>, Option<DateTime<Utc>>);
-    |call, out| {
-        out.push_sql(LIST_LEASES[0]);
-        out.push_bind_param::<Text, _>(&call.prefix)?;
-        out.push_sql(LIST_LEASES[1]);
-        out.push_bind_param::<Nullable<Text>, _>(&call.owner)?;
-        out.push_sql(LIST_LEASES[2]);
-        out.push_bind_param::<Array<Text>, _>(&call.states)?;
-        out.push_sql(LIST_LEASES[3]);
-        out.push_bind_param::<Text, _>(&call.order)?;
-        out.push_sql(LIST_LEASES[4]);
-        out.push_bind_param::<BigInt, _>(&call.limit)?;
-        out.push_sql(LIST_LEASES[5]);
-        Ok(())
-    }
 }
 
 /// The listener session's statements. It talks to libpq directly (see

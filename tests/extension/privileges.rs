@@ -162,6 +162,7 @@ fn monitor_is_refused(db: &str) {
         "SELECT * FROM lease.leases",
         "SELECT * FROM lease.namespaces",
         "SELECT lease.force_release('lh_monitor/x')",
+        "SELECT * FROM lease.list_leases('', NULL, '{}', 'key', 10)",
         "CREATE TRIGGER t BEFORE UPDATE ON lease.leases FOR EACH ROW \
          EXECUTE FUNCTION suppress_redundant_updates_trigger()",
         "CREATE TABLE lease.planted (x int)",

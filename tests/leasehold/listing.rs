@@ -2,11 +2,9 @@
 //! show): the states it reports are the SQL's own liveness rule, its
 //! filters and orders, and who may list.
 //!
-//! The listing restates `lease._live` and `lease._expiry` (helpers are
-//! granted to nobody, and a role granted SELECT on the tables is not their
-//! owner), so the first test keeps the two copies equal: every kind of row
-//! the tables can hold is listed and compared with what `inspect` and the
-//! helpers themselves say about it.
+//! `lease.list_leases` calls `lease._live` and `lease._expiry`; the first
+//! test lists every kind of row the tables can hold and checks each state
+//! and expiry against `inspect` and the helpers themselves.
 
 use std::time::Duration;
 
@@ -351,7 +349,7 @@ fn bad_filters_are_invalid_input() {
 
 /// Who may list: the owner that installed leasehold, and a role the owner
 /// granted SELECT on both tables (which holds no EXECUTE on the helpers:
-/// the listing needs none). A role without the privilege is refused by
+/// `lease.list_leases` calls them as their owner). A role without the privilege is refused by
 /// name, nothing is read, and its transaction goes on.
 #[test]
 fn listing_needs_select_on_both_tables_and_a_refusal_names_the_role() {
@@ -410,6 +408,58 @@ fn listing_needs_select_on_both_tables_and_a_refusal_names_the_role() {
     assert_eq!(listing.leases.len(), 1);
     assert_eq!(listing.leases[0].state, KeyState::Held);
     assert_eq!(listing.leases[0].owner.as_deref(), Some("w"));
+}
+
+/// The SQL function's own gate, for a caller who skips the client's
+/// question: without SELECT on both tables, `lease.list_leases` refuses
+/// (42501) before reading a row; with it, it lists, though the role holds
+/// no EXECUTE on the helpers it calls. Bad arguments are invalid input.
+#[test]
+fn the_listing_function_admits_only_roles_that_may_read_both_tables() {
+    let deployment = Deployment::new();
+    let mut owner = deployment.conn_as(&deployment.owner);
+    granted(owner.acquire("k", "w", LONG).unwrap());
+    let call = "SELECT format('%s|%s|%s', key, state, owner) AS line \
+                FROM lease.list_leases('', NULL, '{}', 'key', 10)";
+    let refusal = |conn: &mut PgConnection| {
+        diesel::sql_query(call)
+            .execute(conn)
+            .expect_err("refused")
+            .to_string()
+    };
+    let mut attacker = deployment.conn_as(&deployment.attacker);
+    let message = refusal(&mut attacker);
+    assert!(
+        message.contains("permission denied for lease.list_leases")
+            && message.contains(&deployment.attacker),
+        "{message}"
+    );
+    owner
+        .batch_execute(&format!(
+            "GRANT USAGE ON SCHEMA lease TO {op}; GRANT SELECT ON lease.leases TO {op}",
+            op = deployment.operator
+        ))
+        .unwrap();
+    let mut operator = deployment.conn_as(&deployment.operator);
+    assert!(refusal(&mut operator).contains("permission denied for lease.list_leases"));
+    owner
+        .batch_execute(&format!(
+            "GRANT SELECT ON lease.groups TO {}",
+            deployment.operator
+        ))
+        .unwrap();
+    assert_eq!(query_lines(&mut operator, call), ["k|held|w"]);
+    let invalid =
+        diesel::sql_query("SELECT * FROM lease.list_leases(NULL, '', '{busy}', 'owner', 0)")
+            .execute(&mut operator)
+            .expect_err("invalid input")
+            .to_string();
+    assert_eq!(
+        invalid,
+        "invalid input to lease.list_leases: prefix must not be NULL; owner must not be empty; \
+         states must each be held, lapsed or free; sort must be key, expires or epoch; \
+         max_rows must be at least 1"
+    );
 }
 
 /// Without leasehold there is nothing to list, and the error says so.

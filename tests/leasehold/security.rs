@@ -36,6 +36,7 @@ fn every_api_function_is_security_definer_with_search_path_pinned_to_pg_catalog(
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
             "join_group|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
             "key_state|t|search_path=pg_catalog, pg_temp",
+            "list_leases|t|search_path=pg_catalog, pg_temp",
             "list_namespaces|t|search_path=pg_catalog, pg_temp",
             "prune_guards|t|search_path=pg_catalog, pg_temp",
             "prune_keys|t|search_path=pg_catalog, pg_temp",

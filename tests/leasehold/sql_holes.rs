@@ -639,6 +639,9 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
             "SELECT lease.renew_admit({key}, 'attacker/key', 'evil-1', 1, interval '1 min')",
         ],
         "lease.inspect_guard(text)" => vec!["SELECT * FROM lease.inspect_guard({key})"],
+        "lease.list_leases(text,text,text[],text,bigint)" => {
+            vec!["SELECT * FROM lease.list_leases({key}, NULL, '{}', 'key', 10)"]
+        }
         "lease._waiter_watch(text)" => vec!["SELECT lease._waiter_watch({key})"],
         "lease._waiter_unwatch(text)" => vec!["SELECT lease._waiter_unwatch({key})"],
         "lease.join_group(text[],text,bigint[],interval,bytea[])" => vec![

@@ -165,6 +165,122 @@ fn liveness_and_expiry_are_compared_only_in_their_helpers() {
     assert_eq!(helpers_seen, expected, "every time-rule helper exists");
 }
 
+/// One definition of a grant's end: every function that frees a lease row
+/// writes it with `lease._freed`, and no other body clears an owner or
+/// moves a counter on by hand. Fails naming the function and the text.
+#[test]
+fn a_grant_ends_only_through_its_rule() {
+    let mut found = Vec::new();
+    let mut freeing = BTreeSet::new();
+    for (dir, sql) in sql_sources() {
+        for (name, body) in function_bodies(&sql) {
+            if name == "_freed" {
+                continue;
+            }
+            let squeezed = body
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_ascii_lowercase();
+            if squeezed.contains("lease._freed(") {
+                freeing.insert(name.clone());
+            }
+            for needle in [
+                "owner = null",
+                "expires_at = null",
+                "epoch + 1",
+                "epoch operator(pg_catalog.+) 1",
+                "force_released =",
+            ] {
+                if let Some(at) = squeezed.find(needle) {
+                    found.push(format!(
+                        "{}: lease.{name}: {}",
+                        dir.display(),
+                        &squeezed[at.saturating_sub(40)..(at + 50).min(squeezed.len())]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a grant's end written out of lease._freed:\n{}",
+        found.join("\n")
+    );
+    assert_eq!(
+        freeing.into_iter().collect::<Vec<_>>(),
+        ["_force_free", "release", "release_many"],
+        "the functions that free a row"
+    );
+}
+
+/// `lease._freed` costs nothing as a call: the planner inlines it into
+/// every freeing UPDATE (`track_functions = 'all'` counts a SQL function
+/// only when it runs as a call), on each path that frees a row.
+#[test]
+fn a_grants_end_is_inlined_on_every_path() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    conn.batch_execute("SET track_functions = 'all'")
+        .expect("count function calls (superuser)");
+    let epoch = |conn: &mut diesel::PgConnection, key: &str| {
+        query_lines(
+            conn,
+            &format!("SELECT epoch::text AS line FROM lease.leases WHERE key = '{key}'"),
+        )
+        .remove(0)
+    };
+    let acquire = |conn: &mut diesel::PgConnection, key: &str| {
+        conn.batch_execute(&format!(
+            "SELECT * FROM lease.acquire('{key}', 'a', interval '1 min')"
+        ))
+        .expect("acquire");
+    };
+    for key in [
+        "free/release",
+        "free/member",
+        "free/force",
+        "free/exact",
+        "free/many",
+    ] {
+        acquire(&mut conn, key);
+    }
+    let member = epoch(&mut conn, "free/member");
+    conn.batch_execute(&format!(
+        "SELECT * FROM lease.join_group(ARRAY['free/member'], 'a', ARRAY[{member}::bigint], interval '1 min')"
+    ))
+    .expect("join a group");
+    let calls = [
+        format!(
+            "SELECT lease.release('free/release', 'a', {})",
+            epoch(&mut conn, "free/release")
+        ),
+        format!("SELECT lease.release('free/member', 'a', {member})"),
+        "SELECT lease.force_release('free/force')".to_owned(),
+        format!(
+            "SELECT * FROM lease.force_release('free/exact', {})",
+            epoch(&mut conn, "free/exact")
+        ),
+        format!(
+            "SELECT * FROM lease.release_many(ARRAY['free/many'], 'a', ARRAY[{}::bigint])",
+            epoch(&mut conn, "free/many")
+        ),
+    ];
+    conn.batch_execute("BEGIN").expect("begin");
+    for call in &calls {
+        conn.batch_execute(call).expect("the call");
+    }
+    let counted = query_lines(
+        &mut conn,
+        "SELECT (SELECT count(*) FROM lease.leases WHERE key LIKE 'free/%' AND owner IS NULL)::text
+                || ' freed, _freed called '
+                || COALESCE(pg_stat_get_xact_function_calls('lease._freed(lease.leases, boolean)'::regprocedure), 0)
+                || ' times' AS line",
+    );
+    conn.batch_execute("COMMIT").expect("commit");
+    assert_eq!(counted, ["5 freed, _freed called 0 times"]);
+}
+
 /// The detector itself: each way of writing the rule out is caught.
 #[test]
 fn the_time_rule_detector_catches_what_it_must() {
@@ -267,6 +383,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_any_rules",
     "_expires_in",
     "_expiry",
+    "_freed",
     "_grant_epoch",
     "_group_lapsed_for",
     "_group_live",
