@@ -16,7 +16,7 @@ pub(crate) use call::CallError;
 use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use crate::lease::epoch::Epoch;
-use crate::lease::outcome::Refusal;
+use crate::lease::refusal::Refusal;
 use crate::sql::decode::{self, Status};
 use crate::sql::names;
 use crate::wait::shared::ListenerStatus;

@@ -144,7 +144,7 @@ pub fn is_functions_version(version: &str) -> bool {
 /// `install` and the extension generator take from it.
 pub(crate) fn migration_1_check(constraint: &str) -> Option<&'static str> {
     let needle = format!("CONSTRAINT = '{constraint}'");
-    crate::admin::extension::statements(MIGRATION_SQL.first()?.1)
+    statements(MIGRATION_SQL.first()?.1)
         .into_iter()
         .map(|statement| statement.text)
         .find(|text| text.contains(&needle))
@@ -153,6 +153,86 @@ pub(crate) fn migration_1_check(constraint: &str) -> Option<&'static str> {
 /// The files of functions as one script, in order.
 pub fn functions_sql() -> String {
     FUNCTION_SQL.iter().map(|(_, text)| *text).collect()
+}
+
+/// One top-level statement of a migration: the text before it (comments
+/// and blank lines) and the statement itself, without its `;`.
+pub(crate) struct Statement<'a> {
+    pub(crate) preamble: &'a str,
+    pub(crate) text: &'a str,
+}
+
+/// Splits SQL into top-level statements at `;` outside comments, quoted
+/// strings, quoted identifiers and dollar quotes. Text after the last `;`
+/// is returned as a statement with an empty text when it holds only
+/// comments and blanks.
+pub(crate) fn statements(sql: &str) -> Vec<Statement<'_>> {
+    let bytes = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut text_start: Option<usize> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &sql[i..];
+        let c = bytes[i];
+        if rest.starts_with("--") {
+            i += rest.find('\n').map_or(rest.len(), |n| n + 1);
+            continue;
+        }
+        if rest.starts_with("/*") {
+            i += rest.find("*/").map_or(rest.len(), |n| n + 2);
+            continue;
+        }
+        if !c.is_ascii_whitespace() && text_start.is_none() {
+            text_start = Some(i);
+        }
+        match c {
+            b'\'' | b'"' => {
+                // To the closing quote; a doubled quote stays inside.
+                let mut j = i + 1;
+                while j < bytes.len() {
+                    if bytes[j] == c {
+                        if bytes.get(j + 1) != Some(&c) {
+                            break;
+                        }
+                        j += 1;
+                    }
+                    j += 1;
+                }
+                i = j + 1;
+            }
+            b'$' => {
+                let tag_len = rest[1..]
+                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+                    .unwrap_or(rest.len() - 1);
+                if rest.as_bytes().get(tag_len + 1) == Some(&b'$') {
+                    let tag = &rest[..tag_len + 2];
+                    let after = &rest[tag.len()..];
+                    i += tag.len() + after.find(tag).map_or(after.len(), |n| n + tag.len());
+                } else {
+                    i += 1;
+                }
+            }
+            b';' => {
+                let from = text_start.unwrap_or(i);
+                out.push(Statement {
+                    preamble: &sql[start..from],
+                    text: &sql[from..i],
+                });
+                i += 1;
+                start = i;
+                text_start = None;
+            }
+            _ => i += 1,
+        }
+    }
+    if start < sql.len() {
+        out.push(Statement {
+            preamble: &sql[start..],
+            text: "",
+        });
+    }
+    out
 }
 
 #[cfg(test)]

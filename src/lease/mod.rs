@@ -15,6 +15,7 @@
 
 pub(crate) mod epoch;
 pub(crate) mod outcome;
+pub(crate) mod refusal;
 pub(crate) mod token;
 
 use std::time::Duration;
