@@ -82,6 +82,14 @@ pub enum Operation {
     /// A privilege question ([`crate::admin::function_privilege`]): may the
     /// connected role run a function.
     Privilege,
+    /// `lease.present`: a token presented for the writes of a transaction
+    /// to fenced tables.
+    Present,
+    /// `lease.protect_table`, `lease.protect_rows` or
+    /// `lease.unprotect_table`: a table's owner changes its fence.
+    ProtectTable,
+    /// `lease.fenced_tables`: the fenced tables of the database.
+    FencedTables,
     /// [`crate::install()`] or [`crate::admin::uninstall`].
     Install,
     /// A statement that is not a leasehold call: the install's bookkeeping,
@@ -102,6 +110,7 @@ impl Operation {
                 | Operation::Generation
                 | Operation::ListLeases
                 | Operation::Privilege
+                | Operation::FencedTables
                 | Operation::Install
         )
     }
@@ -132,6 +141,9 @@ impl Operation {
             Operation::Prune => "prune",
             Operation::ListLeases => "list_leases",
             Operation::Privilege => "privilege",
+            Operation::Present => "present",
+            Operation::ProtectTable => "protect_table",
+            Operation::FencedTables => "fenced_tables",
             Operation::Install => "install",
             Operation::Statement => "statement",
         }
@@ -325,6 +337,24 @@ pub enum LeaseError {
         /// What happened to the grant.
         reason: Refusal,
     },
+    /// A fenced table refused a write (docs/SPECIFICATION.md §2.1); nothing
+    /// of the transaction's writes to it becomes visible.
+    #[error("write to table {table} refused: {refusal}")]
+    TableWriteRefused {
+        /// The fenced table, schema-qualified.
+        table: String,
+        /// Why.
+        refusal: TableRefusal,
+    },
+    /// Only the owner of a table (or a member of its owning role) may fence
+    /// it or remove its fence (constraint `lease_table_not_owned`).
+    #[error("role {role:?} may not change the fence of table {table}: it does not own it; connect as the table's owner")]
+    TableNotOwned {
+        /// The table.
+        table: String,
+        /// The login role that was refused.
+        role: String,
+    },
     /// An operator bound the prefix of the key (or the guarded resource) to
     /// a role the login role is not a member of (§4.2, constraint
     /// `lease_namespace_denied`); nothing changed or was revealed. `SET
@@ -501,11 +531,68 @@ pub enum LeaseError {
 /// A diesel error from a statement that is not a leasehold call, so that
 /// `?` works in a transaction mixing the caller's statements with
 /// leasehold's calls.
+/// A fenced table's refusal of the caller's write is recognised here, so
+/// a write refused by the table reads as [`LeaseError::TableWriteRefused`].
 impl From<DieselError> for LeaseError {
     fn from(source: DieselError) -> Self {
-        LeaseError::Database {
+        LeaseError::from_fence(&source).unwrap_or(LeaseError::Database {
             operation: Operation::Statement,
             source,
+        })
+    }
+}
+
+/// Why a fenced table refused a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TableRefusal {
+    /// The transaction presented no token of the table's key (or of the
+    /// row's key): call `lease.present` ([`crate::guard::Fencing::present`])
+    /// in the writing transaction first (constraint `lease_fence_no_token`).
+    NoToken {
+        /// The key whose token was missing.
+        key: String,
+    },
+    /// The token presented is not the key's live grant (constraint
+    /// `lease_guard_lease_not_held`): its holder was superseded, or the
+    /// lease lapsed or was released.
+    NotHeld {
+        /// The key.
+        key: String,
+        /// The token's owner.
+        owner: String,
+        /// The token's epoch.
+        epoch: Epoch,
+        /// What happened to the grant, when the server said.
+        reason: Option<Refusal>,
+    },
+    /// A written row of a row-fenced table has a NULL key column
+    /// (constraint `lease_fence_null_key`).
+    NullKey,
+    /// TRUNCATE of a row-fenced table, which would remove every key's rows
+    /// (constraint `lease_fence_truncate`).
+    Truncate,
+}
+
+impl std::fmt::Display for TableRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableRefusal::NoToken { key } => write!(
+                f,
+                "no token of lease key {key:?} was presented in this transaction; present one (lease.present) before writing"
+            ),
+            TableRefusal::NotHeld { key, owner, epoch, reason } => {
+                write!(f, "lease {key:?} is not held by {owner:?} at epoch {epoch}")?;
+                if let Some(reason) = reason {
+                    write!(f, ": {reason}")?;
+                }
+                write!(f, "; stop acting on it")
+            }
+            TableRefusal::NullKey => write!(f, "a written row has a NULL key column; give every key column a value"),
+            TableRefusal::Truncate => write!(
+                f,
+                "TRUNCATE would remove every key's rows of a row-fenced table; delete with tokens instead"
+            ),
         }
     }
 }
@@ -558,7 +645,13 @@ impl LeaseError {
             | E::WrongLeaseKey { .. }
             | E::EpochNotGranted { .. }
             | E::LeaseNotHeld { .. } => ErrorKind::Fenced,
-            E::Forbidden { .. }
+            E::TableWriteRefused { refusal, .. } => match refusal {
+                TableRefusal::NotHeld { .. } => ErrorKind::Fenced,
+                TableRefusal::NoToken { .. } => ErrorKind::Forbidden,
+                TableRefusal::NullKey | TableRefusal::Truncate => ErrorKind::InvalidInput,
+            },
+            E::TableNotOwned { .. }
+            | E::Forbidden { .. }
             | E::ListNotPermitted { .. }
             | E::InstallNotPermitted { .. }
             | E::SchemaNotOwned { .. }
@@ -589,6 +682,84 @@ impl LeaseError {
 }
 
 impl LeaseError {
+    /// A fenced table's refusal of a write, or of a change of its fence, if
+    /// `error` is one.
+    pub(crate) fn from_fence(error: &DieselError) -> Option<Self> {
+        let DieselError::DatabaseError(_, info) = error else {
+            return None;
+        };
+        let detail = info.details().unwrap_or("");
+        let table = || {
+            detail
+                .split_once("table=")
+                .map_or("", |(_, table)| table)
+                .to_owned()
+        };
+        let refusal = match info.constraint_name()? {
+            names::FENCE_NO_TOKEN => TableRefusal::NoToken {
+                key: detail
+                    .split_once(" key=")
+                    .map_or("", |(_, key)| key)
+                    .to_owned(),
+            },
+            names::FENCE_NULL_KEY => TableRefusal::NullKey,
+            names::FENCE_TRUNCATE => TableRefusal::Truncate,
+            names::GUARD_NOT_HELD if detail.contains(" table=") => {
+                let field = |name| decode::detail_field(detail, name).unwrap_or("").to_owned();
+                let epoch: i64 = decode::detail_field(detail, "epoch")
+                    .and_then(|epoch| epoch.parse().ok())
+                    .unwrap_or(0);
+                let newest = decode::detail_field(detail, "newest").and_then(|n| n.parse().ok());
+                let reason = decode::detail_field(detail, "reason")
+                    .and_then(Status::parse)
+                    .and_then(|status| {
+                        Refusal::from_answer(
+                            status,
+                            decode::detail_field(detail, "why"),
+                            newest,
+                            epoch,
+                        )
+                    });
+                TableRefusal::NotHeld {
+                    key: field("key"),
+                    owner: field("owner"),
+                    epoch: Epoch::new(epoch),
+                    reason,
+                }
+            }
+            names::TABLE_NOT_OWNED => {
+                return Some(LeaseError::TableNotOwned {
+                    table: table(),
+                    role: info
+                        .message()
+                        .split_once("role ")
+                        .and_then(|(_, rest)| rest.split_once(" does not own"))
+                        .map_or("", |(role, _)| role)
+                        .to_owned(),
+                })
+            }
+            names::TABLE_NOT_FENCEABLE => {
+                return Some(LeaseError::InvalidInput {
+                    violations: vec![info.message().to_owned()],
+                })
+            }
+            _ => return None,
+        };
+        let table = match &refusal {
+            TableRefusal::NotHeld { .. } => detail
+                .split_once(" table=")
+                .map_or("", |(_, table)| table)
+                .to_owned(),
+            _ => detail
+                .strip_prefix("table=")
+                .map_or("", |rest| {
+                    rest.split_once(" key=").map_or(rest, |(table, _)| table)
+                })
+                .to_owned(),
+        };
+        Some(LeaseError::TableWriteRefused { table, refusal })
+    }
+
     /// Maps a diesel error raised by a lease function to its typed meaning.
     /// `autocommit` says whether the call ran outside any transaction of
     /// the caller's (read before the call; see `crate::leases`).

@@ -50,6 +50,10 @@ pub const FUNCTION_SQL: &[(&str, &str)] = &[
         "07_batches.sql",
         include_str!("../sql/functions/07_batches.sql"),
     ),
+    (
+        "08_fenced_tables.sql",
+        include_str!("../sql/functions/08_fenced_tables.sql"),
+    ),
 ];
 
 /// Migration versions of the layout before the functions moved to

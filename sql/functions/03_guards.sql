@@ -17,6 +17,10 @@
 
 SET LOCAL lock_timeout = '5s';
 
+-- Earlier signatures, replaced by the ones below that name a fenced table.
+DROP FUNCTION IF EXISTS lease._raise_not_held(text, text, bigint, text, text, bigint);
+DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
+
 -- Raised when a presented epoch is below what the resource admits (G2).
 CREATE OR REPLACE FUNCTION lease._raise_stale(resource text, presented bigint, accepted bigint)
 RETURNS void
@@ -48,15 +52,18 @@ END;
 $$;
 
 -- Raised when a lease-checked call finds the lease not held by (key, owner,
--- epoch) (G6); `reason` is the status renew would answer.
+-- epoch) (G6); `reason` is the status renew would answer. `fenced_table`
+-- names the fenced table whose write was refused (NULL for a guard call).
 CREATE OR REPLACE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, status text, reason text,
-                                      newest_epoch bigint)
+                                      newest_epoch bigint, fenced_table text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RAISE EXCEPTION 'lease % is not held by % at epoch %: %', key, owner, epoch,
+    RAISE EXCEPTION '%lease % is not held by % at epoch %: %',
+            CASE WHEN fenced_table IS NULL THEN '' ELSE format('write to table %s refused: ', fenced_table) END,
+            key, owner, epoch,
             CASE WHEN reason = 'superseded' THEN format('superseded by epoch %s', newest_epoch)
                  WHEN reason = 'lapsed' AND newest_epoch > epoch THEN format('lapsed, and taken over at epoch %s', newest_epoch)
                  WHEN reason = 'epoch_mismatch' THEN format('epoch_mismatch: the owner holds epoch %s', newest_epoch)
@@ -64,7 +71,8 @@ BEGIN
         USING ERRCODE = '55000',
               CONSTRAINT = 'lease_guard_lease_not_held',
               DETAIL = format('reason=%s why=%s newest=%s key=%s owner=%s epoch=%s',
-                              status, reason, COALESCE(newest_epoch::text, '-'), key, owner, epoch),
+                              status, reason, COALESCE(newest_epoch::text, '-'), key, owner, epoch)
+                       || CASE WHEN fenced_table IS NULL THEN '' ELSE ' table=' || fenced_table END,
               HINT = 'Stop acting on this lease; re-acquire it for a new epoch if needed.';
 END;
 $$;
@@ -138,10 +146,11 @@ $$;
 
 -- Checks, input already checked, that the lease is held right now by
 -- (owner, epoch) (G6) and returns its effective expiry; raises
--- lease_guard_lease_not_held otherwise. Locks the key's row FOR KEY SHARE
--- until the caller's transaction ends: no grant to anybody else can commit
--- in between, while the holder's own renew and release are not held up.
-CREATE OR REPLACE FUNCTION lease._check_held(key text, owner text, epoch bigint)
+-- lease_guard_lease_not_held otherwise, naming `fenced_table` when a fenced
+-- table's write is being checked. Locks the key's row FOR KEY SHARE until
+-- the caller's transaction ends: no grant to anybody else can commit in
+-- between, while the holder's own renew and release are not held up.
+CREATE OR REPLACE FUNCTION lease._check_held(key text, owner text, epoch bigint, fenced_table text)
 RETURNS timestamptz
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -165,8 +174,8 @@ BEGIN
         END IF;
         SELECT * INTO v_why FROM lease._refusal(v_hash, v_key, v_owner, _check_held.epoch);
         IF v_why.status <> 'ok' THEN
-            PERFORM lease._raise_not_held(v_key, v_owner, _check_held.epoch, v_why.status, v_why.reason,
-                                          v_why.newest_epoch);
+            PERFORM lease._raise_not_held(v_key, v_owner, _check_held.epoch, v_why.status,
+                                          v_why.reason, v_why.newest_epoch, fenced_table);
         END IF;
     END LOOP;
     PERFORM lease._raise_contention('check_held', v_key);
@@ -253,7 +262,7 @@ BEGIN
     IF NOT lease._allowed(v_key) THEN
         PERFORM lease._raise_forbidden('check_held', 'key', v_key);
     END IF;
-    RETURN lease._check_held(v_key, v_owner, v_epoch);
+    RETURN lease._check_held(v_key, v_owner, v_epoch, NULL);
 END;
 $$;
 
@@ -283,7 +292,7 @@ BEGIN
     IF NOT lease._allowed(v_resource) THEN
         PERFORM lease._raise_forbidden('admit_held', 'resource', v_resource);
     END IF;
-    v_expires := lease._check_held(v_key, v_owner, v_epoch);
+    v_expires := lease._check_held(v_key, v_owner, v_epoch, NULL);
     PERFORM lease._admit(v_resource, v_key, v_epoch);
     RETURN v_expires;
 END;
@@ -323,9 +332,9 @@ BEGIN
         IF v_why.status = 'ok' THEN
             -- Cannot be (a refused grant never becomes live again); the
             -- renew's own answer then.
-            PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_renewal.status, v_renewal.status, NULL);
+            PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_renewal.status, v_renewal.status, NULL, NULL);
         END IF;
-        PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_why.status, v_why.reason, v_why.newest_epoch);
+        PERFORM lease._raise_not_held(v_key, v_owner, v_epoch, v_why.status, v_why.reason, v_why.newest_epoch, NULL);
     END IF;
     PERFORM lease._admit(v_resource, v_key, v_epoch);
     RETURN v_renewal.expires_at;
@@ -422,11 +431,11 @@ $$;
 
 REVOKE ALL ON FUNCTION lease._raise_stale(text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_wrong_key(text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._raise_not_held(text, text, bigint, text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_not_held(text, text, bigint, text, text, bigint, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_not_granted(text, text, bigint, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._shown_key(text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._admit(text, text, bigint) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._check_held(text, text, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._check_held(text, text, bigint, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.admit(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.check_held(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.admit_held(text, text, text, bigint) TO PUBLIC;

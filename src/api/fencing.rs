@@ -77,6 +77,32 @@ pub trait Fencing: OnConnection {
         })
     }
 
+    /// Presents the token for the writes of the caller's current transaction
+    /// to the tables its key fences (docs/SPECIFICATION.md §2.1): each write
+    /// there checks that the token is the key's live grant and keeps the
+    /// lease from being taken over until the transaction ends. The token
+    /// authorises nothing after the transaction (or the savepoint it was
+    /// presented in) ends. Outside a transaction it ends at once, so call
+    /// it inside one, before the writes; [`run_fenced`](Fencing::run_fenced)
+    /// presents its token itself.
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {
+    /// use diesel::connection::{Connection, SimpleConnection};
+    /// use leasehold::guard::Fencing;
+    /// conn.transaction::<_, leasehold::LeaseError, _>(|conn| {
+    ///     conn.present(lease)?;
+    ///     conn.batch_execute("UPDATE jobs SET state = 'done' WHERE id = 7")?;
+    ///     Ok(())
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    fn present(&mut self, grant: &impl AsRef<FencingToken>) -> Result<(), LeaseError> {
+        self.on_connection(Token, |conn| {
+            finish(crate::guard::table::present(conn, grant.as_ref()))
+        })
+    }
+
     /// Operator action: refuses every epoch up to and including `up_to` for
     /// `resource` from now on, without writing anything else. Registers the
     /// resource as fenced by `lease_key` if it is new. Returns the new record
@@ -107,8 +133,9 @@ pub trait Fencing: OnConnection {
     }
 
     /// Runs `work` as a fenced transaction: admit the token for `resource` with
-    /// the chosen [`Check`], run the caller's writes, commit. Any refusal or
-    /// error rolls everything back, the guard record included.
+    /// the chosen [`Check`], [present](Fencing::present) it for fenced
+    /// tables, run the caller's writes, commit. Any refusal or error rolls
+    /// everything back, the guard record included.
     ///
     /// Inside an open transaction this runs in a savepoint, so a refusal undoes
     /// only the fenced part and the caller decides what happens to the rest.

@@ -4,6 +4,7 @@ use crate::admin::listing::{ListFilter, Listing};
 use crate::admin::operator::{ForcedRelease, Generation, NamespaceRule};
 use crate::admin::prune::{PruneOptions, PruneReport};
 use crate::error::LeaseError;
+use crate::guard::table::FencedTable;
 use crate::lease::epoch::Epoch;
 use crate::sql::execute::finish;
 
@@ -195,6 +196,65 @@ pub trait Operator: OnConnection {
     fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::listing::list_leases(conn, filter))
+        })
+    }
+
+    /// Fences the table `table` (a name as `::regclass` reads it) by `key`:
+    /// from the commit on, every INSERT, UPDATE, DELETE, MERGE, COPY FROM
+    /// and TRUNCATE of it is refused unless its transaction
+    /// [presented](crate::guard::Fencing::present) the live grant of `key`
+    /// (docs/SPECIFICATION.md §2.1). Replaces any fence the table had. Only
+    /// the table's owner (or a member of its owning role) may;
+    /// anyone else gets [`LeaseError::TableNotOwned`]. A partitioned table, a
+    /// partition or an inheritance parent or child is [`LeaseError::InvalidInput`].
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+    /// # use leasehold::admin::Operator;
+    /// conn.protect_table("public.ledger", "ledger-writer")?;
+    /// # Ok(()) }
+    /// ```
+    fn protect_table(&mut self, table: &str, key: &str) -> Result<(), LeaseError> {
+        self.on_connection(Token, |conn| {
+            finish(crate::guard::table::protect_table(conn, table, key))
+        })
+    }
+
+    /// Fences each row of `table` by its own key: `key_prefix` followed by
+    /// the values of `key_columns` joined by `/` (`jobs/42`), so writers of
+    /// different keys do not wait for each other. A write needs the tokens
+    /// of every key it touches (for an UPDATE, the rows' keys before and
+    /// after). Key columns must be integers, numeric, text, uuid, boolean or
+    /// enums (their text is the same in every session). Otherwise as
+    /// [`protect_table`](Operator::protect_table).
+    fn protect_rows(
+        &mut self,
+        table: &str,
+        key_prefix: &str,
+        key_columns: &[&str],
+    ) -> Result<(), LeaseError> {
+        self.on_connection(Token, |conn| {
+            finish(crate::guard::table::protect_rows(
+                conn,
+                table,
+                key_prefix,
+                key_columns,
+            ))
+        })
+    }
+
+    /// Removes `table`'s fence; whether it had one. Only for its owner.
+    fn unprotect_table(&mut self, table: &str) -> Result<bool, LeaseError> {
+        self.on_connection(Token, |conn| {
+            finish(crate::guard::table::unprotect_table(conn, table))
+        })
+    }
+
+    /// Every fenced table of the database and what fences it. Any role may
+    /// ask: it reads the catalog.
+    fn fenced_tables(&mut self) -> Result<Vec<FencedTable>, LeaseError> {
+        self.on_connection(Token, |conn| {
+            finish(crate::guard::table::fenced_tables(conn))
         })
     }
 }

@@ -384,15 +384,13 @@ where
     F: FnOnce(&mut PgConnection) -> Result<T, E>,
 {
     conn.transaction(|conn| {
-        crate::sql::execute::finish(admit_checked(conn, resource, token, check))
+        crate::sql::execute::finish(admit_and_present(conn, resource, token, check))
             .map_err(FencedError::Guard)?;
         work(conn).map_err(FencedError::Work)
     })
 }
 
-/// The admission a fenced transaction starts with, of the strength
-/// `check` asks for: what both faces' `run_fenced` run first in their
-/// transaction.
+/// The admission of the strength `check` asks for.
 pub(crate) async fn admit_checked(
     conn: &mut impl Execute,
     resource: &str,
@@ -404,6 +402,19 @@ pub(crate) async fn admit_checked(
         Check::LeaseHeld => admit_held(conn, resource, token).await.map(Some),
         Check::RenewAndAdmit(ttl) => renew_and_admit(conn, resource, token, ttl).await.map(Some),
     }
+}
+
+/// What both faces' `run_fenced` run first in their transaction: the
+/// admission, then the token presented for the closure's writes to fenced
+/// tables.
+pub(crate) async fn admit_and_present(
+    conn: &mut impl Execute,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+) -> Result<(), LeaseError> {
+    admit_checked(conn, resource, token, check).await?;
+    crate::guard::table::present(conn, token).await
 }
 
 /// A fenced transaction keeps its connection unless the server turned

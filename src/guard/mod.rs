@@ -29,9 +29,11 @@
 //! reads a resource's record. This module holds them and their types.
 
 pub(crate) mod database;
+pub(crate) mod table;
 
 pub use crate::api::Fencing;
 pub use crate::guard::database::{Check, GuardRecord};
+pub use crate::guard::table::{FencedTable, TableFence};
 
 use crate::error::LeaseError;
 use crate::lease::epoch::Epoch;

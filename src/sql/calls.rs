@@ -421,3 +421,74 @@ mod tests {
         );
     }
 }
+
+cacheable_query! {
+    /// `lease.present(key, owner, epoch)`, its void answer read as text.
+    PresentCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.present(");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+cacheable_query! {
+    /// `lease.protect_table(table, key)`; the table's name resolved as
+    /// `regclass` resolves it (the session's search_path).
+    ProtectTableCall { table: &'a str => Text, key: &'a str => Text }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.protect_table(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass, ");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+cacheable_query! {
+    /// `lease.protect_rows(table, key_prefix, key_columns)`.
+    ProtectRowsCall { table: &'a str => Text, key_prefix: &'a str => Text, key_columns: Vec<&'a str> => Array<Text> }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.protect_rows(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass, ");
+        out.push_bind_param::<Text, _>(&call.key_prefix)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&call.key_columns)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+cacheable_query! {
+    /// `lease.unprotect_table(table)`: whether the table had a fence.
+    UnprotectTableCall { table: &'a str => Text }
+    row = Bool;
+    rust = bool;
+    |call, out| {
+        out.push_sql("SELECT lease.unprotect_table(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass)");
+        Ok(())
+    }
+}
+
+lease_call! {
+    /// `lease.fenced_tables()`: (table, kind, key, key_prefix, key_columns).
+    FencedTablesCall {}
+    sql = "SELECT fenced_table, kind, key, key_prefix, key_columns FROM lease.fenced_tables";
+    row = (Text, Text, Nullable<Text>, Nullable<Text>, Nullable<Array<Text>>);
+    rust = (String, String, Option<String>, Option<String>, Option<Vec<String>>);
+}

@@ -16,6 +16,24 @@ pub(crate) const GUARD_EPOCH_NOT_GRANTED: &str = "lease_guard_epoch_not_granted"
 /// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
+/// `CONSTRAINT` name of a write to a fenced table in a transaction that
+/// presented no token of its key (SQLSTATE 55000; DETAIL `table=<table>
+/// key=<key>`).
+pub(crate) const FENCE_NO_TOKEN: &str = "lease_fence_no_token";
+/// `CONSTRAINT` name of a write to a row-fenced table of a row with a NULL
+/// key column (SQLSTATE 55000; DETAIL `table=<table>`).
+pub(crate) const FENCE_NULL_KEY: &str = "lease_fence_null_key";
+/// `CONSTRAINT` name of a TRUNCATE of a row-fenced table (SQLSTATE 55000;
+/// DETAIL `table=<table>`).
+pub(crate) const FENCE_TRUNCATE: &str = "lease_fence_truncate";
+/// `CONSTRAINT` name of a change of a table's fence by a role that does not
+/// own it (SQLSTATE 42501; DETAIL `table=<table>`).
+pub(crate) const TABLE_NOT_OWNED: &str = "lease_table_not_owned";
+/// `CONSTRAINT` name of a fence asked for a table that cannot carry one: a
+/// partitioned table, a partition, an inheritance parent or child, not a
+/// table (SQLSTATE 22023; DETAIL `table=<table>`).
+pub(crate) const TABLE_NOT_FENCEABLE: &str = "lease_table_not_fenceable";
+
 /// `CONSTRAINT` name of a call refused because an operator bound the key's
 /// or resource's prefix to a role the caller is not a member of (SQLSTATE
 /// 42501; DETAIL `<argument>=<name> role=<session user>`).

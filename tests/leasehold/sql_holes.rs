@@ -613,6 +613,19 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
         "lease.generation()" | "lease._waiter_reset()" | "lease.renew_group(bigint,text,interval)" => {
             return Some(None)
         }
+        // The catalog's list of fenced tables, and the fence's trigger,
+        // which runs only as a trigger: neither reads a key's state.
+        "lease.fenced_tables()" | "lease._fence()" => return Some(None),
+        "lease.present(text,text,bigint)" => vec!["SELECT lease.present({key}, 'app-1', 1)"],
+        "lease.protect_table(regclass,text)" => vec!["SELECT lease.protect_table('pg_class', {key})"],
+        "lease.protect_rows(regclass,text,text[])" => {
+            vec!["SELECT lease.protect_rows('pg_class', {key}, ARRAY['oid'])"]
+        }
+        "lease.unprotect_table(regclass)" => vec!["SELECT lease.unprotect_table('pg_class')"],
+        "lease._fence_prepare(text,regclass,text,text[])" => {
+            vec!["SELECT lease._fence_prepare('protect_table', 'pg_class', {key}, NULL)"]
+        }
+        "lease._fence_drop(regclass)" => vec!["SELECT lease._fence_drop('pg_class')"],
         "lease.acquire(text,text,interval,interval)" => vec![
             "SELECT * FROM lease.acquire({key}, 'evil-1', interval '1 min', interval '0')",
         ],

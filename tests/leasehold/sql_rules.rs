@@ -381,6 +381,7 @@ fn the_shortcuts_of_a_rule_agree_with_the_rule() {
 const INLINED_HELPERS: &[&str] = &[
     "_allowed",
     "_any_rules",
+    "_claims_tag",
     "_expires_in",
     "_expiry",
     "_freed",
@@ -402,8 +403,10 @@ const INLINED_HELPERS: &[&str] = &[
     "_name_ok",
     "_on_release",
     "_plain_span_within",
+    "_presented_live",
     "_read_only",
     "_timeline",
+    "_token_text",
     "_ttl_ok",
     "_wait_ok",
     "_waiter_class",

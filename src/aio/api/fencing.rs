@@ -31,6 +31,16 @@ pub trait AsyncFencing: OnAsyncConnection {
         ))
     }
 
+    /// [`Fencing::present`](crate::guard::Fencing::present), awaited: the same call, the
+    /// same answers and errors.
+    fn present(
+        &mut self,
+        grant: &impl AsRef<FencingToken>,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        let token = grant.as_ref();
+        on_connection!(self, |conn| crate::guard::table::present(conn, token))
+    }
+
     /// [`Fencing::check_held`](crate::guard::Fencing::check_held), awaited: the same call, the
     /// same answers and errors.
     fn check_held(
@@ -105,7 +115,7 @@ pub trait AsyncFencing: OnAsyncConnection {
 
 /// The fenced transaction of [`AsyncFencing::run_fenced`] on one
 /// connection: the sync face's `guard::database::run_fenced` with diesel-async's
-/// transaction, and the same admission (`guard::database::admit_checked`).
+/// transaction, and the same admission (`guard::database::admit_and_present`).
 async fn run_fenced<T, E, F>(
     conn: &mut AsyncPgConnection,
     resource: &str,
@@ -121,7 +131,7 @@ where
     E: Send,
 {
     conn.transaction(async move |conn| {
-        crate::guard::database::admit_checked(conn, resource, token, check)
+        crate::guard::database::admit_and_present(conn, resource, token, check)
             .await
             .map_err(FencedError::Guard)?;
         work(conn).await.map_err(FencedError::Work)

@@ -6,6 +6,7 @@ use crate::admin::listing::{ListFilter, Listing};
 use crate::admin::operator::{ForcedRelease, Generation, NamespaceRule};
 use crate::admin::prune::{PruneOptions, PruneReport};
 use crate::error::LeaseError;
+use crate::guard::table::FencedTable;
 use crate::lease::epoch::Epoch;
 
 use super::on_connection;
@@ -103,5 +104,52 @@ pub trait AsyncOperator: OnAsyncConnection {
         on_connection!(self, |conn| crate::admin::listing::list_leases(
             conn, filter
         ))
+    }
+
+    /// [`Operator::protect_table`](crate::admin::Operator::protect_table), awaited: the same call, the
+    /// same answers and errors.
+    fn protect_table(
+        &mut self,
+        table: &str,
+        key: &str,
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        on_connection!(self, |conn| crate::guard::table::protect_table(
+            conn, table, key
+        ))
+    }
+
+    /// [`Operator::protect_rows`](crate::admin::Operator::protect_rows), awaited: the same call, the
+    /// same answers and errors.
+    fn protect_rows(
+        &mut self,
+        table: &str,
+        key_prefix: &str,
+        key_columns: &[&str],
+    ) -> impl Future<Output = Result<(), LeaseError>> + Send {
+        on_connection!(self, |conn| crate::guard::table::protect_rows(
+            conn,
+            table,
+            key_prefix,
+            key_columns
+        ))
+    }
+
+    /// [`Operator::unprotect_table`](crate::admin::Operator::unprotect_table), awaited: the same call, the
+    /// same answers and errors.
+    fn unprotect_table(
+        &mut self,
+        table: &str,
+    ) -> impl Future<Output = Result<bool, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::guard::table::unprotect_table(
+            conn, table
+        ))
+    }
+
+    /// [`Operator::fenced_tables`](crate::admin::Operator::fenced_tables), awaited: the same call, the
+    /// same answers and errors.
+    fn fenced_tables(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<FencedTable>, LeaseError>> + Send {
+        on_connection!(self, |conn| crate::guard::table::fenced_tables(conn))
     }
 }
