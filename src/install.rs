@@ -25,7 +25,7 @@ use crate::error::LeaseError;
 use crate::sql::install;
 use crate::sql_files;
 
-/// leasehold's SQL as a Diesel migration source, the steps [`install`] applies
+/// leasehold's SQL as a Diesel migration source, the steps [`install()`] applies
 /// (docs/guide/getting-started.md). Its functions step removes replaced and
 /// retired versions from Diesel's table, so `revert_all_migrations` keeps working.
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,7 +128,7 @@ fn forget_replaced_versions(table: &str, current: &str) -> String {
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
 
-/// What [`install`] did.
+/// What [`install()`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallReport {
     /// Versions applied by this call, oldest first.
@@ -181,7 +181,7 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, LeaseError> {
     })
 }
 
-/// Removes everything [`install`] created, all lease state and epochs included:
+/// Removes everything [`install()`] created, all lease state and epochs included:
 /// a later install restarts every key at epoch 1, voiding fencing. For tests.
 pub fn uninstall(conn: &mut PgConnection) -> Result<(), LeaseError> {
     let steps = steps(false);

@@ -1,6 +1,6 @@
 //! The sync face: [`Leases`], [`Fencing`] and [`Operator`], written once over the
 //! sealed hook [`sealed::OnConnection`] for [`PgConnection`] (the caller's
-//! transaction, docs/SPECIFICATION.md §1.5) and [`LeaseClient`](crate::LeaseClient)
+//! transaction, docs/SPECIFICATION.md §1.5) and [`LeaseClient`]
 //! (a pooled connection per call); sealed so methods can be added compatibly.
 
 mod fencing;

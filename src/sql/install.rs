@@ -15,7 +15,7 @@ pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 #[cfg(test)]
 pub(crate) const MINIMUM_MAJOR: u32 = 14;
 
-/// Refuses a server older than [`MINIMUM_MAJOR`] (constraint `lease_unsupported_version`).
+/// Refuses a server older than `MINIMUM_MAJOR` (constraint `lease_unsupported_version`).
 /// Migration 1 opens with the same block, so Diesel's runner refuses too: keep them equal.
 pub(crate) const VERSION_CHECK: &str = "DO $$
 BEGIN
