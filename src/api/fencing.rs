@@ -11,8 +11,7 @@ use super::sealed::{OnConnection, Token};
 
 /// The database guard's calls, run in the caller's transaction (docs/SPECIFICATION.md §2).
 pub trait Fencing: OnConnection {
-    /// Admits `grant` for `resource` at the strength `check` names (G1–G6); call it
-    /// inside a transaction and write after it, or it protects nothing.
+    /// Admits `grant` for `resource` at `check`'s strength (G1–G6); outside a transaction it protects nothing.
     fn admit(
         &mut self,
         resource: &str,
@@ -65,7 +64,8 @@ pub trait Fencing: OnConnection {
     /// a refusal or error rolls back the writes and the guard record together.
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-    /// # use {diesel::connection::SimpleConnection, leasehold::guard::{Check, Fencing}};
+    /// # use {diesel::{Connection, connection::SimpleConnection}, leasehold::guard::{Check, Fencing}};
+    /// conn.transaction(|c| c.admit("reports", lease, Check::Token))?; // then the writes, in that transaction
     /// conn.run_fenced("reports", lease, Check::LeaseHeld, |c| c.batch_execute("INSERT INTO reports VALUES (1)"))?;
     /// # Ok(()) }
     /// ```

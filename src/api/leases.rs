@@ -19,6 +19,7 @@ use super::sealed::{OnConnection, Token};
 /// let ttl = std::time::Duration::from_secs(30);
 /// if let Some(lease) = client.acquire("job-42", "worker-a1", ttl)?.granted() {
 ///     if let Renewal::Refused(why) = client.renew(&lease, ttl)? { eprintln!("lost: {why}") }
+///     for answer in client.renew_many(&[&lease], ttl)? { println!("{}: {:?}", answer.key, answer.renewal) }
 ///     client.release(&lease)?;
 /// }
 /// # Ok(()) }

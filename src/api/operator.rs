@@ -22,8 +22,7 @@ use super::sealed::{OnConnection, Token};
 /// # Ok(()) }
 /// ```
 pub trait Operator: OnConnection {
-    /// Binds `prefix` to the role named `role` (as stored, not quoted): names it
-    /// governs are then usable only by members. Bind before applications use them.
+    /// Binds `prefix` to the role named `role` (as stored, unquoted): only its members may then use the names.
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::bind_namespace(conn, prefix, role))
