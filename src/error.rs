@@ -1,11 +1,6 @@
-//! The crate's one error type, [`LeaseError`], and what a caller does
-//! about it, [`ErrorKind`].
-//!
-//! Callers match on meaning, never on message text: the SQL functions put a
-//! stable name in the error's `CONSTRAINT` field (see `sql::names`), and
-//! this module turns those names into variants. Each message is one line
-//! that says what happened and what to do; the underlying error stays
-//! reachable through [`std::error::Error::source`].
+//! The crate's one error type, [`LeaseError`], and what to do about it,
+//! [`ErrorKind`]. Variants come from the stable names the SQL functions put in
+//! the `CONSTRAINT` field (`sql::names`), never from message text.
 
 use std::fmt;
 use std::time::Duration;
@@ -21,11 +16,8 @@ use crate::sql::decode::{self, Status};
 use crate::sql::names;
 use crate::wait::shared::ListenerStatus;
 
-/// How long a call without a wait (`acquire`, and `acquire_waiting` with a
-/// zero wait) waits at most for a row lock another transaction holds on its
-/// key before it gives up with [`LeaseError::TimedOut`]: an uncommitted
-/// grant, or a transaction that checked the lease (docs/SPECIFICATION.md
-/// §1.5). A call with a wait waits for locks within that wait.
+/// How long a call without a wait waits for a row lock another transaction
+/// holds on its key before [`LeaseError::TimedOut`] (docs/SPECIFICATION.md §1.5).
 pub const LOCK_WAIT_BOUND: Duration = Duration::from_secs(1);
 
 /// The library call an error came from, for matching and reporting.
@@ -42,8 +34,7 @@ pub enum Operation {
     RenewMany,
     /// `lease.release_many`: release several keys of one owner in one call.
     ReleaseMany,
-    /// `lease.join_group`: renew several keys of one owner and put them in
-    /// one heartbeat group.
+    /// `lease.join_group`: renew several keys into one heartbeat group.
     JoinGroup,
     /// `lease.renew_group`: one heartbeat for every key of a group.
     RenewGroup,
@@ -73,14 +64,11 @@ pub enum Operation {
     RaiseGeneration,
     /// `lease.generation`: the current generation and timeline.
     Generation,
-    /// `lease.prune_keys` / `lease.prune_guards`: an operator removes idle
-    /// rows.
+    /// `lease.prune_keys` / `lease.prune_guards`.
     Prune,
-    /// A listing of keys ([`crate::admin::Operator::list_leases`]): an operator reads
-    /// `lease.leases` and `lease.groups`.
+    /// A listing of keys ([`crate::admin::Operator::list_leases`]).
     ListLeases,
-    /// A privilege question ([`crate::admin::function_privilege`]): may the
-    /// connected role run a function.
+    /// A privilege question ([`crate::admin::function_privilege`]).
     Privilege,
     /// `lease.present`: a token presented for the writes of a transaction
     /// to fenced tables.
@@ -92,15 +80,12 @@ pub enum Operation {
     FencedTables,
     /// [`crate::install()`] or [`crate::admin::uninstall`].
     Install,
-    /// A statement that is not a leasehold call: the install's bookkeeping,
-    /// or the caller's own statement in a transaction whose error type is
-    /// [`LeaseError`] (through `From<diesel::result::Error>`).
+    /// Not a leasehold call: install bookkeeping, or the caller's own statement.
     Statement,
 }
 
 impl Operation {
-    /// Whether the call can change state, so that a connection lost while
-    /// it autocommits leaves its outcome unknown.
+    /// Whether the call can change state, so a lost autocommit leaves its outcome unknown.
     fn mutates(self) -> bool {
         !matches!(
             self,
@@ -156,19 +141,8 @@ impl fmt::Display for Operation {
     }
 }
 
-/// Whether the server refused a write because it accepts only reads
-/// (SQLSTATE 25006, which diesel reports as
-/// [`DatabaseErrorKind::ReadOnlyTransaction`]). A hot standby raises it
-/// for every write ("cannot execute ... in a read-only transaction", and
-/// "... during recovery" for `NOTIFY`), and so does a primary with
-/// `default_transaction_read_only = on`: that is the state a server is in
-/// while an operator or a failover manager demotes it.
-/// Whether `error` says one of diesel's named prepared statements
-/// (`__diesel_stmt_<n>`) was missing on the server session or already
-/// existed there: what a transaction-mode pooler does to them, handing the
-/// next transaction a server session other than the one that prepared it.
-/// diesel does not expose the SQLSTATE (26000 or 42P05), so the message is
-/// matched; it names diesel's own statement, so no other error matches.
+/// Whether diesel's named prepared statement was missing or duplicated on the
+/// session (a transaction-mode pooler); matched on the message, naming diesel's own statement.
 pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
     let DieselError::DatabaseError(_, info) = error else {
         return false;
@@ -178,12 +152,8 @@ pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
         && (message.contains("does not exist") || message.contains("already exists"))
 }
 
-/// Whether `error` says the lease schema or one of its functions does not
-/// exist: leasehold is not installed in this database (or is older than
-/// this crate). Read from the server's message (diesel does not expose the
-/// SQLSTATE, 3F000 or 42883); a server whose messages are translated
-/// (`lc_messages`) falls back to the `Database` variant, whose message
-/// carries the server's own.
+/// Whether the lease schema or a function is missing (not installed, or older);
+/// read from the message, so a translated server falls back to `Database`.
 fn is_not_installed(error: &DieselError) -> bool {
     match error {
         DieselError::DatabaseError(_, info) => {
@@ -197,6 +167,7 @@ fn is_not_installed(error: &DieselError) -> bool {
     }
 }
 
+/// Whether the server refused a write as read-only (SQLSTATE 25006): a standby, or a primary being demoted.
 fn is_read_only(error: &DieselError) -> bool {
     matches!(
         error,
@@ -204,28 +175,19 @@ fn is_read_only(error: &DieselError) -> bool {
     )
 }
 
-/// Every failure of a leasehold call, from a lease call, a guard, a
-/// keeper, a waiter, an install or a connection: one type, so that `?`
-/// works across them and a caller matches on [`LeaseError::kind`] (what to
-/// do) or on the variant (the facts).
-///
-/// A refused acquire, a lapsed lease or an epoch mismatch answered by
-/// renew or release are *not* errors: they are values
-/// ([`crate::Acquisition::Denied`], [`crate::Refusal`]). A guard's refusal
-/// is an error ([`ErrorKind::Fenced`]), because the write it protects must
-/// not happen.
+/// Every failure of a leasehold call, one type so `?` works across them; match on
+/// [`LeaseError::kind`]. Refusals of acquire, renew and release are values
+/// ([`crate::Refusal`]), a guard's refusal is an error: its write must not happen.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseError {
-    /// The arguments broke an input rule; nothing changed, and calling
-    /// again unchanged fails again.
+    /// The arguments broke an input rule; nothing changed.
     #[error("invalid input: {}; fix the arguments, nothing changed", .violations.join("; "))]
     InvalidInput {
         /// Every violated rule, e.g. `"key must not be empty"`.
         violations: Vec<String>,
     },
-    /// [`crate::admin::Operator::raise_generation`] was asked for a
-    /// generation not above the current one; nothing changed.
+    /// `raise_generation` asked for a generation not above the current one.
     #[error("generation {requested} is not above the current generation {current}; ask for a higher one, nothing changed")]
     GenerationNotAbove {
         /// The generation asked for.
@@ -233,8 +195,7 @@ pub enum LeaseError {
         /// The server's current generation.
         current: i64,
     },
-    /// [`crate::admin::Operator::raise_generation`] was asked for a
-    /// generation above [`crate::admin::MAX_GENERATION`]; nothing changed.
+    /// `raise_generation` asked for more than [`crate::admin::MAX_GENERATION`].
     #[error(
         "generation {requested} is above the highest generation, {}; nothing changed",
         crate::admin::MAX_GENERATION
@@ -243,9 +204,7 @@ pub enum LeaseError {
         /// The generation asked for.
         requested: i64,
     },
-    /// An acquire or a wait gave up; nothing changed. Another owner held
-    /// the key for the whole wait, or another transaction kept its row
-    /// locked (for a call without a wait, for [`LOCK_WAIT_BOUND`]).
+    /// An acquire or a wait gave up (held key, or a row lock past [`LOCK_WAIT_BOUND`]).
     #[error("timed out after {waited:?} waiting for lease {key:?}; retry later or wait longer")]
     TimedOut {
         /// The key waited for.
@@ -253,16 +212,14 @@ pub enum LeaseError {
         /// How long the call waited.
         waited: Duration,
     },
-    /// A wait was cancelled through its [`crate::hold::CancelToken`];
-    /// nothing changed.
+    /// A wait was cancelled through its [`crate::hold::CancelToken`].
     #[error("waiting for lease {key:?} was cancelled; nothing changed")]
     Cancelled {
         /// The key waited for.
         key: String,
     },
-    /// The call changed nothing because the state it depends on changed
-    /// under it (SQLSTATE 40001): retry the call, or, for
-    /// `lease_namespace_changed`, the transaction.
+    /// The state the call depends on changed under it (SQLSTATE 40001); nothing
+    /// changed: retry the call, or for `lease_namespace_changed` the transaction.
     #[error("lease {operation} of key {key:?} must be retried: {reason}; nothing changed")]
     Retry {
         /// The call to retry.
@@ -275,8 +232,7 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// The connection broke while an autocommitted call that changes state
-    /// was in flight: it may or may not have committed.
+    /// The connection broke during a mutating autocommitted call: outcome unknown.
     #[error("connection lost during lease {operation} of key {key:?}: the outcome is unknown; inspect the key before acting")]
     OutcomeUnknown {
         /// The call in flight.
@@ -287,8 +243,7 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// A guard refused: the presented epoch is below the resource's record
-    /// (a newer holder has written, or an operator fenced it out).
+    /// A guard refused: the epoch is below the resource's record.
     #[error("stale epoch {presented} for resource {resource:?}: it accepts only epochs >= {accepted}; stop acting on this lease")]
     StaleEpoch {
         /// The guarded resource.
@@ -298,8 +253,7 @@ pub enum LeaseError {
         /// The resource's record: the lowest epoch it admits.
         accepted: Epoch,
     },
-    /// A guard refused: the token is of another lease key than the one
-    /// fencing the resource (a programming error, refused, not ignored).
+    /// A guard refused: the token is of another key than the one fencing the resource.
     #[error("resource {resource:?} is fenced by lease key {fenced_by:?}, not {presented:?}; present a token of {fenced_by:?}")]
     WrongLeaseKey {
         /// The guarded resource.
@@ -309,8 +263,7 @@ pub enum LeaseError {
         /// The key of the presented token.
         presented: String,
     },
-    /// A guard refused: the epoch was never granted for the key (a forged
-    /// or mistaken token, G7); from `fence`, `up_to` was above the counter.
+    /// The epoch was never granted for the key (G7); from `fence`, `up_to` above the counter.
     #[error("epoch {presented} of lease key {key:?} was never granted (its counter is {counter}), so it cannot fence resource {resource:?}; present a granted token")]
     EpochNotGranted {
         /// The guarded resource.
@@ -322,8 +275,7 @@ pub enum LeaseError {
         /// The key's counter: the highest epoch it has granted or passed.
         counter: Epoch,
     },
-    /// A lease-checked guard, or a keeper's first renew, found the lease not
-    /// held by the token's owner at its epoch.
+    /// A lease-checked guard or a keeper's first renew found the lease not held.
     #[error(
         "lease {key:?} is not held by {owner:?} at epoch {epoch}: {reason}; stop acting on it"
     )]
@@ -355,10 +307,8 @@ pub enum LeaseError {
         /// The login role that was refused.
         role: String,
     },
-    /// An operator bound the prefix of the key (or the guarded resource) to
-    /// a role the login role is not a member of (§4.2, constraint
-    /// `lease_namespace_denied`); nothing changed or was revealed. `SET
-    /// ROLE` does not change who is asked.
+    /// The key's or resource's prefix is bound to a role the login role is not a
+    /// member of (§4.2); `SET ROLE` does not change who is asked.
     #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role; connect as a member of that role")]
     Forbidden {
         /// The refused call.
@@ -370,16 +320,13 @@ pub enum LeaseError {
         /// The login role (`session_user`) that was refused.
         role: String,
     },
-    /// [`crate::admin::Operator::list_leases`]: the role may not read
-    /// `lease.leases` and `lease.groups`, closed to all but their owner by
-    /// design; nothing was read and the transaction is not aborted.
+    /// `list_leases`: no SELECT on `lease.leases` and `lease.groups`; the transaction survives.
     #[error("role {role:?} may not list leases: it lacks SELECT on lease.leases and lease.groups; connect as their owner or have it GRANT SELECT, nothing was read")]
     ListNotPermitted {
         /// The role refused (`current_user`).
         role: String,
     },
-    /// The installing role may not create schema `lease` in this database;
-    /// nothing was installed.
+    /// The installing role may not create schema `lease`.
     #[error("role {role:?} may not create schema lease in database {database:?}: GRANT CREATE ON DATABASE to it, or install as the database owner; nothing was installed")]
     InstallNotPermitted {
         /// The installing role.
@@ -387,29 +334,25 @@ pub enum LeaseError {
         /// The database.
         database: String,
     },
-    /// Schema `lease` exists and another role owns it: that role could
-    /// replace leasehold's functions, so nothing was installed.
+    /// Another role owns schema `lease` and could replace leasehold's functions.
     #[error("schema lease already exists and is owned by role {owner:?}; have it drop the schema, or install as {owner:?}; nothing was installed")]
     SchemaNotOwned {
         /// The role that owns the existing schema `lease`.
         owner: String,
     },
-    /// Another role can put code into schema `lease` (an object, CREATE, or
-    /// TRIGGER on a table), which the install would run; nothing was
-    /// installed.
+    /// Another role can put code into schema `lease`, which the install would run.
     #[error("another role can put code into schema lease ({what}), which the install would run as the installing role; drop that object or revoke that privilege first")]
     SchemaNotPrivate {
         /// The object or privilege, and the role that holds it.
         what: String,
     },
-    /// leasehold is installed here as the extension `leasehold`, so its
-    /// migrations are not run: the two install paths are never mixed.
+    /// leasehold is installed as the extension: the two install paths never mix.
     #[error("leasehold is installed in this database as the extension `leasehold` (version {version}); upgrade it with ALTER EXTENSION leasehold UPDATE, or drop the extension first")]
     ExtensionInstalled {
         /// The installed extension version (`pg_extension.extversion`).
         version: String,
     },
-    /// The server is older than PostgreSQL 14; nothing was installed.
+    /// The server is older than PostgreSQL 14.
     #[error("PostgreSQL {found} is not supported: leasehold needs PostgreSQL {minimum} or newer; nothing was installed")]
     UnsupportedVersion {
         /// The server's `server_version`.
@@ -417,8 +360,7 @@ pub enum LeaseError {
         /// The oldest supported major version (14).
         minimum: u32,
     },
-    /// Another session held a lock the install needs for longer than
-    /// [`crate::admin::INSTALL_LOCK_TIMEOUT`]; nothing was installed.
+    /// A lock the install needs was held past [`crate::admin::INSTALL_LOCK_TIMEOUT`].
     #[error("leasehold install was blocked: another session held a lock it needs for more than {waited:?}; let it finish (pg_locks names it) and install again")]
     Blocked {
         /// How long the install waited for the lock.
@@ -436,16 +378,13 @@ pub enum LeaseError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// The SQL compiled into the crate could not be listed or turned into
-    /// extension scripts: a build problem, fixed in the crate's SQL or
-    /// generator, never by editing generated files.
+    /// The SQL compiled into the crate is unusable: a build problem.
     #[error("leasehold's embedded SQL is unusable ({reason}); rebuild the crate")]
     EmbeddedSql {
         /// The file and what it lacked.
         reason: String,
     },
-    /// leasehold is not installed in this database, or is older than this
-    /// crate (a schema or function is missing); nothing changed.
+    /// A schema or function is missing: not installed, or older than this crate.
     #[error("leasehold is not installed in this database ({operation}: {source}); run leasehold::install or `leasehold install` first")]
     NotInstalled {
         /// The call.
@@ -454,10 +393,8 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// The server accepts only reads (SQLSTATE 25006: a standby, a primary
-    /// being demoted, a `READ ONLY` transaction); nothing changed. The
-    /// pooled clients discard the connection, so their next call connects
-    /// anew.
+    /// The server accepts only reads (SQLSTATE 25006); the pooled clients discard
+    /// the connection, so the next call connects anew.
     #[error("lease {operation} refused: the server is read-only (a standby, or a primary being demoted); connect to the primary (target_session_attrs=read-write)")]
     ReadOnlyServer {
         /// The refused call.
@@ -466,9 +403,7 @@ pub enum LeaseError {
         #[source]
         source: DieselError,
     },
-    /// A prepared statement went missing between transactions: the
-    /// connection goes through a transaction-mode pooler. The call failed
-    /// before it ran.
+    /// A prepared statement went missing between transactions (a transaction-mode pooler).
     #[error("lease {operation} failed: a prepared statement went missing between transactions; with a transaction-mode pooler use PreparedStatements::Uncached")]
     PreparedStatementLost {
         /// The failed call.
@@ -484,17 +419,14 @@ pub enum LeaseError {
     #[cfg(feature = "async")]
     #[error("no database connection available from the pool: {0}; check the server, or enlarge the pool")]
     AsyncPool(#[from] diesel_async::pooled_connection::deadpool::PoolError),
-    /// A connection could not be opened: the source says why (libpq's or
-    /// the driver's whole reason: refused, a wrong password, the server's
-    /// FATAL).
+    /// A connection could not be opened; the source has libpq's whole reason.
     #[error("cannot connect to the database: {}; check the URL and that the server is up", Chain(source.as_ref()))]
     Connect {
         /// Why the connection could not be opened.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// No host answered within its `connect_timeout`; nothing was left
-    /// open.
+    /// No host answered within its `connect_timeout`.
     #[error("no connection to {servers} within {} s (the bound: {setting}, per host); check that the server is up and reachable", after.as_secs_f64())]
     ConnectTimedOut {
         /// The server or servers the URL names, `host:port`, in order.
@@ -504,9 +436,8 @@ pub enum LeaseError {
         /// Which `connect_timeout` bounded it and where it came from.
         setting: String,
     },
-    /// Only from [`crate::wait::LeaseWaiter::ensure_listening`]: the
-    /// listener is not up in time, or notifications do not reach it (a
-    /// transaction-mode pooler). Waiting still works, by polling.
+    /// From [`crate::wait::LeaseWaiter::ensure_listening`] only: notifications do not
+    /// arrive (e.g. a transaction-mode pooler); waiting still works, by polling.
     #[error("the waiters' listener is not listening ({:?}): {}; point the waiter's URL at the server or a session-mode pooler", .status.wake_mode, .status.last_error.as_deref().unwrap_or("not connected yet"))]
     NotListening {
         /// The listener's state when the check gave up.
@@ -515,9 +446,7 @@ pub enum LeaseError {
     /// A keeper's or a waiter's thread could not be started.
     #[error("cannot start a leasehold thread; the process is out of threads or memory")]
     Spawn(#[source] std::io::Error),
-    /// The database failed the call for another reason (the caller's
-    /// transaction already aborted, a lost connection, ...); its effect is
-    /// undone with its transaction.
+    /// The database failed the call otherwise; its effect is undone with its transaction.
     #[error("lease {operation} failed in the database: {source}; check the connection and the transaction")]
     Database {
         /// The failed call.
@@ -528,11 +457,8 @@ pub enum LeaseError {
     },
 }
 
-/// A diesel error from a statement that is not a leasehold call, so that
-/// `?` works in a transaction mixing the caller's statements with
-/// leasehold's calls.
-/// A fenced table's refusal of the caller's write is recognised here, so
-/// a write refused by the table reads as [`LeaseError::TableWriteRefused`].
+/// So `?` works in a transaction mixing the caller's statements with leasehold's;
+/// a fenced table's refusal reads as [`LeaseError::TableWriteRefused`].
 impl From<DieselError> for LeaseError {
     fn from(source: DieselError) -> Self {
         LeaseError::from_fence(&source).unwrap_or(LeaseError::Database {
@@ -597,8 +523,7 @@ impl std::fmt::Display for TableRefusal {
     }
 }
 
-/// What a caller does about a [`LeaseError`]: the meaning its variants
-/// share. Match on this; match on the variant only for its facts.
+/// What a caller does about a [`LeaseError`]; match on this, on variants only for facts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -612,18 +537,13 @@ pub enum ErrorKind {
     Retry,
     /// A write may or may not have committed: re-read before acting.
     OutcomeUnknown,
-    /// A guard refused the writer, or the lease is not held: stop acting on
-    /// the lease; acquire it again for a new epoch if needed.
+    /// A guard refused the writer, or the lease is not held: stop acting on it.
     Fenced,
-    /// The role may not do this: connect as another role, or ask an
-    /// operator (a namespace rule, a grant, a schema's owner).
+    /// The role may not do this: another role, or an operator's grant.
     Forbidden,
-    /// leasehold is not installed here as this call needs (missing,
-    /// installed by the other path, or the server is too old): install or
-    /// upgrade it.
+    /// leasehold is not installed as this call needs: install or upgrade it.
     NotInstalled,
-    /// The connection, the pool, the server's role or the process failed:
-    /// retry on a new connection (the pooled clients discard the old one).
+    /// Connection, pool, server role or process failed: retry on a new connection.
     Unavailable,
     /// Anything else the database or the build reported; the source says.
     Other,
@@ -760,9 +680,8 @@ impl LeaseError {
         Some(LeaseError::TableWriteRefused { table, refusal })
     }
 
-    /// Maps a diesel error raised by a lease function to its typed meaning.
-    /// `autocommit` says whether the call ran outside any transaction of
-    /// the caller's (read before the call; see `crate::leases`).
+    /// Maps a lease function's diesel error to its meaning; `autocommit`: the call
+    /// ran outside any transaction of the caller's (read before the call).
     pub(crate) fn from_diesel(
         operation: Operation,
         error: DieselError,
@@ -855,15 +774,12 @@ impl LeaseError {
         }
     }
 
-    /// [`LeaseError::from_diesel`] for a call that names no key and never
-    /// waits: the operator calls and prune.
+    /// [`LeaseError::from_diesel`] for keyless calls that never wait (operator, prune).
     pub(crate) fn from_keyless(operation: Operation, error: DieselError, autocommit: bool) -> Self {
         LeaseError::from_diesel(operation, error, "", Duration::ZERO, autocommit)
     }
 
-    /// Maps a diesel error raised by `lease.raise_generation` for the
-    /// generation `requested`: a generation not above the current one is
-    /// [`LeaseError::GenerationNotAbove`], anything else as any call.
+    /// `lease.raise_generation`'s error: not above the current one is [`LeaseError::GenerationNotAbove`].
     pub(crate) fn from_raise_generation(
         error: DieselError,
         requested: i64,
@@ -885,10 +801,8 @@ impl LeaseError {
 }
 
 impl LeaseError {
-    /// An install step's error as [`LeaseError::Blocked`] when the server
-    /// cancelled it for its lock_timeout, else as `otherwise`. The server
-    /// reports it as `canceling statement due to lock timeout` (SQLSTATE
-    /// 55P03, which diesel does not expose).
+    /// An install step's error as [`LeaseError::Blocked`] when its lock_timeout fired
+    /// (matched on the message: diesel does not expose 55P03), else `otherwise`.
     pub(crate) fn install_blocked_or(
         source: Box<dyn std::error::Error + Send + Sync>,
         otherwise: impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> LeaseError,
@@ -1018,8 +932,7 @@ impl LeaseError {
                     let refused = decode::forbidden(detail);
                     let (argument, name) = match &refused {
                         Some(refused) => (refused.argument, refused.name),
-                        // A DETAIL this client cannot read: the resource is
-                        // the name a guard call is about.
+                        // A DETAIL this client cannot read: name the guard call's resource.
                         None if context.resource.is_empty() => ("key", context.key),
                         None => ("resource", context.resource),
                     };
@@ -1058,12 +971,9 @@ impl LeaseError {
     }
 }
 
-/// The one discard rule, in a private module: nameable by the sealed
-/// traits of `crate::api`, not by users.
+/// The one discard rule, private so only the sealed traits of `crate::api` name it.
 mod call {
-    /// The error of a call on a pooled connection: how a failed checkout reads
-    /// in it, and whether it means the connection must not serve another call.
-    /// One rule for every face and error type.
+    /// A pooled call's error: how a failed checkout reads, and whether the connection must go.
     pub trait CallError {
         /// A checkout from the sync pool that failed.
         fn from_checkout(error: r2d2::Error) -> Self;
@@ -1071,9 +981,7 @@ mod call {
         #[cfg(feature = "async")]
         fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError)
             -> Self;
-        /// Whether the connection the call ran on is dead, reaches a server
-        /// that turned read-only, or lost its prepared statements, so it must
-        /// leave the pool.
+        /// Whether the connection is dead, read-only or lost its prepared statements.
         fn discards_connection(&self) -> bool;
     }
 }
@@ -1094,10 +1002,8 @@ impl CallError for LeaseError {
 }
 
 impl LeaseError {
-    /// Whether the error says the connection (not the request) failed, or
-    /// that it reaches a read-only server (what a failover leaves behind):
-    /// such a connection leaves the pool, and the waiter and the keeper
-    /// retry on a new one, which libpq opens to whichever host is primary.
+    /// Whether the connection (not the request) failed, or reaches a read-only server:
+    /// it leaves the pool, and the waiter and keeper retry on a new one.
     pub(crate) fn is_connection_error(&self) -> bool {
         match self {
             LeaseError::Pool(_)
@@ -1113,8 +1019,7 @@ impl LeaseError {
     }
 }
 
-/// Whether diesel says the session itself is gone (not that a statement
-/// failed).
+/// Whether diesel says the session itself is gone.
 fn is_dead_connection(error: &DieselError) -> bool {
     matches!(
         error,
@@ -1134,8 +1039,7 @@ struct Chain<'a>(&'a (dyn std::error::Error + 'static));
 
 impl std::fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // libpq's messages span lines ("...\n\tIs the server running..."):
-        // joined with single spaces, the chain stays one line.
+        // libpq's messages span lines: joined with spaces, the chain stays one line.
         let one_line = |error: &dyn std::error::Error| {
             error
                 .to_string()

@@ -1,19 +1,12 @@
-//! The text encoding of names inside fencing tokens and adapter headers.
-//!
-//! Keys and owners may hold any text (quotes, spaces, `.`, line breaks,
-//! unicode); places that carry them as one field of a line — the token's
-//! text form, the fenced-file header — percent-encode them with this one
-//! encoding, so every such field reads back the same way.
+//! The percent-encoding of names (any text) inside fencing tokens and adapter
+//! headers, so every such field of a line reads back the same way.
 
-/// Bytes that pass through unencoded: RFC 3986 unreserved characters minus
-/// `.`, which separates the fields.
+/// RFC 3986 unreserved bytes minus `.`, which separates the fields.
 fn is_plain(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'~')
 }
 
-/// Percent-encodes `text` so the result is visible ASCII without `.`,
-/// spaces or line breaks.
-///
+/// Percent-encodes `text` to visible ASCII without `.`, spaces or line breaks.
 /// ```
 /// assert_eq!(leasehold::__private::field_text::encode("a.b c"), "a%2Eb%20c");
 /// ```

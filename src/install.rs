@@ -1,46 +1,13 @@
-//! Installing the SQL side: the migrations in `migrations/` (tables,
-//! indexes, types, data), then the files of functions in `sql/functions/`
-//! (src/sql_files.rs lists both).
-//!
-//! Why not diesel_migrations' own harness? It records versions in an
-//! unqualified `__diesel_schema_migrations` found on the caller's
-//! `search_path` (so it shares, and can collide with, the application's own
-//! migration bookkeeping), needs CREATE on that schema (which PostgreSQL 15
-//! no longer grants on `public`), and takes no lock across a run (two
-//! processes starting at once race). [`install`] runs the same steps with
-//! its own small harness instead:
-//!
-//! - versions are recorded in `lease.schema_migrations`, inside leasehold's
-//!   own schema, so they never meet the application's versions;
-//! - the whole install is one transaction holding a transaction-level
-//!   advisory lock, so concurrent installers queue, the first installs and
-//!   the rest find everything done; a failure leaves nothing behind;
-//! - it needs only CREATE on the database (for schema `lease`);
-//! - it refuses a database where leasehold is installed as the extension
-//!   `leasehold` ([`LeaseError::ExtensionInstalled`]; the command
-//!   `leasehold extension generate` writes the extension's files);
-//! - it refuses a server older than PostgreSQL 14
-//!   ([`LeaseError::UnsupportedVersion`]) before creating anything;
-//! - it never adopts a schema `lease` another role owns
-//!   ([`LeaseError::SchemaNotOwned`]): that role could replace leasehold's
-//!   functions and run code as the installer;
-//! - nor one that another role can put code into, by an object of its own
-//!   there, CREATE on the schema or TRIGGER on a table
-//!   ([`LeaseError::SchemaNotPrivate`]): the migrations would run that
-//!   code as the installer, a superuser included.
-//!
-//! Versions: each migration directory is `YYYY-MM-DD-NNNNNN_<what>`; its
-//! version is the digits. A table change after a release is a new
-//! directory with a later version; released migrations are never edited.
-//! The files of functions are one more step whose version is the newest
-//! migration's, a dot and a digest of their text
-//! ([`crate::sql_files::functions_version`]): a change to any function
-//! changes it, and [`install`] applies the files again (they are written
-//! `CREATE OR REPLACE`). [`install`] applies exactly the steps not yet
-//! recorded, in order, and forgets the functions versions it replaced.
-//!
-//! [`MIGRATIONS`] hands the same steps to Diesel's runner, for applications
-//! that run their migrations with `run_pending_migrations`.
+//! Installing the SQL side: the migrations, then the files of functions
+//! (src/sql_files.rs lists both), with leasehold's own harness rather than
+//! diesel_migrations': versions live in `lease.schema_migrations` (never the
+//! application's), it needs CREATE on the database only (not on `public`), and one
+//! transaction under an advisory lock lets concurrent installers queue. It refuses
+//! the extension install, PostgreSQL before 14, and a schema `lease` another role
+//! owns or can put code into, whose code would run as the installer.
+//! The functions step's version is the newest migration's plus a digest of the
+//! files, so any function change is applied again. [`MIGRATIONS`] hands the same
+//! steps to Diesel's runner.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -58,26 +25,15 @@ use crate::error::LeaseError;
 use crate::sql::install;
 use crate::sql_files;
 
-/// leasehold's SQL as a Diesel migration source: the migrations under
-/// `migrations/`, oldest first, then one step that applies the files of
-/// functions under `sql/functions/` (version: the newest migration's, a dot
-/// and a digest of the files, so it is pending again whenever a function
-/// changes). The steps [`install`] applies, for applications that run
-/// `run_pending_migrations(leasehold::admin::MIGRATIONS)` themselves (see
-/// docs/guide/getting-started.md, "Running the migrations with Diesel").
-///
-/// Diesel records the versions in its own `__diesel_schema_migrations`.
-/// When the functions step runs, it removes from that table the versions
-/// of leasehold's earlier functions steps and of the retired migrations
-/// 000002 to 000008 (none of them is in this source any more), so that
-/// `revert_all_migrations` keeps working after an upgrade.
+/// leasehold's SQL as a Diesel migration source, the steps [`install()`] applies
+/// (docs/guide/getting-started.md). Its functions step removes replaced and
+/// retired versions from Diesel's table, so `revert_all_migrations` keeps working.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Migrations {
     _private: (),
 }
 
-/// The migrations and the functions step, for Diesel's runner: see
-/// [`Migrations`].
+/// The migrations and the functions step, for Diesel's runner.
 pub const MIGRATIONS: Migrations = Migrations { _private: () };
 
 impl MigrationSource<Pg> for Migrations {
@@ -129,8 +85,7 @@ impl Migration<Pg> for Step {
     }
 }
 
-/// Every step, in order. For Diesel's runner (`for_diesel`), the functions
-/// step also tidies Diesel's bookkeeping (see [`Migrations`]).
+/// Every step, in order; for Diesel's runner the functions step also tidies its bookkeeping.
 fn steps(for_diesel: bool) -> Vec<Step> {
     let mut steps: Vec<Step> = sql_files::MIGRATION_SQL
         .iter()
@@ -158,9 +113,7 @@ fn steps(for_diesel: bool) -> Vec<Step> {
     steps
 }
 
-/// Deletes from a bookkeeping `table` the versions of earlier functions
-/// steps and the retired migrations: the files of functions at `current`
-/// replace everything they installed.
+/// Deletes from `table` the versions the files of functions at `current` replace.
 fn forget_replaced_versions(table: &str, current: &str) -> String {
     let retired: Vec<String> = sql_files::RETIRED_VERSIONS
         .iter()
@@ -175,11 +128,10 @@ fn forget_replaced_versions(table: &str, current: &str) -> String {
 /// Advisory-lock key that serialises installers ("leasehld" in ASCII).
 const INSTALL_LOCK_KEY: i64 = 0x6c65_6173_6568_6c64;
 
-/// What [`install`] did.
+/// What [`install()`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstallReport {
-    /// Versions applied by this call, oldest first; empty when everything was
-    /// already installed.
+    /// Versions applied by this call, oldest first.
     pub applied: Vec<String>,
 }
 
@@ -189,11 +141,8 @@ struct VersionRow {
     version: String,
 }
 
-/// Installs (or upgrades) the lease functions in the connected database.
-///
-/// Idempotent and safe to call from several processes at once. Must not be
-/// called inside an open transaction of the caller's (it commits).
-///
+/// Installs or upgrades leasehold in the connected database. Idempotent and safe
+/// from several processes at once; commits, so not inside a transaction of yours.
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::error::LeaseError> {
 /// let report = leasehold::install(conn)?;
@@ -232,10 +181,8 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, LeaseError> {
     })
 }
 
-/// Removes everything [`install`] created, including all lease state and
-/// fencing epochs: a later install starts every key again at epoch 1, which
-/// voids fencing for anything that recorded older epochs. Meant for tests and
-/// for decommissioning.
+/// Removes everything [`install()`] created, all lease state and epochs included:
+/// a later install restarts every key at epoch 1, voiding fencing. For tests.
 pub fn uninstall(conn: &mut PgConnection) -> Result<(), LeaseError> {
     let steps = steps(false);
     conn.transaction(|conn| {
@@ -262,11 +209,7 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), LeaseError> {
     })
 }
 
-/// Whether leasehold is installed in the connected database, by
-/// [`install`], by Diesel's runner with [`MIGRATIONS`] or as the extension `leasehold`:
-/// whether its functions exist, which any role may ask. Reads the catalog
-/// only; for a command that should say "not installed" before it calls
-/// anything.
+/// Whether leasehold's functions exist (however installed); any role may ask.
 pub fn is_installed(conn: &mut PgConnection) -> Result<bool, LeaseError> {
     let present: Present = diesel::sql_query(install::INSTALLED).get_result(conn)?;
     Ok(present.present)
@@ -304,9 +247,7 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
         .bind::<diesel::sql_types::BigInt, _>(INSTALL_LOCK_KEY)
         .execute(conn)
         .map_err(LeaseError::from_install_diesel)?;
-    // An extension install is never taken over (nor removed) by the
-    // migrations: the extension owns its objects, and its scripts refuse a
-    // migrations install in turn.
+    // Never take over an extension install: the extension owns its objects.
     if let Some(row) = diesel::sql_query(install::EXTENSION_VERSION)
         .load::<VersionRow>(conn)?
         .into_iter()
@@ -316,8 +257,7 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
             version: row.version,
         });
     }
-    // The ownership check comes before the bookkeeping table: a schema
-    // owned by someone else is never written to.
+    // Ownership first: a schema owned by someone else is never written to.
     conn.batch_execute(install::CREATE_PERMITTED_CHECK)
         .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
@@ -343,9 +283,7 @@ fn recorded_versions(conn: &mut PgConnection) -> Result<HashSet<String>, LeaseEr
 
 #[cfg(test)]
 mod tests {
-    /// The ownership check `install` runs is migration 1's statement that
-    /// raises `lease_schema_not_owned`, comparing the schema's owner with
-    /// the installing role.
+    /// `install`'s ownership check is migration 1's `lease_schema_not_owned` statement.
     #[test]
     fn the_schema_owner_check_is_taken_from_migration_1() {
         let check = crate::sql::install::schema_owner_check().expect("migration 1 has it");
@@ -363,9 +301,7 @@ mod tests {
         assert!(up.contains(&format!("{check};")));
     }
 
-    /// Migration 1 opens with the version check `install` runs first (after
-    /// only its own lock_timeout), so Diesel's runner refuses an old
-    /// server too.
+    /// Migration 1 opens with the version check, so Diesel's runner refuses an old server too.
     #[test]
     fn the_version_check_is_the_first_statement_of_migration_1() {
         let up = crate::sql_files::MIGRATION_SQL[0].1;
@@ -382,8 +318,7 @@ mod tests {
         );
     }
 
-    /// The SQL compares `server_version_num` with the minimum major version
-    /// times 10000, and names the same minimum in its DETAIL.
+    /// The SQL's threshold and its DETAIL name the same minimum version.
     #[test]
     fn the_version_check_refuses_exactly_the_majors_below_14() {
         use crate::sql::install::{MINIMUM_MAJOR, VERSION_CHECK};
@@ -392,8 +327,7 @@ mod tests {
         assert!(VERSION_CHECK.contains(&format!("OPERATOR(pg_catalog.<) {threshold} THEN")));
         assert!(VERSION_CHECK.contains(&format!("'minimum={MINIMUM_MAJOR} server_version='")));
         assert!(VERSION_CHECK.contains(&format!("PostgreSQL {MINIMUM_MAJOR} or newer")));
-        // server_version_num is major * 10000 + minor since PostgreSQL 10,
-        // and 90600-style before it.
+        // server_version_num is major * 10000 + minor since PostgreSQL 10.
         let refused = |num: u32| num < threshold;
         for (num, is_refused) in [
             (90624, true),

@@ -1,20 +1,8 @@
-//! A minimal libpq connection for the waiters' listener: connect, run a
-//! statement, expose the socket, read notifications.
-//!
-//! Why not a diesel connection? `PgConnection::notifications_iter()` only
-//! returns what libpq already buffered and never blocks, and diesel does not
-//! expose the socket, so waiting for a notification would mean polling.
-//! Why not the `postgres` crate? It brings an async runtime and some forty
-//! crates into a synchronous library. libpq itself is already linked (diesel
-//! uses it through `pq-sys`); this module uses the same `pq-sys` directly, so
-//! the listener can `poll(2)` its socket (see `crate::wait::listener`) and wake
-//! within microseconds of a notification arriving, with no new dependency
-//! compiled.
-//!
-//! All of the crate's unsafe code is confined here (the crate root denies
-//! it everywhere else): every pointer returned by libpq is
-//! checked for NULL, results are freed by an RAII guard, and a [`PqConn`] is
-//! used by one thread at a time (`&mut self`), as libpq requires.
+//! A minimal libpq connection for the waiters' listener. Diesel never blocks on
+//! notifications nor exposes the socket, and the `postgres` crate would bring an
+//! async runtime; this uses diesel's own `pq-sys` so the listener can `poll(2)`.
+//! All of the crate's unsafe code is here: libpq pointers are NULL-checked,
+//! results freed by an RAII guard, a [`PqConn`] used by one thread at a time.
 
 use std::ffi::{CStr, CString};
 use std::io::ErrorKind;
@@ -33,16 +21,13 @@ pub(crate) struct Notification {
     pub(crate) payload: String,
 }
 
-/// Why a statement failed: the server's message, and when the server
-/// answered with an error (rather than the connection failing), its
-/// SQLSTATE and `CONSTRAINT` field, so the caller can tell a refusal of one
-/// statement from the loss of the session.
+/// Why a statement failed; SQLSTATE and `CONSTRAINT` only when the server
+/// answered, so a refused statement is told from a lost session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PqError {
     /// The error message, without its trailing newline.
     pub(crate) message: String,
-    /// The SQLSTATE of a server error; `None` when the statement never got
-    /// an answer (connection lost, or a client-side problem).
+    /// The SQLSTATE of a server error; `None` when no answer came.
     pub(crate) sqlstate: Option<String>,
     /// The `CONSTRAINT` field of a server error, when set.
     pub(crate) constraint: Option<String>,
@@ -69,9 +54,7 @@ pub(crate) struct PqConn {
     raw: NonNull<pq::PGconn>,
 }
 
-// SAFETY: libpq connections may move between threads; libpq only forbids
-// concurrent use of one connection, which `&mut self` on every call that
-// talks to the server rules out.
+// SAFETY: libpq forbids only concurrent use, which `&mut self` rules out.
 unsafe impl Send for PqConn {}
 
 /// Frees a PGresult when it goes out of scope.
@@ -103,16 +86,12 @@ unsafe fn copy_c_str(text: *const c_char) -> String {
         .into_owned()
 }
 
-/// How long a connection attempt may take when neither the URL nor
-/// `PGCONNECT_TIMEOUT` says: libpq's own default is to wait as long as the
-/// operating system does (minutes for a host that drops packets), which a
-/// caller sees as a hang.
+/// Connect timeout when neither the URL nor `PGCONNECT_TIMEOUT` sets one: libpq
+/// would otherwise wait as long as the OS does, which looks like a hang.
 pub(crate) const DEFAULT_CONNECT_TIMEOUT_SECS: u32 = 5;
 
-/// `url` with `connect_timeout` set to [`DEFAULT_CONNECT_TIMEOUT_SECS`],
-/// unless the URL sets one itself or `PGCONNECT_TIMEOUT` is set (theirs
-/// wins), or libpq cannot parse it (then the connection attempt reports
-/// that, unchanged).
+/// `url` with `connect_timeout` set to [`DEFAULT_CONNECT_TIMEOUT_SECS`] unless
+/// the URL or `PGCONNECT_TIMEOUT` sets one (or libpq cannot parse it).
 pub(crate) fn with_connect_timeout(url: &str) -> String {
     if std::env::var_os("PGCONNECT_TIMEOUT").is_some() || sets_connect_timeout(url) != Some(false) {
         return url.to_owned();
@@ -126,17 +105,14 @@ pub(crate) fn with_connect_timeout(url: &str) -> String {
     }
 }
 
-/// Whether the connection string `url` sets `connect_timeout`; `None` if
-/// libpq cannot parse it.
+/// Whether `url` sets `connect_timeout`; `None` if libpq cannot parse it.
 fn sets_connect_timeout(url: &str) -> Option<bool> {
     let [timeout] = conninfo_values(url, [c"connect_timeout"])?;
     Some(timeout.is_some())
 }
 
-/// The values that libpq parses out of the connection string `url` for
-/// `keywords` (`None` for a keyword the string leaves unset or empty);
-/// `None` as a whole if libpq cannot parse it. Defaults and environment
-/// variables are not applied: only what the string says.
+/// The values the connection string `url` itself sets for `keywords` (no
+/// defaults or environment); `None` if libpq cannot parse it.
 fn conninfo_values<const N: usize>(url: &str, keywords: [&CStr; N]) -> Option<[Option<String>; N]> {
     let url = CString::new(url).ok()?;
     let mut error: *mut c_char = ptr::null_mut();
@@ -152,9 +128,8 @@ fn conninfo_values<const N: usize>(url: &str, keywords: [&CStr; N]) -> Option<[O
     }
     let mut found: [Option<String>; N] = std::array::from_fn(|_| None);
     let mut option = options;
-    // SAFETY: the array ends with an entry whose keyword is NULL; every
-    // string in it is owned by the array until PQconninfoFree, and is
-    // copied out before that.
+    // SAFETY: the array ends with a NULL keyword; its strings are copied out
+    // before PQconninfoFree.
     unsafe {
         while !(*option).keyword.is_null() {
             let keyword = CStr::from_ptr((*option).keyword);
@@ -169,33 +144,24 @@ fn conninfo_values<const N: usize>(url: &str, keywords: [&CStr; N]) -> Option<[O
     Some(found)
 }
 
-/// How long one attempt to connect to `url` may take, as libpq bounds it
-/// (the sync face's rule, for a connection that libpq does not make: the
-/// async face's). `with_connect_timeout` decides the setting, this reads it
-/// back.
+/// How long one attempt to connect to `url` may take, as libpq bounds it:
+/// the sync face's rule applied to the async face's connections.
 #[cfg(feature = "async")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ConnectBound {
-    /// The bound for the whole attempt: `connect_timeout` for each host
-    /// the URL lists, as libpq applies it to each host in turn. `None`
-    /// when the setting asks to wait indefinitely (zero or negative).
+    /// `connect_timeout` times the hosts listed; `None` for no bound.
     pub(crate) total: Option<Duration>,
-    /// The bound of one host's attempt: `connect_timeout` itself. `None`
-    /// as for `total`.
+    /// `connect_timeout` itself; `None` for no bound.
     pub(crate) each: Option<Duration>,
-    /// The setting and where it came from, e.g. `connect_timeout=2 from
-    /// the URL` (or `from PGCONNECT_TIMEOUT`, or `by default`).
+    /// The setting and its source, e.g. `connect_timeout=2 from the URL`.
     pub(crate) setting: String,
-    /// The servers the URL names, `host:port` (or socket directory and
-    /// port), in libpq's order, e.g. `127.0.0.1:5432`.
+    /// The servers the URL names, `host:port`, in libpq's order.
     pub(crate) servers: String,
 }
 
 #[cfg(feature = "async")]
 impl ConnectBound {
-    /// The bound of one attempt to connect to `url`, as the caller gave it
-    /// (before [`with_connect_timeout`], so that the default is told from
-    /// the URL's own setting).
+    /// The bound for `url` as the caller gave it, so the default is told apart.
     pub(crate) fn of(url: &str) -> Self {
         let values = conninfo_values(url, [c"connect_timeout", c"host", c"hostaddr", c"port"]);
         let [timeout, host, hostaddr, port] = values.unwrap_or_default();
@@ -218,9 +184,8 @@ impl ConnectBound {
     }
 }
 
-/// libpq's reading of a `connect_timeout` value: whole seconds, zero or
-/// negative for no bound, 1 raised to 2; a value libpq would refuse gets
-/// the default here (the connection attempt then reports the value).
+/// libpq's reading of a `connect_timeout` value (zero or negative: no bound;
+/// 1 raised to 2); a value libpq would refuse gets the default.
 #[cfg(feature = "async")]
 fn per_host_timeout(seconds: &str) -> Option<Duration> {
     match seconds.trim().parse::<i64>() {
@@ -230,8 +195,7 @@ fn per_host_timeout(seconds: &str) -> Option<Duration> {
     }
 }
 
-/// `host:port` for each host of the comma-separated lists `hosts` and
-/// `ports`, with libpq's defaults (`localhost`, 5432; one port for all).
+/// `host:port` per host of `hosts` and `ports`, with libpq's defaults.
 #[cfg(feature = "async")]
 fn servers(hosts: Option<&str>, ports: Option<&str>) -> Vec<String> {
     let hosts: Vec<&str> = hosts.unwrap_or("localhost").split(',').collect();
@@ -263,12 +227,8 @@ fn servers(hosts: Option<&str>, ports: Option<&str>) -> Vec<String> {
 unsafe extern "C" fn ignore_notice(_arg: *mut std::os::raw::c_void, _message: *const c_char) {}
 
 impl PqConn {
-    /// Connects to `url` (any libpq connection string or URI, several hosts
-    /// and `target_session_attrs` included: libpq picks the host), naming the
-    /// session `application_name` so operators can find it in
-    /// pg_stat_activity. A `connect_timeout` in the URL (or
-    /// `PGCONNECT_TIMEOUT`) wins over the default of
-    /// [`DEFAULT_CONNECT_TIMEOUT_SECS`].
+    /// Connects to `url` (libpq picks among several hosts), naming the session
+    /// `application_name` for pg_stat_activity.
     pub(crate) fn connect(url: &str, application_name: &str) -> Result<Self, String> {
         let keys = [c"dbname", c"application_name"];
         let url = c_string("the database URL", &with_connect_timeout(url))?;
@@ -278,9 +238,8 @@ impl PqConn {
         let mut value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
         key_ptrs.push(ptr::null());
         value_ptrs.push(ptr::null());
-        // SAFETY: both arrays are NULL-terminated and their strings outlive
-        // the call; expand_dbname = 1 lets `dbname` carry a whole URL, whose
-        // settings are overridden by the later application_name.
+        // SAFETY: both arrays are NULL-terminated and outlive the call;
+        // expand_dbname = 1 lets `dbname` carry a whole URL.
         let raw = unsafe { pq::PQconnectdbParams(key_ptrs.as_ptr(), value_ptrs.as_ptr(), 1) };
         let raw =
             NonNull::new(raw).ok_or_else(|| "libpq could not allocate a connection".to_owned())?;
@@ -289,9 +248,7 @@ impl PqConn {
         if unsafe { pq::PQstatus(conn.raw.as_ptr()) } != pq::ConnStatusType::CONNECTION_OK {
             return Err(conn.error_message());
         }
-        // libpq prints server notices (and the FATAL a terminated session
-        // receives) to stderr by default; the listener reports its errors
-        // through its status instead.
+        // libpq prints notices to stderr by default; the listener reports through its status.
         // SAFETY: the processor ignores its arguments and never unwinds.
         unsafe {
             pq::PQsetNoticeProcessor(conn.raw.as_ptr(), Some(ignore_notice), ptr::null_mut());
@@ -301,8 +258,7 @@ impl PqConn {
 
     /// libpq's last error message for this connection.
     fn error_message(&self) -> String {
-        // SAFETY: the connection is live; the message is owned by it and
-        // copied before any other libpq call.
+        // SAFETY: the connection is live; the message is copied at once.
         unsafe { copy_c_str(pq::PQerrorMessage(self.raw.as_ptr())) }
             .trim_end()
             .to_owned()
@@ -314,28 +270,21 @@ impl PqConn {
         unsafe { pq::PQstatus(self.raw.as_ptr()) == pq::ConnStatusType::CONNECTION_OK }
     }
 
-    /// Whether the server said it accepts only reads: a hot standby
-    /// (`in_hot_standby`), or `default_transaction_read_only = on` (how a
-    /// primary is fenced while it is demoted). PostgreSQL 14 and later
-    /// report both settings to the client at connect time and again after
-    /// any change (with the answer to the session's next statement), so
-    /// this costs no round trip; an older server reports neither, and its
-    /// read-only state shows as SQLSTATE 25006 on the first write instead.
+    /// Whether the server accepts only reads (hot standby or
+    /// `default_transaction_read_only`), as reported at connect and after changes
+    /// (PostgreSQL 14+; no round trip). An older server shows it as 25006 on write.
     pub(crate) fn server_read_only(&self) -> bool {
         [c"in_hot_standby", c"default_transaction_read_only"]
             .iter()
             .any(|name| {
-                // SAFETY: the connection is live; the value is owned by it
-                // and copied before any other libpq call.
+                // SAFETY: the connection is live; the value is copied at once.
                 let value =
                     unsafe { copy_c_str(pq::PQparameterStatus(self.raw.as_ptr(), name.as_ptr())) };
                 value == "on"
             })
     }
 
-    /// Runs one statement with text parameters; returns its rows as text
-    /// (NULL as `None`). Notifications that arrive meanwhile stay buffered
-    /// for [`PqConn::take_notifications`].
+    /// Runs one statement with text parameters; rows as text (NULL as `None`).
     pub(crate) fn query(
         &mut self,
         sql: &str,
@@ -350,8 +299,7 @@ impl PqConn {
         let param_ptrs: Vec<*const c_char> = params.iter().map(|p| p.as_ptr()).collect();
         let count = c_int::try_from(param_ptrs.len())
             .map_err(|_| PqError::client("too many parameters".to_owned()))?;
-        // SAFETY: the statement and parameter strings outlive the call; NULL
-        // types/lengths/formats mean "infer, text"; result format 0 is text.
+        // SAFETY: the strings outlive the call; NULL types/lengths/formats mean text.
         let result = unsafe {
             pq::PQexecParams(
                 self.raw.as_ptr(),
@@ -398,8 +346,7 @@ impl PqConn {
                 Ok(out)
             }
             _ => {
-                // SAFETY: as above; the fields are copied before the result
-                // is freed.
+                // SAFETY: as above; the fields are copied before the result is freed.
                 let (message, sqlstate, constraint) = unsafe {
                     let raw = result.0.as_ptr();
                     let field = |code: u8| {
@@ -417,9 +364,8 @@ impl PqConn {
                 } else {
                     message.trim_end().to_owned()
                 };
-                // libpq fills SQLSTATE in for errors it makes up itself
-                // (a lost connection reads as 08006 and the like): only an
-                // answer on a still-usable connection is the server's.
+                // libpq makes up SQLSTATEs for its own errors (08006 for a lost connection):
+                // only an answer on a usable connection is the server's.
                 let sqlstate = sqlstate.filter(|_| self.is_ok());
                 Err(PqError {
                     message,
@@ -442,8 +388,7 @@ impl PqConn {
         unsafe { pq::PQbackendPID(self.raw.as_ptr()) }
     }
 
-    /// Reads whatever the server sent (call when the socket is readable).
-    /// An error means the connection is gone.
+    /// Reads what the server sent (socket readable); an error means the connection is gone.
     pub(crate) fn consume_input(&mut self) -> Result<(), String> {
         // SAFETY: the connection is live and used by this thread only.
         if unsafe { pq::PQconsumeInput(self.raw.as_ptr()) } == 0 || !self.is_ok() {
@@ -456,8 +401,7 @@ impl PqConn {
     pub(crate) fn take_notifications(&mut self) -> Vec<Notification> {
         let mut out = Vec::new();
         loop {
-            // SAFETY: the connection is live; each returned PGnotify is
-            // copied and then freed with PQfreemem, as libpq requires.
+            // SAFETY: the connection is live; each PGnotify is copied, then PQfreemem'd.
             let notify = unsafe { pq::PQnotifies(self.raw.as_ptr()) };
             let Some(notify) = NonNull::new(notify) else {
                 return out;
@@ -481,10 +425,8 @@ impl Drop for PqConn {
     }
 }
 
-/// Polls `fds` (the session's socket and the listener's wake-up socket)
-/// for readability; `Ok(readable flags)`, one per fd. `poll(2)` is plain
-/// libc FFI, kept here so that this module is the only one with unsafe
-/// code.
+/// Polls `fds` for readability; one flag per fd. Here so that this module
+/// holds all of the unsafe code.
 pub(crate) fn wait_readable(fds: &[i32], timeout: Option<Duration>) -> Result<Vec<bool>, String> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()

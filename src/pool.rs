@@ -1,22 +1,7 @@
-//! The connection pool every pooled part of the library uses: its type,
-//! its one construction, and running one call on a pooled connection while
-//! discarding the connection when the call found it dead.
-//!
-//! r2d2 asks diesel whether a returned connection is broken, and diesel
-//! answers from its transaction manager only: an autocommit connection
-//! whose server session died (terminated backend, server restart) looks
-//! healthy and would be handed out again and again, failing each time,
-//! unless the pool tests connections on checkout (an extra round trip per
-//! call, which the pool built here turns off). The waiter and the
-//! keeper retry after such failures, so they mark the connection broken
-//! first: r2d2 then drops it and the retry gets a fresh one.
-//!
-//! A connection to a server that turned read-only is discarded the same
-//! way. After a failover the old primary may stay up read-only (demoted,
-//! or fenced with `default_transaction_read_only`), and every pooled
-//! connection to it would keep answering "read-only" until it aged out;
-//! a fresh connection lets libpq choose the new primary from a multi-host
-//! URL (`postgres://u@h1,h2/db?target_session_attrs=read-write`).
+//! The pool every pooled part of the library uses. Checkout does not test
+//! connections (a round trip per call): a call that finds its connection dead
+//! or read-only discards it, so the next gets a fresh one and, after a failover,
+//! libpq picks the new primary from a multi-host URL (docs/guide/failover.md).
 
 use diesel::connection::{AnsiTransactionManager, CacheSize, Connection, TransactionManager};
 use diesel::pg::PgConnection;
@@ -28,38 +13,16 @@ use crate::error::{CallError, LeaseError};
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 
-/// Whether the library's statements are prepared once per connection and
-/// cached (named prepared statements), or sent with their text every time.
-///
-/// [`PreparedStatements::Cached`] is the default and the right choice for a
-/// direct connection or a session-mode pooler: after its first use on a
-/// connection a call costs one `Bind`/`Execute` round trip and no parsing or
-/// planning on the server.
-///
-/// [`PreparedStatements::Uncached`] is for a pooler in transaction mode
-/// (PgBouncer `pool_mode = transaction` before 1.21, or with
-/// `max_prepared_statements = 0`): there a named statement prepared in one
-/// transaction is missing in the next, which may run on another server
-/// session (or collides with the same name prepared there by another
-/// client). Each call is then sent as one unnamed `Parse`/`Bind`/`Execute`
-/// (libpq's `PQsendQueryParams`, still one round trip) and parsed and
-/// planned every time. docs/guide/poolers.md, "Poolers", has the measured cost.
-///
-/// Calls on a caller's own connection ([`crate::Leases`] on a
-/// `PgConnection`) use whatever that connection says: call
-/// `conn.set_prepared_statement_cache_size(diesel::connection::CacheSize::Disabled)`
-/// on it (diesel's `Connection` method) for the uncached behaviour.
+/// Whether statements are prepared and cached per connection (the default) or
+/// sent with their text each call, for a transaction-mode pooler (docs/guide/poolers.md).
+/// A caller's own `PgConnection` follows its own statement cache setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PreparedStatements {
-    /// Prepare each statement once per connection (diesel's statement
-    /// cache). Needs a server session per connection: direct, or a
-    /// session-mode pooler.
+    /// Prepared once per connection: needs a server session per connection.
     #[default]
     Cached,
-    /// Never prepare named statements (diesel's cache disabled): works
-    /// through a transaction-mode pooler, at the cost of parsing and
-    /// planning every call.
+    /// Never named: works through a transaction-mode pooler, parsing every call.
     Uncached,
 }
 
@@ -85,20 +48,8 @@ pub(crate) struct PoolSettings {
     pub(crate) connect_at_once: bool,
 }
 
-/// A pool of connections to `database_url`, without r2d2's `SELECT 1` on
-/// every checkout (a full round trip per operation): a connection found
-/// dead by a call is discarded by [`with_conn`] instead, so only that call
-/// fails and the next one gets a fresh connection.
-///
-/// Unless told to connect lazily, one connection is opened first, outside
-/// the pool: a URL that cannot connect (a wrong password, a database that
-/// does not exist) fails at once with libpq's message
-/// ([`LeaseError::Connect`]), instead of the pool waiting its checkout
-/// timeout for connections that never come and then saying only that none
-/// is available. Every connection attempt is bounded by libpq's
-/// `connect_timeout`: 5 seconds unless the URL (or `PGCONNECT_TIMEOUT`)
-/// says otherwise, so an unreachable host fails in seconds instead of
-/// after the operating system's TCP timeout.
+/// A pool of connections to `database_url`. Unless lazy, one connection opens first,
+/// so a bad URL fails at once with libpq's message ([`LeaseError::Connect`]).
 pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPool, LeaseError> {
     let database_url = &crate::libpq::with_connect_timeout(database_url);
     if settings.connect_at_once {
@@ -117,10 +68,7 @@ pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPoo
     })
 }
 
-/// Runs `call` on a connection from `pool`; when it fails in a way that
-/// leaves the connection unfit ([`CallError::discards_connection`]: dead, on
-/// a server that turned read-only, its prepared statements lost), the
-/// connection is not returned to the pool.
+/// Runs `call` on a pooled connection, discarded if [`CallError::discards_connection`].
 pub(crate) fn with_conn<T, E: CallError>(
     pool: &PgPool,
     call: impl FnOnce(&mut PgConnection) -> Result<T, E>,
@@ -135,8 +83,7 @@ pub(crate) fn with_conn<T, E: CallError>(
     result
 }
 
-/// Marks a pooled connection broken, so r2d2 drops it instead of handing it
-/// out again.
+/// Marks a pooled connection broken, so r2d2 drops it.
 pub(crate) fn discard(conn: &mut PgConnection) {
     <AnsiTransactionManager as TransactionManager<PgConnection>>::transaction_manager_status_mut(
         conn,

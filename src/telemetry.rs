@@ -1,90 +1,12 @@
-//! Spans, events and metrics.
-//!
-//! Two cargo features, both off by default (and then the instrumentation
-//! compiles to nothing); the library installs no subscriber and no
-//! recorder, the application does.
-//!
-//! With `tracing`, every lease call (the single-key calls, the batch and
-//! group calls, the operator calls and [`prune`](crate::admin::Operator::prune)) runs in a `DEBUG` span
-//! `lease` (target `leasehold::lease`), every guard call in a span `guard`
-//! (`leasehold::guard`), and a [`LeaseWaiter`](crate::wait::LeaseWaiter) acquire in a span
-//! `lease_wait` (`leasehold::waiter`), with the fields `operation`,
-//! `owner`, `epoch`, `outcome` and `duration_us`. Events: a
-//! [`Keeper`](crate::Keeper)'s loss (`WARN`, `leasehold::keeper`, with `reason`), a
-//! waiter's wake-up (`DEBUG`, `leasehold::waiter`, with `cause`), the
-//! listener's connection and loss (`INFO`/`WARN`, `leasehold::listener`).
-//! Lease keys and resource names (`key`, `resource`) are recorded only
-//! after [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`: they are the
-//! application's own names, and traces usually leave the process.
-//!
-//! With `metrics`, through the `metrics` facade ([`describe_metrics`]
-//! gives the recorder their help texts). Labels come from small closed
-//! sets; keys are never labels.
-//!
-//! | name | type | labels | meaning |
-//! |---|---|---|---|
-//! | `leasehold_calls_total` | counter | `operation`, `outcome` | every lease and guard call, by result |
-//! | `leasehold_acquire_total` | counter | `outcome` | acquire attempts (also each attempt of a waiter) |
-//! | `leasehold_guard_refused_total` | counter | `kind` | guard calls that refused a writer |
-//! | `leasehold_call_duration_seconds` | histogram | `operation` | client-side time of one lease or guard call |
-//! | `leasehold_lease_lost_total` | counter | `reason` | leases a [`crate::Keeper`] lost |
-//! | `leasehold_wait_duration_seconds` | histogram | `outcome` | time a [`crate::wait::LeaseWaiter`] acquire waited |
-//! | `leasehold_waiter_wakeups_total` | counter | `cause` | times a blocked waiter woke to try again |
-//! | `leasehold_listener_up` | gauge | | waiters' listener sessions connected (one per database URL) |
-//!
-//! Label values:
-//! - `operation`: `acquire`, `renew`, `release`, `inspect`, `renew_many`,
-//!   `release_many`, `join_group`, `renew_group`, `admit`, `check_held`,
-//!   `admit_held`, `renew_admit`, `fence`, `inspect_guard`,
-//!   `force_release`, `bind_namespace`, `unbind_namespace`,
-//!   `list_namespaces`, `generation`, `raise_generation`, `prune`,
-//!   `list_leases`.
-//! - `outcome` of a call: `granted`, `denied` (acquire); `renewed`,
-//!   `released` (renew, release) or the refusal `not_owner`, `lapsed`,
-//!   `epoch_mismatch` (the SQL status, so that `released` keeps one
-//!   meaning); `held`, `lapsed`, `free`, `unknown` (inspect); `admitted`,
-//!   `held` (check_held), `fenced`, `found`, `absent` (guards); a guard
-//!   refusal's `kind`; `all`, `partial`, `none` (a batch: how many keys got
-//!   `renewed` or `released`); `joined`, `refused` (join_group);
-//!   `released`, `newer_grant`, `already_free`, `no_such_grant`,
-//!   `never_leased` (force_release); `done`, `absent` (namespace rules,
-//!   raise_generation), `listed` (list_namespaces, list_leases), `read`
-//!   (generation), `not_above`;
-//!   `pruned`, `dry_run`; or the failure `invalid`, `timed_out`,
-//!   `forbidden` (a namespace rule, or a listing without SELECT on the
-//!   tables), `outcome_unknown`, `read_only`, `retry`, `not_installed`, `error`.
-//! - `kind` of a guard refusal: `stale_epoch`, `wrong_lease_key`,
-//!   `epoch_not_granted`, `lease_not_held`, `forbidden`.
-//! - `reason` of a keeper's loss: what happened to the grant when a renew
-//!   was refused, [`Refusal::as_reason`](crate::Refusal::as_reason)
-//!   (`lapsed`, `epoch_mismatch`, `superseded`, `released`,
-//!   `force_released`, `never_held`), or `deadline_passed` (no renew
-//!   succeeded in time).
-//! - `outcome` of a wait: `granted`, `timed_out`, `cancelled`, `error`.
-//! - `cause` of a wake-up: `listener` (a release notification for the key,
-//!   or the listener session going down or up), `timer` (the holder's
-//!   expiry, a poll or re-check, or the wait's deadline).
-//!
-//! # Key names
-//!
-//! Lease keys and guarded resource names are the application's own names
-//! (a customer id, a file path), and spans usually travel to a third-party
-//! tracing backend, so they are left out of spans and events unless the
-//! application opts in with [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`.
-//! Owners and epochs are always recorded: they identify workers and grants,
-//! which is what a trace of lease traffic is for. Metrics never carry names
-//! of any kind, whatever the setting: their labels come from small closed
-//! sets only, so a metric's series count does not grow with the keys.
-
-// The only module that talks to the `tracing` and `metrics` facades. Each
-// is behind the cargo feature of the same name, off by default. With a
-// feature off, its half of this module compiles to nothing and the helpers
-// the call sites use are inline pass-throughs, so an application that
-// enables neither pays nothing (benches/primitive.rs measures it). The call
-// sites stay one short line each: lease calls in `leases`, guard calls in
-// `guards`, the keeper's loss in `holding`, waits, wake-ups and the
-// listener's state in `waiting`. The label values come from the mappings
-// below, each a closed set.
+//! Spans, events and metrics, behind the features `tracing` and `metrics` (off by
+//! default: then this compiles to inline pass-throughs). The library installs no
+//! subscriber or recorder. Names, labels and values: docs/guide/operations.md,
+//! "Metrics and tracing". Keys and resource names are the application's own and
+//! traces leave the process, so they are recorded only after
+//! [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`; metric labels are closed sets, never names.
+//
+// The only module that talks to the facades; call sites stay one short line each
+// (in `lease`, `guard`, `hold`, `wait`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -98,21 +20,17 @@ use crate::lease::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum TraceKeys {
-    /// Keys and resource names are left out (the default): they are the
-    /// application's own names and may be personal or secret.
+    /// Keys and resource names are left out (the default): they may be personal or secret.
     #[default]
     Hidden,
-    /// Keys and resource names are recorded as the `key` and `resource`
-    /// fields.
+    /// Keys and resource names are recorded as the `key` and `resource` fields.
     Recorded,
 }
 
 static RECORD_KEYS: AtomicBool = AtomicBool::new(false);
 
-/// Sets, for the whole process, whether spans and events carry lease keys
-/// and guarded resource names (default [`TraceKeys::Hidden`]). Takes effect
-/// for calls that start afterwards; metrics never carry them. Without the
-/// `tracing` feature there are no spans and this changes nothing.
+/// Sets, process-wide, whether spans and events carry keys and resource names
+/// (default [`TraceKeys::Hidden`]), for calls that start afterwards.
 pub fn set_trace_keys(keys: TraceKeys) {
     RECORD_KEYS.store(keys == TraceKeys::Recorded, Ordering::Relaxed);
 }
@@ -126,10 +44,7 @@ pub fn trace_keys() -> TraceKeys {
     }
 }
 
-/// Describes every leasehold metric (unit and help text) to the recorder
-/// installed now, so exporters can print them (Prometheus `# HELP`). Call it
-/// once after installing the recorder; without the `metrics` feature it
-/// does nothing. The metrics work without it.
+/// Describes every metric to the installed recorder (Prometheus `# HELP`); optional.
 pub fn describe_metrics() {
     #[cfg(feature = "metrics")]
     metered::describe();

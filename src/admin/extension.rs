@@ -1,80 +1,14 @@
-//! Packaging leasehold's SQL as a PostgreSQL extension: `CREATE EXTENSION
-//! leasehold` installs what [`crate::install()`] installs, from the same
-//! sources compiled into the crate (src/sql_files.rs).
-//!
-//! [`extension_files`] generates the control file and the scripts:
-//! `leasehold--<V>.sql` runs every migration and then every file of
-//! functions, in the order [`crate::install()`] applies them, and
-//! `leasehold--<P>--<V>.sql`, for each earlier version `P` of
-//! [`EXTENSION_UPGRADES_FROM`], runs the migrations newer than `P` and then
-//! every file of functions (written `CREATE OR REPLACE`), so that `ALTER
-//! EXTENSION leasehold UPDATE` brings an older install to `V`. `V` is the
-//! version of the functions step ([`crate::sql_files::functions_version`]):
-//! the newest migration's version, a dot and a digest of the files of
-//! functions. The command `leasehold extension generate --out DIR` writes
-//! the files, and `leasehold extension install` writes them into the
-//! server's extension directory; nothing generated is committed.
-//!
-//! What the generator changes in the SQL, and why:
-//!
-//! - Every script opens with the `\echo ... \quit` guard, so feeding it to
-//!   psql does nothing.
-//! - The control file says `schema = lease`: `CREATE EXTENSION` creates the
-//!   schema (owned by the calling role) before the script runs, so the
-//!   script's own `CREATE SCHEMA IF NOT EXISTS lease` is dropped (PostgreSQL
-//!   refuses `IF NOT EXISTS` on an object that is not the extension's own).
-//!   The schema is not a member of the extension: `DROP EXTENSION` leaves it.
-//! - The schema-ownership check asks that the extension's owner (the role
-//!   that ran `CREATE EXTENSION`) own schema `lease`, not the role running
-//!   the script: a trusted extension's script runs as the bootstrap
-//!   superuser. A schema another role created beforehand is still refused.
-//! - The first script refuses to run when a migrations install exists
-//!   (`lease.schema_migrations`): the two install paths are never mixed.
-//! - Every table except `lease.waiters` (backend pids of live sessions,
-//!   meaningless in another server) is marked with
-//!   `pg_extension_config_dump`, so `pg_dump` keeps every lease, epoch,
-//!   guard record, namespace rule and the lineage row.
-//! - `lease.lineage` gets one object the migrations do not have: a BEFORE
-//!   INSERT trigger that merges the row already there into the new one and
-//!   removes it. On restore, `CREATE EXTENSION` inserts a fresh lineage row
-//!   and the dump's row then arrives by COPY; without the trigger the
-//!   dump's row (the lineage that orders epochs across clusters) would be
-//!   refused as a duplicate. The merge never lowers the generation or the
-//!   pruning watermark, so an INSERT outside a restore loses nothing.
-//! - No statement that reads or writes leasehold's tables, calls its
-//!   functions or alters a table runs as the superuser. The script runs as
-//!   the bootstrap superuser, but from the second script on every object it
-//!   meets belongs to the extension's owner, who may have replaced a
-//!   function's body or put a trigger, default, CHECK, index expression,
-//!   policy or rule on a table. Such statements (the migrations' data
-//!   changes, `ALTER TABLE`, `CREATE INDEX` and the closing `SELECT
-//!   lease._drop_default_grants()`) move to the end of the script and run
-//!   inside a SECURITY DEFINER function the script creates, hands to the
-//!   owner, calls and drops: whatever the owner planted runs with the
-//!   owner's rights. What stays with the superuser is DDL that evaluates
-//!   nothing (`CREATE FUNCTION`, `GRANT`, `REVOKE`, `COMMENT`) and DO
-//!   blocks that name only catalog objects; the generator refuses a
-//!   migration whose DO block calls a `lease.` function.
-//! - The first script refuses a schema `lease` that already holds objects:
-//!   every object the scripts meet is one they created.
-//! - Every script ends by giving the extension's tables and functions to
-//!   the extension's owner (the role that ran `CREATE EXTENSION`), as the
-//!   installing role owns them with the migrations, and by recording each
-//!   moved object's privileges again as its initial privileges
-//!   (`pg_init_privs`), now under that owner. A trusted extension's script
-//!   runs as the bootstrap superuser, and SECURITY DEFINER functions owned
-//!   by a superuser in a schema the installing role owns would let that
-//!   role run code as the superuser (by renaming the schema and putting its
-//!   own `lease._allowed` in place, say). Initial privileges left naming the
-//!   superuser would make `pg_dump` grant ALL on every object to the owner,
-//!   and after a `--no-owner` restore that owner could put a trigger on a
-//!   table that superuser-owned definer functions write. Default privileges
-//!   are taken back by the migrations themselves
-//!   (`lease._drop_default_grants`). A dump is restored as the role that
-//!   should own leasehold (`pg_restore --role=<owner>`), or with
-//!   `--no-owner` by a superuser who is to own everything; a superuser
-//!   restoring the dump as is would own the extension while the installing
-//!   role owns the schema, which the ownership check refuses.
+//! Packaging leasehold's SQL as a PostgreSQL extension from the same compiled-in
+//! sources: [`extension_files`] writes the control file, the install script and an
+//! update script from each of [`EXTENSION_UPGRADES_FROM`] (`leasehold extension
+//! generate`; nothing generated is committed). The generator adds the `\echo`
+//! guard, refuses a migrations install or a non-empty schema `lease`, marks tables
+//! for `pg_dump`, adds the lineage-restore trigger (so a restored dump's lineage
+//! row is merged, not refused), and hands every object to the extension's owner
+//! with `pg_init_privs` recorded again. A trusted extension's script runs as the
+//! bootstrap superuser, so statements that evaluate anything the owner could have
+//! planted (data changes, `ALTER TABLE`, `CREATE INDEX`) run in an owner-rights
+//! SECURITY DEFINER step. Why each: docs/PRIVILEGES.md, docs/ARCHITECTURE.md.
 
 use std::fmt::Write as _;
 
@@ -85,12 +19,10 @@ use crate::sql_files::{self, statements, FUNCTION_SQL, MIGRATION_SQL};
 /// The extension's name (`CREATE EXTENSION leasehold`).
 const EXTENSION_NAME: &str = "leasehold";
 
-/// Tables that `pg_dump` does not keep: session state of a running server,
-/// and the namespace-change marker, whose value means nothing elsewhere.
+/// Tables `pg_dump` does not keep: session state, and a marker meaningless elsewhere.
 const NOT_DUMPED: &[&str] = &["waiters", "namespace_changes"];
 
-/// One generated file: its name in the server's `extension` directory and
-/// its contents.
+/// One generated file for the server's `extension` directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtensionFile {
     /// File name, e.g. `leasehold.control`.
@@ -99,31 +31,23 @@ pub struct ExtensionFile {
     pub contents: String,
 }
 
-/// The earlier versions of the extension that `ALTER EXTENSION leasehold
-/// UPDATE` upgrades from, oldest first: each gets a script
-/// `leasehold--<P>--<V>.sql`. `20261201000008` is what the layout with one
-/// migration per concern installed (before the functions moved to
-/// `sql/functions/`). A release adds its own version here, so the next one
-/// upgrades from it.
+/// Earlier versions `ALTER EXTENSION leasehold UPDATE` upgrades from, oldest first
+/// (`20261201000008`: the layout before `sql/functions/`); a release adds its own.
 pub const EXTENSION_UPGRADES_FROM: &[&str] = &["20261201000008"];
 
-/// The extension version every `CREATE EXTENSION leasehold` installs: the
-/// version of the functions step, as [`crate::admin::installed_versions`]
-/// reports it last for an install by [`crate::install()`].
+/// The version every `CREATE EXTENSION leasehold` installs: the functions step's.
 pub fn extension_version() -> String {
     sql_files::functions_version()
 }
 
-/// One source of a script: its path (for messages), its text and whether
-/// it is the install's first migration.
+/// One source of a script: path (for messages), text, whether it is migration 1.
 struct Source<'a> {
     path: String,
     sql: &'a str,
     first: bool,
 }
 
-/// The migrations newer than `after` (all when `None`), then every file of
-/// functions.
+/// The migrations newer than `after` (all when `None`), then the files of functions.
 fn sources(after: Option<&str>) -> Vec<Source<'static>> {
     let mut sources: Vec<Source<'static>> = MIGRATION_SQL
         .iter()
@@ -145,9 +69,7 @@ fn sources(after: Option<&str>) -> Vec<Source<'static>> {
     sources
 }
 
-/// Generates the control file, the install script and the update scripts,
-/// in a stable order (control file, install script, update scripts in the
-/// order of [`EXTENSION_UPGRADES_FROM`]).
+/// Generates the control file, install script and update scripts, in a stable order.
 pub fn extension_files() -> Result<Vec<ExtensionFile>, LeaseError> {
     let version = extension_version();
     let mut files = vec![
@@ -173,9 +95,8 @@ pub fn extension_files() -> Result<Vec<ExtensionFile>, LeaseError> {
     Ok(files)
 }
 
-/// The install script of an extension made of `migrations` alone
-/// (directory name and `up.sql`, oldest first), as this generator writes
-/// it: for tests that install the layout of an earlier version.
+/// The install script of an extension of `migrations` alone, for tests of an
+/// earlier layout.
 pub fn install_script_of(migrations: &[(String, String)]) -> Result<String, LeaseError> {
     let sources: Vec<Source<'_>> = migrations
         .iter()
@@ -202,8 +123,7 @@ fn control_file(version: &str) -> String {
     )
 }
 
-/// The check the first script runs in place of migration 1's: schema
-/// `lease` must be owned by the extension's owner.
+/// The first script's ownership check: the extension's owner must own schema `lease`.
 const EXTENSION_SCHEMA_OWNER_CHECK: &str = "DO $$
 DECLARE
     v_owner text;
@@ -227,9 +147,7 @@ BEGIN
 END
 $$;";
 
-/// The first script's refusal of a schema `lease` that already holds
-/// objects (see the module documentation): the scripts then meet only
-/// objects they created themselves.
+/// The first script refuses a non-empty schema `lease`, so scripts meet only their own objects.
 const EXTENSION_SCHEMA_EMPTY_CHECK: &str = "DO $$
 DECLARE
     v_object text;
@@ -263,8 +181,7 @@ BEGIN
 END
 $$;";
 
-/// After `lease.lineage` is marked for dumping: the restore trigger (see
-/// the module documentation).
+/// The lineage restore trigger, after `lease.lineage` is marked for dumping.
 const LINEAGE_RESTORE: &str = "
 -- Extension only (generated): on restore, the dump's lineage row replaces
 -- the one CREATE EXTENSION inserted, so the dump keeps its lineage. It
@@ -296,8 +213,7 @@ BEFORE INSERT ON lease.lineage
 FOR EACH ROW
 EXECUTE FUNCTION lease._lineage_restore();";
 
-/// Ends every script: the extension's owner owns every table, domain and
-/// function of the extension (see the module documentation).
+/// Ends every script: the extension's owner owns its tables, domains and functions.
 const REASSIGN_TO_EXTENSION_OWNER: &str =
     "-- Extension only (generated): the role that owns the extension owns its
 -- tables, domains and functions, as the installing role owns them with the
@@ -357,21 +273,16 @@ BEGIN
 END
 $$;";
 
-/// The function that runs a script's owner statements (see the module
-/// documentation). Created, handed to the owner, called and dropped by the
-/// same script, inside the script's own transaction, so no other session
-/// ever sees it.
+/// The function that runs a script's owner statements; created, handed over,
+/// called and dropped in the script's own transaction, so no session sees it.
 const OWNER_STEP: &str = "lease._extension_step_as_owner()";
 
-/// The dollar-quote tags around the owner part's body and each statement;
-/// a statement that contains either is refused by the generator.
+/// Dollar-quote tags of the owner part; a statement containing either is refused.
 const OWNER_STEP_TAG: &str = "$extension_step$";
 const OWNER_STATEMENT_TAG: &str = "$owner_statement$";
 
-/// Leading words of the statements that run as the owner: they read or
-/// write leasehold's tables, call its functions, or change a table or
-/// domain in a way that evaluates its defaults, CHECKs, index expressions
-/// or triggers.
+/// Statements run as the owner: they touch leasehold's tables or functions, or
+/// evaluate a table's defaults, CHECKs, index expressions or triggers.
 const OWNER_STATEMENTS: &[&str] = &[
     "INSERT",
     "UPDATE",
@@ -394,11 +305,8 @@ const OWNER_STATEMENTS: &[&str] = &[
     "REFRESH",
 ];
 
-/// Leading words of the statements that stay with the superuser: they
-/// evaluate nothing an owner could have changed. A `CREATE TABLE` must
-/// define its columns (not `AS` a query), and a `DO` block may not call a
-/// `lease.` function. Anything in neither list is refused by the
-/// generator until someone decides where it runs.
+/// Statements that stay with the superuser: they evaluate nothing an owner could
+/// change. Anything in neither list is refused until someone decides.
 const SUPERUSER_STATEMENTS: &[&str] = &[
     "SET",
     "DO",
@@ -502,8 +410,7 @@ DROP FUNCTION {OWNER_STEP};
     )
 }
 
-/// Whether a DO block calls a function of schema `lease` (`lease.name(`),
-/// which would run the owner's code as the superuser.
+/// Whether a DO block calls a `lease.` function, which would run owner code as superuser.
 fn calls_a_lease_function(statement: &str) -> bool {
     let lower = statement.to_ascii_lowercase();
     lower.match_indices("lease.").any(|(at, _)| {
@@ -520,9 +427,7 @@ fn calls_a_lease_function(statement: &str) -> bool {
     })
 }
 
-/// One source's statements: those that stay with the superuser, in the
-/// source's order (with the extension's own additions), and those that run
-/// as the owner.
+/// One source's statements: the superuser's (in order) and the owner's.
 fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), LeaseError> {
     let unexpected = |expected: String| LeaseError::EmbeddedSql {
         reason: format!("{}: expected {expected}", source.path),
@@ -547,8 +452,7 @@ fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), LeaseError
             1,
         );
     }
-    // The statements that stay with the superuser, in the source's order;
-    // the owner's are collected for the owner part.
+    // The superuser's statements in order; the owner's go to the owner part.
     let mut kept = String::new();
     let mut as_owner = Vec::new();
     for statement in statements(&body) {
@@ -622,8 +526,7 @@ fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), LeaseError
     Ok((out, as_owner))
 }
 
-/// A script of `sources`, in order: an install script (`install`: it opens
-/// by refusing a migrations install) or an update script.
+/// A script of `sources`: the install script (`install`) or an update script.
 fn script(sources: &[Source<'_>], install: bool) -> Result<String, LeaseError> {
     let mut script = String::new();
     let _ = writeln!(
@@ -680,8 +583,7 @@ mod tests {
         assert!(!install.contains("config_dump('lease.waiters'"));
         assert!(!install.contains("CREATE SCHEMA"));
         assert!(install.contains("lease_installed_by_migrations"));
-        // Every function of every file, once, in the install script and in
-        // the update script; the update creates no table.
+        // Every function once, in both scripts; the update creates no table.
         let update = &files[2].contents;
         for (_, sql) in FUNCTION_SQL {
             for line in sql
@@ -697,8 +599,7 @@ mod tests {
         assert!(update.contains("REVOKE GRANT OPTION FOR ALL"));
     }
 
-    /// Every data change and every call of a lease function runs inside the
-    /// owner part; none is left with the superuser.
+    /// Every data change and lease function call runs in the owner part.
     #[test]
     fn data_changes_and_lease_calls_run_only_in_the_owner_part() {
         for file in extension_files().expect("generate").iter().skip(1) {

@@ -1,19 +1,8 @@
-//! Listing keys (docs/guide/operations.md, `leasehold ls`): the operator's
-//! view of every key under a prefix, with its state, holder, epoch and
-//! expiry, read in one call of `lease.list_leases` on the server's clock.
-//!
-//! Why an operator call and not an API function: `lease.leases` and
-//! `lease.groups` are closed to callers by design (docs/PRIVILEGES.md), who
-//! see their own keys through `inspect` only. `lease.list_leases` admits
-//! exactly the roles that may read both tables themselves: their owner (the
-//! role that installed leasehold), superusers, and a role an operator
-//! granted SELECT on both; anybody else gets
-//! [`LeaseError::ListNotPermitted`], asked of the server before the listing
-//! is sent, so a caller's transaction is not aborted by a refusal.
-//!
-//! The state of a row is `lease._live`'s and its expiry `lease._expiry`'s
-//! (sql/functions/01_rules.sql): the function calls them, so the listing
-//! cannot drift from what every lease call decides.
+//! Listing keys (`leasehold ls`, docs/guide/operations.md) in one call of
+//! `lease.list_leases` on the server's clock. An operator call because the tables
+//! are closed to callers (docs/PRIVILEGES.md); the privilege is asked first, so a
+//! refusal does not abort the caller's transaction. States and expiries come from
+//! `lease._live` and `lease._expiry`, so they cannot drift from the lease calls.
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -24,16 +13,12 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
-/// A key's state in a listing, decided on the server's clock as every lease
-/// call decides it.
+/// A key's state, decided on the server's clock as every lease call decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KeyState {
-    /// A live grant: its own expiry, or its heartbeat group's, is ahead of
-    /// the server's clock.
+    /// A live grant: its own or its group's expiry is ahead of the server's clock.
     Held,
-    /// A grant whose expiry passed: anyone may acquire the key, and its
-    /// holder's renew is refused as `lapsed`. The row still names that
-    /// holder.
+    /// An expired grant: anyone may acquire the key; the row still names the holder.
     Lapsed,
     /// No grant: released or force-released (the row keeps the counter).
     Free,
@@ -49,8 +34,7 @@ impl KeyState {
         }
     }
 
-    /// Reads the statement's spelling back (`None` for one this client does
-    /// not know: the installed SQL is newer).
+    /// Reads the SQL's spelling back (`None`: the installed SQL is newer).
     fn parse(text: &str) -> Option<Self> {
         match text {
             "held" => Some(KeyState::Held),
@@ -67,16 +51,14 @@ impl std::fmt::Display for KeyState {
     }
 }
 
-/// The order of a listing's rows. Ties are broken by key in byte order, so
-/// two listings of the same rows come in the same order.
+/// The order of a listing's rows; ties broken by key, so listings are stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ListOrder {
     /// By key, byte order.
     #[default]
     Key,
-    /// Soonest effective expiry first (so lapsed keys, longest lapsed
-    /// first, before held ones); free keys last.
+    /// Soonest effective expiry first (longest lapsed first); free keys last.
     Expires,
     /// Highest epoch (for a free key: its counter) first.
     Epoch,
@@ -95,31 +77,23 @@ impl ListOrder {
 
 /// Which keys [`list_leases`](crate::admin::Operator::list_leases) returns, and in
 /// what order: every key by default.
-///
 /// ```
 /// use leasehold::admin::{KeyState, ListFilter, ListOrder};
-/// let filter = ListFilter::new()
-///     .prefix("job-")
-///     .state(KeyState::Held)
-///     .state(KeyState::Lapsed)
-///     .order(ListOrder::Expires)
-///     .limit(20);
-/// assert_eq!(filter.states, [KeyState::Held, KeyState::Lapsed]);
+/// let filter = ListFilter::new().prefix("job-").state(KeyState::Lapsed).order(ListOrder::Expires).limit(20);
+/// assert_eq!(filter.states, [KeyState::Lapsed]);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListFilter {
     /// Only keys starting with this prefix (byte-wise); empty for every key.
     pub prefix: String,
-    /// Only keys whose grant, held or lapsed, belongs to this owner (exact
-    /// match; a free key has no owner and never matches).
+    /// Only keys whose grant, held or lapsed, is this owner's (exact; free never matches).
     pub owner: Option<String>,
     /// Only keys in one of these states; empty for every state.
     pub states: Vec<KeyState>,
     /// The order of the rows.
     pub order: ListOrder,
-    /// At most this many rows, after filtering and ordering; `None` for
-    /// all. Zero is refused as [`LeaseError::InvalidInput`].
+    /// At most this many rows after filtering and ordering; `None` for all (0 is refused).
     pub limit: Option<u64>,
 }
 
@@ -166,24 +140,18 @@ impl ListFilter {
 pub struct ListedLease {
     /// The key.
     pub key: String,
-    /// The key's digest, hex SHA-256 of its UTF-8 bytes: what its release
-    /// notifications carry instead of the name.
+    /// The key's hex SHA-256, what its release notifications carry instead of the name.
     pub digest: String,
-    /// Held, lapsed or free, decided by `lease._live` as the row is read,
-    /// on the server's clock at or just after [`Listing::read_at`].
+    /// Decided by `lease._live` on the server's clock, at or just after [`Listing::read_at`].
     pub state: KeyState,
     /// The holder, or the lapsed grant's owner; `None` when free.
     pub owner: Option<String>,
-    /// The grant's epoch; for a free key, its counter (every epoch up to it
-    /// is stale).
+    /// The grant's epoch; for a free key, its counter (every epoch up to it is stale).
     pub epoch: Epoch,
-    /// The effective expiry (the later of the grant's own and its heartbeat
-    /// group's); `None` when free.
+    /// The effective expiry (later of the grant's and its group's); `None` when free.
     pub expires_at: Option<DateTime<Utc>>,
-    /// `expires_at` minus [`Listing::read_at`], both the server's: the time
-    /// left of a held grant (positive), or how long ago a lapsed one expired
-    /// (zero or negative, unless it lapsed while the listing was read);
-    /// `None` when free. No client clock is involved.
+    /// `expires_at` minus [`Listing::read_at`], both server time: time left if held,
+    /// since when if lapsed; `None` when free.
     pub remaining: Option<TimeDelta>,
 }
 
@@ -191,16 +159,13 @@ pub struct ListedLease {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listing {
-    /// The server's clock when the listing began reading rows: the instant
-    /// [`ListedLease::remaining`] refers to (present even when no key
-    /// matched).
+    /// The server's clock when the listing began reading, present even if nothing matched.
     pub read_at: DateTime<Utc>,
     /// The keys the filter selected, in its order.
     pub leases: Vec<ListedLease>,
 }
 
-/// The connection's [`crate::admin::Operator::list_leases`]: its documentation is
-/// there.
+/// The connection's [`crate::admin::Operator::list_leases`].
 pub(crate) async fn list_leases(
     conn: &mut impl Execute,
     filter: &ListFilter,
@@ -215,8 +180,7 @@ pub(crate) async fn list_leases(
     .await
 }
 
-/// [`list_leases`](crate::admin::Operator::list_leases) without its span and
-/// counters.
+/// [`list_leases`](crate::admin::Operator::list_leases) without span and counters.
 async fn list_leases_unobserved(
     conn: &mut impl Execute,
     filter: &ListFilter,
@@ -273,8 +237,7 @@ async fn list_leases_unobserved(
     Ok(Listing { read_at, leases })
 }
 
-/// Checks a filter before anything is sent; answers the row limit as the
-/// statement takes it.
+/// Checks a filter before sending; answers the row limit as the statement takes it.
 fn check(filter: &ListFilter) -> Result<i64, LeaseError> {
     let mut violations = Vec::new();
     if let Err(violation) = input::text("prefix", &filter.prefix) {

@@ -1,8 +1,5 @@
-//! Operating leasehold: installing and removing it (and asking whether it
-//! is installed), the operator calls ([`Operator`]: namespace
-//! rules, forced releases, the generation, pruning, listing keys), which
-//! are granted to nobody by default (docs/guide/security.md), and asking
-//! whether the connected role was granted one.
+//! Operating leasehold: install, uninstall and the installed check, and the
+//! [`Operator`] calls, granted to nobody by default (docs/guide/security.md).
 
 pub(crate) mod extension;
 pub(crate) mod listing;

@@ -1,20 +1,8 @@
-//! Operator actions (docs/SPECIFICATION.md §4): binding key namespaces to
-//! roles, listing and removing those bindings, and freeing a key whatever
-//! its state. (`fence`, the guard-side operator action, lives with the
-//! guards.)
-//!
-//! The SQL functions behind these are granted to nobody: the role that
-//! installed leasehold runs them, or grants EXECUTE on them to an operator
-//! role (docs/guide/security.md, "Security model"). Application roles cannot run them.
-//! They do not obey namespace rules: an operator acts on every name, which
-//! is what lets it repair a key whose role was dropped.
-//!
-//! A namespace rule binds a prefix to a role. A key or resource name is
-//! governed by the rule with the longest prefix it starts with; only members
-//! of that rule's role (and superusers) may act on it, and a rule whose role
-//! was dropped admits nobody. Without any rule every role may act on every
-//! name. Membership is judged for the *login* role (`session_user`), with
-//! every role it is a member of; `SET ROLE` changes nothing about it.
+//! Operator actions (docs/SPECIFICATION.md §4): namespace rules and forced
+//! releases. Their functions are granted to nobody (docs/guide/security.md) and
+//! ignore namespace rules, so an operator can repair a key whose role was dropped.
+//! A name is governed by its longest bound prefix; membership is judged for the
+//! login role (`session_user`), which `SET ROLE` does not change.
 
 use std::time::Duration;
 
@@ -36,8 +24,7 @@ use crate::telemetry;
 /// One namespace rule, as [`list_namespaces`](crate::admin::Operator::list_namespaces) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceRule {
-    /// The bound prefix: every key and resource name starting with it, for
-    /// which no longer bound prefix matches, is governed by this rule.
+    /// The bound prefix: names starting with it, with no longer bound prefix, follow this rule.
     pub prefix: String,
     /// Whose members may act on the names the rule governs.
     pub role: BoundRole,

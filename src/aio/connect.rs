@@ -1,17 +1,6 @@
-//! The async face's one way to open a connection: every connection it
-//! makes (the client's first one at build, each one its pool opens, and
-//! [`connect`] for a caller's own) goes through [`connect`], which bounds
-//! the whole attempt by `connect_timeout` as libpq bounds the sync face's.
-//!
-//! Why not `AsyncPgConnection::establish` alone: tokio-postgres applies
-//! `connect_timeout` to the TCP connect only, so a server that accepts the
-//! connection and never answers (a stopped postmaster, a hung proxy) kept
-//! the startup, authentication and first statements waiting for ever; and
-//! diesel-async turns the driver's error into its first line ("error
-//! connecting to server"), dropping the reason (`Connection refused`, the
-//! server's FATAL). Here the driver connects, its error is kept as the
-//! source, and diesel-async's session setup (its first statements) runs
-//! inside the same bound.
+//! The async face's one way to open a connection, bounding the whole attempt by
+//! `connect_timeout` as libpq does: tokio-postgres bounds only the TCP connect, and
+//! diesel-async drops the driver's reason, which is kept here as the source.
 
 use diesel_async::AsyncPgConnection;
 
@@ -20,23 +9,9 @@ use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
 use crate::error::LeaseError;
 use crate::libpq::{with_connect_timeout, ConnectBound};
 
-/// Opens an `AsyncPgConnection` to `database_url` (libpq's URL or key-value
-/// form, as tokio-postgres reads it), each host's attempt (TCP, startup,
-/// authentication and the session's first statements) bounded by the
-/// URL's `connect_timeout`: the URL's own, else `PGCONNECT_TIMEOUT`'s,
-/// else 5 s; zero asks to wait indefinitely, as it does for libpq. The
-/// sync face's rule, read by the same code. As libpq does, the hosts the
-/// URL lists are tried in turn (in a random order with
-/// `load_balance_hosts=random`), and a host that fails or runs out its
-/// bound (one that accepts and never answers included) passes the attempt
-/// to the next: a hung old primary does not keep a failover URL from the
-/// new one. When every host fails, the error is the reason of the last
-/// host that gave one, or [`LeaseError::ConnectTimedOut`] if every host ran out
-/// its bound.
-///
-/// For [`AsyncLeases`](super::AsyncLeases) on a connection of the
-/// caller's own, instead of `AsyncPgConnection::establish`, which bounds
-/// only the TCP connect and reports a refusal without its reason.
+/// Opens an `AsyncPgConnection` to `database_url`, each host tried in turn as libpq
+/// does and bounded by `connect_timeout` (the sync rule, same code), so a hung old
+/// primary does not keep a failover URL from the new one. Use it instead of `establish`.
 pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, LeaseError> {
     let bound = ConnectBound::of(database_url);
     let config: Config = with_connect_timeout(database_url)
@@ -73,9 +48,7 @@ pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, LeaseError
     }))
 }
 
-/// `config` split into one configuration per host it lists, each with that
-/// host's address and port and every other setting, in the order
-/// tokio-postgres would try them; `config` itself when it lists no host.
+/// `config` split into one configuration per host, in tokio-postgres's order.
 fn one_config_per_host(config: &Config) -> Vec<Config> {
     let hosts = config.get_hosts();
     let addresses = config.get_hostaddrs();
@@ -90,8 +63,7 @@ fn one_config_per_host(config: &Config) -> Vec<Config> {
     order.into_iter().map(|n| for_host(config, n)).collect()
 }
 
-/// `config` with only its host number `n` (its name or socket directory,
-/// its address, its port: one port given serves every host).
+/// `config` with only host number `n` (one port given serves every host).
 fn for_host(config: &Config, n: usize) -> Config {
     let mut one = Config::new();
     if let Some(user) = config.get_user() {
@@ -152,9 +124,7 @@ fn for_host(config: &Config, n: usize) -> Config {
     one
 }
 
-/// Puts `order` in a random order (Fisher-Yates), drawing from the
-/// standard library's per-process random hash keys: good enough to spread
-/// connections over hosts, with no random-number crate.
+/// Fisher-Yates from std's per-process random hash keys: no random-number crate.
 fn shuffle(order: &mut [usize]) {
     use std::hash::{BuildHasher, Hasher};
     let keys = std::collections::hash_map::RandomState::new();
@@ -166,8 +136,7 @@ fn shuffle(order: &mut [usize]) {
     }
 }
 
-/// [`connect`] for the pool's manager, whose error type is diesel's: the
-/// whole message, reason included, as its text.
+/// [`connect`] for the pool's manager, the reason kept in diesel's error text.
 pub(super) async fn connect_for_pool(
     database_url: &str,
 ) -> diesel::ConnectionResult<AsyncPgConnection> {
@@ -186,8 +155,7 @@ pub(super) async fn connect_for_pool(
 mod tests {
     use super::*;
 
-    /// What one host's configuration names: host, address, port, and the
-    /// settings every host shares.
+    /// A host configuration's host, address, port and shared settings.
     fn described(config: &Config) -> String {
         format!(
             "{:?} {:?} {:?} user={:?} db={:?} timeout={:?} attrs={:?} app={:?}",

@@ -1,26 +1,12 @@
-//! [`Keeper`] as tokio tasks: the sync [`crate::Keeper`]'s heartbeat and
-//! deadline, with the loss as a future a task can `select!` on.
-//!
-//! The rules are the sync keeper's (its module documentation has the
-//! reasoning), from the same code: the schedule and its checks
-//! (`hold::schedule`: defaults, `safe_until = sent + ttl - margin`, how
-//! often a release refused by a read-only server is sent again), the renew
-//! (`lease::renew`, the operation both faces run) and the loss's
-//! telemetry. What differs is only how the two loops wait: the renewer and
-//! the deadline monitor are two tasks instead of two threads, and they
-//! wake on a `tokio::sync::watch` of the keeper's state instead of a
-//! condvar. As in the sync keeper, the monitor declares the loss when the
-//! deadline passes without touching a renew in flight, and nothing ever
-//! cancels a renew: [`Keeper::stop`] waits for it.
+//! [`Keeper`] as tokio tasks: the sync [`crate::Keeper`]'s rules from the same code
+//! (`hold::schedule`, `lease::renew`), its renewer and monitor as tasks woken by a
+//! `watch`, the loss as a future to `select!` on. Nothing cancels a renew in flight.
 //!
 //! ```no_run
 //! # async fn demo(client: &leasehold::aio::AsyncLeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
 //! let keeper = leasehold::aio::Keeper::start(client, lease).await?;
-//! tokio::select! {
-//!     loss = keeper.lost() => eprintln!("lease lost: {loss:?}; stop working"),
-//!     () = async { /* ... the work, presenting keeper.token() to guards ... */ } => {}
-//! }
-//! keeper.stop().await?; // releases
+//! tokio::select! { loss = keeper.lost() => eprintln!("lost: {loss:?}"), () = async { /* work */ } => {} }
+//! keeper.stop().await?;
 //! # Ok(()) }
 //! ```
 
@@ -70,15 +56,13 @@ pub struct KeeperBuilder {
 }
 
 impl KeeperBuilder {
-    /// The ttl each renew asks for (default: the lease's own
-    /// [`Lease::ttl`]).
+    /// The ttl each renew asks for (default: the lease's [`Lease::ttl`]).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
-    /// Time between renews (default ttl / 3). Must be shorter than
-    /// ttl - margin, or the lease would lapse between renews.
+    /// Time between renews (default ttl / 3); shorter than ttl - margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -90,15 +74,13 @@ impl KeeperBuilder {
         self
     }
 
-    /// How much earlier than `sent + ttl` the deadline lies (default
-    /// ttl / 10). Must be shorter than the ttl.
+    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
     pub fn margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
     }
 
-    /// Validates, renews once (establishing the first deadline) and spawns
-    /// the keeper's two tasks on the current tokio runtime.
+    /// Validates, renews once for the first deadline, spawns the two tasks.
     pub async fn start(self) -> Result<Keeper, LeaseError> {
         let schedule =
             Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
@@ -145,17 +127,9 @@ impl KeeperBuilder {
     }
 }
 
-/// Keeps one grant alive with two tokio tasks, a renewer and a deadline
-/// monitor: the sync [`crate::Keeper`]'s schedule, deadline and loss rules
-/// (its documentation has them), with the loss as a future,
-/// [`Keeper::lost`], that a task `select!`s on beside its work. Nothing
-/// cancels a renew in flight: the monitor declares the loss when the
-/// deadline passes while a renew hangs, and [`Keeper::stop`] waits for it.
-///
-/// Dropping it stops the tasks (at their next wake-up; a renew in flight
-/// finishes first) and releases the lease from a task of its own, best
-/// effort; [`Keeper::stop`] does the same and says what the release
-/// answered.
+/// Keeps one grant alive with a renewer and a deadline monitor task, by the sync
+/// [`crate::Keeper`]'s rules; [`Keeper::lost`] is the loss as a future. Dropping it
+/// stops the tasks and releases from a task of its own, best effort.
 pub struct Keeper {
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
@@ -177,8 +151,7 @@ pub(super) struct Shared {
     schedule: Schedule,
     /// Origin of `valid_until`.
     base: Instant,
-    /// Nanoseconds after `base` until which the lease is safe; 0 once lost
-    /// or stopped. Read without a lock by `is_valid`.
+    /// Nanoseconds after `base` the lease is safe until; 0 once lost or stopped (lock-free).
     valid_until: AtomicU64,
     state: watch::Sender<State>,
 }
@@ -186,8 +159,7 @@ pub(super) struct Shared {
 enum RenewResult {
     Renewed,
     Refused(Refusal),
-    /// Succeeded after the keeper gave up or began stopping: ignored, loss
-    /// is final.
+    /// Succeeded after the keeper gave up or began stopping: loss is final.
     Ignored,
 }
 
@@ -287,8 +259,7 @@ impl Shared {
         }
     }
 
-    /// Renews every `renew_every`, retries failures every `retry_every`,
-    /// until the lease is lost or the keeper stops.
+    /// Renews every `renew_every`, retrying failures, until lost or stopped.
     async fn renew_loop(self: Arc<Self>) {
         let mut changes = self.state.subscribe();
         let mut next = changes.borrow().last_sent + self.schedule.renew_every;
@@ -324,8 +295,7 @@ impl Shared {
         }
     }
 
-    /// Declares the loss when the deadline passes without a renew, however
-    /// long a renew call may hang.
+    /// Declares the loss when the deadline passes, however long a renew hangs.
     async fn monitor_loop(self: Arc<Self>) {
         let mut changes = self.state.subscribe();
         loop {
@@ -347,8 +317,7 @@ impl Shared {
         }
     }
 
-    /// Marks the keeper stopping (its tasks end at their next wake-up);
-    /// answers the refusal when a renew already said the lease is gone.
+    /// Marks the keeper stopping; the refusal if a renew already said the lease is gone.
     fn begin_stop(&self) -> Option<Refusal> {
         let mut refused = None;
         self.state.send_modify(|state| {
@@ -361,8 +330,7 @@ impl Shared {
         refused
     }
 
-    /// Releases the lease, sending the release again after a read-only
-    /// server's refusal as the sync keeper does.
+    /// Releases, resending after a read-only refusal as the sync keeper does.
     async fn release(&self) -> Result<Release, LeaseError> {
         let mut attempts = schedule::release_attempts(self.client.pool.status().max_size);
         loop {
@@ -379,9 +347,7 @@ impl Shared {
 }
 
 impl Keeper {
-    /// Starts keeping `lease` alive with the default settings, renewing it
-    /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
-    /// returning.
+    /// Keeps `lease` alive with the defaults on `client`'s pool; renews once first.
     pub async fn start(client: &AsyncLeaseClient, lease: Lease) -> Result<Keeper, LeaseError> {
         Self::builder(client, lease).start().await
     }
@@ -408,47 +374,38 @@ impl Keeper {
         &self.shared.lease
     }
 
-    /// Until when the holder may act on the lease: the last successful
-    /// renew's send instant + ttl - margin (client monotonic clock).
+    /// Until when the holder may act: last renew's send + ttl - margin (monotonic).
     pub fn safe_until(&self) -> Instant {
         self.shared.safe_until()
     }
 
-    /// The server's expiry after the last successful renew (server clock,
-    /// for display; decide with [`Keeper::is_valid`]).
+    /// The server's expiry after the last renew, for display.
     pub fn expires_at(&self) -> Option<DateTime<Utc>> {
         self.shared.state.borrow().expires_at
     }
 
-    /// Whether the lease is safe to act on right now: not lost, not
-    /// stopped, and before `safe_until`. One atomic load and a clock read.
+    /// Whether the lease is safe to act on right now; one atomic load and a clock read.
     pub fn is_valid(&self) -> bool {
         self.shared.is_valid()
     }
 
-    /// Why the lease is lost, if it is (including a deadline that passed
-    /// and is about to be reported).
+    /// Why the lease is lost, if it is (a passed deadline included).
     pub fn loss(&self) -> Option<LeaseLoss> {
         self.shared.loss()
     }
 
-    /// Resolves when the lease is lost, with the loss: the future a task
-    /// that holds the lease `select!`s on beside its work. `None` once the
-    /// keeper stopped without a loss. Cancel-safe: dropping it changes
-    /// nothing, and it may be called any number of times.
+    /// Resolves with the loss, for `select!` beside the work; `None` once stopped
+    /// without one. Cancel-safe.
     pub fn lost(&self) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send + 'static {
         self.shared.lost()
     }
 
-    /// The state the keeper's tasks share, for `run_while_held`'s work
-    /// context, which outlives no keeper but must not borrow one.
+    /// The shared state, for `run_while_held`'s context, which must not borrow the keeper.
     pub(super) fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
     }
 
-    /// Stops renewing, waits for the keeper's tasks (a renew in flight
-    /// finishes first), and releases the lease. Returns what the release
-    /// answered ([`Release::Refused`] when the lease was already lost).
+    /// Stops renewing, waits for the tasks and releases; [`Release::Refused`] if already lost.
     pub async fn stop(mut self) -> Result<Release, LeaseError> {
         let refused = self.shared.begin_stop();
         for task in self.tasks.drain(..) {
@@ -460,9 +417,7 @@ impl Keeper {
         self.shared.release().await
     }
 
-    /// Stops renewing and keeps the grant: nothing is released, and the
-    /// grant lapses at the expiry of the last renew unless the caller
-    /// renews or releases it. Returns the lease, for that call.
+    /// Stops renewing and keeps the grant, which lapses unless the caller renews or releases it.
     pub async fn stop_renewing(mut self) -> Lease {
         self.shared.begin_stop();
         for task in self.tasks.drain(..) {
@@ -473,9 +428,7 @@ impl Keeper {
 }
 
 impl Drop for Keeper {
-    /// Stops the tasks and releases the lease from a task of its own once
-    /// they ended (best effort: without a runtime, or on an error, the
-    /// lease lapses at its expiry).
+    /// Stops the tasks and releases from a task of its own (best effort).
     fn drop(&mut self) {
         if self.tasks.is_empty() {
             return;

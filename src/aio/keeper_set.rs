@@ -1,8 +1,5 @@
-//! [`KeeperSet`] as tokio tasks: the sync [`crate::hold::KeeperSet`] (one
-//! heartbeat call for a set of one owner's grants, each key lost on its
-//! own) from the same code, its heartbeat, bookkeeping and release
-//! (`hold::keeper_set`, whose calls run here on the async client's
-//! pool), with its two loops as tasks and the losses as futures.
+//! [`KeeperSet`] as tokio tasks: the sync [`crate::hold::KeeperSet`]'s code run
+//! on the async pool, its loops as tasks and each key's loss as a future.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,15 +22,13 @@ pub struct KeeperSetBuilder {
 }
 
 impl KeeperSetBuilder {
-    /// The ttl each heartbeat asks for (default: the shortest
-    /// [`Lease::ttl`] of the set).
+    /// The ttl each heartbeat asks for (default: the set's shortest [`Lease::ttl`]).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = Some(ttl);
         self
     }
 
-    /// Time between heartbeats (default ttl / 3). Must be shorter than
-    /// ttl - margin.
+    /// Time between heartbeats (default ttl / 3); shorter than ttl - margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.settings.renew_every = Some(every);
         self
@@ -45,24 +40,20 @@ impl KeeperSetBuilder {
         self
     }
 
-    /// How much earlier than `sent + ttl` the deadline lies (default
-    /// ttl / 10). Must be shorter than the ttl.
+    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
     pub fn margin(mut self, margin: Duration) -> Self {
         self.settings.margin = Some(margin);
         self
     }
 
-    /// Called (on one of the set's tasks) for every heartbeat, failed
-    /// heartbeat, and each lost key. Keep it short.
+    /// Called on a set's task for every heartbeat, failure and lost key; keep it short.
     pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
         self.settings.on_event = Some(Box::new(handler));
         self
     }
 
-    /// Validates (the rules of the sync set's
-    /// [`start`](crate::hold::KeeperSetBuilder::start)), sends the first
-    /// heartbeat and spawns the set's two tasks on the current tokio
-    /// runtime.
+    /// Validates as [`start`](crate::hold::KeeperSetBuilder::start) does, sends the
+    /// first heartbeat and spawns the two tasks.
     pub async fn start(self) -> Result<KeeperSet, LeaseError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
             LeaseError::Spawn(std::io::Error::other(format!(
@@ -80,14 +71,9 @@ impl KeeperSetBuilder {
     }
 }
 
-/// Keeps a set of one owner's grants alive with two tokio tasks, one call
-/// per heartbeat: the sync [`crate::hold::KeeperSet`]'s rules (its
-/// documentation has them), with each key's loss as a future,
-/// [`KeeperSet::lost`], that the task working on that key `select!`s on.
-///
-/// Dropping it stops the tasks and releases the kept keys from a task of
-/// its own, best effort; [`KeeperSet::stop`] does the same and answers
-/// per key.
+/// Keeps one owner's grants alive in one call per heartbeat, by the sync
+/// [`crate::hold::KeeperSet`]'s rules; [`KeeperSet::lost`] is a key's loss as a
+/// future. Dropping it releases the keys from a task of its own, best effort.
 pub struct KeeperSet {
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
@@ -103,9 +89,7 @@ impl std::fmt::Debug for KeeperSet {
 }
 
 impl KeeperSet {
-    /// Starts keeping `leases` (one owner's, distinct keys) alive with the
-    /// default settings, on `client`'s pool; sends the first heartbeat
-    /// before returning.
+    /// Keeps `leases` (one owner's, distinct keys) alive with the defaults; heartbeats once first.
     pub async fn start(
         client: &AsyncLeaseClient,
         leases: Vec<Lease>,
@@ -123,9 +107,7 @@ impl KeeperSet {
 
     set_accessors!();
 
-    /// Resolves when `key` is lost, with its loss: the future the task
-    /// working on `key` `select!`s on. `None` once the set stopped first,
-    /// or at once for a key not in the set. Cancel-safe.
+    /// Resolves with `key`'s loss; `None` once stopped, or at once for a key not in the set.
     pub fn lost(
         &self,
         key: &str,
@@ -135,9 +117,7 @@ impl KeeperSet {
         async move { shared.key_lost(&key).await }
     }
 
-    /// Resolves when more than `seen` keys are lost, or the set stops;
-    /// answers every loss so far. Pass the length of the last answer to
-    /// wait for the next loss.
+    /// Resolves when more than `seen` keys are lost, or the set stops, with every loss so far.
     pub fn losses_after(
         &self,
         seen: usize,
@@ -146,9 +126,7 @@ impl KeeperSet {
         async move { shared.losses_after(seen).await }
     }
 
-    /// Stops renewing, waits for the set's tasks (a heartbeat in flight
-    /// finishes first), and releases every key not refused in one call.
-    /// Answers per key, in the order the leases were given.
+    /// Stops, waits for the tasks and releases the unrefused keys in one call, per key in order.
     pub async fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
         let refused = self.shared.begin_stop();
         for task in self.tasks.drain(..) {
@@ -159,9 +137,7 @@ impl KeeperSet {
 }
 
 impl Drop for KeeperSet {
-    /// Stops the tasks and releases the kept keys from a task of its own
-    /// once they ended (best effort: without a runtime, or on an error,
-    /// the leases lapse at their expiry).
+    /// Stops the tasks and releases the keys from a task of its own (best effort).
     fn drop(&mut self) {
         if self.tasks.is_empty() {
             return;

@@ -1,25 +1,11 @@
-//! [`ReleaseWatch`] for tasks: the sync watch's release events
-//! (`crate::wait::ReleaseWatch`), read with `.await` instead of a blocked
-//! thread.
-//!
-//! It is the sync watch itself, on the same shared listener, with the same
-//! registrations, limits and events; only the reads that wait differ: the
-//! listener's delivery wakes a `tokio::sync::Notify` beside the condvar a
-//! blocking read waits on.
+//! [`ReleaseWatch`] for tasks: the sync watch on the same listener, its reads
+//! awaiting a `tokio::sync::Notify` the listener wakes beside the condvar.
 //!
 //! ```no_run
 //! # async fn demo(waiter: &leasehold::aio::LeaseWaiter) -> Result<(), leasehold::LeaseError> {
-//! use std::time::Duration;
-//! use leasehold::wait::ReleaseEvent;
 //! let watch = waiter.watch_releases(["job-1", "job-2"])?;
-//! watch.wait_armed(Duration::from_secs(15)).await;
-//! // ... read the keys' state ...
-//! loop {
-//!     match watch.recv().await {
-//!         ReleaseEvent::Released { key } => println!("{key} was released"),
-//!         _ => println!("releases may have been missed: read the keys' state again"),
-//!     }
-//! }
+//! watch.wait_armed(std::time::Duration::from_secs(15)).await; // then read the keys' state
+//! loop { println!("{:?}", watch.recv().await) }
 //! # }
 //! ```
 
@@ -28,12 +14,8 @@ use std::time::Duration;
 use crate::error::LeaseError;
 use crate::wait::ReleaseEvent;
 
-/// A stream of release wake-ups for a set of keys, from
-/// [`LeaseWaiter::watch_releases`](super::LeaseWaiter::watch_releases);
-/// the sync [`crate::wait::ReleaseWatch`] with awaitable reads. Events
-/// queue while nobody reads them, at most one per key plus one resync.
-/// Dropping it withdraws its keys' registrations, unless a waiter or
-/// another watch of the process still needs them.
+/// Release wake-ups for a set of keys: the sync [`crate::wait::ReleaseWatch`] with
+/// awaitable reads, queueing at most one event per key plus one resync.
 #[derive(Debug)]
 pub struct ReleaseWatch {
     watch: crate::wait::ReleaseWatch,
@@ -44,15 +26,12 @@ impl ReleaseWatch {
         Self { watch }
     }
 
-    /// The oldest event not yet read, waiting as long as it takes.
-    /// Cancel-safe: an event is taken from the queue only when the future
-    /// resolves with it.
+    /// The oldest unread event; cancel-safe (taken only when the future resolves).
     pub async fn recv(&self) -> ReleaseEvent {
         self.watch.recv_async().await
     }
 
-    /// The oldest event not yet read, waiting up to `timeout`; `None` when
-    /// none came.
+    /// The oldest unread event, waiting up to `timeout`.
     pub async fn recv_timeout(&self, timeout: Duration) -> Option<ReleaseEvent> {
         tokio::time::timeout(timeout, self.recv()).await.ok()
     }
@@ -62,11 +41,8 @@ impl ReleaseWatch {
         self.watch.try_recv()
     }
 
-    /// Resolves when every watched key is registered or refused in a
-    /// listener session that is up, or `timeout` passes; answers how many
-    /// are armed then. Read the keys' state after it: a release from then
-    /// on is reported. (It waits on a blocking-pool thread: a start-up
-    /// step, not a loop.)
+    /// Resolves when every key is armed or refused, or `timeout` passes; answers how
+    /// many are armed. Read the keys' state after it. (Waits on a blocking-pool thread.)
     pub async fn wait_armed(&self, timeout: Duration) -> usize {
         let (listener, keys) = self.watch.settle_parts();
         tokio::task::spawn_blocking(move || {
@@ -77,8 +53,7 @@ impl ReleaseWatch {
         .unwrap_or(0)
     }
 
-    /// Adds `key` to the watched keys, as
-    /// [`crate::wait::ReleaseWatch::add`] does.
+    /// Adds `key`, as [`crate::wait::ReleaseWatch::add`] does.
     pub fn add(&mut self, key: &str) -> Result<bool, LeaseError> {
         self.watch.add(key)
     }
@@ -108,8 +83,7 @@ impl ReleaseWatch {
         self.watch.keys()
     }
 
-    /// How many watched keys are armed (see
-    /// [`crate::wait::ReleaseWatch::armed`]).
+    /// How many watched keys are armed ([`crate::wait::ReleaseWatch::armed`]).
     pub fn armed(&self) -> usize {
         self.watch.armed()
     }

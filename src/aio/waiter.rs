@@ -1,24 +1,11 @@
-//! [`LeaseWaiter`] for tasks: waits for a key woken by release
-//! notifications, without a thread per waiter.
-//!
-//! The listener is the sync waiters' own: one session per listen URL for
-//! the whole process (its thread reads `LISTEN lease_released`), shared by
-//! every waiter, sync or async, of that URL. A waiting task parks on the
-//! key's slot as a waiting thread does, through a `tokio::sync::Notify`
-//! that every wake-up of the slot also notifies, so a thousand waiting
-//! tasks cost a thousand small futures, not a thousand threads. The
-//! attempts (`wait::attempt_step`) and the rules between them
-//! (`wait::Rounds`: when to retry at once, when to sleep until the
-//! holder's expiry, when to poll because the listener is down) are the
-//! sync waiter's own code.
+//! [`LeaseWaiter`] for tasks: parks on the key's slot through a `Notify` instead of
+//! a thread, on the sync waiters' shared listener, with their attempt and rounds code.
 //!
 //! ```no_run
 //! # async fn demo(client: &leasehold::aio::AsyncLeaseClient) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! let waiter = leasehold::aio::LeaseWaiter::new(client);
-//! let lease = waiter
-//!     .acquire("job-42", "worker-a1", Duration::from_secs(30), Duration::from_secs(60))
-//!     .await?;
+//! let lease = waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Duration::from_secs(60)).await?;
 //! # let _ = lease; Ok(()) }
 //! ```
 
@@ -43,8 +30,7 @@ use crate::wait::{
     attempt_step, ListenerStatus, Round, Rounds, Step, Wait, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
 };
 
-/// Acquires keys waiting on release notifications, as the sync
-/// [`crate::wait::LeaseWaiter`] does, from tasks. Cheap to clone.
+/// Acquires keys woken by release notifications, as [`crate::wait::LeaseWaiter`], from tasks.
 #[derive(Clone)]
 pub struct LeaseWaiter {
     client: AsyncLeaseClient,
@@ -79,16 +65,13 @@ impl LeaseWaiterBuilder {
         self
     }
 
-    /// Safety-net re-check interval while the listener is connected
-    /// (default 5 s).
+    /// Safety-net re-check interval while the listener is connected (default 5 s).
     pub fn recheck_every(mut self, every: Duration) -> Self {
         self.recheck_every = every;
         self
     }
 
-    /// Builds the waiter; the listener of the client's listen URL connects
-    /// in the background if it is not up yet. Zero intervals are raised to
-    /// one millisecond.
+    /// Builds the waiter (the listener connects in the background); zero intervals become 1 ms.
     pub fn build(self) -> LeaseWaiter {
         let floor = Duration::from_millis(1);
         LeaseWaiter {
@@ -101,8 +84,7 @@ impl LeaseWaiterBuilder {
 }
 
 impl LeaseWaiter {
-    /// A waiter whose attempts run on `client`'s pool and whose wake-ups
-    /// come from the shared listener of the client's listen URL.
+    /// A waiter on `client`'s pool and the shared listener of its listen URL.
     pub fn new(client: &AsyncLeaseClient) -> Self {
         Self::builder(client).build()
     }
@@ -121,10 +103,8 @@ impl LeaseWaiter {
         self.listener.status()
     }
 
-    /// Resolves when the listener session is up, or after `timeout`;
-    /// answers whether it is up. Waiting works without it (by polling), so
-    /// this is for start-up checks and tests. (It waits on a blocking-pool
-    /// thread for that long: a start-up check, not a waiter.)
+    /// Resolves when the listener is up or after `timeout`; for start-up checks (waiting
+    /// works without it, by polling). Waits on a blocking-pool thread.
     pub async fn wait_until_listening(&self, timeout: Duration) -> bool {
         let listener = self.listener.clone();
         tokio::task::spawn_blocking(move || listener.wait_connected(timeout))
@@ -132,16 +112,12 @@ impl LeaseWaiter {
             .unwrap_or(false)
     }
 
-    /// How many waiters of this process, threads and tasks, are parked on
-    /// `key` with its release notification armed. For tests and
-    /// monitoring.
+    /// How many waiters of this process are parked on `key`, armed; for tests and monitoring.
     pub fn armed_waiters(&self, key: &str) -> usize {
         self.listener.armed_waiters(key)
     }
 
-    /// A stream of release events for `keys`, as the sync
-    /// [`crate::wait::LeaseWaiter::watch_releases`] makes one (same
-    /// listener, registrations, limits and errors), read with `.await`.
+    /// Release events for `keys`, as [`crate::wait::LeaseWaiter::watch_releases`], awaitable.
     pub fn watch_releases<I, K>(&self, keys: I) -> Result<ReleaseWatch, LeaseError>
     where
         I: IntoIterator<Item = K>,
@@ -150,14 +126,9 @@ impl LeaseWaiter {
         crate::wait::ReleaseWatch::start(self.listener.clone(), keys).map(ReleaseWatch::new)
     }
 
-    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.
-    ///
-    /// Dropping the future stops the wait, and strands no grant: an
-    /// attempt in flight runs in a task of its own, finishes, and releases
-    /// a grant it got once it finds nobody waiting for it (best effort: on
-    /// an error the grant lapses at its ttl). To stop a wait with an
-    /// answer, [`LeaseError::Cancelled`], use
-    /// [`acquire_cancellable`](Self::acquire_cancellable).
+    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says. Dropping the
+    /// future strands no grant: an attempt in flight finishes in its own task and
+    /// releases what nobody took. For an answer, [`acquire_cancellable`](Self::acquire_cancellable).
     pub async fn acquire(
         &self,
         key: &str,
@@ -174,10 +145,8 @@ impl LeaseWaiter {
         .await
     }
 
-    /// Like [`acquire`](Self::acquire), returning
-    /// [`LeaseError::Cancelled`] once `cancel` resolves; the cancellation is
-    /// seen between attempts, never during one, so an attempt that was
-    /// granted is answered rather than released.
+    /// [`acquire`](Self::acquire) answering [`LeaseError::Cancelled`] once `cancel`
+    /// resolves, seen between attempts, so a granted attempt is answered.
     pub async fn acquire_cancellable(
         &self,
         key: &str,
@@ -261,10 +230,8 @@ impl LeaseWaiter {
         self.spawn_attempt(key, owner, ttl, true).await
     }
 
-    /// Runs one attempt (with the holder's remaining time when `inspect`)
-    /// in a task of its own, so that dropping the waiting future while the
-    /// attempt is in flight strands no grant: whichever side sees that the
-    /// other is gone releases a grant nobody took ([`Unclaimed`]).
+    /// Runs one attempt in its own task, so a dropped waiting future strands no grant
+    /// ([`Unclaimed`]).
     async fn spawn_attempt(
         &self,
         key: &str,
@@ -302,9 +269,7 @@ impl LeaseWaiter {
         };
         match (&mut unclaimed.taken).await {
             Ok(step) => step,
-            // The task ended without answering: its panic is the caller's,
-            // as an attempt's panic is on the sync face; else the runtime
-            // is shutting down, which closes the pool's use too.
+            // No answer: a panic is the caller's (as on the sync face); else the runtime is shutting down.
             Err(_) => match task.await {
                 Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
                 _ => Err(LeaseError::AsyncPool(
@@ -315,10 +280,8 @@ impl LeaseWaiter {
     }
 }
 
-/// The waiting side of an attempt in flight. Dropped before it read the
-/// answer (the waiting future was dropped), it closes the channel, so the
-/// attempt's task cannot answer any more and releases a grant itself, and
-/// releases a grant that was answered already.
+/// The waiting side of an attempt in flight: dropped unread, it closes the channel so
+/// the task releases its grant, and releases one already answered.
 struct Unclaimed {
     taken: oneshot::Receiver<Result<Step, LeaseError>>,
     pool: Pool<AsyncPgConnection>,
@@ -335,8 +298,7 @@ impl Drop for Unclaimed {
     }
 }
 
-/// Releases a grant nobody holds, best effort: on an error it lapses at its
-/// ttl, as it would have without the release.
+/// Releases a grant nobody holds, best effort (else it lapses at its ttl).
 async fn release_unclaimed(pool: Pool<AsyncPgConnection>, lease: Lease) {
     if let Ok(mut conn) = checkout(&pool).await {
         let released = crate::lease::release(&mut *conn, lease.token()).await;

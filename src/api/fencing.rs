@@ -1,5 +1,3 @@
-//! [`Fencing`]: the database guard's calls.
-
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 
@@ -11,44 +9,9 @@ use crate::sql::execute::finish;
 
 use super::sealed::{OnConnection, Token};
 
-/// The database guard: admit a token for a resource in the caller's
-/// transaction ([`admit`](Fencing::admit)), or run a closure's writes
-/// behind the admission ([`run_fenced`](Fencing::run_fenced)); fence a
-/// resource and read its record (docs/SPECIFICATION.md §2).
+/// The database guard's calls, run in the caller's transaction (docs/SPECIFICATION.md §2).
 pub trait Fencing: OnConnection {
-    /// Admits `grant` (a [`Lease`](crate::Lease) or a [`FencingToken`]; "the token"
-    /// below) for `resource` in the caller's current transaction, with the
-    /// strength `check` asks for:
-    ///
-    /// - [`Check::Token`]: compares the token's epoch with the resource's
-    ///   record (G1–G5) and raises the record to it;
-    /// - [`Check::LeaseHeld`]: also requires the lease to be held right now
-    ///   by the token's owner and epoch, and keeps it so until the caller's
-    ///   transaction ends (G6: a takeover waits);
-    /// - [`Check::RenewAndAdmit`]: also renews the lease by the given ttl in
-    ///   the same transaction, so the heartbeat commits only with the write.
-    ///
-    /// A stale token fails with [`LeaseError::StaleEpoch`], a token of
-    /// another key with [`LeaseError::WrongLeaseKey`]. The first admission
-    /// registers the resource as fenced by the token's key. Answers the
-    /// lease's expiry when the check read the lease (`LeaseHeld`: as it is;
-    /// `RenewAndAdmit`: the new one, valid once committed), `None` for
-    /// `Check::Token`.
-    ///
-    /// Call it inside a transaction and write after it; outside one it commits
-    /// at once and protects nothing.
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection, token: &leasehold::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
-    /// use diesel::Connection;
-    /// use leasehold::guard::{Check, Fencing};
-    /// conn.transaction::<_, Box<dyn std::error::Error>, _>(|conn| {
-    ///     conn.admit("invoices", token, Check::LeaseHeld)?;
-    ///     // ... the writes the token protects ...
-    ///     Ok(())
-    /// })?;
-    /// # Ok(()) }
-    /// ```
+    /// Admits `grant` for `resource` at `check`'s strength (G1–G6); outside a transaction it protects nothing.
     fn admit(
         &mut self,
         resource: &str,
@@ -65,9 +28,7 @@ pub trait Fencing: OnConnection {
         })
     }
 
-    /// Checks that the token's lease is held right now by its owner and epoch,
-    /// and keeps it so until the caller's transaction ends (a takeover waits).
-    /// Returns the lease's expiry.
+    /// Checks the token's lease is held, and keeps it so until the transaction ends.
     fn check_held(
         &mut self,
         grant: &impl AsRef<FencingToken>,
@@ -77,14 +38,9 @@ pub trait Fencing: OnConnection {
         })
     }
 
-    /// Presents the token for the writes of the caller's current transaction
-    /// to the tables its key fences (docs/SPECIFICATION.md §2.1): each write
-    /// there checks that the token is the key's live grant and keeps the
-    /// lease from being taken over until the transaction ends. The token
-    /// authorises nothing after the transaction (or the savepoint it was
-    /// presented in) ends. Outside a transaction it ends at once, so call
-    /// it inside one, before the writes; [`run_fenced`](Fencing::run_fenced)
-    /// presents its token itself.
+    /// Presents the token for the writes of the caller's current transaction to
+    /// the tables its key fences (docs/SPECIFICATION.md §2.1); it authorises
+    /// nothing after that transaction, or the savepoint it was made in, ends.
     ///
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {
@@ -103,14 +59,8 @@ pub trait Fencing: OnConnection {
         })
     }
 
-    /// Operator action: refuses every epoch up to and including `up_to` for
-    /// `resource` from now on, without writing anything else. Registers the
-    /// resource as fenced by `lease_key` if it is new. Returns the new record
-    /// (the lowest epoch admitted).
-    ///
-    /// Typical use: after a holder lapsed or released, fence through the counter
-    /// `inspect` reports, so even a writer that never saw the takeover is
-    /// refused before the next holder writes.
+    /// Operator action: refuses every epoch up to `up_to` for `resource`, so a
+    /// writer that never saw a takeover is refused before the next holder writes.
     fn fence(
         &mut self,
         resource: &str,
@@ -124,30 +74,21 @@ pub trait Fencing: OnConnection {
         })
     }
 
-    /// A resource's guard record; `None` if nothing was ever admitted or fenced
-    /// for it.
+    /// A resource's guard record; `None` if nothing was ever admitted or fenced.
     fn inspect_guard(&mut self, resource: &str) -> Result<Option<GuardRecord>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::guard::database::inspect_guard(conn, resource))
         })
     }
 
-    /// Runs `work` as a fenced transaction: admit the token for `resource` with
-    /// the chosen [`Check`], [present](Fencing::present) it for fenced
-    /// tables, run the caller's writes, commit. Any refusal or error rolls
-    /// everything back, the guard record included.
-    ///
-    /// Inside an open transaction this runs in a savepoint, so a refusal undoes
-    /// only the fenced part and the caller decides what happens to the rest.
-    ///
+    /// Admits, [presents](Fencing::present) the token for fenced tables, runs
+    /// `work`, commits (in a savepoint inside an open transaction): a refusal
+    /// or error rolls back the writes and the guard record together.
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-    /// # use leasehold::guard::Fencing;
-    /// use diesel::connection::SimpleConnection;
-    /// use leasehold::guard::Check;
-    /// conn.run_fenced("report-2026-11", lease, Check::LeaseHeld, |conn| {
-    ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
-    /// })?;
+    /// # use {diesel::{Connection, connection::SimpleConnection}, leasehold::guard::{Check, Fencing}};
+    /// conn.transaction(|c| c.admit("reports", lease, Check::Token))?; // then the writes, in that transaction
+    /// conn.run_fenced("reports", lease, Check::LeaseHeld, |c| c.batch_execute("INSERT INTO reports VALUES (1)"))?;
     /// # Ok(()) }
     /// ```
     fn run_fenced<T, E, F>(

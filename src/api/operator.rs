@@ -1,5 +1,3 @@
-//! [`Operator`]: the operator's calls.
-
 use crate::admin::listing::{ListFilter, Listing};
 use crate::admin::operator::{ForcedRelease, Generation, NamespaceRule};
 use crate::admin::prune::{PruneOptions, PruneReport};
@@ -10,93 +8,52 @@ use crate::sql::execute::finish;
 
 use super::sealed::{OnConnection, Token};
 
-/// Operator actions: namespace rules, forced releases, the generation,
-/// pruning and listing keys. Their SQL functions are granted to nobody by
-/// default (docs/guide/security.md); [`generation`](Operator::generation)
-/// and [`list_leases`](Operator::list_leases) only read.
+/// Operator actions, granted to nobody by default (docs/guide/security.md).
+///
+/// ```no_run
+/// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
+/// use leasehold::admin::{ListFilter, Operator};
+/// conn.bind_namespace("billing/", "billing_app")?;
+/// let _ = conn.force_release_epoch("job-42", leasehold::Epoch::new(7))?;
+/// let now = conn.generation()?;
+/// conn.raise_generation(now.generation + 1)?;
+/// let options = leasehold::admin::PruneOptions::new(std::time::Duration::from_secs(7 * 24 * 3600));
+/// println!("{} keys pruned", conn.prune(&options)?.keys_pruned);
+/// println!("{} listed", conn.list_leases(&ListFilter::new().prefix("job-"))?.leases.len());
+/// # Ok(()) }
+/// ```
 pub trait Operator: OnConnection {
-    /// Operator action: binds `prefix` to the existing role named `role` (the
-    /// name as stored, not an SQL identifier: no quotes, case matters), or
-    /// rebinds it. From the commit on, names governed by this prefix may be used
-    /// only by members of `role`.
-    ///
-    /// Rules protect names, not rows: a key already held by a non-member stays
-    /// held, but its holder can no longer renew, release or admit with it, so
-    /// bind prefixes before applications use them (or [`Operator::force_release`] the
-    /// keys concerned).
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-    /// # use leasehold::admin::Operator;
-    /// conn.bind_namespace("billing/", "billing_app")?;
-    /// # Ok(()) }
-    /// ```
+    /// Binds `prefix` to the role named `role` (as stored, unquoted): only its members may then use the names.
     fn bind_namespace(&mut self, prefix: &str, role: &str) -> Result<(), LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::bind_namespace(conn, prefix, role))
         })
     }
 
-    /// Operator action: removes the rule for exactly `prefix`. Returns whether
-    /// there was one. The names it governed fall to the next-longest bound
-    /// prefix, or to no rule at all (every role may act).
+    /// Removes the rule for exactly `prefix`; answers whether there was one.
     fn unbind_namespace(&mut self, prefix: &str) -> Result<bool, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::unbind_namespace(conn, prefix))
         })
     }
 
-    /// Operator action: every namespace rule, ordered by prefix (byte order).
+    /// Every namespace rule, ordered by prefix.
     fn list_namespaces(&mut self) -> Result<Vec<NamespaceRule>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::list_namespaces(conn))
         })
     }
 
-    /// Operator action: frees `key` whatever its state. A held or lapsed grant
-    /// ends as a release would end it: the counter moves on by one, so its
-    /// epoch (and every lower one) is stale from then on, its holder's renew
-    /// and release answer `not_owner`, and waiters for the key are woken.
-    ///
-    /// Returns the key's counter after the call, `None` for a key that was
-    /// never leased (nothing is written). Every epoch at or below the counter
-    /// is stale: fence resources up to it ([`crate::guard::Fencing::fence`]) so that even a
-    /// writer that never heard of the forced release is refused by a
-    /// token-checked guard. A key that was already free keeps its counter.
-    ///
-    /// Acts on every key, whatever the namespace rules say: only the grant of
-    /// EXECUTE on `lease.force_release(text)` limits who may call it. A role
-    /// without it gets [`LeaseError::Database`], whose source is PostgreSQL's
-    /// "permission denied for function force_release".
+    /// Frees `key` whatever its state, as a release would; answers the counter to
+    /// fence resources up to ([`crate::guard::Fencing::fence`]), `None` if never leased.
     fn force_release(&mut self, key: &str) -> Result<Option<Epoch>, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::force_release(conn, key))
         })
     }
 
-    /// Operator action: ends exactly the grant (`key`, `epoch`), whoever holds
-    /// it, held or lapsed, and never a newer one. Where [`Operator::force_release`] frees
-    /// whatever grant the key has when the call runs (which may be a grant made
-    /// after the operator looked), this form acts only on the grant the
-    /// operator saw: a holder that released and re-acquired meanwhile keeps its
-    /// new grant ([`ForcedRelease::NewerGrant`]).
-    ///
-    /// An ended grant is ended as a release ends it: counter + 1, waiters
-    /// woken. An epoch below 1 is [`LeaseError::InvalidInput`] and nothing
-    /// changes. Only the grant of EXECUTE on
-    /// `lease.force_release(text, bigint)` limits who may call it (a role
-    /// without it gets [`LeaseError::Database`], PostgreSQL's "permission
-    /// denied for function force_release"); namespace rules do not.
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-    /// # use leasehold::admin::Operator;
-    /// match conn.force_release_epoch("job-42", leasehold::Epoch::new(7))? {
-    ///     leasehold::admin::ForcedRelease::Released { counter } => println!("fence up to {counter}"),
-    ///     other => println!("nothing changed: {other:?}"),
-    /// }
-    /// # Ok(()) }
-    /// ```
+    /// Ends exactly the grant (`key`, `epoch`), never a newer one the operator did
+    /// not see ([`ForcedRelease::NewerGrant`]).
     fn force_release_epoch(
         &mut self,
         key: &str,
@@ -109,90 +66,31 @@ pub trait Operator: OnConnection {
         })
     }
 
-    /// The server's current generation and timeline. Any role may ask; nothing
-    /// is written, and it works on a standby.
+    /// The server's generation and timeline; read-only, works on a standby.
     fn generation(&mut self) -> Result<Generation, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::generation(conn))
         })
     }
 
-    /// Operator action: raises the server's generation to `generation`, so that
-    /// from the commit on every grant, of every key, has an epoch of at least
-    /// `(generation << 40) + 1` (docs/SPECIFICATION.md §1.7). Returns the new
-    /// generation.
-    ///
-    /// For what timelines cannot see: a server brought back by other means
-    /// than promotion or archive recovery (a file-system snapshot restored onto
-    /// the same timeline), or a margin after a split brain. A generation is only
-    /// ever raised: a value at or below the current one is
-    /// [`LeaseError::GenerationNotAbove`], one above [`MAX_GENERATION`](crate::admin::MAX_GENERATION) is
-    /// [`LeaseError::GenerationTooHigh`], and nothing changes.
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-    /// # use leasehold::admin::Operator;
-    /// let now = conn.generation()?;
-    /// conn.raise_generation(now.generation + 1)?;
-    /// # Ok(()) }
-    /// ```
+    /// Raises the generation so every later epoch is at least `(generation << 40) + 1`,
+    /// up to [`MAX_GENERATION`](crate::admin::MAX_GENERATION) (docs/SPECIFICATION.md §1.7).
     fn raise_generation(&mut self, generation: i64) -> Result<i64, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::raise_generation(conn, generation))
         })
     }
 
-    /// Operator action: prunes key rows, then guard records, idle for longer
-    /// than `options.idle` (docs/SPECIFICATION.md §1.8), batch by batch.
-    /// Call it on a connection outside any transaction of yours, so that every
-    /// batch commits on its own and holds its locks for one batch only.
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-    /// # use leasehold::admin::Operator;
-    /// use std::time::Duration;
-    /// let options = leasehold::admin::PruneOptions::new(Duration::from_secs(7 * 24 * 3600));
-    /// let report = conn.prune(&options)?;
-    /// println!("removed {} keys and {} guard records", report.keys_pruned, report.guards_pruned);
-    /// # Ok(()) }
-    /// ```
+    /// Prunes idle key rows and guard records (docs/SPECIFICATION.md §1.8), batch
+    /// by batch: call it outside a transaction so each batch commits alone.
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::prune::prune(conn, options))
         })
     }
 
-    /// Operator view: the keys `filter` selects, each with its state (held,
-    /// lapsed or free), holder, epoch and effective expiry, read in one
-    /// statement on one reading of the server's clock, which the answer
-    /// carries ([`Listing::read_at`](crate::admin::Listing::read_at)). What
-    /// `leasehold ls` and `leasehold watch` show.
-    ///
-    /// A state is decided as every lease call decides it (a grant in a
-    /// heartbeat group is held until the later of its own and its group's
-    /// expiry), so a row shows lapsed exactly when `acquire` would grant the
-    /// key to someone else. Advisory, as [`crate::Leases::inspect`] is: the
-    /// answer may be stale by the time it arrives. Nothing is written, and
-    /// namespace rules do not apply: the listing reads the tables.
-    ///
-    /// Reads `lease.leases` and `lease.groups`, which only their owner (the
-    /// role that installed leasehold) and superusers may read, unless the
-    /// owner granted SELECT on both to another role; any other role gets
-    /// [`LeaseError::ListNotPermitted`] naming it, and the caller's
-    /// transaction stays usable. A filter with an empty owner, a NUL
-    /// character or a limit of zero is [`LeaseError::InvalidInput`].
-    ///
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
-    /// # use leasehold::admin::Operator;
-    /// use leasehold::admin::{KeyState, ListFilter, ListOrder};
-    /// let filter = ListFilter::new().prefix("job-").state(KeyState::Lapsed).order(ListOrder::Expires);
-    /// let listing = conn.list_leases(&filter)?;
-    /// for lease in &listing.leases {
-    ///     println!("{} lapsed at {:?}, held by {:?}", lease.key, lease.expires_at, lease.owner);
-    /// }
-    /// # Ok(()) }
-    /// ```
+    /// The keys `filter` selects with their states, on one reading of the server's
+    /// clock (what `leasehold ls` shows); advisory, and needs SELECT on the tables.
     fn list_leases(&mut self, filter: &ListFilter) -> Result<Listing, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::listing::list_leases(conn, filter))

@@ -1,33 +1,15 @@
-//! Heartbeat groups: one row write keeps a whole set of one owner's grants
-//! alive, whatever their number (docs/SPECIFICATION.md §1.9).
-//!
-//! [`crate::Leases::renew_many`] renews a thousand keys in one call, but still
-//! writes a thousand rows: on a disk with fast commits that costs as much as
-//! dozens of single renews. A group is what etcd calls attaching keys to one
-//! lease: [`join_group`](crate::Leases::join_group) renews the keys once and puts them into a group,
-//! and from then on [`renew_group`](crate::Leases::renew_group) extends the group's one row, and with it
-//! every member. A member is live until the later of its own expiry and its
-//! group's, so every check of a key (a takeover, a guard, inspect, pruning)
-//! sees the group's heartbeat.
-//!
-//! The group's answer counts its members: a member leaves when it is
-//! released, force-released, or taken over after the group lapsed, so a
-//! heartbeat that answers fewer members than were joined tells the caller
-//! to ask [`crate::Leases::renew_many`] which keys it lost. A lapsed group is never
-//! renewed again; the keys that are still live join a new one.
-//! [`crate::hold::KeeperSet`] does all of this for its keys.
+//! Heartbeat groups (docs/SPECIFICATION.md §1.9): `renew_many` still writes a row
+//! per key, so [`join_group`](crate::Leases::join_group) puts the keys in a group
+//! whose one row [`renew_group`](crate::Leases::renew_group) extends; a member is
+//! live until the later of its own and the group's expiry. Fewer members than
+//! joined means some were lost; a lapsed group is never renewed again.
+//! [`crate::hold::KeeperSet`] does all of this.
 //!
 //! ```no_run
 //! # fn demo(conn: &mut diesel::PgConnection, held: Vec<leasehold::Lease>) -> Result<(), leasehold::LeaseError> {
-//! use std::time::Duration;
 //! use leasehold::Leases;
-//! let joined = conn.join_group(&held, Duration::from_secs(30))?;
-//! let Some(group) = joined.group else { return Ok(()) }; // no key was renewed
-//! // ... once per heartbeat:
-//! match conn.renew_group(group, "worker-a1", Duration::from_secs(30))? {
-//!     leasehold::batch::GroupRenewal::Renewed { members, .. } if members == joined.renewed() => {}
-//!     _ => { /* some key is lost: renew_many tells which */ }
-//! }
+//! let ttl = std::time::Duration::from_secs(30);
+//! if let Some(group) = conn.join_group(&held, ttl)?.group { conn.renew_group(group, "worker-a1", ttl)?; }
 //! # Ok(()) }
 //! ```
 
@@ -53,8 +35,7 @@ impl GroupId {
         self.0
     }
 
-    /// A group id read from elsewhere (for example a `lease.join_group`
-    /// call made in SQL).
+    /// A group id read from elsewhere (e.g. a `lease.join_group` call made in SQL).
     pub fn from_raw(id: i64) -> Self {
         GroupId(id)
     }
@@ -70,17 +51,14 @@ impl std::fmt::Display for GroupId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused key was not joined and must stop its holder"]
 pub struct GroupJoin {
-    /// The new group holding every renewed key; `None` when no key was
-    /// renewed (then no group was made).
+    /// The new group of every renewed key; `None` when none was renewed.
     pub group: Option<GroupId>,
-    /// Each key's answer, in the order given: what [`crate::Leases::renew_many`]
-    /// would have answered. The renewed keys are the group's members.
+    /// Each key's answer in order, as [`crate::Leases::renew_many`] would; renewed ones are members.
     pub keys: Vec<KeyRenewal>,
 }
 
 impl GroupJoin {
-    /// How many keys were renewed and joined: the members a heartbeat of
-    /// the group should answer while none is lost.
+    /// How many keys joined: the members a heartbeat should answer while none is lost.
     pub fn renewed(&self) -> usize {
         self.keys
             .iter()
@@ -97,17 +75,15 @@ pub enum GroupRenewal {
     Renewed {
         /// The group's new expiry (server time).
         expires_at: DateTime<Utc>,
-        /// How many grants are still in the group. Fewer than were joined
-        /// means some were lost (see the module documentation).
+        /// How many grants are still in the group; fewer than joined means some were lost.
         members: usize,
     },
-    /// Nothing changed: [`Refusal::Lapsed`] when the group's expiry passed
-    /// (its members' grants may have been taken over), [`Refusal::NeverHeld`]
-    /// when there is no such group or it is another owner's.
+    /// Nothing changed: [`Refusal::Lapsed`] (members may be taken over) or
+    /// [`Refusal::NeverHeld`] (no such group, or another owner's).
     Refused(Refusal),
 }
 
-/// The connection's [`crate::Leases::join_group`]: its documentation is there.
+/// The connection's [`crate::Leases::join_group`].
 pub(crate) async fn join_group(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -164,7 +140,7 @@ async fn join_group_unobserved(
     Ok(joined)
 }
 
-/// The connection's [`crate::Leases::renew_group`]: its documentation is there.
+/// The connection's [`crate::Leases::renew_group`].
 pub(crate) async fn renew_group(
     conn: &mut impl Execute,
     group: GroupId,

@@ -1,22 +1,8 @@
-//! Renewing and releasing many keys of one owner in one call: what a worker
-//! that holds hundreds of keys (partitions, shards, tenants) sends once per
-//! heartbeat instead of one renew per key.
-//!
-//! Each function is one SQL call (`lease.renew_many`, `lease.release_many`)
-//! and answers per key, in input order, exactly what the single-key call
-//! would have answered for that key (docs/SPECIFICATION.md §1.3). Input
-//! rules are the server's: it refuses arrays it cannot pair, duplicate keys
-//! and more than [`MAX_KEYS_PER_CALL`] keys with
-//! [`LeaseError::InvalidInput`] naming every violation, and a call with one
-//! key in another role's namespace with [`LeaseError::Forbidden`] naming
-//! that key; in both cases nothing changes for any key.
-//!
-//! Each call also sends every key's SHA-256 digest, the value the server
-//! looks keys up by: computed here, it saves the server one digest per key
-//! (about a quarter of a 1,000-key heartbeat's server time,
-//! docs/PERFORMANCE.md). The server trusts a digest only as far as it
-//! finds a row with that digest *and* that key, so a wrong digest can only
-//! make a key miss, and a key that misses has its digest checked.
+//! Renewing and releasing many keys of one owner in one call per heartbeat, each
+//! answering per key what the single-key call would (docs/SPECIFICATION.md §1.3);
+//! an input error changes nothing for any key. Each key's SHA-256 is sent along,
+//! saving the server about a quarter of a 1,000-key heartbeat (docs/PERFORMANCE.md);
+//! a wrong digest can only make a key miss, and a missing key's digest is checked.
 
 use std::time::Duration;
 
@@ -31,27 +17,20 @@ use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::sql::execute::Execute;
 use crate::telemetry;
 
-/// The most keys one [`renew_many`](crate::Leases::renew_many) or [`release_many`](crate::Leases::release_many) call may carry
-/// (the SQL functions' own cap). A call's row locks last until its
-/// transaction ends, and each key may be up to 16 KiB, so the cap bounds
-/// what one statement holds and sends; a worker with more keys splits them
-/// over several calls.
+/// The most keys one [`renew_many`](crate::Leases::renew_many) or
+/// [`release_many`](crate::Leases::release_many) may carry: bounds one statement's
+/// locks and size (keys up to 16 KiB); split more over several calls.
 pub const MAX_KEYS_PER_CALL: usize = 1000;
 
 /// One owner and its `(key, epoch)` pairs, in the order given.
 pub(crate) type OwnerBatch<'a> = (&'a str, Vec<(&'a str, i64)>);
 
-/// [`split_grants`]' answer, which the batch and group calls take: split
-/// before the call's future is made, so that future holds `&str`s and
-/// epochs, never the caller's grant type (the async face's futures are
-/// `Send` whatever that type is).
+/// [`split_grants`]' answer, split before the call's future is made so it holds
+/// `&str`s and epochs, never the caller's grant type (async futures stay `Send`).
 pub(crate) type SplitGrants<'a> = Result<Option<OwnerBatch<'a>>, LeaseError>;
 
-/// The grants of one batch call as the SQL functions take them: their one
-/// owner, and each key with its epoch, in the order given. `None` for no
-/// grants (a batch of nothing is answered with nothing, without a call).
-/// Grants of different owners cannot share a call: the SQL functions act
-/// for one owner, so mixing them is [`LeaseError::InvalidInput`].
+/// The grants of a batch call: their one owner (two are [`LeaseError::InvalidInput`])
+/// and each key's epoch, in order; `None` for no grants (no call).
 pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<'_> {
     let Some(first) = grants.first() else {
         return Ok(None);
@@ -73,7 +52,7 @@ pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<
     Ok(Some((owner, pairs)))
 }
 
-/// The connection's [`crate::Leases::renew_many`]: its documentation is there.
+/// The connection's [`crate::Leases::renew_many`].
 pub(crate) async fn renew_many(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -119,7 +98,7 @@ async fn renew_many_unobserved(
     Ok(answers)
 }
 
-/// The connection's [`crate::Leases::release_many`]: its documentation is there.
+/// The connection's [`crate::Leases::release_many`].
 pub(crate) async fn release_many(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -170,8 +149,7 @@ async fn release_many_unobserved(
     Ok(answers)
 }
 
-/// One batch call's input, checked and split as the SQL functions take
-/// it: the keys, the epochs, and each key's digest.
+/// One batch call's input as the SQL takes it: keys, epochs, digests.
 pub(crate) struct Batch<'a> {
     pub(crate) keys: Vec<&'a str>,
     pub(crate) epochs: Vec<i64>,
@@ -195,8 +173,7 @@ impl<'a> Batch<'a> {
         })
     }
 
-    /// What turns the failure of this batch's call into its typed error
-    /// (taken before the call consumes the batch's arrays).
+    /// Maps this batch's call failure to its error (taken before the call consumes the arrays).
     pub(crate) fn on_error(
         &self,
         operation: Operation,
@@ -209,8 +186,7 @@ impl<'a> Batch<'a> {
     }
 }
 
-/// One key's renewal as a batch call answers it: `ok` with the new
-/// expiry, or a refusal and why (asked on `conn`).
+/// One key's renewal as a batch answers it: `ok` with expiry, or why refused (asked on `conn`).
 pub(crate) async fn key_renewal(
     conn: &mut impl Execute,
     operation: Operation,
@@ -227,8 +203,7 @@ pub(crate) async fn key_renewal(
     Ok(KeyRenewal { key, renewal })
 }
 
-/// Each key's digest as the server computes it: SHA-256 of the key's UTF-8
-/// bytes.
+/// Each key's SHA-256, as the server computes it.
 fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
     grants
         .iter()
@@ -236,9 +211,8 @@ fn key_hashes(grants: &[(&str, i64)]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The server answers one row per key, in input order; anything else is an
-/// installed SQL this client does not understand, and its answers must not
-/// be attributed to the wrong keys.
+/// One row per key in input order, or the installed SQL is not understood and no
+/// answer may be attributed to the wrong key.
 pub(crate) fn check_answers<'r>(
     operation: Operation,
     grants: &[(&str, i64)],

@@ -1,30 +1,8 @@
-//! Guards: fenced database writes (docs/SPECIFICATION.md §2).
-//!
-//! A guard protects a *resource* — any name the application picks, such as a
-//! table, a row set or a job's output — with the epochs of one lease key. It
-//! records the highest epoch accepted for the resource and refuses anything
-//! lower, so a holder that stalled and was taken over cannot write after its
-//! successor, however late it wakes.
-//!
-//! All guard calls run inside the caller's transaction, and that is the
-//! point: the admission and the caller's writes commit together or not at
-//! all (G3), and a refusal aborts the transaction so nothing of the stale
-//! write is visible (G2). The admission keeps the resource's guard row locked
-//! until the transaction ends, so writers of one resource serialise (G4).
-//!
-//! Three strengths, from cheapest to strictest ([`Check`]):
-//! - [`Check::Token`]: the epoch is compared with the resource's record only.
-//!   Works even when the writer's lease lives elsewhere, as long as epochs
-//!   come from the same lease key.
-//! - [`Check::LeaseHeld`]: additionally the lease must be held right now by
-//!   the token's owner and epoch, and stays so until commit: a takeover
-//!   issued meanwhile waits for the transaction to end (G6).
-//! - [`Check::RenewAndAdmit`]: the same, renewing the lease in the same
-//!   transaction, so heartbeat and write commit together or not at all.
-//!
-//! The run-a-closure form is [`run_fenced`](crate::guard::Fencing::run_fenced); the single calls ([`admit`](crate::guard::Fencing::admit),
-//! [`admit_held`](crate::guard::Fencing::admit), [`renew_and_admit`](crate::guard::Fencing::admit), [`check_held`](crate::guard::Fencing::check_held)) are for callers that
-//! manage their own transaction.
+//! The database guard (docs/SPECIFICATION.md §2): per resource, the highest epoch
+//! admitted, refusing lower ones so a stalled, superseded holder cannot write after
+//! its successor. Calls run in the caller's transaction so admission and writes
+//! commit together (G3), a refusal aborts it (G2), and the locked guard row
+//! serialises writers (G4). [`Check`] picks the strength.
 
 use std::time::Duration;
 
@@ -48,43 +26,35 @@ use crate::telemetry;
 pub enum Check {
     /// Compare the token's epoch with the resource's record (G1–G5).
     Token,
-    /// Also require the lease to be held by the token right now, and keep it
-    /// from being taken over until commit (G6).
+    /// Also require the lease held by the token now, and block takeovers until commit (G6).
     LeaseHeld,
-    /// Renew the lease by this ttl in the same transaction (G6, and the
-    /// heartbeat commits only with the write): [`renew_and_admit`](crate::guard::Fencing::admit).
+    /// Also renew the lease by this ttl in the same transaction, so the heartbeat
+    /// commits only with the write.
     RenewAndAdmit(Duration),
 }
 
-/// What a guarded resource remembers, the one record type of every guard
-/// (a database resource, a fenced file, a fenced object): the key that
-/// fences it and the lowest epoch it admits. The database guard reports it
-/// from [`inspect_guard`](crate::guard::Fencing::inspect_guard), every guard from
-/// [`Guard::record`](crate::guard::Guard::record).
+/// What every guard (database, file, object) remembers per resource: the fencing
+/// key and the lowest epoch admitted ([`Guard::record`](crate::guard::Guard::record)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
     pub lease_key: String,
-    /// The lowest epoch the resource admits: the highest admitted epoch, or
-    /// one past an operator's fence, whichever is greater.
+    /// The lowest epoch admitted: the highest admitted, or one past a fence, if greater.
     pub accepted_epoch: Epoch,
 }
 
-/// Error of [`run_fenced`](crate::guard::Fencing::run_fenced): the guard refused, the caller's work failed, or
-/// the transaction itself failed. In every case everything was rolled back.
+/// Error of [`run_fenced`](crate::guard::Fencing::run_fenced); everything was rolled back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FencedError<E> {
     /// The guard refused the write; nothing of it is visible.
     #[error(transparent)]
     Guard(LeaseError),
-    /// The caller's closure returned an error; its writes were rolled back
-    /// and the guard record was not raised.
+    /// The caller's closure failed; its writes and the guard record were rolled back.
     #[error("the fenced work failed; it was rolled back")]
     Work(#[source] E),
-    /// Beginning or committing the transaction failed. After a failed COMMIT
-    /// the outcome is unknown only if the connection broke mid-commit;
-    /// re-read the resource to find out.
+    /// Beginning or committing failed; only a connection broken mid-commit leaves the
+    /// outcome unknown: re-read the resource.
     #[error("the fenced transaction failed; it was rolled back")]
     Transaction(#[from] diesel::result::Error),
 }
@@ -117,7 +87,7 @@ fn check_resource(resource: &str) -> Result<(), LeaseError> {
     input::text("resource", resource).map_err(LeaseError::invalid)
 }
 
-/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::admit`].
 pub(crate) async fn admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -156,7 +126,7 @@ async fn admit_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::check_held`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::check_held`].
 pub(crate) async fn check_held(
     conn: &mut impl Execute,
     token: &FencingToken,
@@ -191,7 +161,7 @@ async fn check_held_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
+/// [`crate::guard::Fencing::admit`] with [`Check::LeaseHeld`].
 pub(crate) async fn admit_held(
     conn: &mut impl Execute,
     resource: &str,
@@ -230,7 +200,7 @@ async fn admit_held_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::admit`]: its documentation is there.
+/// [`crate::guard::Fencing::admit`] with [`Check::RenewAndAdmit`].
 pub(crate) async fn renew_and_admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -273,7 +243,7 @@ async fn renew_and_admit_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::fence`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::fence`].
 pub(crate) async fn fence(
     conn: &mut impl Execute,
     resource: &str,
@@ -324,7 +294,7 @@ async fn fence_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::inspect_guard`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::inspect_guard`].
 pub(crate) async fn inspect_guard(
     conn: &mut impl Execute,
     resource: &str,
@@ -372,7 +342,7 @@ async fn inspect_guard_sql(
         }))
 }
 
-/// The connection's [`crate::guard::Fencing::run_fenced`]: its documentation is there.
+/// The connection's [`crate::guard::Fencing::run_fenced`].
 pub(crate) fn run_fenced<T, E, F>(
     conn: &mut PgConnection,
     resource: &str,
@@ -404,9 +374,8 @@ pub(crate) async fn admit_checked(
     }
 }
 
-/// What both faces' `run_fenced` run first in their transaction: the
-/// admission, then the token presented for the closure's writes to fenced
-/// tables.
+/// Both faces' `run_fenced` first step: the admission, then the token
+/// presented for the closure's writes to fenced tables.
 pub(crate) async fn admit_and_present(
     conn: &mut impl Execute,
     resource: &str,
@@ -417,8 +386,7 @@ pub(crate) async fn admit_and_present(
     crate::guard::table::present(conn, token).await
 }
 
-/// A fenced transaction keeps its connection unless the server turned
-/// read-only (a failover): that connection would keep reaching it.
+/// A fenced transaction keeps its connection unless the server turned read-only.
 impl<W> CallError for FencedError<W> {
     fn from_checkout(error: r2d2::Error) -> Self {
         FencedError::Guard(LeaseError::Pool(error))

@@ -1,17 +1,7 @@
-//! Cooperative cancellation shared between threads.
-//!
-//! A blocking wait for a lease ([`crate::wait::LeaseWaiter`]) and a worker loop
-//! ([`crate::hold::run_while_held`]) must be stoppable from another thread, e.g. a
-//! shutdown handler. A [`CancelToken`] is a shared flag; cancelling it wakes
-//! every wait that registered with it at once (no polling), and work that
-//! runs under it checks [`CancelToken::is_cancelled`] at its own pace.
-//!
-//! Cancelling never interrupts a database call in flight (no `PQcancel`,
-//! no `pg_cancel_backend`): it is seen between calls. A call whose commit
-//! waits for a synchronous standby has committed locally; a cancel would
-//! end that wait with a mere WARNING, and the call would report success
-//! for a commit a failover can lose. So a waiter whose attempt is granted
-//! while it is being cancelled returns the grant, not `Cancelled`.
+//! Cooperative cancellation shared between threads: cancelling wakes every
+//! registered wait at once. It never interrupts a database call in flight: a commit
+//! waiting for a synchronous standby would be reported done though a failover can
+//! lose it, so an attempt granted while cancelling returns the grant.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
@@ -41,8 +31,7 @@ pub struct CancelToken {
 struct Inner {
     cancelled: AtomicBool,
     next_id: AtomicU64,
-    /// The flag again, under the mutex the condvar needs, plus the waits to
-    /// wake.
+    /// The flag again, under the condvar's mutex, plus the waits to wake.
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -71,8 +60,7 @@ impl CancelToken {
         Self::default()
     }
 
-    /// Cancels: every current and future check sees it, and every wait
-    /// registered with this token wakes now. Idempotent.
+    /// Cancels: every check sees it and every registered wait wakes now. Idempotent.
     pub fn cancel(&self) {
         let wakers = {
             let mut state = lock(&self.inner.state);
@@ -93,9 +81,7 @@ impl CancelToken {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
 
-    /// Blocks until cancelled or `timeout` passes; returns whether it was
-    /// cancelled. An interruptible sleep for worker loops.
-    ///
+    /// An interruptible sleep: blocks until cancelled or `timeout`; whether cancelled.
     /// ```
     /// # use std::time::Duration;
     /// let token = leasehold::hold::CancelToken::new();
@@ -123,8 +109,7 @@ impl CancelToken {
         }
     }
 
-    /// Registers `waker` to be woken on cancellation until the returned
-    /// guard drops. Wakes it at once when already cancelled.
+    /// Wakes `waker` on cancellation until the guard drops (at once if already cancelled).
     pub(crate) fn register(&self, waker: Weak<dyn Wake>) -> Registration {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let already = {

@@ -1,60 +1,18 @@
-//! A heartbeat that keeps one grant alive and says, cheaply and on the
-//! client's own clock, until when the holder may safely act on it.
-//!
-//! # The deadline
-//!
-//! Expiry is decided by the server's clock alone, and the client's wall
-//! clock may be anywhere, so the keeper never compares the two. It records
-//! the client's monotonic [`Instant`] just *before* sending each renew. A
-//! successful renew set the server's expiry to (server time when it ran) +
-//! ttl, and the renew ran after it was sent, so the lease is held at least
-//! until `sent + ttl` as long as both clocks advance at the same rate. The
-//! keeper's [`Keeper::safe_until`] is `sent + ttl - margin`; the margin
-//! covers clock rate differences (NTP slewing is at most 0.05 %) and the time
-//! the holder needs to notice and stop. Default margin: ttl / 10.
-//!
-//! Only a `renew` gives such a bound: an acquire by an owner that already
-//! holds the key returns the old expiry, so [`Keeper::start`] renews once,
-//! synchronously, before it returns.
-//!
-//! # Loss
-//!
-//! The keeper reports loss once, and for good, when a renew answers anything
-//! but `ok` ([`LeaseLoss::Refused`]), or when `safe_until` passes without a
-//! successful renew, e.g. while the database is unreachable
-//! ([`LeaseLoss::DeadlinePassed`]). The second is detected by a separate
-//! monitor thread, so a renew stuck on a dead connection cannot delay it.
-//! [`Keeper::is_valid`] (one atomic load and a clock read) is false from
-//! the same instant.
-//!
-//! # Renewing
-//!
-//! A renew is sent every `renew_every` (default ttl / 3) after the previous
-//! successful one was sent. Failed renews (connection errors, or a server
-//! that is read-only during a failover) are retried every `retry_every`
-//! (default ttl / 30) with a connection from the pool (r2d2 replaces
-//! the connections those failures discard; with a multi-host URL and
-//! `target_session_attrs=read-write` the replacement reaches the new
-//! primary), until they succeed or the deadline passes. [`Keeper::stop`]
-//! and drop release the lease.
-//!
-//! # Never cancelled
-//!
-//! Neither the deadline nor [`Keeper::stop`] interrupts a renew in flight:
-//! a renew whose commit waits for a synchronous standby has committed
-//! locally, and a cancel would make PostgreSQL report it done although a
-//! failover may lose it. The monitor thread declares the loss without
-//! touching the renew, and `stop` waits for it (its release waits behind
-//! the renew's row lock anyway).
+//! A heartbeat that keeps one grant alive and says, on the client's own clock,
+//! until when the holder may act. It never compares clocks: it notes the
+//! monotonic [`Instant`] *before* each renew, so the lease is held at least until
+//! `sent + ttl`, and [`Keeper::safe_until`] is that less a margin (ttl / 10) for
+//! clock rate drift and stopping. Only a renew gives that bound, so
+//! [`Keeper::start`] renews once first. The loss is final: a refused renew, or the
+//! deadline passing (seen by a monitor thread, so a hung renew cannot delay it).
+//! Renews are never cancelled: one waiting on a synchronous standby has committed
+//! locally, and a cancel would report it done though a failover may lose it.
 //!
 //! ```no_run
 //! # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-//! let keeper = leasehold::Keeper::start(client, lease)?; // renews for lease.ttl()
-//! while keeper.is_valid() {
-//!     // ... one step of work, presenting keeper.token() to guards ...
-//!     # break;
-//! }
-//! keeper.stop()?; // releases
+//! let keeper = leasehold::Keeper::start(client, lease)?;
+//! if keeper.is_valid() { /* one step, presenting keeper.token() to guards */ }
+//! keeper.stop()?;
 //! # Ok(()) }
 //! ```
 
@@ -80,9 +38,8 @@ use crate::sql::execute::finish;
 pub enum LeaseLoss {
     /// A renew answered not_owner, lapsed or epoch_mismatch.
     Refused(Refusal),
-    /// `safe_until` passed without a successful renew (database unreachable
-    /// or too slow). The server may still hold the grant for a little
-    /// longer, but the holder can no longer be sure.
+    /// `safe_until` passed without a successful renew; the server may still hold
+    /// the grant, but the holder can no longer be sure.
     DeadlinePassed {
         /// The error of the last failed renew, if any.
         last_error: Option<Arc<LeaseError>>,
@@ -128,8 +85,7 @@ pub enum KeeperEvent {
     },
     /// A renew failed; it is retried until the deadline.
     RenewFailed {
-        /// What went wrong (shared: the same error is kept as the loss's
-        /// `last_error` should the deadline pass).
+        /// What went wrong (also the loss's `last_error` should the deadline pass).
         error: Arc<LeaseError>,
     },
     /// The lease is lost; reported once, then the keeper renews no more.
@@ -163,15 +119,13 @@ impl std::fmt::Debug for KeeperBuilder {
 }
 
 impl KeeperBuilder {
-    /// The ttl each renew asks for (default: the lease's own
-    /// [`Lease::ttl`]).
+    /// The ttl each renew asks for (default: the lease's [`Lease::ttl`]).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
-    /// Time between renews (default ttl / 3). Must be shorter than
-    /// ttl - margin, or the lease would lapse between renews.
+    /// Time between renews (default ttl / 3); shorter than ttl - margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
@@ -183,22 +137,19 @@ impl KeeperBuilder {
         self
     }
 
-    /// How much earlier than `sent + ttl` the deadline lies (default
-    /// ttl / 10). Must be shorter than the ttl.
+    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
     pub fn margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
     }
 
-    /// Called (on a keeper thread) for every renew, failed renew, and the
-    /// loss. Keep it short; it may call the keeper's methods.
+    /// Called on a keeper thread for every renew, failure and the loss; keep it short.
     pub fn on_event(mut self, handler: impl Fn(&KeeperEvent) + Send + Sync + 'static) -> Self {
         self.on_event = Some(Box::new(handler));
         self
     }
 
-    /// Validates, renews once (establishing the first deadline) and starts
-    /// the background threads.
+    /// Validates, renews once for the first deadline, starts the threads.
     pub fn start(self) -> Result<Keeper, LeaseError> {
         let Schedule {
             ttl,
@@ -281,8 +232,7 @@ struct Shared {
     retry_every: Duration,
     /// Origin of `valid_until`.
     base: Instant,
-    /// Nanoseconds after `base` until which the lease is safe; 0 once lost
-    /// or stopped. Read without a lock by `is_valid`.
+    /// Nanoseconds after `base` the lease is safe until; 0 once lost or stopped (lock-free).
     valid_until: AtomicU64,
     state: Mutex<State>,
     changed: Condvar,
@@ -301,8 +251,7 @@ struct State {
 enum RenewResult {
     Renewed(KeeperEvent),
     Refused(Refusal),
-    /// Succeeded after the keeper gave up or began stopping: ignored, loss
-    /// is final.
+    /// Succeeded after the keeper gave up or began stopping: loss is final.
     Ignored,
 }
 
@@ -404,8 +353,7 @@ impl Shared {
         }
     }
 
-    /// Declares the loss when the deadline passes without a renew, however
-    /// long a renew call may hang.
+    /// Declares the loss when the deadline passes, however long a renew hangs.
     fn monitor_loop(&self) {
         let mut state = lock(&self.state);
         loop {
@@ -428,8 +376,7 @@ impl Shared {
         }
     }
 
-    /// Stops the threads (they exit at their next wake-up) and releases the
-    /// lease unless a renew already said it is gone.
+    /// Stops the threads and releases, unless a renew already said the lease is gone.
     fn stop_and_release(&self) -> Result<Release, LeaseError> {
         let refused = {
             let mut state = lock(&self.state);
@@ -445,11 +392,8 @@ impl Shared {
             return Ok(Release::Refused(reason));
         }
         let lease = &self.lease;
-        // After a failover, pooled connections may still reach the old
-        // primary, now read-only. A release refused there changed nothing
-        // and discarded its connection, so it is sent again; after at most
-        // the pool's size of such refusals a new connection reaches the
-        // writable server (a multi-host URL with target_session_attrs).
+        // Pooled connections may still reach a demoted primary: a refused release is
+        // resent, and within the pool's size a new connection reaches the writable server.
         let mut attempts = super::schedule::release_attempts(
             usize::try_from(self.pool.max_size()).unwrap_or(usize::MAX),
         );
@@ -467,24 +411,15 @@ impl Shared {
 }
 
 impl Keeper {
-    /// Starts keeping `lease` alive with the default settings, renewing it
-    /// for its own [`Lease::ttl`], on `client`'s pool; renews once before
-    /// returning.
+    /// Keeps `lease` alive with the defaults on `client`'s pool; renews once first.
     pub fn start(client: &LeaseClient, lease: Lease) -> Result<Keeper, LeaseError> {
         Self::builder(client, lease).start()
     }
 
     /// A builder to change intervals, margin, or observe events.
-    ///
     /// ```no_run
-    /// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), leasehold::error::LeaseError> {
-    /// use std::time::Duration;
-    /// let keeper = leasehold::Keeper::builder(client, lease)
-    ///     .ttl(Duration::from_secs(9))
-    ///     .renew_every(Duration::from_secs(2))
-    ///     .margin(Duration::from_secs(1))
-    ///     .on_event(|event| eprintln!("{event:?}"))
-    ///     .start()?;
+    /// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), leasehold::LeaseError> {
+    /// let keeper = leasehold::Keeper::builder(client, lease).margin(std::time::Duration::from_secs(1)).start()?;
     /// # drop(keeper); Ok(()) }
     /// ```
     pub fn builder(client: &LeaseClient, lease: Lease) -> KeeperBuilder {
@@ -519,27 +454,23 @@ impl Keeper {
         self.shared.margin
     }
 
-    /// Until when the holder may act on the lease: the last successful
-    /// renew's send instant + ttl - margin (client monotonic clock).
+    /// Until when the holder may act: last renew's send + ttl - margin (monotonic).
     pub fn safe_until(&self) -> Instant {
         lock(&self.shared.state).safe_until
     }
 
-    /// The server's expiry after the last successful renew (server clock,
-    /// for display; decide with [`Keeper::is_valid`]).
+    /// The server's expiry after the last renew, for display.
     pub fn expires_at(&self) -> Option<DateTime<Utc>> {
         lock(&self.shared.state).expires_at
     }
 
-    /// Whether the lease is safe to act on right now: not lost, not
-    /// stopped, and before `safe_until`. One atomic load and a clock read.
+    /// Whether the lease is safe to act on right now; one atomic load and a clock read.
     pub fn is_valid(&self) -> bool {
         let until = self.shared.valid_until.load(Ordering::SeqCst);
         until != 0 && self.shared.nanos_since_base(Instant::now()) < until
     }
 
-    /// Why the lease is lost, if it is (including a deadline that passed
-    /// and is about to be reported).
+    /// Why the lease is lost, if it is (a passed deadline included).
     pub fn loss(&self) -> Option<LeaseLoss> {
         let state = lock(&self.shared.state);
         if let Some(loss) = &state.loss {
@@ -571,11 +502,8 @@ impl Keeper {
         }
     }
 
-    /// Stops renewing, waits for the keeper's threads, and releases the
-    /// lease. Returns what the release answered ([`Release::Refused`] when the
-    /// lease was already lost). A release that a read-only server refused
-    /// (a pooled connection still on a demoted primary) is sent again on
-    /// another connection, at most the pool's size of times.
+    /// Stops renewing, waits for the threads and releases ([`Release::Refused`] if
+    /// already lost); a read-only refusal is resent on another connection.
     pub fn stop(mut self) -> Result<Release, LeaseError> {
         let released = self.shared.stop_and_release();
         for thread in self.threads.drain(..) {
@@ -584,15 +512,8 @@ impl Keeper {
         released
     }
 
-    /// Stops renewing and keeps the grant: nothing is released, and the
-    /// grant lapses at the expiry of the last renew unless the caller
-    /// renews or releases it. Returns the lease, for that call.
-    ///
-    /// For "hold at least": a scheduled job that finished early keeps
-    /// others out until a minimum time has passed since it began, by
-    /// renewing the returned lease once with the time that is left (a renew
-    /// counts its ttl from the call, so that also shortens a longer grant)
-    /// instead of releasing it. `leasehold run --hold-at-least` does that.
+    /// Stops renewing and keeps the grant, which lapses unless the caller renews or
+    /// releases it: for "hold at least" (`leasehold run --hold-at-least`).
     pub fn stop_renewing(mut self) -> Lease {
         {
             let mut state = lock(&self.shared.state);
@@ -608,9 +529,7 @@ impl Keeper {
 }
 
 impl Drop for Keeper {
-    /// Stops renewing and releases (best effort; errors are ignored and the
-    /// lease then lapses at its expiry). Does not wait for a renew that is
-    /// in flight.
+    /// Stops renewing and releases, best effort, without waiting for a renew in flight.
     fn drop(&mut self) {
         if !self.threads.is_empty() {
             let _ = self.shared.stop_and_release();

@@ -1,39 +1,14 @@
-//! A heartbeat that keeps a whole set of one owner's grants alive with one
-//! call and one row write per beat ([`crate::Leases::renew_group`]), and reports
-//! each lost key on its own.
-//!
-//! It is the [`Keeper`](super::Keeper) for a worker that holds many keys
-//! (partitions, shards, tenants): the same deadline rule, the same loss
-//! rules and the same threads, but one round trip per heartbeat for all
-//! keys instead of one per key. The keys are joined to a heartbeat group
-//! ([`crate::Leases::join_group`]), whose one row each beat extends; a beat that
-//! answers the group lapsed, or holding fewer members than the set keeps,
-//! joins the kept keys again, which renews each and answers per key.
-//!
-//! # Per key and for the set
-//!
-//! - A key whose renew answers anything but `ok` is lost on its own
-//!   ([`LeaseLoss::Refused`], reported in [`KeeperSetEvent::Lost`] with its
-//!   key); the others stay kept, and the next heartbeat no longer sends it.
-//! - The deadline is the set's: every heartbeat renews all kept keys, so
-//!   they share `safe_until = sent + ttl - margin` of the last successful
-//!   heartbeat. When it passes without one (database unreachable), every
-//!   kept key is lost with [`LeaseLoss::DeadlinePassed`], each reported.
-//!
-//! [`KeeperSet::stop`] and drop release the kept keys in one call
-//! ([`crate::Leases::release_many`]).
+//! A heartbeat that keeps one owner's many grants (partitions, shards) alive with
+//! one call and one row write per beat: the [`Keeper`](super::Keeper)'s rules over
+//! a heartbeat group ([`crate::Leases::join_group`]), rejoined when it lapses or
+//! loses members. A refused key is lost alone; the deadline is the set's, so when
+//! it passes every kept key is lost. Stop and drop release in one call.
 //!
 //! ```no_run
 //! # fn demo(client: &leasehold::LeaseClient, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
-//! let keepers = leasehold::hold::KeeperSet::start(client, leases)?; // one renew_group per heartbeat
-//! while keepers.is_valid("shard-1") {
-//!     // ... one step of work on shard-1, presenting keepers.token("shard-1") to guards ...
-//!     # break;
-//! }
-//! for (key, loss) in keepers.losses() {
-//!     eprintln!("lost {key}: {loss}");
-//! }
-//! keepers.stop()?; // releases what is still kept
+//! let keepers = leasehold::hold::KeeperSet::start(client, leases)?;
+//! if keepers.is_valid("shard-1") { /* work on shard-1 with keepers.token("shard-1") */ }
+//! keepers.stop()?;
 //! # Ok(()) }
 //! ```
 
@@ -59,8 +34,7 @@ use crate::sql::execute::finish;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum KeeperSetEvent {
-    /// A heartbeat renewed the kept keys (those it refused are reported
-    /// as [`KeeperSetEvent::Lost`] right after).
+    /// A heartbeat renewed the kept keys (refused ones follow as [`KeeperSetEvent::Lost`]).
     Renewed {
         /// When the heartbeat was sent (client monotonic clock).
         sent_at: Instant,
@@ -111,16 +85,13 @@ impl std::fmt::Debug for SetSettings {
 }
 
 impl KeeperSetBuilder {
-    /// The ttl each heartbeat asks for (default: the shortest
-    /// [`Lease::ttl`] of the set, so every key is renewed at least as often
-    /// as its own ttl needs).
+    /// The ttl each heartbeat asks for (default: the set's shortest [`Lease::ttl`]).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = Some(ttl);
         self
     }
 
-    /// Time between heartbeats (default ttl / 3). Must be shorter than
-    /// ttl - margin.
+    /// Time between heartbeats (default ttl / 3); shorter than ttl - margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.settings.renew_every = Some(every);
         self
@@ -132,29 +103,21 @@ impl KeeperSetBuilder {
         self
     }
 
-    /// How much earlier than `sent + ttl` the deadline lies (default
-    /// ttl / 10). Must be shorter than the ttl.
+    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
     pub fn margin(mut self, margin: Duration) -> Self {
         self.settings.margin = Some(margin);
         self
     }
 
-    /// Called (on a keeper thread) for every heartbeat, failed heartbeat,
-    /// and each lost key. Keep it short; it may call the set's methods.
+    /// Called on a keeper thread for every heartbeat, failure and lost key; keep it short.
     pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
         self.settings.on_event = Some(Box::new(handler));
         self
     }
 
-    /// Validates, sends the first heartbeat (establishing the first
-    /// deadline) and starts the background threads.
-    ///
-    /// The leases must be one owner's, of distinct keys, between 1 and
-    /// [`MAX_KEYS_PER_CALL`] of them ([`LeaseError::InvalidInput`]
-    /// otherwise). A key the first heartbeat finds already lost is reported
-    /// as lost (and kept no more), like any later loss; only when every key
-    /// is refused does `start` fail, with [`LeaseError::LeaseNotHeld`] for the
-    /// first of them.
+    /// Validates (one owner's distinct keys, 1 to [`MAX_KEYS_PER_CALL`]), sends the
+    /// first heartbeat and starts the threads. Keys it finds lost are reported; only
+    /// if all are refused does it fail ([`LeaseError::LeaseNotHeld`]).
     pub fn start(self) -> Result<KeeperSet, LeaseError> {
         let shared = self.settings.into_shared(Calls::Blocking(self.pool))?;
         // The first deadline comes from a heartbeat sent now.
@@ -176,8 +139,7 @@ impl KeeperSetBuilder {
     }
 }
 
-/// What a keeper set is built from, either face's: the leases and the
-/// schedule's settings.
+/// What a keeper set is built from, either face's.
 pub(crate) struct SetSettings {
     pub(crate) leases: Vec<Lease>,
     pub(crate) ttl: Option<Duration>,
@@ -200,9 +162,7 @@ impl SetSettings {
         }
     }
 
-    /// Checks the leases and the schedule ([`KeeperSetBuilder::start`]
-    /// says what they must be) and makes the set's shared state, whose
-    /// calls run on `calls`.
+    /// Checks the leases and schedule and makes the shared state, calling on `calls`.
     pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, LeaseError> {
         let invalid = |reason: String| {
             Err(LeaseError::InvalidInput {
@@ -279,8 +239,7 @@ impl SetSettings {
     }
 }
 
-/// Keeps a set of one owner's grants alive in the background, one call per
-/// heartbeat; see the module docs.
+/// Keeps one owner's grants alive in the background; see the module docs.
 pub struct KeeperSet {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -299,14 +258,11 @@ impl std::fmt::Debug for KeeperSet {
 /// One kept grant.
 struct Member {
     lease: Lease,
-    /// False once the key is lost (or the set stopped). Read without a lock
-    /// by `is_valid`.
+    /// False once the key is lost or the set stopped; read lock-free by `is_valid`.
     kept: AtomicBool,
 }
 
-/// Where a set's calls run: the sync face's pool (the set's threads block
-/// on them) or, for the async face's set, its pool of async connections.
-/// The heartbeat and the release are written once over it.
+/// Where a set's calls run, sync pool or async: heartbeat and release are written once over it.
 pub(crate) enum Calls {
     /// A [`LeaseClient`]'s pool.
     Blocking(PgPool),
@@ -373,8 +329,7 @@ impl Calls {
     }
 }
 
-/// The read-only accessors both faces' `KeeperSet` share: each reads the
-/// set's shared state (`self.shared`), so they are written once here.
+/// The read-only accessors both faces' `KeeperSet` share, written once.
 macro_rules! set_accessors {
     () => {
         /// The owner of every lease in the set.
@@ -397,9 +352,7 @@ macro_rules! set_accessors {
             self.shared.token(key)
         }
 
-        /// Whether `key` is safe to act on right now: in the set, not lost, not
-        /// stopped, and before the set's `safe_until`. Two atomic loads and a
-        /// clock read.
+        /// Whether `key` is safe to act on right now: kept and before the set's deadline.
         pub fn is_valid(&self, key: &str) -> bool {
             self.shared.is_valid(key)
         }
@@ -409,8 +362,7 @@ macro_rules! set_accessors {
             self.shared.kept_keys()
         }
 
-        /// Until when the kept keys may be acted on: the last successful
-        /// heartbeat's send instant + ttl - margin (client monotonic clock).
+        /// Until when the kept keys may be acted on: last heartbeat's send + ttl - margin.
         pub fn safe_until(&self) -> Instant {
             self.shared.safe_until()
         }
@@ -440,13 +392,11 @@ pub(crate) struct Shared {
     retry_every: Duration,
     /// Origin of `valid_until`.
     base: Instant,
-    /// Nanoseconds after `base` until which the kept keys are safe; 0 once
-    /// stopped or all lost.
+    /// Nanoseconds after `base` the kept keys are safe until; 0 once stopped or all lost.
     valid_until: AtomicU64,
     state: Mutex<State>,
     changed: Condvar,
-    /// The async face's set waits here instead of on the condvar; every
-    /// change notifies both ([`Shared::notify`]).
+    /// Where the async set waits instead of the condvar; [`Shared::notify`] wakes both.
     #[cfg(feature = "async")]
     tasks: tokio::sync::Notify,
     on_event: Option<EventHandler>,
@@ -459,9 +409,8 @@ struct State {
     losses: Vec<(String, LeaseLoss)>,
     last_error: Option<Arc<LeaseError>>,
     stopping: bool,
-    /// The heartbeat group of the kept keys and how many members it had
-    /// when they joined; `None` until the first join, and again whenever a
-    /// heartbeat of the group did not renew every kept key.
+    /// The kept keys' group and its member count at joining; `None` until a join, and
+    /// again when a heartbeat did not renew every kept key.
     group: Option<(GroupId, usize)>,
 }
 
@@ -474,8 +423,7 @@ pub(crate) enum Beat {
 }
 
 impl Shared {
-    /// Wakes whoever waits for the state: the sync set's threads and
-    /// callers, the async set's tasks.
+    /// Wakes the sync set's threads and callers and the async set's tasks.
     fn notify(&self) {
         self.changed.notify_all();
         #[cfg(feature = "async")]
@@ -498,8 +446,7 @@ impl Shared {
             .collect()
     }
 
-    /// Marks one key lost (the first loss of a key wins) and returns the
-    /// event to report, if it was still kept. Called with the state locked.
+    /// Marks a key lost (first loss wins); its event if it was kept. State locked.
     fn lose(&self, state: &mut State, position: usize, loss: LeaseLoss) -> Option<KeeperSetEvent> {
         let member = &self.members[position];
         if !member.kept.swap(false, Ordering::SeqCst) {
@@ -512,11 +459,8 @@ impl Shared {
         Some(KeeperSetEvent::Lost { key, loss })
     }
 
-    /// Sends one heartbeat for the kept keys and records its answers: a
-    /// renew_group while the group still holds every kept key, otherwise a
-    /// join_group, which renews each kept key, reports each refused one,
-    /// and puts the renewed ones into a new group. On error nothing is
-    /// recorded here; the caller decides.
+    /// One heartbeat: renew_group while the group holds every kept key, else join_group
+    /// (per key, refusals reported, a new group). Records nothing on error.
     pub(crate) async fn heartbeat_once(&self) -> Result<Beat, LeaseError> {
         let positions = self.kept_positions();
         if positions.is_empty() {
@@ -532,8 +476,7 @@ impl Shared {
                     return Ok(Beat::Over);
                 }
                 match answer {
-                    // Every member is still in the group: all renewed. A key
-                    // lost while the call was in flight stays lost.
+                    // All members still in the group: all renewed. A key lost meanwhile stays lost.
                     GroupRenewal::Renewed { members, .. } if members == joined => {
                         let renewed = self.kept_positions().len();
                         return Ok(Beat::Done(self.renewed(
@@ -561,9 +504,8 @@ impl Shared {
         state.group = joined.group.map(|group| (group, joined.renewed()));
         let mut events = Vec::new();
         let mut renewed = 0;
-        // The answers come in the order sent (join_group checks it). A key
-        // lost while the call was in flight (its deadline passed) stays
-        // lost: a late renewal is ignored, the loss is final.
+        // Answers come in the order sent (join_group checks it); a key lost meanwhile
+        // stays lost: the loss is final.
         for (&position, answer) in positions.iter().zip(joined.keys) {
             match answer.renewal {
                 Renewal::Renewed { .. } => {
@@ -581,9 +523,7 @@ impl Shared {
         ))
     }
 
-    /// Records a heartbeat sent at `sent_at` that renewed `renewed` kept
-    /// keys, and returns the events to report: `Renewed` first, then
-    /// `lost`. Called with the state locked.
+    /// Records a heartbeat of `renewed` keys sent at `sent_at`: `Renewed`, then `lost`.
     fn renewed(
         &self,
         state: &mut State,
@@ -614,10 +554,8 @@ impl Shared {
         events
     }
 
-    /// The first heartbeat, from either face's `start`: establishes the
-    /// first deadline and reports its events; fails the start on an error,
-    /// or with [`LeaseError::LeaseNotHeld`] (for the first key refused) when
-    /// every key was refused.
+    /// The first heartbeat, from either face's `start`: fails on error, or with
+    /// [`LeaseError::LeaseNotHeld`] when every key was refused.
     pub(crate) async fn first_heartbeat(&self) -> Result<(), LeaseError> {
         let events = self.heartbeat().await?;
         if self.kept_positions().is_empty() {
@@ -739,14 +677,12 @@ impl Shared {
         lock(&self.state).losses.clone()
     }
 
-    /// Resolves when more than `seen` keys are lost, or the set stops;
-    /// answers every loss so far (the async face's `wait_for_losses`).
+    /// Resolves when more than `seen` keys are lost or the set stops, with all losses.
     #[cfg(feature = "async")]
     pub(crate) async fn losses_after(&self, seen: usize) -> Vec<(String, LeaseLoss)> {
         loop {
             let mut notified = std::pin::pin!(self.tasks.notified());
-            // Registered before the state is read, so a change in between
-            // is not missed.
+            // Registered before the state is read, so a change in between is not missed.
             notified.as_mut().enable();
             {
                 let state = lock(&self.state);
@@ -758,8 +694,7 @@ impl Shared {
         }
     }
 
-    /// Resolves when `key` is lost, with its loss; `None` when the set
-    /// stopped first or `key` is not in it.
+    /// Resolves with `key`'s loss; `None` if the set stopped first or `key` is not in it.
     #[cfg(feature = "async")]
     pub(crate) async fn key_lost(&self, key: &str) -> Option<LeaseLoss> {
         self.index.get(key)?;
@@ -779,8 +714,7 @@ impl Shared {
         }
     }
 
-    /// The sync set's renewing loop as a task: the same heartbeats, the
-    /// same events, waiting on the tokio side of [`Shared::notify`].
+    /// The sync renewing loop as a task, waiting on [`Shared::notify`]'s tokio side.
     #[cfg(feature = "async")]
     pub(crate) async fn renew_task(self: Arc<Self>) {
         let mut next = self.next_beat();
@@ -817,16 +751,13 @@ impl Shared {
         }
     }
 
-    /// When the next heartbeat is due: `renew_every` after the last
-    /// successful one was sent.
+    /// When the next heartbeat is due: `renew_every` after the last successful send.
     #[cfg(feature = "async")]
     fn next_beat(&self) -> Instant {
         lock(&self.state).last_sent + self.renew_every
     }
 
-    /// The sync set's deadline monitor as a task: loses every kept key
-    /// when the deadline passes without a heartbeat, however long one may
-    /// hang (it is never cancelled).
+    /// The sync deadline monitor as a task; heartbeats are never cancelled.
     #[cfg(feature = "async")]
     pub(crate) async fn monitor_task(self: Arc<Self>) {
         loop {
@@ -892,8 +823,7 @@ impl Shared {
         }
     }
 
-    /// Declares every kept key lost when the deadline passes without a
-    /// heartbeat, however long a heartbeat call may hang.
+    /// Loses every kept key when the deadline passes, however long a heartbeat hangs.
     fn monitor_loop(&self) {
         let mut state = lock(&self.state);
         loop {
@@ -916,16 +846,13 @@ impl Shared {
         }
     }
 
-    /// Stops the threads and releases every key not refused, in one call.
-    /// Answers per key, in the order the leases were given: a key a
-    /// heartbeat refused answers that refusal without a call.
+    /// Stops the threads and releases the unrefused keys in one call, per key in order.
     fn stop_and_release(&self) -> Result<Vec<KeyRelease>, LeaseError> {
         let refused = self.begin_stop();
         finish(self.release_kept(refused))
     }
 
-    /// Marks the set stopping (its loops end at their next wake-up) and
-    /// answers the keys a heartbeat refused, with their refusals.
+    /// Marks the set stopping; answers the keys a heartbeat refused.
     pub(crate) fn begin_stop(&self) -> HashMap<String, Refusal> {
         {
             let mut state = lock(&self.state);
@@ -946,9 +873,7 @@ impl Shared {
         }
     }
 
-    /// Releases every key not `refused` in one call. Answers per key, in
-    /// the order the leases were given: a key a heartbeat refused answers
-    /// that refusal without a call.
+    /// Releases the keys not `refused` in one call; refused keys answer their refusal.
     pub(crate) async fn release_kept(
         &self,
         refused: HashMap<String, Refusal>,
@@ -987,9 +912,7 @@ impl Shared {
 }
 
 impl KeeperSet {
-    /// Starts keeping `leases` (one owner's, distinct keys) alive with the
-    /// default settings, on `client`'s pool; sends the first heartbeat
-    /// before returning.
+    /// Keeps `leases` (one owner's, distinct keys) alive with the defaults; heartbeats once first.
     pub fn start(client: &LeaseClient, leases: Vec<Lease>) -> Result<KeeperSet, LeaseError> {
         Self::builder(client, leases).start()
     }
@@ -1004,9 +927,7 @@ impl KeeperSet {
 
     set_accessors!();
 
-    /// Blocks until more than `seen` keys are lost, or `timeout` passes;
-    /// returns every loss so far. Pass the length of the last answer to
-    /// wait for the next loss.
+    /// Blocks until more than `seen` keys are lost or `timeout`; returns all losses so far.
     pub fn wait_for_losses(&self, seen: usize, timeout: Duration) -> Vec<(String, LeaseLoss)> {
         let until = Instant::now() + timeout;
         let mut state = lock(&self.shared.state);
@@ -1024,9 +945,7 @@ impl KeeperSet {
         }
     }
 
-    /// Stops renewing, waits for the set's threads, and releases every key
-    /// not refused in one call. Answers per key, in the order the leases
-    /// were given ([`Release::Refused`] for a key already lost).
+    /// Stops, waits for the threads and releases the unrefused keys, per key in order.
     pub fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
         let released = self.shared.stop_and_release();
         for thread in self.threads.drain(..) {
@@ -1037,9 +956,7 @@ impl KeeperSet {
 }
 
 impl Drop for KeeperSet {
-    /// Stops renewing and releases (best effort; errors are ignored and the
-    /// leases then lapse at their expiry). Does not wait for a heartbeat in
-    /// flight.
+    /// Stops renewing and releases, best effort, without waiting for a heartbeat.
     fn drop(&mut self) {
         if !self.threads.is_empty() {
             let _ = self.shared.stop_and_release();

@@ -1,10 +1,6 @@
-//! Holding a lease over time: the heartbeat that keeps a grant alive and
-//! says until when its holder may act ([`Keeper`]), the heartbeat that keeps
-//! a set of one owner's grants alive with one call per beat
-//! ([`KeeperSet`]), the worker loop that
-//! stops the work when the lease is lost ([`run_while_held`]), and the
-//! cancellation both (and the waiters) can be stopped with
-//! ([`CancelToken`]).
+//! Holding a lease over time: [`Keeper`] for one grant, [`KeeperSet`] for one
+//! owner's many in one call per beat, [`run_while_held`] to stop work when the
+//! lease goes, and [`CancelToken`] to stop them (and waiters).
 
 pub(crate) mod cancel;
 mod keeper;

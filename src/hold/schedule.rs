@@ -1,6 +1,5 @@
-//! What a [`Keeper`](super::Keeper) and a [`KeeperSet`](super::KeeperSet)
-//! share: the heartbeat schedule (its defaults and the rules that keep a
-//! grant from lapsing between beats), and the small thread helpers of both.
+//! What [`Keeper`](super::Keeper) and [`KeeperSet`](super::KeeperSet) share: the
+//! heartbeat schedule and its checks, and small thread helpers.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -8,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::LeaseError;
 
-/// A poisoned lock only means another keeper thread panicked; the state it
-/// guards stays consistent (every update is a single assignment).
+/// A poisoned lock only means another keeper thread panicked; every update is
+/// a single assignment, so the state stays consistent.
 pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -39,9 +38,8 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    /// Fills in the defaults (margin ttl / 10, a beat every ttl / 3, a
-    /// retry every ttl / 30 but at least 1 ms) and refuses a schedule under
-    /// which the grant could lapse between beats.
+    /// Fills in the defaults (margin ttl / 10, beat ttl / 3, retry ttl / 30, at least
+    /// 1 ms) and refuses a schedule under which the grant could lapse between beats.
     pub(crate) fn resolve(
         ttl: Duration,
         margin: Option<Duration>,
@@ -81,12 +79,9 @@ impl Schedule {
     }
 }
 
-/// The deadline after a successful renew for `ttl` sent at `sent_at`: the
-/// grant is held at least until `sent_at + ttl` on the client's monotonic
-/// clock (the server counted the ttl from a later instant), less the
-/// margin; never earlier than the deadline already known (`previous`),
-/// since renews may answer out of order. Every keeper's rule (`Keeper`,
-/// `KeeperSet`, the async face's `aio::Keeper`).
+/// The deadline after a renew for `ttl` sent at `sent_at`: `sent_at + ttl - margin`
+/// on the monotonic clock (the server counted from later), never before `previous`
+/// since renews may answer out of order. Every keeper's rule.
 pub(crate) fn safe_until(
     sent_at: Instant,
     ttl: Duration,
@@ -96,10 +91,8 @@ pub(crate) fn safe_until(
     (sent_at + ttl - margin).max(previous)
 }
 
-/// How many times a keeper sends its release when a read-only server
-/// refuses it: a pooled connection may still reach a demoted primary, and
-/// each refusal discards its connection, so after at most the pool's size
-/// of them a new connection reaches the writable server.
+/// How often a keeper sends a release a read-only server refused: each refusal
+/// discards its connection, so within the pool's size one reaches the new primary.
 pub(crate) fn release_attempts(pool_size: usize) -> usize {
     pool_size.saturating_add(1)
 }

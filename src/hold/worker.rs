@@ -1,33 +1,15 @@
-//! Running work while a lease is held, and knowing why it ended.
-//!
-//! A lease protects work only if the work stops when the lease goes. The
-//! database fences writes that pass through guards; everything else (an
-//! in-memory batch, a call to a third party) must stop by itself.
-//! [`run_while_held`] runs a closure with a [`WorkContext`] that says, with
-//! one cheap call, whether to stop now (lease lost, deadline passed, or
-//! cancelled), hands out the fencing token for guards, and afterwards
-//! releases the lease and reports why the work ended.
+//! Running work while a lease is held. Guards fence database writes; anything
+//! else (in-memory work, third-party calls) must stop by itself, so the
+//! [`WorkContext`] says cheaply whether to stop, and the outcome says why it ended.
 //!
 //! ```no_run
 //! # fn demo(keeper: leasehold::Keeper) {
-//! use leasehold::{hold::{run_while_held, CancelToken, WorkOutcome}};
-//! let cancel = CancelToken::new();
-//! let outcome = run_while_held(keeper, &cancel, |ctx| {
-//!     for step in 0..100 {
-//!         if ctx.should_stop() {
-//!             return Err(format!("stopped after {step} steps")); // the outcome says why
-//!         }
-//!         // ... one step, writing through guards with ctx.token() ...
-//!     }
-//!     Ok(100)
+//! use leasehold::hold::{run_while_held, CancelToken};
+//! let outcome = run_while_held(keeper, &CancelToken::new(), |ctx| {
+//!     if ctx.should_stop() { return Err("stopped") } // else write through guards with ctx.token()
+//!     Ok(1)
 //! });
-//! match outcome {
-//!     WorkOutcome::Finished(steps) => println!("done: {steps}"),
-//!     WorkOutcome::LeaseLost(why) => println!("lost the lease: {why}"),
-//!     WorkOutcome::Cancelled => println!("cancelled"),
-//!     WorkOutcome::Failed(error) => println!("failed: {error}"),
-//! }
-//! # }
+//! # let _ = outcome; }
 //! ```
 
 use std::time::Instant;
@@ -64,8 +46,7 @@ impl WorkContext<'_> {
         self.keeper.safe_until()
     }
 
-    /// Whether to stop now: the lease is no longer safe or the work was
-    /// cancelled. Two atomic loads and a clock read: call it often.
+    /// Whether to stop now (lease unsafe or cancelled); two loads and a clock read.
     pub fn should_stop(&self) -> bool {
         !self.keeper.is_valid() || self.cancel.is_cancelled()
     }
@@ -78,23 +59,19 @@ impl WorkContext<'_> {
         )
     }
 
-    /// `Err(reason)` when the work should stop; for `?` with an error type
-    /// that converts from [`StopReason`].
+    /// `Err(reason)` when the work should stop, for `?`.
     pub fn check(&self) -> Result<(), StopReason> {
         self.stop_reason().map_or(Ok(()), Err)
     }
 }
 
-/// The loss that ends work now, if the lease is no longer safe: the one
-/// rule both faces' work contexts and `run_while_held` apply. `loss` is
-/// what the keeper reports; a deadline that passed before the keeper said
-/// so is `DeadlinePassed`.
+/// The loss that ends work now, if the lease is not safe: the one rule of both
+/// faces; a deadline that passed before the keeper said so is `DeadlinePassed`.
 pub(crate) fn lost_now(valid: bool, loss: impl FnOnce() -> Option<LeaseLoss>) -> Option<LeaseLoss> {
     (!valid).then(|| or_deadline(loss()))
 }
 
-/// The loss of a lease that is no longer safe: the keeper's, or, before
-/// it said so, the safe deadline that passed.
+/// The keeper's loss, or the passed safe deadline if it has not said so yet.
 pub(crate) fn or_deadline(loss: Option<LeaseLoss>) -> LeaseLoss {
     loss.unwrap_or(LeaseLoss::DeadlinePassed { last_error: None })
 }
@@ -111,26 +88,18 @@ pub(crate) fn stop_reason(lost: Option<LeaseLoss>, cancelled: bool) -> Option<St
 #[derive(Debug)]
 #[must_use = "the outcome says whether the work completed under the lease"]
 pub enum WorkOutcome<T, E> {
-    /// The closure returned `Ok` while the lease was still safe (also when
-    /// cancelled meanwhile: the closure chose to finish).
+    /// `Ok` while the lease was safe (also if cancelled meanwhile: the work finished).
     Finished(T),
-    /// The lease was lost before the closure returned (whatever it
-    /// returned: its results were produced without a safe lease).
+    /// The lease was lost before the closure returned, whatever it returned.
     LeaseLost(LeaseLoss),
-    /// The token was cancelled and the closure returned `Err` (typically
-    /// after seeing [`WorkContext::should_stop`]).
+    /// Cancelled, and the closure returned `Err`.
     Cancelled,
     /// The closure failed while the lease was safe and not cancelled.
     Failed(E),
 }
 
-/// Runs `work` under `keeper`'s lease; releases the lease afterwards (a
-/// failing release is ignored: the lease then lapses at its expiry).
-///
-/// The outcome is decided when the closure returns: lease not safe any more
-/// → [`WorkOutcome::LeaseLost`]; else `Ok` → [`WorkOutcome::Finished`]
-/// (even if cancelled meanwhile: the work completed); else cancelled →
-/// [`WorkOutcome::Cancelled`]; else [`WorkOutcome::Failed`].
+/// Runs `work` under `keeper`'s lease, then releases it (a failed release lapses).
+/// The outcome is decided when the closure returns ([`WorkOutcome`]).
 pub fn run_while_held<T, E, F>(keeper: Keeper, cancel: &CancelToken, work: F) -> WorkOutcome<T, E>
 where
     F: FnOnce(&WorkContext<'_>) -> Result<T, E>,
@@ -148,8 +117,7 @@ where
     outcome
 }
 
-/// The outcome of work that returned `result`: the one rule both faces'
-/// `run_while_held` apply (`lost` from [`lost_now`]).
+/// The outcome of work that returned `result`: both faces' one rule.
 pub(crate) fn decide<T, E>(
     lost: Option<LeaseLoss>,
     result: Result<T, E>,

@@ -1,10 +1,5 @@
-//! [`Epoch`]: a grant's fencing number, as its own type.
-//!
-//! Epochs, generations, group ids, counts and milliseconds are all 64-bit
-//! integers in SQL. In Rust an epoch gets a type of its own so that none of
-//! the others can be passed where an epoch is meant (a generation given to
-//! `fence`, a row count compared with a token), and so that a signature says
-//! which numbers fence.
+//! [`Epoch`]: a grant's fencing number as its own type, so no other 64-bit number
+//! (a generation, a row count) can be passed where an epoch is meant.
 
 use std::fmt;
 use std::num::ParseIntError;
@@ -16,16 +11,9 @@ use diesel::pg::{Pg, PgValue};
 use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types::BigInt;
 
-/// A fencing epoch: the number a grant carries and a guard compares.
-///
-/// Every grant of a key gets a strictly greater epoch than every earlier
-/// grant of that key (docs/SPECIFICATION.md §1.2). Grants start at 1; `0`
-/// appears only as "nothing yet" (a fence floor never raised, a counter
-/// never moved).
-///
-/// It converts to and from `i64` explicitly, compares with plain integers
-/// (`lease.epoch() == 3`), prints as its number, and binds to and loads
-/// from SQL `bigint`, so it can be stored next to the data it fences.
+/// A fencing epoch: strictly greater for every later grant of a key
+/// (docs/SPECIFICATION.md §1.2); grants start at 1, `0` means "nothing yet".
+/// Compares with integers, prints as its number, maps to SQL `bigint`.
 ///
 /// ```
 /// use leasehold::Epoch;
@@ -42,8 +30,7 @@ use diesel::sql_types::BigInt;
 pub struct Epoch(pub i64);
 
 impl Epoch {
-    /// The epoch numbered `value`. Any value can be named; calls that take
-    /// an epoch check the range they accept (a token's epoch is at least 1).
+    /// The epoch numbered `value`; calls that take an epoch check its range.
     pub const fn new(value: i64) -> Self {
         Epoch(value)
     }

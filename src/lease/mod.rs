@@ -1,17 +1,6 @@
-//! The lease operations: acquire, renew, release, inspect (SQL's
-//! `lease.key_state`, which tells a lapsed grant from a free key).
-//!
-//! Each call is one statement, the SQL function of the same name (one
-//! round trip once it is prepared on the connection), whatever its answer:
-//! a grant, a denial, a refusal and why, bad input, a wait. Every function
-//! takes the caller's connection (either face's: `sql::execute`), so it
-//! runs in whatever transaction the caller has open: an acquire inside the caller's
-//! transaction commits or rolls back with it (docs/SPECIFICATION.md §1.5).
-//! Outside a transaction each call autocommits.
-//!
-//! Time is the server's: `expires_at` values are the database clock's
-//! `clock_timestamp()` plus the ttl, and the client's clock is never
-//! consulted.
+//! The lease operations, one SQL function call each, on either face's connection
+//! (`sql::execute`) in the caller's transaction, if any (docs/SPECIFICATION.md §1.5).
+//! Time is the server's `clock_timestamp()`; the client's clock is never consulted.
 
 pub(crate) mod epoch;
 pub(crate) mod outcome;
@@ -30,7 +19,7 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
-/// The connection's [`crate::Leases::acquire`]: its documentation is there.
+/// The connection's [`crate::Leases::acquire`].
 pub(crate) async fn acquire(
     conn: &mut impl Execute,
     key: &str,
@@ -40,7 +29,7 @@ pub(crate) async fn acquire(
     acquire_call(conn, key, owner, ttl, Duration::ZERO).await
 }
 
-/// The connection's [`crate::Leases::acquire_waiting`]: its documentation is there.
+/// The connection's [`crate::Leases::acquire_waiting`].
 pub(crate) async fn acquire_waiting(
     conn: &mut impl Execute,
     key: &str,
@@ -50,8 +39,7 @@ pub(crate) async fn acquire_waiting(
 ) -> Result<Lease, LeaseError> {
     match acquire_call(conn, key, owner, ttl, wait).await? {
         Acquisition::Granted(lease) => Ok(lease),
-        // The SQL function never returns a denial when wait > 0; a zero wait
-        // denies like `acquire`, which the caller asked to be an error here.
+        // A zero wait denies like `acquire`; here the caller asked for an error.
         Acquisition::Denied => Err(LeaseError::TimedOut {
             key: key.to_owned(),
             waited: wait,
@@ -108,7 +96,7 @@ async fn acquire_sql(
     }
 }
 
-/// The connection's [`crate::Leases::renew`]: its documentation is there.
+/// The connection's [`crate::Leases::renew`].
 pub(crate) async fn renew(
     conn: &mut impl Execute,
     grant: &FencingToken,
@@ -156,7 +144,7 @@ async fn renew_sql(
     }
 }
 
-/// The connection's [`crate::Leases::release`]: its documentation is there.
+/// The connection's [`crate::Leases::release`].
 pub(crate) async fn release(
     conn: &mut impl Execute,
     grant: &FencingToken,
@@ -196,7 +184,7 @@ async fn release_sql(
     }
 }
 
-/// The connection's [`crate::Leases::inspect`]: its documentation is there.
+/// The connection's [`crate::Leases::inspect`].
 pub(crate) async fn inspect(
     conn: &mut impl Execute,
     key: &str,
@@ -242,10 +230,8 @@ async fn inspect_sql(conn: &mut impl Execute, key: &str) -> Result<Option<LeaseS
     .transpose()
 }
 
-/// The refusal a renew or release status names (`None` for `ok`), with
-/// what happened to the grant (key, owner, epoch): on a refusal, and only
-/// then, `lease.why_refused` is asked on the same connection, one more
-/// round trip.
+/// The refusal a renew or release status names (`None` for `ok`), refined by
+/// `lease.why_refused`, asked on the same connection only on a refusal.
 pub(crate) async fn refusal(
     conn: &mut impl Execute,
     operation: Operation,
@@ -266,16 +252,14 @@ pub(crate) async fn refusal(
     let (now, reason, newest) = get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(operation, error, key, Duration::ZERO, autocommit)
     })?;
-    // A change committed since the refusal makes the later answer the truer
-    // one; `ok` cannot follow a refusal of the same grant.
+    // A change committed since makes the later answer the truer one.
     let now = Status::parse(&now)
         .filter(|now| *now != Status::Ok)
         .unwrap_or(status);
     Ok(Refusal::from_answer(now, Some(&reason), newest, epoch))
 }
 
-/// The refusal a status alone names, for an answer about no single grant
-/// (a heartbeat group's renew).
+/// The refusal a status alone names (a heartbeat group's renew).
 pub(crate) fn status_refusal(
     operation: Operation,
     status: &str,
@@ -308,24 +292,18 @@ pub(crate) fn interval(
 }
 
 impl Lease {
-    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)),
-    /// on a connection or a [`crate::LeaseClient`], and, when renewed,
-    /// records the new expiry.
-    ///
+    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)), recording the new expiry.
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &mut leasehold::Lease) -> Result<(), leasehold::LeaseError> {
-    /// if let leasehold::Renewal::Refused(why) = lease.renew(conn)? {
-    ///     eprintln!("lease refused ({why}); stop working on it");
-    /// }
-    /// # Ok(()) }
+    /// let renewal = lease.renew(conn)?;
+    /// # let _ = renewal; Ok(()) }
     /// ```
     pub fn renew(&mut self, leases: &mut impl crate::Leases) -> Result<Renewal, LeaseError> {
         let renewal = leases.renew(self, self.ttl);
         self.renewed(renewal)
     }
 
-    /// Records the expiry of a renewal of this grant (either face's; the
-    /// async face's `Lease::renew_async` is in `aio`).
+    /// Records a renewal's expiry (either face's; `renew_async` is in `aio`).
     pub(crate) fn renewed(
         &mut self,
         renewal: Result<Renewal, LeaseError>,

@@ -1,11 +1,6 @@
-//! What the lease operations return: grants, refusals and observed
-//! states, as values. Ordinary outcomes are values, not errors: a key held
-//! by someone else is [`Acquisition::Denied`]; a renew or release that
-//! finds the lease gone is [`Refusal`].
-//!
-//! These enums are closed on purpose (no `#[non_exhaustive]`): they mirror
-//! the SQL functions' fixed set of answers, and a caller must handle each
-//! one; a new answer would be a breaking change of the SQL API too.
+//! What the lease operations return. Ordinary outcomes (a denial, a refusal) are
+//! values, not errors. The enums are closed on purpose: they mirror the SQL's fixed
+//! answers, so a new one would break the SQL API too.
 
 use std::time::Duration;
 
@@ -15,13 +10,8 @@ use crate::lease::epoch::Epoch;
 pub use crate::lease::refusal::Refusal;
 use crate::lease::token::FencingToken;
 
-/// A grant: exclusive ownership of `key` by `owner` until `expires_at`
-/// (server time), fenced by `epoch`.
-///
-/// Two `Lease` values are equal when they are the same grant: same key,
-/// owner, epoch and expiry. The ttl is this handle's renewal setting, not
-/// part of the grant (an idempotent re-acquire with another ttl returns the
-/// same grant), so it is left out of the comparison.
+/// A grant of `key` to `owner` until `expires_at` (server time), fenced by `epoch`.
+/// Equality ignores the ttl: it is this handle's renewal setting, not the grant.
 #[derive(Debug, Clone)]
 pub struct Lease {
     /// The grant's key, owner and epoch.
@@ -51,21 +41,18 @@ impl Lease {
         self.expires_at
     }
 
-    /// The ttl passed to the acquire that returned this handle: what
-    /// [`Lease::renew`] and a [`crate::Keeper`] renew the grant for.
+    /// The acquire's ttl: what [`Lease::renew`] and a [`crate::Keeper`] renew for.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
 
-    /// The fencing token of this grant, for other services (clone it to
-    /// keep it). Calls on the grant take the lease itself.
+    /// The grant's fencing token, for other services; calls on the grant take the lease.
     pub fn token(&self) -> &FencingToken {
         &self.token
     }
 }
 
-/// A lease is a grant: every call that acts on a grant takes
-/// `&impl AsRef<FencingToken>`, so it takes a `&Lease` as it takes a token.
+/// Every call on a grant takes `&impl AsRef<FencingToken>`, so a `&Lease` too.
 impl AsRef<FencingToken> for Lease {
     fn as_ref(&self) -> &FencingToken {
         &self.token
@@ -84,8 +71,7 @@ impl Eq for Lease {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a denied acquire does not grant the lease"]
 pub enum Acquisition {
-    /// The caller holds the lease. For a caller that already held it, this is
-    /// the same grant (same epoch, same expiry).
+    /// The caller holds the lease (the same grant, if it already held it).
     Granted(Lease),
     /// Another owner holds a live grant.
     Denied,
@@ -124,8 +110,7 @@ pub enum Release {
     Refused(Refusal),
 }
 
-/// One key's answer to [`crate::Leases::renew_many`]: what [`crate::Leases::renew`] would
-/// have answered for that key alone.
+/// One key's answer to [`crate::Leases::renew_many`], as [`crate::Leases::renew`] would give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder of that key"]
 pub struct KeyRenewal {
@@ -135,8 +120,7 @@ pub struct KeyRenewal {
     pub renewal: Renewal,
 }
 
-/// One key's answer to [`crate::Leases::release_many`]: what [`crate::Leases::release`]
-/// would have answered for that key alone.
+/// One key's answer to [`crate::Leases::release_many`], as [`crate::Leases::release`] would give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused release did nothing for that key"]
 pub struct KeyRelease {
@@ -146,8 +130,7 @@ pub struct KeyRelease {
     pub release: Release,
 }
 
-/// A key's observable state, as [`crate::Leases::inspect`] reports it, in
-/// the words `leasehold inspect` and `leasehold ls` print.
+/// A key's state, as [`crate::Leases::inspect`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
     /// A live grant.
@@ -159,10 +142,8 @@ pub enum LeaseState {
         /// Server-time expiry (its heartbeat group's, when that is later).
         expires_at: DateTime<Utc>,
     },
-    /// A grant whose ttl passed without a renewal: anyone may acquire the
-    /// key, and its holder's renew answers `lapsed`. Until someone does,
-    /// `epoch` is still the key's newest grant: fence resources through it
-    /// to refuse the lapsed holder's writes.
+    /// The ttl passed without a renewal: anyone may acquire the key. Until then
+    /// `epoch` is its newest grant: fence through it to refuse the lapsed holder.
     Lapsed {
         /// The lapsed grant's holder.
         owner: String,
@@ -171,21 +152,17 @@ pub enum LeaseState {
         /// When it expired, server time.
         expired_at: DateTime<Utc>,
     },
-    /// No grant: its last holder released it, or an operator did. Anyone
-    /// may acquire it.
+    /// No grant: released by its holder or an operator.
     Free {
-        /// The fencing counter: every epoch up to and including this one is
-        /// stale, and the next grant is strictly greater.
+        /// The fencing counter: every epoch up to it is stale.
         epoch: Epoch,
-        /// Whether the last grant was ended by an operator
-        /// (`force_release`) rather than by its holder.
+        /// Whether an operator ended the last grant (`force_release`).
         force_released: bool,
     },
 }
 
 impl LeaseState {
-    /// The epoch reported: the grant's, held or lapsed, or the counter when
-    /// free.
+    /// The grant's epoch, or the counter when free.
     pub fn epoch(&self) -> Epoch {
         match self {
             LeaseState::Held { epoch, .. }
@@ -194,8 +171,7 @@ impl LeaseState {
         }
     }
 
-    /// The state's word: `held`, `lapsed` or `free`, as `leasehold ls`
-    /// and SQL's `lease.key_state` spell it.
+    /// `held`, `lapsed` or `free`, as `leasehold ls` and `lease.key_state` spell it.
     pub fn as_str(&self) -> &'static str {
         match self {
             LeaseState::Held { .. } => "held",

@@ -1,18 +1,11 @@
-//! Why a grant the caller presented was refused: a value every answer
-//! and error shares, kept in a file that imports no answer or error type.
+//! Why a presented grant was refused, in a leaf file that imports no answer or error type.
 
 use crate::lease::epoch::Epoch;
 use crate::sql::decode::Status;
 
-/// Why a renew, release or lease-checked write was refused: what happened
-/// to the grant the caller presented. Stop acting on the lease at once;
-/// re-acquire if needed.
-///
-/// Each refusal has the SQL status renew and release answer
-/// ([`as_status`](Self::as_status): `not_owner`, `lapsed`,
-/// `epoch_mismatch`, as the pg_lease signatures define them) and a word for
-/// what happened ([`as_reason`](Self::as_reason)), which is what the CLI
-/// prints. SQL's `lease.why_refused` gives the same words to any client.
+/// Why a renew, release or lease-checked write was refused: stop acting on the
+/// lease. [`as_status`](Self::as_status) is the SQL status, [`as_reason`](Self::as_reason)
+/// the word the CLI and `lease.why_refused` use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// The grant's ttl passed without a renewal (`lapsed`).
@@ -25,28 +18,22 @@ pub enum Refusal {
         /// The epoch the owner holds, when it could be read.
         held: Option<Epoch>,
     },
-    /// A later grant of the key exists (`not_owner`): this one ended
-    /// (released, force-released, or lapsed and taken over, then ended)
-    /// and the key was granted again.
+    /// A later grant of the key exists (`not_owner`): this one ended and the key was granted again.
     Superseded {
         /// The key's newest grant.
         by: Epoch,
     },
-    /// Its holder released this grant, and the key is still free
-    /// (`not_owner`).
+    /// Its holder released this grant; the key is still free (`not_owner`).
     Released,
-    /// An operator ended this grant with `force_release`, and the key is
-    /// still free (`not_owner`).
+    /// An operator force-released this grant; the key is still free (`not_owner`).
     ForceReleased,
-    /// The key has no grant at or after this epoch for this owner
-    /// (`not_owner`): an unknown key, an epoch never granted, another
-    /// owner's grant, or a key whose record was pruned.
+    /// No grant at or after this epoch for this owner (`not_owner`): unknown, never
+    /// granted, another owner's, or pruned.
     NeverHeld,
 }
 
 impl Refusal {
-    /// The SQL status renew and release answer for it: `not_owner`,
-    /// `lapsed` or `epoch_mismatch`.
+    /// The SQL status: `not_owner`, `lapsed` or `epoch_mismatch`.
     pub fn as_status(self) -> &'static str {
         match self {
             Refusal::Lapsed { .. } => "lapsed",
@@ -58,8 +45,7 @@ impl Refusal {
         }
     }
 
-    /// What happened, in one word: `lapsed`, `epoch_mismatch`,
-    /// `superseded`, `released`, `force_released` or `never_held`.
+    /// What happened, in one word, as the CLI prints it.
     pub fn as_reason(self) -> &'static str {
         match self {
             Refusal::Lapsed { .. } => "lapsed",
@@ -71,9 +57,7 @@ impl Refusal {
         }
     }
 
-    /// The key's newest grant, where the refusal knows one above the
-    /// caller's: the successor (superseded, taken over) or the owner's own
-    /// other grant.
+    /// The key's newest grant above the caller's, if the refusal knows one.
     pub fn newer_epoch(self) -> Option<Epoch> {
         match self {
             Refusal::Superseded { by } => Some(by),
@@ -83,11 +67,8 @@ impl Refusal {
         }
     }
 
-    /// The refusal a SQL status and `lease._refusal`'s reason name
-    /// (`reason` and `newest` absent when only the status is known); `None`
-    /// for `ok` or a word this client does not know. The reason refines the
-    /// status and never contradicts it: a reason of another status is
-    /// ignored. `presented` is the caller's epoch.
+    /// The refusal a SQL status and `lease._refusal`'s reason name; `None` for `ok` or
+    /// an unknown word. A reason of another status is ignored; `presented` is the caller's epoch.
     pub(crate) fn from_answer(
         status: Status,
         reason: Option<&str>,

@@ -1,16 +1,6 @@
-//! Fencing tokens: the proof of a grant that a holder presents to a guard.
-//!
-//! A token names the lease key, the owner and the epoch of one grant. Guards
-//! compare the epoch against the highest epoch they have accepted for a
-//! resource and refuse anything lower, which is what stops a holder that
-//! stalled and was taken over from writing after its successor.
-//!
-//! Tokens travel: into HTTP headers, object-store metadata, file headers. So
-//! besides being cheap to clone (the strings are shared), a token has a
-//! stable text form, `lh1.<epoch>.<key>.<owner>`, where key and owner are
-//! percent-encoded so the whole string is visible ASCII without `.` inside the
-//! fields. The `lh1` prefix versions the format: a future form gets `lh2`
-//! and parsers reject what they do not know instead of misreading it.
+//! Fencing tokens: the proof of a grant (key, owner, epoch) a holder presents to a
+//! guard. Tokens travel in headers and metadata, so the text form `lh1.<epoch>.<key>.<owner>`
+//! percent-encodes the names; `lh1` versions it, so parsers reject unknown forms.
 
 use std::fmt;
 use std::str::FromStr;
@@ -24,10 +14,7 @@ use crate::lease::epoch::Epoch;
 /// The version prefix of the current text form.
 const TEXT_FORM_PREFIX: &str = "lh1";
 
-/// Proof of one grant: lease key, owner and fencing epoch.
-///
-/// Produced by a successful acquire ([`crate::Lease::token`]); presented to
-/// guards. Cloning copies two reference counts and an integer.
+/// Proof of one grant, from [`crate::Lease::token`]; cheap to clone (shared strings).
 ///
 /// ```
 /// use leasehold::{Epoch, FencingToken};
@@ -43,8 +30,7 @@ pub struct FencingToken {
     epoch: Epoch,
 }
 
-/// A token that cannot be built or parsed: [`LeaseError::InvalidInput`]
-/// naming the rule it broke.
+/// [`LeaseError::InvalidInput`] naming the rule a token broke.
 fn invalid(rule: String) -> LeaseError {
     LeaseError::InvalidInput {
         violations: vec![rule],
@@ -52,8 +38,7 @@ fn invalid(rule: String) -> LeaseError {
 }
 
 impl FencingToken {
-    /// Builds a token from its parts, for example after receiving them from
-    /// another service. Rejects empty names and epochs below 1.
+    /// Builds a token from its parts (e.g. from another service); rejects empty names, epochs below 1.
     pub fn new(key: &str, owner: &str, epoch: Epoch) -> Result<Self, LeaseError> {
         if key.is_empty() {
             return Err(invalid("fencing token key must not be empty".to_owned()));
@@ -73,8 +58,7 @@ impl FencingToken {
         })
     }
 
-    /// Builds the token of a grant the database made: its key and owner are
-    /// non-empty and its epoch is at least 1 by the SQL functions' rules.
+    /// A database grant's token: the SQL's rules make its parts valid.
     pub(crate) fn from_grant(key: &str, owner: &str, epoch: i64) -> Self {
         Self {
             key: Arc::from(key),
@@ -99,9 +83,7 @@ impl FencingToken {
     }
 }
 
-/// A token is the grant it proves: every call that acts on a grant takes
-/// `&impl AsRef<FencingToken>`, so a [`crate::Lease`] and a token are passed
-/// alike.
+/// A token is the grant it proves, so calls take a [`crate::Lease`] or a token alike.
 impl AsRef<FencingToken> for FencingToken {
     fn as_ref(&self) -> &FencingToken {
         self

@@ -1,18 +1,7 @@
-//! Every statement the library sends: the lease and guard calls, the
-//! operator's listing of keys and the privilege questions as
-//! prepared-statement-cacheable queries, and the listener session's
-//! statements as text.
-//!
-//! Why hand-written query fragments? `diesel::sql_query` is never cached, so
-//! each call would be parsed and planned again (and, in diesel, cost an extra
-//! round trip to describe the statement). A `QueryFragment` with a static
-//! `QueryId` is prepared once per connection and afterwards costs exactly one
-//! round trip: `Bind`/`Execute` of the named statement.
-//!
-//! The calls the hot paths make (acquire, renew, release, and key_state for
-//! inspect) are called in the select list, `SELECT lease.renew(…)`, and
-//! their record decoded: a call in `FROM` runs through a function scan,
-//! about 13,000 server instructions more per call (docs/PERFORMANCE.md).
+//! Every statement the library sends. Cacheable `QueryFragment`s rather than
+//! `sql_query` (never cached): once prepared, a call costs one Bind/Execute round
+//! trip. Hot-path functions are called in the select list, not `FROM`, which
+//! costs a function scan (docs/PERFORMANCE.md).
 
 use chrono::{DateTime, Utc};
 use diesel::pg::data_types::PgInterval;
@@ -24,10 +13,8 @@ use diesel::sql_types::{
 };
 use diesel::{QueryResult, RunQueryDsl};
 
-/// The part every cacheable statement shares: its struct of bound values,
-/// a static query id (so diesel prepares it once per connection), its
-/// result row type, and the SQL text that `walk_ast` writes with the values
-/// bound in order.
+/// A cacheable statement: bound values, a static query id (prepared once per
+/// connection), its row type and the SQL `walk_ast` writes.
 macro_rules! cacheable_query {
     (
         $(#[$doc:meta])*
@@ -48,8 +35,7 @@ macro_rules! cacheable_query {
         }
 
         impl QueryFragment<Pg> for $name<'_> {
-            // A call without arguments never reassigns `first` and never
-            // reads its values.
+            // A call without arguments never uses `first` or its values.
             #[allow(unused_mut, unused_variables)]
             fn walk_ast<'b>(&'b self, mut $out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
                 let $self_ = self;
@@ -145,8 +131,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.renew_many(keys, owner, epochs, ttl, key_hashes)`: one row per
-    /// key, in input order.
+    /// `lease.renew_many(keys, owner, epochs, ttl, key_hashes)`: a row per key, in order.
     RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status, expires_at FROM lease.renew_many";
     row = (Text, Text, Nullable<Timestamptz>);
@@ -154,8 +139,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.release_many(keys, owner, epochs, key_hashes)`: one row per
-    /// key, in input order.
+    /// `lease.release_many(keys, owner, epochs, key_hashes)`: a row per key, in order.
     ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status FROM lease.release_many";
     row = (Text, Text);
@@ -163,9 +147,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.join_group(keys, owner, epochs, ttl, key_hashes)`: one row per
-    /// key, in input order, each with the new group (NULL when no key was
-    /// renewed).
+    /// `lease.join_group(keys, owner, epochs, ttl, key_hashes)`: a row per key, with the new group.
     JoinGroupCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
     sql = "SELECT key, status, expires_at, group_id FROM lease.join_group";
     row = (Text, Text, Nullable<Timestamptz>, Nullable<BigInt>);
@@ -245,9 +227,8 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.inspect(key)` plus the holder's remaining time in seconds on
-    /// the server's clock, so a waiter can sleep until the holder's expiry
-    /// without comparing clocks.
+    /// `lease.inspect(key)` plus the holder's remaining seconds on the server's
+    /// clock, so a waiter can sleep until expiry without comparing clocks.
     RemainingCall { key: &'a str => Text }
     sql = "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect";
     row = (Bool, Nullable<Double>);
@@ -255,8 +236,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.force_release(key)`: the counter after the call, NULL for a
-    /// never-leased key.
+    /// `lease.force_release(key)`: the counter after, NULL if never leased.
     ForceReleaseCall { key: &'a str => Text }
     sql = "SELECT lease.force_release";
     row = Nullable<BigInt>;
@@ -264,8 +244,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.force_release(key, epoch)`: what became of grant `epoch`, and
-    /// the key's counter after the call (NULL for a never-leased key).
+    /// `lease.force_release(key, epoch)`: what became of the grant, and the counter.
     ForceReleaseEpochCall { key: &'a str => Text, epoch: i64 => BigInt }
     sql = "SELECT status, counter FROM lease.force_release";
     row = (Text, Nullable<BigInt>);
@@ -305,8 +284,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.prune_keys(idle, after, batch, dry_run)`: one batch of key
-    /// pruning (examined, pruned, sighted, waiters, watermark, next_after).
+    /// `lease.prune_keys(idle, after, batch, dry_run)`: one batch of key pruning.
     PruneKeysCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
     sql = "SELECT examined, pruned, sighted, waiters, watermark, next_after FROM lease.prune_keys";
     row = (Integer, Integer, Integer, Integer, BigInt, Nullable<Binary>);
@@ -314,8 +292,7 @@ lease_call! {
 }
 
 lease_call! {
-    /// `lease.prune_guards(idle, after, batch, dry_run)`: one batch of
-    /// guard pruning (examined, pruned, next_after).
+    /// `lease.prune_guards(idle, after, batch, dry_run)`: one batch of guard pruning.
     PruneGuardsCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
     sql = "SELECT examined, pruned, next_after FROM lease.prune_guards";
     row = (Integer, Integer, Nullable<Binary>);
@@ -331,9 +308,7 @@ lease_call! {
 }
 
 cacheable_query! {
-    /// Whether the connected role may execute the function with the
-    /// signature given (NULL when there is no such function), and who it
-    /// is: (allowed, role).
+    /// (allowed, role): whether the connected role may execute the function named.
     FunctionPrivilegeCall { function: &'a str => Text }
     row = (Nullable<Bool>, Text);
     rust = (Option<bool>, String);
@@ -345,10 +320,8 @@ cacheable_query! {
     }
 }
 
-/// Whether the connected role may read what a listing reads, and who it
-/// is: `lease.list_leases` refuses a role without SELECT on `lease.leases`
-/// and `lease.groups`, so such a role is told so by name before the
-/// listing could fail (and abort the caller's transaction).
+/// (allowed, role) for a listing's SELECTs, asked first so a refusal names the
+/// role instead of aborting the caller's transaction.
 pub(crate) const LIST_PRIVILEGE: &str = "SELECT has_table_privilege('lease.leases', 'SELECT') \
 AND has_table_privilege('lease.groups', 'SELECT'), current_user::text";
 
@@ -364,12 +337,8 @@ cacheable_query! {
 }
 
 lease_call! {
-    /// `lease.list_leases(prefix, holder, states, sort, max_rows)`: the
-    /// listing of `leasehold ls` and [`crate::admin::Operator::list_leases`],
-    /// its states and expiries decided by the SQL's own rules (`lease._live`,
-    /// `lease._expiry`). Owner NULL: any; states empty: any; order `key`,
-    /// `expires` or `epoch`. Every row carries the clock the listing read
-    /// (`read_at`); when no key matched, it is the one row.
+    /// `lease.list_leases(prefix, holder, states, sort, max_rows)`, states and expiries
+    /// decided by the SQL's own rules; every row carries `read_at`, the one row if none matched.
     ListLeasesCall {
         prefix: &'a str => Text,
         owner: Option<&'a str> => Nullable<Text>,
@@ -382,26 +351,19 @@ lease_call! {
     rust = (DateTime<Utc>, Option<String>, Option<String>, Option<String>, Option<String>, Option<i64>, Option<DateTime<Utc>>);
 }
 
-/// The listener session's statements. It talks to libpq directly (see
-/// `crate::libpq`), so these are plain text with `$n` parameters.
+/// The listener session's statements, as text with `$n` parameters (it uses libpq directly).
 pub(crate) mod listener {
-    /// Drops every waiter registration of this session (after a reconnect,
-    /// the server may still hold rows of an earlier backend).
+    /// Drops this session's waiter registrations (an earlier backend's may remain).
     pub(crate) const RESET: &str = "SELECT lease._waiter_reset()";
-    /// Registers interest in `$1`; answers the key's digest (the payload
-    /// of its release notifications), or NULL when a release of the key was
-    /// in flight and the call must be repeated.
+    /// Registers interest in `$1`: the key's digest, or NULL while a release is in flight (repeat).
     pub(crate) const WATCH: &str = "SELECT lease._waiter_watch($1)";
     /// Withdraws the registration of `$1`.
     pub(crate) const UNWATCH: &str = "SELECT lease._waiter_unwatch($1)";
     /// Probes an idle session.
     pub(crate) const PROBE: &str = "SELECT 1";
-    /// Listens for release notifications (channel
-    /// [`crate::sql::names::RELEASE_CHANNEL`]; a unit test keeps the two
-    /// equal).
+    /// Listens on [`crate::sql::names::RELEASE_CHANNEL`] (a unit test keeps them equal).
     pub(crate) const LISTEN_RELEASES: &str = "LISTEN lease_released";
-    /// The channel of the delivery check: a notification sent to it from
-    /// another session must reach the listener's session.
+    /// The delivery check's channel: a notification from another session must arrive.
     pub(crate) const DELIVERY_CHANNEL: &str = "lease_listener_check";
     /// Listens on [`DELIVERY_CHANNEL`].
     pub(crate) const LISTEN_DELIVERY: &str = "LISTEN lease_listener_check";

@@ -1,10 +1,8 @@
-//! Reading the SQL functions' answers: status texts and the DETAIL of the
-//! errors they raise.
+//! Reading the SQL functions' answers: status texts and error DETAILs.
 
 use diesel::result::DatabaseErrorInformation;
 
-/// The status of a renew or release (or the reason a lease-checked write
-/// was refused), as the SQL functions spell it.
+/// The status of a renew or release, or why a lease-checked write was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Status {
     /// The call applied.
@@ -18,8 +16,7 @@ pub(crate) enum Status {
 }
 
 impl Status {
-    /// Parses a status text; `None` for a text this client does not know
-    /// (installed SQL newer than the client).
+    /// `None` for a status this client does not know (newer installed SQL).
     pub(crate) fn parse(text: &str) -> Option<Self> {
         match text {
             "ok" => Some(Status::Ok),
@@ -31,8 +28,7 @@ impl Status {
     }
 }
 
-/// The violations listed in an invalid-input error's DETAIL (separated by
-/// `; `), or its message when there is no DETAIL.
+/// The violations in an invalid-input DETAIL (`; `-separated), else the message.
 pub(crate) fn violations(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> Vec<String> {
     match info.details() {
         Some(detail) if !detail.is_empty() => detail.split("; ").map(str::to_owned).collect(),
@@ -40,44 +36,34 @@ pub(crate) fn violations(info: &(dyn DatabaseErrorInformation + Send + Sync)) ->
     }
 }
 
-/// The value of `name=` in a DETAIL of space-separated fields. The fields
-/// are written by our own SQL, and the values read this way never hold
-/// spaces.
+/// The value of `name=` in a DETAIL of space-separated fields our SQL writes.
 pub(crate) fn detail_field<'d>(detail: &'d str, name: &str) -> Option<&'d str> {
     detail
         .split(' ')
         .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
 }
 
-/// The key named by a wrong-key refusal's DETAIL (`fenced_by=<key>`; the
-/// key may hold spaces, so it is everything after the prefix).
+/// The key of a wrong-key DETAIL: everything after `fenced_by=` (keys may hold spaces).
 pub(crate) fn fenced_by(detail: &str) -> Option<&str> {
     detail.strip_prefix("fenced_by=")
 }
 
-/// The role named by a refused install's DETAIL (`owner=<role>`; a role
-/// name may hold spaces, so it is everything after the prefix).
+/// The role of a refused install's DETAIL: everything after `owner=`.
 pub(crate) fn schema_owner(detail: &str) -> Option<&str> {
     detail.strip_prefix("owner=")
 }
 
-/// What a refused install's DETAIL says another role can change
-/// (`what=<object and role>`).
+/// What a refused install's DETAIL says another role can change (`what=`).
 pub(crate) fn schema_not_private(detail: &str) -> Option<&str> {
     detail.strip_prefix("what=")
 }
 
-/// What a refused install's permission DETAIL names
-/// (`role=<role> database=<database>`): the role and the database. Split at
-/// the last ` database=`, so a role name with spaces survives.
+/// The role and database of `role=<role> database=<database>`, split at the last ` database=`.
 pub(crate) fn role_and_database(detail: &str) -> Option<(&str, &str)> {
     detail.strip_prefix("role=")?.rsplit_once(" database=")
 }
 
-/// What a refused install's version DETAIL names
-/// (`minimum=<major> server_version=<server_version>`): the minimum major
-/// and the server's version, which may hold spaces
-/// (`15.18 (Debian 15.18-0+deb12u1)`), so it is everything after the prefix.
+/// The minimum major and server version of `minimum=<major> server_version=<text>`.
 pub(crate) fn unsupported_version(detail: &str) -> Option<(u32, &str)> {
     let (minimum, found) = detail
         .strip_prefix("minimum=")?
@@ -85,11 +71,8 @@ pub(crate) fn unsupported_version(detail: &str) -> Option<(u32, &str)> {
     Some((minimum.parse().ok()?, found))
 }
 
-/// What a namespace refusal's DETAIL names: the argument (`key` or
-/// `resource`), the name refused, and the session user refused. Written by
-/// `lease._raise_forbidden` as `<argument>=<name> role=<role>`: the argument
-/// never holds `=`, and the role is after the last ` role=`, so a name may
-/// hold spaces and `=`.
+/// A namespace refusal's DETAIL, `<argument>=<name> role=<role>` (from
+/// `lease._raise_forbidden`): the role after the last ` role=`, so names may hold spaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Forbidden<'d> {
     /// `key` or `resource`.
@@ -100,7 +83,7 @@ pub(crate) struct Forbidden<'d> {
     pub(crate) role: &'d str,
 }
 
-/// Reads a namespace refusal's DETAIL (see [`Forbidden`]).
+/// Reads a namespace refusal's DETAIL.
 pub(crate) fn forbidden(detail: &str) -> Option<Forbidden<'_>> {
     let (argument, rest) = detail.split_once('=')?;
     let (name, role) = rest.rsplit_once(" role=")?;
@@ -111,9 +94,7 @@ pub(crate) fn forbidden(detail: &str) -> Option<Forbidden<'_>> {
     })
 }
 
-/// The oid in `lease.list_namespaces`' label of a dropped role
-/// (`pg_dropped_role(<oid>)`), or `None` for a real role's name. No real
-/// role can have that name: PostgreSQL reserves names starting with `pg_`.
+/// The oid in a dropped role's label `pg_dropped_role(<oid>)`; no real role starts with `pg_`.
 pub(crate) fn dropped_role(label: &str) -> Option<u32> {
     label
         .strip_prefix("pg_dropped_role(")?
@@ -122,10 +103,7 @@ pub(crate) fn dropped_role(label: &str) -> Option<u32> {
         .ok()
 }
 
-/// The name in `lease.list_namespaces`' label of a rule from another
-/// cluster whose role does not exist here (`pg_missing_role(<name>)`), or
-/// `None`. The name is everything between the fixed prefix and the last
-/// `)`, so a name holding parentheses reads back whole.
+/// The name in `pg_missing_role(<name>)` (a rule from another cluster), up to the last `)`.
 pub(crate) fn missing_role(label: &str) -> Option<&str> {
     label
         .strip_prefix("pg_missing_role(")?

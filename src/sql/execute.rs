@@ -1,18 +1,7 @@
-//! The execute step: the one thing the sync face ([`crate::Leases`]) and
-//! the async face (`crate::aio::AsyncLeases`, feature `async`) do
-//! differently.
-//!
-//! Every operation of the library (input checks, the statement of
-//! [`super::calls`], decoding, error mapping, telemetry) is written once,
-//! as an `async fn` generic over [`Execute`]. The sync face runs it on a
-//! `PgConnection`, whose [`Execute::load`] runs the statement with
-//! `diesel::RunQueryDsl` and answers an already finished future, so
-//! [`finish`] completes the operation in its first poll; the async face
-//! awaits it on a `diesel_async::AsyncPgConnection`, whose
-//! [`Execute::load`] runs the same statement value with
-//! `diesel_async::RunQueryDsl`. So the two faces cannot send different SQL
-//! or read an answer differently: nothing but this module knows which one
-//! runs (`tests/leasehold/same_sql.rs` compares what each sends).
+//! The execute step, the one thing the sync and async faces do differently.
+//! Every operation is written once as an `async fn` over [`Execute`]: the sync
+//! face's load blocks and answers a finished future ([`finish`]), the async face
+//! awaits; so both send the same SQL (`tests/leasehold/same_sql.rs` checks).
 
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -22,12 +11,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use diesel::pg::PgConnection;
 use diesel::result::{Error as DieselError, QueryResult};
 
-/// A statement of [`super::calls`], with the Rust type of its rows: what
-/// both faces can run. Implemented by every cacheable call (by the macro
-/// that declares them) and by nothing else, so no text made up elsewhere
-/// reaches a connection through here. Each face's load is spelled out per
-/// statement because diesel's bound between a query's SQL type and its
-/// row type is sealed.
+/// A statement of [`super::calls`] with its row type, implemented by their macro
+/// only, so no other text reaches a connection. Loads are per statement because
+/// diesel's SQL-type-to-row bound is sealed.
 pub(crate) trait Statement: Send + Sized {
     /// One row of the answer.
     type Row: Send + 'static;
@@ -35,8 +21,7 @@ pub(crate) trait Statement: Send + Sized {
     /// Runs the statement on a sync connection (`diesel::RunQueryDsl`).
     fn load_blocking(self, conn: &mut PgConnection) -> QueryResult<Vec<Self::Row>>;
 
-    /// Runs the statement on an async connection
-    /// (`diesel_async::RunQueryDsl`).
+    /// Runs the statement on an async connection.
     #[cfg(feature = "async")]
     fn load_async<'c>(
         self,
@@ -48,16 +33,12 @@ pub(crate) trait Statement: Send + Sized {
 
 /// A connection the library's operations run on.
 pub(crate) trait Execute: Send {
-    /// Whether the connection is outside any transaction its diesel
-    /// transaction manager knows of, so a call autocommits. Read *before*
-    /// the call: once a call fails on a broken connection, diesel marks its
-    /// transaction manager broken and the depth can no longer be read.
+    /// Whether a call autocommits. Read *before* the call: after a failure on a broken
+    /// connection diesel's transaction manager can no longer tell.
     fn in_autocommit(&mut self) -> bool;
 
-    /// Runs `statement` and answers its rows. Boxed, so that the
-    /// operations' futures hold no type of the statement's: with it they
-    /// would not be provably `Send` (rust-lang/rust#100013), and the
-    /// allocation is nothing beside a round trip.
+    /// Runs `statement`. Boxed so the operations' futures stay provably `Send`
+    /// (rust-lang/rust#100013); the allocation is nothing beside a round trip.
     fn load<'c, Q>(&'c mut self, statement: Q) -> Rows<'c, Q::Row>
     where
         Q: Statement + 'c;
@@ -66,8 +47,7 @@ pub(crate) trait Execute: Send {
 /// The rows of one statement, on their way.
 pub(crate) type Rows<'c, R> = Pin<Box<dyn Future<Output = QueryResult<Vec<R>>> + Send + 'c>>;
 
-/// Runs `statement` and answers its one row (`NotFound` when it answered
-/// none), as diesel's `get_result` does.
+/// Runs `statement` and answers its one row (`NotFound` for none).
 pub(crate) async fn get_result<Q: Statement>(
     conn: &mut impl Execute,
     statement: Q,
@@ -118,19 +98,9 @@ impl Execute for diesel_async::AsyncPgConnection {
     }
 }
 
-/// Files the loss of the session as libpq, under the sync face, files it:
-/// `ClosedConnection`. tokio-postgres reports a session that is gone
-/// (closed by the server, a broken socket) without a SQLSTATE, which
-/// diesel-async files as `UnableToSendCommand`; and the server's last word
-/// before it ends a session (a `FATAL` error such as `pg_terminate_backend`'s
-/// "terminating connection due to administrator command", SQLSTATE 57P01)
-/// arrives as an ordinary error, while libpq reports the session closed.
-/// Such a `FATAL` is told by the client having closed, or, since the
-/// client may not have read the end of the stream yet, by the server's
-/// message (`lc_messages` may translate it; then only the closed client
-/// tells). So the one error mapping (`LeaseError::from_diesel`) answers
-/// both faces alike: a mutating call that autocommits has an unknown
-/// outcome ([`crate::LeaseError::OutcomeUnknown`]) whichever face sent it.
+/// Files a lost session as libpq does (`ClosedConnection`): diesel-async reports
+/// it as `UnableToSendCommand`, or a FATAL (57P01) as an ordinary error. So both
+/// faces map an unknown outcome alike ([`crate::LeaseError::OutcomeUnknown`]).
 #[cfg(feature = "async")]
 fn lost_session_as_libpq_says(
     conn: &mut diesel_async::AsyncPgConnection,
@@ -151,9 +121,7 @@ fn lost_session_as_libpq_says(
     }
 }
 
-/// Wakes the thread that runs [`finish`] (never needed by the sync face's
-/// own futures, which finish in their first poll, but a correct waker all
-/// the same).
+/// Wakes the thread that runs [`finish`] (the sync futures never need it).
 struct ThreadWaker(std::thread::Thread);
 
 impl Wake for ThreadWaker {
@@ -162,9 +130,7 @@ impl Wake for ThreadWaker {
     }
 }
 
-/// Runs an operation of the sync face to its end on the calling thread.
-/// Its statements run on a `PgConnection`, whose [`Execute::load`] blocks
-/// and answers a finished future, so this returns after one poll.
+/// Runs a sync-face operation on this thread; returns after one poll.
 pub(crate) fn finish<F: Future>(operation: F) -> F::Output {
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut context = Context::from_waker(&waker);

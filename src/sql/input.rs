@@ -1,6 +1,5 @@
-//! Checks made before a call is sent. The server validates everything
-//! again; these cover what cannot even be encoded for it, and say so in the
-//! same terms as its own validation.
+//! Checks before a call is sent, for what cannot even be encoded; the server
+//! validates everything again.
 
 use std::time::Duration;
 
@@ -14,9 +13,7 @@ pub(crate) fn text(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A duration as an interval of whole microseconds, rounding up so that a
-/// positive duration never becomes a zero interval. `Err` names the
-/// violation when it does not fit.
+/// `duration` as whole microseconds, rounded up so it never becomes zero.
 pub(crate) fn interval(field: &str, duration: Duration) -> Result<PgInterval, String> {
     let micros = duration.as_nanos().div_ceil(1_000);
     i64::try_from(micros)

@@ -1,33 +1,22 @@
-//! The installer's statements: its lock, its bookkeeping table (versions
-//! go into `lease.schema_migrations`, never into the application's own
-//! diesel table), and the schema-ownership check it shares with
-//! migration 1.
+//! The installer's statements: its lock, bookkeeping (`lease.schema_migrations`)
+//! and the checks it shares with migration 1.
 
-/// The install's lock_timeout, for the whole install transaction: the same
-/// bound every migration sets for itself, so that an install blocked by
-/// another session's lock fails (and changes nothing) instead of queueing,
-/// and holding up every lease call queued behind it.
+/// The install transaction's lock_timeout, as every migration sets: a blocked
+/// install fails instead of queueing and holding up lease calls behind it.
 pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
-/// How long an install waits for any lock before it gives up and changes
-/// nothing ([`crate::error::LeaseError::Blocked`]): the `lock_timeout` every
-/// migration and the install transaction set.
+/// How long an install waits for a lock before [`crate::error::LeaseError::Blocked`].
 pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serialises installers of one database (`$1`: the lock key).
 pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
-/// The oldest PostgreSQL major version leasehold installs into; the SQL of
-/// [`VERSION_CHECK`] spells it as `140000` and `minimum=14`.
+/// The oldest major version installed into (`140000`, `minimum=14` in the SQL).
 #[cfg(test)]
 pub(crate) const MINIMUM_MAJOR: u32 = 14;
 
-/// Refuses a server older than PostgreSQL [`MINIMUM_MAJOR`] before anything
-/// is created: SQLSTATE 0A000, constraint `lease_unsupported_version`,
-/// DETAIL `minimum=14 server_version=<server_version>`. The same block opens
-/// migration 1, so that Diesel's runner with `admin::MIGRATIONS`
-/// refuses too; the two must stay the same. Only versions the test matrix
-/// has run are accepted (docs/guide/getting-started.md, "Supported PostgreSQL versions").
+/// Refuses a server older than `MINIMUM_MAJOR` (constraint `lease_unsupported_version`).
+/// Migration 1 opens with the same block, so Diesel's runner refuses too: keep them equal.
 pub(crate) const VERSION_CHECK: &str = "DO $$
 BEGIN
     IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN
@@ -40,10 +29,7 @@ BEGIN
 END
 $$";
 
-/// Refuses, before anything is created, a role that may not create schema
-/// `lease` (no CREATE on the database and no schema `lease` of its own):
-/// SQLSTATE 42501, constraint `lease_install_not_permitted`, DETAIL
-/// `role=<role> database=<database>`.
+/// Refuses a role that may not create schema `lease` (`lease_install_not_permitted`).
 pub(crate) const CREATE_PERMITTED_CHECK: &str = "DO $$
 BEGIN
     IF pg_catalog.to_regnamespace('lease') IS NULL
@@ -61,26 +47,15 @@ $$";
 /// The schema the migrations install into.
 pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 
-/// Refuses a schema `lease` that exists and is not owned by the installing
-/// role (docs/SPECIFICATION.md §4): SQLSTATE 42501, constraint
-/// `lease_schema_not_owned`, DETAIL `owner=<role>`. Written once, in
-/// migration 1 (which Diesel's runner and the extension run too); this is
-/// that statement, which `install` runs before its bookkeeping on every
-/// install and upgrade. Run after `CREATE SCHEMA IF NOT EXISTS`, so a
-/// schema created concurrently is judged as well.
+/// Migration 1's `lease_schema_not_owned` statement, run by `install` before its
+/// bookkeeping and after `CREATE SCHEMA`, so a concurrently created schema is judged too.
 pub(crate) fn schema_owner_check() -> Option<&'static str> {
     crate::sql_files::migration_1_check(super::names::SCHEMA_NOT_OWNED)
 }
 
-/// Refuses, before any migration runs, a schema `lease` that a role other
-/// than the installer can put code into: an object in it that another role
-/// owns, CREATE on it, or TRIGGER on one of its tables held by another role
-/// (or PUBLIC). The migrations run as the installer and evaluate leasehold's
-/// own functions and tables, so such code would run with the installer's
-/// rights, a superuser's included. A schema this transaction created is
-/// skipped: nobody else has seen it, and the migrations themselves take
-/// back what default privileges granted on it. SQLSTATE 42501, constraint
-/// `lease_schema_not_private`, DETAIL `what=<object and role>`.
+/// Refuses a schema `lease` another role can put code into (an object, CREATE, or
+/// TRIGGER): the migrations would run it as the installer. A schema this
+/// transaction created is skipped (`lease_schema_not_private`).
 pub(crate) const SCHEMA_PRIVATE_CHECK: &str = "DO $$
 DECLARE
     v_schema oid := pg_catalog.to_regnamespace('lease');
@@ -148,23 +123,19 @@ pub(crate) const RECORD_VERSION: &str =
 pub(crate) const BOOKKEEPING_PRESENT: &str =
     "SELECT to_regclass('lease.schema_migrations') IS NOT NULL AS present";
 
-/// Whether the lease functions exist, whichever path installed them
-/// (column `present`): `lease.inspect(text)`, the cheapest sign of an
-/// install.
+/// Whether `lease.inspect(text)` exists, however installed (column `present`).
 pub(crate) const INSTALLED: &str =
     "SELECT to_regprocedure('lease.inspect(text)') IS NOT NULL AS present";
 
 /// The recorded versions (column `version`).
 pub(crate) const RECORDED_VERSIONS: &str = "SELECT version FROM lease.schema_migrations";
 
-/// Uninstall: the bookkeeping table, then (after the migrations' own
-/// `down.sql`) the schema, which must be empty by then.
+/// Uninstall: the bookkeeping table, then (after `down.sql`) the emptied schema.
 pub(crate) const DROP_BOOKKEEPING: &str = "DROP TABLE lease.schema_migrations";
 /// See [`DROP_BOOKKEEPING`].
 pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS lease RESTRICT";
 
-/// The version of the extension `leasehold` when it is installed in this
-/// database (column `version`; no row otherwise).
+/// The installed extension's version, if any (column `version`).
 pub(crate) const EXTENSION_VERSION: &str =
     "SELECT e.extversion::text AS version FROM pg_catalog.pg_extension AS e WHERE e.extname = 'leasehold'";
 
@@ -172,8 +143,7 @@ pub(crate) const EXTENSION_VERSION: &str =
 mod tests {
     use super::*;
 
-    /// The bound is written three ways (the duration errors report, the
-    /// install's own `SET LOCAL`, and each migration's); they must agree.
+    /// The bound's three spellings (error, `SET LOCAL`, migrations) agree.
     #[test]
     fn every_statement_of_the_lock_bound_says_the_same_time() {
         let spelled = format!(

@@ -1,6 +1,4 @@
-//! Names the SQL functions raise and return, shared by the SQL
-//! (`migrations/`, `sql/functions/`) and this crate. Changing one here
-//! means changing it in the SQL too.
+//! Names the SQL functions raise and return; change them here and in the SQL together.
 
 /// `CONSTRAINT` name of invalid-input errors (SQLSTATE 22023).
 pub(crate) const INVALID_INPUT: &str = "lease_invalid_input";
@@ -10,98 +8,67 @@ pub(crate) const WAIT_TIMEOUT: &str = "lease_wait_timeout";
 pub(crate) const GUARD_STALE: &str = "lease_guard_stale_epoch";
 /// `CONSTRAINT` name of a token of the wrong lease key (SQLSTATE 22023).
 pub(crate) const GUARD_WRONG_KEY: &str = "lease_guard_wrong_key";
-/// `CONSTRAINT` name of an epoch above the key's counter, never granted
-/// (SQLSTATE 22023).
+/// `CONSTRAINT` name of an epoch above the key's counter, never granted (22023).
 pub(crate) const GUARD_EPOCH_NOT_GRANTED: &str = "lease_guard_epoch_not_granted";
 /// `CONSTRAINT` name of a lease-checked write whose lease is not held (55000).
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
-/// `CONSTRAINT` name of a write to a fenced table in a transaction that
-/// presented no token of its key (SQLSTATE 55000; DETAIL `table=<table>
-/// key=<key>`).
+/// `CONSTRAINT` name of a write to a fenced table whose transaction presented
+/// no token of its key (55000; DETAIL `table=<table> key=<key>`).
 pub(crate) const FENCE_NO_TOKEN: &str = "lease_fence_no_token";
-/// `CONSTRAINT` name of a write to a row-fenced table of a row with a NULL
-/// key column (SQLSTATE 55000; DETAIL `table=<table>`).
+/// `CONSTRAINT` name of a written row with a NULL key column (55000).
 pub(crate) const FENCE_NULL_KEY: &str = "lease_fence_null_key";
-/// `CONSTRAINT` name of a TRUNCATE of a row-fenced table (SQLSTATE 55000;
-/// DETAIL `table=<table>`).
+/// `CONSTRAINT` name of a TRUNCATE of a row-fenced table (55000).
 pub(crate) const FENCE_TRUNCATE: &str = "lease_fence_truncate";
-/// `CONSTRAINT` name of a change of a table's fence by a role that does not
-/// own it (SQLSTATE 42501; DETAIL `table=<table>`).
+/// `CONSTRAINT` name of a change of a table's fence by a non-owner (42501).
 pub(crate) const TABLE_NOT_OWNED: &str = "lease_table_not_owned";
-/// `CONSTRAINT` name of a fence asked for a table that cannot carry one: a
-/// partitioned table, a partition, an inheritance parent or child, not a
-/// table (SQLSTATE 22023; DETAIL `table=<table>`).
+/// `CONSTRAINT` name of a fence asked for a table that cannot carry one (22023).
 pub(crate) const TABLE_NOT_FENCEABLE: &str = "lease_table_not_fenceable";
 
-/// `CONSTRAINT` name of a call refused because an operator bound the key's
-/// or resource's prefix to a role the caller is not a member of (SQLSTATE
-/// 42501; DETAIL `<argument>=<name> role=<session user>`).
+/// `CONSTRAINT` name of a namespace refusal (42501; DETAIL `<argument>=<name> role=<user>`).
 pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 
-/// `CONSTRAINT` name of an install refused because schema `lease` exists
-/// and another role owns it (SQLSTATE 42501).
+/// `CONSTRAINT` name of an install into a schema `lease` another role owns (42501).
 pub(crate) const SCHEMA_NOT_OWNED: &str = "lease_schema_not_owned";
 
-/// `CONSTRAINT` name of an install refused because another role can put
-/// code into schema `lease` (SQLSTATE 42501; DETAIL `what=<object and role>`).
+/// `CONSTRAINT` name of an install into a schema others can put code into (42501).
 pub(crate) const SCHEMA_NOT_PRIVATE: &str = "lease_schema_not_private";
 
-/// `CONSTRAINT` name of an install refused because the server is older than
-/// PostgreSQL 14 (SQLSTATE 0A000; DETAIL
-/// `minimum=14 server_version=<server_version>`).
+/// `CONSTRAINT` name of an install refused on a server older than 14 (0A000).
 pub(crate) const UNSUPPORTED_VERSION: &str = "lease_unsupported_version";
 
-/// `CONSTRAINT` name of a waiter registration beyond the session's cap
-/// (SQLSTATE 22023).
+/// `CONSTRAINT` name of a waiter registration beyond the session's cap (22023).
 pub(crate) const WAITER_LIMIT: &str = "lease_waiter_limit";
 
-/// `CONSTRAINT` name of a `lease.raise_generation` to a generation at or
-/// below the current one (SQLSTATE 22023; DETAIL `current=<generation>
-/// requested=<generation>`).
+/// `CONSTRAINT` name of `raise_generation` at or below the current one (22023).
 pub(crate) const GENERATION_NOT_ABOVE: &str = "lease_generation_not_above";
 
-/// The channel `lease.release` notifies waiters on (payload: the hex
-/// SHA-256 digest of the released key).
+/// The channel `lease.release` notifies on (payload: the key's hex SHA-256).
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";
 
-/// `CONSTRAINT` name of a call that could not settle a key's state in its
-/// fixed number of steps because it changed under the call twice (SQLSTATE
-/// 40001; retry the call).
+/// `CONSTRAINT` name of a key that changed twice under a call (40001; retry the call).
 pub(crate) const CONTENTION: &str = "lease_contention";
 
-/// `CONSTRAINT` name of a call whose transaction's snapshot predates a
-/// change of the namespace rules, under REPEATABLE READ or SERIALIZABLE
-/// (SQLSTATE 40001; retry the transaction).
+/// `CONSTRAINT` name of a snapshot older than a namespace rule change (40001; retry the transaction).
 pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
 
-/// `CONSTRAINT` name of a `CREATE EXTENSION leasehold` refused because the
-/// migrations installed leasehold in the database already (SQLSTATE 55000;
-/// raised by the extension's first script, src/admin/extension.rs). Nothing in
-/// this crate maps it: `CREATE EXTENSION` is a statement users run.
+/// `CONSTRAINT` name of `CREATE EXTENSION` over a migrations install (raised by the
+/// extension script, src/admin/extension.rs; never mapped here).
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
 
-/// `CONSTRAINT` name of a `CREATE EXTENSION leasehold` refused because
-/// schema `lease` already holds objects (SQLSTATE 42P07; DETAIL
-/// `object=<object>`). Raised by the extension's first script only, so
-/// nothing in this crate maps it.
+/// `CONSTRAINT` name of `CREATE EXTENSION` into a non-empty schema `lease` (42P07).
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const SCHEMA_NOT_EMPTY: &str = "lease_schema_not_empty";
 
-/// `CONSTRAINT` name of an install refused because the installing role may
-/// not create schema `lease` (SQLSTATE 42501; DETAIL `role=<role>
-/// database=<database>`).
+/// `CONSTRAINT` name of an install by a role that may not create schema `lease` (42501).
 pub(crate) const INSTALL_NOT_PERMITTED: &str = "lease_install_not_permitted";
 
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
 
-    /// Every `CONSTRAINT` name the SQL raises: the migrations', the files
-    /// of functions' (through the extension scripts, which hold them), the
-    /// extension scripts' own and the installer's `RAISE ... USING CONSTRAINT =
-    /// '...'`.
+    /// Every `CONSTRAINT` name the SQL raises, extension and installer scripts included.
     fn raised() -> BTreeSet<String> {
         let root = env!("CARGO_MANIFEST_DIR");
         let mut texts =
@@ -109,8 +76,7 @@ mod tests {
         for (_, up, _) in crate::sql_files::MIGRATION_SQL {
             texts.push((*up).to_owned());
         }
-        // The extension scripts as generated, with the statements the
-        // generator adds.
+        // The extension scripts as generated, with the generator's statements.
         for file in crate::admin::extension_files().unwrap_or_default() {
             texts.push(file.contents);
         }
@@ -136,8 +102,7 @@ mod tests {
         );
     }
 
-    /// The specification's table of error names (§1.4) lists exactly the
-    /// names the SQL raises, so a user reading it meets every one.
+    /// The specification's table of error names (§1.4) lists exactly those the SQL raises.
     #[test]
     fn the_specification_lists_every_constraint_name() {
         let spec = include_str!("../../docs/SPECIFICATION.md");

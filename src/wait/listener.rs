@@ -1,60 +1,11 @@
-//! The per-process listener that turns `lease.release` notifications into
-//! wake-ups of blocked waiters.
-//!
-//! One background thread per database URL owns one dedicated session
-//! (`crate::libpq::PqConn`) that runs `LISTEN lease_released` and registers,
-//! in `lease.waiters`, every key some waiter of this process waits for (one
-//! row per key, however many waiters share it). A release notifies only
-//! when a registration for its key exists, and the payload is the key's
-//! digest (hex SHA-256), never its name: every session that listens on the
-//! channel receives it. The server answers each registration with that
-//! digest, and the session maps digests back to the keys it registered, so
-//! the client never computes a digest itself (it could not differ from the
-//! trigger's, and needs no hashing crate).
-//!
-//! Waiters block on a per-key [`Slot`]: a sequence number that moves whenever
-//! the waiter should look at the key again, plus a condvar. It moves when
-//!
-//! - a notification carries the key's digest (a forged one only costs a
-//!   re-check: the attempt is an ordinary `lease.acquire`);
-//! - the key's registration completed (a release that raced with the
-//!   registration is then visible to the next attempt, see
-//!   `lease._waiter_watch`);
-//! - the session was lost or re-established: notifications may have been
-//!   missed, so every waiter re-checks.
-//!
-//! A waiter relies on notifications only while its key is *armed*
-//! (registered in the current session before its last attempt); otherwise
-//! it polls every `fallback_poll`. Keys are not armed while the session is
-//! down, while a registration keeps meeting a release in flight, and when
-//! the server refused the registration (the session's registration cap,
-//! a key namespace of another role, `EXECUTE` on `lease._waiter_watch`
-//! revoked, ...). A refused key is not retried while it has waiters, so a
-//! permanent refusal costs one call per wait, not a loop. [`ListenerStatus`]
-//! says which of these applies ([`WakeMode`]) and counts refusals and
-//! notification wake-ups, so a degraded listener is visible.
-//!
-//! Each session first checks that notifications reach it: a notification
-//! sent from a second, short-lived session must arrive. Through a
-//! transaction-mode pooler it never does (`LISTEN` ran on a server session
-//! that went back to the pool), and the listener reports
-//! [`PollingReason::NotificationsNotDelivered`] instead of waiting for
-//! notifications that cannot come.
-//!
-//! The thread sleeps in `poll(2)` on the session's socket and on a wake-up
-//! socket pair that waiters write to when they need a registration, so it
-//! reacts within microseconds and spends no CPU while idle. An idle session
-//! is probed every few seconds so a silently dead connection is noticed.
-//!
-//! A [`ReleaseWatch`](super::ReleaseWatch) (`releases.rs`) watches keys
-//! through the same registrations, as a waiter does, and gets its wake-ups
-//! as a queue of events instead of a slot: the key of each release
-//! notification of a key it watches, and a resync whenever the session was
-//! lost or (re)established, since notifications may have been missed then.
-//!
-//! This module keeps the shared state (keys, slots, release watches,
-//! status); `session.rs` runs the thread and its database session;
-//! `slot.rs` is what waiters block on.
+//! The per-process listener that turns `lease.release` notifications into waiter
+//! wake-ups: one thread and libpq session per URL registers every waited-for key in
+//! `lease.waiters` and maps the notified digests (never key names: every listener
+//! receives them) back to keys, moving each key's [`Slot`]. Keys not armed in the
+//! current session are polled, and [`ListenerStatus`] says why ([`WakeMode`]); a
+//! session whose delivery check fails (a transaction-mode pooler) reports
+//! [`PollingReason::NotificationsNotDelivered`]. docs/guide/waiting-and-keeping.md
+//! has the rules; `session.rs` runs the thread, `slot.rs` is what waiters block on.
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
@@ -65,8 +16,7 @@ use super::session::run;
 use super::shared::*;
 use super::slot::Slot;
 
-/// A handle on the process's listener for one database URL. The thread
-/// stops when the last handle drops.
+/// A handle on the process's listener for one URL; the thread stops with the last.
 pub(crate) struct Listener {
     shared: Arc<Shared>,
 }
@@ -144,8 +94,7 @@ impl Listener {
             wake_tx: Mutex::new(tx),
         });
         lock(&shared.state).status.last_error = error;
-        // Without a wake-up channel or a thread, waiters run in fallback
-        // polling and the status says why.
+        // Without a wake-up channel or thread, waiters poll and the status says why.
         if let Some(rx) = rx {
             let for_thread = shared.clone();
             let spawned = std::thread::Builder::new()
@@ -159,8 +108,7 @@ impl Listener {
         Listener { shared }
     }
 
-    /// Registers interest in `key`; the first watch of a key asks the
-    /// thread to register it in the database.
+    /// Registers interest in `key`; the first watch asks the thread to register it.
     pub(crate) fn watch(&self, key: &str) -> Watch {
         let (slot, first) = {
             let mut state = lock(&self.shared.state);
@@ -206,9 +154,7 @@ impl Listener {
         })
     }
 
-    /// The one wait on the listener's state: re-evaluates `decide` (given
-    /// the state and whether `timeout` has passed) each time the session's
-    /// status changes, until it answers.
+    /// The one wait on the listener's state: re-evaluates `decide` on each status change.
     fn wait_for_status<T>(
         &self,
         timeout: Duration,
@@ -230,9 +176,8 @@ impl Listener {
         }
     }
 
-    /// Blocks until the session is up (`Ok`), the last session attempt
-    /// failed its delivery check, or `timeout` passes (`Err` with the
-    /// status then).
+    /// Blocks until the session is up (`Ok`), a delivery check failed, or `timeout`
+    /// passes (`Err` with the status).
     pub(crate) fn wait_delivering(&self, timeout: Duration) -> Result<(), Box<ListenerStatus>> {
         self.wait_for_status(timeout, |state, timed_out| {
             if state.status.connected {
@@ -245,9 +190,7 @@ impl Listener {
         })
     }
 
-    /// Waiters of `key` blocked after an attempt that followed the key's
-    /// completed registration and not woken since (a release will wake
-    /// them by notification).
+    /// Waiters of `key` asleep after an armed attempt.
     pub(crate) fn armed_waiters(&self, key: &str) -> usize {
         self.shared
             .slot_of(key)
@@ -260,8 +203,7 @@ impl Listener {
         &self.shared.state
     }
 
-    /// A new release watch's queue, told of releases and resyncs from now
-    /// on.
+    /// A new release watch's queue, told of releases and resyncs from now on.
     pub(super) fn subscribe(&self) -> Arc<Subscription> {
         let subscription = Arc::new(Subscription::default());
         lock(&self.shared.state)
@@ -276,9 +218,7 @@ impl Listener {
         keys.into_iter().filter(|key| state.armed(key)).count()
     }
 
-    /// Blocks until every one of `keys` is registered or refused in a
-    /// session that is up, or `timeout` passes; answers how many are armed
-    /// then.
+    /// Blocks until every key is registered or refused, or `timeout`; answers how many are armed.
     pub(crate) fn wait_settled(&self, keys: &[&str], timeout: Duration) -> usize {
         self.wait_for_status(timeout, |state, timed_out| {
             (timed_out || keys.iter().all(|key| state.settled(key)))

@@ -1,46 +1,18 @@
-//! Client-side blocking acquire: wait for a key without holding a
-//! transaction or a connection, and wake as soon as it is released.
-//!
-//! [`crate::Leases::acquire_waiting`] (the SQL function's `wait` argument) polls
-//! every 50 ms inside one statement, keeping a connection and a transaction
-//! open for the whole wait. A [`LeaseWaiter`] instead:
-//!
-//! 1. tries `lease.acquire` once on a pooled connection (returned at once);
-//! 2. if denied, registers interest in the key with the process's listener
-//!    (one dedicated session per database, shared by all waiters; see
-//!    `waiting/listener.rs`) and reads the holder's expiry with `lease.inspect`;
-//! 3. sleeps, holding nothing, until the first of: a release notification
-//!    for the key, the holder's expiry (a lapse sends no notification), the
-//!    wait's deadline, cancellation, or a periodic re-check; then tries
-//!    again.
-//!
-//! Notifications can be missed: the listener session may die or the server
-//! restart. The listener then wakes every waiter to re-check, and while a
-//! waiter's key is not registered in the current session (listener down,
-//! registration refused or still meeting a release in flight) the waiter
-//! polls every [`LeaseWaiterBuilder::fallback_poll`];
-//! [`ListenerStatus::wake_mode`] says so and why. A slow re-check
-//! ([`LeaseWaiterBuilder::recheck_every`]) bounds the wait for anything else
-//! unforeseen. A notification only ever makes a waiter try again, so a
-//! forged one (any role may `NOTIFY lease_released`) costs one attempt.
-//!
-//! Semantics are exactly those of `lease.acquire`: each attempt is one
-//! autocommitted call; the grant is an ordinary grant. Nothing is queued:
-//! when several waiters wake, the first attempt to reach the server wins
-//! and the rest wait again (no fairness is promised).
+//! Blocking acquire without holding a transaction or a connection: a
+//! [`LeaseWaiter`] tries once, registers the key with the process's shared
+//! listener, and sleeps until a release notification, the holder's expiry, the
+//! deadline, cancellation or a re-check; missed notifications fall back to polling
+//! ([`ListenerStatus::wake_mode`]). Each attempt is an ordinary autocommitted
+//! `lease.acquire`, so a forged notification costs one attempt and nothing is
+//! queued (no fairness). docs/guide/waiting-and-keeping.md has the details.
 //!
 //! ```no_run
-//! # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn demo(client: &leasehold::LeaseClient) -> Result<(), leasehold::LeaseError> {
 //! use std::time::Duration;
-//! use leasehold::{wait::{LeaseWaiter, Wait}, error::LeaseError, LeaseClient};
-//! let client = LeaseClient::connect("postgres://localhost/app", 4)?;
-//! let waiter = LeaseWaiter::new(&client);
-//! match waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5))) {
-//!     Ok(lease) => println!("got epoch {}", lease.epoch()),
-//!     Err(LeaseError::TimedOut { .. }) => println!("still held by someone else"),
-//!     Err(other) => return Err(other.into()),
-//! }
-//! # Ok(()) }
+//! use leasehold::wait::{LeaseWaiter, Wait};
+//! let waiter = LeaseWaiter::new(client);
+//! let lease = waiter.acquire("job-42", "worker-a1", Duration::from_secs(30), Wait::AtMost(Duration::from_secs(5)))?;
+//! # let _ = lease; Ok(()) }
 //! ```
 
 use std::sync::Arc;
@@ -74,20 +46,16 @@ pub const DEFAULT_FALLBACK_POLL: Duration = Duration::from_millis(100);
 /// Default [`LeaseWaiterBuilder::recheck_every`].
 pub const DEFAULT_RECHECK: Duration = Duration::from_secs(5);
 /// How many keys one listener session may register (the server's
-/// `lease._waiter_limit()`, SQLSTATE 22023 `lease_waiter_limit` beyond it):
-/// a bound on the rows one session can make the server store. Keys beyond it
-/// are waited for by polling ([`PollingReason::WaiterLimit`]).
+/// `lease._waiter_limit()`); more are polled ([`PollingReason::WaiterLimit`]).
 pub const WAITER_LIMIT: usize = 10_000;
-/// Added to a holder's remaining time before the lapse re-check, so the
-/// attempt reaches the server after the expiry rather than just before.
+/// Added to a holder's remaining time so the retry lands after the expiry.
 const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 
 /// How long a blocking acquire may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Wait {
-    /// Give up with [`LeaseError::TimedOut`] after this long (zero: one
-    /// attempt).
+    /// Give up with [`LeaseError::TimedOut`] after this long (zero: one attempt).
     AtMost(Duration),
     /// Wait until granted or cancelled through a [`CancelToken`].
     UntilCancelled,
@@ -115,9 +83,7 @@ impl telemetry::Outcome for Result<Lease, LeaseError> {
 }
 
 /// Blocking acquire that waits on release notifications instead of polling.
-///
-/// Cheap to clone; all clones (and all waiters of the process for the same
-/// URL) share one listener session.
+/// Clones (and all waiters of the process for a URL) share one listener session.
 #[derive(Clone)]
 pub struct LeaseWaiter {
     client: LeaseClient,
@@ -153,17 +119,14 @@ impl LeaseWaiterBuilder {
         self
     }
 
-    /// Safety-net re-check interval while the listener is connected
-    /// (default 5 s). Waking is normally by notification or at the holder's
-    /// expiry; this bounds the wait should both ever fail to come.
+    /// Safety-net re-check interval while the listener is connected (default 5 s),
+    /// should both the notification and the expiry wake-up fail to come.
     pub fn recheck_every(mut self, every: Duration) -> Self {
         self.recheck_every = every;
         self
     }
 
-    /// Builds the waiter; the listener connects in the background (see
-    /// [`LeaseWaiter::wait_until_listening`]). Zero intervals are raised to
-    /// one millisecond.
+    /// Builds the waiter (the listener connects in the background); zero intervals become 1 ms.
     pub fn build(self) -> LeaseWaiter {
         let floor = Duration::from_millis(1);
         LeaseWaiter {
@@ -177,10 +140,8 @@ impl LeaseWaiterBuilder {
 }
 
 impl LeaseWaiter {
-    /// A waiter whose attempts run on `client`'s pool and whose listener
-    /// session goes to the client's listen URL (its database URL unless
-    /// [`LeaseClientBuilder::listen_url`](crate::LeaseClientBuilder::listen_url)
-    /// said otherwise).
+    /// A waiter on `client`'s pool whose listener session goes to the client's
+    /// [`listen_url`](crate::LeaseClientBuilder::listen_url).
     pub fn new(client: &LeaseClient) -> Self {
         Self::builder(client).build()
     }
@@ -194,8 +155,7 @@ impl LeaseWaiter {
         }
     }
 
-    /// The client attempts run on (also what a [`crate::Keeper`] of a
-    /// granted lease is built from).
+    /// The client attempts run on (also what a [`crate::Keeper`] is built from).
     pub fn client(&self) -> &LeaseClient {
         &self.client
     }
@@ -205,60 +165,36 @@ impl LeaseWaiter {
         self.listener.status()
     }
 
-    /// Blocks until the listener session is up, or `timeout` passes;
-    /// returns whether it is up. Waiting works without it (by polling), so
-    /// this is for start-up checks, tests and benchmarks.
+    /// Blocks until the listener is up or `timeout` passes; for start-up checks
+    /// (waiting works without it, by polling).
     pub fn wait_until_listening(&self, timeout: Duration) -> bool {
         self.listener.wait_connected(timeout)
     }
 
-    /// Like [`LeaseWaiter::wait_until_listening`], but an error says why
-    /// not: returns as soon as the listener is up, or as soon as its
-    /// session failed the delivery check (notifications sent from another
-    /// session never arrived: the listen URL goes through a
-    /// transaction-mode pooler), or when `timeout` passes. The check itself
-    /// takes up to ten seconds on a session that does not deliver, so give
-    /// more than that.
+    /// [`LeaseWaiter::wait_until_listening`] with the reason: fails as soon as the
+    /// session fails its delivery check (a transaction-mode pooler), which takes up
+    /// to ten seconds, so give more than that.
     pub fn ensure_listening(&self, timeout: Duration) -> Result<(), LeaseError> {
         self.listener
             .wait_delivering(timeout)
             .map_err(|status| LeaseError::NotListening { status })
     }
 
-    /// How many waiters of this process are blocked on `key` with its
-    /// release notification armed (their next wake-up will be a release,
-    /// the holder's expiry, or a re-check). For tests and monitoring.
+    /// How many waiters of this process are blocked on `key`, armed; for tests and monitoring.
     pub fn armed_waiters(&self, key: &str) -> usize {
         self.listener.armed_waiters(key)
     }
 
-    /// Watches `keys` for releases without acquiring them: the returned
-    /// [`ReleaseWatch`] reports each release notification of a watched key
-    /// ([`ReleaseEvent::Released`]), and a [`ReleaseEvent::Resync`]
-    /// whenever notifications may have been missed. The keys are registered
-    /// by this waiter's shared listener as a waiter's are (no session of
-    /// the watch's own), so each release of them notifies every listener of
-    /// the database while the watch lives.
-    ///
-    /// Up to [`WAITER_LIMIT`] distinct keys; more, an empty key or one with
-    /// a NUL character is [`LeaseError::InvalidInput`] and registers
-    /// nothing. The registrations complete in the background: call
-    /// [`ReleaseWatch::wait_armed`] before reading the keys' state, so that
-    /// every release after that read is reported.
+    /// Watches `keys` (up to [`WAITER_LIMIT`]) for releases without acquiring them,
+    /// through this waiter's listener: [`ReleaseEvent::Released`] per release,
+    /// [`ReleaseEvent::Resync`] when some may have been missed. Call
+    /// [`ReleaseWatch::wait_armed`] before reading the keys' state.
     ///
     /// ```no_run
     /// # fn demo(waiter: &leasehold::wait::LeaseWaiter) -> Result<(), leasehold::LeaseError> {
-    /// use std::time::Duration;
-    /// use leasehold::wait::ReleaseEvent;
     /// let watch = waiter.watch_releases(["job-1", "job-2"])?;
-    /// watch.wait_armed(Duration::from_secs(15));
-    /// // ... read the keys' state ...
-    /// for event in watch {
-    ///     match event {
-    ///         ReleaseEvent::Released { key } => println!("{key} was released"),
-    ///         _ => println!("releases may have been missed: read the keys' state again"),
-    ///     }
-    /// }
+    /// watch.wait_armed(std::time::Duration::from_secs(15)); // then read the keys' state
+    /// for event in watch { println!("{event:?}") }
     /// # Ok(()) }
     /// ```
     pub fn watch_releases<I, K>(&self, keys: I) -> Result<ReleaseWatch, LeaseError>
@@ -269,10 +205,8 @@ impl LeaseWaiter {
         ReleaseWatch::start(self.listener.clone(), keys)
     }
 
-    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says.
-    ///
-    /// With [`Wait::UntilCancelled`] and no token this waits until granted;
-    /// use [`LeaseWaiter::acquire_cancellable`] to be able to stop it.
+    /// Acquires `key` for `owner` for `ttl`, waiting as `wait` says; to be able to
+    /// stop [`Wait::UntilCancelled`], use [`LeaseWaiter::acquire_cancellable`].
     pub fn acquire(
         &self,
         key: &str,
@@ -286,16 +220,12 @@ impl LeaseWaiter {
         }))
     }
 
-    /// Like [`LeaseWaiter::acquire`], returning [`LeaseError::Cancelled`] as
-    /// soon as `cancel` is cancelled from any thread.
-    ///
+    /// [`LeaseWaiter::acquire`] answering [`LeaseError::Cancelled`] as soon as
+    /// `cancel` is cancelled from any thread.
     /// ```no_run
-    /// # fn demo(waiter: leasehold::wait::LeaseWaiter) {
-    /// use std::time::Duration;
-    /// let cancel = leasehold::hold::CancelToken::new();
-    /// let stopper = cancel.clone();
-    /// std::thread::spawn(move || { std::thread::sleep(Duration::from_secs(1)); stopper.cancel() });
-    /// let result = waiter.acquire_cancellable("job-42", "w1", Duration::from_secs(30), leasehold::wait::Wait::UntilCancelled, &cancel);
+    /// # fn demo(waiter: leasehold::wait::LeaseWaiter, cancel: leasehold::hold::CancelToken) {
+    /// let ttl = std::time::Duration::from_secs(30);
+    /// let result = waiter.acquire_cancellable("job-42", "w1", ttl, leasehold::wait::Wait::UntilCancelled, &cancel);
     /// # let _ = result; }
     /// ```
     pub fn acquire_cancellable(
@@ -360,8 +290,7 @@ impl LeaseWaiter {
         })
     }
 
-    /// One attempt; when denied, the holder's remaining time on the
-    /// server's clock (same connection, no transaction).
+    /// One attempt; when denied, the holder's remaining time on the server's clock.
     fn attempt_and_inspect(
         &self,
         key: &str,
@@ -374,9 +303,7 @@ impl LeaseWaiter {
     }
 }
 
-/// One attempt of a waiter, either face's; when denied, the holder's
-/// remaining time on the server's clock (same connection, no
-/// transaction).
+/// One attempt of either face's waiter; when denied, the holder's remaining time.
 pub(crate) async fn attempt_step(
     conn: &mut impl Execute,
     key: &str,
@@ -405,15 +332,12 @@ pub(crate) async fn attempt_step(
     })
 }
 
-/// The waiting rules every waiter follows between its attempts, the sync
-/// [`LeaseWaiter`]'s and the async face's `aio::LeaseWaiter`'s: when to
-/// give up, when to try again at once, and until when to sleep.
+/// The waiting rules between attempts, shared by both faces' waiters.
 pub(crate) struct Rounds<'k> {
     key: &'k str,
     started: Instant,
     deadline: Option<Instant>,
-    /// Consecutive "free a moment ago, yet denied" rounds; bounded so a
-    /// key that flips between holders cannot make a waiter spin.
+    /// Consecutive "free a moment ago, yet denied" rounds, bounded so a flipping key cannot spin.
     immediate_retries: u32,
     fallback_poll: Duration,
     recheck_every: Duration,
@@ -425,8 +349,7 @@ pub(crate) enum Round {
     Granted(Lease),
     /// Try again at once.
     Again,
-    /// Sleep until the key's slot moves or this instant passes, then try
-    /// again.
+    /// Sleep until the key's slot moves or this instant passes.
     Sleep(Instant),
     /// Give up with this error.
     Failed(LeaseError),
@@ -461,9 +384,8 @@ impl<'k> Rounds<'k> {
         }
     }
 
-    /// What to do after an attempt that found `step`; `armed` says whether
-    /// that attempt followed the key's registration in the current listener
-    /// session (so a release will wake the waiter by notification).
+    /// What to do after an attempt that found `step`; `armed`: it followed the key's
+    /// registration in the current session, so a release will notify.
     pub(crate) fn after(
         &mut self,
         step: Result<Step, LeaseError>,
@@ -489,8 +411,7 @@ impl<'k> Rounds<'k> {
             return Round::Again;
         }
         self.immediate_retries = 0;
-        // Only an armed key is woken by its release; any other waiter
-        // (listener down, registration pending, busy or refused) polls.
+        // Only an armed key is woken by its release; any other waiter polls.
         let poll = if holder_left.is_some() && armed() {
             self.recheck_every
         } else {

@@ -1,23 +1,8 @@
-//! Release wake-ups as a stream of events: what `leasehold watch --events`
-//! shows as `wake`, for any program that wants to react to releases of
-//! some keys without waiting to acquire them.
-//!
-//! A [`ReleaseWatch`] is built on the waiters' listener of its URL
-//! (`listener.rs`), not on a session of its own: its keys are registered
-//! exactly as a waiter's are (one `lease.waiters` row per key and session,
-//! however many waiters and watches share it), so a process that waits for
-//! and watches keys keeps one listener connection per database URL, and
-//! the session's registration cap ([`WAITER_LIMIT`]) counts them together.
-//!
-//! What the listener can and cannot know shapes the events. A release
-//! notification is sent only while a registration for the key exists, and
-//! only to sessions that listen at that moment: a release committed while
-//! the listener's session is down, or before a key's registration
-//! completed, is never announced. So the watch says when that may have
-//! happened ([`ReleaseEvent::Resync`], at every loss and every new session)
-//! and how far its keys are registered ([`ReleaseWatch::armed`],
-//! [`ReleaseWatch::wait_armed`]); a consumer reads the keys' state after
-//! either, as `leasehold watch --events` re-lists them.
+//! Release wake-ups as events (what `leasehold watch --events` shows as `wake`),
+//! registered on the waiters' listener as a waiter's keys are, so they share its
+//! session and [`WAITER_LIMIT`]. Releases while the session is down or before a
+//! registration completes are never announced: [`ReleaseEvent::Resync`] and
+//! [`ReleaseWatch::armed`] say when to re-read the keys' state.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,30 +18,20 @@ use crate::sql::input;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ReleaseEvent {
-    /// A release notification carried the digest of this watched key: a
-    /// release, a forced release or a `release_many` of it committed since
-    /// its registration. A key released again before this event was read
-    /// is reported once. Any role may send a notification on the channel,
-    /// so read the key's state rather than act on the event alone.
+    /// A release notification carried this key's digest (one event however many
+    /// releases). Any role may notify: read the key's state rather than act on it.
     Released {
         /// The key.
         key: String,
     },
-    /// Releases may have gone unannounced: the listener's session was lost,
-    /// or a session came up (the first one too) whose registrations are
-    /// new. Read the state of the watched keys again; the listener
-    /// reconnects and registers them again by itself.
+    /// Releases may have gone unannounced (the session was lost or is new): read
+    /// the keys' state again; the listener re-registers them by itself.
     Resync,
 }
 
-/// A stream of release wake-ups for a set of keys, from
-/// [`LeaseWaiter::watch_releases`](super::LeaseWaiter::watch_releases).
-///
-/// Events queue while nobody reads them ([`ReleaseWatch::recv_timeout`],
-/// [`ReleaseWatch::try_recv`], or the blocking iterator), at most one per
-/// key plus one resync. Dropping the watch withdraws its keys'
-/// registrations, unless a waiter or another watch of the process still
-/// needs them.
+/// Release wake-ups for a set of keys, from
+/// [`LeaseWaiter::watch_releases`](super::LeaseWaiter::watch_releases), queueing
+/// at most one event per key plus one resync. Dropping it withdraws unshared registrations.
 pub struct ReleaseWatch {
     listener: Arc<Listener>,
     subscription: Arc<Subscription>,
@@ -73,8 +48,7 @@ impl std::fmt::Debug for ReleaseWatch {
 }
 
 impl ReleaseWatch {
-    /// A watch of `keys` on `listener`; the keys are checked first, so an
-    /// error registers none.
+    /// A watch of `keys` on `listener`; keys are checked first, so an error registers none.
     pub(crate) fn start<I, K>(listener: Arc<Listener>, keys: I) -> Result<Self, LeaseError>
     where
         I: IntoIterator<Item = K>,
@@ -109,9 +83,8 @@ impl ReleaseWatch {
         Ok(watch)
     }
 
-    /// Adds `key` to the watched keys; `false` when it was watched already.
-    /// A key that is empty or holds NUL, or one more key than
-    /// [`WAITER_LIMIT`], is [`LeaseError::InvalidInput`] and changes nothing.
+    /// Adds `key`; `false` if already watched. An invalid key or one past
+    /// [`WAITER_LIMIT`] is [`LeaseError::InvalidInput`].
     pub fn add(&mut self, key: &str) -> Result<bool, LeaseError> {
         check_key(key).map_err(LeaseError::invalid)?;
         if self.watches.contains_key(key) {
@@ -124,15 +97,13 @@ impl ReleaseWatch {
         Ok(true)
     }
 
-    /// Stops watching `key` (events of it already queued stay); `false`
-    /// when it was not watched.
+    /// Stops watching `key` (queued events stay); `false` if it was not watched.
     pub fn remove(&mut self, key: &str) -> bool {
         lock(&self.subscription.state).keys.remove(key);
         self.watches.remove(key).is_some()
     }
 
-    /// Told of the key's releases first, then registered: a notification
-    /// that arrives as soon as the registration is done finds it.
+    /// Subscribed before registering, so a notification right after registration finds it.
     fn register(&mut self, key: String) {
         lock(&self.subscription.state).keys.insert(key.clone());
         let watch = self.listener.watch(&key);
@@ -159,13 +130,9 @@ impl ReleaseWatch {
         self.watches.keys().map(String::as_str)
     }
 
-    /// How many watched keys are armed: registered in the listener's
-    /// current session, which is up and listening, so that a release of
-    /// them committed from now on is reported. The others are not yet
-    /// registered, were refused by the server (the session's
-    /// [`WAITER_LIMIT`], a namespace of another role: see
-    /// [`LeaseWaiter::listener_status`](super::LeaseWaiter::listener_status)),
-    /// or the listener is down.
+    /// How many watched keys are registered in the listener's current, listening
+    /// session, so a release from now on is reported; the others are pending, refused
+    /// ([`LeaseWaiter::listener_status`](super::LeaseWaiter::listener_status)) or down.
     pub fn armed(&self) -> usize {
         self.listener.armed(self.keys())
     }
@@ -175,17 +142,14 @@ impl ReleaseWatch {
         self.contains(key) && self.listener.armed([key]) == 1
     }
 
-    /// Blocks until every watched key is registered or refused in a
-    /// listener session that is up, or `timeout` passes; answers how many
-    /// are armed then. Read the keys' state after it: a release from then
-    /// on is reported.
+    /// Blocks until every key is armed or refused, or `timeout`; answers how many are
+    /// armed. Read the keys' state after it.
     pub fn wait_armed(&self, timeout: Duration) -> usize {
         let keys: Vec<&str> = self.keys().collect();
         self.listener.wait_settled(&keys, timeout)
     }
 
-    /// The oldest event not yet read, waiting up to `timeout` for one;
-    /// `None` when none came.
+    /// The oldest unread event, waiting up to `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Option<ReleaseEvent> {
         let until = Instant::now().checked_add(timeout);
         self.subscription.next(until).map(public)
@@ -214,8 +178,7 @@ impl ReleaseWatch {
         public(self.subscription.next_async().await)
     }
 
-    /// The keys and their listener, for a settle wait on a blocking-pool
-    /// thread.
+    /// The keys and their listener, for a settle wait on a blocking-pool thread.
     pub(crate) fn settle_parts(&self) -> (Arc<Listener>, Vec<String>) {
         (
             self.listener.clone(),
@@ -240,8 +203,7 @@ fn public(delivery: Delivery) -> ReleaseEvent {
     }
 }
 
-/// What a key cannot be: the server would refuse its registration, and the
-/// watch would never hear of it.
+/// A key the server would refuse to register, so the watch would never hear of it.
 fn check_key(key: &str) -> Result<(), String> {
     if key.is_empty() {
         return Err("key must not be empty".to_owned());
@@ -259,8 +221,7 @@ fn too_many(keys: usize) -> String {
 mod tests {
     use super::*;
 
-    /// A listener that never connects (no server at that socket path):
-    /// registration stays pending, which is all the limits need.
+    /// A listener that never connects: registration stays pending, all the limits need.
     fn nowhere() -> Arc<Listener> {
         Listener::for_url("host=/nonexistent/leasehold-release-watch-test dbname=none")
     }

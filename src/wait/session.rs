@@ -1,6 +1,5 @@
-//! The listener's thread and its database session: connect, register the
-//! keys waited for, LISTEN, and turn notifications and losses of the session
-//! into wake-ups of the waiters.
+//! The listener's thread and session: connect, register, LISTEN, and turn
+//! notifications and session losses into waiter wake-ups.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -28,12 +27,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const READ_ONLY: &str = "the listener's server is read-only (a standby, or a primary being demoted); reconnecting to find a writable one";
 /// SQLSTATE read_only_sql_transaction: the server, not the key, refused.
 const READ_ONLY_SQLSTATE: &str = "25006";
-/// How long the delivery check waits for its notification. On a direct or
-/// session-mode connection it arrives within milliseconds; this only bounds
-/// the wait where it never arrives.
+/// How long the delivery check waits; it only bounds a notification that never comes.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
-/// `application_name` of the delivery check's short-lived sending session
-/// (not the listener's own, so a count of listener sessions stays exact).
+/// The delivery check's sender's `application_name`, so listener session counts stay exact.
 const DELIVERY_CHECK_APPLICATION_NAME: &str = "leasehold listener check";
 /// Why a session was left: notifications do not reach it.
 const UNDELIVERED: &str = "LISTEN appeared to succeed, but a notification sent from another session never reached the listener's session: its URL goes through a connection pooler in transaction mode (PgBouncer pool_mode=transaction), which hands the server session that ran LISTEN to other clients; give LeaseWaiter a direct or session-mode URL to listen on. Waiters poll meanwhile";
@@ -72,26 +68,21 @@ pub(super) fn run(shared: &Arc<Shared>, mut wake_rx: UnixStream) {
             state.status.backend_pid = None;
             state.status.last_error = Some(error);
             state.status.undelivered = undelivered;
-            // Every registration went with the session; refused keys get
-            // one new attempt in the next session.
+            // Registrations went with the session; refused keys get one retry in the next.
             for entry in state.keys.values_mut() {
                 entry.registration = Registration::Pending;
             }
-            // Release watches re-read what they watch: releases may pass
-            // unnoticed until the next session is up. Told once, when a
-            // session that was up is lost, not at every failed attempt.
+            // Release watches re-read: releases may pass unnoticed until a session is up.
+            // Told once, when a session that was up is lost.
             if was_up {
                 state.deliver(&Delivery::Resync);
             }
             shared.status_changed.notify_all();
         }
-        // Whatever was registered went with the session: waiters re-check
-        // now and poll until the next session is up.
+        // Waiters re-check now and poll until the next session is up.
         shared.bump_all(Some(false));
         if undelivered {
-            // A misconfiguration, not an outage: retrying at once would
-            // open two connections and wait out the check again and again.
-            // Only shutdown ends this back-off early.
+            // A misconfiguration, not an outage: retrying at once would repeat the check.
             let until = Instant::now() + UNDELIVERED_RETRY;
             loop {
                 let now = Instant::now();
@@ -140,25 +131,19 @@ struct Session {
     conn: PqConn,
     /// Keys registered in this session, with their digests (hex).
     registered: HashMap<String, String>,
-    /// The keys of `registered` by digest: release notifications carry the
-    /// digest only.
+    /// The keys of `registered` by digest: notifications carry the digest only.
     by_digest: HashMap<String, String>,
-    /// Keys whose registration met an in-flight writer: retry at the time
-    /// given, with the back-off after it.
+    /// Keys whose registration met an in-flight writer: retry time and back-off.
     busy: HashMap<String, (Instant, Duration)>,
 }
 
 impl Session {
-    /// Connects, prunes stale registrations, registers every key waited
-    /// for, then listens; marks the listener connected and lets every
-    /// waiter re-check (a release may have passed unnoticed meanwhile).
+    /// Connects, prunes stale registrations, registers, listens; then every waiter
+    /// re-checks (a release may have passed unnoticed).
     fn open(shared: &Arc<Shared>) -> Result<Session, OpenError> {
         let conn = PqConn::connect(&shared.url, LISTENER_APPLICATION_NAME)?;
-        // Registrations are writes: a read-only server (a standby, or a
-        // primary being demoted) refuses every one, and no release is
-        // committed there to notify about. With several hosts in the URL
-        // and target_session_attrs=read-write libpq never picks one; a URL
-        // without it may, and the retry after the back-off connects anew.
+        // A read-only server refuses registrations and commits no releases: leave it, and
+        // the retry connects anew (target_session_attrs=read-write avoids it).
         if conn.server_read_only() {
             return Err(READ_ONLY.to_owned().into());
         }
@@ -203,8 +188,7 @@ impl Session {
             state.status.connected = true;
             state.status.backend_pid = Some(session.conn.backend_pid());
             state.status.sessions += 1;
-            // A release may have passed unnoticed before this session
-            // listened: release watches re-read what they watch.
+            // A release may have passed unnoticed before LISTEN: watches re-read.
             state.deliver(&Delivery::Resync);
             shared.status_changed.notify_all();
         }
@@ -220,13 +204,9 @@ impl Session {
         Ok(session)
     }
 
-    /// Checks that notifications reach this session: LISTEN on a channel of
-    /// its own, NOTIFY it from a second, short-lived session to the same
-    /// URL, and wait up to [`DELIVERY_TIMEOUT`] for it. Behind a
-    /// transaction-mode pooler LISTEN succeeds on some server session that
-    /// then serves other clients; the notification is sent to that session
-    /// (or from it, by the checking session itself) and never reaches this
-    /// one. Done once per session, before anything relies on notifications.
+    /// Checks that notifications reach this session (LISTEN, NOTIFY from a second
+    /// session, wait up to [`DELIVERY_TIMEOUT`]): through a transaction-mode pooler
+    /// LISTEN ran on a server session that serves others, so it never does.
     fn check_delivery(&mut self, shared: &Shared) -> Result<(), OpenError> {
         let payload = format!(
             "{}-{}",
@@ -246,8 +226,7 @@ impl Session {
         let socket = self.conn.socket();
         let deadline = Instant::now() + DELIVERY_TIMEOUT;
         loop {
-            // Release notifications taken here are dropped: every waiter
-            // re-checks once the session is up.
+            // Release notifications taken here are dropped: every waiter re-checks after.
             let arrived = self
                 .conn
                 .take_notifications()
@@ -280,15 +259,13 @@ impl Session {
             return Err("the listener session has no socket".to_owned());
         }
         loop {
-            // Registrations first: notifications that arrive while their
-            // statements run are buffered by libpq, invisible to poll(2),
-            // and must be taken right after.
+            // Registrations first: notifications arriving meanwhile are buffered by libpq,
+            // invisible to poll(2), and must be taken right after.
             self.reconcile(shared, true)?;
             let notifications = self.conn.take_notifications();
             self.dispatch(shared, &notifications);
             if lock(&shared.state).shutdown {
-                // Withdraw this session's registrations so releases stop
-                // notifying for us; failure only leaves rows to prune.
+                // Withdraw registrations so releases stop notifying us; failure leaves rows to prune.
                 let _ = self.conn.query(statements::RESET, &[]);
                 return Ok(());
             }
@@ -314,11 +291,8 @@ impl Session {
                     self.conn
                         .query(statements::PROBE, &[])
                         .map_err(|e| format!("listener connection lost: {e}"))?;
-                    // A server that turned read-only (a failover that left
-                    // the old primary up, fenced) commits no release any
-                    // more: leave it, so the next session reaches the new
-                    // primary. The probe is what makes an idle session
-                    // apply a reloaded setting and report it.
+                    // A server turned read-only commits no releases: leave it for the new primary.
+                    // The probe is what makes an idle session report a reloaded setting.
                     if self.conn.server_read_only() {
                         return Err(READ_ONLY.to_owned());
                     }
@@ -335,11 +309,8 @@ impl Session {
         }
     }
 
-    /// Brings the registrations of dirty keys in line with the waiters:
-    /// watch keys waited for, unwatch keys nobody waits for any more.
-    /// `bump` wakes a key's waiters when its registration completes.
-    /// `Err` only when the session is lost: a refusal by the server is the
-    /// key's state, not the session's.
+    /// Brings dirty keys' registrations in line with the waiters; `bump` wakes a key's
+    /// waiters when registered. `Err` only on a lost session: a refusal is the key's state.
     fn reconcile(&mut self, shared: &Arc<Shared>, bump: bool) -> Result<(), String> {
         let work: Vec<(String, bool)> = {
             let mut state = lock(&shared.state);
@@ -357,8 +328,7 @@ impl Session {
         for (key, wanted) in work {
             if wanted {
                 if self.registered.contains_key(&key) {
-                    // Still registered (its waiters left and came back
-                    // before the thread got to it): nothing to do.
+                    // Still registered (its waiters left and came back meanwhile).
                     continue;
                 }
                 match self.conn.query(statements::WATCH, &[&key]) {
@@ -385,8 +355,7 @@ impl Session {
                 if let Some(digest) = self.registered.remove(&key) {
                     self.by_digest.remove(&digest);
                     if let Err(error) = self.conn.query(statements::UNWATCH, &[&key]) {
-                        // A refused withdrawal leaves a row that costs
-                        // unneeded notifications until the next reset.
+                        // A refused withdrawal costs unneeded notifications until the next reset.
                         if refusal(&error, self.conn.is_ok()).is_none() {
                             return Err(format!("withdrawing a waiter failed: {error}"));
                         }
@@ -427,8 +396,7 @@ impl Session {
         self.busy.insert(key, (Instant::now() + backoff, backoff));
     }
 
-    /// Wakes the waiters and tells the release watches of the keys whose
-    /// digests `notifications` carry.
+    /// Wakes the waiters and watches of the keys whose digests `notifications` carry.
     fn dispatch(&self, shared: &Shared, notifications: &[Notification]) {
         for notification in notifications {
             if notification.channel != RELEASE_CHANNEL {
@@ -450,16 +418,12 @@ impl Session {
     }
 }
 
-/// Whether a failed registration was refused (and why), as opposed to a
-/// lost session (`None`): the server answered with an error, or the call
-/// failed before it was sent while the connection is still usable.
+/// Whether a failed registration was refused (and why), or the session was lost (`None`).
 fn refusal(error: &PqError, connection_ok: bool) -> Option<PollingReason> {
     if error.sqlstate.is_none() && !connection_ok {
         return None;
     }
-    // A read-only server refuses every registration, whatever the key:
-    // the session is useless there, so it is treated as lost and the
-    // listener reconnects (to the new primary, after a failover).
+    // A read-only server refuses every key: treat the session as lost and reconnect.
     if error.sqlstate.as_deref() == Some(READ_ONLY_SQLSTATE) {
         return None;
     }
@@ -503,8 +467,7 @@ mod tests {
                 message: "m".to_owned()
             })
         );
-        // No answer from the server on a dead connection: the session is
-        // lost, not the key refused.
+        // No answer on a dead connection: the session is lost, not the key refused.
         assert_eq!(refusal(&error(None, None), false), None);
         // A read-only server refuses every key: the session is left.
         assert_eq!(refusal(&error(Some("25006"), None), true), None);

@@ -1,7 +1,5 @@
-//! The state the listener's handles and its session thread share: which
-//! keys are registered and watched, what the session last reported, and the
-//! wake-up socket. `listener.rs` holds the handles, `session.rs` the thread;
-//! both lean on this file, so neither imports the other's internals.
+//! The state the listener's handles (`listener.rs`) and its thread (`session.rs`)
+//! share, so neither imports the other's internals.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
@@ -11,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::slot::Slot;
 
-/// How often a listener whose notifications were not delivered (see
-/// [`PollingReason::NotificationsNotDelivered`]) tries a new session.
+/// How often a listener whose notifications were not delivered tries a new session.
 pub const UNDELIVERED_RETRY: Duration = Duration::from_secs(30);
 
 /// `application_name` of listener sessions, to find them in pg_stat_activity.
@@ -30,25 +27,19 @@ pub struct ListenerStatus {
     pub connected: bool,
     /// The session's server process id while connected.
     pub backend_pid: Option<i32>,
-    /// How many sessions were established so far (1 after the first
-    /// connect; more after reconnects).
+    /// How many sessions were established so far.
     pub sessions: u64,
     /// The last connection or query error, if any.
     pub last_error: Option<String>,
     /// How the waiters of this process are woken right now.
     pub wake_mode: WakeMode,
-    /// Keys waited for whose waiters poll instead of being notified (all of
-    /// them while disconnected).
+    /// Keys waited for whose waiters poll (all of them while disconnected).
     pub polled_keys: usize,
-    /// Registrations the server refused since the listener started (each
-    /// one left a key polled for the rest of its waits).
+    /// Registrations the server refused since the listener started.
     pub failed_registrations: u64,
-    /// Release notifications that carried the digest of a key waited for
-    /// or watched ([`crate::wait::LeaseWaiter::watch_releases`]), and so
-    /// woke that key's waiters and watches.
+    /// Release notifications that woke a key's waiters or watches.
     pub notification_wakeups: u64,
-    /// Notifications on the release channel that matched no key waited for
-    /// (releases other processes wait for, late ones, or forged ones).
+    /// Release notifications that matched no key (other processes', late, or forged).
     pub unmatched_notifications: u64,
 }
 
@@ -56,13 +47,10 @@ pub struct ListenerStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WakeMode {
-    /// Every key waited for is registered (or none is waited for): a
-    /// release wakes its waiters by notification.
+    /// Every key waited for is registered: releases wake by notification.
     Notifications,
-    /// Some or all waiters poll every
-    /// [`crate::wait::LeaseWaiterBuilder::fallback_poll`] (and still wake at the
-    /// holder's expiry). Waiting works; it is slower and costs a query per
-    /// poll.
+    /// Some or all waiters poll every [`crate::wait::LeaseWaiterBuilder::fallback_poll`]
+    /// (and still wake at the holder's expiry): slower, a query per poll.
     Polling(PollingReason),
 }
 
@@ -70,31 +58,18 @@ pub enum WakeMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PollingReason {
-    /// The listener session is down (see [`ListenerStatus::last_error`]);
-    /// it reconnects on its own.
+    /// The listener session is down ([`ListenerStatus::last_error`]); it reconnects.
     Disconnected,
-    /// A release of the key was in flight at each registration attempt
-    /// (or a session holds the key's advisory lock); the listener keeps
-    /// retrying.
+    /// A release was in flight at each registration attempt; the listener keeps retrying.
     RegistrationBusy,
-    /// The listener session holds [`crate::wait::WAITER_LIMIT`] registrations
-    /// already (SQLSTATE 22023, constraint `lease_waiter_limit`).
+    /// The session holds [`crate::wait::WAITER_LIMIT`] registrations already.
     WaiterLimit,
-    /// The key's namespace is bound to a role the application's role is
-    /// not a member of (SQLSTATE 42501, constraint `lease_namespace_denied`);
-    /// the waiter's own acquire is refused as well.
+    /// The key's namespace is bound to another role (`lease_namespace_denied`).
     NamespaceDenied,
-    /// The listener's session does not receive notifications: a
-    /// notification sent from another session at its start never arrived
-    /// (see [`crate::wait::LeaseWaiter::ensure_listening`]). This is what a
-    /// listen URL through a transaction-mode pooler (PgBouncer
-    /// `pool_mode = transaction`) does: `LISTEN` appears to succeed, but
-    /// the server session that ran it goes back to the pool. Give the
-    /// waiter a direct or session-mode URL to listen on; the listener
-    /// retries every [`UNDELIVERED_RETRY`] meanwhile.
+    /// Notifications do not reach the session (a transaction-mode pooler, see
+    /// [`crate::wait::LeaseWaiter::ensure_listening`]); retried every [`UNDELIVERED_RETRY`].
     NotificationsNotDelivered,
-    /// The server refused the registration otherwise, for example because
-    /// `EXECUTE` on `lease._waiter_watch` was revoked from the role.
+    /// The server refused the registration otherwise (e.g. `EXECUTE` revoked).
     RegistrationFailed {
         /// The error's SQLSTATE.
         sqlstate: String,
@@ -117,7 +92,7 @@ pub(super) enum Registration {
 }
 
 pub(super) struct KeyEntry {
-    /// Live [`Watch`] guards for the key.
+    /// Live [`Watch`](super::listener::Watch) guards for the key.
     pub(super) refs: usize,
     pub(super) slot: Arc<Slot>,
     pub(super) registration: Registration,
@@ -128,15 +103,13 @@ pub(super) struct State {
     pub(super) keys: HashMap<String, KeyEntry>,
     /// Keys whose registration must be (re)considered by the thread.
     pub(super) dirty: HashSet<String>,
-    /// The queues of the release watches; a dropped watch's entry goes at
-    /// the next delivery.
+    /// The release watches' queues; a dropped watch's entry goes at the next delivery.
     pub(super) subscriptions: Vec<Weak<Subscription>>,
     pub(super) status: Status,
     pub(super) shutdown: bool,
 }
 
-/// What a release watch is told (see [`super::ReleaseEvent`], its public
-/// form).
+/// What a release watch is told ([`super::ReleaseEvent`] is its public form).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Delivery {
     /// A release notification carried this key's digest.
@@ -145,15 +118,13 @@ pub(super) enum Delivery {
     Resync,
 }
 
-/// The queue of one release watch, filled by the listener's thread (under
-/// the state's lock: the lock order is state, then subscription) and
-/// emptied by the watch.
+/// One release watch's queue, filled by the listener under the state's lock
+/// (lock order: state, then subscription).
 #[derive(Default)]
 pub(super) struct Subscription {
     pub(super) state: Mutex<SubscriptionState>,
     pub(super) changed: Condvar,
-    /// The async face's watches wait here instead of on the condvar: every
-    /// delivery notifies both.
+    /// Where async watches wait instead of the condvar; every delivery notifies both.
     #[cfg(feature = "async")]
     pub(super) tasks: tokio::sync::Notify,
 }
@@ -162,9 +133,7 @@ pub(super) struct Subscription {
 pub(super) struct SubscriptionState {
     /// The keys whose releases this watch is told of.
     pub(super) keys: HashSet<String>,
-    /// Undelivered events, oldest first. A key is queued at most once (a
-    /// key released twice before the watch reads it is one event), and so
-    /// is a resync, so the queue never holds more than the keys and one.
+    /// Undelivered events, oldest first, each key and the resync at most once.
     pub(super) queue: VecDeque<Delivery>,
     /// The keys queued now.
     pub(super) queued: HashSet<String>,
@@ -194,15 +163,13 @@ impl Subscription {
         self.tasks.notify_waiters();
     }
 
-    /// The oldest undelivered event, waiting for one as long as it takes,
-    /// from a task.
+    /// The oldest undelivered event, from a task.
     #[cfg(feature = "async")]
     pub(super) async fn next_async(&self) -> Delivery {
         loop {
             let notified = self.tasks.notified();
             let mut notified = std::pin::pin!(notified);
-            // Registered before the queue is read, so a delivery in
-            // between is not missed.
+            // Registered before the queue is read, so a delivery in between is not missed.
             notified.as_mut().enable();
             if let Some(delivery) = self.next(Some(Instant::now())) {
                 return delivery;
@@ -211,8 +178,7 @@ impl Subscription {
         }
     }
 
-    /// The oldest undelivered event, waiting for one until `until` (`None`:
-    /// as long as it takes); `None` when none came in time.
+    /// The oldest undelivered event, waiting until `until` (`None`: forever).
     pub(super) fn next(&self, until: Option<Instant>) -> Option<Delivery> {
         let mut state = lock(&self.state);
         loop {
@@ -256,8 +222,7 @@ pub(super) struct Status {
     pub(super) failed_registrations: u64,
     pub(super) notification_wakeups: u64,
     pub(super) unmatched_notifications: u64,
-    /// The reason of the most recent refusal, reported while some key is
-    /// refused.
+    /// The most recent refusal's reason, reported while some key is refused.
     pub(super) last_refusal: Option<PollingReason>,
 }
 
@@ -268,8 +233,7 @@ impl State {
         }
     }
 
-    /// Tells every release watch of `delivery` (only those watching the
-    /// key, for a release).
+    /// Tells the release watches of `delivery` (for a release, those watching the key).
     pub(super) fn deliver(&mut self, delivery: &Delivery) {
         self.subscriptions
             .retain(|subscription| match subscription.upgrade() {
@@ -281,8 +245,7 @@ impl State {
             });
     }
 
-    /// Whether `key` is registered in a session that is up and listening:
-    /// a release of it committed from now on notifies.
+    /// Whether `key` is registered in a listening session: a release from now on notifies.
     pub(super) fn armed(&self, key: &str) -> bool {
         self.status.connected
             && self
@@ -291,8 +254,7 @@ impl State {
                 .is_some_and(|entry| entry.registration == Registration::Registered)
     }
 
-    /// Whether `key`'s registration is done one way or the other in a
-    /// session that is up: registered, or refused by the server.
+    /// Whether `key` is registered or refused in a session that is up.
     pub(super) fn settled(&self, key: &str) -> bool {
         self.status.connected
             && self.keys.get(key).is_some_and(|entry| {
@@ -352,15 +314,13 @@ pub(super) struct Shared {
     pub(super) url: String,
     pub(super) state: Mutex<State>,
     pub(super) status_changed: Condvar,
-    /// Write end of the thread's wake-up socket pair (`None` when it could
-    /// not be created: then there is no thread either).
+    /// Write end of the thread's wake-up socket pair (`None`: no thread either).
     pub(super) wake_tx: Mutex<Option<UnixStream>>,
 }
 
 impl Shared {
     pub(super) fn poke(&self) {
-        // A full buffer already guarantees a wake-up; other errors mean the
-        // thread is gone, which shutdown handles.
+        // A full buffer already guarantees a wake-up; other errors mean the thread is gone.
         if let Some(tx) = lock(&self.wake_tx).as_mut() {
             let _ = tx.write(&[1]);
         }

@@ -1,7 +1,5 @@
-//! The per-key wake-up point waiters block on: a sequence number that
-//! moves whenever the waiters of a key should look at it again, plus a
-//! condvar. The listener moves it; waiters read it before an attempt and
-//! sleep until it moves after.
+//! The per-key wake-up point: a sequence number the listener moves whenever a
+//! key's waiters should look again, plus a condvar. Read before an attempt, wait after.
 
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -24,8 +22,7 @@ pub(crate) enum Woken {
 }
 
 impl Woken {
-    /// The `cause` label of the wake-up in telemetry; `None` when it was
-    /// cancelled (the wait ends there, it does not try again).
+    /// The wake-up's telemetry `cause`; `None` when cancelled (no retry).
     pub(crate) fn cause(self) -> Option<&'static str> {
         match self {
             Woken::Changed => Some("listener"),
@@ -38,15 +35,10 @@ impl Woken {
 #[derive(Default)]
 struct SlotState {
     seq: u64,
-    /// The `seq` value set when the key's registration last completed
-    /// cleanly in the current session; `None` while not (yet) armed.
+    /// `seq` when the key's registration last completed in this session; `None` unarmed.
     armed_at: Option<u64>,
-    /// Waiters blocked after an attempt that followed the armed
-    /// registration, and not woken since: a release will wake them by
-    /// notification. Counted for the current `seq` only (every bump zeroes
-    /// it), so a reader never counts a waiter that was woken but has not
-    /// run yet: after a wake-up it reads 0 until the waiter has made its
-    /// attempt and sleeps again.
+    /// Waiters asleep after an armed attempt, not woken since. Counted for the
+    /// current `seq` only (a bump zeroes it), so a woken waiter is never counted.
     armed_sleepers: usize,
 }
 
@@ -55,22 +47,18 @@ struct SlotState {
 pub(crate) struct Slot {
     state: Mutex<SlotState>,
     changed: Condvar,
-    /// The async face's waiters (tasks) wait here instead of on the
-    /// condvar: every bump and wake-up notifies both.
+    /// Where async waiters wait instead of the condvar; every bump notifies both.
     #[cfg(feature = "async")]
     tasks: tokio::sync::Notify,
 }
 
 impl Slot {
-    /// Whether an attempt made after reading `seen` followed the key's
-    /// registration in the current listener session, so that a release
-    /// will wake its waiter by notification.
+    /// Whether an attempt made after reading `seen` was armed (a release will notify).
     pub(crate) fn is_armed(&self, seen: u64) -> bool {
         lock(&self.state).armed_at.is_some_and(|at| seen >= at)
     }
 
-    /// The current sequence number; read it before an attempt, wait for it
-    /// to move after.
+    /// The current sequence number: read before an attempt, wait for it to move after.
     pub(crate) fn seq(&self) -> u64 {
         lock(&self.state).seq
     }
@@ -89,8 +77,7 @@ impl Slot {
         self.tasks.notify_waiters();
     }
 
-    /// Blocks until the sequence moves past `seen`, `until` passes, or
-    /// `cancel` fires.
+    /// Blocks until the sequence moves past `seen`, `until` passes, or `cancel` fires.
     pub(crate) fn wait(&self, seen: u64, until: Instant, cancel: Option<&CancelToken>) -> Woken {
         let mut state = lock(&self.state);
         let armed = Self::begin_sleep(&mut state, seen);
@@ -115,9 +102,7 @@ impl Slot {
         woken
     }
 
-    /// Counts a waiter that sleeps after an attempt made after reading
-    /// `seen` among the armed sleepers, if that attempt was armed; answers
-    /// whether it was.
+    /// Counts an armed sleeper (if the attempt after `seen` was armed); answers whether.
     fn begin_sleep(state: &mut SlotState, seen: u64) -> bool {
         let armed = state.seq == seen && state.armed_at.is_some_and(|at| seen >= at);
         if armed {
@@ -134,9 +119,7 @@ impl Slot {
         }
     }
 
-    /// [`Slot::wait`] for a task: resolves when the sequence moves past
-    /// `seen` or `until` passes, without blocking a thread. Cancelled by
-    /// dropping it (the armed-sleeper count is kept right then too).
+    /// [`Slot::wait`] for a task, without blocking a thread; cancelled by dropping it.
     #[cfg(feature = "async")]
     pub(crate) async fn wait_async(&self, seen: u64, until: Instant) -> Woken {
         /// Ends the sleep however the future ends, dropped included.
@@ -159,8 +142,7 @@ impl Slot {
         loop {
             let notified = self.tasks.notified();
             let mut notified = std::pin::pin!(notified);
-            // Registered before the state is read, so a bump in between
-            // is not missed.
+            // Registered before the state is read, so a bump in between is not missed.
             notified.as_mut().enable();
             if self.seq() != seen {
                 return Woken::Changed;
@@ -186,9 +168,7 @@ impl Wake for Slot {
 }
 
 impl Slot {
-    /// Waiters blocked after an attempt that followed the key's completed
-    /// registration (a release will wake them by notification); 0 while
-    /// the key is not armed.
+    /// Waiters asleep after an armed attempt; 0 while the key is not armed.
     pub(super) fn armed_sleepers(&self) -> usize {
         let state = lock(&self.state);
         if state.armed_at.is_some() {

@@ -1,5 +1,3 @@
-//! [`AsyncFencing`]: the database guard's calls, as futures.
-
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
@@ -14,11 +12,9 @@ use crate::lease::token::FencingToken;
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
 
-/// [`Fencing`](crate::guard::Fencing) as futures: the same calls, answers
-/// and errors, each future `Send`.
+/// [`Fencing`](crate::guard::Fencing) as `Send` futures: the same calls, answers and errors.
 pub trait AsyncFencing: OnAsyncConnection {
-    /// [`Fencing::admit`](crate::guard::Fencing::admit), awaited: the same
-    /// call, the same answers and errors.
+    /// [`Fencing::admit`](crate::guard::Fencing::admit), awaited.
     fn admit(
         &mut self,
         resource: &str,
@@ -31,8 +27,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         ))
     }
 
-    /// [`Fencing::present`](crate::guard::Fencing::present), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Fencing::present`](crate::guard::Fencing::present), awaited.
     fn present(
         &mut self,
         grant: &impl AsRef<FencingToken>,
@@ -41,8 +36,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         on_connection!(self, |conn| crate::guard::table::present(conn, token))
     }
 
-    /// [`Fencing::check_held`](crate::guard::Fencing::check_held), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Fencing::check_held`](crate::guard::Fencing::check_held), awaited.
     fn check_held(
         &mut self,
         grant: &impl AsRef<FencingToken>,
@@ -51,8 +45,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         on_connection!(self, |conn| crate::guard::database::check_held(conn, token))
     }
 
-    /// [`Fencing::fence`](crate::guard::Fencing::fence), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Fencing::fence`](crate::guard::Fencing::fence), awaited.
     fn fence(
         &mut self,
         resource: &str,
@@ -64,8 +57,7 @@ pub trait AsyncFencing: OnAsyncConnection {
         ))
     }
 
-    /// [`Fencing::inspect_guard`](crate::guard::Fencing::inspect_guard), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Fencing::inspect_guard`](crate::guard::Fencing::inspect_guard), awaited.
     fn inspect_guard(
         &mut self,
         resource: &str,
@@ -75,22 +67,11 @@ pub trait AsyncFencing: OnAsyncConnection {
         ))
     }
 
-    /// [`Fencing::run_fenced`](crate::guard::Fencing::run_fenced), awaited: admits
-    /// the token for `resource` with the chosen [`Check`], runs `work` on
-    /// the transaction's connection, commits; any refusal or error rolls
-    /// everything back, the guard record included. Inside an open
-    /// transaction it runs in a savepoint.
-    ///
+    /// [`Fencing::run_fenced`](crate::guard::Fencing::run_fenced), awaited, on the [`Check`] given.
     /// ```no_run
     /// # async fn demo(conn: &mut diesel_async::AsyncPgConnection, lease: &leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-    /// use diesel_async::SimpleAsyncConnection;
-    /// use leasehold::aio::AsyncFencing;
-    /// use leasehold::guard::Check;
-    /// conn.run_fenced("report-2026-11", lease, Check::LeaseHeld, async |conn| {
-    ///     conn.batch_execute("INSERT INTO reports (month, body) VALUES ('2026-11', '...')")
-    ///         .await
-    /// })
-    /// .await?;
+    /// # use {diesel_async::SimpleAsyncConnection, leasehold::{aio::AsyncFencing, guard::Check}};
+    /// conn.run_fenced("reports", lease, Check::LeaseHeld, async |c| c.batch_execute("INSERT INTO reports VALUES (1)").await).await?;
     /// # Ok(()) }
     /// ```
     fn run_fenced<'a, T, E, F>(
@@ -113,9 +94,7 @@ pub trait AsyncFencing: OnAsyncConnection {
     }
 }
 
-/// The fenced transaction of [`AsyncFencing::run_fenced`] on one
-/// connection: the sync face's `guard::database::run_fenced` with diesel-async's
-/// transaction, and the same admission (`guard::database::admit_and_present`).
+/// The sync face's `guard::database::run_fenced` with diesel-async's transaction.
 async fn run_fenced<T, E, F>(
     conn: &mut AsyncPgConnection,
     resource: &str,

@@ -1,5 +1,3 @@
-//! [`AsyncLeases`]: the calls an application makes, as futures.
-
 use std::future::Future;
 use std::time::Duration;
 
@@ -14,11 +12,9 @@ use crate::lease::token::FencingToken;
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
 
-/// [`Leases`](crate::Leases) as futures: the same calls, answers and
-/// errors, each future `Send`. Sealed, as `Leases` is.
+/// [`Leases`](crate::Leases) as `Send` futures: the same calls, answers and errors.
 pub trait AsyncLeases: OnAsyncConnection {
-    /// [`Leases::acquire`](crate::Leases::acquire), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::acquire`](crate::Leases::acquire), awaited.
     fn acquire(
         &mut self,
         key: &str,
@@ -28,8 +24,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         on_connection!(self, |conn| crate::lease::acquire(conn, key, owner, ttl))
     }
 
-    /// [`Leases::acquire_waiting`](crate::Leases::acquire_waiting), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::acquire_waiting`](crate::Leases::acquire_waiting), awaited.
     fn acquire_waiting(
         &mut self,
         key: &str,
@@ -42,8 +37,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         ))
     }
 
-    /// [`Leases::renew`](crate::Leases::renew), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::renew`](crate::Leases::renew), awaited.
     fn renew(
         &mut self,
         grant: &impl AsRef<FencingToken>,
@@ -53,8 +47,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         on_connection!(self, |conn| crate::lease::renew(conn, token, ttl))
     }
 
-    /// [`Leases::release`](crate::Leases::release), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::release`](crate::Leases::release), awaited.
     fn release(
         &mut self,
         grant: &impl AsRef<FencingToken>,
@@ -63,8 +56,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         on_connection!(self, |conn| crate::lease::release(conn, token))
     }
 
-    /// [`Leases::inspect`](crate::Leases::inspect), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::inspect`](crate::Leases::inspect), awaited.
     fn inspect(
         &mut self,
         key: &str,
@@ -72,8 +64,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         on_connection!(self, |conn| crate::lease::inspect(conn, key))
     }
 
-    /// [`Leases::renew_many`](crate::Leases::renew_many), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::renew_many`](crate::Leases::renew_many), awaited.
     fn renew_many(
         &mut self,
         grants: &[impl AsRef<FencingToken>],
@@ -85,8 +76,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         ))
     }
 
-    /// [`Leases::release_many`](crate::Leases::release_many), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::release_many`](crate::Leases::release_many), awaited.
     fn release_many(
         &mut self,
         grants: &[impl AsRef<FencingToken>],
@@ -95,8 +85,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         on_connection!(self, |conn| crate::batch::many::release_many(conn, grants))
     }
 
-    /// [`Leases::join_group`](crate::Leases::join_group), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::join_group`](crate::Leases::join_group), awaited.
     fn join_group(
         &mut self,
         grants: &[impl AsRef<FencingToken>],
@@ -108,8 +97,7 @@ pub trait AsyncLeases: OnAsyncConnection {
         ))
     }
 
-    /// [`Leases::renew_group`](crate::Leases::renew_group), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Leases::renew_group`](crate::Leases::renew_group), awaited.
     fn renew_group(
         &mut self,
         group: GroupId,

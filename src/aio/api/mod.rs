@@ -1,12 +1,5 @@
-//! The async face's traits: [`AsyncLeases`], [`AsyncFencing`] and
-//! [`AsyncOperator`], the sync face's [`Leases`](crate::Leases),
-//! [`Fencing`](crate::guard::Fencing) and
-//! [`Operator`](crate::admin::Operator) as `Send` futures, implemented for
-//! diesel-async's [`AsyncPgConnection`] and for [`AsyncLeaseClient`].
-//!
-//! As on the sync face, every method is written once, as a provided method
-//! over one sealed hook, [`sealed::OnAsyncConnection`]: where the call's
-//! connection comes from, and what becomes of it after an error.
+//! The async traits, written once over the sealed hook [`sealed::OnAsyncConnection`]
+//! for [`AsyncPgConnection`] and [`AsyncLeaseClient`], as on the sync face.
 
 mod fencing;
 mod leases;
@@ -33,32 +26,26 @@ pub(crate) mod sealed {
     pub use crate::api::sealed::Token;
     pub(crate) use crate::error::CallError;
 
-    /// The one thing the two async types do differently (the async twin of
-    /// `crate::api::sealed::OnConnection`, split in two because a closure
-    /// cannot yet promise that its future is `Send`).
+    /// The async twin of `crate::api::sealed::OnConnection`, split in check-out and
+    /// settle because a closure cannot yet promise its future is `Send`.
     pub trait OnAsyncConnection: Send {
-        /// The connection a call runs on: a borrow of this one, or a pooled
-        /// connection.
+        /// A borrow of this connection, or a pooled one.
         type Connection<'c>: DerefMut<Target = AsyncPgConnection> + Send
         where
             Self: 'c;
 
-        /// This connection, in its open transaction; or one checked out of
-        /// the pool.
+        /// This connection, in its open transaction; or one from the pool.
         fn check_out<E: CallError + Send>(
             &mut self,
             _: Token,
         ) -> impl Future<Output = Result<Self::Connection<'_>, E>> + Send;
 
-        /// After the call: a pooled connection goes back to its pool, unless
-        /// the call's error names it unfit
-        /// ([`CallError::discards_connection`]).
+        /// Returns a pooled connection unless [`CallError::discards_connection`].
         fn settle<T, E: CallError>(connection: Self::Connection<'_>, result: &Result<T, E>);
     }
 }
 
-/// Runs one operation on the face's connection: check it out, run the
-/// call, settle the connection with the call's answer.
+/// Runs one operation: check out, call, settle.
 macro_rules! on_connection {
     ($face:expr, |$conn:ident| $call:expr) => {
         async move {
@@ -77,7 +64,6 @@ macro_rules! on_connection {
 }
 pub(crate) use on_connection;
 
-/// Each call runs in the connection's open transaction, if any.
 impl OnAsyncConnection for AsyncPgConnection {
     type Connection<'c> = &'c mut AsyncPgConnection;
 
@@ -91,7 +77,6 @@ impl OnAsyncConnection for AsyncPgConnection {
     fn settle<T, E: CallError>(_: Self::Connection<'_>, _: &Result<T, E>) {}
 }
 
-/// Each call checks a connection out of the client's pool for that call.
 impl OnAsyncConnection for AsyncLeaseClient {
     type Connection<'c> = Object<AsyncPgConnection>;
 

@@ -1,5 +1,3 @@
-//! [`AsyncOperator`]: the operator's calls, as futures.
-
 use std::future::Future;
 
 use crate::admin::listing::{ListFilter, Listing};
@@ -12,11 +10,9 @@ use crate::lease::epoch::Epoch;
 use super::on_connection;
 use super::sealed::{OnAsyncConnection, Token};
 
-/// [`Operator`](crate::admin::Operator) as futures: the same calls,
-/// answers and errors, each future `Send`.
+/// [`Operator`](crate::admin::Operator) as `Send` futures: the same calls, answers and errors.
 pub trait AsyncOperator: OnAsyncConnection {
-    /// [`Operator::bind_namespace`](crate::admin::Operator::bind_namespace), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::bind_namespace`](crate::admin::Operator::bind_namespace), awaited.
     fn bind_namespace(
         &mut self,
         prefix: &str,
@@ -27,8 +23,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         ))
     }
 
-    /// [`Operator::unbind_namespace`](crate::admin::Operator::unbind_namespace), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::unbind_namespace`](crate::admin::Operator::unbind_namespace), awaited.
     fn unbind_namespace(
         &mut self,
         prefix: &str,
@@ -38,16 +33,14 @@ pub trait AsyncOperator: OnAsyncConnection {
         ))
     }
 
-    /// [`Operator::list_namespaces`](crate::admin::Operator::list_namespaces), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::list_namespaces`](crate::admin::Operator::list_namespaces), awaited.
     fn list_namespaces(
         &mut self,
     ) -> impl Future<Output = Result<Vec<NamespaceRule>, LeaseError>> + Send {
         on_connection!(self, |conn| crate::admin::operator::list_namespaces(conn))
     }
 
-    /// [`Operator::force_release`](crate::admin::Operator::force_release), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::force_release`](crate::admin::Operator::force_release), awaited.
     fn force_release(
         &mut self,
         key: &str,
@@ -57,8 +50,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         ))
     }
 
-    /// [`Operator::force_release_epoch`](crate::admin::Operator::force_release_epoch), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::force_release_epoch`](crate::admin::Operator::force_release_epoch), awaited.
     fn force_release_epoch(
         &mut self,
         key: &str,
@@ -69,14 +61,12 @@ pub trait AsyncOperator: OnAsyncConnection {
         ))
     }
 
-    /// [`Operator::generation`](crate::admin::Operator::generation), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::generation`](crate::admin::Operator::generation), awaited.
     fn generation(&mut self) -> impl Future<Output = Result<Generation, LeaseError>> + Send {
         on_connection!(self, |conn| crate::admin::operator::generation(conn))
     }
 
-    /// [`Operator::raise_generation`](crate::admin::Operator::raise_generation), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::raise_generation`](crate::admin::Operator::raise_generation), awaited.
     fn raise_generation(
         &mut self,
         generation: i64,
@@ -86,8 +76,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         ))
     }
 
-    /// [`Operator::prune`](crate::admin::Operator::prune), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::prune`](crate::admin::Operator::prune), awaited.
     fn prune(
         &mut self,
         options: &PruneOptions,
@@ -95,8 +84,7 @@ pub trait AsyncOperator: OnAsyncConnection {
         on_connection!(self, |conn| crate::admin::prune::prune(conn, options))
     }
 
-    /// [`Operator::list_leases`](crate::admin::Operator::list_leases), awaited: the same call, the
-    /// same answers and errors.
+    /// [`Operator::list_leases`](crate::admin::Operator::list_leases), awaited.
     fn list_leases(
         &mut self,
         filter: &ListFilter,
