@@ -1030,6 +1030,7 @@ fn is_dead_connection(error: &DieselError) -> bool {
 }
 
 /// An error and its sources, `: `-separated, as one line.
+#[cfg(feature = "async")]
 pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     Chain(error).to_string()
 }

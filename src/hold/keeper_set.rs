@@ -378,6 +378,7 @@ macro_rules! set_accessors {
         }
     };
 }
+#[cfg(feature = "async")]
 pub(crate) use set_accessors;
 
 pub(crate) struct Shared {

@@ -9,6 +9,7 @@ mod demo;
 mod doctor;
 mod extension;
 mod fence;
+mod fenced_table;
 mod force_release;
 mod generation;
 mod inspect;
@@ -44,6 +45,8 @@ pub enum Command {
     Watch(watch::Args),
     Fence(fence::Args),
     #[command(subcommand)]
+    Table(fenced_table::Action),
+    #[command(subcommand)]
     Namespace(namespace::Action),
     ForceRelease(force_release::Args),
     #[command(subcommand)]
@@ -70,6 +73,7 @@ pub fn run(command: Command, ctx: &Context) -> Result<u8, CliError> {
         Command::Ls(args) => ls::run(args, ctx).map(done),
         Command::Watch(args) => watch::run(args, ctx).map(done),
         Command::Fence(args) => fence::run(args, ctx).map(done),
+        Command::Table(action) => fenced_table::run(action, ctx).map(done),
         Command::Namespace(action) => namespace::run(action, ctx).map(done),
         Command::ForceRelease(args) => force_release::run(args, ctx).map(done),
         Command::Generation(action) => generation::run(action, ctx).map(done),

@@ -19,6 +19,7 @@ fn demo_timeline_shows_takeover_refused_stale_write_and_intact_epochs() {
         "inspect job-7 after the restart: held by worker-b at epoch 2",
         "epochs intact",
         "release job-7 -> ok",
+        "psql      INSERT without presenting a token -> refused by the table itself",
     ]
     .iter()
     .map(|needle| {
@@ -40,7 +41,7 @@ fn demo_timeline_shows_takeover_refused_stale_write_and_intact_epochs() {
         "{out}"
     );
     assert!(
-        !out.contains("late result"),
+        !out.contains("late result") && !out.contains("written past the library"),
         "a refused write is visible:\n{out}"
     );
     assert!(

@@ -548,3 +548,44 @@ fn release_force_ends_exactly_that_epoch_and_never_a_newer_grant() {
         "{json}"
     );
 }
+
+/// `leasehold table`: the table's owner fences and unfences it; another
+/// role is refused; the listing shows both kinds of fence.
+#[test]
+fn table_protect_ls_and_unprotect_as_the_owner_only() {
+    let deployment = deployment();
+    let owner = &deployment.owner;
+    deployment.admin_exec(&format!(
+        "SET ROLE {owner}; CREATE TABLE public.ledger (id int); CREATE TABLE public.items (tenant int, id int)"
+    ));
+    let fenced = run_as(
+        &deployment,
+        owner,
+        &["table", "protect", "public.ledger", "ledger-writer"],
+    );
+    assert_eq!(fenced.code, 0, "{fenced:?}");
+    let rows = run_as(
+        &deployment,
+        owner,
+        &["table", "protect-rows", "public.items", "tenant/", "tenant"],
+    );
+    assert_eq!(rows.code, 0, "{rows:?}");
+    let refused = run_as(
+        &deployment,
+        &deployment.attacker,
+        &["table", "unprotect", "public.ledger"],
+    );
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(refused.stderr.contains("does not own"), "{refused:?}");
+    let (code, json) = json_as(&deployment, &deployment.app, &["table", "ls"]);
+    assert_eq!(code, 0, "{json}");
+    let tables = json["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 2, "{json}");
+    assert_eq!(tables[0]["table"], "public.items");
+    assert_eq!(tables[0]["key"], "tenant/<tenant>");
+    assert_eq!(tables[1]["key"], "ledger-writer");
+    let (_, json) = json_as(&deployment, owner, &["table", "unprotect", "public.ledger"]);
+    assert_eq!(json["removed"], true, "{json}");
+    let again = run_as(&deployment, owner, &["table", "unprotect", "public.ledger"]);
+    assert!(again.stdout.contains("had no fence"), "{again:?}");
+}

@@ -8,8 +8,10 @@
 //!    the guard (stale epoch), and again with the lease check (not held).
 //! 4. The database is SIGKILLed and restarted (crash recovery): the lease
 //!    and its epoch are exactly as before.
-//! 5. worker-b reconnects, heartbeats and releases; the final state shows
-//!    only the admitted writes, the guard record and the epoch counter.
+//! 5. worker-b reconnects, heartbeats and releases.
+//! 6. A psql-style writer that ignores the library writes without a token:
+//!    the fenced table itself refuses it. The final state shows only the
+//!    admitted writes, the guard record and the epoch counter.
 //!
 //! The demo checks each outcome as it goes; anything unexpected ends it
 //! with exit code 1 and says what differed.
@@ -82,10 +84,12 @@ fn scenario(out: Printer) -> Result<(), CliError> {
         "CREATE TABLE demo_results (epoch bigint NOT NULL, worker text NOT NULL, body text NOT NULL)",
     )
     .map_err(|error| CliError::Demo(format!("could not create demo_results: {error}")))?;
+    leasehold::admin::Operator::protect_table(&mut conn, "demo_results", KEY)
+        .map_err(|error| CliError::Demo(crate::failure::report(&error)))?;
     timeline.log(
         "demo",
         format!(
-            "server ready, leasehold installed; workers write job results to table demo_results, fenced as resource {RESOURCE}"
+            "server ready, leasehold installed; workers write job results to table demo_results, fenced as resource {RESOURCE}, and the table itself fenced by key {KEY}"
         ),
     );
 
@@ -133,6 +137,7 @@ fn scenario(out: Printer) -> Result<(), CliError> {
     })?;
 
     let mut conn = establish(&url)?;
+    writer_without_the_library(&mut conn, &timeline)?;
     let summary = final_state(&mut conn, &timeline, epochs)?;
     if out.is_json() {
         let json = Json::Object(vec![
@@ -144,6 +149,32 @@ fn scenario(out: Printer) -> Result<(), CliError> {
         out.emit(&summary.text, &Json::Null)?;
     }
     Ok(())
+}
+
+/// Step 6: a writer that ignores the library (as psql would) inserts
+/// without presenting a token; the table refuses it.
+fn writer_without_the_library(
+    conn: &mut PgConnection,
+    timeline: &Timeline,
+) -> Result<(), CliError> {
+    let written = conn.batch_execute(
+        "INSERT INTO demo_results (epoch, worker, body) VALUES (0, 'psql', 'written past the library')",
+    );
+    match written.map_err(leasehold::LeaseError::from) {
+        Err(leasehold::LeaseError::TableWriteRefused { .. }) => {
+            timeline.log(
+                "psql",
+                "INSERT without presenting a token -> refused by the table itself (lease_fence_no_token)",
+            );
+            Ok(())
+        }
+        Err(other) => Err(CliError::Demo(format!(
+            "the write without a token failed otherwise than by the fence: {other}"
+        ))),
+        Ok(()) => Err(CliError::Demo(
+            "the fenced table admitted a write without a token".into(),
+        )),
+    }
 }
 
 fn join(
