@@ -611,3 +611,139 @@ fn a_pruned_key_fences_every_write_until_granted_again() {
     )
     .unwrap();
 }
+
+/// The steps every client test takes, in order, on table `ledger` fenced
+/// by `ledger-writer`: no token (refused), the holder's token (admitted),
+/// then the holder pauses past its ttl, a successor is granted and has not
+/// written, and the paused holder's write is refused; the successor's is
+/// admitted. `write(owner_and_epoch, value)` is the client's write; it
+/// answers "admitted" or "refused <constraint>".
+fn client_story(d: &Deployment, mut write: impl FnMut(Option<(&str, i64)>, &str) -> String) {
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE public.ledger (entry text); GRANT ALL ON public.ledger TO {}",
+            d.app
+        ))
+        .unwrap();
+    owner
+        .protect_table("public.ledger", "ledger-writer")
+        .unwrap();
+    let mut app = d.conn_as(&d.app);
+    let first = granted(
+        app.acquire("ledger-writer", "w1", STILL_HELD_NEXT_STEP)
+            .unwrap(),
+    );
+    let e1 = first.epoch().get();
+    assert_eq!(write(None, "none"), "refused lease_fence_no_token");
+    assert_eq!(write(Some(("w1", e1)), "current"), "admitted");
+    wait_until_server_time_passes(&mut app, first.expires_at());
+    let second = granted(app.acquire("ledger-writer", "w2", TTL).unwrap());
+    assert_eq!(
+        write(Some(("w1", e1)), "paused holder"),
+        "refused lease_guard_lease_not_held"
+    );
+    assert_eq!(
+        write(Some(("w2", second.epoch().get())), "successor"),
+        "admitted"
+    );
+    assert_eq!(
+        rows(&mut app, "SELECT entry FROM ledger"),
+        vec!["(current),(successor)".to_owned()]
+    );
+}
+
+/// Python with psycopg, from the virtual environment `cargo xtask setup`
+/// makes under the target directory (or the system's, if it has psycopg).
+#[test]
+fn a_python_psycopg_writer_is_fenced_like_any_other() {
+    let d = Deployment::new();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.ancestors().nth(3).map(|dir| dir.to_path_buf()))
+        })
+        .expect("the target directory");
+    let venv_python = target.join("xtask-moto/bin/python3");
+    let python = if venv_python.exists() {
+        venv_python
+    } else {
+        "python3".into()
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/fenced_write.py");
+    let url = d.url_as(&d.app);
+    client_story(&d, |token, value| {
+        let (owner, epoch) = token.map_or(("-".to_owned(), "none".to_owned()), |(o, e)| {
+            (o.to_owned(), e.to_string())
+        });
+        let output = Command::new(&python)
+            .args([
+                script,
+                &url,
+                "ledger",
+                "ledger-writer",
+                &owner,
+                &epoch,
+                value,
+            ])
+            .output()
+            .expect("run python3");
+        assert!(
+            output.status.success(),
+            "the Python client failed (psycopg missing? `cargo xtask setup` installs it): {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    });
+}
+
+/// tokio-postgres, which knows nothing of diesel or leasehold.
+#[test]
+fn a_tokio_postgres_writer_is_fenced_like_any_other() {
+    let d = Deployment::new();
+    let url = d.url_as(&d.app);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    });
+    let mut client = client;
+    client_story(&d, |token, value| {
+        runtime.block_on(async {
+            let transaction = client.transaction().await.unwrap();
+            if let Some((owner, epoch)) = token {
+                transaction
+                    .execute(
+                        "SELECT lease.present('ledger-writer', $1, $2)",
+                        &[&owner, &epoch],
+                    )
+                    .await
+                    .unwrap();
+            }
+            let written = transaction
+                .execute("INSERT INTO ledger VALUES ($1)", &[&value])
+                .await;
+            match written {
+                Ok(_) => {
+                    transaction.commit().await.unwrap();
+                    "admitted".to_owned()
+                }
+                Err(error) => {
+                    let constraint = error
+                        .as_db_error()
+                        .and_then(|db| db.constraint())
+                        .unwrap_or_else(|| panic!("not a fence's refusal: {error}"));
+                    format!("refused {constraint}")
+                }
+            }
+        })
+    });
+}

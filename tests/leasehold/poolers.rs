@@ -368,3 +368,58 @@ fn median_us(samples: &mut [Duration]) -> f64 {
     samples.sort();
     samples[samples.len() / 2].as_secs_f64() * 1e6
 }
+
+/// A fenced table behind a transaction-mode pooler with one server
+/// session: a token presented by one client never authorises another
+/// client's write on that session, even when the first left the setting
+/// at session level (docs/SPECIFICATION.md §2.1, F4).
+#[test]
+fn transaction_mode_a_token_never_outlives_its_transaction_on_a_shared_session() {
+    let (db, _bouncer, url) = bouncer(PoolMode::Transaction, 1);
+    db.conn()
+        .batch_execute("CREATE TABLE ledger (entry text); SELECT lease.protect_table('ledger', 'ledger-writer')")
+        .unwrap();
+    let mut a = PgConnection::establish(&url).unwrap();
+    let mut b = PgConnection::establish(&url).unwrap();
+    a.set_prepared_statement_cache_size(CacheSize::Disabled);
+    b.set_prepared_statement_cache_size(CacheSize::Disabled);
+    let lease = granted(a.acquire("ledger-writer", "a", TTL).unwrap());
+    a.transaction(|conn| {
+        conn.present(&lease).unwrap();
+        conn.batch_execute("INSERT INTO ledger VALUES ('by a')")
+    })
+    .unwrap();
+    // `a` copies its claim to session level on the shared server session.
+    a.batch_execute("BEGIN").unwrap();
+    a.present(&lease).unwrap();
+    let claims = query_lines(&mut a, "SELECT current_setting('lease.presented') AS line").remove(0);
+    a.batch_execute(&format!("COMMIT; SET lease.presented = {}", quote(&claims)))
+        .unwrap();
+    let pid = |conn: &mut PgConnection| {
+        query_lines(conn, "SELECT pg_backend_pid()::text AS line").remove(0)
+    };
+    assert_eq!(
+        pid(&mut a),
+        pid(&mut b),
+        "one server session serves both clients"
+    );
+    for sql in [
+        "INSERT INTO ledger VALUES ('by b')",
+        "BEGIN; INSERT INTO ledger VALUES ('by b'); COMMIT",
+    ] {
+        let refused = b.batch_execute(sql).unwrap_err();
+        let _ = b.batch_execute("ROLLBACK");
+        assert!(
+            matches!(
+                LeaseError::from(refused),
+                LeaseError::TableWriteRefused { .. }
+            ),
+            "{sql}"
+        );
+    }
+    b.batch_execute("RESET lease.presented").unwrap();
+    assert_eq!(
+        query_lines(&mut db.conn(), "SELECT entry AS line FROM ledger"),
+        vec!["by a".to_owned()]
+    );
+}

@@ -4,7 +4,8 @@
 //! libpq to build against), PgBouncer, Patroni with etcd, and moto (an
 //! S3-compatible server, from PyPI). This task looks for each; when
 //! something is missing it installs it if it runs as root (Debian or
-//! Ubuntu packages through apt-get; moto into a virtual environment under
+//! Ubuntu packages through apt-get; moto, and psycopg for the Python
+//! client of the fenced-table tests, into a virtual environment under
 //! `target/`, so the system's Python is left alone), and otherwise prints
 //! the one command that would and stops before running anything. Then it
 //! runs `cargo test --workspace --all-features`, with any arguments after
@@ -120,21 +121,33 @@ fn setup() -> Result<OsString, ExitCode> {
         )?;
     }
     let mut path = env::var_os("PATH").unwrap_or_default();
-    if !moto_on_path() {
-        let venv = target_dir().join("xtask-moto");
-        let bin = venv.join("bin");
-        if !bin.join("moto_server").exists() {
-            eprintln!(
-                "xtask: installing moto[server] into {} (a virtual environment; no root needed)",
-                venv.display()
-            );
+    // One virtual environment under the target directory holds moto (unless
+    // one is on PATH) and psycopg, the Python client the fenced-table tests
+    // write with (they look for it here).
+    let venv = target_dir().join("xtask-moto");
+    let bin = venv.join("bin");
+    let needs_moto = !moto_on_path() && !bin.join("moto_server").exists();
+    let has_psycopg = bin.join("python3").exists()
+        && Command::new(bin.join("python3"))
+            .args(["-c", "import psycopg"])
+            .status()
+            .is_ok_and(|status| status.success());
+    if needs_moto || !has_psycopg {
+        eprintln!(
+            "xtask: installing moto[server] and psycopg[binary] into {} (a virtual environment; no root needed)",
+            venv.display()
+        );
+        if !bin.join("pip").exists() {
             run_checked(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-            run_checked(Command::new(bin.join("pip")).args([
-                "install",
-                "--quiet",
-                "moto[server]",
-            ]))?;
         }
+        run_checked(Command::new(bin.join("pip")).args([
+            "install",
+            "--quiet",
+            "moto[server]",
+            "psycopg[binary]",
+        ]))?;
+    }
+    if !moto_on_path() {
         let mut parts = vec![bin];
         parts.extend(env::split_paths(&path));
         path = env::join_paths(parts).map_err(|error| {
