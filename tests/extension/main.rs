@@ -21,6 +21,7 @@ use leasehold::guard::{Check, Fencing};
 use leasehold::{error::LeaseError, install, Leases};
 use leasehold_local::LocalPostgres;
 
+mod fenced_restore;
 mod namespaces_restore;
 mod privileges;
 mod tampering;

@@ -747,3 +747,50 @@ fn a_tokio_postgres_writer_is_fenced_like_any_other() {
         })
     });
 }
+
+/// The async face behind deadpool: `run_fenced` presents its token, and
+/// the pool's next transaction on the same connection presents nothing.
+#[cfg(feature = "async")]
+#[test]
+fn async_run_fenced_presents_its_token_and_a_deadpool_connection_keeps_nothing() {
+    use leasehold::aio::{AsyncFencing, AsyncLeaseClient, AsyncLeases};
+
+    let d = fenced();
+    let url = d.url_as(&d.app);
+    crate::aio_common::runtime().block_on(async {
+        let mut client = AsyncLeaseClient::builder(&url)
+            .max_size(1)
+            .build()
+            .await
+            .unwrap();
+        let lease = client
+            .acquire("jobs-leader", "w1", TTL)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap();
+        client
+            .run_fenced("jobs-resource", &lease, Check::LeaseHeld, async |conn| {
+                diesel_async::RunQueryDsl::execute(
+                    diesel::sql_query("INSERT INTO jobs VALUES (1, 'async')"),
+                    conn,
+                )
+                .await
+                .map(drop)
+            })
+            .await
+            .unwrap();
+        let mut pooled = client.pool().get().await.unwrap();
+        let refused = diesel_async::RunQueryDsl::execute(
+            diesel::sql_query("INSERT INTO jobs VALUES (2, 'unfenced')"),
+            &mut *pooled,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(refusal(refused), TableRefusal::NoToken { .. }));
+    });
+    assert_eq!(
+        rows(&mut d.conn_as(&d.app), "SELECT id FROM jobs"),
+        vec!["(1)".to_owned()]
+    );
+}
