@@ -575,3 +575,73 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     new.admit("job-output", &winner, Check::Token)
         .expect("admit the new holder");
 }
+
+/// docs/SPECIFICATION.md §2.1 across a promotion: the fence is replicated
+/// with its table, a grant the promoted server never saw fences nothing
+/// there, and the promoted server's own grant (above every old epoch)
+/// writes.
+#[test]
+fn a_fenced_table_after_a_promotion_admits_only_the_promoted_servers_grants() {
+    use diesel::connection::SimpleConnection;
+    use leasehold::error::TableRefusal;
+
+    let pair = ReplicatedPair::start(false);
+    let mut old = pair.primary_conn();
+    old.batch_execute("CREATE TABLE ledger (entry text)")
+        .expect("create the table");
+    old.protect_table("ledger", "ledger-writer")
+        .expect("fence the table");
+    let write = |conn: &mut PgConnection, lease: Option<&Lease>, entry: &str| {
+        conn.transaction(|conn| {
+            if let Some(lease) = lease {
+                conn.present(lease).expect("present");
+            }
+            conn.batch_execute(&format!("INSERT INTO ledger VALUES ('{entry}')"))
+        })
+        .map_err(LeaseError::from)
+    };
+    let first = grant(&mut old, "ledger-writer", "w1");
+    write(&mut old, Some(&first), "w1").expect("the holder writes");
+    release_ok(&mut old, &first);
+    pair.wait_caught_up();
+
+    // Cut off: the old primary grants again and writes; nobody sees it.
+    pair.standby.stop(StopMode::Fast).expect("stop the standby");
+    let lost = grant(&mut old, "ledger-writer", "w2");
+    write(&mut old, Some(&lost), "w2 lost").expect("the old primary admits its holder");
+    drop(old);
+    pair.primary
+        .kill_postmaster()
+        .expect("the old primary dies");
+    pair.standby.restart().expect("the standby comes back");
+    pair.standby.promote().expect("promote the standby");
+
+    let mut new = pair.standby_conn();
+    assert_eq!(new.fenced_tables().expect("list").len(), 1);
+    for (lease, who) in [
+        (None, "no token"),
+        (Some(&first), "released"),
+        (Some(&lost), "never granted here"),
+    ] {
+        match write(&mut new, lease, who) {
+            Err(LeaseError::TableWriteRefused { refusal, .. }) => assert!(
+                matches!(
+                    (lease, &refusal),
+                    (None, TableRefusal::NoToken { .. }) | (Some(_), TableRefusal::NotHeld { .. })
+                ),
+                "{who}: {refusal:?}"
+            ),
+            other => panic!("{who}: {other:?}"),
+        }
+    }
+    let winner = grant(&mut new, "ledger-writer", "w3");
+    assert!(winner.epoch() > lost.epoch());
+    write(&mut new, Some(&winner), "w3").expect("the promoted server's holder writes");
+    assert_eq!(
+        query_lines(
+            &mut new,
+            "SELECT string_agg(entry, ',' ORDER BY entry) AS line FROM ledger"
+        ),
+        vec!["w1,w3".to_owned()]
+    );
+}

@@ -794,3 +794,43 @@ fn async_run_fenced_presents_its_token_and_a_deadpool_connection_keeps_nothing()
         vec!["(1)".to_owned()]
     );
 }
+
+/// A savepoint rolled back after the check gives its lock back, so a
+/// takeover may then commit; the transaction's next write is checked again
+/// and refused (the check is made at every write statement).
+#[test]
+fn a_check_rolled_back_with_its_savepoint_is_made_again_by_the_next_write() {
+    let d = fenced();
+    let mut holder = d.conn_as(&d.app);
+    let mut rival = d.conn_as(&d.worker);
+    let lease = granted(
+        holder
+            .acquire("jobs-leader", "w1", STILL_HELD_NEXT_STEP)
+            .unwrap(),
+    );
+    holder.batch_execute("BEGIN").unwrap();
+    holder.present(&lease).unwrap();
+    holder
+        .batch_execute(
+            "SAVEPOINT s; INSERT INTO jobs VALUES (1, 'undone'); ROLLBACK TO SAVEPOINT s",
+        )
+        .unwrap();
+    wait_until_server_time_passes(&mut rival, lease.expires_at());
+    // Not held off: the check's lock went with the savepoint.
+    let successor = granted(rival.acquire("jobs-leader", "w2", TTL).unwrap());
+    let late = holder
+        .batch_execute("INSERT INTO jobs VALUES (2, 'late')")
+        .unwrap_err();
+    assert!(matches!(refusal(late), TableRefusal::NotHeld { .. }));
+    holder.batch_execute("ROLLBACK").unwrap();
+    write(
+        &mut rival,
+        Some(successor.token()),
+        "INSERT INTO jobs VALUES (3, 'w2')",
+    )
+    .unwrap();
+    assert_eq!(
+        rows(&mut rival, "SELECT id FROM jobs"),
+        vec!["(3)".to_owned()]
+    );
+}
