@@ -14,7 +14,8 @@ use crate::error::{CallError, GuardContext, LeaseError, Operation};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 use crate::sql::calls::{
-    AdmitCall, AdmitHeldCall, CheckHeldCall, FenceCall, InspectGuardCall, RenewAdmitCall,
+    AdmitCall, AdmitHeldCall, AdmitHeldPresentCall, AdmitPresentCall, CheckHeldCall, FenceCall,
+    InspectGuardCall, RenewAdmitCall, RenewAdmitPresentCall,
 };
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
@@ -382,8 +383,75 @@ pub(crate) async fn admit_and_present(
     token: &FencingToken,
     check: Check,
 ) -> Result<(), LeaseError> {
-    admit_checked(conn, resource, token, check).await?;
-    crate::guard::table::present(conn, token).await
+    let operation = match check {
+        Check::Token => Operation::Admit,
+        Check::LeaseHeld => Operation::AdmitHeld,
+        Check::RenewAndAdmit(_) => Operation::RenewAndAdmit,
+    };
+    telemetry::guard_call(
+        operation,
+        resource,
+        token.key(),
+        token.owner(),
+        Some(token.epoch().get()),
+        admit_and_present_sql(conn, resource, token, check, operation),
+    )
+    .await
+}
+
+async fn admit_and_present_sql(
+    conn: &mut impl Execute,
+    resource: &str,
+    token: &FencingToken,
+    check: Check,
+    operation: Operation,
+) -> Result<(), LeaseError> {
+    check_resource(resource)?;
+    let (key, owner, epoch) = (token.key(), token.owner(), token.epoch().get());
+    let _borrow = std::marker::PhantomData;
+    let sent = match check {
+        Check::Token => get_result(
+            conn,
+            AdmitPresentCall {
+                resource,
+                key,
+                owner,
+                epoch,
+                _borrow,
+            },
+        )
+        .await
+        .map(drop),
+        Check::LeaseHeld => get_result(
+            conn,
+            AdmitHeldPresentCall {
+                resource,
+                key,
+                owner,
+                epoch,
+                _borrow,
+            },
+        )
+        .await
+        .map(drop),
+        Check::RenewAndAdmit(ttl) => {
+            let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
+            get_result(
+                conn,
+                RenewAdmitPresentCall {
+                    resource,
+                    key,
+                    owner,
+                    epoch,
+                    ttl,
+                    _borrow,
+                },
+            )
+            .await
+            .map(drop)
+        }
+    };
+    sent.map_err(|error| LeaseError::from_guard_diesel(&context(operation, resource, token), error))
 }
 
 /// A fenced transaction keeps its connection unless the server turned read-only.

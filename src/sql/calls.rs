@@ -454,3 +454,82 @@ lease_call! {
     row = (Text, Text, Nullable<Text>, Nullable<Text>, Nullable<Array<Text>>);
     rust = (String, String, Option<String>, Option<String>, Option<Vec<String>>);
 }
+
+cacheable_query! {
+    /// `lease.admit(resource, key, epoch)` and `lease.present(key, owner,
+    /// epoch)` in one statement: a fenced transaction's first step in one
+    /// round trip.
+    AdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    row = (Text, Text);
+    rust = (String, String);
+    |call, out| {
+        out.push_sql("SELECT lease.admit(");
+        out.push_bind_param::<Text, _>(&call.resource)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text, lease.present(");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+cacheable_query! {
+    /// `lease.admit_held(resource, key, owner, epoch)` and `lease.present`
+    /// in one statement.
+    AdmitHeldPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    row = (Timestamptz, Text);
+    rust = (DateTime<Utc>, String);
+    |call, out| {
+        out.push_sql("SELECT lease.admit_held(");
+        out.push_bind_param::<Text, _>(&call.resource)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql("), lease.present(");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+cacheable_query! {
+    /// `lease.renew_admit(resource, key, owner, epoch, ttl)` and
+    /// `lease.present` in one statement.
+    RenewAdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    row = (Timestamptz, Text);
+    rust = (DateTime<Utc>, String);
+    |call, out| {
+        out.push_sql("SELECT lease.renew_admit(");
+        out.push_bind_param::<Text, _>(&call.resource)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Interval, _>(&call.ttl)?;
+        out.push_sql("), lease.present(");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
