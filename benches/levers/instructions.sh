@@ -38,28 +38,9 @@ while getopts "b:n:r" opt; do
         *) exit 2 ;;
     esac
 done
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-bin=${PGBIN:-/usr/lib/postgresql/15/bin}
-command -v valgrind >/dev/null || { echo "instructions.sh: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-scratch=$(mktemp -d /tmp/instructions.XXXXXX)
-as_server=()
-if [ "$(id -u)" -eq 0 ]; then
-    chown postgres: "$scratch"
-    as_server=(runuser -u postgres --)
-fi
-started=""
-cleanup() {
-    [ -z "$started" ] || "${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -m immediate stop >/dev/null 2>&1 || true
-    rm -rf "$scratch"
-}
-trap cleanup EXIT
-"${as_server[@]}" "$bin/initdb" -D "$scratch/data" -U postgres -A trust -E UTF8 --no-instructions >/dev/null
-"${as_server[@]}" "$bin/pg_ctl" -D "$scratch/data" -l "$scratch/server.log" -w \
-    -o "-c fsync=off -c listen_addresses='' -c unix_socket_directories='$scratch' -p 5432" start >/dev/null
-started=yes
-export PGHOST=$scratch PGPORT=5432 PGUSER=postgres
-unset PGDATABASE PGSERVICE PGOPTIONS PGHOSTADDR
-psql() { "$bin/psql" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+name=instructions.sh
+# shellcheck source=benches/levers/scratch_cluster.sh
+source "$(dirname "$0")/scratch_cluster.sh"
 psql -d postgres -c "CREATE DATABASE before" -c "CREATE DATABASE after"
 # The migrations, then (from the layout with sql/functions/ on) the files
 # of functions.

@@ -455,81 +455,67 @@ lease_call! {
     rust = (String, String, Option<String>, Option<String>, Option<Vec<String>>);
 }
 
-cacheable_query! {
-    /// `lease.admit(resource, key, epoch)` and `lease.present(key, owner,
-    /// epoch)` in one statement: a fenced transaction's first step in one
-    /// round trip.
+/// Declares an admission followed by `lease.present(key, owner, epoch)` in
+/// one statement, a fenced transaction's first step in one round trip:
+/// `SELECT <call>(<args>)<cast>, lease.present(key, owner, epoch)::text`.
+macro_rules! admit_then_present {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident : $field_ty:ty => $sql_ty:ty),* }
+        call = $call:expr; args = [$($arg:ident : $arg_ty:ty),*]; cast = $cast:expr;
+        row = $row:ty;
+        rust = $rust:ty;
+    ) => {
+        cacheable_query! {
+            $(#[$doc])*
+            $name { $($field : $field_ty => $sql_ty),* }
+            row = $row;
+            rust = $rust;
+            |call, out| {
+                out.push_sql(concat!("SELECT ", $call, "("));
+                let mut first = true;
+                $(
+                    if !first {
+                        out.push_sql(", ");
+                    }
+                    first = false;
+                    out.push_bind_param::<$arg_ty, _>(&call.$arg)?;
+                )*
+                let _ = first;
+                out.push_sql(concat!(")", $cast, ", lease.present("));
+                out.push_bind_param::<Text, _>(&call.key)?;
+                out.push_sql(", ");
+                out.push_bind_param::<Text, _>(&call.owner)?;
+                out.push_sql(", ");
+                out.push_bind_param::<BigInt, _>(&call.epoch)?;
+                out.push_sql(")::text");
+                Ok(())
+            }
+        }
+    };
+}
+
+admit_then_present! {
+    /// `lease.admit(resource, key, epoch)`, then `lease.present`.
     AdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    call = "lease.admit"; args = [resource: Text, key: Text, epoch: BigInt]; cast = "::text";
     row = (Text, Text);
     rust = (String, String);
-    |call, out| {
-        out.push_sql("SELECT lease.admit(");
-        out.push_bind_param::<Text, _>(&call.resource)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql(")::text, lease.present(");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.owner)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql(")::text");
-        Ok(())
-    }
 }
 
-cacheable_query! {
-    /// `lease.admit_held(resource, key, owner, epoch)` and `lease.present`
-    /// in one statement.
+admit_then_present! {
+    /// `lease.admit_held(resource, key, owner, epoch)`, then `lease.present`.
     AdmitHeldPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    call = "lease.admit_held"; args = [resource: Text, key: Text, owner: Text, epoch: BigInt]; cast = "";
     row = (Timestamptz, Text);
     rust = (DateTime<Utc>, String);
-    |call, out| {
-        out.push_sql("SELECT lease.admit_held(");
-        out.push_bind_param::<Text, _>(&call.resource)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.owner)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql("), lease.present(");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.owner)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql(")::text");
-        Ok(())
-    }
 }
 
-cacheable_query! {
-    /// `lease.renew_admit(resource, key, owner, epoch, ttl)` and
-    /// `lease.present` in one statement.
+admit_then_present! {
+    /// `lease.renew_admit(resource, key, owner, epoch, ttl)`, then `lease.present`.
     RenewAdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    call = "lease.renew_admit"; args = [resource: Text, key: Text, owner: Text, epoch: BigInt, ttl: Interval];
+    cast = "";
     row = (Timestamptz, Text);
     rust = (DateTime<Utc>, String);
-    |call, out| {
-        out.push_sql("SELECT lease.renew_admit(");
-        out.push_bind_param::<Text, _>(&call.resource)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.owner)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Interval, _>(&call.ttl)?;
-        out.push_sql("), lease.present(");
-        out.push_bind_param::<Text, _>(&call.key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(&call.owner)?;
-        out.push_sql(", ");
-        out.push_bind_param::<BigInt, _>(&call.epoch)?;
-        out.push_sql(")::text");
-        Ok(())
-    }
 }
