@@ -12,7 +12,7 @@ use diesel::result::{DatabaseErrorKind, Error as DieselError};
 
 use crate::lease::epoch::Epoch;
 use crate::lease::refusal::Refusal;
-use crate::sql::decode::{self, Status};
+use crate::sql::decode::{self, Detail, Status};
 use crate::sql::names;
 use crate::wait::shared::ListenerStatus;
 
@@ -608,35 +608,29 @@ impl LeaseError {
         let DieselError::DatabaseError(_, info) = error else {
             return None;
         };
-        let detail = info.details().unwrap_or("");
-        let table = || {
+        let detail = Detail::of(info.as_ref());
+        let field = |name| {
             detail
-                .split_once("table=")
-                .map_or("", |(_, table)| table)
+                .as_ref()
+                .and_then(|detail| detail.text(name))
+                .unwrap_or("")
                 .to_owned()
         };
         let refusal = match info.constraint_name()? {
-            names::FENCE_NO_TOKEN => TableRefusal::NoToken {
-                key: detail
-                    .split_once(" key=")
-                    .map_or("", |(_, key)| key)
-                    .to_owned(),
-            },
+            names::FENCE_NO_TOKEN => TableRefusal::NoToken { key: field("key") },
             names::FENCE_NULL_KEY => TableRefusal::NullKey,
             names::FENCE_TRUNCATE => TableRefusal::Truncate,
-            names::GUARD_NOT_HELD if detail.contains(" table=") => {
-                let field = |name| decode::detail_field(detail, name).unwrap_or("").to_owned();
-                let epoch: i64 = decode::detail_field(detail, "epoch")
-                    .and_then(|epoch| epoch.parse().ok())
-                    .unwrap_or(0);
-                let newest = decode::detail_field(detail, "newest").and_then(|n| n.parse().ok());
-                let reason = decode::detail_field(detail, "reason")
+            names::GUARD_NOT_HELD if !field("table").is_empty() => {
+                let detail = detail.as_ref()?;
+                let epoch: i64 = detail.number("epoch").unwrap_or(0);
+                let reason = detail
+                    .text("reason")
                     .and_then(Status::parse)
                     .and_then(|status| {
                         Refusal::from_answer(
                             status,
-                            decode::detail_field(detail, "why"),
-                            newest,
+                            detail.text("why"),
+                            detail.number("newest"),
                             epoch,
                         )
                     });
@@ -647,37 +641,36 @@ impl LeaseError {
                     reason,
                 }
             }
+            names::NAMESPACE_DENIED => {
+                // A key the writer may not act on; a refused fence (key_prefix) is the operator call's.
+                let (argument, name, role) = detail.as_ref()?.forbidden()?;
+                if argument != "key" {
+                    return None;
+                }
+                return Some(LeaseError::Forbidden {
+                    operation: Operation::Present,
+                    argument: "key".to_owned(),
+                    name: name.to_owned(),
+                    role: role.to_owned(),
+                });
+            }
             names::TABLE_NOT_OWNED => {
                 return Some(LeaseError::TableNotOwned {
-                    table: table(),
-                    role: info
-                        .message()
-                        .split_once("role ")
-                        .and_then(|(_, rest)| rest.split_once(" does not own"))
-                        .map_or("", |(role, _)| role)
-                        .to_owned(),
+                    table: field("table"),
+                    role: field("role"),
                 })
             }
-            names::TABLE_NOT_FENCEABLE => {
+            names::TABLE_NOT_FENCEABLE | names::TABLE_ALREADY_FENCED => {
                 return Some(LeaseError::InvalidInput {
                     violations: vec![info.message().to_owned()],
                 })
             }
             _ => return None,
         };
-        let table = match &refusal {
-            TableRefusal::NotHeld { .. } => detail
-                .split_once(" table=")
-                .map_or("", |(_, table)| table)
-                .to_owned(),
-            _ => detail
-                .strip_prefix("table=")
-                .map_or("", |rest| {
-                    rest.split_once(" key=").map_or(rest, |(table, _)| table)
-                })
-                .to_owned(),
-        };
-        Some(LeaseError::TableWriteRefused { table, refusal })
+        Some(LeaseError::TableWriteRefused {
+            table: field("table"),
+            refusal,
+        })
     }
 
     /// Maps a lease function's diesel error to its meaning; `autocommit`: the call
@@ -750,12 +743,15 @@ impl LeaseError {
                     };
                 }
                 Some(names::NAMESPACE_DENIED) => {
-                    let refused = info.details().and_then(decode::forbidden);
+                    let detail = Detail::of(info.as_ref());
+                    let refused = detail.as_ref().and_then(Detail::forbidden);
                     return LeaseError::Forbidden {
                         operation,
-                        argument: "key".to_owned(),
-                        name: refused.as_ref().map_or(key, |r| r.name).to_owned(),
-                        role: refused.map_or_else(String::new, |r| r.role.to_owned()),
+                        argument: refused
+                            .map_or("key", |(argument, _, _)| argument)
+                            .to_owned(),
+                        name: refused.map_or(key, |(_, name, _)| name).to_owned(),
+                        role: refused.map_or("", |(_, _, role)| role).to_owned(),
                     };
                 }
                 _ => {}
@@ -787,10 +783,8 @@ impl LeaseError {
     ) -> Self {
         if let DieselError::DatabaseError(_, info) = &error {
             if info.constraint_name() == Some(names::GENERATION_NOT_ABOVE) {
-                if let Some(current) = info
-                    .details()
-                    .and_then(|detail| decode::detail_field(detail, "current"))
-                    .and_then(|current| current.parse::<i64>().ok())
+                if let Some(current) =
+                    Detail::of(info.as_ref()).and_then(|detail| detail.number::<i64>("current"))
                 {
                     return LeaseError::GenerationNotAbove { requested, current };
                 }
@@ -889,26 +883,30 @@ impl LeaseError {
             };
         }
         if let DieselError::DatabaseError(_, info) = &error {
-            let detail = info.details().unwrap_or("");
+            if info.constraint_name() == Some(names::INVALID_INPUT) {
+                return LeaseError::InvalidInput {
+                    violations: decode::violations(info.as_ref()),
+                };
+            }
+            let detail = Detail::of(info.as_ref());
+            let field = |name| detail.as_ref().and_then(|detail| detail.text(name));
+            let number = |name| {
+                detail
+                    .as_ref()
+                    .and_then(|detail| detail.number::<i64>(name))
+            };
             match info.constraint_name() {
-                Some(names::INVALID_INPUT) => {
-                    return LeaseError::InvalidInput {
-                        violations: decode::violations(info.as_ref()),
-                    }
-                }
                 Some(names::GUARD_STALE) => {
-                    if let Some(accepted) =
-                        decode::detail_field(detail, "accepted").and_then(|v| v.parse().ok())
-                    {
+                    if let Some(accepted) = number("accepted") {
                         return LeaseError::StaleEpoch {
                             resource: context.resource.to_owned(),
                             presented: context.epoch,
-                            accepted,
+                            accepted: Epoch::new(accepted),
                         };
                     }
                 }
                 Some(names::GUARD_WRONG_KEY) => {
-                    if let Some(fenced_by) = decode::fenced_by(detail) {
+                    if let Some(fenced_by) = field("fenced_by") {
                         return LeaseError::WrongLeaseKey {
                             resource: context.resource.to_owned(),
                             fenced_by: fenced_by.to_owned(),
@@ -917,21 +915,19 @@ impl LeaseError {
                     }
                 }
                 Some(names::GUARD_EPOCH_NOT_GRANTED) => {
-                    if let Some(counter) =
-                        decode::detail_field(detail, "counter").and_then(|v| v.parse().ok())
-                    {
+                    if let Some(counter) = number("counter") {
                         return LeaseError::EpochNotGranted {
                             resource: context.resource.to_owned(),
                             key: context.key.to_owned(),
                             presented: context.epoch,
-                            counter,
+                            counter: Epoch::new(counter),
                         };
                     }
                 }
                 Some(names::NAMESPACE_DENIED) => {
-                    let refused = decode::forbidden(detail);
-                    let (argument, name) = match &refused {
-                        Some(refused) => (refused.argument, refused.name),
+                    let refused = detail.as_ref().and_then(Detail::forbidden);
+                    let (argument, name) = match refused {
+                        Some((argument, name, _)) => (argument, name),
                         // A DETAIL this client cannot read: name the guard call's resource.
                         None if context.resource.is_empty() => ("key", context.key),
                         None => ("resource", context.resource),
@@ -940,18 +936,18 @@ impl LeaseError {
                         operation: context.operation,
                         argument: argument.to_owned(),
                         name: name.to_owned(),
-                        role: refused.map_or_else(String::new, |r| r.role.to_owned()),
+                        role: refused.map_or("", |(_, _, role)| role).to_owned(),
                     };
                 }
                 Some(names::GUARD_NOT_HELD) => {
-                    let newest = decode::detail_field(detail, "newest")
-                        .and_then(|newest| newest.parse().ok());
-                    let reason = decode::detail_field(detail, "reason")
-                        .and_then(Status::parse)
-                        .and_then(|status| {
-                            let why = decode::detail_field(detail, "why");
-                            Refusal::from_answer(status, why, newest, context.epoch.get())
-                        });
+                    let reason = field("reason").and_then(Status::parse).and_then(|status| {
+                        Refusal::from_answer(
+                            status,
+                            field("why"),
+                            number("newest"),
+                            context.epoch.get(),
+                        )
+                    });
                     if let Some(reason) = reason {
                         return LeaseError::LeaseNotHeld {
                             key: context.key.to_owned(),

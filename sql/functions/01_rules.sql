@@ -227,6 +227,16 @@ AS $$
     END
 $$;
 
+-- THE DETAIL of every refusal: one JSON object of the name/value pairs
+-- given (alternating), each value a JSON string or null. A client of any
+-- language reads it with its JSON parser, whatever spaces or '=' a key or
+-- owner holds; numbers travel as decimal text, so no client loses a
+-- bigint's precision. Inlined.
+CREATE OR REPLACE FUNCTION lease._detail(VARIADIC fields text[])
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT pg_catalog.json_object(fields)::pg_catalog.text $$;
+
 -- Raises invalid_input (SQLSTATE 22023) naming every violation; the stable
 -- machine-readable name travels in the CONSTRAINT field. Returns without
 -- raising when there is none.
@@ -619,7 +629,7 @@ BEGIN
     RAISE EXCEPTION 'permission denied for lease.%: role % may not act on % %', caller, session_user, argument, name
         USING ERRCODE = '42501',
               CONSTRAINT = 'lease_namespace_denied',
-              DETAIL = format('%s=%s role=%s', argument, name, session_user),
+              DETAIL = lease._detail(argument, name, 'role', session_user::text),
               HINT = 'An operator bound this name''s prefix to another role; connect as a member of that role.';
 END;
 $$;

@@ -58,7 +58,7 @@ BEGIN
     RAISE EXCEPTION 'lease wait timed out: key % %', key, reason
         USING ERRCODE = '57014',
               CONSTRAINT = 'lease_wait_timeout',
-              DETAIL = format('key=%s wait=%s', key, wait),
+              DETAIL = lease._detail('key', key, 'wait', wait::text),
               HINT = 'Retry later, wait longer, or inspect the key to see who holds it and until when.';
 END;
 $$;

@@ -31,7 +31,7 @@ BEGIN
     RAISE EXCEPTION 'stale fencing epoch % for resource %: it admits only epochs >= %', presented, resource, accepted
         USING ERRCODE = '55000',
               CONSTRAINT = 'lease_guard_stale_epoch',
-              DETAIL = format('accepted=%s presented=%s resource=%s', accepted, presented, resource),
+              DETAIL = lease._detail('accepted', accepted::text, 'presented', presented::text, 'resource', resource),
               HINT = 'This holder was superseded (a newer grant, a release, a newer write or a fence): stop acting on this lease; re-acquire for a new epoch if needed.';
 END;
 $$;
@@ -46,7 +46,7 @@ BEGIN
     RAISE EXCEPTION 'resource % is fenced by lease key %, not by %', resource, fenced_by, presented_key
         USING ERRCODE = '22023',
               CONSTRAINT = 'lease_guard_wrong_key',
-              DETAIL = format('fenced_by=%s', fenced_by),
+              DETAIL = lease._detail('fenced_by', fenced_by),
               HINT = 'Present a token of the lease key that fences this resource.';
 END;
 $$;
@@ -70,9 +70,8 @@ BEGIN
                  ELSE reason END
         USING ERRCODE = '55000',
               CONSTRAINT = 'lease_guard_lease_not_held',
-              DETAIL = format('reason=%s why=%s newest=%s key=%s owner=%s epoch=%s',
-                              status, reason, COALESCE(newest_epoch::text, '-'), key, owner, epoch)
-                       || CASE WHEN fenced_table IS NULL THEN '' ELSE ' table=' || fenced_table END,
+              DETAIL = lease._detail('reason', status, 'why', reason, 'newest', newest_epoch::text, 'key', key,
+                                     'owner', owner, 'epoch', epoch::text, 'table', fenced_table),
               HINT = 'Stop acting on this lease; re-acquire it for a new epoch if needed.';
 END;
 $$;
@@ -88,7 +87,7 @@ BEGIN
     RAISE EXCEPTION 'epoch % of lease key % was never granted, so it cannot fence resource %', presented, key, resource
         USING ERRCODE = '22023',
               CONSTRAINT = 'lease_guard_epoch_not_granted',
-              DETAIL = format('counter=%s presented=%s', counter, presented),
+              DETAIL = lease._detail('counter', counter::text, 'presented', presented::text),
               HINT = 'Present the epoch of a grant of this key; lease.inspect reports the key''s counter.';
 END;
 $$;

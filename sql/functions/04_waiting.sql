@@ -118,7 +118,7 @@ BEGIN
             RAISE EXCEPTION 'lease._waiter_watch: this session already holds % waiter registrations, the limit', lease._waiter_limit()
                 USING ERRCODE = '22023',
                       CONSTRAINT = 'lease_waiter_limit',
-                      DETAIL = format('limit=%s', lease._waiter_limit()),
+                      DETAIL = lease._detail('limit', lease._waiter_limit()::text),
                       HINT = 'Withdraw registrations (lease._waiter_unwatch) or wait from more sessions.';
         END IF;
         INSERT INTO lease.waiters AS w (key_hash, backend_pid)

@@ -386,7 +386,7 @@ BEGIN
         RAISE EXCEPTION 'invalid input to lease.raise_generation: generation must be above the current generation %', v_current
             USING ERRCODE = '22023',
                   CONSTRAINT = 'lease_generation_not_above',
-                  DETAIL = format('current=%s requested=%s', v_current, v_generation),
+                  DETAIL = lease._detail('current', v_current::text, 'requested', v_generation::text),
                   HINT = 'A generation is only ever raised: pass a value above the current generation (lease.generation()).';
     END IF;
     UPDATE lease.lineage AS g

@@ -19,22 +19,33 @@
 -- The fence is a set of statement triggers named lease_fence*, created by
 -- lease.protect_table or lease.protect_rows as the calling role (who must
 -- own the table) and enabled ALWAYS, so session_replication_role = replica
--- does not silence them. Their arguments are the whole configuration: the
--- fence travels with the table through pg_dump and pg_restore, and
--- lease.fenced_tables reads it back from pg_trigger.
+-- does not silence them; with them, a row trigger that never fires and a
+-- CHECK keep the table fenceable against its owner's later DDL (F7). The
+-- triggers' arguments are the whole configuration: the fence travels with
+-- the table through pg_dump and pg_restore, and lease.fenced_tables reads
+-- it back from pg_trigger.
 --
--- The trigger function is SECURITY DEFINER (it reads lease.leases) and
--- evaluates nothing a writer or the table's owner defined: a row's key is
--- built from its columns' text output (format('%s'), never a cast, so no
--- user-defined cast runs), and only types whose text does not depend on
--- session settings may be key columns (lease._fence_key_type_ok).
+-- Who runs what. The trigger function, lease._fence, is SECURITY INVOKER:
+-- any role may attach it to a table of its own, with any arguments and
+-- any temp objects in reach, so it must not run as the installing role.
+-- It reads the keys the statement wrote and hands them to
+-- lease._fence_check, the one SECURITY DEFINER step, which depends on
+-- nothing the caller shapes: its arguments are plain values, it reads
+-- only lease.* and pg_catalog by name, compares keys bytewise (COLLATE
+-- "C") and applies the namespace rules to session_user before it reads a
+-- lease row.
 
 SET LOCAL lock_timeout = '5s';
 
--- The key columns a row-fenced table may use: integers, numeric, text
--- types, uuid, boolean, enums, and domains over them. Their text form is
--- the same in every session (dates, floats and bytea follow DateStyle,
--- extra_float_digits and bytea_output, so one row could have two keys).
+-- An earlier signature, whose last-but-one argument was named otherwise.
+DROP FUNCTION IF EXISTS lease._raise_write_refused(text, text, text, text, text);
+
+-- Whether a column of type `type_oid` may be a row fence's key column:
+-- an enum, or a type lease._fence_key_text has an overload for, directly
+-- or as a domain's base type (integers, numeric, text types, uuid,
+-- boolean). Their text form is the same in every session (dates, floats
+-- and bytea follow DateStyle, extra_float_digits and bytea_output, so one
+-- row could have two keys).
 CREATE OR REPLACE FUNCTION lease._fence_key_type_ok(type_oid oid)
 RETURNS boolean
 LANGUAGE plpgsql STABLE
@@ -54,9 +65,9 @@ BEGIN
             CONTINUE;
         END IF;
         RETURN v_row.typtype = 'e'
-            OR v_type IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'numeric'::regtype,
-                          'text'::regtype, 'varchar'::regtype, 'bpchar'::regtype, 'name'::regtype,
-                          'uuid'::regtype, 'bool'::regtype);
+            OR EXISTS (SELECT 1 FROM pg_proc AS p
+                        WHERE p.pronamespace = 'lease'::regnamespace AND p.proname = '_fence_key_text'
+                          AND p.proargtypes = ARRAY[v_type]::oidvector);
     END LOOP;
     RETURN false;
 END;
@@ -65,7 +76,8 @@ $$;
 -- Raised when a write to a fenced table is refused for a reason other than
 -- the token's lease (which lease._raise_not_held words): no token of the
 -- key in this transaction, a NULL key column, a TRUNCATE of a row fence.
-CREATE OR REPLACE FUNCTION lease._raise_write_refused(fenced_table text, why text, constraint_name text, detail text,
+-- `key` is NULL when the refusal is not about one key.
+CREATE OR REPLACE FUNCTION lease._raise_write_refused(fenced_table text, why text, constraint_name text, key text,
                                                       hint text)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE
@@ -75,7 +87,7 @@ BEGIN
     RAISE EXCEPTION 'write to table % refused: %', fenced_table, why
         USING ERRCODE = '55000',
               CONSTRAINT = constraint_name,
-              DETAIL = format('table=%s', fenced_table) || COALESCE(' ' || detail, ''),
+              DETAIL = lease._detail('table', fenced_table, 'key', key),
               HINT = hint;
 END;
 $$;
@@ -84,14 +96,14 @@ $$;
 CREATE OR REPLACE FUNCTION lease._raise_not_fenceable(caller text, fenced_table text, why text, constraint_name text,
                                                       hint text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     RAISE EXCEPTION 'lease.% cannot fence table %: %', caller, fenced_table, why
         USING ERRCODE = CASE WHEN constraint_name = 'lease_table_not_owned' THEN '42501' ELSE '22023' END,
               CONSTRAINT = constraint_name,
-              DETAIL = format('table=%s', fenced_table),
+              DETAIL = lease._detail('table', fenced_table, 'role', session_user::text),
               HINT = hint;
 END;
 $$;
@@ -127,6 +139,7 @@ $$;
 
 -- Presents (key, owner, epoch) for this transaction's writes to the tables
 -- that key fences; each write checks it (see the top of this file). The
+-- namespace rules (§4) apply as to every call that names a key. The
 -- setting is the session's, whoever sets it; the function's own SET clause
 -- restores only search_path when it returns.
 CREATE OR REPLACE FUNCTION lease.present(key text, owner text, epoch bigint)
@@ -141,10 +154,13 @@ DECLARE
     v_tag text := lease._claims_tag();
     v_claims text := current_setting('lease.presented', true);
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch >= 1) THEN
+    IF (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND v_epoch >= 1) IS NOT TRUE THEN
         PERFORM lease._raise_invalid('present',
             lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
             || lease._epoch_violations('epoch', v_epoch, 1));
+    END IF;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('present', 'key', v_key);
     END IF;
     v_claims := set_config('lease.presented',
         CASE WHEN starts_with(v_claims, v_tag) THEN v_claims ELSE v_tag END || lease._token_text(v_key, v_owner, v_epoch),
@@ -216,85 +232,200 @@ BEGIN
     SELECT * INTO v_token FROM lease._presented_token(key);
     IF NOT FOUND THEN
         PERFORM lease._raise_write_refused(fenced_table,
-            format('no token of lease key %s was presented in this transaction', key), 'lease_fence_no_token',
-            'key=' || key,
+            format('no token of lease key %s was presented in this transaction', key), 'lease_fence_no_token', key,
             'In the writing transaction, first run SELECT lease.present(key, owner, epoch) with the token of the lease that fences the table.');
     END IF;
     PERFORM lease._check_held(key, v_token.owner, v_token.epoch, fenced_table);
 END;
 $$;
 
--- The trigger of every fence. TG_ARGV is ('table', key) for a whole-table
--- fence, ('rows', key_prefix, column...) for a row fence. A row fence reads
--- the distinct keys of the rows the statement wrote (for an UPDATE, before
--- and after) from the transition tables; a row with a NULL key column is
--- refused, and so is TRUNCATE, which would remove every key's rows at once.
--- Then one statement checks every key (see the top of this file), and a key
--- it did not admit goes to lease._fence_refusal, which says why.
+-- The text of one key column's value in a row fence's key: its type's
+-- output, the same in every session. One function per type a key column
+-- may have (through a domain, its base type), so this set of overloads is
+-- THE list of those types (lease._fence_key_type_ok reads it): a column
+-- whose type changed to one with a session-dependent text (a date under
+-- DateStyle, say) finds no overload and the write fails. Inlined; granted
+-- to PUBLIC because the fence's trigger runs as the writer.
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value smallint) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value integer) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value bigint) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value numeric) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value text) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value character varying) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value character) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value name) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value uuid) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value boolean) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+CREATE OR REPLACE FUNCTION lease._fence_key_text(value anyenum) RETURNS text LANGUAGE sql STABLE
+AS $$ SELECT pg_catalog.format('%s', value) $$;
+
+-- THE check of a write to a fenced table, given the keys the statement
+-- wrote (NULL for a TRUNCATE of a row fence, which would remove every
+-- key's rows; a NULL element for a row with a NULL key column). In order:
+-- the input refusals, then the namespace rules (§4) on every key, so a
+-- role outside a bound namespace gets the same refusal whether a key is
+-- held, free or never leased; then one locking scan that admits the write
+-- only if, for every key, the grant is live and this transaction presented
+-- exactly its (key, owner, epoch); the rows stay locked FOR KEY SHARE
+-- until the transaction ends (G6). A key it did not admit goes to
+-- lease._fence_refusal, which says why.
+--
+-- SECURITY DEFINER (it reads lease.leases), and it depends on nothing but
+-- its arguments, the rows of lease.*, the claims in lease.presented (which
+-- it verifies against the rows) and session_user: any role may call it,
+-- as a writer's trigger does, and learns no more than lease.check_held
+-- would tell it. `fenced_table` only names the table in refusals.
+CREATE OR REPLACE FUNCTION lease._fence_check(fenced_table regclass, keys text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_keys text[] COLLATE "C" := keys;
+    v_key text COLLATE "C";
+    v_admitted bigint;
+BEGIN
+    IF v_keys IS NULL THEN
+        PERFORM lease._raise_write_refused(fenced_table::text,
+            'TRUNCATE would remove the rows of every key of a row-fenced table', 'lease_fence_truncate', NULL,
+            'DELETE the rows in a transaction that presented their keys'' tokens, or unprotect the table first.');
+    END IF;
+    IF array_position(v_keys, NULL) IS NOT NULL THEN
+        PERFORM lease._raise_write_refused(fenced_table::text,
+            'a written row has a NULL key column', 'lease_fence_null_key', NULL,
+            'Give every key column of a row-fenced table a value (NOT NULL).');
+    END IF;
+    IF lease._any_rules() THEN
+        PERFORM lease._raise_forbidden_many('present', v_keys);
+    END IF;
+    SELECT count(*) INTO v_admitted
+      FROM (SELECT 1
+              FROM lease.leases AS l
+             WHERE l.key_hash = ANY (ARRAY(SELECT lease._key_hash(k) FROM unnest(v_keys) AS k))
+               AND l.key = ANY (v_keys) AND lease._presented_live(l)
+               FOR KEY SHARE) AS l;
+    IF v_admitted = cardinality(v_keys) THEN
+        RETURN;
+    END IF;
+    FOREACH v_key IN ARRAY v_keys LOOP
+        PERFORM lease._fence_refusal(fenced_table::text, v_key);
+    END LOOP;
+END;
+$$;
+
+-- The trigger of a row fence. TG_ARGV is ('rows', key_prefix, column...),
+-- ('shape') for the row trigger that keeps a fenced table's shape (it
+-- never fires: WHEN false), or ('table', key) for a whole-table fence made
+-- before lease._fence_table. A row fence reads the distinct keys of the rows the statement
+-- wrote (for an UPDATE, before and after) from its transition tables,
+-- each row's key text built from its own values and compared bytewise, so
+-- values that are equal but print differently (numeric 1 and 1.0, char
+-- 'a' and 'a ') are checked under the keys they have. lease._fence_check
+-- decides.
+--
+-- SECURITY INVOKER: it runs as the writer and reads only the writer's own
+-- statement, so a role that attaches it to a table of its own, without
+-- transition tables or with a temp relation named like them, only runs
+-- its own code as itself. Its pinned search_path keeps the writer's
+-- functions and operators out of the key's text.
 CREATE OR REPLACE FUNCTION lease._fence()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text;
+    v_null text;
+    v_keys text[];
+BEGIN
+    IF TG_ARGV[0] = 'table' THEN
+        -- A whole-table fence made before lease._fence_table existed.
+        PERFORM lease._fence_check(TG_RELID, ARRAY[TG_ARGV[1]]);
+        RETURN NULL;
+    END IF;
+    IF TG_ARGV[0] <> 'rows' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'TRUNCATE' THEN
+        PERFORM lease._fence_check(TG_RELID, NULL);
+    END IF;
+    SELECT string_agg(format('lease._fence_key_text(r.%I)', c), ' || ''/'' || '),
+           string_agg(format('r.%I IS NULL', c), ' OR ')
+      INTO v_key, v_null
+      FROM unnest(TG_ARGV[2:]) AS c;
+    EXECUTE format('SELECT array_agg(DISTINCT CASE WHEN %s THEN NULL ELSE ($1 || %s) COLLATE "C" END) FROM (%s) AS r',
+                   v_null, v_key,
+                   CASE TG_OP WHEN 'INSERT' THEN 'SELECT * FROM lease_new'
+                              WHEN 'DELETE' THEN 'SELECT * FROM lease_old'
+                              ELSE 'SELECT * FROM lease_old UNION ALL SELECT * FROM lease_new' END)
+       INTO v_keys
+      USING TG_ARGV[1];
+    IF v_keys IS NOT NULL THEN
+        PERFORM lease._fence_check(TG_RELID, v_keys);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- The trigger of a whole-table fence: TG_ARGV is (key). The check of
+-- lease._fence_check for one key, inlined because a whole-table fence has
+-- no rows to read: one call fewer on every write.
+--
+-- SECURITY DEFINER, and it depends on nothing the caller shapes: it reads
+-- no relation of the table it fires on and nothing but TG_ARGV[0], a
+-- value it checks like any key (namespace rules first), and TG_RELID, which
+-- only names the table in a refusal. A role that attaches it to a table
+-- of its own learns no more than lease.check_held would tell it.
+CREATE OR REPLACE FUNCTION lease._fence_table()
 RETURNS trigger
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    v_keys text[];
-    v_key text;
-    v_null text;
-    v_columns text;
-    v_nulls boolean;
-    v_admitted text[];
+    v_key text COLLATE "C" := TG_ARGV[0];
 BEGIN
-    IF TG_ARGV[0] = 'table' THEN
-        PERFORM FROM lease.leases AS l
-         WHERE l.key_hash = lease._key_hash(TG_ARGV[1]) AND l.key = TG_ARGV[1] AND lease._presented_live(l)
-           FOR KEY SHARE;
-        IF NOT FOUND THEN
-            PERFORM lease._fence_refusal(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), TG_ARGV[1]);
-        END IF;
-        RETURN NULL;
+    IF NOT lease._allowed(v_key) THEN
+        PERFORM lease._raise_forbidden('present', 'key', v_key);
     END IF;
-    IF TG_OP = 'TRUNCATE' THEN
-        PERFORM lease._raise_write_refused(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
-            'TRUNCATE would remove the rows of every key of a row-fenced table', 'lease_fence_truncate', NULL,
-            'DELETE the rows in a transaction that presented their keys'' tokens, or unprotect the table first.');
-    END IF;
-    SELECT string_agg(format('format(''%%s'', r.%I)', c), ' || ''/'' || '),
-           string_agg(format('r.%I IS NULL', c), ' OR '),
-           string_agg(format('%I', c), ', ')
-      INTO v_key, v_null, v_columns
-      FROM unnest(TG_ARGV[2:]) AS c;
-    -- Distinct column values first: the key text is built once per key,
-    -- not once per row.
-    EXECUTE format('SELECT array_agg($1 || %s) FILTER (WHERE NOT (%s)), COALESCE(bool_or(%s), false) '
-                   'FROM (SELECT DISTINCT %s FROM (%s) AS w) AS r',
-                   v_key, v_null, v_null, v_columns,
-                   CASE TG_OP WHEN 'INSERT' THEN 'SELECT * FROM lease_new'
-                              WHEN 'DELETE' THEN 'SELECT * FROM lease_old'
-                              ELSE 'SELECT * FROM lease_old UNION ALL SELECT * FROM lease_new' END)
-       INTO v_keys, v_nulls
-      USING TG_ARGV[1];
-    IF v_nulls THEN
-        PERFORM lease._raise_write_refused(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME),
-            'a written row has a NULL key column', 'lease_fence_null_key', NULL,
-            'Give every key column of a row-fenced table a value (NOT NULL).');
-    END IF;
-    IF v_keys IS NULL THEN
-        RETURN NULL;
-    END IF;
-    SELECT array_agg(l.key) INTO v_admitted
-      FROM (SELECT l.key
-              FROM lease.leases AS l
-             WHERE l.key_hash = ANY (ARRAY(SELECT lease._key_hash(k) FROM unnest(v_keys) AS k))
-               AND l.key = ANY (v_keys) AND lease._presented_live(l)
-               FOR KEY SHARE) AS l;
-    IF cardinality(v_admitted) IS DISTINCT FROM cardinality(v_keys) THEN
-        FOREACH v_key IN ARRAY v_keys LOOP
-            IF v_admitted IS NULL OR NOT v_key = ANY (v_admitted) THEN
-                PERFORM lease._fence_refusal(format('%I.%I', TG_TABLE_SCHEMA, TG_TABLE_NAME), v_key);
-            END IF;
-        END LOOP;
+    PERFORM FROM lease.leases AS l
+     WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key AND lease._presented_live(l)
+       FOR KEY SHARE;
+    IF NOT FOUND THEN
+        PERFORM lease._fence_refusal(TG_RELID::regclass::text, v_key);
     END IF;
     RETURN NULL;
+END;
+$$;
+
+-- A fence's configuration from its trigger's tgargs (each argument's bytes
+-- followed by a NUL): ('table', key) or ('rows', key_prefix, column...).
+CREATE OR REPLACE FUNCTION lease._fence_args(tgargs bytea)
+RETURNS text[]
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_args text[] := ARRAY[]::text[];
+    v_rest bytea := tgargs;
+    v_at integer;
+BEGIN
+    LOOP
+        v_at := position('\x00'::bytea IN v_rest);
+        EXIT WHEN v_at = 0;
+        v_args := v_args || convert_from(substr(v_rest, 1, v_at - 1), 'UTF8');
+        v_rest := substr(v_rest, v_at + 1);
+    END LOOP;
+    RETURN v_args;
 END;
 $$;
 
@@ -304,7 +435,10 @@ $$;
 -- owns the table (or is a member of its owner), that it is a plain table
 -- (a partition or an inheritance child is written past its parent's
 -- statement triggers), that the key columns exist and have a settled text
--- form, and the namespace rules (§4) on the key or prefix.
+-- form, the namespace rules (§4) on the key, or on the prefix and every
+-- bound prefix that starts with it (a row's key may land under any of
+-- them), and that a fence the table already has is the one asked for
+-- (protecting again completes it; another one needs unprotect first).
 CREATE OR REPLACE FUNCTION lease._fence_prepare(caller text, fenced_table regclass, key text, key_columns text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -318,6 +452,7 @@ DECLARE
     v_rel record;
     v_column text;
     v_type oid;
+    v_current text[];
 BEGIN
     IF v_table IS NULL
        OR (caller = 'protect_table' AND NOT lease._name_ok(v_key))
@@ -341,6 +476,9 @@ BEGIN
             format('role %s does not own it', session_user), 'lease_table_not_owned',
             'Connect as the table''s owner, or as a member of the owning role.');
     END IF;
+    IF caller = 'unprotect_table' THEN
+        RETURN;
+    END IF;
     IF v_rel.relkind <> 'r' OR v_rel.relispartition
        OR EXISTS (SELECT 1 FROM pg_inherits AS i WHERE i.inhrelid = v_table OR i.inhparent = v_table) THEN
         PERFORM lease._raise_not_fenceable(caller, v_table::text,
@@ -359,14 +497,36 @@ BEGIN
                 'key columns must be integers, numeric, text, uuid, boolean or enums', v_column, format_type(v_type, NULL))]);
         END IF;
     END LOOP;
-    IF caller <> 'unprotect_table' AND v_key <> '' AND NOT lease._allowed(v_key) THEN
+    IF NOT lease._allowed(v_key)
+       OR (v_rows AND lease._any_rules()
+           AND EXISTS (SELECT 1 FROM lease.namespaces AS n
+                        WHERE starts_with(n.prefix, v_key) AND NOT lease._allowed(n.prefix))) THEN
         PERFORM lease._raise_forbidden(caller, CASE WHEN v_rows THEN 'key_prefix' ELSE 'key' END, v_key);
+    END IF;
+    SELECT f.args INTO v_current FROM lease._fences() AS f WHERE f.tbl = v_table;
+    IF FOUND AND v_current IS DISTINCT FROM
+                 (CASE WHEN v_rows THEN ARRAY['rows', v_key] || v_columns ELSE ARRAY['table', v_key] END) THEN
+        PERFORM lease._raise_not_fenceable(caller, v_table::text,
+            format('it is already fenced (%s)', array_to_string(v_current, ' ')), 'lease_table_already_fenced',
+            'Run lease.unprotect_table first; in the same transaction, no write slips between the two fences.');
     END IF;
 END;
 $$;
 
--- Drops `fenced_table`'s lease_fence triggers, as the calling role; whether
--- there were any.
+-- The names of the parts of a fence besides its statement triggers, which
+-- keep the table what a fence requires (§2.1, F7). Their names are what
+-- PostgreSQL's refusal of a change quotes, so they say what to do.
+CREATE OR REPLACE FUNCTION lease._fence_shape_trigger()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 'lease_fence_shape (lease.unprotect_table first)' $$;
+CREATE OR REPLACE FUNCTION lease._fence_no_children_check()
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 'lease_fence_no_children (lease.unprotect_table first)' $$;
+
+-- Drops `fenced_table`'s fence, as the calling role: its lease_fence
+-- triggers and its shape check; whether it had any.
 CREATE OR REPLACE FUNCTION lease._fence_drop(fenced_table regclass)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
@@ -378,18 +538,48 @@ DECLARE
 BEGIN
     FOR v_name IN
         SELECT t.tgname FROM pg_trigger AS t
-         WHERE t.tgrelid = fenced_table AND t.tgfoid = 'lease._fence()'::regprocedure
+         WHERE t.tgrelid = fenced_table AND t.tgfoid IN ('lease._fence()'::regprocedure, 'lease._fence_table()'::regprocedure)
     LOOP
         EXECUTE format('DROP TRIGGER %I ON %s', v_name, fenced_table);
         v_found := true;
     END LOOP;
+    IF EXISTS (SELECT 1 FROM pg_constraint AS c
+                WHERE c.conrelid = fenced_table AND c.conname = lease._fence_no_children_check()) THEN
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', fenced_table, lease._fence_no_children_check());
+    END IF;
     RETURN v_found;
 END;
 $$;
 
+-- Adds to `fenced_table`'s fence what keeps the table fenceable (F7), as
+-- the calling role. A row trigger with a transition table, which never
+-- fires (WHEN false): PostgreSQL then refuses to make the table a
+-- partition or an inheritance child, and its WHEN names the key columns,
+-- so their types cannot be altered or the columns dropped. A CHECK that
+-- every row is the table's own (tableoid), inherited by any child, so a
+-- child of the fenced table cannot hold a row; NOT VALID, because every
+-- row the table has is its own.
+CREATE OR REPLACE FUNCTION lease._fence_shape(fenced_table regclass, key_columns text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    EXECUTE format('CREATE TRIGGER %I AFTER DELETE ON %s REFERENCING OLD TABLE AS lease_shape '
+                   'FOR EACH ROW WHEN (false%s) EXECUTE FUNCTION lease._fence(''shape'')',
+                   lease._fence_shape_trigger(), fenced_table,
+                   (SELECT ' AND (' || string_agg(format('OLD.%I IS NULL', c), ' OR ') || ')'
+                      FROM unnest(key_columns) AS c));
+    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', fenced_table, lease._fence_shape_trigger());
+    EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (tableoid = %L::regclass) NOT VALID',
+                   fenced_table, lease._fence_no_children_check(), fenced_table::oid::regclass::text);
+END;
+$$;
+
 -- Fences the whole table `fenced_table` by `key`: a write needs a token of
--- `key`. Replaces any fence the table had. Run as the table's owner: the
--- triggers are created with the caller's rights.
+-- `key`. Protecting again with the same key completes the fence; another
+-- key is refused until the table is unprotected. Run as the table's owner:
+-- the triggers are created with the caller's rights.
 CREATE OR REPLACE FUNCTION lease.protect_table(fenced_table regclass, key text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -402,14 +592,17 @@ BEGIN
     PERFORM lease._fence_prepare('protect_table', v_table, v_key, NULL);
     PERFORM lease._fence_drop(v_table);
     EXECUTE format('CREATE TRIGGER lease_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s '
-                   'FOR EACH STATEMENT EXECUTE FUNCTION lease._fence(''table'', %L)', v_table, v_key);
+                   'FOR EACH STATEMENT EXECUTE FUNCTION lease._fence_table(%L)', v_table, v_key);
     EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER lease_fence', v_table);
+    PERFORM lease._fence_shape(v_table, NULL);
 END;
 $$;
 
 -- Fences each row of `fenced_table` by the key key_prefix || its
 -- key_columns' values joined by '/', so writers of different keys do not
--- serialise. Replaces any fence the table had. Run as the table's owner.
+-- serialise. Protecting again with the same prefix and columns completes
+-- the fence; another is refused until the table is unprotected. Run as the
+-- table's owner.
 CREATE OR REPLACE FUNCTION lease.protect_rows(fenced_table regclass, key_prefix text, key_columns text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -435,6 +628,7 @@ BEGIN
     EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER lease_fence_insert, '
                    'ENABLE ALWAYS TRIGGER lease_fence_update, ENABLE ALWAYS TRIGGER lease_fence_delete, '
                    'ENABLE ALWAYS TRIGGER lease_fence_truncate', v_table);
+    PERFORM lease._fence_shape(v_table, v_columns);
 END;
 $$;
 
@@ -450,58 +644,53 @@ BEGIN
 END;
 $$;
 
--- Every fenced table of the database, read from its triggers: the key of a
--- whole-table fence, or the prefix and columns of a row fence.
-CREATE OR REPLACE FUNCTION lease.fenced_tables()
-RETURNS TABLE (fenced_table text, kind text, key text, key_prefix text, key_columns text[])
-LANGUAGE plpgsql STABLE
+-- Every fence's table and configuration, read from the trigger that
+-- carries it: ('table', key) or ('rows', key_prefix, column...).
+CREATE OR REPLACE FUNCTION lease._fences(OUT tbl regclass, OUT args text[])
+RETURNS SETOF record
+LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    v_trigger record;
-    v_args text[];
-    v_rest bytea;
-    v_at integer;
-BEGIN
-    FOR v_trigger IN
-        SELECT t.tgrelid::regclass::text AS tbl, t.tgargs
-          FROM pg_trigger AS t
-         WHERE t.tgname IN ('lease_fence', 'lease_fence_insert') AND t.tgfoid = 'lease._fence()'::regprocedure
-         ORDER BY 1
-    LOOP
-        -- tgargs: each argument's bytes followed by a NUL.
-        v_args := ARRAY[]::text[];
-        v_rest := v_trigger.tgargs;
-        LOOP
-            v_at := position('\x00'::bytea IN v_rest);
-            EXIT WHEN v_at = 0;
-            v_args := v_args || convert_from(substr(v_rest, 1, v_at - 1), 'UTF8');
-            v_rest := substr(v_rest, v_at + 1);
-        END LOOP;
-        fenced_table := v_trigger.tbl;
-        kind := v_args[1];
-        key := CASE WHEN kind = 'table' THEN v_args[2] END;
-        key_prefix := CASE WHEN kind = 'rows' THEN v_args[2] END;
-        key_columns := CASE WHEN kind = 'rows' THEN v_args[3:] END;
-        RETURN NEXT;
-    END LOOP;
-END;
+    SELECT t.tgrelid::regclass,
+           CASE WHEN t.tgfoid = 'lease._fence_table()'::regprocedure THEN ARRAY['table'] ELSE ARRAY[]::text[] END
+           || lease._fence_args(t.tgargs)
+      FROM pg_trigger AS t
+     WHERE t.tgname IN ('lease_fence', 'lease_fence_insert')
+       AND t.tgfoid IN ('lease._fence()'::regprocedure, 'lease._fence_table()'::regprocedure)
 $$;
 
-REVOKE ALL ON FUNCTION lease._fence_key_type_ok(oid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._raise_write_refused(text, text, text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._raise_not_fenceable(text, text, text, text, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._presented_token(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._fence_refusal(text, text) FROM PUBLIC;
--- The protecting functions run as their caller, whose rights create the
--- triggers; _fence_prepare checks that caller itself. A table's owner needs
--- EXECUTE on the trigger function to create the triggers; it runs only as
--- a trigger.
-REVOKE ALL ON FUNCTION lease._presented_live(lease.leases) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._token_text(text, text, bigint), lease._claims_tag() FROM PUBLIC;
+-- Every fenced table of the database: the key of a whole-table fence, or
+-- the prefix and columns of a row fence.
+CREATE OR REPLACE FUNCTION lease.fenced_tables()
+RETURNS TABLE (fenced_table text, kind text, key text, key_prefix text, key_columns text[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT f.tbl::text, f.args[1],
+           CASE WHEN f.args[1] = 'table' THEN f.args[2] END,
+           CASE WHEN f.args[1] = 'rows' THEN f.args[2] END,
+           CASE WHEN f.args[1] = 'rows' THEN f.args[3:] END
+      FROM lease._fences() AS f
+     ORDER BY 1
+$$;
+
+-- Helpers are granted to nobody (lease._drop_default_grants revokes the
+-- default). The protecting functions run as their caller, whose rights
+-- create the triggers; _fence_prepare checks that caller itself. A table's
+-- owner needs EXECUTE on the trigger function to create the triggers, and
+-- the trigger runs as the writer, who needs EXECUTE on what it calls: the
+-- check, which trusts only its arguments, and the key text overloads.
 GRANT EXECUTE ON FUNCTION lease._fence_prepare(text, regclass, text, text[]) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease._fence_drop(regclass) TO PUBLIC;
-GRANT EXECUTE ON FUNCTION lease._fence() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence_shape(regclass, text[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence_shape_trigger(), lease._fence_no_children_check() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence(), lease._fence_table() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence_check(regclass, text[]) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence_key_text(smallint), lease._fence_key_text(integer),
+    lease._fence_key_text(bigint), lease._fence_key_text(numeric), lease._fence_key_text(text),
+    lease._fence_key_text(character varying), lease._fence_key_text(character), lease._fence_key_text(name),
+    lease._fence_key_text(uuid), lease._fence_key_text(boolean), lease._fence_key_text(anyenum) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION lease._fence_args(bytea), lease._fences() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.present(text, text, bigint) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.protect_table(regclass, text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.protect_rows(regclass, text, text[]) TO PUBLIC;

@@ -36,16 +36,44 @@ pub(crate) fn violations(info: &(dyn DatabaseErrorInformation + Send + Sync)) ->
     }
 }
 
-/// The value of `name=` in a DETAIL of space-separated fields our SQL writes.
-pub(crate) fn detail_field<'d>(detail: &'d str, name: &str) -> Option<&'d str> {
-    detail
-        .split(' ')
-        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-}
+/// A refusal's DETAIL as `lease._detail` writes it: one JSON object whose
+/// values are strings or null, so a key or owner may hold any character.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Detail(serde_json::Map<String, serde_json::Value>);
 
-/// The key of a wrong-key DETAIL: everything after `fenced_by=` (keys may hold spaces).
-pub(crate) fn fenced_by(detail: &str) -> Option<&str> {
-    detail.strip_prefix("fenced_by=")
+impl Detail {
+    /// The DETAIL of `info`, when it is such an object (`None` for another
+    /// server's or an older installation's text).
+    pub(crate) fn of(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> Option<Self> {
+        Self::parse(info.details()?)
+    }
+
+    /// Reads a DETAIL's text.
+    pub(crate) fn parse(detail: &str) -> Option<Self> {
+        match serde_json::from_str(detail).ok()? {
+            serde_json::Value::Object(fields) => Some(Detail(fields)),
+            _ => None,
+        }
+    }
+
+    /// The text of field `name`; `None` when absent or null.
+    pub(crate) fn text(&self, name: &str) -> Option<&str> {
+        self.0.get(name)?.as_str()
+    }
+
+    /// Field `name` read as a number (numbers travel as decimal text).
+    pub(crate) fn number<T: std::str::FromStr>(&self, name: &str) -> Option<T> {
+        self.text(name)?.parse().ok()
+    }
+
+    /// The argument and name of a namespace refusal (`key` or `resource`,
+    /// or `key_prefix` when a fence was refused) and the refused role.
+    pub(crate) fn forbidden(&self) -> Option<(&str, &str, &str)> {
+        let role = self.text("role")?;
+        ["key", "resource", "key_prefix"]
+            .into_iter()
+            .find_map(|argument| Some((argument, self.text(argument)?, role)))
+    }
 }
 
 /// The role of a refused install's DETAIL: everything after `owner=`.
@@ -71,29 +99,6 @@ pub(crate) fn unsupported_version(detail: &str) -> Option<(u32, &str)> {
     Some((minimum.parse().ok()?, found))
 }
 
-/// A namespace refusal's DETAIL, `<argument>=<name> role=<role>` (from
-/// `lease._raise_forbidden`): the role after the last ` role=`, so names may hold spaces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Forbidden<'d> {
-    /// `key` or `resource`.
-    pub(crate) argument: &'d str,
-    /// The refused key or resource name.
-    pub(crate) name: &'d str,
-    /// The session user that was refused.
-    pub(crate) role: &'d str,
-}
-
-/// Reads a namespace refusal's DETAIL.
-pub(crate) fn forbidden(detail: &str) -> Option<Forbidden<'_>> {
-    let (argument, rest) = detail.split_once('=')?;
-    let (name, role) = rest.rsplit_once(" role=")?;
-    Some(Forbidden {
-        argument,
-        name,
-        role,
-    })
-}
-
 /// The oid in a dropped role's label `pg_dropped_role(<oid>)`; no real role starts with `pg_`.
 pub(crate) fn dropped_role(label: &str) -> Option<u32> {
     label
@@ -116,24 +121,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn forbidden_detail_keeps_spaces_and_equals_signs_in_the_name() {
+    fn a_detail_keeps_spaces_equals_signs_and_quotes_in_its_values() {
+        let detail = Detail::parse(
+            r#"{"key" : "billing/a b=c \"q\"", "role" : "attacker", "newest" : null, "epoch" : "7"}"#,
+        )
+        .unwrap();
+        assert_eq!(detail.text("key"), Some("billing/a b=c \"q\""));
         assert_eq!(
-            forbidden("key=billing/a b=c role=attacker"),
-            Some(Forbidden {
-                argument: "key",
-                name: "billing/a b=c",
-                role: "attacker",
-            })
+            detail.forbidden(),
+            Some(("key", "billing/a b=c \"q\"", "attacker"))
         );
-        assert_eq!(
-            forbidden("resource=r role=x role=app"),
-            Some(Forbidden {
-                argument: "resource",
-                name: "r role=x",
-                role: "app",
-            })
-        );
-        assert_eq!(forbidden("no fields"), None);
+        assert_eq!(detail.text("newest"), None);
+        assert_eq!(detail.number::<i64>("epoch"), Some(7));
+        assert_eq!(detail.number::<i64>("key"), None);
+        assert_eq!(Detail::parse("key=a role=b"), None);
+        assert_eq!(Detail::parse("[1]"), None);
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub(crate) const FENCE_TRUNCATE: &str = "lease_fence_truncate";
 pub(crate) const TABLE_NOT_OWNED: &str = "lease_table_not_owned";
 /// `CONSTRAINT` name of a fence asked for a table that cannot carry one (22023).
 pub(crate) const TABLE_NOT_FENCEABLE: &str = "lease_table_not_fenceable";
+/// A table already fenced otherwise: unprotect it first.
+pub(crate) const TABLE_ALREADY_FENCED: &str = "lease_table_already_fenced";
 
 /// `CONSTRAINT` name of a namespace refusal (42501; DETAIL `<argument>=<name> role=<user>`).
 pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";

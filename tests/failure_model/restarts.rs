@@ -202,3 +202,54 @@ fn guard_records_survive_a_crash_and_keep_refusing_stale_epochs() {
     ));
     assert_eq!(writes(&mut conn), ["b@3"]);
 }
+
+/// A fenced write left in a prepared transaction keeps its lock on the
+/// lease row (G6) through a disconnect and a restart: every takeover waits
+/// and times out, until the transaction is resolved (safety holds,
+/// availability does not). docs/guide/guards.md, "Prepared transactions".
+#[test]
+fn a_prepared_fenced_write_holds_off_every_takeover_until_it_is_resolved() {
+    use leasehold::guard::Fencing;
+    use leasehold::ErrorKind;
+
+    let cluster = Cluster::from(
+        LocalPostgres::builder()
+            .durable(true)
+            .setting("max_prepared_transactions", "2"),
+    );
+    let mut conn = cluster.conn();
+    conn.batch_execute(
+        "CREATE TABLE jobs (id int PRIMARY KEY); SELECT lease.protect_table('jobs', 'jobs-leader')",
+    )
+    .unwrap();
+    let lease = granted(
+        conn.acquire("jobs-leader", "a", Duration::from_millis(300))
+            .unwrap(),
+    );
+    {
+        let mut writer = cluster.conn();
+        writer.batch_execute("BEGIN").unwrap();
+        writer.present(&lease).unwrap();
+        writer
+            .batch_execute("INSERT INTO jobs VALUES (1); PREPARE TRANSACTION 'fenced-write'")
+            .unwrap();
+    }
+    wait_until_server_time_passes(&mut conn, lease.expires_at());
+    let takeover = |conn: &mut PgConnection| match conn.acquire("jobs-leader", "b", TTL) {
+        Err(error) => assert_eq!(error.kind(), ErrorKind::TimedOut, "{error}"),
+        Ok(other) => panic!("a takeover went past the prepared write: {other:?}"),
+    };
+    takeover(&mut conn);
+    drop(conn);
+    cluster.pg.restart().unwrap();
+    let mut conn = cluster.conn();
+    takeover(&mut conn);
+    conn.batch_execute("COMMIT PREPARED 'fenced-write'")
+        .unwrap();
+    let successor = granted(conn.acquire("jobs-leader", "b", TTL).unwrap());
+    assert!(successor.epoch() > lease.epoch());
+    assert_eq!(
+        query_lines(&mut conn, "SELECT count(*)::text AS line FROM jobs"),
+        vec!["1"]
+    );
+}

@@ -21,7 +21,7 @@ use crate::common::*;
 /// A deployment whose owner made `jobs` (fenced by key `jobs-leader`) and
 /// `items` (each row fenced by `tenant/<tenant>`), every privilege on both
 /// granted to the application and the attacker.
-fn fenced() -> Deployment {
+pub(crate) fn fenced() -> Deployment {
     let d = Deployment::new();
     let mut owner = d.conn_as(&d.owner);
     owner
@@ -42,14 +42,14 @@ fn fenced() -> Deployment {
 }
 
 /// What a refused write reads as.
-fn refusal(error: diesel::result::Error) -> TableRefusal {
+pub(crate) fn refusal(error: diesel::result::Error) -> TableRefusal {
     match LeaseError::from(error) {
         LeaseError::TableWriteRefused { refusal, .. } => refusal,
         other => panic!("expected a fenced table's refusal, got {other:?}"),
     }
 }
 
-fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
+pub(crate) fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
     query_lines(
         conn,
         &format!(
@@ -63,7 +63,7 @@ fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
 
 /// Runs `writes` in one transaction that first presents `token` (if any),
 /// committing when they all succeed.
-fn write(
+pub(crate) fn write(
     conn: &mut PgConnection,
     token: Option<&FencingToken>,
     writes: &str,

@@ -18,6 +18,7 @@ mod connect_bounds;
 #[cfg(feature = "async")]
 mod error_kinds;
 mod faces;
+mod fenced_table_attacks;
 mod fenced_tables;
 mod groups;
 mod guard_contract;

@@ -1,0 +1,536 @@
+//! Fenced tables attacked by ordinary login roles of a non-superuser
+//! deployment (docs/SPECIFICATION.md §2.1, F6 and F7; §4.2): the trigger
+//! function aimed at an attacker's own table, keys that are equal but
+//! print differently, refusals read as an oracle, namespaces, the owner's
+//! later DDL, and keys with spaces. Each test failed on the fence as first
+//! shipped.
+
+use diesel::connection::SimpleConnection;
+use diesel::prelude::*;
+use leasehold::admin::Operator;
+use leasehold::error::TableRefusal;
+use leasehold::guard::Fencing;
+use leasehold::{ErrorKind, FencingToken, LeaseError, Leases};
+use leasehold_test_support::Deployment;
+
+use crate::common::*;
+use crate::fenced_tables::{fenced, refusal, rows, write};
+
+/// The lease row of `key` as `owner,epoch`, read by the installing role.
+fn holder_of(d: &Deployment, key: &str) -> String {
+    query_lines(
+        &mut d.conn_as(&d.owner),
+        &format!(
+            "SELECT owner || ',' || epoch AS line FROM lease.leases WHERE key = {}",
+            quote(key)
+        ),
+    )
+    .remove(0)
+}
+
+/// The message, DETAIL and constraint name of the error `sql` raises, as psql would show them.
+fn refused(conn: &mut PgConnection, sql: &str) -> String {
+    match conn.batch_execute(sql).expect_err(sql) {
+        diesel::result::Error::DatabaseError(_, info) => format!(
+            "{} DETAIL: {} CONSTRAINT: {}",
+            info.message(),
+            info.details().unwrap_or(""),
+            info.constraint_name().unwrap_or("")
+        ),
+        other => panic!("{sql}: {other}"),
+    }
+}
+
+#[test]
+fn a_role_that_aims_the_fence_trigger_at_its_own_table_runs_its_code_only_as_itself() {
+    let d = fenced();
+    let mut app = d.conn_as(&d.app);
+    granted(app.acquire("team/hj", "alice", TTL).unwrap());
+    let before = holder_of(&d, "team/hj");
+    let mut attacker = d.conn_as(&d.attacker);
+    // The temp view stands where the trigger's transition tables would be;
+    // its function takes the lease over, which only the installing role may.
+    attacker
+        .batch_execute(
+            "CREATE TEMP TABLE hj (k text);
+             CREATE FUNCTION pg_temp.evil() RETURNS boolean LANGUAGE plpgsql AS $$ BEGIN
+               UPDATE lease.leases SET owner = 'mallory', epoch = epoch + 1,
+                      expires_at = clock_timestamp() + interval '1 day' WHERE key = 'team/hj';
+               RETURN false; END $$;
+             CREATE TEMP VIEW lease_new AS SELECT 'x'::text AS k WHERE pg_temp.evil();
+             CREATE TEMP VIEW lease_old AS SELECT 'x'::text AS k WHERE pg_temp.evil();
+             GRANT SELECT ON lease_new, lease_old TO PUBLIC;",
+        )
+        .unwrap();
+    for trigger in [
+        "lease._fence('rows', '', 'k')",
+        "lease._fence('table', 'team/hj')",
+        "lease._fence_table('team/hj')",
+    ] {
+        attacker
+            .batch_execute(&format!(
+                "DROP TRIGGER IF EXISTS hijack ON pg_temp.hj;
+                 CREATE TRIGGER hijack AFTER INSERT ON pg_temp.hj FOR EACH STATEMENT EXECUTE FUNCTION {trigger}"
+            ))
+            .unwrap();
+        let outcome = attacker.batch_execute("INSERT INTO hj VALUES ('a')");
+        assert!(outcome.is_err(), "{trigger}: the write went through");
+        assert_eq!(
+            holder_of(&d, "team/hj"),
+            before,
+            "{trigger} ran the attacker's code as the installer"
+        );
+    }
+}
+
+#[test]
+fn values_that_are_equal_but_print_differently_are_checked_under_their_own_keys() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE acct (id numeric NOT NULL, body text);
+             CREATE TABLE codes (code bpchar NOT NULL, body text);
+             GRANT ALL ON acct, codes TO {app}, {attacker};",
+            app = d.app,
+            attacker = d.attacker
+        ))
+        .unwrap();
+    owner.protect_rows("acct", "acct/", &["id"]).unwrap();
+    owner.protect_rows("codes", "code/", &["code"]).unwrap();
+    let mut app = d.conn_as(&d.app);
+    let mut attacker = d.conn_as(&d.attacker);
+    let mine = granted(app.acquire("acct/1", "app", TTL).unwrap());
+    let code = granted(app.acquire("code/acme", "app", TTL).unwrap());
+    let theirs = granted(attacker.acquire("acct/1.0", "attacker", TTL).unwrap());
+    let their_code = granted(attacker.acquire("code/acme ", "attacker", TTL).unwrap());
+    // The attacker's own keys write their own rows (first, so a check that
+    // took one value per set of equal ones would take the attacker's)...
+    write(
+        &mut attacker,
+        Some(theirs.token()),
+        "INSERT INTO acct VALUES (1.0, 'attacker')",
+    )
+    .unwrap();
+    write(
+        &mut attacker,
+        Some(their_code.token()),
+        "INSERT INTO codes VALUES ('acme ', 'attacker')",
+    )
+    .unwrap();
+    write(
+        &mut app,
+        Some(mine.token()),
+        "INSERT INTO acct VALUES (1, 'app')",
+    )
+    .unwrap();
+    write(
+        &mut app,
+        Some(code.token()),
+        "INSERT INTO codes VALUES ('acme', 'app')",
+    )
+    .unwrap();
+    // ...but a statement that also reaches a row of the application's key
+    // needs its token: numeric 1.0 = 1, and bpchar 'acme ' = 'acme'.
+    for (token, statement, key) in [
+        (
+            theirs.token(),
+            "UPDATE acct SET body = 'pwned' WHERE id = 1.0",
+            "acct/1",
+        ),
+        (theirs.token(), "DELETE FROM acct WHERE id = 1", "acct/1"),
+        (
+            their_code.token(),
+            "UPDATE codes SET body = 'pwned' WHERE code = 'acme '",
+            "code/acme",
+        ),
+        (
+            their_code.token(),
+            "DELETE FROM codes WHERE code = 'acme'",
+            "code/acme",
+        ),
+    ] {
+        match refusal(write(&mut attacker, Some(token), statement).unwrap_err()) {
+            TableRefusal::NoToken { key: refused } => assert_eq!(refused, key, "{statement}"),
+            other => panic!("{statement}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        rows(&mut app, "SELECT id::text || ':' || body FROM acct"),
+        vec!["(1.0:attacker),(1:app)".to_owned()]
+    );
+    assert_eq!(
+        rows(&mut app, "SELECT body FROM codes"),
+        vec!["(app),(attacker)".to_owned()]
+    );
+    // A case-insensitive collation, where ICU is built in: 'A' and 'a' are
+    // equal, yet each row is checked under its own key.
+    if query_bool(
+        &mut owner,
+        "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collprovider = 'i') AS flag",
+    ) {
+        owner
+            .batch_execute(&format!(
+                "CREATE COLLATION nocase (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+                 CREATE TABLE names (name text COLLATE nocase NOT NULL);
+                 GRANT ALL ON names TO {app}, {attacker};",
+                app = d.app,
+                attacker = d.attacker
+            ))
+            .unwrap();
+        owner.protect_rows("names", "name/", &["name"]).unwrap();
+        let upper = granted(app.acquire("name/A", "app", TTL).unwrap());
+        let lower = granted(attacker.acquire("name/a", "attacker", TTL).unwrap());
+        write(
+            &mut attacker,
+            Some(lower.token()),
+            "INSERT INTO names VALUES ('a')",
+        )
+        .unwrap();
+        write(
+            &mut app,
+            Some(upper.token()),
+            "INSERT INTO names VALUES ('A')",
+        )
+        .unwrap();
+        match refusal(
+            write(
+                &mut attacker,
+                Some(lower.token()),
+                "DELETE FROM names WHERE name = 'a'",
+            )
+            .unwrap_err(),
+        ) {
+            TableRefusal::NoToken { key } => assert_eq!(key, "name/A"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            rows(&mut app, "SELECT count(*) FROM names"),
+            vec!["(2)".to_owned()]
+        );
+    }
+}
+
+/// A deployment whose prefix `team/` is bound to the application's role,
+/// with `team/held` held by the application, `team/free` released and
+/// `team/never` never leased.
+fn team() -> Deployment {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner.bind_namespace("team/", &d.app).unwrap();
+    let mut app = d.conn_as(&d.app);
+    granted(app.acquire("team/held", "app", TTL).unwrap());
+    let free = granted(app.acquire("team/free", "app", TTL).unwrap());
+    assert_eq!(app.release(&free).unwrap(), leasehold::Release::Released);
+    d
+}
+
+#[test]
+fn an_outsider_of_a_namespace_learns_nothing_from_a_fence_of_its_own() {
+    let d = team();
+    let mut attacker = d.conn_as(&d.attacker);
+    attacker
+        .batch_execute("CREATE TEMP TABLE probe (k text NOT NULL)")
+        .unwrap();
+    // Protecting by a prefix whose keys may land under the bound one.
+    for prefix in ["", "tea", "team/"] {
+        match attacker.protect_rows("pg_temp.probe", prefix, &["k"]) {
+            Err(LeaseError::Forbidden { argument, name, .. }) => {
+                assert_eq!((argument.as_str(), name.as_str()), ("key_prefix", prefix))
+            }
+            other => panic!("prefix {prefix:?}: {other:?}"),
+        }
+    }
+    // Aimed by hand, with a forged claim: the same refusal for a held, a
+    // released and a never-leased key, naming only the key.
+    attacker
+        .batch_execute(
+            "CREATE TRIGGER probe AFTER INSERT ON pg_temp.probe REFERENCING NEW TABLE AS lease_new
+             FOR EACH STATEMENT EXECUTE FUNCTION lease._fence('rows', '', 'k')",
+        )
+        .unwrap();
+    let mut answers = Vec::new();
+    for key in ["team/held", "team/free", "team/never"] {
+        let error = attacker
+            .transaction(|conn| {
+                conn.batch_execute(&format!(
+                    "SELECT set_config('lease.presented', pg_current_xact_id()::text || ' {}:{key}:3:app:1;', true);
+                     INSERT INTO probe VALUES ({})",
+                    key.len(),
+                    quote(key)
+                ))
+            })
+            .unwrap_err();
+        let error = LeaseError::from(error);
+        assert_eq!(error.kind(), ErrorKind::Forbidden, "{key}: {error}");
+        answers.push(error.to_string().replace(key, "<key>"));
+    }
+    assert!(
+        answers.windows(2).all(|pair| pair[0] == pair[1]),
+        "{answers:#?}"
+    );
+}
+
+#[test]
+fn namespace_rules_hold_for_presenting_and_for_the_tables_check() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE team_jobs (id int PRIMARY KEY); GRANT ALL ON team_jobs TO {app}, {attacker};",
+            app = d.app,
+            attacker = d.attacker
+        ))
+        .unwrap();
+    owner.protect_table("team_jobs", "team/jobs").unwrap();
+    owner.bind_namespace("team/", &d.app).unwrap();
+    let mut app = d.conn_as(&d.app);
+    let lease = granted(app.acquire("team/jobs", "app", TTL).unwrap());
+    write(
+        &mut app,
+        Some(lease.token()),
+        "INSERT INTO team_jobs VALUES (1)",
+    )
+    .unwrap();
+    // The attacker learned the live token.
+    let mut attacker = d.conn_as(&d.attacker);
+    match attacker.transaction(|conn| conn.present(lease.token())) {
+        Err(LeaseError::Forbidden { name, .. }) => assert_eq!(name, "team/jobs"),
+        other => panic!("present: {other:?}"),
+    }
+    let forged = attacker
+        .transaction(|conn| {
+            conn.batch_execute(&format!(
+                "SELECT set_config('lease.presented', pg_current_xact_id()::text || ' 9:team/jobs:3:app:{}:', true);
+                 INSERT INTO team_jobs VALUES (2)",
+                lease.epoch()
+            ))
+        })
+        .unwrap_err();
+    assert_eq!(LeaseError::from(forged).kind(), ErrorKind::Forbidden);
+    let claims = format!(
+        "SELECT set_config('lease.presented', pg_current_xact_id()::text || ' 9:team/jobs:3:app:{};', true)",
+        lease.epoch()
+    );
+    let forged = attacker
+        .transaction(|conn| {
+            conn.batch_execute(&claims)?;
+            conn.batch_execute("DELETE FROM team_jobs")
+        })
+        .unwrap_err();
+    match LeaseError::from(forged) {
+        LeaseError::Forbidden { name, role, .. } => {
+            assert_eq!(
+                (name.as_str(), role.as_str()),
+                ("team/jobs", d.attacker.as_str())
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        rows(&mut app, "SELECT id FROM team_jobs"),
+        vec!["(1)".to_owned()]
+    );
+}
+
+#[test]
+fn the_owners_later_ddl_cannot_undo_a_fence() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(
+            "CREATE TABLE parted (tenant int NOT NULL, id int NOT NULL, body text) PARTITION BY LIST (tenant);
+             CREATE TABLE jobs_parted (id int NOT NULL, state text NOT NULL) PARTITION BY LIST (id);
+             CREATE TABLE jobs_base (id int NOT NULL, state text NOT NULL);
+             CREATE TABLE base (tenant int NOT NULL, id int NOT NULL, body text);
+             CREATE TABLE loose (tenant int NOT NULL, id int NOT NULL, body text);",
+        )
+        .unwrap();
+    for (table, change) in [
+        ("items", "ALTER TABLE items ALTER COLUMN tenant TYPE text"),
+        ("items", "ALTER TABLE items DROP COLUMN tenant"),
+        (
+            "items",
+            "ALTER TABLE parted ATTACH PARTITION items FOR VALUES IN (7)",
+        ),
+        ("items", "ALTER TABLE items INHERIT base"),
+        ("items", "ALTER TABLE loose INHERIT items"),
+        ("jobs", "ALTER TABLE jobs INHERIT jobs_base"),
+        (
+            "jobs",
+            "ALTER TABLE jobs_parted ATTACH PARTITION jobs FOR VALUES IN (7)",
+        ),
+    ] {
+        let error = refused(&mut owner, change);
+        assert!(
+            error.contains("lease.unprotect_table first"),
+            "{change}: the refusal does not say to unprotect {table} first: {error}"
+        );
+    }
+    // A child made with INHERITS can hold no row, so the fenced table
+    // never shows one written past its fence.
+    owner
+        .batch_execute("CREATE TABLE kid () INHERITS (items); GRANT ALL ON kid TO PUBLIC")
+        .unwrap();
+    let error = refused(
+        &mut d.conn_as(&d.attacker),
+        "INSERT INTO kid VALUES (7, 1, 'unfenced')",
+    );
+    assert!(error.contains("lease.unprotect_table first"), "{error}");
+    owner.batch_execute("DROP TABLE kid").unwrap();
+    // A key column renamed away and replaced by one whose text follows
+    // DateStyle: every write refuses until the fence is made again.
+    owner
+        .batch_execute("ALTER TABLE items RENAME COLUMN tenant TO old_tenant; ALTER TABLE items ADD COLUMN tenant date")
+        .unwrap();
+    let mut app = d.conn_as(&d.app);
+    let lease = granted(app.acquire("tenant/2024-01-02", "app", TTL).unwrap());
+    let error = write(
+        &mut app,
+        Some(lease.token()),
+        "INSERT INTO items (old_tenant, id, tenant) VALUES (1, 1, '2024-01-02')",
+    )
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("_fence_key_text(date)"),
+        "{error}"
+    );
+    assert_eq!(
+        rows(&mut app, "SELECT count(*) FROM items"),
+        vec!["(0)".to_owned()]
+    );
+    // Unprotected, the same changes are the owner's to make.
+    assert!(owner.unprotect_table("items").unwrap());
+    owner
+        .batch_execute(
+            "ALTER TABLE items ALTER COLUMN old_tenant TYPE text;
+             CREATE TABLE kid () INHERITS (items); INSERT INTO kid (old_tenant, id) VALUES ('7', 1);",
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_key_or_owner_with_spaces_comes_back_whole() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE spaced (id int); GRANT ALL ON spaced TO {};",
+            d.app
+        ))
+        .unwrap();
+    let key = "jobs leader key=x table=y";
+    owner.protect_table("spaced", key).unwrap();
+    let mut app = d.conn_as(&d.app);
+    match refusal(write(&mut app, None, "INSERT INTO spaced VALUES (1)").unwrap_err()) {
+        TableRefusal::NoToken { key: refused } => assert_eq!(refused, key),
+        other => panic!("{other:?}"),
+    }
+    let lease = granted(app.acquire(key, "worker one owner=z", TTL).unwrap());
+    assert_eq!(app.release(&lease).unwrap(), leasehold::Release::Released);
+    match LeaseError::from(
+        write(
+            &mut app,
+            Some(lease.token()),
+            "INSERT INTO spaced VALUES (1)",
+        )
+        .unwrap_err(),
+    ) {
+        LeaseError::TableWriteRefused {
+            table,
+            refusal:
+                TableRefusal::NotHeld {
+                    key: refused,
+                    owner,
+                    epoch,
+                    ..
+                },
+        } => {
+            assert_eq!(table, "public.spaced");
+            assert_eq!(
+                (refused.as_str(), owner.as_str()),
+                (key, "worker one owner=z")
+            );
+            assert_eq!(epoch, lease.epoch());
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn present_refuses_a_token_without_an_epoch() {
+    let d = fenced();
+    let mut app = d.conn_as(&d.app);
+    for sql in [
+        "SELECT lease.present('jobs-leader', 'w1', NULL)",
+        "SELECT lease.present('jobs-leader', NULL, 1)",
+        "SELECT lease.present(NULL, 'w1', 1)",
+    ] {
+        let error = refused(&mut app, sql);
+        assert!(
+            error.contains("must not be NULL")
+                && error.ends_with("CONSTRAINT: lease_invalid_input"),
+            "{sql}: {error}"
+        );
+    }
+}
+
+#[test]
+fn protecting_again_keeps_the_fence_or_asks_to_unprotect_first() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    // The same fence again: accepted, nothing changes.
+    owner.protect_table("jobs", "jobs-leader").unwrap();
+    owner.protect_rows("items", "tenant/", &["tenant"]).unwrap();
+    for (outcome, what) in [
+        (owner.protect_table("jobs", "another-key"), "another key"),
+        (
+            owner.protect_rows("jobs", "jobs/", &["id"]),
+            "a row fence over a table fence",
+        ),
+        (
+            owner.protect_rows("items", "tenant/", &["tenant", "id"]),
+            "other columns",
+        ),
+        (
+            owner.protect_table("items", "items-key"),
+            "a table fence over a row fence",
+        ),
+    ] {
+        match outcome {
+            Err(LeaseError::InvalidInput { violations }) => {
+                assert!(
+                    violations[0].contains("already fenced"),
+                    "{what}: {violations:?}"
+                )
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    let listed: Vec<_> = owner
+        .fenced_tables()
+        .unwrap()
+        .into_iter()
+        .map(|fenced| format!("{} {:?}", fenced.table, fenced.fence))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            r#"public.items Rows { key_prefix: "tenant/", key_columns: ["tenant"] }"#.to_owned(),
+            r#"public.jobs Table { key: "jobs-leader" }"#.to_owned(),
+        ]
+    );
+    // Unprotect then protect, in one transaction: no write slips between.
+    owner
+        .transaction(|conn| {
+            conn.unprotect_table("jobs")?;
+            conn.protect_table("jobs", "another-key")
+        })
+        .unwrap();
+    let token = FencingToken::new("jobs-leader", "w1", 1.into()).unwrap();
+    let mut app = d.conn_as(&d.app);
+    match refusal(write(&mut app, Some(&token), "INSERT INTO jobs VALUES (1, 'a')").unwrap_err()) {
+        TableRefusal::NoToken { key } => assert_eq!(key, "another-key"),
+        other => panic!("{other:?}"),
+    }
+}
