@@ -545,13 +545,37 @@ BEGIN
 END;
 $$;
 
+-- Whether this backend runs code its login role never sent, so that
+-- code any table owner wrote would borrow that role's rights: an
+-- autovacuum worker, which evaluates the index expressions of the tables
+-- it analyzes as each table's owner while session_user is the bootstrap
+-- superuser (its activity entry has no user: userid 0), and a logical
+-- replication worker, which fires the triggers of the tables it applies
+-- to under session_replication_role = replica (a setting only a superuser
+-- can make). Such a backend acts on no governed name and lists no key.
+-- The entry is found by pid: its other columns are hidden from a role
+-- that is not the session's.
+CREATE OR REPLACE FUNCTION lease._borrowed_session()
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN current_setting('session_replication_role') = 'replica'
+        OR NOT EXISTS (SELECT 1 FROM pg_stat_get_backend_idset() AS b(id)
+                        WHERE pg_stat_get_backend_pid(b.id) = pg_backend_pid()
+                          AND pg_stat_get_backend_userid(b.id) <> 0);
+END;
+$$;
+
 -- Whether the calling session may act on `name`, by the namespace rules
 -- that exist (docs/SPECIFICATION.md §4). The caller is session_user, the
 -- role that logged in: inside a SECURITY DEFINER function current_user is
 -- the function's owner, and an ordinary role cannot change session_user
 -- (SET ROLE changes current_user only). Membership counts as
 -- pg_has_role(..., 'MEMBER') reports it; a rule whose role was dropped
--- admits nobody but superusers.
+-- admits nobody but superusers. A backend that runs code its login role
+-- never sent (lease._borrowed_session) is admitted by no rule.
 --
 -- Old snapshots. The rules are read with the statement's snapshot. Under
 -- READ COMMITTED that snapshot is taken at the call, so the call sees
@@ -590,7 +614,7 @@ BEGIN
         RETURN true;
     END IF;
     -- A rule whose role cannot be matched (v_role 0) admits superusers only.
-    RETURN COALESCE(pg_has_role(session_user, v_role, 'MEMBER'), false);
+    RETURN COALESCE(pg_has_role(session_user, v_role, 'MEMBER'), false) AND NOT lease._borrowed_session();
 END;
 $$;
 

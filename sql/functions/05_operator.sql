@@ -285,7 +285,8 @@ $$;
 --
 -- Who may list: a role that may read lease.leases and lease.groups itself
 -- (their owner, a superuser, a role granted SELECT on both), asked of
--- session_user as every namespace decision is. So EXECUTE is PUBLIC's, and
+-- session_user as every namespace decision is, and never of a backend that
+-- runs code its login role never sent (lease._borrowed_session). So EXECUTE is PUBLIC's, and
 -- the function shows nobody a key the tables would not show them; anybody
 -- else is refused (42501) before a row is read. The Rust client asks first
 -- whether its role may read both tables (LeaseError::ListNotPermitted), so
@@ -305,7 +306,8 @@ DECLARE
     v_now timestamptz;
 BEGIN
     IF NOT (has_table_privilege(session_user, 'lease.leases', 'SELECT')
-            AND has_table_privilege(session_user, 'lease.groups', 'SELECT')) THEN
+            AND has_table_privilege(session_user, 'lease.groups', 'SELECT'))
+       OR lease._borrowed_session() THEN
         RAISE EXCEPTION 'permission denied for lease.list_leases: role % may not read lease.leases and lease.groups', session_user
             USING ERRCODE = '42501',
                   HINT = 'Connect as the role that installed leasehold, or have it GRANT SELECT ON lease.leases, lease.groups to this role.';
@@ -360,7 +362,7 @@ $$;
 --
 -- Only ever raises: a value at or below the current generation is refused
 -- with SQLSTATE 22023, constraint lease_generation_not_above, and DETAIL
--- `current=<generation> requested=<generation>`; one above 2^23 - 1, or
+-- {"current": <generation>, "requested": <generation>}; one above 2^23 - 1, or
 -- NULL, is invalid input (lease_invalid_input). Nothing changes then. The
 -- row stays locked until the caller's transaction ends, so two raises are
 -- serialised; a grant meanwhile is not held up (it does not lock the row on

@@ -519,10 +519,12 @@ $$;
 CREATE OR REPLACE FUNCTION lease._fence_shape_trigger()
 RETURNS text
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 'lease_fence_shape (lease.unprotect_table first)' $$;
 CREATE OR REPLACE FUNCTION lease._fence_no_children_check()
 RETURNS text
 LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
 AS $$ SELECT 'lease_fence_no_children (lease.unprotect_table first)' $$;
 
 -- Drops `fenced_table`'s fence, as the calling role: its lease_fence
@@ -674,8 +676,14 @@ AS $$
      ORDER BY 1
 $$;
 
--- Helpers are granted to nobody (lease._drop_default_grants revokes the
--- default). The protecting functions run as their caller, whose rights
+REVOKE ALL ON FUNCTION lease._fence_key_type_ok(oid) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_write_refused(text, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._raise_not_fenceable(text, text, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._presented_token(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._fence_refusal(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._presented_live(lease.leases) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._token_text(text, text, bigint), lease._claims_tag() FROM PUBLIC;
+-- The protecting functions run as their caller, whose rights
 -- create the triggers; _fence_prepare checks that caller itself. A table's
 -- owner needs EXECUTE on the trigger function to create the triggers, and
 -- the trigger runs as the writer, who needs EXECUTE on what it calls: the

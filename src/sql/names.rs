@@ -14,7 +14,7 @@ pub(crate) const GUARD_EPOCH_NOT_GRANTED: &str = "lease_guard_epoch_not_granted"
 pub(crate) const GUARD_NOT_HELD: &str = "lease_guard_lease_not_held";
 
 /// `CONSTRAINT` name of a write to a fenced table whose transaction presented
-/// no token of its key (55000; DETAIL `table=<table> key=<key>`).
+/// no token of its key (55000; DETAIL `{"table": …, "key": …}`).
 pub(crate) const FENCE_NO_TOKEN: &str = "lease_fence_no_token";
 /// `CONSTRAINT` name of a written row with a NULL key column (55000).
 pub(crate) const FENCE_NULL_KEY: &str = "lease_fence_null_key";
@@ -27,7 +27,7 @@ pub(crate) const TABLE_NOT_FENCEABLE: &str = "lease_table_not_fenceable";
 /// A table already fenced otherwise: unprotect it first.
 pub(crate) const TABLE_ALREADY_FENCED: &str = "lease_table_already_fenced";
 
-/// `CONSTRAINT` name of a namespace refusal (42501; DETAIL `<argument>=<name> role=<user>`).
+/// `CONSTRAINT` name of a namespace refusal (42501; DETAIL `{"<argument>": <name>, "role": <user>}`).
 pub(crate) const NAMESPACE_DENIED: &str = "lease_namespace_denied";
 
 /// `CONSTRAINT` name of an install into a schema `lease` another role owns (42501).

@@ -1409,3 +1409,70 @@ fn raise_generation_only_raises_and_moves_every_next_grant_above_its_floor() {
     drop(app);
     drop_role(&db, &role);
 }
+
+/// Code any table owner wrote, evaluated by autovacuum (an index
+/// expression, run as the table's owner while the session's login role is
+/// the bootstrap superuser), acts on no governed key and lists none: the
+/// superuser's namespace rights are not lent to it.
+#[test]
+fn autovacuum_lends_no_namespace_rights_to_a_table_owners_code() {
+    let server = leasehold_local::LocalPostgres::builder()
+        .setting("autovacuum_naptime", "1")
+        .start()
+        .expect("start a server whose autovacuum wakes every second");
+    let mut admin = PgConnection::establish(&server.url()).unwrap();
+    leasehold::install(&mut admin).unwrap();
+    let victim = granted(admin.acquire("secret/job", "victim", TTL).unwrap());
+    admin
+        .batch_execute(
+            "CREATE ROLE team; CREATE ROLE mallory;
+             CREATE SCHEMA m AUTHORIZATION mallory;
+             SELECT lease.bind_namespace('secret/', 'team');
+             SET ROLE mallory;
+             CREATE TABLE m.loot (what text);
+             CREATE TABLE m.setup AS SELECT pg_backend_pid() AS pid;
+             -- Strikes once, in any backend but this one.
+             CREATE FUNCTION m.work() RETURNS void LANGUAGE plpgsql AS $$ BEGIN
+               IF EXISTS (SELECT 1 FROM m.loot) OR pg_backend_pid() = (SELECT pid FROM m.setup) THEN
+                 RETURN;
+               END IF;
+               BEGIN
+                 INSERT INTO m.loot SELECT 'state ' || k::text FROM lease.key_state('secret/job') AS k;
+               EXCEPTION WHEN OTHERS THEN INSERT INTO m.loot VALUES ('key_state refused: ' || SQLERRM); END;
+               BEGIN
+                 INSERT INTO m.loot SELECT 'listed ' || l.key FROM lease.list_leases('', NULL, '{}', 'key', 10) AS l WHERE l.key IS NOT NULL;
+               EXCEPTION WHEN OTHERS THEN INSERT INTO m.loot VALUES ('list refused: ' || SQLERRM); END;
+             END $$;
+             CREATE FUNCTION m.trip(int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN PERFORM m.work(); RETURN $1; END $$;
+             CREATE TABLE m.bait (i int) WITH (autovacuum_analyze_threshold = 1, autovacuum_analyze_scale_factor = 0);
+             CREATE INDEX ON m.bait (m.trip(i));
+             INSERT INTO m.bait SELECT generate_series(1, 100);
+             RESET ROLE;",
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let loot = loop {
+        let loot = query_lines(&mut admin, "SELECT what AS line FROM m.loot ORDER BY what");
+        if loot.len() >= 2 {
+            break loot;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "autovacuum never analyzed m.bait: {loot:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        loot[0].starts_with("key_state refused: permission denied for lease.key_state")
+            && loot[1].starts_with("list refused: permission denied for lease.list_leases"),
+        "{loot:?}"
+    );
+    assert_eq!(
+        admin.inspect("secret/job").unwrap(),
+        Some(LeaseState::Held {
+            owner: "victim".into(),
+            epoch: victim.epoch(),
+            expires_at: victim.expires_at(),
+        })
+    );
+}

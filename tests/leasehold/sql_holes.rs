@@ -613,9 +613,39 @@ fn public_call(signature: &str) -> Option<Option<Vec<&'static str>>> {
         "lease.generation()" | "lease._waiter_reset()" | "lease.renew_group(bigint,text,interval)" => {
             return Some(None)
         }
-        // The catalog's list of fenced tables, and the fence's trigger,
-        // which runs only as a trigger: neither reads a key's state.
-        "lease.fenced_tables()" | "lease._fence()" => return Some(None),
+        // The catalog's list of fenced tables and what reads it, the names
+        // and the key texts of a fence, and the fence's shape: none reads a
+        // key's state.
+        "lease.fenced_tables()"
+        | "lease._fences()"
+        | "lease._fence_args(bytea)"
+        | "lease._fence_shape(regclass,text[])"
+        | "lease._fence_shape_trigger()"
+        | "lease._fence_no_children_check()" => return Some(None),
+        signature if signature.starts_with("lease._fence_key_text(") => return Some(None),
+        // The fence's triggers, aimed by the outsider at a table of its own.
+        "lease._fence()" => vec![
+            "CREATE TEMP TABLE IF NOT EXISTS fence_rows_probe (k text);
+             DROP TRIGGER IF EXISTS fence_rows_probe ON pg_temp.fence_rows_probe;
+             CREATE TRIGGER fence_rows_probe AFTER INSERT ON pg_temp.fence_rows_probe
+               REFERENCING NEW TABLE AS lease_new FOR EACH STATEMENT EXECUTE FUNCTION lease._fence('rows', '', 'k');
+             INSERT INTO pg_temp.fence_rows_probe VALUES ({key})",
+            "CREATE TEMP TABLE IF NOT EXISTS fence_table_probe (k text);
+             DROP TRIGGER IF EXISTS fence_table_probe ON pg_temp.fence_table_probe;
+             CREATE TRIGGER fence_table_probe BEFORE INSERT ON pg_temp.fence_table_probe
+               FOR EACH STATEMENT EXECUTE FUNCTION lease._fence('table', {key});
+             INSERT INTO pg_temp.fence_table_probe VALUES ('x')",
+        ],
+        "lease._fence_table()" => vec![
+            "CREATE TEMP TABLE IF NOT EXISTS fence_table_probe (k text);
+             DROP TRIGGER IF EXISTS fence_table_probe ON pg_temp.fence_table_probe;
+             CREATE TRIGGER fence_table_probe BEFORE INSERT ON pg_temp.fence_table_probe
+               FOR EACH STATEMENT EXECUTE FUNCTION lease._fence_table({key});
+             INSERT INTO pg_temp.fence_table_probe VALUES ('x')",
+        ],
+        "lease._fence_check(regclass,text[])" => {
+            vec!["SELECT lease._fence_check('pg_class', ARRAY[{key}])"]
+        }
         "lease.present(text,text,bigint)" => vec!["SELECT lease.present({key}, 'app-1', 1)"],
         "lease.protect_table(regclass,text)" => vec!["SELECT lease.protect_table('pg_class', {key})"],
         "lease.protect_rows(regclass,text,text[])" => {
