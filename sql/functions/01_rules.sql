@@ -148,7 +148,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT span OPERATOR(pg_catalog.>) above
        AND span OPERATOR(pg_catalog.<) lease._max_span()
-       AND pg_catalog.substr(pg_catalog.interval_send(span), 9) OPERATOR(pg_catalog.=) '\x0000000000000000'::pg_catalog.bytea
+       AND pg_catalog.substr(pg_catalog.interval_send(span), 9) OPERATOR(pg_catalog.=) E'\\x0000000000000000'::pg_catalog.bytea
 $$;
 
 -- A valid ttl: not NULL, and it moves the clock forward by at most
@@ -172,7 +172,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
         WHEN wait IS NULL THEN false
-        WHEN pg_catalog.interval_send(wait) OPERATOR(pg_catalog.=) '\x00000000000000000000000000000000'::pg_catalog.bytea THEN true
+        WHEN pg_catalog.interval_send(wait) OPERATOR(pg_catalog.=) E'\\x00000000000000000000000000000000'::pg_catalog.bytea THEN true
         WHEN lease._plain_span_within(wait, interval '0') THEN true
         ELSE lease._span_effect(wait) OPERATOR(pg_catalog.=) ANY (ARRAY['ok', 'zero'])
     END

@@ -534,3 +534,31 @@ fn protecting_again_keeps_the_fence_or_asks_to_unprotect_first() {
         other => panic!("{other:?}"),
     }
 }
+
+/// A session's `standard_conforming_strings` shapes how the bodies of the
+/// functions it calls are parsed: every literal in them must read the same
+/// under either setting, so the caller changes no answer.
+#[test]
+fn standard_conforming_strings_off_changes_no_answer() {
+    let d = fenced();
+    let mut app = d.conn_as(&d.app);
+    app.batch_execute("SET standard_conforming_strings = off")
+        .unwrap();
+    let lease = granted(app.acquire("jobs-leader", "w1", TTL).unwrap());
+    assert!(matches!(
+        app.acquire_waiting(
+            "jobs-leader",
+            "w2",
+            TTL,
+            std::time::Duration::from_millis(1)
+        ),
+        Err(LeaseError::TimedOut { .. })
+    ));
+    write(
+        &mut app,
+        Some(lease.token()),
+        "INSERT INTO jobs VALUES (1, 'a')",
+    )
+    .unwrap();
+    assert_eq!(app.fenced_tables().unwrap().len(), 2);
+}
