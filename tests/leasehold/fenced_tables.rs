@@ -834,3 +834,75 @@ fn a_check_rolled_back_with_its_savepoint_is_made_again_by_the_next_write() {
         vec!["(3)".to_owned()]
     );
 }
+
+/// A fence as the first release made it (its triggers only, the
+/// whole-table one calling `lease._fence('table', key)`) keeps fencing
+/// after an upgrade; protecting it again with the same fence completes it.
+#[test]
+fn a_fence_made_by_an_earlier_version_keeps_working_until_protected_again() {
+    let d = Deployment::new();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE public.old_jobs (id int PRIMARY KEY);
+             CREATE TABLE public.old_items (tenant int NOT NULL, id int NOT NULL);
+             GRANT ALL ON public.old_jobs, public.old_items TO {app};
+             CREATE TRIGGER lease_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON public.old_jobs
+               FOR EACH STATEMENT EXECUTE FUNCTION lease._fence('table', 'old-leader');
+             CREATE TRIGGER lease_fence_insert AFTER INSERT ON public.old_items REFERENCING NEW TABLE AS lease_new
+               FOR EACH STATEMENT EXECUTE FUNCTION lease._fence('rows', 'old/', 'tenant');
+             ALTER TABLE public.old_jobs ENABLE ALWAYS TRIGGER lease_fence;
+             ALTER TABLE public.old_items ENABLE ALWAYS TRIGGER lease_fence_insert;",
+            app = d.app
+        ))
+        .unwrap();
+    let mut app = d.conn_as(&d.app);
+    let leader = granted(app.acquire("old-leader", "w1", TTL).unwrap());
+    let tenant = granted(app.acquire("old/1", "w1", TTL).unwrap());
+    for (table, token, insert) in [
+        (
+            "old_jobs",
+            leader.token(),
+            "INSERT INTO old_jobs VALUES (1)",
+        ),
+        (
+            "old_items",
+            tenant.token(),
+            "INSERT INTO old_items VALUES (1, 1)",
+        ),
+    ] {
+        assert!(matches!(
+            refusal(write(&mut app, None, insert).unwrap_err()),
+            TableRefusal::NoToken { .. }
+        ));
+        write(&mut app, Some(token), insert).unwrap_or_else(|error| panic!("{table}: {error}"));
+    }
+    // Not yet complete: the owner may still change a key column's type.
+    owner
+        .batch_execute("ALTER TABLE old_items ALTER COLUMN tenant TYPE bigint")
+        .unwrap();
+    owner
+        .protect_table("public.old_jobs", "old-leader")
+        .unwrap();
+    owner
+        .protect_rows("public.old_items", "old/", &["tenant"])
+        .unwrap();
+    assert!(owner
+        .batch_execute("ALTER TABLE old_items ALTER COLUMN tenant TYPE int")
+        .is_err());
+    assert!(query_bool(
+        &mut owner,
+        "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'old_jobs'::regclass
+                         AND tgfoid = 'lease._fence_table()'::regprocedure) AS flag"
+    ));
+    assert!(matches!(
+        refusal(write(&mut app, None, "INSERT INTO old_jobs VALUES (2)").unwrap_err()),
+        TableRefusal::NoToken { .. }
+    ));
+    write(
+        &mut app,
+        Some(leader.token()),
+        "INSERT INTO old_jobs VALUES (2)",
+    )
+    .unwrap();
+}
