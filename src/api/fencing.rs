@@ -41,6 +41,8 @@ pub trait Fencing: OnConnection {
     /// Presents the token for the writes of the caller's current transaction to
     /// the tables its key fences (docs/SPECIFICATION.md §2.1); it authorises
     /// nothing after that transaction, or the savepoint it was made in, ends.
+    /// A key under a namespace the session may not act on is
+    /// [`LeaseError::Forbidden`], as every call that names a key.
     ///
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {

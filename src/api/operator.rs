@@ -101,9 +101,15 @@ pub trait Operator: OnConnection {
     /// from the commit on, every INSERT, UPDATE, DELETE, MERGE, COPY FROM
     /// and TRUNCATE of it is refused unless its transaction
     /// [presented](crate::guard::Fencing::present) the live grant of `key`
-    /// (docs/SPECIFICATION.md §2.1). Replaces any fence the table had. Only
-    /// the table's owner (or a member of its owning role) may;
-    /// anyone else gets [`LeaseError::TableNotOwned`]. A partitioned table, a
+    /// (docs/SPECIFICATION.md §2.1). While it is fenced, the table cannot
+    /// become a partition or an inheritance child, and its key columns keep
+    /// their types. Protecting again with the same key completes the fence;
+    /// another fence is [`LeaseError::InvalidInput`] until
+    /// [`unprotect_table`](Operator::unprotect_table) (in the same
+    /// transaction, no write slips between). Only the table's owner (or a
+    /// member of its owning role) may; anyone else gets
+    /// [`LeaseError::TableNotOwned`], and a key under a namespace the session
+    /// may not act on is [`LeaseError::Forbidden`]. A partitioned table, a
     /// partition or an inheritance parent or child is [`LeaseError::InvalidInput`].
     ///
     /// ```no_run
@@ -122,8 +128,11 @@ pub trait Operator: OnConnection {
     /// the values of `key_columns` joined by `/` (`jobs/42`), so writers of
     /// different keys do not wait for each other. A write needs the tokens
     /// of every key it touches (for an UPDATE, the rows' keys before and
-    /// after). Key columns must be integers, numeric, text, uuid, boolean or
-    /// enums (their text is the same in every session). Otherwise as
+    /// after), each row under the key its own values print as. Key columns
+    /// must be integers, numeric, text, uuid, boolean or enums (their text
+    /// is the same in every session). A `key_prefix` whose keys could land
+    /// under a namespace the session may not act on is
+    /// [`LeaseError::Forbidden`]. Otherwise as
     /// [`protect_table`](Operator::protect_table).
     fn protect_rows(
         &mut self,
