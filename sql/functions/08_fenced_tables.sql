@@ -330,12 +330,14 @@ $$;
 -- The trigger of a row fence. TG_ARGV is ('rows', key_prefix, column...),
 -- ('shape') for the row trigger that keeps a fenced table's shape (it
 -- never fires: WHEN false), or ('table', key) for a whole-table fence made
--- before lease._fence_table. A row fence reads the distinct keys of the rows the statement
--- wrote (for an UPDATE, before and after) from its transition tables,
--- each row's key text built from its own values and compared bytewise, so
--- values that are equal but print differently (numeric 1 and 1.0, char
--- 'a' and 'a ') are checked under the keys they have. lease._fence_check
--- decides.
+-- before lease._fence_table. A row fence reads the distinct keys of the
+-- rows the statement wrote (for an UPDATE, before and after) from its
+-- transition tables, each row's key text built from its own values and
+-- compared bytewise, so values that are equal but print differently
+-- (numeric 1 and 1.0, char 'a' and 'a ') are checked under the keys they
+-- have; in a key of several columns, every column but the last escapes
+-- '%' as %25 and '/' as %2F, so rows of different values never share a
+-- key. lease._fence_check decides.
 --
 -- SECURITY INVOKER: it runs as the writer and reads only the writer's own
 -- statement, so a role that attaches it to a table of its own, without
@@ -363,10 +365,17 @@ BEGIN
     IF TG_OP = 'TRUNCATE' THEN
         PERFORM lease._fence_check(TG_RELID, NULL);
     END IF;
-    SELECT string_agg(format('lease._fence_key_text(r.%I)', c), ' || ''/'' || '),
-           string_agg(format('r.%I IS NULL', c), ' OR ')
+    -- Every column's text but the last escapes '%' and '/', so the '/'
+    -- between columns is the only one: ('x/y', 'z') and ('x', 'y/z') have
+    -- two keys, x%2Fy/z and x/y/z.
+    SELECT string_agg(format(CASE WHEN c.n < TG_NARGS - 2
+                                  THEN 'pg_catalog.replace(pg_catalog.replace(lease._fence_key_text(r.%I), '
+                                       '''%%'', ''%%25''), ''/'', ''%%2F'')'
+                                  ELSE 'lease._fence_key_text(r.%I)' END, c.col),
+                      ' || ''/'' || ' ORDER BY c.n),
+           string_agg(format('r.%I IS NULL', c.col), ' OR ')
       INTO v_key, v_null
-      FROM unnest(TG_ARGV[2:]) AS c;
+      FROM unnest(TG_ARGV[2:]) WITH ORDINALITY AS c(col, n);
     EXECUTE format('SELECT array_agg(DISTINCT CASE WHEN %s THEN NULL ELSE ($1 || %s) COLLATE "C" END) FROM (%s) AS r',
                    v_null, v_key,
                    CASE TG_OP WHEN 'INSERT' THEN 'SELECT * FROM lease_new'

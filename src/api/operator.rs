@@ -125,7 +125,8 @@ pub trait Operator: OnConnection {
     }
 
     /// Fences each row of `table` by its own key: `key_prefix` followed by
-    /// the values of `key_columns` joined by `/` (`jobs/42`), so writers of
+    /// the values of `key_columns` joined by `/` (`jobs/42`; every value but
+    /// the last with `%` written `%25` and `/` written `%2F`), so writers of
     /// different keys do not wait for each other. A write needs the tokens
     /// of every key it touches (for an UPDATE, the rows' keys before and
     /// after), each row under the key its own values print as. Key columns

@@ -38,7 +38,8 @@ pub enum TableFence {
         key: String,
     },
     /// Each row is fenced by `key_prefix` followed by its key columns'
-    /// values joined by `/`.
+    /// values joined by `/`, every value but the last with `%` written
+    /// `%25` and `/` written `%2F`.
     Rows {
         /// The prefix of every row's key (may be empty).
         key_prefix: String,

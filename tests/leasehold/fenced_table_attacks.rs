@@ -562,3 +562,51 @@ fn standard_conforming_strings_off_changes_no_answer() {
     .unwrap();
     assert_eq!(app.fenced_tables().unwrap().len(), 2);
 }
+
+/// In a key of several columns, the `/` between columns is the only one:
+/// every column but the last escapes `%` and `/`, so rows of different
+/// values never share a key (`('x/y', 'z')` and `('x', 'y/z')` would both
+/// have been `p/x/y/z`).
+#[test]
+fn rows_of_different_values_never_share_a_key() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE paths (dir text NOT NULL, file text NOT NULL); GRANT ALL ON paths TO {};",
+            d.app
+        ))
+        .unwrap();
+    owner.protect_rows("paths", "p/", &["dir", "file"]).unwrap();
+    let mut app = d.conn_as(&d.app);
+    let lease = granted(app.acquire("p/x/y/z", "app", TTL).unwrap());
+    write(
+        &mut app,
+        Some(lease.token()),
+        "INSERT INTO paths VALUES ('x', 'y/z')",
+    )
+    .unwrap();
+    for (row, key) in [
+        ("('x/y', 'z')", "p/x%2Fy/z"),
+        ("('x%2Fy', 'z')", "p/x%252Fy/z"),
+    ] {
+        match refusal(
+            write(
+                &mut app,
+                Some(lease.token()),
+                &format!("INSERT INTO paths VALUES {row}"),
+            )
+            .unwrap_err(),
+        ) {
+            TableRefusal::NoToken { key: refused } => assert_eq!(refused, key, "{row}"),
+            other => panic!("{row}: {other:?}"),
+        }
+    }
+    let escaped = granted(app.acquire("p/x%2Fy/z", "app", TTL).unwrap());
+    write(
+        &mut app,
+        Some(escaped.token()),
+        "INSERT INTO paths VALUES ('x/y', 'z')",
+    )
+    .unwrap();
+}

@@ -23,7 +23,8 @@ use crate::table;
 #[derive(Debug, Subcommand)]
 #[command(after_help = SEE_EXIT_CODES)]
 pub enum Action {
-    /// Fence the whole TABLE by KEY (replaces any fence it had).
+    /// Fence the whole TABLE by KEY (again with the same KEY completes the
+    /// fence; another fence needs `unprotect` first).
     #[command(after_help = SEE_EXIT_CODES)]
     Protect {
         /// The table, as SQL names it (schema.table).
@@ -32,7 +33,9 @@ pub enum Action {
         key: String,
     },
     /// Fence each row of TABLE by PREFIX followed by its COLUMNS' values
-    /// joined by '/' (replaces any fence it had).
+    /// joined by '/', every value but the last with '%' written %25 and '/'
+    /// written %2F (again with the same fence completes it; another fence
+    /// needs `unprotect` first).
     #[command(after_help = SEE_EXIT_CODES)]
     ProtectRows {
         /// The table, as SQL names it (schema.table).
