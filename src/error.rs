@@ -141,32 +141,6 @@ impl fmt::Display for Operation {
     }
 }
 
-/// Whether diesel's named prepared statement was missing or duplicated on the
-/// session (a transaction-mode pooler); matched on the message, naming diesel's own statement.
-pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
-    let DieselError::DatabaseError(_, info) = error else {
-        return false;
-    };
-    let message = info.message();
-    message.contains("prepared statement \"__diesel_stmt_")
-        && (message.contains("does not exist") || message.contains("already exists"))
-}
-
-/// Whether the lease schema or a function is missing (not installed, or older);
-/// read from the message, so a translated server falls back to `Database`.
-fn is_not_installed(error: &DieselError) -> bool {
-    match error {
-        DieselError::DatabaseError(_, info) => {
-            let message = info.message();
-            message.contains("schema \"lease\" does not exist")
-                || ((message.starts_with("function lease.")
-                    || message.starts_with("relation \"lease."))
-                    && message.ends_with("does not exist"))
-        }
-        _ => false,
-    }
-}
-
 /// Whether the server refused a write as read-only (SQLSTATE 25006): a standby, or a primary being demoted.
 fn is_read_only(error: &DieselError) -> bool {
     matches!(
@@ -691,7 +665,7 @@ impl LeaseError {
                 };
             }
         }
-        if is_not_installed(&error) {
+        if decode::is_not_installed(&error) {
             return LeaseError::NotInstalled {
                 operation,
                 source: error,
@@ -703,7 +677,7 @@ impl LeaseError {
                 source: error,
             };
         }
-        if is_prepared_statement_lost(&error) {
+        if decode::is_prepared_statement_lost(&error) {
             return LeaseError::PreparedStatementLost {
                 operation,
                 source: error,
@@ -801,7 +775,7 @@ impl LeaseError {
         source: Box<dyn std::error::Error + Send + Sync>,
         otherwise: impl FnOnce(Box<dyn std::error::Error + Send + Sync>) -> LeaseError,
     ) -> LeaseError {
-        if source.to_string().contains("lock timeout") {
+        if decode::is_lock_timeout(&source.to_string()) {
             LeaseError::Blocked {
                 waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source,
@@ -813,7 +787,7 @@ impl LeaseError {
 
     /// Maps a diesel error of the install bookkeeping to its typed meaning.
     pub(crate) fn from_install_diesel(error: DieselError) -> Self {
-        if error.to_string().contains("lock timeout") {
+        if decode::is_lock_timeout(&error.to_string()) {
             return LeaseError::Blocked {
                 waited: crate::sql::install::INSTALL_LOCK_TIMEOUT,
                 source: Box::new(error),
@@ -870,7 +844,7 @@ pub(crate) struct GuardContext<'a> {
 
 impl LeaseError {
     pub(crate) fn from_guard_diesel(context: &GuardContext<'_>, error: DieselError) -> Self {
-        if is_not_installed(&error) {
+        if decode::is_not_installed(&error) {
             return LeaseError::NotInstalled {
                 operation: context.operation,
                 source: error,

@@ -1,6 +1,10 @@
-//! Reading the SQL functions' answers: status texts and error DETAILs.
+//! Reading the server's answers: status texts, error DETAILs, and the few
+//! errors diesel gives no code for. diesel exposes neither SQLSTATE nor
+//! the statement's error fields beyond message, DETAIL, HINT and
+//! constraint name, so those few are told by their message text; this
+//! module is the only place that reads one.
 
-use diesel::result::DatabaseErrorInformation;
+use diesel::result::{DatabaseErrorInformation, Error as DieselError};
 
 /// The status of a renew or release, or why a lease-checked write was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +101,42 @@ pub(crate) fn unsupported_version(detail: &str) -> Option<(u32, &str)> {
         .strip_prefix("minimum=")?
         .split_once(" server_version=")?;
     Some((minimum.parse().ok()?, found))
+}
+
+/// Whether diesel's named prepared statement was missing or duplicated on
+/// the session (a transaction-mode pooler): the message names diesel's own
+/// statement.
+pub(crate) fn is_prepared_statement_lost(error: &DieselError) -> bool {
+    let DieselError::DatabaseError(_, info) = error else {
+        return false;
+    };
+    let message = info.message();
+    message.contains("prepared statement \"__diesel_stmt_")
+        && (message.contains("does not exist") || message.contains("already exists"))
+}
+
+/// Whether the lease schema or one of its functions is missing (not
+/// installed, or an older installation); a translated server's message
+/// falls back to a plain database error.
+pub(crate) fn is_not_installed(error: &DieselError) -> bool {
+    let DieselError::DatabaseError(_, info) = error else {
+        return false;
+    };
+    let message = info.message();
+    message.contains("schema \"lease\" does not exist")
+        || ((message.starts_with("function lease.") || message.starts_with("relation \"lease."))
+            && message.ends_with("does not exist"))
+}
+
+/// Whether an error's text is a lock_timeout's (55P03, which diesel does not expose).
+pub(crate) fn is_lock_timeout(text: &str) -> bool {
+    text.contains("lock timeout")
+}
+
+/// Whether the server said it is terminating the session (an administrator
+/// command or a shutdown), which diesel-async reports as an unknown error.
+pub(crate) fn is_session_terminated(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> bool {
+    info.message().starts_with("terminating connection")
 }
 
 /// The oid in a dropped role's label `pg_dropped_role(<oid>)`; no real role starts with `pg_`.

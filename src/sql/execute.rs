@@ -113,7 +113,7 @@ fn lost_session_as_libpq_says(
             DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info)
         }
         DieselError::DatabaseError(DatabaseErrorKind::Unknown, info)
-            if info.message().starts_with("terminating connection") || conn.is_broken() =>
+            if crate::sql::decode::is_session_terminated(info.as_ref()) || conn.is_broken() =>
         {
             DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, info)
         }
