@@ -133,6 +133,7 @@ pub(crate) fn is_lock_timeout(text: &str) -> bool {
     text.contains("lock timeout")
 }
 
+#[cfg(feature = "async")]
 /// Whether the server said it is terminating the session (an administrator
 /// command or a shutdown), which diesel-async reports as an unknown error.
 pub(crate) fn is_session_terminated(info: &(dyn DatabaseErrorInformation + Send + Sync)) -> bool {

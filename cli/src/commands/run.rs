@@ -30,6 +30,15 @@
 //!
 //! **Signals.** SIGINT, SIGTERM and SIGHUP sent to `run` are passed on to
 //! CMD; the lease stays kept until CMD exits, then is released as above.
+//!
+//! **The whole job.** CMD runs in a process group of its own (as under
+//! `timeout(1)`), and every signal above goes to the group: the children
+//! and grandchildren a script starts stop with it. When CMD exits, `run`
+//! stops what is left of its group (SIGTERM, SIGKILL after the grace)
+//! before it releases the lease or reports the loss, so nothing of the job
+//! runs on without the lease. A process that leaves the group (`setsid`, a
+//! daemon) is on its own; a CMD that reads the terminal is stopped by it,
+//! as a background job is.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -40,8 +49,11 @@ use std::time::{Duration, Instant};
 
 use diesel::PgConnection;
 use leasehold::{hold::LeaseLoss, Keeper, Lease, LeaseClient, Leases, Renewal};
-use nix::sys::signal::{kill, Signal};
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
 
 use super::acquire::obtain;
 use crate::connect::Needs;
@@ -195,8 +207,13 @@ fn run_under_lease(
     };
     let grace = request.grace.unwrap_or_else(|| keeper.margin());
 
+    // Orphaned members of CMD's group come back to `run`, which reaps them
+    // (a container's first process may not), so an empty group is seen.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = nix::sys::prctl::set_child_subreaper(true);
     let mut child = match Command::new(program)
         .args(args)
+        .process_group(0)
         .env("LEASEHOLD_KEY", lease.key())
         .env("LEASEHOLD_OWNER", lease.owner())
         .env("LEASEHOLD_EPOCH", lease.epoch().to_string())
@@ -213,6 +230,7 @@ fn run_under_lease(
         }
     };
     let ended = supervise(&mut child, &keeper, &pending, grace)?;
+    stop_the_rest(&ended.group, grace);
     match ended.lost {
         Some((loss, ahead)) => {
             let _ = keeper.stop();
@@ -236,6 +254,73 @@ struct Ended {
     status: ExitStatus,
     /// The loss and how long before the safe deadline SIGTERM was sent.
     lost: Option<(LeaseLoss, Duration)>,
+    /// CMD's process group, and what it was sent so far.
+    group: Group,
+}
+
+/// CMD's process group: CMD's pid, since it leads the group it was started in.
+struct Group {
+    id: Pid,
+    /// When SIGKILL is due, once SIGTERM was sent.
+    kill_at: Option<Instant>,
+}
+
+impl Group {
+    /// Sends `signal` to every process of the group; false when none is left.
+    fn signal(&self, signal: Option<Signal>) -> bool {
+        killpg(self.id, signal) != Err(Errno::ESRCH)
+    }
+
+    /// Reaps the group's members that ended after CMD did (they are `run`'s
+    /// children once orphaned); whether any member is still there.
+    fn any_left(&self) -> bool {
+        while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            if status.pid().is_none() {
+                break;
+            }
+        }
+        self.signal(None)
+    }
+}
+
+/// How long `run` waits, after SIGKILL, for the group's last members to go.
+const GONE_BOUND: Duration = Duration::from_secs(5);
+
+/// Once CMD has exited: stops what is left of its group, SIGTERM then
+/// SIGKILL after `grace` (or when the SIGKILL a loss set is due), and waits
+/// (bounded) until the group is empty.
+fn stop_the_rest(group: &Group, grace: Duration) {
+    if !group.any_left() {
+        return;
+    }
+    let kill_at = match group.kill_at {
+        Some(at) => at,
+        None => {
+            eprintln!(
+                "leasehold run: the command left processes in its group; sent them SIGTERM, SIGKILL follows in {}",
+                duration::format(grace)
+            );
+            group.signal(Some(Signal::SIGTERM));
+            Instant::now() + grace
+        }
+    };
+    let mut deadline = kill_at;
+    let mut killed = false;
+    while group.any_left() {
+        if Instant::now() >= deadline {
+            if killed {
+                eprintln!(
+                    "leasehold run: processes of the command's group outlived SIGKILL by {}",
+                    duration::format(GONE_BOUND)
+                );
+                return;
+            }
+            group.signal(Some(Signal::SIGKILL));
+            killed = true;
+            deadline = Instant::now() + GONE_BOUND;
+        }
+        std::thread::sleep(TICK.min(deadline.saturating_duration_since(Instant::now())));
+    }
 }
 
 /// Waits for CMD, passing signals on and stopping it once the lease is no
@@ -246,7 +331,10 @@ fn supervise(
     pending: &AtomicUsize,
     grace: Duration,
 ) -> Result<Ended, CliError> {
-    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let mut group = Group {
+        id: Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX)),
+        kill_at: None,
+    };
     let mut lost: Option<(LeaseLoss, Duration)> = None;
     let mut kill_at: Option<Instant> = None;
     loop {
@@ -254,12 +342,17 @@ fn supervise(
             .try_wait()
             .map_err(|error| CliError::Database(format!("cannot wait for the command: {error}")))?
         {
-            return Ok(Ended { status, lost });
+            group.kill_at = kill_at.or(lost.as_ref().map(|_| Instant::now()));
+            return Ok(Ended {
+                status,
+                lost,
+                group,
+            });
         }
         let signal = pending.swap(0, Ordering::SeqCst);
         if signal != 0 {
             if let Ok(signal) = Signal::try_from(signal as i32) {
-                let _ = kill(pid, signal);
+                group.signal(Some(signal));
             }
         }
         let safe_until = keeper.safe_until();
@@ -273,14 +366,14 @@ fn supervise(
                 "leasehold run: lease lost ({loss}); sent SIGTERM to the command, SIGKILL follows in {}",
                 duration::format(grace)
             );
-            let _ = kill(pid, Signal::SIGTERM);
+            group.signal(Some(Signal::SIGTERM));
             kill_at = Some(Instant::now() + grace);
             lost = Some((loss, ahead));
         }
         let now = Instant::now();
         if let Some(at) = kill_at {
             if now >= at {
-                let _ = kill(pid, Signal::SIGKILL);
+                group.signal(Some(Signal::SIGKILL));
                 kill_at = None;
             }
         }

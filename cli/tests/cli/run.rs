@@ -363,3 +363,80 @@ fn a_signal_to_run_reaches_the_command_and_the_lease_is_released() {
     assert_eq!(held_by(&db, "job"), None, "released after the signal");
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// Whether process `pid` is gone (or only a zombie nobody reaped yet).
+fn gone(pid: &str) -> bool {
+    match fs::read_to_string(format!("/proc/{}/stat", pid.trim())) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// A script that starts a child and a grandchild (their output away from
+/// `run`'s pipes, so a `run` that left them running still ends), writes
+/// their pids, and then `then` (a shell command).
+fn family_script(dir: &Path, then: &str) -> String {
+    format!(
+        "sleep 1000 >/dev/null 2>&1 & echo $! > {dir}/child.pid
+         sh -c 'sleep 1000 & echo $! > {dir}/grandchild.pid; wait' >/dev/null 2>&1 &
+         while [ ! -s {dir}/grandchild.pid ]; do sleep 0.01; done
+         touch {dir}/started
+         {then}",
+        dir = dir.display()
+    )
+}
+
+/// The lease lost: the command's children and grandchildren stop with it,
+/// before `run` reports the loss.
+#[test]
+fn a_lost_lease_stops_the_commands_children_and_grandchildren() {
+    let db = Db::installed();
+    let dir = scratch("family");
+    let script = family_script(&dir, "wait");
+    let child = spawn_run(
+        &db,
+        &[
+            "job", "--ttl", "3s", "--grace", "500ms", "--", "sh", "-c", &script,
+        ],
+    );
+    wait_for_file(&dir.join("started"));
+    let pids = [
+        fs::read_to_string(dir.join("child.pid")).unwrap(),
+        fs::read_to_string(dir.join("grandchild.pid")).unwrap(),
+    ];
+    assert!(pids.iter().all(|pid| !gone(pid)), "the family never ran");
+    db.conn()
+        .batch_execute("SELECT lease.force_release('job')")
+        .unwrap();
+    let (code, stderr) = exit_code(child);
+    assert_eq!(code, 4, "{stderr}");
+    for pid in &pids {
+        assert!(
+            gone(pid),
+            "process {} outlived the lost lease: {stderr}",
+            pid.trim()
+        );
+    }
+    fs::remove_dir_all(dir).unwrap();
+}
+
+/// The command exits and leaves a process behind in its group: `run` stops
+/// it before it releases the lease, so no part of the job runs unleased.
+#[test]
+fn what_the_command_leaves_running_stops_before_the_lease_is_released() {
+    let db = Db::installed();
+    let dir = scratch("leftovers");
+    let script = family_script(&dir, "exit 0");
+    let child = spawn_run(&db, &["job", "--grace", "500ms", "--", "sh", "-c", &script]);
+    let (code, stderr) = exit_code(child);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("left processes"), "{stderr}");
+    for name in ["child.pid", "grandchild.pid"] {
+        let pid = fs::read_to_string(dir.join(name)).unwrap();
+        assert!(gone(&pid), "{name} {} outlived the job", pid.trim());
+    }
+    assert_eq!(held_by(&db, "job"), None);
+    fs::remove_dir_all(dir).unwrap();
+}
