@@ -37,8 +37,10 @@
 
 SET LOCAL lock_timeout = '5s';
 
--- An earlier signature, whose last-but-one argument was named otherwise.
+-- Earlier signatures: one whose last-but-one argument was named
+-- otherwise, one without the key a refusal shows.
 DROP FUNCTION IF EXISTS lease._raise_write_refused(text, text, text, text, text);
+DROP FUNCTION IF EXISTS lease._fence_refusal(text, text);
 
 -- Whether a column of type `type_oid` may be a row fence's key column:
 -- an enum, or a type lease._fence_key_text has an overload for, directly
@@ -217,11 +219,13 @@ END;
 $$;
 
 -- Why the write to `fenced_table` under `key` is refused: no token of the
--- key in this transaction, or the lease is not held by the token presented
--- (lease._check_held raises, naming the table). Returns only when the
--- token does hold the lease after all (it was granted in between); the
--- row is then locked as the common path locks it.
-CREATE OR REPLACE FUNCTION lease._fence_refusal(fenced_table text, key text)
+-- key in this transaction (the refusal names the key as `shown`), or the
+-- lease is not held by the token presented (lease._check_held raises,
+-- naming the table; the writer presented the key, so it knows it).
+-- Returns only when the token does hold the lease after all (it was
+-- granted in between); the row is then locked as the common path locks
+-- it.
+CREATE OR REPLACE FUNCTION lease._fence_refusal(fenced_table text, key text, shown text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -232,10 +236,45 @@ BEGIN
     SELECT * INTO v_token FROM lease._presented_token(key);
     IF NOT FOUND THEN
         PERFORM lease._raise_write_refused(fenced_table,
-            format('no token of lease key %s was presented in this transaction', key), 'lease_fence_no_token', key,
+            format('no token of lease key %s was presented in this transaction', shown), 'lease_fence_no_token',
+            shown,
             'In the writing transaction, first run SELECT lease.present(key, owner, epoch) with the token of the lease that fences the table.');
     END IF;
     PERFORM lease._check_held(key, v_token.owner, v_token.epoch, fenced_table);
+END;
+$$;
+
+-- A row fence's key as a refusal may show it to the session: hidden when
+-- the session's role may not read the row it was built from (no SELECT on
+-- one of the key columns, or row security on the table that the role does
+-- not bypass), as PostgreSQL keeps a refused row's values from a role
+-- that may not read them. A whole-table fence's key is the table's
+-- configuration, which lease.fenced_tables shows anyone. The refusal path
+-- only.
+CREATE OR REPLACE FUNCTION lease._fence_shown_key(fenced_table regclass, key text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_args text[];
+    v_rel record;
+    v_role record;
+BEGIN
+    SELECT f.args INTO v_args FROM lease._fences() AS f WHERE f.tbl = fenced_table;
+    IF v_args[1] IS DISTINCT FROM 'rows' THEN
+        RETURN key;
+    END IF;
+    SELECT c.relrowsecurity, c.relforcerowsecurity, c.relowner INTO v_rel FROM pg_class AS c WHERE c.oid = fenced_table;
+    SELECT r.rolsuper, r.rolbypassrls INTO v_role FROM pg_roles AS r WHERE r.rolname = session_user;
+    IF (v_rel.relrowsecurity
+        AND NOT (v_role.rolsuper OR v_role.rolbypassrls
+                 OR (NOT v_rel.relforcerowsecurity AND pg_has_role(session_user, v_rel.relowner, 'USAGE'))))
+       OR EXISTS (SELECT 1 FROM unnest(v_args[3:]) AS c
+                   WHERE NOT has_column_privilege(session_user, fenced_table, c, 'SELECT')) THEN
+        RETURN '(the key of a row this role may not read)';
+    END IF;
+    RETURN key;
 END;
 $$;
 
@@ -310,7 +349,10 @@ BEGIN
             'Give every key column of a row-fenced table a value (NOT NULL).');
     END IF;
     IF lease._any_rules() THEN
-        PERFORM lease._raise_forbidden_many('present', v_keys);
+        SELECT k INTO v_key FROM unnest(v_keys) AS k WHERE NOT lease._allowed(k) LIMIT 1;
+        IF FOUND THEN
+            PERFORM lease._raise_forbidden('present', 'key', lease._fence_shown_key(fenced_table, v_key));
+        END IF;
     END IF;
     SELECT count(*) INTO v_admitted
       FROM (SELECT 1
@@ -322,7 +364,7 @@ BEGIN
         RETURN;
     END IF;
     FOREACH v_key IN ARRAY v_keys LOOP
-        PERFORM lease._fence_refusal(fenced_table::text, v_key);
+        PERFORM lease._fence_refusal(fenced_table::text, v_key, lease._fence_shown_key(fenced_table, v_key));
     END LOOP;
 END;
 $$;
@@ -414,7 +456,7 @@ BEGIN
      WHERE l.key_hash = lease._key_hash(v_key) AND l.key = v_key AND lease._presented_live(l)
        FOR KEY SHARE;
     IF NOT FOUND THEN
-        PERFORM lease._fence_refusal(TG_RELID::regclass::text, v_key);
+        PERFORM lease._fence_refusal(TG_RELID::regclass::text, v_key, v_key);
     END IF;
     RETURN NULL;
 END;
@@ -448,10 +490,14 @@ $$;
 -- owns the table (or is a member of its owner), that it is a plain table
 -- (a partition or an inheritance child is written past its parent's
 -- statement triggers), that the key columns exist and have a settled text
--- form, the namespace rules (§4) on the key, or on the prefix and every
--- bound prefix that starts with it (a row's key may land under any of
--- them), and that a fence the table already has is the one asked for
--- (protecting again completes it; another one needs unprotect first).
+-- form, the namespace rules (§4) on the key or prefix, and that a fence
+-- the table already has is the one asked for (protecting again completes
+-- it; another one needs unprotect first). A row fence's keys may land
+-- under any rule that extends its prefix, so while some rule shuts the
+-- caller out, a prefix must lie under a rule of the caller's own. The
+-- answer never depends on which rules extend the prefix: that would let
+-- anyone spell out the bound prefixes byte by byte. The rules themselves
+-- are applied to every key at every write.
 CREATE OR REPLACE FUNCTION lease._fence_prepare(caller text, fenced_table regclass, key text, key_columns text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -512,8 +558,8 @@ BEGIN
     END LOOP;
     IF NOT lease._allowed(v_key)
        OR (v_rows AND lease._any_rules()
-           AND EXISTS (SELECT 1 FROM lease.namespaces AS n
-                        WHERE starts_with(n.prefix, v_key) AND NOT lease._allowed(n.prefix))) THEN
+           AND NOT EXISTS (SELECT 1 FROM lease.namespaces AS n WHERE starts_with(v_key, n.prefix))
+           AND EXISTS (SELECT 1 FROM lease.namespaces AS n WHERE NOT lease._allowed(n.prefix))) THEN
         PERFORM lease._raise_forbidden(caller, CASE WHEN v_rows THEN 'key_prefix' ELSE 'key' END, v_key);
     END IF;
     SELECT f.args INTO v_current FROM lease._fences() AS f WHERE f.tbl = v_table;
@@ -693,7 +739,7 @@ REVOKE ALL ON FUNCTION lease._fence_key_type_ok(oid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_write_refused(text, text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_not_fenceable(text, text, text, text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._presented_token(text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION lease._fence_refusal(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._fence_refusal(text, text, text), lease._fence_shown_key(regclass, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._presented_live(lease.leases) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._token_text(text, text, bigint), lease._claims_tag() FROM PUBLIC;
 -- The protecting functions run as their caller, whose rights

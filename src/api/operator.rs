@@ -131,8 +131,8 @@ pub trait Operator: OnConnection {
     /// of every key it touches (for an UPDATE, the rows' keys before and
     /// after), each row under the key its own values print as. Key columns
     /// must be integers, numeric, text, uuid, boolean or enums (their text
-    /// is the same in every session). A `key_prefix` whose keys could land
-    /// under a namespace the session may not act on is
+    /// is the same in every session). While a namespace rule shuts the
+    /// session out, a `key_prefix` not under a rule of its own is
     /// [`LeaseError::Forbidden`]. Otherwise as
     /// [`protect_table`](Operator::protect_table).
     fn protect_rows(

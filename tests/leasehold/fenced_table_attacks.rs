@@ -232,8 +232,10 @@ fn an_outsider_of_a_namespace_learns_nothing_from_a_fence_of_its_own() {
     attacker
         .batch_execute("CREATE TEMP TABLE probe (k text NOT NULL)")
         .unwrap();
-    // Protecting by a prefix whose keys may land under the bound one.
-    for prefix in ["", "tea", "team/"] {
+    // Protecting by a prefix whose keys may land under the bound one, or
+    // by any prefix under no rule of its own: the same refusal whether a
+    // rule extends the prefix or not, so the refusals spell out no rule.
+    for prefix in ["", "t", "tea", "team/", "zzz/"] {
         match attacker.protect_rows("pg_temp.probe", prefix, &["k"]) {
             Err(LeaseError::Forbidden { argument, name, .. }) => {
                 assert_eq!((argument.as_str(), name.as_str()), ("key_prefix", prefix))
@@ -609,4 +611,50 @@ fn rows_of_different_values_never_share_a_key() {
         "INSERT INTO paths VALUES ('x/y', 'z')",
     )
     .unwrap();
+}
+
+/// A refusal names the key of a written row only to a role that may read
+/// that row's key columns: a writer granted UPDATE of other columns, or
+/// behind row security, learns no key value it could not SELECT.
+#[test]
+fn a_refusal_shows_no_key_the_writer_may_not_read() {
+    let d = fenced();
+    let mut owner = d.conn_as(&d.owner);
+    owner
+        .batch_execute(&format!(
+            "CREATE TABLE deals (id int PRIMARY KEY, code text NOT NULL, v int);
+             INSERT INTO deals VALUES (1, 'acme-merger-2027', 0);
+             GRANT SELECT (id, v), UPDATE (v), DELETE ON deals TO {attacker};
+             CREATE TABLE projects (id int PRIMARY KEY);
+             CREATE TABLE notes (project int REFERENCES projects ON DELETE CASCADE, code text NOT NULL);
+             INSERT INTO projects VALUES (7);
+             INSERT INTO notes VALUES (7, 'project-nightingale');
+             ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+             CREATE POLICY nobody ON notes USING (false);
+             GRANT ALL ON projects, notes TO {attacker};",
+            attacker = d.attacker
+        ))
+        .unwrap();
+    owner.protect_rows("deals", "deal/", &["code"]).unwrap();
+    owner.protect_rows("notes", "note/", &["code"]).unwrap();
+    let mut attacker = d.conn_as(&d.attacker);
+    for statement in ["UPDATE deals SET v = 1 WHERE id = 1", "DELETE FROM deals"] {
+        let error = refused(&mut attacker, statement);
+        assert!(!error.contains("acme-merger"), "{statement}: {error}");
+        assert!(error.contains("may not read"), "{statement}: {error}");
+    }
+    // A cascade deletes a row that row security hides from the writer.
+    let error = refused(&mut attacker, "DELETE FROM projects WHERE id = 7");
+    assert!(!error.contains("nightingale"), "{error}");
+    assert!(error.contains("may not read"), "{error}");
+    // The owner, who may read every row, is told the key.
+    let error = refused(&mut owner, "DELETE FROM deals");
+    assert!(error.contains("deal/acme-merger-2027"), "{error}");
+    // Behind a namespace, too.
+    owner.bind_namespace("deal/", &d.app).unwrap();
+    let error = refused(&mut attacker, "UPDATE deals SET v = 1 WHERE id = 1");
+    assert!(
+        !error.contains("acme-merger") && error.contains("lease_namespace_denied"),
+        "{error}"
+    );
 }
