@@ -205,7 +205,11 @@ BEGIN
         v_at := v_at + v_colon + v_length + 1;
         v_colon := strpos(substr(v_claims, v_at), ';');
         EXIT WHEN v_colon = 0;
-        IF v_key = _presented_token.key THEN
+        -- Only a token in the form lease.present writes counts, as on the
+        -- admission path, which matches that form only.
+        IF v_key = _presented_token.key
+           AND substr(v_claims, v_at, v_colon - 1) ~ '^[1-9][0-9]{0,18}$'
+           AND strpos(v_claims, lease._token_text(v_key, v_owner, substr(v_claims, v_at, v_colon - 1)::bigint)) > 0 THEN
             owner := v_owner;
             epoch := substr(v_claims, v_at, v_colon - 1)::bigint;
             v_found := true;

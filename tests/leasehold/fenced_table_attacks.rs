@@ -658,3 +658,35 @@ fn a_refusal_shows_no_key_the_writer_may_not_read() {
         "{error}"
     );
 }
+
+/// A claim counts only in the form `lease.present` writes: the refusal
+/// path, which reads the claims to say why, admits nothing the admission
+/// itself would not (an epoch written ` 1` once passed there).
+#[test]
+fn a_claim_not_in_presents_form_authorises_nothing() {
+    let d = fenced();
+    let mut app = d.conn_as(&d.app);
+    let lease = granted(app.acquire("jobs-leader", "w1", TTL).unwrap());
+    for epoch in [
+        format!(" {}", lease.epoch()),
+        format!("+{}", lease.epoch()),
+        format!("0{}", lease.epoch()),
+    ] {
+        let forged = app
+            .transaction(|conn| {
+                conn.batch_execute(&format!(
+                    "SELECT set_config('lease.presented', pg_current_xact_id()::text || ' 11:jobs-leader:2:w1:{epoch};', true);
+                     INSERT INTO jobs VALUES (1, 'forged')"
+                ))
+            })
+            .unwrap_err();
+        assert!(
+            matches!(refusal(forged), TableRefusal::NoToken { .. }),
+            "epoch {epoch:?}"
+        );
+    }
+    assert_eq!(
+        rows(&mut app, "SELECT count(*) FROM jobs"),
+        vec!["(0)".to_owned()]
+    );
+}
