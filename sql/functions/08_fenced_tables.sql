@@ -414,14 +414,14 @@ BEGIN
     -- Every column's text but the last escapes '%' and '/', so the '/'
     -- between columns is the only one: ('x/y', 'z') and ('x', 'y/z') have
     -- two keys, x%2Fy/z and x/y/z.
-    SELECT string_agg(format(CASE WHEN c.n < TG_NARGS - 2
-                                  THEN 'pg_catalog.replace(pg_catalog.replace(lease._fence_key_text(r.%I), '
-                                       '''%%'', ''%%25''), ''/'', ''%%2F'')'
-                                  ELSE 'lease._fence_key_text(r.%I)' END, c.col),
-                      ' || ''/'' || ' ORDER BY c.n),
-           string_agg(format('r.%I IS NULL', c.col), ' OR ')
-      INTO v_key, v_null
-      FROM unnest(TG_ARGV[2:]) WITH ORDINALITY AS c(col, n);
+    FOR v_at IN 2 .. TG_NARGS - 1 LOOP
+        v_key := concat_ws(' || ''/'' || ', v_key,
+            format(CASE WHEN v_at < TG_NARGS - 1
+                        THEN 'pg_catalog.replace(pg_catalog.replace(lease._fence_key_text(r.%I), '
+                             '''%%'', ''%%25''), ''/'', ''%%2F'')'
+                        ELSE 'lease._fence_key_text(r.%I)' END, TG_ARGV[v_at]));
+        v_null := concat_ws(' OR ', v_null, format('r.%I IS NULL', TG_ARGV[v_at]));
+    END LOOP;
     EXECUTE format('SELECT array_agg(DISTINCT CASE WHEN %s THEN NULL ELSE ($1 || %s) COLLATE "C" END) FROM (%s) AS r',
                    v_null, v_key,
                    CASE TG_OP WHEN 'INSERT' THEN 'SELECT * FROM lease_new'
