@@ -331,7 +331,9 @@ AS $$ SELECT pg_catalog.format('%s', value) $$;
 -- its arguments, the rows of lease.*, the claims in lease.presented (which
 -- it verifies against the rows) and session_user: any role may call it,
 -- as a writer's trigger does, and learns no more than lease.check_held
--- would tell it. `fenced_table` only names the table in refusals.
+-- would tell it. `fenced_table` names the table in refusals, and its
+-- fence and privileges decide whether they show a row's key (the keys
+-- passed in are the caller's own, so naming another table reveals none).
 CREATE OR REPLACE FUNCTION lease._fence_check(fenced_table regclass, keys text[])
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
