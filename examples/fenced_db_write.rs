@@ -15,10 +15,7 @@ use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
-use leasehold::{
-    error::{FencedError, LeaseError},
-    Acquisition, Leases,
-};
+use leasehold::{guard::FencedError, Acquisition, ErrorKind, Leases};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 const KEY: &str = "report-2026-11";
@@ -98,9 +95,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match a.run_fenced(RESOURCE, &lease_a, Check::Token, |conn| {
         write_rows(conn, "worker-a", lease_a.epoch().get())
     }) {
-        Err(FencedError::Guard(LeaseError::StaleEpoch { presented, accepted, .. })) => t.say(
+        Err(FencedError::Guard(refused)) if refused.kind() == ErrorKind::Fenced => t.say(
             "guard",
-            &format!("REFUSED worker-a: presented epoch {presented}, resource accepted {accepted}; rolled back"),
+            &format!(
+                "REFUSED worker-a: presented epoch {}, {}; rolled back",
+                refused.epoch().map_or(0, |epoch| epoch.get()),
+                refused
+                    .refusal()
+                    .map_or_else(String::new, |why| why.to_string())
+            ),
         ),
         Ok(()) => return Err("the stale write was admitted: fencing failed".into()),
         Err(other) => return Err(other.into()),

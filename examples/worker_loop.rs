@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use diesel::{Connection, PgConnection};
 use leasehold::{
-    error::LeaseError,
+    error::ErrorKind,
     hold::{run_while_held, CancelToken, KeeperEvent, WorkOutcome},
     wait::{LeaseWaiter, Wait},
     Keeper, Leases,
@@ -125,7 +125,7 @@ fn worker(
         timeline.log(me, job, "waiting for the lease");
         let lease = match waiter.acquire_cancellable(job, me, TTL, Wait::AtMost(TTL * 6), cancel) {
             Ok(lease) => lease,
-            Err(LeaseError::TimedOut { .. }) => continue,
+            Err(error) if error.kind() == ErrorKind::TimedOut => continue,
             Err(error) => return Err(error.to_string()),
         };
         if done.lock().map_err(|_| "poisoned")?.contains(job) {

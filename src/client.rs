@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::error::LeaseError;
 use crate::pool::{self, PgPool, PoolSettings, PreparedStatements};
 
-/// Every operation of [`crate::Leases`], [`crate::guard::Fencing`] and [`crate::admin::Operator`]
-/// over a pool; clones share it. Survives a failover with a multi-host URL (docs/guide/failover.md).
+/// Every operation of `Leases`, `guard::Fencing` and `admin::Operator`
+/// over a pool; clones share it. Survives a failover given a multi-host URL with
+/// `target_session_attrs=read-write`.
 #[derive(Clone)]
 pub struct LeaseClient {
     pub(crate) pool: PgPool,
@@ -88,7 +89,7 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// How long a call waits for a pooled connection before [`LeaseError::Pool`].
+    /// How long a call waits for a pooled connection before [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable).
     pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
         self.settings.checkout_timeout = timeout;
         self

@@ -9,6 +9,7 @@
 //! files, so any function change is applied again. [`MIGRATIONS`] hands the same
 //! steps to Diesel's runner.
 
+use crate::error::Repr;
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
@@ -25,8 +26,8 @@ use crate::error::LeaseError;
 use crate::sql::install;
 use crate::sql_files;
 
-/// leasehold's SQL as a Diesel migration source, the steps [`install()`] applies
-/// (docs/guide/getting-started.md). Its functions step removes replaced and
+/// leasehold's SQL as a Diesel migration source, the steps [`install()`] applies.
+/// Its functions step removes replaced and
 /// retired versions from Diesel's table, so `revert_all_migrations` keeps working.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Migrations {
@@ -160,9 +161,11 @@ pub fn install(conn: &mut PgConnection) -> Result<InstallReport, LeaseError> {
                 continue;
             }
             step.run(conn).map_err(|source| {
-                LeaseError::install_blocked_or(source, |source| LeaseError::Migration {
-                    version: step.version.clone(),
-                    source,
+                LeaseError::install_blocked_or(source, |source| {
+                    LeaseError::from(Repr::Migration {
+                        version: step.version.clone(),
+                        source,
+                    })
                 })
             })?;
             diesel::sql_query(install::RECORD_VERSION)
@@ -191,17 +194,21 @@ pub fn uninstall(conn: &mut PgConnection) -> Result<(), LeaseError> {
         diesel::sql_query(install::DROP_BOOKKEEPING).execute(conn)?;
         // The functions first, whichever version of them is installed.
         conn.batch_execute(sql_files::DROP_FUNCTIONS)
-            .map_err(|source| LeaseError::Migration {
-                version: sql_files::functions_version(),
-                source: Box::new(source),
+            .map_err(|source| {
+                LeaseError::from(Repr::Migration {
+                    version: sql_files::functions_version(),
+                    source: Box::new(source),
+                })
             })?;
         for step in steps.iter().rev() {
             if !done.contains(&step.version) || sql_files::is_functions_version(&step.version) {
                 continue;
             }
-            step.revert(conn).map_err(|source| LeaseError::Migration {
-                version: step.version.clone(),
-                source,
+            step.revert(conn).map_err(|source| {
+                LeaseError::from(Repr::Migration {
+                    version: step.version.clone(),
+                    source,
+                })
             })?;
         }
         diesel::sql_query(install::DROP_SCHEMA).execute(conn)?;
@@ -253,17 +260,19 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
         .into_iter()
         .next()
     {
-        return Err(LeaseError::ExtensionInstalled {
+        return Err(LeaseError::from(Repr::ExtensionInstalled {
             version: row.version,
-        });
+        }));
     }
     // Ownership first: a schema owned by someone else is never written to.
     conn.batch_execute(install::CREATE_PERMITTED_CHECK)
         .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(LeaseError::from_install_diesel)?;
-    let owner_check = install::schema_owner_check().ok_or_else(|| LeaseError::EmbeddedSql {
-        reason: "migration 1 has no schema-ownership check".to_owned(),
+    let owner_check = install::schema_owner_check().ok_or_else(|| {
+        LeaseError::from(Repr::EmbeddedSql {
+            reason: "migration 1 has no schema-ownership check".to_owned(),
+        })
     })?;
     conn.batch_execute(owner_check)
         .map_err(LeaseError::from_install_diesel)?;

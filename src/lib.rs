@@ -1,6 +1,7 @@
 //! PostgreSQL leases: time-bounded ownership of a named key, with a fencing
 //! epoch on every grant so guards refuse a superseded holder's writes. Start with
-//! [`Leases`] and [`install()`]; README.md and docs/guide/ show the use.
+//! [`install()`], which puts the schema in place, and [`Leases`], the calls, on a
+//! `PgConnection` (in the caller's transaction, if any) or a pooled [`LeaseClient`].
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> { use leasehold::Leases;
@@ -30,7 +31,9 @@ mod install;
 mod lease;
 #[allow(unsafe_code)]
 mod libpq;
+mod operation;
 pub mod pool;
+mod server_error;
 mod sql;
 mod sql_files;
 // With both telemetry features off only the pass-throughs are used.
@@ -74,7 +77,7 @@ pub mod __private {
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
-/// The guide's pages (docs/guide/): their Rust compiles, as the README's.
+/// The guide's pages: their Rust compiles, as the README's.
 #[cfg(doctest)]
 pub mod guide_doctests {
     #[doc = include_str!("../docs/guide/getting-started.md")]

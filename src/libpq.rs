@@ -490,3 +490,30 @@ mod tests {
         }
     }
 }
+/// An error and its sources, `: `-separated, as one line.
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    Chain(error).to_string()
+}
+
+/// An error and its sources, `: `-separated.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // libpq's messages span lines: joined with spaces, the chain stays one line.
+        let one_line = |error: &dyn std::error::Error| {
+            error
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        write!(f, "{}", one_line(self.0))?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {}", one_line(error))?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}

@@ -1,20 +1,23 @@
 //! The pool every pooled part of the library uses. Checkout does not test
 //! connections (a round trip per call): a call that finds its connection dead
 //! or read-only discards it, so the next gets a fresh one and, after a failover,
-//! libpq picks the new primary from a multi-host URL (docs/guide/failover.md).
+//! libpq picks the new primary from a multi-host URL with
+//! `target_session_attrs=read-write`.
 
 use diesel::connection::{AnsiTransactionManager, CacheSize, Connection, TransactionManager};
 use diesel::pg::PgConnection;
 
 use diesel::r2d2::{ConnectionManager, CustomizeConnection, Pool};
 
-use crate::error::{CallError, LeaseError};
+use crate::error::{LeaseError, Repr};
+use crate::guard::database::FencedError;
+pub(crate) use call::CallError;
 
 /// The pool type leasehold works with.
 pub type PgPool = Pool<ConnectionManager<PgConnection>>;
 
 /// Whether statements are prepared and cached per connection (the default) or
-/// sent with their text each call, for a transaction-mode pooler (docs/guide/poolers.md).
+/// sent with their text each call, for a transaction-mode pooler such as PgBouncer.
 /// A caller's own `PgConnection` follows its own statement cache setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -39,7 +42,7 @@ impl CustomizeConnection<PgConnection, diesel::r2d2::Error> for StatementCacheSe
     }
 }
 
-/// How [`build`] makes a pool: [`crate::LeaseClient`]'s builder fills it.
+/// How [`build`] makes a pool: `LeaseClient`'s builder fills it.
 #[derive(Debug, Clone)]
 pub(crate) struct PoolSettings {
     pub(crate) max_size: u32,
@@ -49,7 +52,7 @@ pub(crate) struct PoolSettings {
 }
 
 /// A pool of connections to `database_url`. Unless lazy, one connection opens first,
-/// so a bad URL fails at once with libpq's message ([`LeaseError::Connect`]).
+/// so a bad URL fails at once with libpq's message ([`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable)).
 pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPool, LeaseError> {
     let database_url = &crate::libpq::with_connect_timeout(database_url);
     if settings.connect_at_once {
@@ -62,7 +65,9 @@ pub(crate) fn build(database_url: &str, settings: &PoolSettings) -> Result<PgPoo
         .connection_customizer(Box::new(StatementCacheSetting(settings.prepared)));
     let manager = ConnectionManager::<PgConnection>::new(database_url);
     Ok(if settings.connect_at_once {
-        builder.build(manager)?
+        builder
+            .build(manager)
+            .map_err(|error| LeaseError::from_checkout(Box::new(error)))?
     } else {
         builder.build_unchecked(manager)
     })
@@ -73,7 +78,9 @@ pub(crate) fn with_conn<T, E: CallError>(
     pool: &PgPool,
     call: impl FnOnce(&mut PgConnection) -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut conn = pool.get().map_err(E::from_checkout)?;
+    let mut conn = pool
+        .get()
+        .map_err(|error| E::from_checkout(Box::new(error)))?;
     let result = call(&mut conn);
     if let Err(error) = &result {
         if error.discards_connection() {
@@ -89,4 +96,36 @@ pub(crate) fn discard(conn: &mut PgConnection) {
         conn,
     )
     .set_in_error();
+}
+
+/// A fenced transaction keeps its connection unless the server turned read-only.
+impl<W> CallError for FencedError<W> {
+    fn from_checkout(error: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        FencedError::Guard(LeaseError::from_checkout(error))
+    }
+
+    fn discards_connection(&self) -> bool {
+        matches!(self, FencedError::Guard(error) if error.is_read_only_server())
+    }
+}
+
+/// The one discard rule, private so only the faces' sealed traits name it.
+mod call {
+    /// A pooled call's error: how a failed checkout reads, and whether the connection must go.
+    pub trait CallError {
+        /// A checkout from a pool that failed.
+        fn from_checkout(error: Box<dyn std::error::Error + Send + Sync>) -> Self;
+        /// Whether the connection is dead, read-only or lost its prepared statements.
+        fn discards_connection(&self) -> bool;
+    }
+}
+
+impl CallError for LeaseError {
+    fn from_checkout(source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        LeaseError::from(Repr::Pool { source })
+    }
+
+    fn discards_connection(&self) -> bool {
+        self.is_connection_error() || matches!(self.repr(), Repr::PreparedStatementLost { .. })
+    }
 }

@@ -3,9 +3,9 @@
 //! released) and the files of functions under `sql/functions/`
 //! (repeatable: every function, written `CREATE OR REPLACE`, applied after
 //! the migrations and again whenever their text changes). Every install
-//! path applies these texts in this order: [`crate::install()`], Diesel's
-//! runner through [`crate::admin::MIGRATIONS`], and the PostgreSQL
-//! extension that [`crate::admin::extension_files`] generates.
+//! path applies these texts in this order: `leasehold::install`, Diesel's
+//! runner through `admin::MIGRATIONS`, and the PostgreSQL extension that
+//! `admin::extension_files` generates.
 
 use sha2::{Digest, Sha256};
 

@@ -1,7 +1,9 @@
 //! Spans, events and metrics, behind the features `tracing` and `metrics` (off by
 //! default: then this compiles to inline pass-throughs). The library installs no
-//! subscriber or recorder. Names, labels and values: docs/guide/operations.md,
-//! "Metrics and tracing". Keys and resource names are the application's own and
+//! subscriber or recorder. Spans `lease`, `guard` and `lease_wait` (targets under
+//! `leasehold::`) carry `operation`, `owner`, `epoch` and `outcome`; metrics are
+//! named `leasehold_*`, and [`describe_metrics`] gives a recorder their help texts.
+//! Keys and resource names are the application's own and
 //! traces leave the process, so they are recorded only after
 //! [`set_trace_keys`]`(`[`TraceKeys::Recorded`]`)`; metric labels are closed sets, never names.
 //
@@ -12,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 
-use crate::error::{LeaseError, Operation};
+use crate::error::{LeaseError, Operation, Repr};
 use crate::lease::outcome::{Acquisition, Lease, LeaseState, Release, Renewal};
 
 /// Whether spans and events may carry lease keys and resource names
@@ -183,15 +185,15 @@ impl Outcome for LeaseError {
         if let Some(kind) = self.refusal_kind() {
             return kind;
         }
-        match self {
-            LeaseError::InvalidInput { .. } | LeaseError::GenerationTooHigh { .. } => "invalid",
-            LeaseError::GenerationNotAbove { .. } => "not_above",
-            LeaseError::TimedOut { .. } => "timed_out",
-            LeaseError::ListNotPermitted { .. } => "forbidden",
-            LeaseError::OutcomeUnknown { .. } => "outcome_unknown",
-            LeaseError::ReadOnlyServer { .. } => "read_only",
-            LeaseError::Retry { .. } => "retry",
-            LeaseError::NotInstalled { .. } => "not_installed",
+        match self.repr() {
+            Repr::InvalidInput { .. } | Repr::GenerationTooHigh { .. } => "invalid",
+            Repr::GenerationNotAbove { .. } => "not_above",
+            Repr::TimedOut { .. } => "timed_out",
+            Repr::ListNotPermitted { .. } => "forbidden",
+            Repr::OutcomeUnknown { .. } => "outcome_unknown",
+            Repr::ReadOnlyServer { .. } => "read_only",
+            Repr::Retry { .. } => "retry",
+            Repr::NotInstalled { .. } => "not_installed",
             _ => "error",
         }
     }
@@ -201,12 +203,12 @@ impl LeaseError {
     /// The `kind` label when the guard refused the writer (as opposed to
     /// failing): counted in `leasehold_guard_refused_total`.
     fn refusal_kind(&self) -> Option<&'static str> {
-        match self {
-            LeaseError::StaleEpoch { .. } => Some("stale_epoch"),
-            LeaseError::WrongLeaseKey { .. } => Some("wrong_lease_key"),
-            LeaseError::EpochNotGranted { .. } => Some("epoch_not_granted"),
-            LeaseError::LeaseNotHeld { .. } => Some("lease_not_held"),
-            LeaseError::Forbidden { .. } => Some("forbidden"),
+        match self.repr() {
+            Repr::StaleEpoch { .. } => Some("stale_epoch"),
+            Repr::WrongLeaseKey { .. } => Some("wrong_lease_key"),
+            Repr::EpochNotGranted { .. } => Some("epoch_not_granted"),
+            Repr::LeaseNotHeld { .. } => Some("lease_not_held"),
+            Repr::Forbidden { .. } => Some("forbidden"),
             _ => None,
         }
     }

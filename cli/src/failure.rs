@@ -9,7 +9,8 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use leasehold::{error::LeaseError, Refusal};
+use leasehold::error::{ErrorKind, LeaseError, Operation};
+use leasehold::Refusal;
 use leasehold_local::LocalServerError;
 
 use crate::duration;
@@ -275,6 +276,8 @@ fn explain_lost(why: Refusal) -> String {
         Refusal::Released => "released: this grant was released already, by its holder; acquire the key again for a new epoch".into(),
         Refusal::ForceReleased => "force_released: an operator ended this grant (`leasehold release --force`); stop acting on the lease".into(),
         Refusal::NeverHeld => "never_held: this owner holds no grant of the key at this epoch; check the key, owner and epoch (`leasehold inspect KEY`)".into(),
+        // A guard's or a fenced table's refusal: renew and release never answer one.
+        other => format!("{other}; stop acting on the lease"),
     }
 }
 
@@ -295,10 +298,7 @@ impl CliError {
             CliError::Lost { why, .. } => match why {
                 Refusal::Lapsed { .. } => Exit::Lapsed,
                 Refusal::EpochMismatch { .. } => Exit::EpochMismatch,
-                Refusal::Superseded { .. }
-                | Refusal::Released
-                | Refusal::ForceReleased
-                | Refusal::NeverHeld => Exit::NotOwner,
+                _ => Exit::NotOwner,
             },
             CliError::WaitTimedOut { .. } => Exit::WaitTimedOut,
             CliError::ForceReleaseRefused { status, .. } => {
@@ -308,12 +308,7 @@ impl CliError {
                     Exit::NotOwner
                 }
             }
-            CliError::Guard(
-                LeaseError::StaleEpoch { .. }
-                | LeaseError::WrongLeaseKey { .. }
-                | LeaseError::EpochNotGranted { .. }
-                | LeaseError::LeaseNotHeld { .. },
-            ) => Exit::GuardRefused,
+            CliError::Guard(error) if is_guard_refusal(error) => Exit::GuardRefused,
             CliError::Guard(_)
             | CliError::ReadOnlyServer { .. }
             | CliError::Connect { .. }
@@ -342,10 +337,14 @@ impl CliError {
             CliError::Lost { why, .. } => why.as_reason(),
             CliError::WaitTimedOut { .. } => "wait_timed_out",
             CliError::ForceReleaseRefused { status, .. } => status,
-            CliError::Guard(LeaseError::StaleEpoch { .. }) => "stale_epoch",
-            CliError::Guard(LeaseError::WrongLeaseKey { .. }) => "wrong_lease_key",
-            CliError::Guard(LeaseError::LeaseNotHeld { .. }) => "lease_not_held",
-            CliError::Guard(LeaseError::EpochNotGranted { .. }) => "epoch_not_granted",
+            CliError::Guard(error) if is_guard_refusal(error) => match error.refusal() {
+                Some(
+                    refusal @ (Refusal::StaleEpoch { .. }
+                    | Refusal::WrongKey
+                    | Refusal::EpochNotGranted { .. }),
+                ) => refusal.as_reason(),
+                _ => "lease_not_held",
+            },
             CliError::Connect { .. } | CliError::LocalServer(_) => "cannot_connect",
             CliError::ReadOnlyServer { .. } => "read_only_server",
             CliError::NotInstalled => "not_installed",
@@ -400,34 +399,28 @@ impl CliError {
                     Json::Int(i64::try_from(wait.as_millis()).unwrap_or(i64::MAX)),
                 ));
             }
-            CliError::Guard(LeaseError::StaleEpoch {
-                resource,
-                presented,
-                accepted,
-            }) => {
-                fields.push(("resource", Json::str(resource)));
-                fields.push(("presented_epoch", Json::Int((*presented).get())));
-                fields.push(("accepted_epoch", Json::Int((*accepted).get())));
-            }
-            CliError::Guard(LeaseError::WrongLeaseKey {
-                resource,
-                fenced_by,
-                presented,
-            }) => {
-                fields.push(("resource", Json::str(resource)));
-                fields.push(("fenced_by", Json::str(fenced_by)));
-                fields.push(("presented", Json::str(presented)));
-            }
-            CliError::Guard(LeaseError::EpochNotGranted {
-                resource,
-                key,
-                presented,
-                counter,
-            }) => {
-                fields.push(("resource", Json::str(resource)));
-                fields.push(("key", Json::str(key)));
-                fields.push(("presented_epoch", Json::Int((*presented).get())));
-                fields.push(("counter", Json::Int((*counter).get())));
+            CliError::Guard(error) => {
+                let text = |value: Option<&str>| Json::str(value.unwrap_or_default());
+                let epoch = || Json::Int(error.epoch().map_or(0, |epoch| epoch.get()));
+                match error.refusal() {
+                    Some(Refusal::StaleEpoch { accepted }) => {
+                        fields.push(("resource", text(error.resource())));
+                        fields.push(("presented_epoch", epoch()));
+                        fields.push(("accepted_epoch", Json::Int(accepted.get())));
+                    }
+                    Some(Refusal::WrongKey) => {
+                        fields.push(("resource", text(error.resource())));
+                        fields.push(("fenced_by", text(error.fenced_by())));
+                        fields.push(("presented", text(error.key())));
+                    }
+                    Some(Refusal::EpochNotGranted { counter }) => {
+                        fields.push(("resource", text(error.resource())));
+                        fields.push(("key", text(error.key())));
+                        fields.push(("presented_epoch", epoch()));
+                        fields.push(("counter", Json::Int(counter.get())));
+                    }
+                    _ => {}
+                }
             }
             CliError::ForceReleaseRefused {
                 key,
@@ -490,30 +483,44 @@ pub fn report(error: &dyn std::error::Error) -> String {
 /// causes.
 impl From<LeaseError> for CliError {
     fn from(error: LeaseError) -> Self {
-        match error {
-            LeaseError::InvalidInput { violations } => {
-                CliError::InvalidInput(violations.join("; "))
+        let operation = || error.operation().map(|operation| operation.to_string());
+        match error.kind() {
+            ErrorKind::InvalidInput if !error.violations().is_empty() => {
+                CliError::InvalidInput(error.violations().join("; "))
             }
-            LeaseError::TimedOut { key, waited } => CliError::WaitTimedOut { key, wait: waited },
-            LeaseError::Forbidden {
-                operation,
-                argument,
-                name,
-                role,
-            } => CliError::Forbidden {
-                operation: operation.to_string(),
-                argument,
-                name,
-                role,
+            ErrorKind::TimedOut if error.operation() == Some(Operation::Acquire) => {
+                CliError::WaitTimedOut {
+                    key: error.key().unwrap_or_default().to_owned(),
+                    wait: error.waited().unwrap_or_default(),
+                }
+            }
+            ErrorKind::Forbidden if is_namespace_refusal(&error) => {
+                let (argument, name) = match error.resource() {
+                    Some(resource) => ("resource", resource),
+                    None => ("key", error.key().unwrap_or_default()),
+                };
+                CliError::Forbidden {
+                    operation: operation().unwrap_or_default(),
+                    argument: argument.to_owned(),
+                    name: name.to_owned(),
+                    role: error.role().unwrap_or_default().to_owned(),
+                }
+            }
+            ErrorKind::Unavailable if error.is_read_only_server() => CliError::ReadOnlyServer {
+                operation: operation().unwrap_or_default(),
             },
-            LeaseError::ReadOnlyServer { operation, .. } => CliError::ReadOnlyServer {
-                operation: operation.to_string(),
-            },
-            refused @ (LeaseError::StaleEpoch { .. }
-            | LeaseError::WrongLeaseKey { .. }
-            | LeaseError::EpochNotGranted { .. }
-            | LeaseError::LeaseNotHeld { .. }) => CliError::Guard(refused),
-            other => CliError::Database(report(&other)),
+            _ if is_guard_refusal(&error) => CliError::Guard(error),
+            _ => CliError::Database(report(&error)),
         }
     }
+}
+
+/// A guard refused the writer (as opposed to a fenced table, or a failure).
+fn is_guard_refusal(error: &LeaseError) -> bool {
+    error.kind() == ErrorKind::Fenced && error.table().is_none()
+}
+
+/// A namespace rule refused a key or resource (not a table's owner or a privilege).
+fn is_namespace_refusal(error: &LeaseError) -> bool {
+    error.table().is_none() && (error.key().is_some() || error.resource().is_some())
 }

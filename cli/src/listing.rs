@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use diesel::PgConnection;
 use leasehold::admin::{KeyState, ListFilter, ListOrder, ListedLease};
-use leasehold::LeaseError;
+use leasehold::{ErrorKind, LeaseError};
 
 use crate::duration;
 use crate::failure::{report, CliError};
@@ -59,13 +59,15 @@ pub fn load(
 
 /// The command's error for a failed listing.
 pub fn failure(error: LeaseError) -> CliError {
-    match error {
-        LeaseError::ListNotPermitted { role } => CliError::NoListPrivilege { role },
-        LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
-        other => CliError::Database(format!(
+    match (error.kind(), error.violations()) {
+        (ErrorKind::Forbidden, _) => CliError::NoListPrivilege {
+            role: error.role().unwrap_or_default().to_owned(),
+        },
+        (_, []) => CliError::Database(format!(
             "could not list lease.leases: {}; check the connection and that leasehold is installed",
-            report(&other)
+            report(&error)
         )),
+        (_, violations) => CliError::InvalidInput(violations.join("; ")),
     }
 }
 

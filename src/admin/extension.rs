@@ -10,6 +10,7 @@
 //! planted (data changes, `ALTER TABLE`, `CREATE INDEX`) run in an owner-rights
 //! SECURITY DEFINER step. Why each: docs/PRIVILEGES.md, docs/ARCHITECTURE.md.
 
+use crate::error::Repr;
 use std::fmt::Write as _;
 
 use crate::error::LeaseError;
@@ -429,8 +430,10 @@ fn calls_a_lease_function(statement: &str) -> bool {
 
 /// One source's statements: the superuser's (in order) and the owner's.
 fn split_source(source: &Source<'_>) -> Result<(String, Vec<String>), LeaseError> {
-    let unexpected = |expected: String| LeaseError::EmbeddedSql {
-        reason: format!("{}: expected {expected}", source.path),
+    let unexpected = |expected: String| {
+        LeaseError::from(Repr::EmbeddedSql {
+            reason: format!("{}: expected {expected}", source.path),
+        })
     };
     let up = source.sql;
     let mut body = up.to_owned();

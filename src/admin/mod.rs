@@ -1,5 +1,6 @@
 //! Operating leasehold: install, uninstall and the installed check, and the
-//! [`Operator`] calls, granted to nobody by default (docs/guide/security.md).
+//! [`Operator`] calls, granted to nobody by default: the installing role runs them
+//! or grants EXECUTE on each to an operator role.
 
 pub(crate) mod extension;
 pub(crate) mod listing;

@@ -1,9 +1,10 @@
-//! Operator actions (docs/SPECIFICATION.md §4): namespace rules and forced
+//! Operator actions: namespace rules and forced
 //! releases. Their functions are granted to nobody (docs/guide/security.md) and
 //! ignore namespace rules, so an operator can repair a key whose role was dropped.
 //! A name is governed by its longest bound prefix; membership is judged for the
 //! login role (`session_user`), which `SET ROLE` does not change.
 
+use crate::error::Repr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -21,7 +22,7 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::{decode, input};
 use crate::telemetry;
 
-/// One namespace rule, as [`list_namespaces`](crate::admin::Operator::list_namespaces) reports it.
+/// One namespace rule, as `Operator::list_namespaces` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamespaceRule {
     /// The bound prefix: names starting with it, with no longer bound prefix, follow this rule.
@@ -67,7 +68,7 @@ impl std::fmt::Display for BoundRole {
     }
 }
 
-/// The connection's [`crate::admin::Operator::bind_namespace`]: its documentation is there.
+/// The connection's `Operator::bind_namespace`: its documentation is there.
 pub(crate) async fn bind_namespace(
     conn: &mut impl Execute,
     prefix: &str,
@@ -83,7 +84,7 @@ pub(crate) async fn bind_namespace(
     .await
 }
 
-/// [`bind_namespace`](crate::admin::Operator::bind_namespace) without its span and counters.
+/// `Operator::bind_namespace` without its span and counters.
 async fn bind_namespace_unobserved(
     conn: &mut impl Execute,
     prefix: &str,
@@ -105,7 +106,7 @@ async fn bind_namespace_unobserved(
     .map_err(|error| LeaseError::from_keyless(Operation::BindNamespace, error, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::unbind_namespace`]: its documentation is there.
+/// The connection's `Operator::unbind_namespace`: its documentation is there.
 pub(crate) async fn unbind_namespace(
     conn: &mut impl Execute,
     prefix: &str,
@@ -120,7 +121,7 @@ pub(crate) async fn unbind_namespace(
     .await
 }
 
-/// [`unbind_namespace`](crate::admin::Operator::unbind_namespace) without its span and counters.
+/// `Operator::unbind_namespace` without its span and counters.
 async fn unbind_namespace_unobserved(
     conn: &mut impl Execute,
     prefix: &str,
@@ -138,7 +139,7 @@ async fn unbind_namespace_unobserved(
     .map_err(|error| LeaseError::from_keyless(Operation::UnbindNamespace, error, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::list_namespaces`]: its documentation is there.
+/// The connection's `Operator::list_namespaces`: its documentation is there.
 pub(crate) async fn list_namespaces(
     conn: &mut impl Execute,
 ) -> Result<Vec<NamespaceRule>, LeaseError> {
@@ -152,7 +153,7 @@ pub(crate) async fn list_namespaces(
     .await
 }
 
-/// [`list_namespaces`](crate::admin::Operator::list_namespaces) without its span and counters.
+/// `Operator::list_namespaces` without its span and counters.
 async fn list_namespaces_unobserved(
     conn: &mut impl Execute,
 ) -> Result<Vec<NamespaceRule>, LeaseError> {
@@ -179,7 +180,7 @@ async fn list_namespaces_unobserved(
         .collect())
 }
 
-/// The connection's [`crate::admin::Operator::force_release`]: its documentation is there.
+/// The connection's `Operator::force_release`: its documentation is there.
 pub(crate) async fn force_release(
     conn: &mut impl Execute,
     key: &str,
@@ -195,7 +196,7 @@ pub(crate) async fn force_release(
     .map(|counter| counter.map(Epoch::new))
 }
 
-/// [`force_release`](crate::admin::Operator::force_release) without its span and counters.
+/// `Operator::force_release` without its span and counters.
 async fn force_release_unobserved(
     conn: &mut impl Execute,
     key: &str,
@@ -217,7 +218,7 @@ async fn force_release_unobserved(
     })
 }
 
-/// What [`force_release_epoch`](crate::admin::Operator::force_release_epoch) did with the grant it was given.
+/// What `Operator::force_release_epoch` did with the grant it was given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ForcedRelease {
@@ -226,7 +227,7 @@ pub enum ForcedRelease {
     /// and waiters were woken.
     Released {
         /// The key's counter now, the grant's epoch + 1: every epoch up to
-        /// it is stale; fence resources up to it ([`crate::guard::Fencing::fence`]).
+        /// it is stale; fence resources up to it (`Fencing::fence`).
         counter: Epoch,
     },
     /// The key is held (or lapsed) under a higher epoch: the grant asked
@@ -250,7 +251,7 @@ pub enum ForcedRelease {
     },
 }
 
-/// The connection's [`crate::admin::Operator::force_release_epoch`]: its documentation is there.
+/// The connection's `Operator::force_release_epoch`: its documentation is there.
 pub(crate) async fn force_release_epoch(
     conn: &mut impl Execute,
     key: &str,
@@ -267,7 +268,7 @@ pub(crate) async fn force_release_epoch(
     .await
 }
 
-/// [`force_release_epoch`](crate::admin::Operator::force_release_epoch) without its span and counters.
+/// `Operator::force_release_epoch` without its span and counters.
 async fn force_release_epoch_unobserved(
     conn: &mut impl Execute,
     key: &str,
@@ -275,9 +276,9 @@ async fn force_release_epoch_unobserved(
 ) -> Result<ForcedRelease, LeaseError> {
     check_text("key", key)?;
     if epoch < 1 {
-        return Err(LeaseError::InvalidInput {
+        return Err(LeaseError::from(Repr::InvalidInput {
             violations: vec!["epoch must be at least 1".to_owned()],
-        });
+        }));
     }
     let call = ForceReleaseEpochCall {
         key,
@@ -308,17 +309,17 @@ async fn force_release_epoch_unobserved(
             counter: counter.map(Epoch::new),
         }),
         // An answer this client cannot read: the installed SQL is newer.
-        _ => Err(LeaseError::Database {
+        _ => Err(LeaseError::from(Repr::Database {
             operation: Operation::ForceRelease,
             source: diesel::result::Error::DeserializationError(
                 format!("unexpected lease force_release answer {status:?}: the installed SQL is newer than this client").into(),
             ),
-        }),
+        })),
     }
 }
 
 /// How far an epoch's generation is shifted: a grant's epoch is at least
-/// `(generation << GENERATION_SHIFT) + 1` (docs/SPECIFICATION.md §1.2).
+/// `(generation << GENERATION_SHIFT) + 1`, above every epoch of a lower generation.
 pub const GENERATION_SHIFT: u32 = 40;
 
 /// The highest generation, 2^23 − 1: the epochs of its first 2^40 grants
@@ -326,8 +327,8 @@ pub const GENERATION_SHIFT: u32 = 40;
 /// on, are still positive `bigint`s.
 pub const MAX_GENERATION: i64 = (1 << 23) - 1;
 
-/// The server's generation (docs/SPECIFICATION.md §1.2, §1.7), as
-/// [`generation`](crate::admin::Operator::generation) reports it.
+/// The server's generation, as `Operator::generation` reports it: a promotion
+/// raises it, so the new primary's epochs start above every epoch of the old one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Generation {
     /// The generation: 0 on a server that was never promoted, restored onto
@@ -347,7 +348,7 @@ impl Generation {
     }
 }
 
-/// The connection's [`crate::admin::Operator::generation`]: its documentation is there.
+/// The connection's `Operator::generation`: its documentation is there.
 pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
     telemetry::lease_call(
         Operation::Generation,
@@ -359,7 +360,7 @@ pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, Le
     .await
 }
 
-/// [`generation`](crate::admin::Operator::generation) without its span and counters.
+/// `Operator::generation` without its span and counters.
 async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
     let autocommit = conn.in_autocommit();
     let (generation, timeline) = get_result(
@@ -376,7 +377,7 @@ async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, Le
     })
 }
 
-/// The connection's [`crate::admin::Operator::raise_generation`]: its documentation is there.
+/// The connection's `Operator::raise_generation`: its documentation is there.
 pub(crate) async fn raise_generation(
     conn: &mut impl Execute,
     generation: i64,
@@ -391,16 +392,17 @@ pub(crate) async fn raise_generation(
     .await
 }
 
-/// [`raise_generation`](crate::admin::Operator::raise_generation) without its span and counters.
+/// `Operator::raise_generation` without its span and counters.
 async fn raise_generation_unobserved(
     conn: &mut impl Execute,
     generation: i64,
 ) -> Result<i64, LeaseError> {
     let autocommit = conn.in_autocommit();
     if generation > MAX_GENERATION {
-        return Err(LeaseError::GenerationTooHigh {
+        return Err(LeaseError::from(Repr::GenerationTooHigh {
+            highest: MAX_GENERATION,
             requested: generation,
-        });
+        }));
     }
     get_result(
         conn,
@@ -421,7 +423,7 @@ pub enum FunctionPrivilege {
     /// The role holds EXECUTE on it (or is its owner or a superuser).
     Granted,
     /// The role lacks EXECUTE on it: operator functions are granted to
-    /// nobody by default (docs/guide/security.md); the owner grants it with
+    /// nobody by default; the owner grants it with
     /// `GRANT EXECUTE ON FUNCTION <function> TO <role>`.
     NotGranted {
         /// The role asked about (`current_user`).
@@ -437,7 +439,7 @@ pub enum FunctionPrivilege {
 ///
 /// Why: a role without EXECUTE on an operator function gets PostgreSQL's
 /// own "permission denied for function" (SQLSTATE 42501, no constraint
-/// name), which reaches Rust as [`LeaseError::Database`], indistinguishable
+/// name), which reaches Rust as [`ErrorKind::Other`](crate::ErrorKind::Other), indistinguishable
 /// by anything stable from other failures. Asking after such a failure
 /// tells a missing grant apart, so a command can name the GRANT that fixes
 /// it. Ask outside a failed transaction: an aborted one refuses every
@@ -459,7 +461,7 @@ pub fn function_privilege(
 }
 
 /// [`function_privilege`] on either face's connection (the async face's
-/// is `crate::aio::function_privilege`).
+/// is the async face's `function_privilege`).
 pub(crate) async fn function_privilege_on(
     conn: &mut impl Execute,
     function: &str,

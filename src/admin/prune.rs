@@ -1,4 +1,4 @@
-//! Pruning (docs/SPECIFICATION.md §1.8): an operator removes the rows of
+//! Pruning: an operator removes the rows of
 //! keys nobody uses any more, so that a database that sees millions of
 //! short-lived keys (job ids, request ids) does not grow for ever.
 //!
@@ -8,7 +8,7 @@
 //! granted twice, a counter going back, or a stale epoch admitted. A key
 //! that comes back starts above every epoch it had (the watermark,
 //! `lease.lineage.pruned_through`), and guards refuse every epoch of a
-//! pruned incarnation (docs/SPECIFICATION.md §1.8 has the argument; invariant I16).
+//! pruned incarnation (docs/SPECIFICATION.md, "Pruning", has the argument).
 //!
 //! The work is done in batches, each one short transaction (when the
 //! connection is not inside a transaction of the caller's), so a prune never
@@ -20,6 +20,7 @@
 //! and `lease.prune_guards(interval, bytea, integer, boolean)` to an
 //! operator role (docs/guide/security.md, "Security model").
 
+use crate::error::Repr;
 use std::time::Duration;
 
 use crate::error::{LeaseError, Operation};
@@ -109,10 +110,11 @@ async fn prune_unobserved(
     conn: &mut impl Execute,
     options: &PruneOptions,
 ) -> Result<PruneReport, LeaseError> {
-    let idle =
-        input::interval("idle", options.idle).map_err(|violation| LeaseError::InvalidInput {
+    let idle = input::interval("idle", options.idle).map_err(|violation| {
+        LeaseError::from(Repr::InvalidInput {
             violations: vec![violation],
-        })?;
+        })
+    })?;
     let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
     let mut report = PruneReport {
         dry_run: options.dry_run,

@@ -2,6 +2,7 @@
 //! read-only as the sync pool does. Deadpool rather than bb8: `Object::take`
 //! discards at once, a checkout spawns no task, and there is no reaper to configure.
 
+use crate::error::Repr;
 use std::time::Duration;
 
 use diesel::connection::CacheSize;
@@ -9,12 +10,9 @@ use diesel_async::pooled_connection::deadpool::{Object, Pool};
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
-use crate::error::CallError;
 use crate::error::LeaseError;
+use crate::pool::CallError;
 use crate::pool::PreparedStatements;
-
-/// Why no connection could be had from the pool ([`LeaseError::AsyncPool`]).
-pub type PoolError = diesel_async::pooled_connection::deadpool::PoolError;
 
 /// Every lease operation over a pool of async connections; clones share it.
 /// A multi-host URL reaches the primary after a failover, as [`crate::LeaseClient`] does.
@@ -52,7 +50,7 @@ impl AsyncLeaseClient {
     }
 
     /// A connection of the pool for one call; [`settle`] it after.
-    pub(crate) async fn checkout(&self) -> Result<Object<AsyncPgConnection>, PoolError> {
+    pub(crate) async fn checkout(&self) -> Result<Object<AsyncPgConnection>, LeaseError> {
         checkout(&self.pool).await
     }
 
@@ -94,7 +92,7 @@ impl AsyncLeaseClientBuilder {
     }
 
     /// How long a call waits for a pooled connection, and a new one to connect,
-    /// before [`LeaseError::AsyncPool`] (default 30 s).
+    /// before [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable) (default 30 s).
     pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
         self.checkout_timeout = timeout;
         self
@@ -141,8 +139,10 @@ impl AsyncLeaseClientBuilder {
             .recycle_timeout(Some(self.checkout_timeout))
             .runtime(deadpool::Runtime::Tokio1)
             .build()
-            .map_err(|error| LeaseError::InvalidInput {
-                violations: vec![format!("the connection pool cannot be built: {error}")],
+            .map_err(|error| {
+                LeaseError::from(Repr::InvalidInput {
+                    violations: vec![format!("the connection pool cannot be built: {error}")],
+                })
             })?;
         let listen_url = self.listen_url.unwrap_or(self.database_url);
         Ok(AsyncLeaseClient {
@@ -155,8 +155,10 @@ impl AsyncLeaseClientBuilder {
 /// A connection of `pool` for one call.
 pub(super) async fn checkout(
     pool: &Pool<AsyncPgConnection>,
-) -> Result<Object<AsyncPgConnection>, PoolError> {
-    pool.get().await
+) -> Result<Object<AsyncPgConnection>, LeaseError> {
+    pool.get()
+        .await
+        .map_err(|error| LeaseError::from_checkout(Box::new(error)))
 }
 
 /// Takes a connection out of its pool for good; the pool opens a new one on demand.

@@ -2,6 +2,7 @@
 //! `connect_timeout` as libpq does: tokio-postgres bounds only the TCP connect, and
 //! diesel-async drops the driver's reason, which is kept here as the source.
 
+use crate::error::Repr;
 use diesel_async::AsyncPgConnection;
 
 use tokio_postgres::config::{Config, Host, LoadBalanceHosts};
@@ -41,11 +42,11 @@ pub async fn connect(database_url: &str) -> Result<AsyncPgConnection, LeaseError
             Err(error) => reason = Some(error),
         }
     }
-    Err(reason.unwrap_or(LeaseError::ConnectTimedOut {
+    Err(reason.unwrap_or(LeaseError::from(Repr::ConnectTimedOut {
         servers: bound.servers,
         after: bound.total.unwrap_or_default(),
         setting: bound.setting,
-    }))
+    })))
 }
 
 /// `config` split into one configuration per host, in tokio-postgres's order.
@@ -140,15 +141,17 @@ fn shuffle(order: &mut [usize]) {
 pub(super) async fn connect_for_pool(
     database_url: &str,
 ) -> diesel::ConnectionResult<AsyncPgConnection> {
-    connect(database_url).await.map_err(|error| match error {
-        LeaseError::Connect { source } => match source.downcast::<diesel::ConnectionError>() {
-            Ok(setup) => *setup,
-            Err(other) => {
-                diesel::ConnectionError::BadConnection(crate::error::chain(other.as_ref()))
-            }
-        },
-        other => diesel::ConnectionError::BadConnection(other.to_string()),
-    })
+    connect(database_url)
+        .await
+        .map_err(|error| match error.into_repr() {
+            Repr::Connect { source } => match source.downcast::<diesel::ConnectionError>() {
+                Ok(setup) => *setup,
+                Err(other) => {
+                    diesel::ConnectionError::BadConnection(crate::libpq::chain(other.as_ref()))
+                }
+            },
+            other => diesel::ConnectionError::BadConnection(other.to_string()),
+        })
 }
 
 #[cfg(test)]

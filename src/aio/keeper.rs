@@ -10,6 +10,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::error::{Operation, Repr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,9 +86,9 @@ impl KeeperBuilder {
         let schedule =
             Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
-            LeaseError::Spawn(std::io::Error::other(format!(
+            LeaseError::from(Repr::Spawn(std::io::Error::other(format!(
                 "an async keeper runs on a tokio runtime: {error}"
-            )))
+            ))))
         })?;
         let base = Instant::now();
         let (state, _) = watch::channel(State {
@@ -110,12 +111,13 @@ impl KeeperBuilder {
         match shared.renew_once().await? {
             RenewResult::Renewed | RenewResult::Ignored => {}
             RenewResult::Refused(reason) => {
-                return Err(LeaseError::LeaseNotHeld {
+                return Err(LeaseError::from(Repr::LeaseNotHeld {
+                    operation: Operation::Renew,
                     key: shared.lease.key().to_owned(),
                     owner: shared.lease.owner().to_owned(),
                     epoch: shared.lease.epoch(),
                     reason,
-                })
+                }))
             }
         }
         let renewer = runtime.spawn(shared.clone().renew_loop());
@@ -339,7 +341,7 @@ impl Shared {
             settle(conn, &answer);
             attempts = attempts.saturating_sub(1);
             match answer {
-                Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,
+                Err(error) if error.is_read_only_server() && attempts > 0 => continue,
                 answer => return answer,
             }
         }

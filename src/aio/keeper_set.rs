@@ -1,6 +1,7 @@
 //! [`KeeperSet`] as tokio tasks: the sync [`crate::hold::KeeperSet`]'s code run
 //! on the async pool, its loops as tasks and each key's loss as a future.
 
+use crate::error::Repr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,9 +57,9 @@ impl KeeperSetBuilder {
     /// first heartbeat and spawns the two tasks.
     pub async fn start(self) -> Result<KeeperSet, LeaseError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|error| {
-            LeaseError::Spawn(std::io::Error::other(format!(
+            LeaseError::from(Repr::Spawn(std::io::Error::other(format!(
                 "an async keeper set runs on a tokio runtime: {error}"
-            )))
+            ))))
         })?;
         let shared = self.settings.into_shared(Calls::Tasks(self.client))?;
         shared.first_heartbeat().await?;

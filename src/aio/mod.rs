@@ -1,8 +1,8 @@
 //! The async face (feature `async`): the sync face's operations as `Send`
 //! futures for tokio, with the same names, answers and errors, on diesel-async's
 //! [`AsyncPgConnection`] (the caller's transaction) or a pooled [`AsyncLeaseClient`].
-//! Each method runs the sync face's one function; only the execute step differs
-//! (docs/ARCHITECTURE.md, "The two faces"; `tests/leasehold/same_sql.rs` checks).
+//! Each method runs the same function as the sync face's method; only the step
+//! that executes a statement differs, so both send the same SQL.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -33,7 +33,7 @@ use crate::lease::outcome::{Lease, Renewal};
 
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
 pub(crate) use client::settle;
-pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder, PoolError};
+pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder};
 pub use connect::connect;
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};

@@ -145,7 +145,7 @@ impl LeaseWaiter {
         .await
     }
 
-    /// [`acquire`](Self::acquire) answering [`LeaseError::Cancelled`] once `cancel`
+    /// [`acquire`](Self::acquire) answering [`ErrorKind::Cancelled`](crate::ErrorKind::Cancelled) once `cancel`
     /// resolves, seen between attempts, so a granted attempt is answered.
     pub async fn acquire_cancellable(
         &self,
@@ -272,9 +272,9 @@ impl LeaseWaiter {
             // No answer: a panic is the caller's (as on the sync face); else the runtime is shutting down.
             Err(_) => match task.await {
                 Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-                _ => Err(LeaseError::AsyncPool(
+                _ => Err(crate::pool::CallError::from_checkout(Box::new(
                     diesel_async::pooled_connection::deadpool::PoolError::Closed,
-                )),
+                ))),
             },
         }
     }

@@ -2,16 +2,19 @@ use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
 
 use crate::error::LeaseError;
-use crate::guard::database::{Check, FencedError, GuardRecord};
+use crate::guard::database::FencedError;
+use crate::guard::database::{Check, GuardRecord};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 use crate::sql::execute::finish;
 
 use super::sealed::{OnConnection, Token};
 
-/// The database guard's calls, run in the caller's transaction (docs/SPECIFICATION.md §2).
+/// The database guard's calls, run in the caller's transaction: an admission commits
+/// with the writes, a refusal aborts them.
 pub trait Fencing: OnConnection {
-    /// Admits `grant` for `resource` at `check`'s strength (G1–G6); outside a transaction it protects nothing.
+    /// Admits `grant` for `resource` at `check`'s strength, refusing an epoch below the
+    /// highest admitted or a token of another key; outside a transaction it protects nothing.
     fn admit(
         &mut self,
         resource: &str,
@@ -39,10 +42,10 @@ pub trait Fencing: OnConnection {
     }
 
     /// Presents the token for the writes of the caller's current transaction to
-    /// the tables its key fences (docs/SPECIFICATION.md §2.1); it authorises
+    /// the tables its key fences; it authorises
     /// nothing after that transaction, or the savepoint it was made in, ends.
     /// A key under a namespace the session may not act on is
-    /// [`LeaseError::Forbidden`], as every call that names a key.
+    /// [`ErrorKind::Forbidden`](crate::ErrorKind::Forbidden), as every call that names a key.
     ///
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection, lease: &leasehold::Lease) -> Result<(), leasehold::LeaseError> {

@@ -1,6 +1,6 @@
 //! The sync face: [`Leases`], [`Fencing`] and [`Operator`], written once over the
 //! sealed hook [`sealed::OnConnection`] for [`PgConnection`] (the caller's
-//! transaction, docs/SPECIFICATION.md §1.5) and [`LeaseClient`]
+//! transaction, whose commit or rollback each call shares) and [`LeaseClient`]
 //! (a pooled connection per call); sealed so methods can be added compatibly.
 
 mod fencing;
@@ -14,13 +14,13 @@ pub use leases::Leases;
 pub use operator::Operator;
 
 use crate::client::LeaseClient;
-use crate::error::CallError;
+use crate::pool::CallError;
 use sealed::{OnConnection, Token};
 
 pub(crate) mod sealed {
     use diesel::pg::PgConnection;
 
-    use crate::error::CallError;
+    use crate::pool::CallError;
 
     /// Proof that the caller is leasehold: keeps the hooks out of the public API.
     pub struct Token;

@@ -8,7 +8,8 @@ use crate::sql::execute::finish;
 
 use super::sealed::{OnConnection, Token};
 
-/// Operator actions, granted to nobody by default (docs/guide/security.md).
+/// Operator actions, granted to nobody by default: the installing role runs them or
+/// grants EXECUTE on each to an operator role.
 ///
 /// ```no_run
 /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
@@ -74,15 +75,17 @@ pub trait Operator: OnConnection {
     }
 
     /// Raises the generation so every later epoch is at least `(generation << 40) + 1`,
-    /// up to [`MAX_GENERATION`](crate::admin::MAX_GENERATION) (docs/SPECIFICATION.md §1.7).
+    /// up to [`MAX_GENERATION`](crate::admin::MAX_GENERATION), for a server that a restore
+    /// or a second promotion left on a generation another server already used.
     fn raise_generation(&mut self, generation: i64) -> Result<i64, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::operator::raise_generation(conn, generation))
         })
     }
 
-    /// Prunes idle key rows and guard records (docs/SPECIFICATION.md §1.8), batch
-    /// by batch: call it outside a transaction so each batch commits alone.
+    /// Prunes idle key rows and guard records, batch by batch, never letting an epoch be
+    /// granted twice or a stale one admitted: call it outside a transaction so each
+    /// batch commits alone.
     fn prune(&mut self, options: &PruneOptions) -> Result<PruneReport, LeaseError> {
         self.on_connection(Token, |conn| {
             finish(crate::admin::prune::prune(conn, options))
@@ -100,17 +103,17 @@ pub trait Operator: OnConnection {
     /// Fences the table `table` (a name as `::regclass` reads it) by `key`:
     /// from the commit on, every INSERT, UPDATE, DELETE, MERGE, COPY FROM
     /// and TRUNCATE of it is refused unless its transaction
-    /// [presented](crate::guard::Fencing::present) the live grant of `key`
-    /// (docs/SPECIFICATION.md §2.1). While it is fenced, the table cannot
+    /// [presented](crate::guard::Fencing::present) the live grant of `key`.
+    /// While it is fenced, the table cannot
     /// become a partition or an inheritance child, and its key columns keep
     /// their types. Protecting again with the same key completes the fence;
-    /// another fence is [`LeaseError::InvalidInput`] until
+    /// another fence is [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) until
     /// [`unprotect_table`](Operator::unprotect_table) (in the same
     /// transaction, no write slips between). Only the table's owner (or a
     /// member of its owning role) may; anyone else gets
-    /// [`LeaseError::TableNotOwned`], and a key under a namespace the session
-    /// may not act on is [`LeaseError::Forbidden`]. A partitioned table, a
-    /// partition or an inheritance parent or child is [`LeaseError::InvalidInput`].
+    /// [`ErrorKind::Forbidden`](crate::ErrorKind::Forbidden), and a key under a namespace the session
+    /// may not act on is [`ErrorKind::Forbidden`](crate::ErrorKind::Forbidden). A partitioned table, a
+    /// partition or an inheritance parent or child is [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
     ///
     /// ```no_run
     /// # fn demo(conn: &mut diesel::PgConnection) -> Result<(), leasehold::LeaseError> {
@@ -133,7 +136,7 @@ pub trait Operator: OnConnection {
     /// must be integers, numeric, text, uuid, boolean or enums (their text
     /// is the same in every session). While a namespace rule shuts the
     /// session out, a `key_prefix` not under a rule of its own is
-    /// [`LeaseError::Forbidden`]. Otherwise as
+    /// [`ErrorKind::Forbidden`](crate::ErrorKind::Forbidden). Otherwise as
     /// [`protect_table`](Operator::protect_table).
     fn protect_rows(
         &mut self,

@@ -1,4 +1,4 @@
-//! Heartbeat groups (docs/SPECIFICATION.md §1.9): `renew_many` still writes a row
+//! Heartbeat groups: `renew_many` still writes a row
 //! per key, so [`join_group`](crate::Leases::join_group) puts the keys in a group
 //! whose one row [`renew_group`](crate::Leases::renew_group) extends; a member is
 //! live until the later of its own and the group's expiry. Fewer members than

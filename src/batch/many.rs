@@ -1,5 +1,5 @@
 //! Renewing and releasing many keys of one owner in one call per heartbeat, each
-//! answering per key what the single-key call would (docs/SPECIFICATION.md §1.3);
+//! answering per key what the single-key call would;
 //! an input error changes nothing for any key. Each key's SHA-256 is sent along,
 //! saving the server about a quarter of a 1,000-key heartbeat (docs/PERFORMANCE.md);
 //! a wrong digest can only make a key miss, and a missing key's digest is checked.
@@ -29,7 +29,7 @@ pub(crate) type OwnerBatch<'a> = (&'a str, Vec<(&'a str, i64)>);
 /// `&str`s and epochs, never the caller's grant type (async futures stay `Send`).
 pub(crate) type SplitGrants<'a> = Result<Option<OwnerBatch<'a>>, LeaseError>;
 
-/// The grants of a batch call: their one owner (two are [`LeaseError::InvalidInput`])
+/// The grants of a batch call: their one owner (two are [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput))
 /// and each key's epoch, in order; `None` for no grants (no call).
 pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<'_> {
     let Some(first) = grants.first() else {

@@ -1,18 +1,20 @@
-//! The database guard (docs/SPECIFICATION.md §2): per resource, the highest epoch
+//! The database guard: per resource, the highest epoch
 //! admitted, refusing lower ones so a stalled, superseded holder cannot write after
 //! its successor. Calls run in the caller's transaction so admission and writes
-//! commit together (G3), a refusal aborts it (G2), and the locked guard row
-//! serialises writers (G4). [`Check`] picks the strength.
+//! commit together, a refusal aborts it, and the locked guard row
+//! serialises writers. [`Check`] picks the strength.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::pg::PgConnection;
+use diesel::result::Error as DieselError;
 use diesel::Connection;
 
-use crate::error::{CallError, GuardContext, LeaseError, Operation};
+use crate::error::{LeaseError, Operation};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
+use crate::server_error::GuardContext;
 use crate::sql::calls::{
     AdmitCall, AdmitHeldCall, AdmitHeldPresentCall, AdmitPresentCall, CheckHeldCall, FenceCall,
     InspectGuardCall, RenewAdmitCall, RenewAdmitPresentCall,
@@ -21,13 +23,14 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
-/// How strictly [`run_fenced`](crate::guard::Fencing::run_fenced) checks the writer.
+/// How strictly `Fencing::run_fenced` checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Check {
-    /// Compare the token's epoch with the resource's record (G1–G5).
+    /// Compare the token with the resource's record: an epoch below it, or another
+    /// key, is refused.
     Token,
-    /// Also require the lease held by the token now, and block takeovers until commit (G6).
+    /// Also require the lease held by the token now, and block takeovers until commit.
     LeaseHeld,
     /// Also renew the lease by this ttl in the same transaction, so the heartbeat
     /// commits only with the write.
@@ -35,7 +38,7 @@ pub enum Check {
 }
 
 /// What every guard (database, file, object) remembers per resource: the fencing
-/// key and the lowest epoch admitted ([`Guard::record`](crate::guard::Guard::record)).
+/// key and the lowest epoch admitted (`Guard::record`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GuardRecord {
     /// The lease key whose epochs fence the resource.
@@ -44,7 +47,7 @@ pub struct GuardRecord {
     pub accepted_epoch: Epoch,
 }
 
-/// Error of [`run_fenced`](crate::guard::Fencing::run_fenced); everything was rolled back.
+/// Error of `Fencing::run_fenced`; everything was rolled back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FencedError<E> {
@@ -57,7 +60,14 @@ pub enum FencedError<E> {
     /// Beginning or committing failed; only a connection broken mid-commit leaves the
     /// outcome unknown: re-read the resource.
     #[error("the fenced transaction failed; it was rolled back")]
-    Transaction(#[from] diesel::result::Error),
+    Transaction(#[source] LeaseError),
+}
+
+/// So `?` on the transaction's own statements reads them as leasehold errors.
+impl<E> From<DieselError> for FencedError<E> {
+    fn from(error: DieselError) -> Self {
+        FencedError::Transaction(LeaseError::from(error))
+    }
 }
 
 impl<E> FencedError<E> {
@@ -88,7 +98,7 @@ fn check_resource(resource: &str) -> Result<(), LeaseError> {
     input::text("resource", resource).map_err(LeaseError::invalid)
 }
 
-/// The connection's [`crate::guard::Fencing::admit`].
+/// The connection's `Fencing::admit`.
 pub(crate) async fn admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -127,7 +137,7 @@ async fn admit_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::check_held`].
+/// The connection's `Fencing::check_held`.
 pub(crate) async fn check_held(
     conn: &mut impl Execute,
     token: &FencingToken,
@@ -162,7 +172,7 @@ async fn check_held_sql(
     })
 }
 
-/// [`crate::guard::Fencing::admit`] with [`Check::LeaseHeld`].
+/// `Fencing::admit` with [`Check::LeaseHeld`].
 pub(crate) async fn admit_held(
     conn: &mut impl Execute,
     resource: &str,
@@ -201,7 +211,7 @@ async fn admit_held_sql(
     })
 }
 
-/// [`crate::guard::Fencing::admit`] with [`Check::RenewAndAdmit`].
+/// `Fencing::admit` with [`Check::RenewAndAdmit`].
 pub(crate) async fn renew_and_admit(
     conn: &mut impl Execute,
     resource: &str,
@@ -244,7 +254,7 @@ async fn renew_and_admit_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::fence`].
+/// The connection's `Fencing::fence`.
 pub(crate) async fn fence(
     conn: &mut impl Execute,
     resource: &str,
@@ -295,7 +305,7 @@ async fn fence_sql(
     })
 }
 
-/// The connection's [`crate::guard::Fencing::inspect_guard`].
+/// The connection's `Fencing::inspect_guard`.
 pub(crate) async fn inspect_guard(
     conn: &mut impl Execute,
     resource: &str,
@@ -343,7 +353,7 @@ async fn inspect_guard_sql(
         }))
 }
 
-/// The connection's [`crate::guard::Fencing::run_fenced`].
+/// The connection's `Fencing::run_fenced`.
 pub(crate) fn run_fenced<T, E, F>(
     conn: &mut PgConnection,
     resource: &str,
@@ -452,20 +462,4 @@ async fn admit_and_present_sql(
         }
     };
     sent.map_err(|error| LeaseError::from_guard_diesel(&context(operation, resource, token), error))
-}
-
-/// A fenced transaction keeps its connection unless the server turned read-only.
-impl<W> CallError for FencedError<W> {
-    fn from_checkout(error: r2d2::Error) -> Self {
-        FencedError::Guard(LeaseError::Pool(error))
-    }
-
-    #[cfg(feature = "async")]
-    fn from_async_checkout(error: diesel_async::pooled_connection::deadpool::PoolError) -> Self {
-        FencedError::Guard(LeaseError::AsyncPool(error))
-    }
-
-    fn discards_connection(&self) -> bool {
-        matches!(self, FencedError::Guard(LeaseError::ReadOnlyServer { .. }))
-    }
 }

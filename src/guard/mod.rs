@@ -1,8 +1,8 @@
 //! One contract for every guard (database resource, fenced file, fenced object):
 //! per resource a fencing key and a floor epoch; a token below the floor or of
 //! another key is refused and changes nothing, one at or above it raises the
-//! floor, a fence through N refuses up to N, and the floor never goes down
-//! (docs/SPECIFICATION.md §2). [`Guard`] states it once so code can take any guard
+//! floor, a fence through N refuses up to N, and the floor never goes down.
+//! [`Guard`] states it once so code can take any guard
 //! and `guard_conformance` tests them alike; the database guard's own calls are
 //! [`Fencing`]'s, in the caller's transaction.
 
@@ -10,11 +10,12 @@ pub(crate) mod database;
 pub(crate) mod table;
 
 pub use crate::api::Fencing;
-pub use crate::guard::database::{Check, GuardRecord};
+pub use crate::guard::database::{Check, FencedError, GuardRecord};
 pub use crate::guard::table::{FencedTable, TableFence};
 
 use crate::error::LeaseError;
 use crate::lease::epoch::Epoch;
+use crate::lease::refusal::Refusal;
 use crate::lease::token::FencingToken;
 use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
@@ -39,7 +40,8 @@ pub enum Refused {
     },
 }
 
-/// A resource that refuses superseded lease holders (see the module docs).
+/// A resource that refuses superseded lease holders: a token below its floor epoch, or of another
+/// key, is refused and changes nothing; one at or above it raises the floor, which never goes down.
 pub trait Guard {
     /// What a call can fail with; [`Guard::refused`] picks the refusals out.
     type Error: std::error::Error + Send + Sync + 'static;
@@ -119,22 +121,14 @@ impl Guard for DatabaseGuard {
     }
 
     fn refused(error: &LeaseError) -> Option<Refused> {
-        match error {
-            LeaseError::StaleEpoch {
-                presented,
+        match error.refusal()? {
+            Refusal::StaleEpoch { accepted } => Some(Refused::Stale {
+                presented: error.epoch()?,
                 accepted,
-                ..
-            } => Some(Refused::Stale {
-                presented: *presented,
-                accepted: *accepted,
             }),
-            LeaseError::WrongLeaseKey {
-                fenced_by,
-                presented,
-                ..
-            } => Some(Refused::WrongKey {
-                fenced_by: fenced_by.clone(),
-                presented: presented.clone(),
+            Refusal::WrongKey => Some(Refused::WrongKey {
+                fenced_by: error.fenced_by()?.to_owned(),
+                presented: error.key()?.to_owned(),
             }),
             _ => None,
         }

@@ -1,14 +1,12 @@
 //! Fenced tables: the database refuses a write to a protected table unless
-//! its transaction presented a current token of the table's key
-//! (docs/SPECIFICATION.md §2.1), whatever client sends the write.
+//! its transaction presented a current token of the table's key,
+//! whatever client sends the write.
 //!
-//! The calls: [`present`](crate::guard::Fencing::present) in the writing
-//! transaction (and [`run_fenced`](crate::guard::Fencing::run_fenced), which
+//! The calls: `Fencing::present` in the writing
+//! transaction (and `Fencing::run_fenced`, which
 //! presents its token), and the owner's
-//! [`protect_table`](crate::admin::Operator::protect_table),
-//! [`protect_rows`](crate::admin::Operator::protect_rows),
-//! [`unprotect_table`](crate::admin::Operator::unprotect_table) and
-//! [`fenced_tables`](crate::admin::Operator::fenced_tables).
+//! `Operator::protect_table`, `protect_rows`, `unprotect_table` and
+//! `fenced_tables`.
 
 use crate::error::{LeaseError, Operation};
 use crate::lease::token::FencingToken;
@@ -18,7 +16,7 @@ use crate::sql::calls::{
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 
-/// A table's fence, as [`fenced_tables`](crate::admin::Operator::fenced_tables)
+/// A table's fence, as `Operator::fenced_tables`
 /// reads it back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FencedTable {
@@ -62,7 +60,7 @@ fn check_text(field: &str, value: &str) -> Result<(), LeaseError> {
     input::text(field, value).map_err(LeaseError::invalid)
 }
 
-/// The connection's [`crate::guard::Fencing::present`]: its documentation is there.
+/// The connection's `Fencing::present`: its documentation is there.
 pub(crate) async fn present(
     conn: &mut impl Execute,
     token: &FencingToken,
@@ -82,7 +80,7 @@ pub(crate) async fn present(
     .map_err(map_error(Operation::Present, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::protect_table`]: its documentation is there.
+/// The connection's `Operator::protect_table`: its documentation is there.
 pub(crate) async fn protect_table(
     conn: &mut impl Execute,
     table: &str,
@@ -104,7 +102,7 @@ pub(crate) async fn protect_table(
     .map_err(map_error(Operation::ProtectTable, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::protect_rows`]: its documentation is there.
+/// The connection's `Operator::protect_rows`: its documentation is there.
 pub(crate) async fn protect_rows(
     conn: &mut impl Execute,
     table: &str,
@@ -131,7 +129,7 @@ pub(crate) async fn protect_rows(
     .map_err(map_error(Operation::ProtectTable, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::unprotect_table`]: its documentation is there.
+/// The connection's `Operator::unprotect_table`: its documentation is there.
 pub(crate) async fn unprotect_table(
     conn: &mut impl Execute,
     table: &str,
@@ -149,7 +147,7 @@ pub(crate) async fn unprotect_table(
     .map_err(map_error(Operation::ProtectTable, autocommit))
 }
 
-/// The connection's [`crate::admin::Operator::fenced_tables`]: its documentation is there.
+/// The connection's `Operator::fenced_tables`: its documentation is there.
 pub(crate) async fn fenced_tables(conn: &mut impl Execute) -> Result<Vec<FencedTable>, LeaseError> {
     let autocommit = conn.in_autocommit();
     let rows = conn

@@ -1,21 +1,6 @@
-//! A heartbeat that keeps one grant alive and says, on the client's own clock,
-//! until when the holder may act. It never compares clocks: it notes the
-//! monotonic [`Instant`] *before* each renew, so the lease is held at least until
-//! `sent + ttl`, and [`Keeper::safe_until`] is that less a margin (ttl / 10) for
-//! clock rate drift and stopping. Only a renew gives that bound, so
-//! [`Keeper::start`] renews once first. The loss is final: a refused renew, or the
-//! deadline passing (seen by a monitor thread, so a hung renew cannot delay it).
-//! Renews are never cancelled: one waiting on a synchronous standby has committed
-//! locally, and a cancel would report it done though a failover may lose it.
-//!
-//! ```no_run
-//! # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
-//! let keeper = leasehold::Keeper::start(client, lease)?;
-//! if keeper.is_valid() { /* one step, presenting keeper.token() to guards */ }
-//! keeper.stop()?;
-//! # Ok(()) }
-//! ```
+//! One grant kept alive by a renewer thread and a deadline monitor thread.
 
+use crate::error::{Operation, Repr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -183,12 +168,13 @@ impl KeeperBuilder {
             Ok(RenewResult::Renewed(event)) => shared.emit(&event),
             Ok(RenewResult::Ignored) => {}
             Ok(RenewResult::Refused(reason)) => {
-                return Err(LeaseError::LeaseNotHeld {
+                return Err(LeaseError::from(Repr::LeaseNotHeld {
+                    operation: Operation::Renew,
                     key: shared.lease.key().to_owned(),
                     owner: shared.lease.owner().to_owned(),
                     epoch: shared.lease.epoch(),
                     reason,
-                })
+                }))
             }
             Err(error) => return Err(error),
         }
@@ -207,7 +193,23 @@ impl KeeperBuilder {
     }
 }
 
-/// Keeps one grant alive in the background; see the module docs.
+/// A heartbeat that keeps one grant alive and says, on the client's own clock,
+/// until when the holder may act. It never compares clocks: it notes the
+/// monotonic [`Instant`] *before* each renew, so the lease is held at least until
+/// `sent + ttl`, and [`Keeper::safe_until`] is that less a margin (ttl / 10) for
+/// clock rate drift and stopping. Only a renew gives that bound, so
+/// [`Keeper::start`] renews once first. The loss is final: a refused renew, or the
+/// deadline passing (seen by a monitor thread, so a hung renew cannot delay it).
+/// Renews are never cancelled: one waiting on a synchronous standby has committed
+/// locally, and a cancel would report it done though a failover may lose it.
+///
+/// ```no_run
+/// # fn demo(client: &leasehold::LeaseClient, lease: leasehold::Lease) -> Result<(), Box<dyn std::error::Error>> {
+/// let keeper = leasehold::Keeper::start(client, lease)?;
+/// if keeper.is_valid() { /* one step, presenting keeper.token() to guards */ }
+/// keeper.stop()?;
+/// # Ok(()) }
+/// ```
 pub struct Keeper {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -403,7 +405,7 @@ impl Shared {
             });
             attempts = attempts.saturating_sub(1);
             match answer {
-                Err(LeaseError::ReadOnlyServer { .. }) if attempts > 0 => continue,
+                Err(error) if error.is_read_only_server() && attempts > 0 => continue,
                 answer => return answer,
             }
         }

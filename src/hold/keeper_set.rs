@@ -1,17 +1,6 @@
-//! A heartbeat that keeps one owner's many grants (partitions, shards) alive with
-//! one call and one row write per beat: the [`Keeper`](super::Keeper)'s rules over
-//! a heartbeat group ([`crate::Leases::join_group`]), rejoined when it lapses or
-//! loses members. A refused key is lost alone; the deadline is the set's, so when
-//! it passes every kept key is lost. Stop and drop release in one call.
-//!
-//! ```no_run
-//! # fn demo(client: &leasehold::LeaseClient, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
-//! let keepers = leasehold::hold::KeeperSet::start(client, leases)?;
-//! if keepers.is_valid("shard-1") { /* work on shard-1 with keepers.token("shard-1") */ }
-//! keepers.stop()?;
-//! # Ok(()) }
-//! ```
+//! Many grants of one owner kept alive by one heartbeat group.
 
+use crate::error::{Operation, Repr};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -117,7 +106,7 @@ impl KeeperSetBuilder {
 
     /// Validates (one owner's distinct keys, 1 to [`MAX_KEYS_PER_CALL`]), sends the
     /// first heartbeat and starts the threads. Keys it finds lost are reported; only
-    /// if all are refused does it fail ([`LeaseError::LeaseNotHeld`]).
+    /// if all are refused does it fail ([`ErrorKind::Fenced`](crate::ErrorKind::Fenced)).
     pub fn start(self) -> Result<KeeperSet, LeaseError> {
         let shared = self.settings.into_shared(Calls::Blocking(self.pool))?;
         // The first deadline comes from a heartbeat sent now.
@@ -165,9 +154,9 @@ impl SetSettings {
     /// Checks the leases and schedule and makes the shared state, calling on `calls`.
     pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, LeaseError> {
         let invalid = |reason: String| {
-            Err(LeaseError::InvalidInput {
+            Err(LeaseError::from(Repr::InvalidInput {
                 violations: vec![reason],
-            })
+            }))
         };
         let Some(first) = self.leases.first() else {
             return invalid("a keeper set needs at least one lease".into());
@@ -239,7 +228,19 @@ impl SetSettings {
     }
 }
 
-/// Keeps one owner's grants alive in the background; see the module docs.
+/// A heartbeat that keeps one owner's many grants (partitions, shards) alive with
+/// one call and one row write per beat: the [`Keeper`](super::Keeper)'s rules over
+/// a heartbeat group ([`crate::Leases::join_group`]), rejoined when it lapses or
+/// loses members. A refused key is lost alone; the deadline is the set's, so when
+/// it passes every kept key is lost. Stop and drop release in one call.
+///
+/// ```no_run
+/// # fn demo(client: &leasehold::LeaseClient, leases: Vec<leasehold::Lease>) -> Result<(), Box<dyn std::error::Error>> {
+/// let keepers = leasehold::hold::KeeperSet::start(client, leases)?;
+/// if keepers.is_valid("shard-1") { /* work on shard-1 with keepers.token("shard-1") */ }
+/// keepers.stop()?;
+/// # Ok(()) }
+/// ```
 pub struct KeeperSet {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
@@ -556,7 +557,7 @@ impl Shared {
     }
 
     /// The first heartbeat, from either face's `start`: fails on error, or with
-    /// [`LeaseError::LeaseNotHeld`] when every key was refused.
+    /// [`ErrorKind::Fenced`](crate::ErrorKind::Fenced) when every key was refused.
     pub(crate) async fn first_heartbeat(&self) -> Result<(), LeaseError> {
         let events = self.heartbeat().await?;
         if self.kept_positions().is_empty() {
@@ -572,12 +573,13 @@ impl Shared {
                 .index
                 .get(&key)
                 .map_or(Epoch::from(1), |&at| self.members[at].lease.epoch());
-            return Err(LeaseError::LeaseNotHeld {
+            return Err(LeaseError::from(Repr::LeaseNotHeld {
+                operation: Operation::Renew,
                 key,
                 owner: self.owner.clone(),
                 epoch,
                 reason,
-            });
+            }));
         }
         for event in &events {
             self.emit(event);

@@ -1,6 +1,7 @@
 //! What [`Keeper`](super::Keeper) and [`KeeperSet`](super::KeeperSet) share: the
 //! heartbeat schedule and its checks, and small thread helpers.
 
+use crate::error::Repr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ pub(super) fn spawn(
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(body)
-        .map_err(LeaseError::Spawn)
+        .map_err(|error| LeaseError::from(Repr::Spawn(error)))
 }
 
 /// The timing of a heartbeat, checked.
@@ -47,9 +48,9 @@ impl Schedule {
         retry_every: Option<Duration>,
     ) -> Result<Self, LeaseError> {
         let invalid = |reason: String| {
-            Err(LeaseError::InvalidInput {
+            Err(LeaseError::from(Repr::InvalidInput {
                 violations: vec![reason],
-            })
+            }))
         };
         if ttl.is_zero() {
             return invalid("ttl must be positive".into());

@@ -11,8 +11,8 @@ use diesel::pg::{Pg, PgValue};
 use diesel::serialize::{self, Output, ToSql};
 use diesel::sql_types::BigInt;
 
-/// A fencing epoch: strictly greater for every later grant of a key
-/// (docs/SPECIFICATION.md §1.2); grants start at 1, `0` means "nothing yet".
+/// A fencing epoch: strictly greater for every later grant of a key, even after a
+/// crash; grants start at 1, `0` means "nothing yet".
 /// Compares with integers, prints as its number, maps to SQL `bigint`.
 ///
 /// ```

@@ -1,5 +1,5 @@
 //! The lease operations, one SQL function call each, on either face's connection
-//! (`sql::execute`) in the caller's transaction, if any (docs/SPECIFICATION.md §1.5).
+//! (`sql::execute`), committing or rolling back with the caller's transaction, if any.
 //! Time is the server's `clock_timestamp()`; the client's clock is never consulted.
 
 pub(crate) mod epoch;
@@ -7,6 +7,7 @@ pub(crate) mod outcome;
 pub(crate) mod refusal;
 pub(crate) mod token;
 
+use crate::error::Repr;
 use std::time::Duration;
 
 use crate::error::{LeaseError, Operation};
@@ -40,10 +41,10 @@ pub(crate) async fn acquire_waiting(
     match acquire_call(conn, key, owner, ttl, wait).await? {
         Acquisition::Granted(lease) => Ok(lease),
         // A zero wait denies like `acquire`; here the caller asked for an error.
-        Acquisition::Denied => Err(LeaseError::TimedOut {
+        Acquisition::Denied => Err(LeaseError::from(Repr::TimedOut {
             key: key.to_owned(),
             waited: wait,
-        }),
+        })),
     }
 }
 
@@ -270,12 +271,12 @@ pub(crate) fn status_refusal(
 
 /// An answer this client cannot read: the installed SQL is newer than it.
 pub(crate) fn unexpected(operation: Operation, answer: &str) -> LeaseError {
-    LeaseError::Database {
+    LeaseError::from(Repr::Database {
         operation,
         source: diesel::result::Error::DeserializationError(
             format!("unexpected lease {operation} answer {answer:?}: the installed SQL is newer than this client").into(),
         ),
-    }
+    })
 }
 
 /// Checks text for what PostgreSQL cannot store.

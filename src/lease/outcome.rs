@@ -67,7 +67,7 @@ impl PartialEq for Lease {
 
 impl Eq for Lease {}
 
-/// Outcome of [`crate::Leases::acquire`].
+/// Outcome of `Leases::acquire`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a denied acquire does not grant the lease"]
 pub enum Acquisition {
@@ -87,7 +87,7 @@ impl Acquisition {
     }
 }
 
-/// Outcome of [`crate::Leases::renew`].
+/// Outcome of `Leases::renew`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder"]
 pub enum Renewal {
@@ -100,7 +100,7 @@ pub enum Renewal {
     Refused(Refusal),
 }
 
-/// Outcome of [`crate::Leases::release`].
+/// Outcome of `Leases::release`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused release did nothing"]
 pub enum Release {
@@ -110,7 +110,7 @@ pub enum Release {
     Refused(Refusal),
 }
 
-/// One key's answer to [`crate::Leases::renew_many`], as [`crate::Leases::renew`] would give.
+/// One key's answer to `Leases::renew_many`, as `Leases::renew` would give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused renewal must stop the holder of that key"]
 pub struct KeyRenewal {
@@ -120,7 +120,7 @@ pub struct KeyRenewal {
     pub renewal: Renewal,
 }
 
-/// One key's answer to [`crate::Leases::release_many`], as [`crate::Leases::release`] would give.
+/// One key's answer to `Leases::release_many`, as `Leases::release` would give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused release did nothing for that key"]
 pub struct KeyRelease {
@@ -130,7 +130,7 @@ pub struct KeyRelease {
     pub release: Release,
 }
 
-/// A key's state, as [`crate::Leases::inspect`] reports it.
+/// A key's state, as `Leases::inspect` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseState {
     /// A live grant.

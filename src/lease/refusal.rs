@@ -3,10 +3,16 @@
 use crate::lease::epoch::Epoch;
 use crate::sql::decode::Status;
 
-/// Why a renew, release or lease-checked write was refused: stop acting on the
-/// lease. [`as_status`](Self::as_status) is the SQL status, [`as_reason`](Self::as_reason)
+/// Why a holder or a writer was refused: stop acting on the lease.
+///
+/// A renew or release refuses with one of the first six, which say what
+/// happened to the grant; a guard (`LeaseError::refusal`)
+/// or a fenced table may also refuse with the others, which say what the
+/// resource holds against the presented token.
+/// [`as_status`](Self::as_status) is the SQL status, [`as_reason`](Self::as_reason)
 /// the word the CLI and `lease.why_refused` use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Refusal {
     /// The grant's ttl passed without a renewal (`lapsed`).
     Lapsed {
@@ -30,10 +36,29 @@ pub enum Refusal {
     /// No grant at or after this epoch for this owner (`not_owner`): unknown, never
     /// granted, another owner's, or pruned.
     NeverHeld,
+    /// A guarded resource already admitted a later epoch: a newer holder wrote.
+    StaleEpoch {
+        /// The lowest epoch the resource admits.
+        accepted: Epoch,
+    },
+    /// Another key's epochs fence the resource (`LeaseError::fenced_by` names it).
+    WrongKey,
+    /// The presented epoch was never granted for the key, so it fences nothing.
+    EpochNotGranted {
+        /// The key's counter: the highest epoch it has granted or passed.
+        counter: Epoch,
+    },
+    /// A fenced table's writer presented no token of the key in its transaction.
+    NoToken,
+    /// A written row of a row-fenced table has a NULL key column.
+    NullKey,
+    /// TRUNCATE of a row-fenced table, which would remove every key's rows.
+    Truncate,
 }
 
 impl Refusal {
-    /// The SQL status: `not_owner`, `lapsed` or `epoch_mismatch`.
+    /// The SQL status: `not_owner`, `lapsed` or `epoch_mismatch`; a guard's
+    /// or table's own refusal has no status and answers its reason word.
     pub fn as_status(self) -> &'static str {
         match self {
             Refusal::Lapsed { .. } => "lapsed",
@@ -42,6 +67,7 @@ impl Refusal {
             | Refusal::Released
             | Refusal::ForceReleased
             | Refusal::NeverHeld => "not_owner",
+            other => other.as_reason(),
         }
     }
 
@@ -54,6 +80,12 @@ impl Refusal {
             Refusal::Released => "released",
             Refusal::ForceReleased => "force_released",
             Refusal::NeverHeld => "never_held",
+            Refusal::StaleEpoch { .. } => "stale_epoch",
+            Refusal::WrongKey => "wrong_lease_key",
+            Refusal::EpochNotGranted { .. } => "epoch_not_granted",
+            Refusal::NoToken => "no_token",
+            Refusal::NullKey => "null_key",
+            Refusal::Truncate => "truncate",
         }
     }
 
@@ -63,7 +95,7 @@ impl Refusal {
             Refusal::Superseded { by } => Some(by),
             Refusal::Lapsed { taken_over_by } => taken_over_by,
             Refusal::EpochMismatch { held } => held,
-            Refusal::Released | Refusal::ForceReleased | Refusal::NeverHeld => None,
+            _ => None,
         }
     }
 
@@ -115,6 +147,19 @@ impl std::fmt::Display for Refusal {
             Refusal::NeverHeld => {
                 f.write_str("never_held: this owner holds no grant at this epoch")
             }
+            Refusal::StaleEpoch { accepted } => {
+                write!(
+                    f,
+                    "stale_epoch: the resource accepts only epochs >= {accepted}"
+                )
+            }
+            Refusal::WrongKey => f.write_str("wrong_lease_key: another key fences the resource"),
+            Refusal::EpochNotGranted { counter } => {
+                write!(f, "epoch_not_granted: the key's counter is {counter}")
+            }
+            Refusal::NoToken => f.write_str("no_token: no token of the key was presented"),
+            Refusal::NullKey => f.write_str("null_key: a written row has a NULL key column"),
+            Refusal::Truncate => f.write_str("truncate: it would remove every key's rows"),
         }
     }
 }

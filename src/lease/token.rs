@@ -2,6 +2,7 @@
 //! guard. Tokens travel in headers and metadata, so the text form `lh1.<epoch>.<key>.<owner>`
 //! percent-encodes the names; `lh1` versions it, so parsers reject unknown forms.
 
+use crate::error::Repr;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use crate::lease::epoch::Epoch;
 /// The version prefix of the current text form.
 const TEXT_FORM_PREFIX: &str = "lh1";
 
-/// Proof of one grant, from [`crate::Lease::token`]; cheap to clone (shared strings).
+/// Proof of one grant, from `Lease::token`; cheap to clone (shared strings).
 ///
 /// ```
 /// use leasehold::{Epoch, FencingToken};
@@ -30,11 +31,11 @@ pub struct FencingToken {
     epoch: Epoch,
 }
 
-/// [`LeaseError::InvalidInput`] naming the rule a token broke.
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) naming the rule a token broke.
 fn invalid(rule: String) -> LeaseError {
-    LeaseError::InvalidInput {
+    LeaseError::from(Repr::InvalidInput {
         violations: vec![rule],
-    }
+    })
 }
 
 impl FencingToken {
@@ -83,7 +84,7 @@ impl FencingToken {
     }
 }
 
-/// A token is the grant it proves, so calls take a [`crate::Lease`] or a token alike.
+/// A token is the grant it proves, so calls take a `Lease` or a token alike.
 impl AsRef<FencingToken> for FencingToken {
     fn as_ref(&self) -> &FencingToken {
         self
@@ -146,6 +147,7 @@ impl FromStr for FencingToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     #[test]
     fn text_form_round_trips_awkward_names() {
@@ -173,7 +175,7 @@ mod tests {
             assert!(bad.parse::<FencingToken>().is_err(), "{bad:?} parsed");
         }
         let refused = |text: &str| match text.parse::<FencingToken>() {
-            Err(LeaseError::InvalidInput { violations }) => violations.join("; "),
+            Err(error) if error.kind() == ErrorKind::InvalidInput => error.violations().join("; "),
             other => panic!("{text:?}: expected InvalidInput, got {other:?}"),
         };
         assert_eq!(

@@ -1,8 +1,10 @@
-//! Reading the server's answers: status texts, error DETAILs, and the few
-//! errors diesel gives no code for. diesel exposes neither SQLSTATE nor
-//! the statement's error fields beyond message, DETAIL, HINT and
+//! Reading the server's answers: status texts, the JSON DETAIL of a
+//! refusal, the invalid-input DETAIL, role labels, and the few errors the
+//! server raises itself that diesel gives no code for. diesel exposes
+//! neither SQLSTATE nor any field beyond message, DETAIL, HINT and
 //! constraint name, so those few are told by their message text; this
-//! module is the only place that reads one.
+//! module is the only place that reads one. Turning an error into a
+//! `LeaseError` is `server_error`'s job.
 
 use diesel::result::{DatabaseErrorInformation, Error as DieselError};
 

@@ -100,7 +100,7 @@ impl Execute for diesel_async::AsyncPgConnection {
 
 /// Files a lost session as libpq does (`ClosedConnection`): diesel-async reports
 /// it as `UnableToSendCommand`, or a FATAL (57P01) as an ordinary error. So both
-/// faces map an unknown outcome alike ([`crate::LeaseError::OutcomeUnknown`]).
+/// faces map an unknown outcome alike (`ErrorKind::OutcomeUnknown`).
 #[cfg(feature = "async")]
 fn lost_session_as_libpq_says(
     conn: &mut diesel_async::AsyncPgConnection,

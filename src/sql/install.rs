@@ -5,7 +5,7 @@
 /// install fails instead of queueing and holding up lease calls behind it.
 pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 
-/// How long an install waits for a lock before [`crate::error::LeaseError::Blocked`].
+/// How long an install waits for a lock before `ErrorKind::TimedOut`.
 pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Serialises installers of one database (`$1`: the lock key).

@@ -104,7 +104,7 @@ mod tests {
         );
     }
 
-    /// The specification's table of error names (§1.4) lists exactly those the SQL raises.
+    /// The specification's table of error names lists exactly those the SQL raises.
     #[test]
     fn the_specification_lists_every_constraint_name() {
         let spec = include_str!("../../docs/SPECIFICATION.md");

@@ -4,7 +4,7 @@
 //! deadline, cancellation or a re-check; missed notifications fall back to polling
 //! ([`ListenerStatus::wake_mode`]). Each attempt is an ordinary autocommitted
 //! `lease.acquire`, so a forged notification costs one attempt and nothing is
-//! queued (no fairness). docs/guide/waiting-and-keeping.md has the details.
+//! queued (no fairness).
 //!
 //! ```no_run
 //! # fn demo(client: &leasehold::LeaseClient) -> Result<(), leasehold::LeaseError> {
@@ -15,11 +15,12 @@
 //! # let _ = lease; Ok(()) }
 //! ```
 
+use crate::error::Repr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LeaseClient;
-use crate::error::{LeaseError, Operation};
+use crate::error::{ErrorKind, LeaseError, Operation};
 use crate::hold::cancel::{CancelToken, Wake};
 use crate::lease;
 use crate::lease::outcome::{Acquisition, Lease};
@@ -55,7 +56,7 @@ const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Wait {
-    /// Give up with [`LeaseError::TimedOut`] after this long (zero: one attempt).
+    /// Give up with [`ErrorKind::TimedOut`] after this long (zero: one attempt).
     AtMost(Duration),
     /// Wait until granted or cancelled through a [`CancelToken`].
     UntilCancelled,
@@ -72,8 +73,8 @@ impl telemetry::Outcome for Result<Lease, LeaseError> {
     fn outcome(&self) -> &'static str {
         match self {
             Ok(_) => "granted",
-            Err(LeaseError::TimedOut { .. }) => "timed_out",
-            Err(LeaseError::Cancelled { .. }) => "cancelled",
+            Err(error) if error.kind() == ErrorKind::TimedOut => "timed_out",
+            Err(error) if error.kind() == ErrorKind::Cancelled => "cancelled",
             Err(_) => "error",
         }
     }
@@ -175,9 +176,12 @@ impl LeaseWaiter {
     /// session fails its delivery check (a transaction-mode pooler), which takes up
     /// to ten seconds, so give more than that.
     pub fn ensure_listening(&self, timeout: Duration) -> Result<(), LeaseError> {
-        self.listener
-            .wait_delivering(timeout)
-            .map_err(|status| LeaseError::NotListening { status })
+        self.listener.wait_delivering(timeout).map_err(|status| {
+            LeaseError::from(Repr::NotListening {
+                wake_mode: format!("{:?}", status.wake_mode),
+                last_error: status.last_error.clone(),
+            })
+        })
     }
 
     /// How many waiters of this process are blocked on `key`, armed; for tests and monitoring.
@@ -220,7 +224,7 @@ impl LeaseWaiter {
         }))
     }
 
-    /// [`LeaseWaiter::acquire`] answering [`LeaseError::Cancelled`] as soon as
+    /// [`LeaseWaiter::acquire`] answering [`ErrorKind::Cancelled`] as soon as
     /// `cancel` is cancelled from any thread.
     /// ```no_run
     /// # fn demo(waiter: leasehold::wait::LeaseWaiter, cancel: leasehold::hold::CancelToken) {
@@ -379,9 +383,9 @@ impl<'k> Rounds<'k> {
 
     /// The error of a wait cancelled now.
     pub(crate) fn cancelled(&self) -> LeaseError {
-        LeaseError::Cancelled {
+        LeaseError::from(Repr::Cancelled {
             key: self.key.to_owned(),
-        }
+        })
     }
 
     /// What to do after an attempt that found `step`; `armed`: it followed the key's
@@ -400,10 +404,10 @@ impl<'k> Rounds<'k> {
         };
         let now = Instant::now();
         if self.deadline.is_some_and(|d| now >= d) {
-            return Round::Failed(LeaseError::TimedOut {
+            return Round::Failed(LeaseError::from(Repr::TimedOut {
                 key: self.key.to_owned(),
                 waited: self.started.elapsed(),
-            });
+            }));
         }
         if holder_left == Some(Duration::ZERO) && self.immediate_retries < 3 {
             // Free or lapsed a moment ago: try again at once.

@@ -4,6 +4,7 @@
 //! registration completes are never announced: [`ReleaseEvent::Resync`] and
 //! [`ReleaseWatch::armed`] say when to re-read the keys' state.
 
+use crate::error::Repr;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,7 +70,7 @@ impl ReleaseWatch {
             violations.push(too_many(distinct.len()));
         }
         if !violations.is_empty() {
-            return Err(LeaseError::InvalidInput { violations });
+            return Err(LeaseError::from(Repr::InvalidInput { violations }));
         }
         let subscription = listener.subscribe();
         let mut watch = ReleaseWatch {
@@ -84,7 +85,7 @@ impl ReleaseWatch {
     }
 
     /// Adds `key`; `false` if already watched. An invalid key or one past
-    /// [`WAITER_LIMIT`] is [`LeaseError::InvalidInput`].
+    /// [`WAITER_LIMIT`] is [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput).
     pub fn add(&mut self, key: &str) -> Result<bool, LeaseError> {
         check_key(key).map_err(LeaseError::invalid)?;
         if self.watches.contains_key(key) {
@@ -220,6 +221,7 @@ fn too_many(keys: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrorKind;
 
     /// A listener that never connects: registration stays pending, all the limits need.
     fn nowhere() -> Arc<Listener> {
@@ -233,10 +235,10 @@ mod tests {
         assert_eq!(watch.len(), WAITER_LIMIT);
         assert_eq!(watch.add("key-0").ok(), Some(false), "already watched");
         match watch.add("one-more") {
-            Err(LeaseError::InvalidInput { violations }) => {
+            Err(error) if error.kind() == ErrorKind::InvalidInput => {
                 assert!(
-                    violations[0].contains("at most 10000 keys"),
-                    "{violations:?}"
+                    error.violations()[0].contains("at most 10000 keys"),
+                    "{error:?}"
                 )
             }
             other => panic!("expected InvalidInput, got {other:?}"),
@@ -245,10 +247,9 @@ mod tests {
         assert!(watch.remove("key-0"));
         assert_eq!(watch.add("one-more").ok(), Some(true));
         for bad in ["", "a\0b"] {
-            assert!(matches!(
-                watch.add(bad),
-                Err(LeaseError::InvalidInput { .. })
-            ));
+            assert!(
+                matches!(watch.add(bad), Err(error) if error.kind() == ErrorKind::InvalidInput)
+            );
         }
         // Not connected: nothing is armed, and waiting says so in time.
         assert_eq!(watch.armed(), 0);

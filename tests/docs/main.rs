@@ -2,10 +2,15 @@
 //! docs/**/*.md names a file that exists and, with `#anchor` into a
 //! markdown file, a heading of that file (GitHub's anchors: the heading's
 //! text lowercased, spaces to hyphens, punctuation other than hyphens and
-//! underscores removed, `-1`, `-2`, ... for repeats). Needs no server.
+//! underscores removed, `-1`, `-2`, ... for repeats); the library's doc
+//! comments read on their own (`rustdoc`); and its files form layers with
+//! no circle (`layers`). Needs no server.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
+
+mod layers;
+mod rustdoc;
 
 /// The repository's root.
 fn root() -> &'static Path {

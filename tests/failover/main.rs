@@ -20,7 +20,9 @@ use diesel::prelude::*;
 use leasehold::admin::Operator;
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
-use leasehold::{error::LeaseError, Acquisition, Lease, LeaseState, Leases, Release};
+use leasehold::{
+    error::LeaseError, Acquisition, ErrorKind, Lease, LeaseState, Leases, Refusal, Release,
+};
 use leasehold_local::{BackupMode, LocalPostgres, StopMode};
 use leasehold_object_store::object_store::memory::InMemory;
 use leasehold_object_store::object_store::path::Path as ObjectPath;
@@ -155,8 +157,11 @@ fn async_standby_promoted_after_missing_grants_grants_above_them_and_guards_refu
         .expect("database guard admits the new holder");
     for old_token in [first.token(), stale.token()] {
         match new.admit("db-resource", &old_token, Check::Token) {
-            Err(LeaseError::StaleEpoch { presented, .. }) => {
-                assert_eq!(presented, old_token.epoch())
+            Err(e)
+                if e.kind() == ErrorKind::Fenced
+                    && matches!(e.refusal(), Some(Refusal::StaleEpoch { .. })) =>
+            {
+                assert_eq!(e.epoch(), Some(old_token.epoch()))
             }
             other => panic!(
                 "database guard must refuse old epoch {}: {other:?}",
@@ -565,7 +570,17 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
     );
     for old_token in [first.token(), again.token()] {
         match new.admit("job-output", &old_token, Check::Token) {
-            Err(LeaseError::StaleEpoch { accepted, .. }) => assert_eq!(accepted, GENERATION_1),
+            Err(e)
+                if e.kind() == ErrorKind::Fenced
+                    && matches!(e.refusal(), Some(Refusal::StaleEpoch { .. })) =>
+            {
+                assert_eq!(
+                    e.refusal(),
+                    Some(Refusal::StaleEpoch {
+                        accepted: leasehold::Epoch::new(GENERATION_1)
+                    })
+                )
+            }
             other => panic!(
                 "old epoch {} after the promotion: {other:?}",
                 old_token.epoch()
@@ -583,7 +598,6 @@ fn pruned_keys_stay_ordered_and_fenced_across_a_promotion() {
 #[test]
 fn a_fenced_table_after_a_promotion_admits_only_the_promoted_servers_grants() {
     use diesel::connection::SimpleConnection;
-    use leasehold::error::TableRefusal;
 
     let pair = ReplicatedPair::start(false);
     let mut old = pair.primary_conn();
@@ -624,12 +638,18 @@ fn a_fenced_table_after_a_promotion_admits_only_the_promoted_servers_grants() {
         (Some(&lost), "never granted here"),
     ] {
         match write(&mut new, lease, who) {
-            Err(LeaseError::TableWriteRefused { refusal, .. }) => assert!(
-                matches!(
-                    (lease, &refusal),
-                    (None, TableRefusal::NoToken { .. }) | (Some(_), TableRefusal::NotHeld { .. })
-                ),
-                "{who}: {refusal:?}"
+            // A fenced table's refusal of a write (not of its owner).
+            Err(e) if e.table().is_some() && e.role().is_none() => assert!(
+                match lease {
+                    // NoToken
+                    None => {
+                        e.kind() == ErrorKind::Forbidden && e.refusal() == Some(Refusal::NoToken)
+                    }
+                    // NotHeld
+                    Some(_) => e.kind() == ErrorKind::Fenced && e.owner().is_some(),
+                },
+                "{who}: {:?}",
+                e.refusal()
             ),
             other => panic!("{who}: {other:?}"),
         }

@@ -12,8 +12,9 @@ pub use diesel::sql_types::Text;
 pub use leasehold::guard::Check;
 use leasehold::guard::Fencing;
 pub use leasehold::{
-    error::{FencedError, LeaseError},
-    Acquisition, Lease, LeaseState, Leases, Refusal, Release, Renewal,
+    error::{LeaseError, Operation},
+    guard::FencedError,
+    Acquisition, Epoch, ErrorKind, Lease, LeaseState, Leases, Refusal, Release, Renewal,
 };
 pub use leasehold_local::{LocalPostgres, StopMode};
 pub use leasehold_test_support::{
@@ -165,4 +166,63 @@ pub fn blocked_waiter(
         std::thread::spawn(move || conn.acquire_waiting("k", "b", TTL, Duration::from_secs(60)));
     wait_until_polling(observer, pid);
     (pid, waiter)
+}
+
+/// The diesel error of the old `LeaseError::Database` (the database failed
+/// the call otherwise): kind Other, or Unavailable when the connection died.
+pub fn database_error(error: &LeaseError) -> Option<&diesel::result::Error> {
+    let operation = error.operation()?;
+    let fits = matches!(error.kind(), ErrorKind::Other | ErrorKind::Unavailable)
+        && error
+            .to_string()
+            .starts_with(&format!("lease {operation} failed in the database"));
+    if !fits {
+        return None;
+    }
+    std::error::Error::source(error)?.downcast_ref::<diesel::result::Error>()
+}
+
+/// The old `LeaseError::ReadOnlyServer`: the call the read-only server refused.
+pub fn read_only_refusal(error: &LeaseError) -> Option<Operation> {
+    let read_only = error.kind() == ErrorKind::Unavailable
+        && error.to_string().contains("the server is read-only");
+    if read_only {
+        error.operation()
+    } else {
+        None
+    }
+}
+
+/// The old `LeaseError::Pool`: no connection from the pool in time.
+pub fn is_pool_error(error: &LeaseError) -> bool {
+    error.kind() == ErrorKind::Unavailable
+        && error.operation().is_none()
+        && error
+            .to_string()
+            .starts_with("no database connection available from the pool")
+}
+
+/// The old `LeaseError::StaleEpoch`: its resource, presented epoch and the
+/// resource's accepted epoch.
+pub fn stale_epoch_of(error: &LeaseError) -> Option<(&str, Epoch, Epoch)> {
+    match (error.kind(), error.refusal()) {
+        (ErrorKind::Fenced, Some(Refusal::StaleEpoch { accepted })) => {
+            Some((error.resource()?, error.epoch()?, accepted))
+        }
+        _ => None,
+    }
+}
+
+/// The old `LeaseError::LeaseNotHeld`: why the lease is not held.
+pub fn not_held_reason(error: &LeaseError) -> Option<Refusal> {
+    let not_held = error.kind() == ErrorKind::Fenced
+        && error.table().is_none()
+        && error.key().is_some()
+        && error.owner().is_some()
+        && error.epoch().is_some();
+    if not_held {
+        error.refusal()
+    } else {
+        None
+    }
 }

@@ -177,7 +177,7 @@ fn next_event(
 }
 
 fn is_read_only(error: &LeaseError, operation: Operation) -> bool {
-    matches!(error, LeaseError::ReadOnlyServer { operation: o, .. } if *o == operation)
+    read_only_refusal(error) == Some(operation)
 }
 
 /// Part 1 of the failover story: a `LeaseClient` call, a `Keeper` renewal
@@ -192,12 +192,9 @@ fn clients_on_a_multi_host_url_follow_the_writable_server_across_a_failover() {
             set_read_only(new, false);
         },
         |error| {
-            matches!(
-                error,
-                LeaseError::OutcomeUnknown { .. }
-                    | LeaseError::Database { .. }
-                    | LeaseError::Pool(_)
-            )
+            error.kind() == ErrorKind::OutcomeUnknown
+                || database_error(error).is_some()
+                || is_pool_error(error)
         },
     );
 }
@@ -213,12 +210,7 @@ fn clients_on_a_multi_host_url_leave_a_primary_that_turned_read_only() {
             set_read_only(old, true);
             set_read_only(new, false);
         },
-        |error| {
-            matches!(
-                error,
-                LeaseError::ReadOnlyServer { .. } | LeaseError::Pool(_)
-            )
-        },
+        |error| read_only_refusal(error).is_some() || is_pool_error(error),
     );
 }
 
@@ -399,13 +391,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
 
     let error = conn.admit("r", &held, Check::Token).unwrap_err();
     assert!(
-        matches!(
-            error,
-            LeaseError::ReadOnlyServer {
-                operation: Operation::Admit,
-                ..
-            }
-        ),
+        read_only_refusal(&error) == Some(Operation::Admit),
         "{error:?}"
     );
     let fenced = conn.run_fenced("r", &held, Check::Token, |_| {
@@ -414,7 +400,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     assert!(
         matches!(
             fenced,
-            Err(FencedError::Guard(LeaseError::ReadOnlyServer { .. }))
+            Err(FencedError::Guard(ref e)) if read_only_refusal(e).is_some()
         ),
         "{fenced:?}"
     );
@@ -432,7 +418,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     });
     assert!(matches!(
         fenced,
-        Err(FencedError::Guard(LeaseError::ReadOnlyServer { .. }))
+        Err(FencedError::Guard(ref e)) if read_only_refusal(e).is_some()
     ));
 
     let waiter = LeaseWaiter::new(&lazy_client(&url, 1));
@@ -467,13 +453,7 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     proxy.drop_next_answer();
     let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
-        matches!(
-            &error,
-            LeaseError::OutcomeUnknown {
-                operation: Operation::Acquire,
-                ..
-            }
-        ),
+        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::Acquire),
         "{error:?}"
     );
     assert!(proxy.answer_was_dropped());

@@ -14,8 +14,8 @@ fn statement_timeout_during_a_blocking_acquire_changes_nothing() {
     // 57014 like the lease wait timeout, but the statement's timeout: a
     // database error, not the typed TimedOut of the 60 s wait bound.
     assert!(
-        matches!(&error, LeaseError::Database { source, .. }
-            if source.to_string().contains("statement timeout")),
+        database_error(&error)
+            .is_some_and(|source| source.to_string().contains("statement timeout")),
         "{error:?}"
     );
     assert_eq!(snapshot(&mut conn), before);
@@ -34,8 +34,9 @@ fn cancel_during_a_blocking_acquire_changes_nothing() {
     ));
     let error = waiter.join().unwrap().unwrap_err();
     assert!(
-        matches!(&error, LeaseError::Database { source, .. }
-            if source.to_string().contains("canceling statement due to user request")),
+        database_error(&error).is_some_and(|source| source
+            .to_string()
+            .contains("canceling statement due to user request")),
         "{error:?}"
     );
     assert_eq!(snapshot(&mut conn), before);

@@ -21,9 +21,8 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::guard::Fencing;
 use leasehold::{
-    error::{FencedError, LeaseError},
-    guard::Check,
-    Acquisition, LeaseState, Leases, Release, Renewal,
+    guard::{Check, FencedError},
+    Acquisition, ErrorKind, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_test_support::nemesis::history::Event;
 use leasehold_test_support::nemesis::run::Rng;
@@ -195,7 +194,7 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
                 std::thread::sleep(Duration::from_millis(rng.range(0, 30)));
                 continue;
             }
-            Err(LeaseError::OutcomeUnknown { .. }) => {
+            Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
                 out.push(Event::AcquireUnknown { key, owner });
                 conn = None;
                 continue;
@@ -235,17 +234,20 @@ fn worker(index: usize, url: &str, keys: usize, seed: u64, shared: &Shared) -> V
             });
             let outcome = match result {
                 Ok(w) => WriteOutcome::Ok(w.seq, w.at),
-                Err(FencedError::Guard(LeaseError::StaleEpoch { .. })) => {
-                    WriteOutcome::Refused("stale_epoch")
-                }
-                Err(FencedError::Guard(LeaseError::LeaseNotHeld { .. })) => {
-                    WriteOutcome::Refused("lease_not_held")
-                }
-                Err(FencedError::Guard(LeaseError::EpochNotGranted { .. })) => {
-                    WriteOutcome::Refused("epoch_not_granted")
-                }
-                Err(FencedError::Guard(LeaseError::WrongLeaseKey { .. })) => {
-                    WriteOutcome::Refused("wrong_key")
+                // A guard's refusal (not a fenced table's).
+                Err(FencedError::Guard(e))
+                    if e.kind() == ErrorKind::Fenced && e.table().is_none() =>
+                {
+                    match e.refusal() {
+                        Some(Refusal::StaleEpoch { .. }) => WriteOutcome::Refused("stale_epoch"),
+                        Some(Refusal::EpochNotGranted { .. }) => {
+                            WriteOutcome::Refused("epoch_not_granted")
+                        }
+                        Some(Refusal::WrongKey) => WriteOutcome::Refused("wrong_key"),
+                        // The lease-checked refusal names the token's owner.
+                        _ if e.owner().is_some() => WriteOutcome::Refused("lease_not_held"),
+                        _ => WriteOutcome::Unknown,
+                    }
                 }
                 Err(_) => WriteOutcome::Unknown,
             };

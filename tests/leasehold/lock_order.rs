@@ -9,8 +9,8 @@
 //! complete. What was observed is compared with an explicit table, derived
 //! below from the row-lock modes the migrations document. Every session runs
 //! with `deadlock_timeout = '50ms'`, so a deadlock would surface within the
-//! run as SQLSTATE 40P01 inside `LeaseError::Database` /
-//! `LeaseError::Database`; any database error fails the test.
+//! run as SQLSTATE 40P01 inside a `LeaseError` of kind `Other` (the
+//! database's own error is its source); any database error fails the test.
 //!
 //! B's answer and the final state of `k` and `r` are also checked against
 //! the same two calls run one after the other on fresh copies of the
@@ -35,7 +35,8 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::PgConnection;
 use leasehold::{
-    error::LeaseError, Acquisition, FencingToken, LeaseState, Leases, Release, Renewal,
+    error::LeaseError, Acquisition, ErrorKind, FencingToken, LeaseState, Leases, Refusal, Release,
+    Renewal,
 };
 
 use crate::common::*;
@@ -138,22 +139,42 @@ fn newcomer(tag: u8) -> String {
     }
 }
 
+/// The database's own error under `error`, if it is one leasehold has no
+/// kind for (what was `LeaseError::Database`).
+fn database_error(error: &LeaseError) -> Option<&diesel::result::Error> {
+    if error.kind() != ErrorKind::Other {
+        return None;
+    }
+    std::error::Error::source(error)?.downcast_ref()
+}
+
 fn lease_error(error: LeaseError) -> String {
-    match error {
-        LeaseError::TimedOut { .. } => "timed out".to_owned(),
-        LeaseError::Database { source, .. } => format!("DATABASE ERROR: {source}"),
-        other => format!("ERROR: {other:?}"),
+    if error.kind() == ErrorKind::TimedOut && error.key().is_some() {
+        return "timed out".to_owned();
+    }
+    match database_error(&error) {
+        Some(source) => format!("DATABASE ERROR: {source}"),
+        None => format!("ERROR: {error:?}"),
     }
 }
 
 fn guard_error(error: LeaseError) -> String {
-    match error {
-        LeaseError::StaleEpoch { accepted, .. } => format!("stale (admits >= {accepted})"),
-        LeaseError::LeaseNotHeld { reason, .. } => format!("not held ({})", reason.as_status()),
-        LeaseError::EpochNotGranted { counter, .. } => format!("not granted (counter {counter})"),
-        LeaseError::WrongLeaseKey { .. } => "wrong lease key".to_owned(),
-        LeaseError::Database { source, .. } => format!("DATABASE ERROR: {source}"),
-        other => format!("ERROR: {other:?}"),
+    // A guard's refusal: fenced, by a guard rather than a table.
+    let refusal = if error.kind() == ErrorKind::Fenced && error.table().is_none() {
+        error.refusal()
+    } else {
+        None
+    };
+    match refusal {
+        Some(Refusal::StaleEpoch { accepted }) => format!("stale (admits >= {accepted})"),
+        Some(Refusal::EpochNotGranted { counter }) => format!("not granted (counter {counter})"),
+        Some(Refusal::WrongKey) => "wrong lease key".to_owned(),
+        // Lease not held: it names the owner of the refused token.
+        Some(reason) if error.owner().is_some() => format!("not held ({})", reason.as_status()),
+        _ => match database_error(&error) {
+            Some(source) => format!("DATABASE ERROR: {source}"),
+            None => format!("ERROR: {error:?}"),
+        },
     }
 }
 

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold::{
-    error::{FencedError, LeaseError},
-    guard::Check,
+    error::LeaseError,
+    guard::{Check, FencedError},
     hold::{KeeperEvent, KeeperSet, LeaseLoss},
     wait::{LeaseWaiter, Wait},
-    Acquisition, Keeper, LeaseClient, Refusal, Release,
+    Acquisition, ErrorKind, Keeper, LeaseClient, Refusal, Release,
 };
 use leasehold_test_support::TestDb;
 
@@ -60,14 +60,18 @@ fn a_scripted_scenario_moves_exactly_its_counters() {
     write(second.token(), Check::Token).expect("second holder writes");
 
     // Refusals: the first holder's token is stale, and its lease not held.
-    assert!(matches!(
-        guard_refusal(write(first.token(), Check::Token)),
-        LeaseError::StaleEpoch { .. }
-    ));
-    assert!(matches!(
-        guard_refusal(write(first.token(), Check::LeaseHeld)),
-        LeaseError::LeaseNotHeld { .. }
-    ));
+    let stale = guard_refusal(write(first.token(), Check::Token));
+    assert!(
+        stale.kind() == ErrorKind::Fenced
+            && matches!(stale.refusal(), Some(Refusal::StaleEpoch { .. }))
+    );
+    let not_held = guard_refusal(write(first.token(), Check::LeaseHeld));
+    assert!(
+        not_held.kind() == ErrorKind::Fenced
+            && not_held.table().is_none()
+            && not_held.owner().is_some()
+            && not_held.refusal().is_some()
+    );
 
     // Loss: the second holder's keeper finds its grant released.
     let renewed = Arc::new(AtomicU64::new(0));

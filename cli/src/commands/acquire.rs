@@ -67,11 +67,12 @@ pub fn obtain(
             let waiter = leasehold::wait::LeaseWaiter::new(&client);
             waiter
                 .acquire(key, owner, ttl, leasehold::wait::Wait::AtMost(wait))
-                .map_err(|error| match error {
-                    leasehold::error::LeaseError::TimedOut { key, .. } => {
-                        CliError::WaitTimedOut { key, wait }
-                    }
-                    other => CliError::from(other),
+                .map_err(|error| match error.kind() {
+                    leasehold::ErrorKind::TimedOut => CliError::WaitTimedOut {
+                        key: key.to_owned(),
+                        wait,
+                    },
+                    _ => CliError::from(error),
                 })?
         }
         None => match conn.acquire(key, owner, ttl).map_err(CliError::from)? {

@@ -38,7 +38,7 @@ pub fn run(args: Args, ctx: &Context) -> Result<(), CliError> {
         Ok(accepted) => accepted,
         // An operator action since security part 2: say when the role was
         // not granted it (see `privilege::explain`).
-        Err(error @ leasehold::error::LeaseError::Database { .. }) => {
+        Err(error) if error.kind() == leasehold::ErrorKind::Other => {
             return Err(explain(conn, FENCE, CliError::Database(report(&error))))
         }
         Err(error) => return Err(error.into()),

@@ -155,8 +155,9 @@ fn list(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
 }
 
 fn failure(error: LeaseError) -> CliError {
-    match error {
-        LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
-        other => CliError::Database(report(&other)),
+    if error.violations().is_empty() {
+        CliError::Database(report(&error))
+    } else {
+        CliError::InvalidInput(error.violations().join("; "))
     }
 }

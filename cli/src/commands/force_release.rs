@@ -1,7 +1,7 @@
 //! `leasehold force-release KEY`: the operator frees a key whatever its
 //! state, as if its holder released it.
 
-use leasehold::{Epoch, LeaseError};
+use leasehold::Epoch;
 
 use crate::connect::Needs;
 use crate::context::Context;
@@ -34,7 +34,7 @@ pub fn run(args: Args, ctx: &Context) -> Result<(), CliError> {
     }
     let counter = match conn.force_release(key) {
         Ok(counter) => counter,
-        Err(error @ LeaseError::Database { .. }) => {
+        Err(error) if error.kind() == leasehold::ErrorKind::Other => {
             return Err(explain(
                 conn,
                 FORCE_RELEASE,

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use diesel::PgConnection;
 use leasehold::admin::{Generation, MAX_GENERATION};
-use leasehold::error::LeaseError;
+use leasehold::error::{ErrorKind, LeaseError};
 
 use crate::connect::Needs;
 use crate::context::Context;
@@ -54,7 +54,7 @@ pub fn run(action: Action, ctx: &Context) -> Result<(), CliError> {
 fn show(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
     let now = conn
         .generation()
-        .map_err(|error| generation_failure(conn, None, error))?;
+        .map_err(|error| generation_failure(conn, None, None, error))?;
     let text = format!(
         "generation {} (timeline {}): every grant from now on has an epoch of at least {}",
         now.generation,
@@ -66,11 +66,12 @@ fn show(conn: &mut PgConnection, out: Printer) -> Result<(), CliError> {
 
 /// `leasehold generation raise GENERATION`.
 fn raise(conn: &mut PgConnection, out: Printer, generation: i64) -> Result<(), CliError> {
-    conn.raise_generation(generation)
-        .map_err(|error| generation_failure(conn, Some(RAISE_GENERATION), error))?;
+    conn.raise_generation(generation).map_err(|error| {
+        generation_failure(conn, Some(RAISE_GENERATION), Some(generation), error)
+    })?;
     let now = conn
         .generation()
-        .map_err(|error| generation_failure(conn, None, error))?;
+        .map_err(|error| generation_failure(conn, None, None, error))?;
     let text = format!(
         "raised the generation to {}: every grant from now on, of every key, has an epoch of at least {}",
         now.generation,
@@ -90,21 +91,24 @@ fn generation_json(now: Generation) -> Json {
 fn generation_failure(
     conn: &mut PgConnection,
     function: Option<&'static str>,
+    requested: Option<i64>,
     error: LeaseError,
 ) -> CliError {
-    match error {
-        LeaseError::GenerationNotAbove { requested, current } => CliError::InvalidInput(format!(
+    let requested = function.and(requested);
+    match (error.kind(), error.current_generation(), requested) {
+        (ErrorKind::InvalidInput, Some(current), Some(requested)) => CliError::InvalidInput(format!(
             "GENERATION {requested} is not above the current generation {current}; a generation is only ever raised; nothing changed"
         )),
-        LeaseError::GenerationTooHigh { requested } => CliError::InvalidInput(format!(
-            "GENERATION {requested} is above the highest generation, {}; nothing changed",
-            MAX_GENERATION
-        )),
-        LeaseError::InvalidInput { violations } => {
-            CliError::InvalidInput(violations.join("; "))
+        (ErrorKind::InvalidInput, None, Some(requested)) if requested > MAX_GENERATION => {
+            CliError::InvalidInput(format!(
+                "GENERATION {requested} is above the highest generation, {MAX_GENERATION}; nothing changed"
+            ))
         }
-        other => {
-            let failure = CliError::Database(report(&other));
+        (ErrorKind::InvalidInput, _, _) if !error.violations().is_empty() => {
+            CliError::InvalidInput(error.violations().join("; "))
+        }
+        _ => {
+            let failure = CliError::Database(report(&error));
             match function {
                 Some(function) => explain(conn, function, failure),
                 None => failure,

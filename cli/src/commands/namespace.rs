@@ -148,8 +148,8 @@ fn namespace_failure(
     function: &'static str,
     error: LeaseError,
 ) -> CliError {
-    match error {
-        LeaseError::InvalidInput { violations } => CliError::InvalidInput(violations.join("; ")),
-        other => explain(conn, function, CliError::Database(report(&other))),
+    match error.violations() {
+        [] => explain(conn, function, CliError::Database(report(&error))),
+        violations => CliError::InvalidInput(violations.join("; ")),
     }
 }

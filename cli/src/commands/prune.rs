@@ -101,17 +101,15 @@ fn json(done: &PruneReport, idle: Duration) -> Json {
 }
 
 fn failure(conn: &mut PgConnection, error: LeaseError) -> CliError {
-    match error {
-        LeaseError::InvalidInput { violations } => {
-            CliError::InvalidInput(format!("{}; nothing changed", violations.join("; ")))
-        }
-        other => {
-            let failure = CliError::Database(report(&other));
+    match error.violations() {
+        [] => {
+            let failure = CliError::Database(report(&error));
             // The keys pass runs first; its function is the one refused.
             match explain(conn, PRUNE_KEYS, failure) {
                 CliError::Database(text) => explain(conn, PRUNE_GUARDS, CliError::Database(text)),
                 explained => explained,
             }
         }
+        violations => CliError::InvalidInput(format!("{}; nothing changed", violations.join("; "))),
     }
 }

@@ -4,7 +4,7 @@
 
 use diesel::PgConnection;
 use leasehold::admin::ForcedRelease;
-use leasehold::{Epoch, FencingToken, LeaseError, Leases, Refusal, Release};
+use leasehold::{Epoch, FencingToken, Leases, Refusal, Release};
 
 use crate::connect::Needs;
 use crate::context::Context;
@@ -138,7 +138,7 @@ fn force_release_epoch(
 ) -> Result<(), CliError> {
     let outcome = match conn.force_release_epoch(key, Epoch::new(epoch)) {
         Ok(outcome) => outcome,
-        Err(error @ LeaseError::Database { .. }) => {
+        Err(error) if error.kind() == leasehold::ErrorKind::Other => {
             return Err(explain(
                 conn,
                 FORCE_RELEASE_EPOCH,

@@ -1,7 +1,5 @@
 //! The successful path of every one-shot subcommand, in text and JSON.
 
-use leasehold::error::LeaseError;
-
 use crate::support::{command, time_of, Db};
 use leasehold::guard::Check;
 use leasehold::guard::Fencing;
@@ -184,10 +182,12 @@ fn fence_raises_the_guard_floor() {
     let stale =
         leasehold::FencingToken::new("job-4", "worker-a", leasehold::Epoch::from(3)).unwrap();
     match conn.admit("reports", &stale, Check::Token) {
-        Err(LeaseError::StaleEpoch {
-            accepted: leasehold::Epoch(4),
-            ..
-        }) => {}
+        Err(e)
+            if e.kind() == leasehold::ErrorKind::Fenced
+                && e.refusal()
+                    == Some(leasehold::Refusal::StaleEpoch {
+                        accepted: leasehold::Epoch(4),
+                    }) => {}
         other => panic!("epoch 3 must be refused after fence --up-to 3, got {other:?}"),
     }
 }

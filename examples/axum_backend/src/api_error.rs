@@ -13,8 +13,8 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use leasehold::aio::PoolError;
-use leasehold::LeaseError;
+use diesel_async::pooled_connection::deadpool::PoolError;
+use leasehold::{ErrorKind, LeaseError};
 use serde_json::json;
 
 /// A request that did not succeed.
@@ -149,9 +149,9 @@ impl From<JsonRejection> for ApiError {
 /// else a lease call fails with is the database's.
 impl From<LeaseError> for ApiError {
     fn from(error: LeaseError) -> Self {
-        match error {
-            LeaseError::InvalidInput { violations } => ApiError::BadRequest(violations.join("; ")),
-            other => ApiError::unavailable(other),
+        match error.kind() {
+            ErrorKind::InvalidInput => ApiError::BadRequest(error.violations().join("; ")),
+            _ => ApiError::unavailable(error),
         }
     }
 }

@@ -16,7 +16,7 @@ use diesel::{Connection, PgConnection, QueryableByName};
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
 use leasehold::error::LeaseError;
-use leasehold::{Acquisition, FencingToken, LeaseState, Renewal};
+use leasehold::{Acquisition, FencingToken, LeaseState, Refusal, Renewal};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -386,19 +386,21 @@ async fn refusal(
     token: &FencingToken,
     error: WriteError,
 ) -> ApiError {
-    match error {
-        WriteError::Guard(LeaseError::StaleEpoch { accepted, .. }) => {
+    let refusal = match &error {
+        WriteError::Guard(refused) => refused.refusal(),
+        _ => None,
+    };
+    match refusal {
+        Some(Refusal::StaleEpoch { accepted }) => {
             stale(&mut client, job, token, "stale_epoch", Some(accepted.get())).await
-        }
-        WriteError::Guard(LeaseError::LeaseNotHeld { reason, .. }) => {
-            stale(&mut client, job, token, reason.as_status(), None).await
         }
         // A token of an epoch never granted for the job: forged or
         // mistaken, not stale.
-        WriteError::Guard(refused @ LeaseError::EpochNotGranted { .. }) => {
-            ApiError::BadRequest(format!("{refused}; send the token the claim returned"))
+        Some(Refusal::EpochNotGranted { .. }) => {
+            ApiError::BadRequest(format!("{error}; send the token the claim returned"))
         }
-        other => ApiError::unavailable(other),
+        Some(reason) => stale(&mut client, job, token, reason.as_status(), None).await,
+        None => ApiError::unavailable(error),
     }
 }
 

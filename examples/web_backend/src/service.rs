@@ -40,10 +40,11 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
-use leasehold::{error::FencedError, guard::Check};
 use leasehold::{
-    error::LeaseError, Acquisition, FencingToken, LeaseClient, LeaseState, Leases, Renewal,
+    error::{ErrorKind, LeaseError},
+    Acquisition, FencingToken, LeaseClient, LeaseState, Leases, Refusal, Renewal,
 };
+use leasehold::{guard::Check, guard::FencedError};
 use serde_json::{json, Value};
 use tiny_http::{Header, Method, Request, Response, Server};
 
@@ -349,9 +350,9 @@ fn unavailable(error: impl std::fmt::Display) -> ApiError {
 }
 
 fn lease_error(error: LeaseError) -> ApiError {
-    match error {
-        LeaseError::InvalidInput { violations } => ApiError::BadRequest(violations.join("; ")),
-        other => unavailable(other),
+    match error.kind() {
+        ErrorKind::InvalidInput => ApiError::BadRequest(error.violations().join("; ")),
+        _ => unavailable(error),
     }
 }
 
@@ -460,15 +461,18 @@ fn submit(
     });
     match stored {
         Ok(_) => Ok(json!({"job": job, "stored": true, "epoch": token.epoch().get()})),
-        Err(FencedError::Guard(LeaseError::StaleEpoch { accepted, .. })) => Err(stale(
-            client,
-            job,
-            token,
-            "stale_epoch",
-            Some(Some(accepted.get())),
-        )?),
-        Err(FencedError::Guard(LeaseError::LeaseNotHeld { reason, .. })) => {
-            Err(stale(client, job, token, reason.as_status(), None)?)
+        Err(FencedError::Guard(refused)) if refused.kind() == ErrorKind::Fenced => {
+            match refused.refusal() {
+                Some(Refusal::StaleEpoch { accepted }) => Err(stale(
+                    client,
+                    job,
+                    token,
+                    "stale_epoch",
+                    Some(Some(accepted.get())),
+                )?),
+                Some(reason) => Err(stale(client, job, token, reason.as_status(), None)?),
+                None => Err(unavailable(refused)),
+            }
         }
         Err(other) => Err(unavailable(other)),
     }

@@ -5,7 +5,8 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::aio::FencedWork;
 use crate::error::LeaseError;
-use crate::guard::database::{Check, FencedError, GuardRecord};
+use crate::guard::database::FencedError;
+use crate::guard::database::{Check, GuardRecord};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 

@@ -24,7 +24,7 @@ pub(crate) mod sealed {
     use diesel_async::AsyncPgConnection;
 
     pub use crate::api::sealed::Token;
-    pub(crate) use crate::error::CallError;
+    pub(crate) use crate::pool::CallError;
 
     /// The async twin of `crate::api::sealed::OnConnection`, split in check-out and
     /// settle because a closure cannot yet promise its future is `Send`.
@@ -85,7 +85,11 @@ impl OnAsyncConnection for AsyncLeaseClient {
         _: Token,
     ) -> impl Future<Output = Result<Self::Connection<'_>, E>> + Send {
         let pool = &self.pool;
-        async move { pool.get().await.map_err(E::from_async_checkout) }
+        async move {
+            pool.get()
+                .await
+                .map_err(|error| E::from_checkout(Box::new(error)))
+        }
     }
 
     fn settle<T, E: CallError>(connection: Self::Connection<'_>, result: &Result<T, E>) {

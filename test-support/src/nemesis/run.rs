@@ -31,8 +31,8 @@ use diesel::result::Error as DieselError;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use leasehold::{
     batch::{GroupId, GroupRenewal},
-    error::LeaseError,
-    Acquisition, LeaseState, Leases, Release, Renewal,
+    error::{ErrorKind, LeaseError},
+    Acquisition, LeaseState, Leases, Refusal, Release, Renewal,
 };
 use leasehold_local::LocalPostgres;
 
@@ -206,12 +206,12 @@ enum WriteError {
 
 impl From<LeaseError> for WriteError {
     fn from(error: LeaseError) -> Self {
-        match error {
-            LeaseError::StaleEpoch { .. } => WriteError::Refused("stale_epoch"),
-            LeaseError::LeaseNotHeld { .. } => WriteError::Refused("lease_not_held"),
-            LeaseError::WrongLeaseKey { .. } => WriteError::Refused("wrong_key"),
+        match error.refusal() {
+            Some(Refusal::StaleEpoch { .. }) => WriteError::Refused("stale_epoch"),
+            Some(Refusal::WrongKey) => WriteError::Refused("wrong_key"),
             // A token of a key whose row a pruner removed (G7).
-            LeaseError::EpochNotGranted { .. } => WriteError::Refused("epoch_not_granted"),
+            Some(Refusal::EpochNotGranted { .. }) => WriteError::Refused("epoch_not_granted"),
+            Some(_) if error.kind() == ErrorKind::Fenced => WriteError::Refused("lease_not_held"),
             _ => WriteError::Other,
         }
     }
@@ -269,7 +269,7 @@ pub fn worker_main(spec: &WorkerSpec) {
                 std::thread::sleep(Duration::from_millis(rng.range(0, 50)));
                 continue;
             }
-            Err(LeaseError::OutcomeUnknown { .. }) => {
+            Err(error) if error.kind() == ErrorKind::OutcomeUnknown => {
                 out.record(&Event::AcquireUnknown {
                     key: key.clone(),
                     owner: owner.clone(),

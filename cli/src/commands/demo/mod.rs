@@ -161,7 +161,7 @@ fn writer_without_the_library(
         "INSERT INTO demo_results (epoch, worker, body) VALUES (0, 'psql', 'written past the library')",
     );
     match written.map_err(leasehold::LeaseError::from) {
-        Err(leasehold::LeaseError::TableWriteRefused { .. }) => {
+        Err(refused) if refused.table().is_some() => {
             timeline.log(
                 "psql",
                 "INSERT without presenting a token -> refused by the table itself (lease_fence_no_token)",

@@ -18,9 +18,9 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel::PgConnection;
-use leasehold::{error::FencedError, guard::Check, Leases};
+use leasehold::{guard::Check, guard::FencedError, Leases};
 use leasehold::{
-    error::LeaseError, Acquisition, FencingToken, Lease, LeaseState, Release, Renewal,
+    Acquisition, ErrorKind, FencingToken, Lease, LeaseState, Refusal, Release, Renewal,
 };
 
 use super::timeline::Timeline;
@@ -157,28 +157,52 @@ pub fn worker_a(url: &str, timeline: &Timeline, channels: AChannels) -> Result<(
             )))
         }
     }
-    match fenced_write(&mut conn, token, Check::Token, "late result from a stale holder") {
-        Err(FencedError::Guard(LeaseError::StaleEpoch {
-            presented, accepted, ..
-        })) => timeline.log(
-            ME,
-            format!(
-                "writes its result anyway (Check::Token) -> REFUSED: stale epoch {presented}, {RESOURCE} admits only epochs >= {accepted}; rolled back"
-            ),
-        ),
+    match fenced_write(
+        &mut conn,
+        token,
+        Check::Token,
+        "late result from a stale holder",
+    ) {
+        Err(FencedError::Guard(refused))
+            if matches!(refused.refusal(), Some(Refusal::StaleEpoch { .. })) =>
+        {
+            let presented = refused.epoch().map_or(0, |epoch| epoch.get());
+            let accepted = refused.refusal().and_then(|why| match why {
+                Refusal::StaleEpoch { accepted } => Some(accepted.get()),
+                _ => None,
+            });
+            timeline.log(
+                ME,
+                format!(
+                    "writes its result anyway (Check::Token) -> REFUSED: stale epoch {presented}, {RESOURCE} admits only epochs >= {}; rolled back",
+                    accepted.unwrap_or_default()
+                ),
+            )
+        }
         other => {
             return Err(demo_error(format!(
                 "{ME}'s stale write was expected to be refused as a stale epoch, got {other:?}"
             )))
         }
     }
-    match fenced_write(&mut conn, token, Check::LeaseHeld, "late result from a stale holder") {
-        Err(FencedError::Guard(LeaseError::LeaseNotHeld { reason, epoch, .. })) => timeline.log(
-            ME,
-            format!(
-                "retries with Check::LeaseHeld -> REFUSED: lease not held at epoch {epoch} ({reason}); rolled back"
-            ),
-        ),
+    match fenced_write(
+        &mut conn,
+        token,
+        Check::LeaseHeld,
+        "late result from a stale holder",
+    ) {
+        Err(FencedError::Guard(refused)) if refused.kind() == ErrorKind::Fenced => {
+            let epoch = refused.epoch().map_or(0, |epoch| epoch.get());
+            let reason = refused
+                .refusal()
+                .map_or_else(String::new, |why| why.to_string());
+            timeline.log(
+                ME,
+                format!(
+                    "retries with Check::LeaseHeld -> REFUSED: lease not held at epoch {epoch} ({reason}); rolled back"
+                ),
+            )
+        }
         other => {
             return Err(demo_error(format!(
                 "{ME}'s lease-checked stale write was expected to be refused, got {other:?}"
