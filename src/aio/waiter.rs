@@ -27,7 +27,8 @@ use crate::telemetry;
 use crate::wait::listener::Listener;
 use crate::wait::slot::Woken;
 use crate::wait::{
-    attempt_step, ListenerStatus, Round, Rounds, Step, Wait, DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
+    attempt_step, debug_waiter, waiter_accessors, waiter_setters, Round, Rounds, Step, Wait,
+    DEFAULT_FALLBACK_POLL, DEFAULT_RECHECK,
 };
 
 /// Acquires keys woken by release notifications, as [`crate::wait::LeaseWaiter`], from tasks.
@@ -41,11 +42,7 @@ pub struct LeaseWaiter {
 
 impl std::fmt::Debug for LeaseWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaseWaiter")
-            .field("listener", &self.listener.status())
-            .field("fallback_poll", &self.fallback_poll)
-            .field("recheck_every", &self.recheck_every)
-            .finish()
+        debug_waiter(f, &self.listener, self.fallback_poll, self.recheck_every)
     }
 }
 
@@ -59,17 +56,7 @@ pub struct LeaseWaiterBuilder {
 }
 
 impl LeaseWaiterBuilder {
-    /// Poll interval while the listener is disconnected (default 100 ms).
-    pub fn fallback_poll(mut self, every: Duration) -> Self {
-        self.fallback_poll = every;
-        self
-    }
-
-    /// Safety-net re-check interval while the listener is connected (default 5 s).
-    pub fn recheck_every(mut self, every: Duration) -> Self {
-        self.recheck_every = every;
-        self
-    }
+    waiter_setters!();
 
     /// Builds the waiter (the listener connects in the background); zero intervals become 1 ms.
     pub fn build(self) -> LeaseWaiter {
@@ -98,9 +85,26 @@ impl LeaseWaiter {
         }
     }
 
-    /// The shared listener's state.
-    pub fn listener_status(&self) -> ListenerStatus {
-        self.listener.status()
+    waiter_accessors!();
+
+    /// The client attempts run on (also what a [`Keeper`](super::Keeper) is built from).
+    pub fn client(&self) -> &AsyncLeaseClient {
+        &self.client
+    }
+
+    /// [`wait_until_listening`](Self::wait_until_listening) with the reason: fails as
+    /// soon as the session fails its delivery check (a transaction-mode pooler),
+    /// which takes up to ten seconds, so give more than that. Waits on a
+    /// blocking-pool thread.
+    pub async fn ensure_listening(&self, timeout: Duration) -> Result<(), LeaseError> {
+        let listener = self.listener.clone();
+        tokio::task::spawn_blocking(move || crate::wait::ensure_listening(&listener, timeout))
+            .await
+            .unwrap_or_else(|error| {
+                Err(LeaseError::from(crate::error::Repr::Spawn(
+                    std::io::Error::other(error.to_string()),
+                )))
+            })
     }
 
     /// Resolves when the listener is up or after `timeout`; for start-up checks (waiting
@@ -110,11 +114,6 @@ impl LeaseWaiter {
         tokio::task::spawn_blocking(move || listener.wait_connected(timeout))
             .await
             .unwrap_or(false)
-    }
-
-    /// How many waiters of this process are parked on `key`, armed; for tests and monitoring.
-    pub fn armed_waiters(&self, key: &str) -> usize {
-        self.listener.armed_waiters(key)
     }
 
     /// Release events for `keys`, as [`crate::wait::LeaseWaiter::watch_releases`], awaitable.

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use super::keeper::{Keeper, Shared};
+use super::keeper::Keeper;
+use crate::hold::keeper::Shared;
 use crate::hold::worker::{decide, lost_now, or_deadline, stop_reason};
 use crate::hold::{StopReason, WorkOutcome};
 use crate::lease::token::FencingToken;
@@ -73,7 +74,7 @@ impl WorkContext {
         let mut cancelled = self.cancelled.clone();
         tokio::select! {
             // `None`: the keeper stopped, only after the work returned; the deadline decides.
-            loss = self.keeper.lost() => StopReason::LeaseLost(or_deadline(loss)),
+            loss = self.keeper.loss_within(None) => StopReason::LeaseLost(or_deadline(loss)),
             _ = cancelled.wait_for(|cancelled| *cancelled) => StopReason::Cancelled,
         }
     }

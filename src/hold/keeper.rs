@@ -1,20 +1,19 @@
-//! One grant kept alive by a renewer thread and a deadline monitor thread.
+//! One grant kept alive: the state both faces share, and the sync face's
+//! [`Keeper`], whose loops run on threads.
 
-use crate::error::{Operation, Repr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
-use super::schedule::{lock, spawn, Schedule};
+use super::heartbeat::{Calls, Heart, Loops, Pulse};
+use super::schedule::{lock, Schedule};
 use crate::client::LeaseClient;
-use crate::error::LeaseError;
-use crate::lease;
+use crate::error::{LeaseError, Operation, Repr};
 use crate::lease::outcome::{Lease, Refusal, Release, Renewal};
 use crate::lease::token::FencingToken;
-use crate::pool::{with_conn, PgPool};
+use crate::pool::PgPool;
 use crate::sql::execute::finish;
 
 /// Why a keeper's lease is lost.
@@ -77,21 +76,19 @@ pub enum KeeperEvent {
     Lost(LeaseLoss),
 }
 
-type EventHandler = Box<dyn Fn(&KeeperEvent) + Send + Sync>;
+pub(crate) type EventHandler = Box<dyn Fn(&KeeperEvent) + Send + Sync>;
 
-/// Configures a [`Keeper`]; see [`Keeper::builder`].
-#[must_use = "a builder does nothing until start() is called"]
-pub struct KeeperBuilder {
-    pool: PgPool,
-    lease: Lease,
-    ttl: Duration,
-    renew_every: Option<Duration>,
-    retry_every: Option<Duration>,
-    margin: Option<Duration>,
-    on_event: Option<EventHandler>,
+/// What a keeper of one grant is built from, either face's.
+pub(crate) struct KeeperSettings {
+    pub(crate) lease: Lease,
+    pub(crate) ttl: Duration,
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) retry_every: Option<Duration>,
+    pub(crate) margin: Option<Duration>,
+    pub(crate) on_event: Option<EventHandler>,
 }
 
-impl std::fmt::Debug for KeeperBuilder {
+impl std::fmt::Debug for KeeperSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeeperBuilder")
             .field("lease", &self.lease)
@@ -103,53 +100,29 @@ impl std::fmt::Debug for KeeperBuilder {
     }
 }
 
-impl KeeperBuilder {
-    /// The ttl each renew asks for (default: the lease's [`Lease::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
+impl KeeperSettings {
+    /// The defaults for `lease`: its own ttl.
+    pub(crate) fn new(lease: Lease) -> Self {
+        KeeperSettings {
+            ttl: lease.ttl(),
+            lease,
+            renew_every: None,
+            retry_every: None,
+            margin: None,
+            on_event: None,
+        }
     }
 
-    /// Time between renews (default ttl / 3); shorter than ttl - margin.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
-        self
-    }
-
-    /// Time between retries of a failed renew (default ttl / 30).
-    pub fn retry_every(mut self, every: Duration) -> Self {
-        self.retry_every = Some(every);
-        self
-    }
-
-    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
-    pub fn margin(mut self, margin: Duration) -> Self {
-        self.margin = Some(margin);
-        self
-    }
-
-    /// Called on a keeper thread for every renew, failure and the loss; keep it short.
-    pub fn on_event(mut self, handler: impl Fn(&KeeperEvent) + Send + Sync + 'static) -> Self {
-        self.on_event = Some(Box::new(handler));
-        self
-    }
-
-    /// Validates, renews once for the first deadline, starts the threads.
-    pub fn start(self) -> Result<Keeper, LeaseError> {
-        let Schedule {
-            ttl,
-            margin,
-            renew_every,
-            retry_every,
-        } = Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
+    /// Checks the schedule, renews once for the first deadline and starts the
+    /// loops where `calls` run: both faces' `start`.
+    pub(crate) async fn start(self, calls: Calls) -> Result<(Arc<Shared>, Loops), LeaseError> {
+        let schedule =
+            Schedule::resolve(self.ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         let shared = Arc::new(Shared {
             lease: self.lease,
-            pool: self.pool,
-            ttl,
-            margin,
-            renew_every,
-            retry_every,
+            calls,
+            schedule,
             base,
             valid_until: AtomicU64::new(0),
             state: Mutex::new(State {
@@ -160,36 +133,359 @@ impl KeeperBuilder {
                 last_error: None,
                 stopping: false,
             }),
-            changed: Condvar::new(),
+            pulse: Pulse::new(),
             on_event: self.on_event,
         });
-        // The first deadline comes from a renew sent now.
-        match shared.renew_once() {
-            Ok(RenewResult::Renewed(event)) => shared.emit(&event),
-            Ok(RenewResult::Ignored) => {}
-            Ok(RenewResult::Refused(reason)) => {
-                return Err(LeaseError::from(Repr::LeaseNotHeld {
-                    operation: Operation::Renew,
-                    key: shared.lease.key().to_owned(),
-                    owner: shared.lease.owner().to_owned(),
-                    epoch: shared.lease.epoch(),
-                    reason,
-                }))
-            }
-            Err(error) => return Err(error),
+        if let Some(reason) = shared.renew_once().await? {
+            return Err(LeaseError::from(Repr::LeaseNotHeld {
+                operation: Operation::Renew,
+                key: shared.lease.key().to_owned(),
+                owner: shared.lease.owner().to_owned(),
+                epoch: shared.lease.epoch(),
+                reason,
+            }));
         }
-        let renewer = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper", move || shared.renew_loop())?
-        };
-        let monitor = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper-deadline", move || shared.monitor_loop())?
-        };
+        let loops = Loops::start(&shared, "leasehold-keeper")?;
+        Ok((shared, loops))
+    }
+}
+
+/// The setters of every keeper builder (one grant or a set, either face), written once.
+macro_rules! keeper_setters {
+    ($event:ty) => {
+        /// The ttl each renew asks for (default: the lease's [`Lease::ttl`](crate::Lease::ttl);
+        /// for a set, the shortest of its leases').
+        pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
+            self.settings.ttl = ttl.into();
+            self
+        }
+
+        /// Time between renews (default ttl / 3); shorter than ttl - margin.
+        pub fn renew_every(mut self, every: std::time::Duration) -> Self {
+            self.settings.renew_every = Some(every);
+            self
+        }
+
+        /// Time between retries of a failed renew (default ttl / 30).
+        pub fn retry_every(mut self, every: std::time::Duration) -> Self {
+            self.settings.retry_every = Some(every);
+            self
+        }
+
+        /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
+        pub fn margin(mut self, margin: std::time::Duration) -> Self {
+            self.settings.margin = Some(margin);
+            self
+        }
+
+        /// Called for every renew, failure and the loss, on the keeper's thread
+        /// or task; keep it short.
+        pub fn on_event(mut self, handler: impl Fn(&$event) + Send + Sync + 'static) -> Self {
+            self.settings.on_event = Some(Box::new(handler));
+            self
+        }
+    };
+}
+pub(crate) use keeper_setters;
+
+/// The read-only accessors both faces' `Keeper` share, written once.
+macro_rules! keeper_accessors {
+    () => {
+        /// The fencing token of the kept grant, for guards.
+        pub fn token(&self) -> &crate::lease::token::FencingToken {
+            self.shared.token()
+        }
+
+        /// The kept grant as acquired.
+        pub fn lease(&self) -> &crate::lease::outcome::Lease {
+            self.shared.lease()
+        }
+
+        /// The ttl each renew asks for.
+        pub fn ttl(&self) -> std::time::Duration {
+            self.shared.schedule().ttl
+        }
+
+        /// The margin subtracted from `sent + ttl`.
+        pub fn margin(&self) -> std::time::Duration {
+            self.shared.schedule().margin
+        }
+
+        /// Until when the holder may act: last renew's send + ttl - margin (monotonic).
+        pub fn safe_until(&self) -> std::time::Instant {
+            self.shared.safe_until()
+        }
+
+        /// The server's expiry after the last renew, for display.
+        pub fn expires_at(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+            self.shared.expires_at()
+        }
+
+        /// Whether the lease is safe to act on right now; one atomic load and a clock read.
+        pub fn is_valid(&self) -> bool {
+            self.shared.is_valid()
+        }
+
+        /// Why the lease is lost, if it is (a passed deadline included).
+        pub fn loss(&self) -> Option<crate::hold::LeaseLoss> {
+            self.shared.loss()
+        }
+    };
+}
+#[cfg(feature = "async")]
+pub(crate) use keeper_accessors;
+
+/// Configures a [`Keeper`]; see [`Keeper::builder`].
+#[must_use = "a builder does nothing until start() is called"]
+pub struct KeeperBuilder {
+    pool: PgPool,
+    settings: KeeperSettings,
+}
+
+impl std::fmt::Debug for KeeperBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.settings.fmt(f)
+    }
+}
+
+impl KeeperBuilder {
+    keeper_setters!(KeeperEvent);
+
+    /// Validates, renews once for the first deadline, starts the threads.
+    pub fn start(self) -> Result<Keeper, LeaseError> {
+        let (shared, loops) = finish(self.settings.start(Calls::Blocking(self.pool)))?;
         Ok(Keeper {
             shared,
-            threads: vec![renewer, monitor],
+            loops: Some(loops),
         })
+    }
+}
+
+/// The state of a keeper of one grant, shared by its loops and its face.
+pub(crate) struct Shared {
+    lease: Lease,
+    calls: Calls,
+    schedule: Schedule,
+    /// Origin of `valid_until`.
+    base: Instant,
+    /// Nanoseconds after `base` the lease is safe until; 0 once lost or stopped (lock-free).
+    valid_until: AtomicU64,
+    state: Mutex<State>,
+    pulse: Pulse,
+    on_event: Option<EventHandler>,
+}
+
+struct State {
+    safe_until: Instant,
+    last_sent: Instant,
+    expires_at: Option<DateTime<Utc>>,
+    loss: Option<LeaseLoss>,
+    last_error: Option<Arc<LeaseError>>,
+    stopping: bool,
+}
+
+impl State {
+    fn ended(&self) -> bool {
+        self.stopping || self.loss.is_some()
+    }
+}
+
+impl Shared {
+    fn emit(&self, event: &KeeperEvent) {
+        if let Some(handler) = &self.on_event {
+            handler(event);
+        }
+    }
+
+    fn nanos_since_base(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends one renew and records and reports a success; the refusal, if refused.
+    async fn renew_once(&self) -> Result<Option<Refusal>, LeaseError> {
+        let sent_at = Instant::now();
+        let renewal = self
+            .calls
+            .renew(self.lease.token(), self.schedule.ttl)
+            .await?;
+        let expires_at = match renewal {
+            Renewal::Renewed { expires_at } => expires_at,
+            Renewal::Refused(reason) => return Ok(Some(reason)),
+        };
+        let safe_until = {
+            let mut state = lock(&self.state);
+            if state.ended() {
+                // The loss is final, and a stopping keeper renews no more.
+                return Ok(None);
+            }
+            let safe_until = super::schedule::safe_until(
+                sent_at,
+                self.schedule.ttl,
+                self.schedule.margin,
+                state.safe_until,
+            );
+            state.safe_until = safe_until;
+            state.last_sent = sent_at;
+            state.expires_at = Some(expires_at);
+            state.last_error = None;
+            self.valid_until
+                .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
+            safe_until
+        };
+        self.pulse.notify();
+        self.emit(&KeeperEvent::Renewed {
+            sent_at,
+            expires_at,
+            safe_until,
+        });
+        Ok(None)
+    }
+
+    /// Records the loss (first one wins) and reports it.
+    fn declare_lost(&self, loss: LeaseLoss) {
+        {
+            let mut state = lock(&self.state);
+            if state.ended() {
+                return;
+            }
+            state.loss = Some(loss.clone());
+            self.valid_until.store(0, Ordering::SeqCst);
+        }
+        self.pulse.notify();
+        crate::telemetry::lease_lost(&self.lease, loss.reason(), &loss);
+        self.emit(&KeeperEvent::Lost(loss));
+    }
+
+    /// Marks the keeper stopping; the refusal if a renew already said the lease is gone.
+    pub(crate) fn begin_stop(&self) -> Option<Refusal> {
+        let refused = {
+            let mut state = lock(&self.state);
+            state.stopping = true;
+            self.valid_until.store(0, Ordering::SeqCst);
+            match &state.loss {
+                Some(LeaseLoss::Refused(reason)) => Some(*reason),
+                _ => None,
+            }
+        };
+        self.pulse.notify();
+        refused
+    }
+
+    /// Releases the grant unless a renew said it is gone ([`Release::Refused`]).
+    pub(crate) async fn release(&self, refused: Option<Refusal>) -> Result<Release, LeaseError> {
+        match refused {
+            Some(reason) => Ok(Release::Refused(reason)),
+            None => self.calls.release(self.lease.token()).await,
+        }
+    }
+
+    /// The loss, once there is one; `None` once stopped without one or at `until`.
+    pub(crate) async fn loss_within(&self, until: Option<Instant>) -> Option<LeaseLoss> {
+        loop {
+            let seen = self.pulse.seen();
+            {
+                let state = lock(&self.state);
+                if let Some(loss) = &state.loss {
+                    return Some(loss.clone());
+                }
+                if state.stopping || until.is_some_and(|until| Instant::now() >= until) {
+                    return None;
+                }
+            }
+            self.pulse.wait(&self.calls, seen, until).await;
+        }
+    }
+
+    pub(crate) fn token(&self) -> &FencingToken {
+        self.lease.token()
+    }
+
+    pub(crate) fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    pub(crate) fn safe_until(&self) -> Instant {
+        lock(&self.state).safe_until
+    }
+
+    pub(crate) fn expires_at(&self) -> Option<DateTime<Utc>> {
+        lock(&self.state).expires_at
+    }
+
+    pub(crate) fn is_valid(&self) -> bool {
+        let until = self.valid_until.load(Ordering::SeqCst);
+        until != 0 && self.nanos_since_base(Instant::now()) < until
+    }
+
+    pub(crate) fn loss(&self) -> Option<LeaseLoss> {
+        let state = lock(&self.state);
+        if let Some(loss) = &state.loss {
+            return Some(loss.clone());
+        }
+        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
+            last_error: state.last_error.clone(),
+        })
+    }
+}
+
+/// Both faces' `Keeper` print as this.
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keeper")
+            .field("token", self.token())
+            .field("valid", &self.is_valid())
+            .field("loss", &self.loss())
+            .finish()
+    }
+}
+
+impl Heart for Shared {
+    fn pulse(&self) -> &Pulse {
+        &self.pulse
+    }
+
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    fn over(&self) -> bool {
+        lock(&self.state).ended()
+    }
+
+    fn last_sent(&self) -> Instant {
+        lock(&self.state).last_sent
+    }
+
+    async fn beat(&self) -> Result<bool, LeaseError> {
+        match self.renew_once().await? {
+            Some(reason) => {
+                self.declare_lost(LeaseLoss::Refused(reason));
+                Ok(false)
+            }
+            None => Ok(!self.over()),
+        }
+    }
+
+    fn beat_failed(&self, error: Arc<LeaseError>) {
+        lock(&self.state).last_error = Some(error.clone());
+        self.emit(&KeeperEvent::RenewFailed { error });
+    }
+
+    fn deadline(&self) -> (Instant, Option<Arc<LeaseError>>) {
+        let state = lock(&self.state);
+        (state.safe_until, state.last_error.clone())
+    }
+
+    fn deadline_passed(&self, last_error: Option<Arc<LeaseError>>) {
+        self.declare_lost(LeaseLoss::DeadlinePassed { last_error });
     }
 }
 
@@ -212,203 +508,13 @@ impl KeeperBuilder {
 /// ```
 pub struct Keeper {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    /// `None` once stopped.
+    loops: Option<Loops>,
 }
 
 impl std::fmt::Debug for Keeper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keeper")
-            .field("token", self.shared.lease.token())
-            .field("valid", &self.is_valid())
-            .field("loss", &self.loss())
-            .finish()
-    }
-}
-
-struct Shared {
-    pool: PgPool,
-    lease: Lease,
-    ttl: Duration,
-    margin: Duration,
-    renew_every: Duration,
-    retry_every: Duration,
-    /// Origin of `valid_until`.
-    base: Instant,
-    /// Nanoseconds after `base` the lease is safe until; 0 once lost or stopped (lock-free).
-    valid_until: AtomicU64,
-    state: Mutex<State>,
-    changed: Condvar,
-    on_event: Option<EventHandler>,
-}
-
-struct State {
-    safe_until: Instant,
-    last_sent: Instant,
-    expires_at: Option<DateTime<Utc>>,
-    loss: Option<LeaseLoss>,
-    last_error: Option<Arc<LeaseError>>,
-    stopping: bool,
-}
-
-enum RenewResult {
-    Renewed(KeeperEvent),
-    Refused(Refusal),
-    /// Succeeded after the keeper gave up or began stopping: loss is final.
-    Ignored,
-}
-
-impl Shared {
-    fn emit(&self, event: &KeeperEvent) {
-        if let Some(handler) = &self.on_event {
-            handler(event);
-        }
-    }
-
-    fn nanos_since_base(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX)
-    }
-
-    /// Sends one renew and records a success.
-    fn renew_once(&self) -> Result<RenewResult, LeaseError> {
-        let sent_at = Instant::now();
-        let lease = &self.lease;
-        let renewal = with_conn(&self.pool, |conn| {
-            finish(lease::renew(conn, lease.token(), self.ttl))
-        })?;
-        match renewal {
-            Renewal::Renewed { expires_at } => {
-                let mut state = lock(&self.state);
-                if state.loss.is_some() || state.stopping {
-                    return Ok(RenewResult::Ignored);
-                }
-                let safe_until =
-                    super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
-                state.safe_until = safe_until;
-                state.last_sent = sent_at;
-                state.expires_at = Some(expires_at);
-                state.last_error = None;
-                self.valid_until
-                    .store(self.nanos_since_base(safe_until), Ordering::SeqCst);
-                self.changed.notify_all();
-                Ok(RenewResult::Renewed(KeeperEvent::Renewed {
-                    sent_at,
-                    expires_at,
-                    safe_until,
-                }))
-            }
-            Renewal::Refused(reason) => Ok(RenewResult::Refused(reason)),
-        }
-    }
-
-    /// Records the loss (first one wins) and reports it.
-    fn declare_lost(&self, loss: LeaseLoss) {
-        {
-            let mut state = lock(&self.state);
-            if state.loss.is_some() || state.stopping {
-                return;
-            }
-            state.loss = Some(loss.clone());
-            self.valid_until.store(0, Ordering::SeqCst);
-            self.changed.notify_all();
-        }
-        crate::telemetry::lease_lost(&self.lease, loss.reason(), &loss);
-        self.emit(&KeeperEvent::Lost(loss));
-    }
-
-    fn renew_loop(&self) {
-        let mut next = lock(&self.state).last_sent + self.renew_every;
-        loop {
-            {
-                let mut state = lock(&self.state);
-                loop {
-                    if state.stopping || state.loss.is_some() {
-                        return;
-                    }
-                    let now = Instant::now();
-                    if now >= next {
-                        break;
-                    }
-                    state = self
-                        .changed
-                        .wait_timeout(state, next - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            }
-            match self.renew_once() {
-                Ok(RenewResult::Renewed(event)) => {
-                    self.emit(&event);
-                    next = lock(&self.state).last_sent + self.renew_every;
-                }
-                Ok(RenewResult::Refused(reason)) => {
-                    self.declare_lost(LeaseLoss::Refused(reason));
-                    return;
-                }
-                Ok(RenewResult::Ignored) => return,
-                Err(error) => {
-                    let error = Arc::new(error);
-                    lock(&self.state).last_error = Some(error.clone());
-                    self.emit(&KeeperEvent::RenewFailed { error });
-                    next = Instant::now() + self.retry_every;
-                }
-            }
-        }
-    }
-
-    /// Declares the loss when the deadline passes, however long a renew hangs.
-    fn monitor_loop(&self) {
-        let mut state = lock(&self.state);
-        loop {
-            if state.stopping || state.loss.is_some() {
-                return;
-            }
-            let now = Instant::now();
-            if now >= state.safe_until {
-                let last_error = state.last_error.clone();
-                drop(state);
-                self.declare_lost(LeaseLoss::DeadlinePassed { last_error });
-                return;
-            }
-            let left = state.safe_until - now;
-            state = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Stops the threads and releases, unless a renew already said the lease is gone.
-    fn stop_and_release(&self) -> Result<Release, LeaseError> {
-        let refused = {
-            let mut state = lock(&self.state);
-            state.stopping = true;
-            self.valid_until.store(0, Ordering::SeqCst);
-            self.changed.notify_all();
-            match &state.loss {
-                Some(LeaseLoss::Refused(reason)) => Some(*reason),
-                _ => None,
-            }
-        };
-        if let Some(reason) = refused {
-            return Ok(Release::Refused(reason));
-        }
-        let lease = &self.lease;
-        // Pooled connections may still reach a demoted primary: a refused release is
-        // resent, and within the pool's size a new connection reaches the writable server.
-        let mut attempts = super::schedule::release_attempts(
-            usize::try_from(self.pool.max_size()).unwrap_or(usize::MAX),
-        );
-        loop {
-            let answer = with_conn(&self.pool, |conn| {
-                finish(lease::release(conn, lease.token()))
-            });
-            attempts = attempts.saturating_sub(1);
-            match answer {
-                Err(error) if error.is_read_only_server() && attempts > 0 => continue,
-                answer => return answer,
-            }
-        }
+        self.shared.fmt(f)
     }
 }
 
@@ -427,89 +533,24 @@ impl Keeper {
     pub fn builder(client: &LeaseClient, lease: Lease) -> KeeperBuilder {
         KeeperBuilder {
             pool: client.pool().clone(),
-            ttl: lease.ttl(),
-            lease,
-            renew_every: None,
-            retry_every: None,
-            margin: None,
-            on_event: None,
+            settings: KeeperSettings::new(lease),
         }
     }
 
-    /// The fencing token of the kept grant, for guards.
-    pub fn token(&self) -> &FencingToken {
-        self.shared.lease.token()
-    }
-
-    /// The kept grant as acquired.
-    pub fn lease(&self) -> &Lease {
-        &self.shared.lease
-    }
-
-    /// The ttl each renew asks for.
-    pub fn ttl(&self) -> Duration {
-        self.shared.ttl
-    }
-
-    /// The margin subtracted from `sent + ttl`.
-    pub fn margin(&self) -> Duration {
-        self.shared.margin
-    }
-
-    /// Until when the holder may act: last renew's send + ttl - margin (monotonic).
-    pub fn safe_until(&self) -> Instant {
-        lock(&self.shared.state).safe_until
-    }
-
-    /// The server's expiry after the last renew, for display.
-    pub fn expires_at(&self) -> Option<DateTime<Utc>> {
-        lock(&self.shared.state).expires_at
-    }
-
-    /// Whether the lease is safe to act on right now; one atomic load and a clock read.
-    pub fn is_valid(&self) -> bool {
-        let until = self.shared.valid_until.load(Ordering::SeqCst);
-        until != 0 && self.shared.nanos_since_base(Instant::now()) < until
-    }
-
-    /// Why the lease is lost, if it is (a passed deadline included).
-    pub fn loss(&self) -> Option<LeaseLoss> {
-        let state = lock(&self.shared.state);
-        if let Some(loss) = &state.loss {
-            return Some(loss.clone());
-        }
-        (!state.stopping && Instant::now() >= state.safe_until).then(|| LeaseLoss::DeadlinePassed {
-            last_error: state.last_error.clone(),
-        })
-    }
+    keeper_accessors!();
 
     /// Blocks until the lease is lost or `timeout` passes; returns the loss.
     pub fn wait_for_loss(&self, timeout: Duration) -> Option<LeaseLoss> {
-        let until = Instant::now() + timeout;
-        let mut state = lock(&self.shared.state);
-        loop {
-            if let Some(loss) = &state.loss {
-                return Some(loss.clone());
-            }
-            let now = Instant::now();
-            if now >= until || state.stopping {
-                return None;
-            }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        finish(self.shared.loss_within(Some(Instant::now() + timeout)))
     }
 
     /// Stops renewing, waits for the threads and releases ([`Release::Refused`] if
     /// already lost); a read-only refusal is resent on another connection.
     pub fn stop(mut self) -> Result<Release, LeaseError> {
-        let released = self.shared.stop_and_release();
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
+        let refused = self.shared.begin_stop();
+        let released = finish(self.shared.release(refused));
+        if let Some(loops) = self.loops.take() {
+            finish(loops.join());
         }
         released
     }
@@ -517,24 +558,29 @@ impl Keeper {
     /// Stops renewing and keeps the grant, which lapses unless the caller renews or
     /// releases it: for "hold at least" (`leasehold run --hold-at-least`).
     pub fn stop_renewing(mut self) -> Lease {
-        {
-            let mut state = lock(&self.shared.state);
-            state.stopping = true;
-            self.shared.valid_until.store(0, Ordering::SeqCst);
-            self.shared.changed.notify_all();
+        self.shared.begin_stop();
+        if let Some(loops) = self.loops.take() {
+            finish(loops.join());
         }
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-        self.shared.lease.clone()
+        self.shared.lease().clone()
     }
 }
 
 impl Drop for Keeper {
     /// Stops renewing and releases, best effort, without waiting for a renew in flight.
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            let _ = self.shared.stop_and_release();
-        }
+        release_on_drop(&self.shared, self.loops.take());
     }
+}
+
+/// Both faces' drop: stop, and release unless stopped already or lost by refusal.
+pub(crate) fn release_on_drop(shared: &Arc<Shared>, loops: Option<Loops>) {
+    let Some(loops) = loops else {
+        return;
+    };
+    let refused = shared.begin_stop();
+    let shared = shared.clone();
+    loops.release_when_done(async move {
+        let _ = shared.release(refused).await;
+    });
 }

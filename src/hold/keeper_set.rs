@@ -1,22 +1,21 @@
 //! Many grants of one owner kept alive by one heartbeat group.
 
-use crate::error::{Operation, Repr};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::keeper::LeaseLoss;
-use super::schedule::{lock, spawn, Schedule};
-use crate::batch::groups::{self, GroupId, GroupRenewal};
-use crate::batch::many::{self, MAX_KEYS_PER_CALL};
+use super::heartbeat::{Calls, Heart, Loops, Pulse};
+use super::keeper::{keeper_setters, LeaseLoss};
+use super::schedule::{lock, Schedule};
+use crate::batch::groups::{GroupId, GroupRenewal};
+use crate::batch::many::MAX_KEYS_PER_CALL;
 use crate::client::LeaseClient;
-use crate::error::LeaseError;
+use crate::error::{LeaseError, Operation, Repr};
 use crate::lease::epoch::Epoch;
 use crate::lease::outcome::{KeyRelease, Lease, Refusal, Release, Renewal};
 use crate::lease::token::FencingToken;
-use crate::pool::{with_conn, PgPool};
+use crate::pool::PgPool;
 use crate::sql::execute::finish;
 
 /// What a [`KeeperSet`] reports to [`KeeperSetBuilder::on_event`].
@@ -74,56 +73,16 @@ impl std::fmt::Debug for SetSettings {
 }
 
 impl KeeperSetBuilder {
-    /// The ttl each heartbeat asks for (default: the set's shortest [`Lease::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.settings.ttl = Some(ttl);
-        self
-    }
-
-    /// Time between heartbeats (default ttl / 3); shorter than ttl - margin.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.settings.renew_every = Some(every);
-        self
-    }
-
-    /// Time between retries of a failed heartbeat (default ttl / 30).
-    pub fn retry_every(mut self, every: Duration) -> Self {
-        self.settings.retry_every = Some(every);
-        self
-    }
-
-    /// How much earlier than `sent + ttl` the deadline lies (default ttl / 10).
-    pub fn margin(mut self, margin: Duration) -> Self {
-        self.settings.margin = Some(margin);
-        self
-    }
-
-    /// Called on a keeper thread for every heartbeat, failure and lost key; keep it short.
-    pub fn on_event(mut self, handler: impl Fn(&KeeperSetEvent) + Send + Sync + 'static) -> Self {
-        self.settings.on_event = Some(Box::new(handler));
-        self
-    }
+    keeper_setters!(KeeperSetEvent);
 
     /// Validates (one owner's distinct keys, 1 to [`MAX_KEYS_PER_CALL`]), sends the
     /// first heartbeat and starts the threads. Keys it finds lost are reported; only
     /// if all are refused does it fail ([`ErrorKind::Fenced`](crate::ErrorKind::Fenced)).
     pub fn start(self) -> Result<KeeperSet, LeaseError> {
-        let shared = self.settings.into_shared(Calls::Blocking(self.pool))?;
-        // The first deadline comes from a heartbeat sent now.
-        finish(shared.first_heartbeat())?;
-        let renewer = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper-set", move || shared.renew_loop())?
-        };
-        let monitor = {
-            let shared = shared.clone();
-            spawn("leasehold-keeper-set-deadline", move || {
-                shared.monitor_loop()
-            })?
-        };
+        let (shared, loops) = finish(self.settings.start(Calls::Blocking(self.pool)))?;
         Ok(KeeperSet {
             shared,
-            threads: vec![renewer, monitor],
+            loops: Some(loops),
         })
     }
 }
@@ -151,8 +110,18 @@ impl SetSettings {
         }
     }
 
+    /// Checks the leases and schedule, sends the first heartbeat (the first
+    /// deadline comes from it) and starts the loops where `calls` run: both
+    /// faces' `start`.
+    pub(crate) async fn start(self, calls: Calls) -> Result<(Arc<Shared>, Loops), LeaseError> {
+        let shared = self.into_shared(calls)?;
+        shared.first_heartbeat().await?;
+        let loops = Loops::start(&shared, "leasehold-keeper-set")?;
+        Ok((shared, loops))
+    }
+
     /// Checks the leases and schedule and makes the shared state, calling on `calls`.
-    pub(crate) fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, LeaseError> {
+    fn into_shared(self, calls: Calls) -> Result<Arc<Shared>, LeaseError> {
         let invalid = |reason: String| {
             Err(LeaseError::from(Repr::InvalidInput {
                 violations: vec![reason],
@@ -187,12 +156,7 @@ impl SetSettings {
         let ttl = self
             .ttl
             .unwrap_or_else(|| self.leases.iter().map(Lease::ttl).min().unwrap_or_default());
-        let Schedule {
-            ttl,
-            margin,
-            renew_every,
-            retry_every,
-        } = Schedule::resolve(ttl, self.margin, self.renew_every, self.retry_every)?;
+        let schedule = Schedule::resolve(ttl, self.margin, self.renew_every, self.retry_every)?;
         let base = Instant::now();
         Ok(Arc::new(Shared {
             members: self
@@ -206,10 +170,7 @@ impl SetSettings {
             index,
             owner,
             calls,
-            ttl,
-            margin,
-            renew_every,
-            retry_every,
+            schedule,
             base,
             valid_until: AtomicU64::new(0),
             state: Mutex::new(State {
@@ -220,9 +181,7 @@ impl SetSettings {
                 stopping: false,
                 group: None,
             }),
-            changed: Condvar::new(),
-            #[cfg(feature = "async")]
-            tasks: tokio::sync::Notify::new(),
+            pulse: Pulse::new(),
             on_event: self.on_event,
         }))
     }
@@ -243,16 +202,13 @@ impl SetSettings {
 /// ```
 pub struct KeeperSet {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    /// `None` once stopped.
+    loops: Option<Loops>,
 }
 
 impl std::fmt::Debug for KeeperSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KeeperSet")
-            .field("owner", &self.shared.owner)
-            .field("keys", &self.shared.members.len())
-            .field("kept", &self.shared.kept_positions().len())
-            .finish()
+        self.shared.fmt(f)
     }
 }
 
@@ -261,73 +217,6 @@ struct Member {
     lease: Lease,
     /// False once the key is lost or the set stopped; read lock-free by `is_valid`.
     kept: AtomicBool,
-}
-
-/// Where a set's calls run, sync pool or async: heartbeat and release are written once over it.
-pub(crate) enum Calls {
-    /// A [`LeaseClient`]'s pool.
-    Blocking(PgPool),
-    /// An `aio::AsyncLeaseClient`.
-    #[cfg(feature = "async")]
-    Tasks(crate::aio::AsyncLeaseClient),
-}
-
-impl Calls {
-    async fn renew_group(
-        &self,
-        group: GroupId,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<GroupRenewal, LeaseError> {
-        match self {
-            Calls::Blocking(pool) => with_conn(pool, |conn| {
-                finish(groups::renew_group(conn, group, owner, ttl))
-            }),
-            #[cfg(feature = "async")]
-            Calls::Tasks(client) => {
-                let mut conn = client.checkout().await?;
-                let answer = groups::renew_group(&mut *conn, group, owner, ttl).await;
-                crate::aio::settle(conn, &answer);
-                answer
-            }
-        }
-    }
-
-    async fn join_group(
-        &self,
-        grants: &[&Lease],
-        ttl: Duration,
-    ) -> Result<crate::batch::groups::GroupJoin, LeaseError> {
-        match self {
-            Calls::Blocking(pool) => with_conn(pool, |conn| {
-                finish(groups::join_group(conn, many::split_grants(grants), ttl))
-            }),
-            #[cfg(feature = "async")]
-            Calls::Tasks(client) => {
-                let split = many::split_grants(grants);
-                let mut conn = client.checkout().await?;
-                let answer = groups::join_group(&mut *conn, split, ttl).await;
-                crate::aio::settle(conn, &answer);
-                answer
-            }
-        }
-    }
-
-    async fn release_many(&self, grants: &[&Lease]) -> Result<Vec<KeyRelease>, LeaseError> {
-        match self {
-            Calls::Blocking(pool) => with_conn(pool, |conn| {
-                finish(many::release_many(conn, many::split_grants(grants)))
-            }),
-            #[cfg(feature = "async")]
-            Calls::Tasks(client) => {
-                let split = many::split_grants(grants);
-                let mut conn = client.checkout().await?;
-                let answer = many::release_many(&mut *conn, split).await;
-                crate::aio::settle(conn, &answer);
-                answer
-            }
-        }
-    }
 }
 
 /// The read-only accessors both faces' `KeeperSet` share, written once.
@@ -388,19 +277,13 @@ pub(crate) struct Shared {
     index: HashMap<String, usize>,
     owner: String,
     calls: Calls,
-    ttl: Duration,
-    margin: Duration,
-    renew_every: Duration,
-    retry_every: Duration,
+    schedule: Schedule,
     /// Origin of `valid_until`.
     base: Instant,
     /// Nanoseconds after `base` the kept keys are safe until; 0 once stopped or all lost.
     valid_until: AtomicU64,
     state: Mutex<State>,
-    changed: Condvar,
-    /// Where the async set waits instead of the condvar; [`Shared::notify`] wakes both.
-    #[cfg(feature = "async")]
-    tasks: tokio::sync::Notify,
+    pulse: Pulse,
     on_event: Option<EventHandler>,
 }
 
@@ -425,11 +308,9 @@ pub(crate) enum Beat {
 }
 
 impl Shared {
-    /// Wakes the sync set's threads and callers and the async set's tasks.
+    /// Wakes the set's loops and every caller waiting on it.
     fn notify(&self) {
-        self.changed.notify_all();
-        #[cfg(feature = "async")]
-        self.tasks.notify_waiters();
+        self.pulse.notify();
     }
 
     pub(crate) fn emit(&self, event: &KeeperSetEvent) {
@@ -472,7 +353,10 @@ impl Shared {
         if let Some((group, joined)) = group {
             if joined == positions.len() {
                 let sent_at = Instant::now();
-                let answer = self.calls.renew_group(group, &self.owner, self.ttl).await?;
+                let answer = self
+                    .calls
+                    .renew_group(group, &self.owner, self.schedule.ttl)
+                    .await?;
                 let mut state = lock(&self.state);
                 if state.stopping {
                     return Ok(Beat::Over);
@@ -498,7 +382,7 @@ impl Shared {
             .map(|&position| &self.members[position].lease)
             .collect();
         let sent_at = Instant::now();
-        let joined = self.calls.join_group(&grants, self.ttl).await?;
+        let joined = self.calls.join_group(&grants, self.schedule.ttl).await?;
         let mut state = lock(&self.state);
         if state.stopping {
             return Ok(Beat::Over);
@@ -537,8 +421,12 @@ impl Shared {
             self.valid_until.store(0, Ordering::SeqCst);
             return events;
         }
-        let safe_until =
-            super::schedule::safe_until(sent_at, self.ttl, self.margin, state.safe_until);
+        let safe_until = super::schedule::safe_until(
+            sent_at,
+            self.schedule.ttl,
+            self.schedule.margin,
+            state.safe_until,
+        );
         state.safe_until = safe_until;
         state.last_sent = sent_at;
         state.last_error = None;
@@ -627,7 +515,7 @@ impl Shared {
 
     /// The ttl each heartbeat asks for.
     pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
+        self.schedule.ttl
     }
 
     /// The grant of `key` as acquired, if `key` is in the set.
@@ -680,179 +568,52 @@ impl Shared {
         lock(&self.state).losses.clone()
     }
 
-    /// Resolves when more than `seen` keys are lost or the set stops, with all losses.
-    #[cfg(feature = "async")]
-    pub(crate) async fn losses_after(&self, seen: usize) -> Vec<(String, LeaseLoss)> {
+    /// Every loss once more than `seen` keys are lost, the set stops, or `until` passes.
+    pub(crate) async fn losses_within(
+        &self,
+        seen: usize,
+        until: Option<Instant>,
+    ) -> Vec<(String, LeaseLoss)> {
         loop {
-            let mut notified = std::pin::pin!(self.tasks.notified());
-            // Registered before the state is read, so a change in between is not missed.
-            notified.as_mut().enable();
+            let changes = self.pulse.seen();
             {
                 let state = lock(&self.state);
-                if state.losses.len() > seen || state.stopping {
+                if state.losses.len() > seen
+                    || state.stopping
+                    || until.is_some_and(|until| Instant::now() >= until)
+                {
                     return state.losses.clone();
                 }
             }
-            notified.await;
+            self.pulse.wait(&self.calls, changes, until).await;
         }
     }
 
-    /// Resolves with `key`'s loss; `None` if the set stopped first or `key` is not in it.
-    #[cfg(feature = "async")]
-    pub(crate) async fn key_lost(&self, key: &str) -> Option<LeaseLoss> {
+    /// `key`'s loss once there is one; `None` if the set stops first, at
+    /// `until`, or at once for a key not in the set.
+    pub(crate) async fn key_loss_within(
+        &self,
+        key: &str,
+        until: Option<Instant>,
+    ) -> Option<LeaseLoss> {
         self.index.get(key)?;
         loop {
-            let mut notified = std::pin::pin!(self.tasks.notified());
-            notified.as_mut().enable();
+            let changes = self.pulse.seen();
             {
                 let state = lock(&self.state);
                 if let Some((_, loss)) = state.losses.iter().find(|(lost, _)| lost == key) {
                     return Some(loss.clone());
                 }
-                if state.stopping {
+                if state.stopping || until.is_some_and(|until| Instant::now() >= until) {
                     return None;
                 }
             }
-            notified.await;
-        }
-    }
-
-    /// The sync renewing loop as a task, waiting on [`Shared::notify`]'s tokio side.
-    #[cfg(feature = "async")]
-    pub(crate) async fn renew_task(self: Arc<Self>) {
-        let mut next = self.next_beat();
-        loop {
-            loop {
-                let mut notified = std::pin::pin!(self.tasks.notified());
-                notified.as_mut().enable();
-                if self.over(&lock(&self.state)) {
-                    return;
-                }
-                if Instant::now() >= next {
-                    break;
-                }
-                tokio::select! {
-                    () = notified => {}
-                    () = tokio::time::sleep_until(next.into()) => {}
-                }
-            }
-            match self.heartbeat_once().await {
-                Ok(Beat::Done(events)) => {
-                    for event in &events {
-                        self.emit(event);
-                    }
-                    next = self.next_beat();
-                }
-                Ok(Beat::Over) => return,
-                Err(error) => {
-                    let error = Arc::new(error);
-                    lock(&self.state).last_error = Some(error.clone());
-                    self.emit(&KeeperSetEvent::RenewFailed { error });
-                    next = Instant::now() + self.retry_every;
-                }
-            }
-        }
-    }
-
-    /// When the next heartbeat is due: `renew_every` after the last successful send.
-    #[cfg(feature = "async")]
-    fn next_beat(&self) -> Instant {
-        lock(&self.state).last_sent + self.renew_every
-    }
-
-    /// The sync deadline monitor as a task; heartbeats are never cancelled.
-    #[cfg(feature = "async")]
-    pub(crate) async fn monitor_task(self: Arc<Self>) {
-        loop {
-            let mut notified = std::pin::pin!(self.tasks.notified());
-            notified.as_mut().enable();
-            let (safe_until, last_error) = {
-                let state = lock(&self.state);
-                if self.over(&state) {
-                    return;
-                }
-                (state.safe_until, state.last_error.clone())
-            };
-            if Instant::now() >= safe_until {
-                self.lose_all(last_error);
-                return;
-            }
-            tokio::select! {
-                () = notified => {}
-                () = tokio::time::sleep_until(safe_until.into()) => {}
-            }
+            self.pulse.wait(&self.calls, changes, until).await;
         }
     }
 
     fn over(&self, state: &State) -> bool {
         state.stopping || self.kept_positions().is_empty()
-    }
-
-    fn renew_loop(&self) {
-        let mut next = lock(&self.state).last_sent + self.renew_every;
-        loop {
-            {
-                let mut state = lock(&self.state);
-                loop {
-                    if self.over(&state) {
-                        return;
-                    }
-                    let now = Instant::now();
-                    if now >= next {
-                        break;
-                    }
-                    state = self
-                        .changed
-                        .wait_timeout(state, next - now)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0;
-                }
-            }
-            match finish(self.heartbeat_once()) {
-                Ok(Beat::Done(events)) => {
-                    for event in &events {
-                        self.emit(event);
-                    }
-                    next = lock(&self.state).last_sent + self.renew_every;
-                }
-                Ok(Beat::Over) => return,
-                Err(error) => {
-                    let error = Arc::new(error);
-                    lock(&self.state).last_error = Some(error.clone());
-                    self.emit(&KeeperSetEvent::RenewFailed { error });
-                    next = Instant::now() + self.retry_every;
-                }
-            }
-        }
-    }
-
-    /// Loses every kept key when the deadline passes, however long a heartbeat hangs.
-    fn monitor_loop(&self) {
-        let mut state = lock(&self.state);
-        loop {
-            if self.over(&state) {
-                return;
-            }
-            let now = Instant::now();
-            if now >= state.safe_until {
-                let last_error = state.last_error.clone();
-                drop(state);
-                self.lose_all(last_error);
-                return;
-            }
-            let left = state.safe_until - now;
-            state = self
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Stops the threads and releases the unrefused keys in one call, per key in order.
-    fn stop_and_release(&self) -> Result<Vec<KeyRelease>, LeaseError> {
-        let refused = self.begin_stop();
-        finish(self.release_kept(refused))
     }
 
     /// Marks the set stopping; answers the keys a heartbeat refused.
@@ -914,6 +675,65 @@ impl Shared {
     }
 }
 
+/// Both faces' `KeeperSet` print as this.
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeeperSet")
+            .field("owner", &self.owner)
+            .field("keys", &self.members.len())
+            .field("kept", &self.kept_positions().len())
+            .finish()
+    }
+}
+
+impl Heart for Shared {
+    fn pulse(&self) -> &Pulse {
+        &self.pulse
+    }
+
+    fn calls(&self) -> &Calls {
+        &self.calls
+    }
+
+    fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    fn over(&self) -> bool {
+        self.over(&lock(&self.state))
+    }
+
+    fn last_sent(&self) -> Instant {
+        lock(&self.state).last_sent
+    }
+
+    async fn beat(&self) -> Result<bool, LeaseError> {
+        match self.heartbeat_once().await? {
+            Beat::Done(events) => {
+                for event in &events {
+                    self.emit(event);
+                }
+                Ok(true)
+            }
+            Beat::Over => Ok(false),
+        }
+    }
+
+    fn beat_failed(&self, error: Arc<LeaseError>) {
+        lock(&self.state).last_error = Some(error.clone());
+        self.emit(&KeeperSetEvent::RenewFailed { error });
+    }
+
+    fn deadline(&self) -> (Instant, Option<Arc<LeaseError>>) {
+        let state = lock(&self.state);
+        (state.safe_until, state.last_error.clone())
+    }
+
+    fn deadline_passed(&self, last_error: Option<Arc<LeaseError>>) {
+        self.lose_all(last_error);
+    }
+}
+
 impl KeeperSet {
     /// Keeps `leases` (one owner's, distinct keys) alive with the defaults; heartbeats once first.
     pub fn start(client: &LeaseClient, leases: Vec<Lease>) -> Result<KeeperSet, LeaseError> {
@@ -930,29 +750,29 @@ impl KeeperSet {
 
     set_accessors!();
 
-    /// Blocks until more than `seen` keys are lost or `timeout`; returns all losses so far.
-    pub fn wait_for_losses(&self, seen: usize, timeout: Duration) -> Vec<(String, LeaseLoss)> {
-        let until = Instant::now() + timeout;
-        let mut state = lock(&self.shared.state);
-        loop {
-            let now = Instant::now();
-            if state.losses.len() > seen || now >= until || state.stopping {
-                return state.losses.clone();
-            }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, until - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+    /// Blocks until `key` is lost or `timeout` passes; returns its loss.
+    pub fn wait_for_loss(&self, key: &str, timeout: Duration) -> Option<LeaseLoss> {
+        finish(
+            self.shared
+                .key_loss_within(key, Some(Instant::now() + timeout)),
+        )
     }
 
-    /// Stops, waits for the threads and releases the unrefused keys, per key in order.
+    /// Blocks until more than `seen` keys are lost or `timeout`; returns all losses so far.
+    pub fn wait_for_losses(&self, seen: usize, timeout: Duration) -> Vec<(String, LeaseLoss)> {
+        finish(
+            self.shared
+                .losses_within(seen, Some(Instant::now() + timeout)),
+        )
+    }
+
+    /// Stops, releases the unrefused keys in one call and waits for the threads;
+    /// per key in order.
     pub fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
-        let released = self.shared.stop_and_release();
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
+        let refused = self.shared.begin_stop();
+        let released = finish(self.shared.release_kept(refused));
+        if let Some(loops) = self.loops.take() {
+            finish(loops.join());
         }
         released
     }
@@ -961,8 +781,18 @@ impl KeeperSet {
 impl Drop for KeeperSet {
     /// Stops renewing and releases, best effort, without waiting for a heartbeat.
     fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            let _ = self.shared.stop_and_release();
-        }
+        release_on_drop(&self.shared, self.loops.take());
     }
+}
+
+/// Both faces' drop: stop, and release the keys no heartbeat refused.
+pub(crate) fn release_on_drop(shared: &Arc<Shared>, loops: Option<Loops>) {
+    let Some(loops) = loops else {
+        return;
+    };
+    let refused = shared.begin_stop();
+    let shared = shared.clone();
+    loops.release_when_done(async move {
+        let _ = shared.release_kept(refused).await;
+    });
 }

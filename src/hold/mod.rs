@@ -3,7 +3,8 @@
 //! lease goes, and [`CancelToken`] to stop them (and waiters).
 
 pub(crate) mod cancel;
-mod keeper;
+pub(crate) mod heartbeat;
+pub(crate) mod keeper;
 pub(crate) mod keeper_set;
 pub(crate) mod schedule;
 pub(crate) mod worker;

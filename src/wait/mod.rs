@@ -94,13 +94,70 @@ pub struct LeaseWaiter {
     recheck_every: Duration,
 }
 
+/// The setters both faces' waiter builders share, written once.
+macro_rules! waiter_setters {
+    () => {
+        /// Poll interval while the listener is disconnected (default 100 ms).
+        pub fn fallback_poll(mut self, every: std::time::Duration) -> Self {
+            self.fallback_poll = every;
+            self
+        }
+
+        /// Safety-net re-check interval while the listener is connected (default 5 s),
+        /// should both the notification and the expiry wake-up fail to come.
+        pub fn recheck_every(mut self, every: std::time::Duration) -> Self {
+            self.recheck_every = every;
+            self
+        }
+    };
+}
+#[cfg(feature = "async")]
+pub(crate) use waiter_setters;
+
+/// The listener accessors both faces' waiters share, written once.
+macro_rules! waiter_accessors {
+    () => {
+        /// The shared listener's state.
+        pub fn listener_status(&self) -> crate::wait::ListenerStatus {
+            self.listener.status()
+        }
+
+        /// How many waiters of this process are blocked on `key`, armed; for tests and monitoring.
+        pub fn armed_waiters(&self, key: &str) -> usize {
+            self.listener.armed_waiters(key)
+        }
+    };
+}
+#[cfg(feature = "async")]
+pub(crate) use waiter_accessors;
+
+/// Both faces' `ensure_listening`: blocks until `listener` delivers, or says why not.
+pub(crate) fn ensure_listening(listener: &Listener, timeout: Duration) -> Result<(), LeaseError> {
+    listener.wait_delivering(timeout).map_err(|status| {
+        LeaseError::from(Repr::NotListening {
+            wake_mode: format!("{:?}", status.wake_mode),
+            last_error: status.last_error.clone(),
+        })
+    })
+}
+
+/// Both faces' `LeaseWaiter` print as this.
+pub(crate) fn debug_waiter(
+    f: &mut std::fmt::Formatter<'_>,
+    listener: &Listener,
+    fallback_poll: Duration,
+    recheck_every: Duration,
+) -> std::fmt::Result {
+    f.debug_struct("LeaseWaiter")
+        .field("listener", &listener.status())
+        .field("fallback_poll", &fallback_poll)
+        .field("recheck_every", &recheck_every)
+        .finish()
+}
+
 impl std::fmt::Debug for LeaseWaiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LeaseWaiter")
-            .field("listener", &self.listener.status())
-            .field("fallback_poll", &self.fallback_poll)
-            .field("recheck_every", &self.recheck_every)
-            .finish()
+        debug_waiter(f, &self.listener, self.fallback_poll, self.recheck_every)
     }
 }
 
@@ -114,18 +171,7 @@ pub struct LeaseWaiterBuilder {
 }
 
 impl LeaseWaiterBuilder {
-    /// Poll interval while the listener is disconnected (default 100 ms).
-    pub fn fallback_poll(mut self, every: Duration) -> Self {
-        self.fallback_poll = every;
-        self
-    }
-
-    /// Safety-net re-check interval while the listener is connected (default 5 s),
-    /// should both the notification and the expiry wake-up fail to come.
-    pub fn recheck_every(mut self, every: Duration) -> Self {
-        self.recheck_every = every;
-        self
-    }
+    waiter_setters!();
 
     /// Builds the waiter (the listener connects in the background); zero intervals become 1 ms.
     pub fn build(self) -> LeaseWaiter {
@@ -161,10 +207,7 @@ impl LeaseWaiter {
         &self.client
     }
 
-    /// The shared listener's state.
-    pub fn listener_status(&self) -> ListenerStatus {
-        self.listener.status()
-    }
+    waiter_accessors!();
 
     /// Blocks until the listener is up or `timeout` passes; for start-up checks
     /// (waiting works without it, by polling).
@@ -176,17 +219,7 @@ impl LeaseWaiter {
     /// session fails its delivery check (a transaction-mode pooler), which takes up
     /// to ten seconds, so give more than that.
     pub fn ensure_listening(&self, timeout: Duration) -> Result<(), LeaseError> {
-        self.listener.wait_delivering(timeout).map_err(|status| {
-            LeaseError::from(Repr::NotListening {
-                wake_mode: format!("{:?}", status.wake_mode),
-                last_error: status.last_error.clone(),
-            })
-        })
-    }
-
-    /// How many waiters of this process are blocked on `key`, armed; for tests and monitoring.
-    pub fn armed_waiters(&self, key: &str) -> usize {
-        self.listener.armed_waiters(key)
+        ensure_listening(&self.listener, timeout)
     }
 
     /// Watches `keys` (up to [`WAITER_LIMIT`]) for releases without acquiring them,

@@ -3,12 +3,14 @@
 //! markdown file, a heading of that file (GitHub's anchors: the heading's
 //! text lowercased, spaces to hyphens, punctuation other than hyphens and
 //! underscores removed, `-1`, `-2`, ... for repeats); the library's doc
-//! comments read on their own (`rustdoc`); and its files form layers with
-//! no circle (`layers`). Needs no server.
+//! comments read on their own (`rustdoc`); its files form layers with no
+//! circle (`layers`); and the sync and async faces offer the same methods
+//! (`faces`). Needs no server.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
+mod faces;
 mod layers;
 mod rustdoc;
 

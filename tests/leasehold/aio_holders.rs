@@ -157,7 +157,17 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
         assert_eq!(set.kept_keys(), ["k0", "k1", "k2"]);
         let lost = set.lost("k1");
         assert!(set.lost("nobody").await.is_none());
+        assert!(
+            set.wait_for_loss("k1", Duration::from_millis(50))
+                .await
+                .is_none(),
+            "lost while held"
+        );
         client.force_release("k1").await.unwrap();
+        assert!(matches!(
+            set.wait_for_loss("k1", BOUND).await,
+            Some(LeaseLoss::Refused(Refusal::ForceReleased))
+        ));
         let loss = tokio::time::timeout(BOUND, lost)
             .await
             .expect("reported in time");
@@ -186,6 +196,33 @@ fn an_async_keeper_set_loses_one_key_on_its_own_and_keeps_the_rest() {
                 ("k2".to_owned(), Release::Released)
             ]
         );
+    });
+}
+
+/// The async waiter says whether its listener delivers, as the sync one
+/// does, and names the client its attempts run on.
+#[test]
+fn an_async_waiter_ensures_its_listener_delivers() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let client = client(&db).await;
+        let waiter = LeaseWaiter::new(&client);
+        waiter.ensure_listening(BOUND).await.unwrap();
+        assert!(waiter.listener_status().connected);
+        // Its client reaches the same database: a grant through it is seen here.
+        let lease = waiter
+            .client()
+            .clone()
+            .acquire("k", "a", TTL)
+            .await
+            .unwrap()
+            .granted()
+            .unwrap();
+        let mut client = client;
+        assert!(matches!(
+            client.inspect("k").await.unwrap(),
+            Some(LeaseState::Held { epoch, .. }) if epoch == lease.epoch()
+        ));
     });
 }
 

@@ -858,8 +858,19 @@ fn a_keeper_set_reports_the_loss_of_one_key_only_and_keeps_the_rest() {
         .start()
         .unwrap();
     let mut admin = db.conn();
+    assert!(
+        keepers
+            .wait_for_loss("t-3", Duration::from_millis(50))
+            .is_none(),
+        "lost while held"
+    );
     admin.force_release("t-3").unwrap();
 
+    assert!(matches!(
+        keepers.wait_for_loss("t-3", IN_TIME),
+        Some(LeaseLoss::Refused(Refusal::ForceReleased))
+    ));
+    assert!(keepers.wait_for_loss("nobody", IN_TIME).is_none());
     let losses = keepers.wait_for_losses(0, IN_TIME);
     assert_eq!(losses.len(), 1, "{losses:?}");
     assert_eq!(losses[0].0, "t-3");

@@ -900,6 +900,62 @@ pub async fn a_keeper_reports_a_forced_release_as_its_loss<F: Face>(db: &TestDb)
     );
 }
 
+/// Keeping: both faces' keepers tell their schedule, report every renew
+/// and the loss to their `on_event` handler, and wake `wait_for_loss` with
+/// the loss (and not before it, at the bound).
+pub async fn a_keeper_reports_its_renews_and_loss_as_events_and_to_wait_for_loss<F: Face>(
+    db: &TestDb,
+) {
+    let mut face = open::<F>(db).await;
+    let lease = granted(face.acquire("k", "a", Duration::from_secs(3)).await);
+    let kept = F::keep(&db.url, lease, Duration::from_millis(100)).await;
+    assert_eq!(
+        F::kept_schedule(&kept),
+        (Duration::from_secs(3), Duration::from_millis(300)),
+        "{}",
+        F::NAME
+    );
+    assert!(
+        F::kept_wait_for_loss(&kept, Duration::from_millis(50))
+            .await
+            .is_none(),
+        "{}: lost while held",
+        F::NAME
+    );
+    eventually("two renews reported", || {
+        F::kept_events(&kept)
+            .iter()
+            .filter(|event| matches!(event, leasehold::hold::KeeperEvent::Renewed { .. }))
+            .count()
+            >= 2
+    })
+    .await;
+    face.force_release("k").await.unwrap();
+    let loss = F::kept_wait_for_loss(&kept, Duration::from_secs(60)).await;
+    assert!(
+        matches!(
+            loss,
+            Some(leasehold::hold::LeaseLoss::Refused(Refusal::ForceReleased))
+        ),
+        "{}: {loss:?}",
+        F::NAME
+    );
+    // The loss is recorded (waking wait_for_loss) just before it is reported.
+    eventually("the loss reported last", || {
+        matches!(
+            F::kept_events(&kept).last(),
+            Some(leasehold::hold::KeeperEvent::Lost(
+                leasehold::hold::LeaseLoss::Refused(Refusal::ForceReleased)
+            ))
+        )
+    })
+    .await;
+    assert_eq!(
+        F::stop_keeping(kept).await.unwrap(),
+        Release::Refused(Refusal::ForceReleased)
+    );
+}
+
 /// Waiting: a waiter parked on a held key (armed: its release will
 /// notify) is granted the key when its holder releases it, with the next
 /// epoch.

@@ -27,7 +27,7 @@ use leasehold::error::LeaseError;
 use leasehold::guard::FencedError;
 use leasehold::guard::Fencing;
 use leasehold::guard::{Check, GuardRecord};
-use leasehold::hold::LeaseLoss;
+use leasehold::hold::{KeeperEvent, LeaseLoss};
 use leasehold::{
     Acquisition, Epoch, FencingToken, Lease, LeaseClient, LeaseState, Leases, Release, Renewal,
 };
@@ -148,6 +148,15 @@ pub trait Face: Send + Sized + 'static {
     fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>>;
     fn kept_is_valid(kept: &Self::Kept) -> bool;
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss>;
+    /// The keeper's ttl and margin.
+    fn kept_schedule(kept: &Self::Kept) -> (Duration, Duration);
+    /// Every event its `on_event` handler was given so far, in order.
+    fn kept_events(kept: &Self::Kept) -> Vec<KeeperEvent>;
+    /// The keeper's `wait_for_loss` (the sync face's blocks a worker thread).
+    fn kept_wait_for_loss(
+        kept: &Self::Kept,
+        timeout: Duration,
+    ) -> impl std::future::Future<Output = Option<LeaseLoss>> + Send;
     fn stop_keeping(
         kept: Self::Kept,
     ) -> impl std::future::Future<Output = Result<Release, LeaseError>> + Send;
@@ -167,6 +176,30 @@ pub trait Face: Send + Sized + 'static {
         wait: Duration,
     ) -> impl std::future::Future<Output = Result<Lease, LeaseError>> + Send + 'static;
     fn armed_waiters(waiter: &Self::Waiter, key: &str) -> usize;
+}
+
+/// A face's keeper and the events its `on_event` handler sent.
+pub struct Kept<K> {
+    keeper: K,
+    seen: std::sync::Mutex<std::sync::mpsc::Receiver<KeeperEvent>>,
+    events: std::sync::Mutex<Vec<KeeperEvent>>,
+}
+
+impl<K> Kept<K> {
+    fn new(keeper: K, seen: std::sync::mpsc::Receiver<KeeperEvent>) -> Self {
+        Kept {
+            keeper,
+            seen: std::sync::Mutex::new(seen),
+            events: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every event so far, in the order the keeper gave them.
+    fn events(&self) -> Vec<KeeperEvent> {
+        let mut events = self.events.lock().unwrap();
+        events.extend(self.seen.lock().unwrap().try_iter());
+        events.clone()
+    }
 }
 
 /// How long a test waits for a listener or a wake-up that should come at
@@ -325,29 +358,41 @@ impl Face for SyncFace {
             .pid
     }
 
-    type Kept = leasehold::Keeper;
+    type Kept = Kept<leasehold::Keeper>;
     async fn keep(url: &str, lease: Lease, renew_every: Duration) -> Self::Kept {
         let client = LeaseClient::connect(url, 2).expect("a client");
-        tokio::task::spawn_blocking(move || {
+        let (events, seen) = std::sync::mpsc::channel();
+        let keeper = tokio::task::spawn_blocking(move || {
             leasehold::Keeper::builder(&client, lease)
                 .renew_every(renew_every)
+                .on_event(move |event| drop(events.send(event.clone())))
                 .start()
         })
         .await
         .expect("the keeper's start")
-        .expect("a keeper")
+        .expect("a keeper");
+        Kept::new(keeper, seen)
     }
     fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>> {
-        kept.expires_at()
+        kept.keeper.expires_at()
     }
     fn kept_is_valid(kept: &Self::Kept) -> bool {
-        kept.is_valid()
+        kept.keeper.is_valid()
     }
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
-        kept.loss()
+        kept.keeper.loss()
+    }
+    fn kept_schedule(kept: &Self::Kept) -> (Duration, Duration) {
+        (kept.keeper.ttl(), kept.keeper.margin())
+    }
+    fn kept_events(kept: &Self::Kept) -> Vec<KeeperEvent> {
+        kept.events()
+    }
+    async fn kept_wait_for_loss(kept: &Self::Kept, timeout: Duration) -> Option<LeaseLoss> {
+        tokio::task::block_in_place(|| kept.keeper.wait_for_loss(timeout))
     }
     async fn stop_keeping(kept: Self::Kept) -> Result<Release, LeaseError> {
-        tokio::task::spawn_blocking(move || kept.stop())
+        tokio::task::spawn_blocking(move || kept.keeper.stop())
             .await
             .expect("the keeper's stop")
     }
@@ -538,28 +583,40 @@ impl Face for AsyncFace {
             .pid
     }
 
-    type Kept = leasehold::aio::Keeper;
+    type Kept = Kept<leasehold::aio::Keeper>;
     async fn keep(url: &str, lease: Lease, renew_every: Duration) -> Self::Kept {
         let client = leasehold::aio::AsyncLeaseClient::connect(url, 2)
             .await
             .expect("a client");
-        leasehold::aio::Keeper::builder(&client, lease)
+        let (events, seen) = std::sync::mpsc::channel();
+        let keeper = leasehold::aio::Keeper::builder(&client, lease)
             .renew_every(renew_every)
+            .on_event(move |event| drop(events.send(event.clone())))
             .start()
             .await
-            .expect("a keeper")
+            .expect("a keeper");
+        Kept::new(keeper, seen)
     }
     fn kept_expires_at(kept: &Self::Kept) -> Option<chrono::DateTime<chrono::Utc>> {
-        kept.expires_at()
+        kept.keeper.expires_at()
     }
     fn kept_is_valid(kept: &Self::Kept) -> bool {
-        kept.is_valid()
+        kept.keeper.is_valid()
     }
     fn kept_loss(kept: &Self::Kept) -> Option<LeaseLoss> {
-        kept.loss()
+        kept.keeper.loss()
+    }
+    fn kept_schedule(kept: &Self::Kept) -> (Duration, Duration) {
+        (kept.keeper.ttl(), kept.keeper.margin())
+    }
+    fn kept_events(kept: &Self::Kept) -> Vec<KeeperEvent> {
+        kept.events()
+    }
+    async fn kept_wait_for_loss(kept: &Self::Kept, timeout: Duration) -> Option<LeaseLoss> {
+        kept.keeper.wait_for_loss(timeout).await
     }
     async fn stop_keeping(kept: Self::Kept) -> Result<Release, LeaseError> {
-        kept.stop().await
+        kept.keeper.stop().await
     }
 
     type Waiter = leasehold::aio::LeaseWaiter;
@@ -643,6 +700,7 @@ both_faces!(
     a_session_lost_mid_call_is_outcome_unknown_and_changes_nothing,
     a_keeper_renews_its_grant_until_stopped_and_stop_releases,
     a_keeper_reports_a_forced_release_as_its_loss,
+    a_keeper_reports_its_renews_and_loss_as_events_and_to_wait_for_loss,
     a_waiter_is_granted_the_key_its_holder_releases,
     a_bounded_wait_times_out_and_leaves_nothing_armed,
 );
