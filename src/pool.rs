@@ -129,3 +129,35 @@ impl CallError for LeaseError {
         self.is_connection_error() || matches!(self.repr(), Repr::PreparedStatementLost { .. })
     }
 }
+
+/// The async face's pool (feature `async`).
+#[cfg(feature = "async")]
+pub(crate) type AsyncPool =
+    diesel_async::pooled_connection::deadpool::Pool<diesel_async::AsyncPgConnection>;
+
+/// A connection checked out of an [`AsyncPool`].
+#[cfg(feature = "async")]
+pub(crate) type AsyncObject =
+    diesel_async::pooled_connection::deadpool::Object<diesel_async::AsyncPgConnection>;
+
+/// A connection of `pool` for one call.
+#[cfg(feature = "async")]
+pub(crate) async fn checkout_async(pool: &AsyncPool) -> Result<AsyncObject, LeaseError> {
+    pool.get()
+        .await
+        .map_err(|error| LeaseError::from_checkout(Box::new(error)))
+}
+
+/// Takes a connection out of its pool for good; the pool opens a new one on demand.
+#[cfg(feature = "async")]
+fn discard_async(conn: AsyncObject) {
+    drop(AsyncObject::take(conn));
+}
+
+/// Discards the connection if the call's error names it unfit (`CallError::discards_connection`).
+#[cfg(feature = "async")]
+pub(crate) fn settle_async<T, E: CallError>(conn: AsyncObject, result: &Result<T, E>) {
+    if matches!(result, Err(error) if error.discards_connection()) {
+        discard_async(conn);
+    }
+}

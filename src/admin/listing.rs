@@ -76,7 +76,7 @@ impl ListOrder {
     }
 }
 
-/// Which keys [`list_leases`](crate::admin::Operator::list_leases) returns, and in
+/// Which keys `Operator::list_leases` returns, and in
 /// what order: every key by default.
 /// ```
 /// use leasehold::admin::{KeyState, ListFilter, ListOrder};
@@ -135,7 +135,7 @@ impl ListFilter {
     }
 }
 
-/// One key as [`list_leases`](crate::admin::Operator::list_leases) reports it.
+/// One key as `Operator::list_leases` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ListedLease {
@@ -156,7 +156,7 @@ pub struct ListedLease {
     pub remaining: Option<TimeDelta>,
 }
 
-/// What [`list_leases`](crate::admin::Operator::list_leases) read.
+/// What `Operator::list_leases` read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Listing {
@@ -166,7 +166,7 @@ pub struct Listing {
     pub leases: Vec<ListedLease>,
 }
 
-/// The connection's [`crate::admin::Operator::list_leases`].
+/// The connection's `Operator::list_leases`.
 pub(crate) async fn list_leases(
     conn: &mut impl Execute,
     filter: &ListFilter,
@@ -181,7 +181,7 @@ pub(crate) async fn list_leases(
     .await
 }
 
-/// [`list_leases`](crate::admin::Operator::list_leases) without span and counters.
+/// `Operator::list_leases` without span and counters.
 async fn list_leases_unobserved(
     conn: &mut impl Execute,
     filter: &ListFilter,

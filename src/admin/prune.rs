@@ -90,7 +90,7 @@ pub struct PruneReport {
     pub batches: u64,
 }
 
-/// The connection's [`crate::admin::Operator::prune`]: its documentation is there.
+/// The connection's `Operator::prune`: its documentation is there.
 pub(crate) async fn prune(
     conn: &mut impl Execute,
     options: &PruneOptions,
@@ -105,7 +105,7 @@ pub(crate) async fn prune(
     .await
 }
 
-/// [`prune`](crate::admin::Operator::prune) without its span and counters.
+/// `Operator::prune` without its span and counters.
 async fn prune_unobserved(
     conn: &mut impl Execute,
     options: &PruneOptions,

@@ -6,12 +6,11 @@ use crate::error::Repr;
 use std::time::Duration;
 
 use diesel::connection::CacheSize;
-use diesel_async::pooled_connection::deadpool::{Object, Pool};
+use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use crate::error::LeaseError;
-use crate::pool::CallError;
 use crate::pool::PreparedStatements;
 
 /// Every lease operation over a pool of async connections; clones share it.
@@ -47,11 +46,6 @@ impl AsyncLeaseClient {
     /// `AsyncLeaseClient::builder(database_url).max_size(max_size).build()`.
     pub async fn connect(database_url: &str, max_size: u32) -> Result<Self, LeaseError> {
         Self::builder(database_url).max_size(max_size).build().await
-    }
-
-    /// A connection of the pool for one call; [`settle`] it after.
-    pub(crate) async fn checkout(&self) -> Result<Object<AsyncPgConnection>, LeaseError> {
-        checkout(&self.pool).await
     }
 
     /// The underlying pool, for the caller's own queries and transactions.
@@ -149,26 +143,5 @@ impl AsyncLeaseClientBuilder {
             pool,
             listen_url: listen_url.into(),
         })
-    }
-}
-
-/// A connection of `pool` for one call.
-pub(super) async fn checkout(
-    pool: &Pool<AsyncPgConnection>,
-) -> Result<Object<AsyncPgConnection>, LeaseError> {
-    pool.get()
-        .await
-        .map_err(|error| LeaseError::from_checkout(Box::new(error)))
-}
-
-/// Takes a connection out of its pool for good; the pool opens a new one on demand.
-pub(super) fn discard(conn: Object<AsyncPgConnection>) {
-    drop(Object::take(conn));
-}
-
-/// Discards the connection if the call's error names it unfit (`CallError::discards_connection`).
-pub(crate) fn settle<T, E: CallError>(conn: Object<AsyncPgConnection>, result: &Result<T, E>) {
-    if matches!(result, Err(error) if error.discards_connection()) {
-        discard(conn);
     }
 }

@@ -40,7 +40,10 @@ impl KeeperBuilder {
 
     /// Validates, renews once for the first deadline, spawns the two tasks.
     pub async fn start(self) -> Result<Keeper, LeaseError> {
-        let (shared, loops) = self.settings.start(Calls::Tasks(self.client)).await?;
+        let (shared, loops) = self
+            .settings
+            .start(Calls::Tasks(self.client.pool().clone()))
+            .await?;
         Ok(Keeper {
             shared,
             loops: Some(loops),

@@ -27,7 +27,10 @@ impl KeeperSetBuilder {
     /// Validates as [`start`](crate::hold::KeeperSetBuilder::start) does, sends the
     /// first heartbeat and spawns the two tasks.
     pub async fn start(self) -> Result<KeeperSet, LeaseError> {
-        let (shared, loops) = self.settings.start(Calls::Tasks(self.client)).await?;
+        let (shared, loops) = self
+            .settings
+            .start(Calls::Tasks(self.client.pool().clone()))
+            .await?;
         Ok(KeeperSet {
             shared,
             loops: Some(loops),

@@ -32,7 +32,6 @@ use crate::error::LeaseError;
 use crate::lease::outcome::{Lease, Renewal};
 
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
-pub(crate) use client::settle;
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder};
 pub use connect::connect;
 pub use keeper::{Keeper, KeeperBuilder};

@@ -19,10 +19,11 @@ use diesel_async::pooled_connection::deadpool::Pool;
 use diesel_async::AsyncPgConnection;
 use tokio::sync::oneshot;
 
-use super::client::{checkout, settle, AsyncLeaseClient};
+use super::client::AsyncLeaseClient;
 use super::releases::ReleaseWatch;
 use crate::error::LeaseError;
 use crate::lease::outcome::{Acquisition, Lease};
+use crate::pool::{checkout_async as checkout, settle_async as settle};
 use crate::telemetry;
 use crate::wait::listener::Listener;
 use crate::wait::slot::Woken;

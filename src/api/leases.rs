@@ -127,3 +127,17 @@ pub trait Leases: OnConnection {
         })
     }
 }
+
+/// The grant renews itself through either kind of `Leases`.
+impl Lease {
+    /// Renews this grant for its own ttl ([`renew`](Leases::renew)), recording the new expiry.
+    /// ```no_run
+    /// # fn demo(conn: &mut diesel::PgConnection, lease: &mut leasehold::Lease) -> Result<(), leasehold::LeaseError> {
+    /// let renewal = lease.renew(conn)?;
+    /// # let _ = renewal; Ok(()) }
+    /// ```
+    pub fn renew(&mut self, leases: &mut impl Leases) -> Result<Renewal, LeaseError> {
+        let renewal = leases.renew(self, self.ttl);
+        self.renewed(renewal)
+    }
+}

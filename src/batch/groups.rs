@@ -1,9 +1,9 @@
 //! Heartbeat groups: `renew_many` still writes a row
-//! per key, so [`join_group`](crate::Leases::join_group) puts the keys in a group
-//! whose one row [`renew_group`](crate::Leases::renew_group) extends; a member is
+//! per key, so `Leases::join_group` puts the keys in a group
+//! whose one row `Leases::renew_group` extends; a member is
 //! live until the later of its own and the group's expiry. Fewer members than
 //! joined means some were lost; a lapsed group is never renewed again.
-//! [`crate::hold::KeeperSet`] does all of this.
+//! `hold::KeeperSet` does all of this.
 //!
 //! ```no_run
 //! # fn demo(conn: &mut diesel::PgConnection, held: Vec<leasehold::Lease>) -> Result<(), leasehold::LeaseError> {
@@ -25,7 +25,7 @@ use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::telemetry;
 
-/// A heartbeat group, as [`join_group`](crate::Leases::join_group) made it.
+/// A heartbeat group, as `Leases::join_group` made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GroupId(i64);
 
@@ -47,13 +47,13 @@ impl std::fmt::Display for GroupId {
     }
 }
 
-/// What [`join_group`](crate::Leases::join_group) answered.
+/// What `Leases::join_group` answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a refused key was not joined and must stop its holder"]
 pub struct GroupJoin {
     /// The new group of every renewed key; `None` when none was renewed.
     pub group: Option<GroupId>,
-    /// Each key's answer in order, as [`crate::Leases::renew_many`] would; renewed ones are members.
+    /// Each key's answer in order, as `Leases::renew_many` would; renewed ones are members.
     pub keys: Vec<KeyRenewal>,
 }
 
@@ -67,7 +67,7 @@ impl GroupJoin {
     }
 }
 
-/// What [`renew_group`](crate::Leases::renew_group) answered.
+/// What `Leases::renew_group` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "a refused heartbeat must stop the holder of every member"]
 pub enum GroupRenewal {
@@ -83,7 +83,7 @@ pub enum GroupRenewal {
     Refused(Refusal),
 }
 
-/// The connection's [`crate::Leases::join_group`].
+/// The connection's `Leases::join_group`.
 pub(crate) async fn join_group(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -105,7 +105,7 @@ pub(crate) async fn join_group(
     .await
 }
 
-/// [`join_group`](crate::Leases::join_group) without its span and counters.
+/// `Leases::join_group` without its span and counters.
 async fn join_group_unobserved(
     conn: &mut impl Execute,
     owner: &str,
@@ -140,7 +140,7 @@ async fn join_group_unobserved(
     Ok(joined)
 }
 
-/// The connection's [`crate::Leases::renew_group`].
+/// The connection's `Leases::renew_group`.
 pub(crate) async fn renew_group(
     conn: &mut impl Execute,
     group: GroupId,
@@ -157,7 +157,7 @@ pub(crate) async fn renew_group(
     .await
 }
 
-/// [`renew_group`](crate::Leases::renew_group) without its span and counters.
+/// `Leases::renew_group` without its span and counters.
 async fn renew_group_unobserved(
     conn: &mut impl Execute,
     group: GroupId,

@@ -17,8 +17,8 @@ use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::sql::execute::Execute;
 use crate::telemetry;
 
-/// The most keys one [`renew_many`](crate::Leases::renew_many) or
-/// [`release_many`](crate::Leases::release_many) may carry: bounds one statement's
+/// The most keys one `Leases::renew_many` or
+/// `Leases::release_many` may carry: bounds one statement's
 /// locks and size (keys up to 16 KiB); split more over several calls.
 pub const MAX_KEYS_PER_CALL: usize = 1000;
 
@@ -52,7 +52,7 @@ pub(crate) fn split_grants<G: AsRef<FencingToken>>(grants: &[G]) -> SplitGrants<
     Ok(Some((owner, pairs)))
 }
 
-/// The connection's [`crate::Leases::renew_many`].
+/// The connection's `Leases::renew_many`.
 pub(crate) async fn renew_many(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -71,7 +71,7 @@ pub(crate) async fn renew_many(
     .await
 }
 
-/// [`renew_many`](crate::Leases::renew_many) without its span and counters.
+/// `Leases::renew_many` without its span and counters.
 async fn renew_many_unobserved(
     conn: &mut impl Execute,
     owner: &str,
@@ -98,7 +98,7 @@ async fn renew_many_unobserved(
     Ok(answers)
 }
 
-/// The connection's [`crate::Leases::release_many`].
+/// The connection's `Leases::release_many`.
 pub(crate) async fn release_many(
     conn: &mut impl Execute,
     grants: SplitGrants<'_>,
@@ -116,7 +116,7 @@ pub(crate) async fn release_many(
     .await
 }
 
-/// [`release_many`](crate::Leases::release_many) without its span and counters.
+/// `Leases::release_many` without its span and counters.
 async fn release_many_unobserved(
     conn: &mut impl Execute,
     owner: &str,

@@ -24,9 +24,9 @@ use crate::sql::execute::finish;
 pub(crate) enum Calls {
     /// A `LeaseClient`'s pool; the keeper runs on threads.
     Blocking(PgPool),
-    /// An `aio::AsyncLeaseClient`; the keeper runs as tokio tasks.
+    /// An `aio::AsyncLeaseClient`'s pool; the keeper runs as tokio tasks.
     #[cfg(feature = "async")]
-    Tasks(crate::aio::AsyncLeaseClient),
+    Tasks(crate::pool::AsyncPool),
 }
 
 /// Runs `$call` (an operation's future over `$conn`) on a connection of `$calls`.
@@ -35,11 +35,11 @@ macro_rules! on_connection {
         match $calls {
             Calls::Blocking(pool) => with_conn(pool, |$conn| finish($call)),
             #[cfg(feature = "async")]
-            Calls::Tasks(client) => {
-                let mut checked_out = client.checkout().await?;
+            Calls::Tasks(pool) => {
+                let mut checked_out = crate::pool::checkout_async(pool).await?;
                 let $conn = &mut *checked_out;
                 let answer = $call.await;
-                crate::aio::settle(checked_out, &answer);
+                crate::pool::settle_async(checked_out, &answer);
                 answer
             }
         }
@@ -105,7 +105,7 @@ impl Calls {
         match self {
             Calls::Blocking(pool) => usize::try_from(pool.max_size()).unwrap_or(usize::MAX),
             #[cfg(feature = "async")]
-            Calls::Tasks(client) => client.pool().status().max_size,
+            Calls::Tasks(pool) => pool.status().max_size,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
 
-/// The connection's [`crate::Leases::acquire`].
+/// The connection's `Leases::acquire`.
 pub(crate) async fn acquire(
     conn: &mut impl Execute,
     key: &str,
@@ -30,7 +30,7 @@ pub(crate) async fn acquire(
     acquire_call(conn, key, owner, ttl, Duration::ZERO).await
 }
 
-/// The connection's [`crate::Leases::acquire_waiting`].
+/// The connection's `Leases::acquire_waiting`.
 pub(crate) async fn acquire_waiting(
     conn: &mut impl Execute,
     key: &str,
@@ -97,7 +97,7 @@ async fn acquire_sql(
     }
 }
 
-/// The connection's [`crate::Leases::renew`].
+/// The connection's `Leases::renew`.
 pub(crate) async fn renew(
     conn: &mut impl Execute,
     grant: &FencingToken,
@@ -145,7 +145,7 @@ async fn renew_sql(
     }
 }
 
-/// The connection's [`crate::Leases::release`].
+/// The connection's `Leases::release`.
 pub(crate) async fn release(
     conn: &mut impl Execute,
     grant: &FencingToken,
@@ -185,7 +185,7 @@ async fn release_sql(
     }
 }
 
-/// The connection's [`crate::Leases::inspect`].
+/// The connection's `Leases::inspect`.
 pub(crate) async fn inspect(
     conn: &mut impl Execute,
     key: &str,
@@ -293,17 +293,6 @@ pub(crate) fn interval(
 }
 
 impl Lease {
-    /// Renews this grant for its own ttl ([`renew`](crate::Leases::renew)), recording the new expiry.
-    /// ```no_run
-    /// # fn demo(conn: &mut diesel::PgConnection, lease: &mut leasehold::Lease) -> Result<(), leasehold::LeaseError> {
-    /// let renewal = lease.renew(conn)?;
-    /// # let _ = renewal; Ok(()) }
-    /// ```
-    pub fn renew(&mut self, leases: &mut impl crate::Leases) -> Result<Renewal, LeaseError> {
-        let renewal = leases.renew(self, self.ttl);
-        self.renewed(renewal)
-    }
-
     /// Records a renewal's expiry (either face's; `renew_async` is in `aio`).
     pub(crate) fn renewed(
         &mut self,

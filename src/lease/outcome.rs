@@ -41,7 +41,7 @@ impl Lease {
         self.expires_at
     }
 
-    /// The acquire's ttl: what [`Lease::renew`] and a [`crate::Keeper`] renew for.
+    /// The acquire's ttl: what [`Lease::renew`] and a `Keeper` renew for.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }

@@ -1,7 +1,8 @@
 //! The library's files form layers: no file of `src/` reaches another that
-//! reaches it back, directly or around a circle. Every `crate::` path
-//! counts, those in doc comments included, since a doc that links upward
-//! is a dependency a reader follows too. Needs no server.
+//! reaches it back, directly or around a circle, and none reaches a file
+//! on a higher line of docs/ARCHITECTURE.md's table of layers. Every
+//! `crate::` path counts, those in doc comments included, since a doc that
+//! links upward is a dependency a reader follows too. Needs no server.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -182,5 +183,122 @@ fn no_file_of_the_library_reaches_itself_around_a_circle() {
     assert!(
         circles.is_empty(),
         "files of src/ that reach each other through crate:: paths: {circles:#?}"
+    );
+}
+
+/// Each file of `src/` with its line in docs/ARCHITECTURE.md's table of
+/// layers (`| N | modules | job |`). In the modules cell, `dir/` followed by
+/// `(a, b/)` places `dir/a.rs` and every file under `dir/b/`; `dir/` alone
+/// places the whole directory; `x.rs` or `x/y.rs` a file; `name` the file
+/// `name.rs`. `lib.rs` stands above every line.
+fn layers(modules: &BTreeMap<Vec<String>, PathBuf>) -> BTreeMap<PathBuf, usize> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let table =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ARCHITECTURE.md"))
+            .unwrap();
+    let files: BTreeSet<&PathBuf> = modules.values().collect();
+    let under = |prefix: &Path| -> Vec<PathBuf> {
+        files
+            .iter()
+            .filter(|file| file.starts_with(prefix))
+            .map(|file| (*file).clone())
+            .collect()
+    };
+    let mut placed: BTreeMap<PathBuf, usize> = BTreeMap::new();
+    let mut place = |files: Vec<PathBuf>, line: usize, token: &str| {
+        assert!(
+            !files.is_empty(),
+            "layer {line}: `{token}` names no file of src/"
+        );
+        for file in files {
+            if let Some(other) = placed.insert(file.clone(), line) {
+                assert_eq!(other, line, "{} is placed on two lines", file.display());
+            }
+        }
+    };
+    for row in table.lines() {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let Some(line) = cells.get(1).and_then(|cell| cell.parse::<usize>().ok()) else {
+            continue;
+        };
+        let cell = cells[2];
+        let mut directory: Option<PathBuf> = None;
+        let mut in_group = false;
+        let mut rest = cell;
+        while let Some(start) = rest.find(['`', '(', ')']) {
+            match rest.as_bytes()[start] {
+                b'(' => in_group = true,
+                b')' => {
+                    in_group = false;
+                    directory = None;
+                }
+                _ => {
+                    let end = start + 1 + rest[start + 1..].find('`').unwrap();
+                    let token = &rest[start + 1..end];
+                    rest = &rest[end + 1..];
+                    match (&directory, in_group) {
+                        (Some(dir), true) if token.ends_with('/') => {
+                            place(under(&dir.join(token)), line, token)
+                        }
+                        (Some(dir), true) => {
+                            place(vec![dir.join(format!("{token}.rs"))], line, token)
+                        }
+                        _ if token.ends_with('/') => {
+                            // A directory: listed members follow, or it is whole.
+                            let dir = src.join(token);
+                            if !rest.trim_start().starts_with('(') {
+                                place(under(&dir), line, token);
+                            }
+                            directory = Some(dir);
+                        }
+                        _ if token.ends_with(".rs") => place(vec![src.join(token)], line, token),
+                        _ => place(vec![src.join(format!("{token}.rs"))], line, token),
+                    }
+                    continue;
+                }
+            }
+            rest = &rest[start + 1..];
+        }
+    }
+    placed.insert(src.join("lib.rs"), usize::MAX);
+    let unplaced: Vec<&PathBuf> = files
+        .iter()
+        .copied()
+        .filter(|file| !placed.contains_key(*file))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "files of src/ on no line of the table of layers: {unplaced:#?}"
+    );
+    placed
+}
+
+#[test]
+fn no_file_reaches_a_higher_layer() {
+    let modules = modules();
+    let exports = root_exports();
+    let layers = layers(&modules);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut upward = BTreeSet::new();
+    for file in modules.values() {
+        let text = std::fs::read_to_string(file).unwrap();
+        for path in crate_paths(&text) {
+            if let Some(to) = target(&modules, &exports, &path).filter(|to| *to != file) {
+                if layers[to] > layers[file] {
+                    upward.insert(format!(
+                        "{} (layer {}) -> {} (layer {}) by crate::{}",
+                        file.strip_prefix(&src).unwrap().display(),
+                        layers[file],
+                        to.strip_prefix(&src).unwrap().display(),
+                        layers[to],
+                        path.join("::")
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "paths that run up the table of layers: {upward:#?}"
     );
 }

@@ -14,7 +14,8 @@ pub use fencing::AsyncFencing;
 pub use leases::AsyncLeases;
 pub use operator::AsyncOperator;
 
-use super::client::{settle, AsyncLeaseClient};
+use super::client::AsyncLeaseClient;
+use crate::pool::settle_async as settle;
 use sealed::{CallError, OnAsyncConnection, Token};
 
 pub(crate) mod sealed {
