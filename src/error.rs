@@ -59,13 +59,25 @@ pub(crate) enum Repr {
     #[error("invalid input: {}; fix the arguments, nothing changed", .violations.join("; "))]
     InvalidInput { violations: Vec<String> },
     #[error("generation {requested} is not above the current generation {current}; ask for a higher one, nothing changed")]
-    GenerationNotAbove { requested: i64, current: i64 },
+    GenerationNotAbove {
+        operation: Operation,
+        requested: i64,
+        current: i64,
+    },
     #[error("generation {requested} is above the highest generation, {highest}; nothing changed")]
-    GenerationTooHigh { requested: i64, highest: i64 },
+    GenerationTooHigh {
+        operation: Operation,
+        requested: i64,
+        highest: i64,
+    },
     #[error("timed out after {waited:?} waiting for lease {key:?}; retry later or wait longer")]
-    TimedOut { key: String, waited: Duration },
+    TimedOut {
+        operation: Operation,
+        key: String,
+        waited: Duration,
+    },
     #[error("waiting for lease {key:?} was cancelled; nothing changed")]
-    Cancelled { key: String },
+    Cancelled { operation: Operation, key: String },
     #[error("lease {operation} of key {key:?} must be retried: {reason}; nothing changed")]
     Retry {
         operation: Operation,
@@ -128,7 +140,11 @@ pub(crate) enum Repr {
     #[error("write to table {table} refused: TRUNCATE would remove every key's rows of a row-fenced table; delete with tokens instead")]
     TableTruncate { table: String },
     #[error("role {role:?} may not change the fence of table {table}: it does not own it; connect as the table's owner")]
-    TableNotOwned { table: String, role: String },
+    TableNotOwned {
+        operation: Operation,
+        table: String,
+        role: String,
+    },
     #[error("role {role:?} may not {operation} {argument} {name:?}: an operator bound its prefix to another role; connect as a member of that role")]
     Forbidden {
         operation: Operation,
@@ -137,7 +153,7 @@ pub(crate) enum Repr {
         role: String,
     },
     #[error("role {role:?} may not list leases: it lacks SELECT on lease.leases and lease.groups; connect as their owner or have it GRANT SELECT, nothing was read")]
-    ListNotPermitted { role: String },
+    ListNotPermitted { operation: Operation, role: String },
     #[error("role {role:?} may not create schema lease in database {database:?}: GRANT CREATE ON DATABASE to it, or install as the database owner; nothing was installed")]
     InstallNotPermitted { role: String, database: String },
     #[error("schema lease already exists and is owned by role {owner:?}; have it drop the schema, or install as {owner:?}; nothing was installed")]
@@ -293,21 +309,21 @@ impl LeaseError {
             | R::NotInstalled { operation, .. }
             | R::ReadOnlyServer { operation, .. }
             | R::PreparedStatementLost { operation, .. }
-            | R::Database { operation, .. } => *operation,
-            R::GenerationNotAbove { .. } | R::GenerationTooHigh { .. } => {
-                Operation::RaiseGeneration
-            }
-            R::TimedOut { .. } | R::Cancelled { .. } => Operation::Acquire,
-            R::TableNoToken { .. } | R::TableNotHeld { .. } => Operation::Statement,
-            R::TableNullKey { .. } | R::TableTruncate { .. } => Operation::Statement,
-            R::TableNotOwned { .. } => Operation::ProtectTable,
-            R::ListNotPermitted { .. } => Operation::ListLeases,
+            | R::Database { operation, .. }
+            | R::GenerationNotAbove { operation, .. }
+            | R::GenerationTooHigh { operation, .. }
+            | R::TimedOut { operation, .. }
+            | R::Cancelled { operation, .. }
+            | R::TableNotOwned { operation, .. }
+            | R::ListNotPermitted { operation, .. } => *operation,
+            R::TableNoToken { .. } | R::TableNotHeld { .. } => Operation::STATEMENT,
+            R::TableNullKey { .. } | R::TableTruncate { .. } => Operation::STATEMENT,
             R::InvalidInput { .. } | R::Pool { .. } | R::Connect { .. } | R::Spawn(_) => {
                 return None
             }
             R::ConnectTimedOut { .. } | R::NotListening { .. } => return None,
             // What is left are the installer's own refusals and failures.
-            _ => Operation::Install,
+            _ => Operation::INSTALL,
         })
     }
 
@@ -317,7 +333,7 @@ impl LeaseError {
         use Repr as R;
         match &*self.0 {
             R::TimedOut { key, .. }
-            | R::Cancelled { key }
+            | R::Cancelled { key, .. }
             | R::Retry { key, .. }
             | R::OutcomeUnknown { key, .. }
             | R::EpochNotGranted { key, .. }
@@ -405,7 +421,7 @@ impl LeaseError {
         match &*self.0 {
             Repr::Forbidden { role, .. }
             | Repr::TableNotOwned { role, .. }
-            | Repr::ListNotPermitted { role }
+            | Repr::ListNotPermitted { role, .. }
             | Repr::InstallNotPermitted { role, .. }
             | Repr::SchemaNotOwned { owner: role } => Some(role).filter(|role| !role.is_empty()),
             _ => None,

@@ -19,7 +19,7 @@ use crate::sql::names;
 
 /// A fenced table's refusal of a write, or of a change of its fence, if
 /// `error` is one.
-fn fence_error(error: &DieselError) -> Option<Repr> {
+fn fence_error(error: &DieselError, operation: Operation) -> Option<Repr> {
     let DieselError::DatabaseError(_, info) = error else {
         return None;
     };
@@ -66,13 +66,14 @@ fn fence_error(error: &DieselError) -> Option<Repr> {
                 return None;
             }
             Repr::Forbidden {
-                operation: Operation::Present,
+                operation: Operation::PRESENT,
                 argument: "key".to_owned(),
                 name: name.to_owned(),
                 role: role.to_owned(),
             }
         }
         names::TABLE_NOT_OWNED => Repr::TableNotOwned {
+            operation,
             table: field("table"),
             role: field("role"),
         },
@@ -86,19 +87,19 @@ fn fence_error(error: &DieselError) -> Option<Repr> {
 /// A statement's error (the caller's own, or leasehold's bookkeeping): a
 /// fenced table's refusal when it is one, else a plain database error.
 pub(crate) fn statement_error(source: DieselError) -> LeaseError {
-    fence_error(&source)
+    fence_error(&source, Operation::STATEMENT)
         .unwrap_or(Repr::Database {
-            operation: Operation::Statement,
+            operation: Operation::STATEMENT,
             source,
         })
         .into()
 }
 
 impl LeaseError {
-    /// A fenced table's refusal of a write, or of a change of its fence, if
-    /// `error` is one.
-    pub(crate) fn from_fence(error: &DieselError) -> Option<Self> {
-        fence_error(error).map(LeaseError::from)
+    /// A fenced table's refusal of a write, or of `operation`'s change of
+    /// its fence, if `error` is one.
+    pub(crate) fn from_fence(error: &DieselError, operation: Operation) -> Option<Self> {
+        fence_error(error, operation).map(LeaseError::from)
     }
 
     /// Maps a lease function's diesel error to its meaning; `autocommit`: the call
@@ -119,6 +120,7 @@ impl LeaseError {
 
     /// `lease.raise_generation`'s error: not above the current one is a generation refusal.
     pub(crate) fn from_raise_generation(
+        operation: Operation,
         error: DieselError,
         requested: i64,
         autocommit: bool,
@@ -128,11 +130,16 @@ impl LeaseError {
                 if let Some(current) =
                     Detail::of(info.as_ref()).and_then(|detail| detail.number::<i64>("current"))
                 {
-                    return Repr::GenerationNotAbove { requested, current }.into();
+                    return Repr::GenerationNotAbove {
+                        operation,
+                        requested,
+                        current,
+                    }
+                    .into();
                 }
             }
         }
-        LeaseError::from_keyless(Operation::RaiseGeneration, error, autocommit)
+        LeaseError::from_keyless(operation, error, autocommit)
     }
 }
 
@@ -205,7 +212,7 @@ fn install_error(error: DieselError) -> Repr {
         }
     }
     Repr::Database {
-        operation: Operation::Install,
+        operation: Operation::INSTALL,
         source: error,
     }
 }
@@ -365,6 +372,7 @@ fn call_error(
             }
             Some(names::WAIT_TIMEOUT) => {
                 return Repr::TimedOut {
+                    operation,
                     key: key.to_owned(),
                     waited: if wait.is_zero() {
                         LOCK_WAIT_BOUND

@@ -488,7 +488,7 @@ impl From<LeaseError> for CliError {
             ErrorKind::InvalidInput if !error.violations().is_empty() => {
                 CliError::InvalidInput(error.violations().join("; "))
             }
-            ErrorKind::TimedOut if error.operation() == Some(Operation::Acquire) => {
+            ErrorKind::TimedOut if error.operation() == Some(Operation::ACQUIRE) => {
                 CliError::WaitTimedOut {
                     key: error.key().unwrap_or_default().to_owned(),
                     wait: error.waited().unwrap_or_default(),

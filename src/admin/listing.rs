@@ -6,13 +6,49 @@
 
 use crate::error::Repr;
 use chrono::{DateTime, TimeDelta, Utc};
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text, Timestamptz};
 
 use crate::error::{LeaseError, Operation};
 use crate::lease::epoch::Epoch;
-use crate::sql::calls::{ListLeasesCall, ListPrivilegeCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
+
+impl Operation {
+    /// A listing of keys (`Operator::list_leases`).
+    pub const LIST_LEASES: Operation = Operation::reads("list_leases");
+}
+
+/// (allowed, role) for a listing's SELECTs, asked first so a refusal names the
+/// role instead of aborting the caller's transaction.
+pub(crate) const LIST_PRIVILEGE: &str = "SELECT has_table_privilege('lease.leases', 'SELECT') \
+AND has_table_privilege('lease.groups', 'SELECT'), current_user::text";
+
+crate::sql::calls::cacheable_query! {
+    /// [`LIST_PRIVILEGE`]: (allowed, role).
+    ListPrivilegeCall {}
+    row = (Bool, Text);
+    rust = (bool, String);
+    |_call, out| {
+        out.push_sql(LIST_PRIVILEGE);
+        Ok(())
+    }
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.list_leases(prefix, holder, states, sort, max_rows)`, states and expiries
+    /// decided by the SQL's own rules; every row carries `read_at`, the one row if none matched.
+    ListLeasesCall {
+        prefix: &'a str => Text,
+        owner: Option<&'a str> => Nullable<Text>,
+        states: Vec<&'a str> => Array<Text>,
+        order: &'static str => Text,
+        limit: i64 => BigInt
+    }
+    sql = "SELECT read_at, key, digest, state, owner, epoch, expires_at FROM lease.list_leases";
+    row = (Timestamptz, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<Text>, Nullable<BigInt>, Nullable<Timestamptz>);
+    rust = (DateTime<Utc>, Option<String>, Option<String>, Option<String>, Option<String>, Option<i64>, Option<DateTime<Utc>>);
+}
 
 /// A key's state, decided on the server's clock as every lease call decides it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,70 +208,69 @@ pub(crate) async fn list_leases(
     filter: &ListFilter,
 ) -> Result<Listing, LeaseError> {
     telemetry::lease_call(
-        Operation::ListLeases,
+        Operation::LIST_LEASES,
         &filter.prefix,
         filter.owner.as_deref().unwrap_or(""),
         None,
-        list_leases_unobserved(conn, filter),
-    )
-    .await
-}
-
-/// `Operator::list_leases` without span and counters.
-async fn list_leases_unobserved(
-    conn: &mut impl Execute,
-    filter: &ListFilter,
-) -> Result<Listing, LeaseError> {
-    let limit = check(filter)?;
-    let autocommit = conn.in_autocommit();
-    let failed = |error| LeaseError::from_keyless(Operation::ListLeases, error, autocommit);
-    let (allowed, role) = get_result(
-        conn,
-        ListPrivilegeCall {
-            _borrow: std::marker::PhantomData,
+        async move {
+            let limit = check(filter)?;
+            let autocommit = conn.in_autocommit();
+            let failed =
+                |error| LeaseError::from_keyless(Operation::LIST_LEASES, error, autocommit);
+            let (allowed, role) = get_result(
+                conn,
+                ListPrivilegeCall {
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(failed)?;
+            if !allowed {
+                return Err(LeaseError::from(Repr::ListNotPermitted {
+                    operation: Operation::LIST_LEASES,
+                    role,
+                }));
+            }
+            let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
+            let rows = conn
+                .load(ListLeasesCall {
+                    prefix: &filter.prefix,
+                    owner: filter.owner.as_deref(),
+                    states,
+                    order: filter.order.as_sql(),
+                    limit,
+                    _borrow: std::marker::PhantomData,
+                })
+                .await
+                .map_err(failed)?;
+            let mut read_at = None;
+            let mut leases = Vec::with_capacity(rows.len());
+            for (now, key, digest, state, owner, epoch, expires_at) in rows {
+                read_at = Some(now);
+                // The clock's own row when no key matched.
+                let (Some(key), Some(digest), Some(state), Some(epoch)) =
+                    (key, digest, state, epoch)
+                else {
+                    continue;
+                };
+                let state = KeyState::parse(&state)
+                    .ok_or_else(|| crate::lease::unexpected(Operation::LIST_LEASES, &state))?;
+                leases.push(ListedLease {
+                    key,
+                    digest,
+                    state,
+                    owner,
+                    epoch: Epoch::new(epoch),
+                    remaining: expires_at.map(|expires_at| expires_at - now),
+                    expires_at,
+                });
+            }
+            let read_at = read_at
+                .ok_or_else(|| crate::lease::unexpected(Operation::LIST_LEASES, "no rows"))?;
+            Ok(Listing { read_at, leases })
         },
     )
     .await
-    .map_err(failed)?;
-    if !allowed {
-        return Err(LeaseError::from(Repr::ListNotPermitted { role }));
-    }
-    let states: Vec<&str> = filter.states.iter().map(|s| s.as_str()).collect();
-    let rows = conn
-        .load(ListLeasesCall {
-            prefix: &filter.prefix,
-            owner: filter.owner.as_deref(),
-            states,
-            order: filter.order.as_sql(),
-            limit,
-            _borrow: std::marker::PhantomData,
-        })
-        .await
-        .map_err(failed)?;
-    let mut read_at = None;
-    let mut leases = Vec::with_capacity(rows.len());
-    for (now, key, digest, state, owner, epoch, expires_at) in rows {
-        read_at = Some(now);
-        // The clock's own row when no key matched.
-        let (Some(key), Some(digest), Some(state), Some(epoch)) = (key, digest, state, epoch)
-        else {
-            continue;
-        };
-        let state = KeyState::parse(&state)
-            .ok_or_else(|| crate::lease::unexpected(Operation::ListLeases, &state))?;
-        leases.push(ListedLease {
-            key,
-            digest,
-            state,
-            owner,
-            epoch: Epoch::new(epoch),
-            remaining: expires_at.map(|expires_at| expires_at - now),
-            expires_at,
-        });
-    }
-    let read_at =
-        read_at.ok_or_else(|| crate::lease::unexpected(Operation::ListLeases, "no rows"))?;
-    Ok(Listing { read_at, leases })
 }
 
 /// Checks a filter before sending; answers the row limit as the statement takes it.

@@ -5,6 +5,7 @@
 //! login role (`session_user`), which `SET ROLE` does not change.
 
 use crate::error::Repr;
+use diesel::sql_types::{BigInt, Bool, Nullable, Text, Timestamptz};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -14,13 +15,95 @@ use diesel::pg::PgConnection;
 use crate::error::{LeaseError, Operation};
 use crate::lease::check_text;
 use crate::lease::epoch::Epoch;
-use crate::sql::calls::{
-    BindNamespaceCall, ForceReleaseCall, ForceReleaseEpochCall, FunctionPrivilegeCall,
-    GenerationCall, ListNamespacesCall, RaiseGenerationCall, UnbindNamespaceCall,
-};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::{decode, input};
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.force_release`: an operator frees a key whatever its state.
+    pub const FORCE_RELEASE: Operation = Operation::writes("force_release");
+    /// `lease.bind_namespace`: an operator binds a key prefix to a role.
+    pub const BIND_NAMESPACE: Operation = Operation::writes("bind_namespace");
+    /// `lease.unbind_namespace`: an operator removes a prefix's rule.
+    pub const UNBIND_NAMESPACE: Operation = Operation::writes("unbind_namespace");
+    /// `lease.list_namespaces`: an operator lists the rules.
+    pub const LIST_NAMESPACES: Operation = Operation::reads("list_namespaces");
+    /// `lease.raise_generation`: an operator raises the generation.
+    pub const RAISE_GENERATION: Operation = Operation::writes("raise_generation");
+    /// `lease.generation`: the current generation and timeline.
+    pub const GENERATION: Operation = Operation::reads("generation");
+    /// A privilege question (`admin::function_privilege`).
+    pub const PRIVILEGE: Operation = Operation::reads("privilege");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.force_release(key)`: the counter after, NULL if never leased.
+    ForceReleaseCall { key: &'a str => Text }
+    sql = "SELECT lease.force_release";
+    row = Nullable<BigInt>;
+    rust = Option<i64>;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.force_release(key, epoch)`: what became of the grant, and the counter.
+    ForceReleaseEpochCall { key: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT status, counter FROM lease.force_release";
+    row = (Text, Nullable<BigInt>);
+    rust = (String, Option<i64>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.bind_namespace(prefix, role)`.
+    BindNamespaceCall { prefix: &'a str => Text, role: &'a str => Text }
+    sql = "SELECT true AS bound FROM lease.bind_namespace";
+    row = Bool;
+    rust = bool;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.unbind_namespace(prefix)`: whether a rule was removed.
+    UnbindNamespaceCall { prefix: &'a str => Text }
+    sql = "SELECT lease.unbind_namespace";
+    row = Bool;
+    rust = bool;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.list_namespaces()`: every rule, by prefix.
+    ListNamespacesCall {}
+    sql = "SELECT prefix, role, created_at FROM lease.list_namespaces";
+    row = (Text, Text, Timestamptz);
+    rust = (String, String, DateTime<Utc>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.raise_generation(generation)`: the new generation.
+    RaiseGenerationCall { generation: i64 => BigInt }
+    sql = "SELECT lease.raise_generation";
+    row = BigInt;
+    rust = i64;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.generation()`: the current generation and timeline.
+    GenerationCall {}
+    sql = "SELECT generation, timeline FROM lease.generation";
+    row = (BigInt, BigInt);
+    rust = (i64, i64);
+}
+
+crate::sql::calls::cacheable_query! {
+    /// (allowed, role): whether the connected role may execute the function named.
+    FunctionPrivilegeCall { function: &'a str => Text }
+    row = (Nullable<Bool>, Text);
+    rust = (Option<bool>, String);
+    |call, out| {
+        out.push_sql("SELECT has_function_privilege(to_regprocedure(");
+        out.push_bind_param::<Text, _>(&call.function)?;
+        out.push_sql("), 'EXECUTE'), current_user::text");
+        Ok(())
+    }
+}
 
 /// One namespace rule, as `Operator::list_namespaces` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,36 +157,23 @@ pub(crate) async fn bind_namespace(
     prefix: &str,
     role: &str,
 ) -> Result<(), LeaseError> {
-    telemetry::lease_call(
-        Operation::BindNamespace,
-        prefix,
-        "",
-        None,
-        bind_namespace_unobserved(conn, prefix, role),
-    )
+    telemetry::lease_call(Operation::BIND_NAMESPACE, prefix, "", None, async move {
+        let autocommit = conn.in_autocommit();
+        check_name("prefix", prefix)?;
+        check_name("role", role)?;
+        get_result(
+            conn,
+            BindNamespaceCall {
+                prefix,
+                role,
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
+        .map(|_| ())
+        .map_err(|error| LeaseError::from_keyless(Operation::BIND_NAMESPACE, error, autocommit))
+    })
     .await
-}
-
-/// `Operator::bind_namespace` without its span and counters.
-async fn bind_namespace_unobserved(
-    conn: &mut impl Execute,
-    prefix: &str,
-    role: &str,
-) -> Result<(), LeaseError> {
-    let autocommit = conn.in_autocommit();
-    check_name("prefix", prefix)?;
-    check_name("role", role)?;
-    get_result(
-        conn,
-        BindNamespaceCall {
-            prefix,
-            role,
-            _borrow: std::marker::PhantomData,
-        },
-    )
-    .await
-    .map(|_| ())
-    .map_err(|error| LeaseError::from_keyless(Operation::BindNamespace, error, autocommit))
 }
 
 /// The connection's `Operator::unbind_namespace`: its documentation is there.
@@ -111,73 +181,52 @@ pub(crate) async fn unbind_namespace(
     conn: &mut impl Execute,
     prefix: &str,
 ) -> Result<bool, LeaseError> {
-    telemetry::lease_call(
-        Operation::UnbindNamespace,
-        prefix,
-        "",
-        None,
-        unbind_namespace_unobserved(conn, prefix),
-    )
+    telemetry::lease_call(Operation::UNBIND_NAMESPACE, prefix, "", None, async move {
+        let autocommit = conn.in_autocommit();
+        check_name("prefix", prefix)?;
+        get_result(
+            conn,
+            UnbindNamespaceCall {
+                prefix,
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
+        .map_err(|error| LeaseError::from_keyless(Operation::UNBIND_NAMESPACE, error, autocommit))
+    })
     .await
-}
-
-/// `Operator::unbind_namespace` without its span and counters.
-async fn unbind_namespace_unobserved(
-    conn: &mut impl Execute,
-    prefix: &str,
-) -> Result<bool, LeaseError> {
-    let autocommit = conn.in_autocommit();
-    check_name("prefix", prefix)?;
-    get_result(
-        conn,
-        UnbindNamespaceCall {
-            prefix,
-            _borrow: std::marker::PhantomData,
-        },
-    )
-    .await
-    .map_err(|error| LeaseError::from_keyless(Operation::UnbindNamespace, error, autocommit))
 }
 
 /// The connection's `Operator::list_namespaces`: its documentation is there.
 pub(crate) async fn list_namespaces(
     conn: &mut impl Execute,
 ) -> Result<Vec<NamespaceRule>, LeaseError> {
-    telemetry::lease_call(
-        Operation::ListNamespaces,
-        "",
-        "",
-        None,
-        list_namespaces_unobserved(conn),
-    )
-    .await
-}
-
-/// `Operator::list_namespaces` without its span and counters.
-async fn list_namespaces_unobserved(
-    conn: &mut impl Execute,
-) -> Result<Vec<NamespaceRule>, LeaseError> {
-    let autocommit = conn.in_autocommit();
-    let rows = conn
-        .load(ListNamespacesCall {
-            _borrow: std::marker::PhantomData,
-        })
-        .await
-        .map_err(|error| LeaseError::from_keyless(Operation::ListNamespaces, error, autocommit))?;
-    Ok(rows
-        .into_iter()
-        .map(|(prefix, role, created_at)| NamespaceRule {
-            prefix,
-            role: match (decode::dropped_role(&role), decode::missing_role(&role)) {
-                (Some(oid), _) => BoundRole::Dropped { oid },
-                (None, Some(name)) => BoundRole::Missing {
-                    name: name.to_owned(),
+    telemetry::lease_call(Operation::LIST_NAMESPACES, "", "", None, async move {
+        let autocommit = conn.in_autocommit();
+        let rows = conn
+            .load(ListNamespacesCall {
+                _borrow: std::marker::PhantomData,
+            })
+            .await
+            .map_err(|error| {
+                LeaseError::from_keyless(Operation::LIST_NAMESPACES, error, autocommit)
+            })?;
+        Ok(rows
+            .into_iter()
+            .map(|(prefix, role, created_at)| NamespaceRule {
+                prefix,
+                role: match (decode::dropped_role(&role), decode::missing_role(&role)) {
+                    (Some(oid), _) => BoundRole::Dropped { oid },
+                    (None, Some(name)) => BoundRole::Missing {
+                        name: name.to_owned(),
+                    },
+                    (None, None) => BoundRole::Role(role),
                 },
-                (None, None) => BoundRole::Role(role),
-            },
-            created_at,
-        })
-        .collect())
+                created_at,
+            })
+            .collect())
+    })
+    .await
 }
 
 /// The connection's `Operator::force_release`: its documentation is there.
@@ -185,37 +234,25 @@ pub(crate) async fn force_release(
     conn: &mut impl Execute,
     key: &str,
 ) -> Result<Option<Epoch>, LeaseError> {
-    telemetry::lease_call(
-        Operation::ForceRelease,
-        key,
-        "",
-        None,
-        force_release_unobserved(conn, key),
-    )
+    telemetry::lease_call(Operation::FORCE_RELEASE, key, "", None, async move {
+        check_text("key", key)?;
+        let call = ForceReleaseCall {
+            key,
+            _borrow: std::marker::PhantomData,
+        };
+        let autocommit = conn.in_autocommit();
+        get_result(conn, call).await.map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::FORCE_RELEASE,
+                error,
+                key,
+                Duration::ZERO,
+                autocommit,
+            )
+        })
+    })
     .await
     .map(|counter| counter.map(Epoch::new))
-}
-
-/// `Operator::force_release` without its span and counters.
-async fn force_release_unobserved(
-    conn: &mut impl Execute,
-    key: &str,
-) -> Result<Option<i64>, LeaseError> {
-    check_text("key", key)?;
-    let call = ForceReleaseCall {
-        key,
-        _borrow: std::marker::PhantomData,
-    };
-    let autocommit = conn.in_autocommit();
-    get_result(conn, call).await.map_err(|error| {
-        LeaseError::from_diesel(
-            Operation::ForceRelease,
-            error,
-            key,
-            Duration::ZERO,
-            autocommit,
-        )
-    })
 }
 
 /// What `Operator::force_release_epoch` did with the grant it was given.
@@ -259,21 +296,11 @@ pub(crate) async fn force_release_epoch(
 ) -> Result<ForcedRelease, LeaseError> {
     let epoch = epoch.get();
     telemetry::lease_call(
-        Operation::ForceRelease,
+        Operation::FORCE_RELEASE,
         key,
         "",
         Some(epoch),
-        force_release_epoch_unobserved(conn, key, epoch),
-    )
-    .await
-}
-
-/// `Operator::force_release_epoch` without its span and counters.
-async fn force_release_epoch_unobserved(
-    conn: &mut impl Execute,
-    key: &str,
-    epoch: i64,
-) -> Result<ForcedRelease, LeaseError> {
+        async move {
     check_text("key", key)?;
     if epoch < 1 {
         return Err(LeaseError::from(Repr::InvalidInput {
@@ -288,7 +315,7 @@ async fn force_release_epoch_unobserved(
     let autocommit = conn.in_autocommit();
     let (status, counter) = get_result(conn, call).await.map_err(|error| {
         LeaseError::from_diesel(
-            Operation::ForceRelease,
+            Operation::FORCE_RELEASE,
             error,
             key,
             Duration::ZERO,
@@ -310,12 +337,15 @@ async fn force_release_epoch_unobserved(
         }),
         // An answer this client cannot read: the installed SQL is newer.
         _ => Err(LeaseError::from(Repr::Database {
-            operation: Operation::ForceRelease,
+            operation: Operation::FORCE_RELEASE,
             source: diesel::result::Error::DeserializationError(
                 format!("unexpected lease force_release answer {status:?}: the installed SQL is newer than this client").into(),
             ),
         })),
     }
+},
+    )
+    .await
 }
 
 /// How far an epoch's generation is shifted: a grant's epoch is at least
@@ -350,31 +380,22 @@ impl Generation {
 
 /// The connection's `Operator::generation`: its documentation is there.
 pub(crate) async fn generation(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
-    telemetry::lease_call(
-        Operation::Generation,
-        "",
-        "",
-        None,
-        generation_unobserved(conn),
-    )
-    .await
-}
-
-/// `Operator::generation` without its span and counters.
-async fn generation_unobserved(conn: &mut impl Execute) -> Result<Generation, LeaseError> {
-    let autocommit = conn.in_autocommit();
-    let (generation, timeline) = get_result(
-        conn,
-        GenerationCall {
-            _borrow: std::marker::PhantomData,
-        },
-    )
-    .await
-    .map_err(|error| LeaseError::from_keyless(Operation::Generation, error, autocommit))?;
-    Ok(Generation {
-        generation,
-        timeline,
+    telemetry::lease_call(Operation::GENERATION, "", "", None, async move {
+        let autocommit = conn.in_autocommit();
+        let (generation, timeline) = get_result(
+            conn,
+            GenerationCall {
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
+        .map_err(|error| LeaseError::from_keyless(Operation::GENERATION, error, autocommit))?;
+        Ok(Generation {
+            generation,
+            timeline,
+        })
     })
+    .await
 }
 
 /// The connection's `Operator::raise_generation`: its documentation is there.
@@ -382,37 +403,33 @@ pub(crate) async fn raise_generation(
     conn: &mut impl Execute,
     generation: i64,
 ) -> Result<i64, LeaseError> {
-    telemetry::lease_call(
-        Operation::RaiseGeneration,
-        "",
-        "",
-        None,
-        raise_generation_unobserved(conn, generation),
-    )
+    telemetry::lease_call(Operation::RAISE_GENERATION, "", "", None, async move {
+        let autocommit = conn.in_autocommit();
+        if generation > MAX_GENERATION {
+            return Err(LeaseError::from(Repr::GenerationTooHigh {
+                operation: Operation::RAISE_GENERATION,
+                highest: MAX_GENERATION,
+                requested: generation,
+            }));
+        }
+        get_result(
+            conn,
+            RaiseGenerationCall {
+                generation,
+                _borrow: std::marker::PhantomData,
+            },
+        )
+        .await
+        .map_err(|error| {
+            LeaseError::from_raise_generation(
+                Operation::RAISE_GENERATION,
+                error,
+                generation,
+                autocommit,
+            )
+        })
+    })
     .await
-}
-
-/// `Operator::raise_generation` without its span and counters.
-async fn raise_generation_unobserved(
-    conn: &mut impl Execute,
-    generation: i64,
-) -> Result<i64, LeaseError> {
-    let autocommit = conn.in_autocommit();
-    if generation > MAX_GENERATION {
-        return Err(LeaseError::from(Repr::GenerationTooHigh {
-            highest: MAX_GENERATION,
-            requested: generation,
-        }));
-    }
-    get_result(
-        conn,
-        RaiseGenerationCall {
-            generation,
-            _borrow: std::marker::PhantomData,
-        },
-    )
-    .await
-    .map_err(|error| LeaseError::from_raise_generation(error, generation, autocommit))
 }
 
 /// Whether the connected role may run a function, as
@@ -476,7 +493,7 @@ pub(crate) async fn function_privilege_on(
         },
     )
     .await
-    .map_err(|error| LeaseError::from_keyless(Operation::Privilege, error, autocommit))?;
+    .map_err(|error| LeaseError::from_keyless(Operation::PRIVILEGE, error, autocommit))?;
     Ok(match allowed {
         Some(true) => FunctionPrivilege::Granted,
         Some(false) => FunctionPrivilege::NotGranted { role },

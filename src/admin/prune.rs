@@ -21,13 +21,35 @@
 //! operator role (docs/guide/security.md, "Security model").
 
 use crate::error::Repr;
+use diesel::pg::data_types::PgInterval;
+use diesel::sql_types::{BigInt, Binary, Bool, Integer, Interval, Nullable};
 use std::time::Duration;
 
 use crate::error::{LeaseError, Operation};
-use crate::sql::calls::{PruneGuardsCall, PruneKeysCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.prune_keys` / `lease.prune_guards`.
+    pub const PRUNE: Operation = Operation::writes("prune");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.prune_keys(idle, after, batch, dry_run)`: one batch of key pruning.
+    PruneKeysCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
+    sql = "SELECT examined, pruned, sighted, waiters, watermark, next_after FROM lease.prune_keys";
+    row = (Integer, Integer, Integer, Integer, BigInt, Nullable<Binary>);
+    rust = (i32, i32, i32, i32, i64, Option<Vec<u8>>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.prune_guards(idle, after, batch, dry_run)`: one batch of guard pruning.
+    PruneGuardsCall { idle: PgInterval => Interval, after: Option<&'a [u8]> => Nullable<Binary>, batch: i32 => Integer, dry_run: bool => Bool }
+    sql = "SELECT examined, pruned, next_after FROM lease.prune_guards";
+    row = (Integer, Integer, Nullable<Binary>);
+    rust = (i32, i32, Option<Vec<u8>>);
+}
 
 /// How many rows one batch looks at by default: small enough that a batch
 /// locks for milliseconds, large enough that a prune of a million rows
@@ -95,79 +117,67 @@ pub(crate) async fn prune(
     conn: &mut impl Execute,
     options: &PruneOptions,
 ) -> Result<PruneReport, LeaseError> {
-    telemetry::lease_call(
-        Operation::Prune,
-        "",
-        "",
-        None,
-        prune_unobserved(conn, options),
-    )
+    telemetry::lease_call(Operation::PRUNE, "", "", None, async move {
+        let idle = input::interval("idle", options.idle).map_err(|violation| {
+            LeaseError::from(Repr::InvalidInput {
+                violations: vec![violation],
+            })
+        })?;
+        let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
+        let mut report = PruneReport {
+            dry_run: options.dry_run,
+            ..PruneReport::default()
+        };
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (examined, pruned, sighted, waiters, watermark, next) = get_result(
+                conn,
+                PruneKeysCall {
+                    idle,
+                    after: after.as_deref(),
+                    batch,
+                    dry_run: options.dry_run,
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| LeaseError::from_keyless(Operation::PRUNE, error, false))?;
+            report.batches += 1;
+            report.keys_examined += count(examined);
+            report.keys_pruned += count(pruned);
+            report.keys_sighted += count(sighted);
+            report.waiters_pruned += count(waiters);
+            report.watermark = watermark;
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        after = None;
+        loop {
+            let (examined, pruned, next) = get_result(
+                conn,
+                PruneGuardsCall {
+                    idle,
+                    after: after.as_deref(),
+                    batch,
+                    dry_run: options.dry_run,
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| LeaseError::from_keyless(Operation::PRUNE, error, false))?;
+            report.batches += 1;
+            report.guards_examined += count(examined);
+            report.guards_pruned += count(pruned);
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(report)
+    })
     .await
-}
-
-/// `Operator::prune` without its span and counters.
-async fn prune_unobserved(
-    conn: &mut impl Execute,
-    options: &PruneOptions,
-) -> Result<PruneReport, LeaseError> {
-    let idle = input::interval("idle", options.idle).map_err(|violation| {
-        LeaseError::from(Repr::InvalidInput {
-            violations: vec![violation],
-        })
-    })?;
-    let batch = i32::try_from(options.batch).unwrap_or(i32::MAX);
-    let mut report = PruneReport {
-        dry_run: options.dry_run,
-        ..PruneReport::default()
-    };
-    let mut after: Option<Vec<u8>> = None;
-    loop {
-        let (examined, pruned, sighted, waiters, watermark, next) = get_result(
-            conn,
-            PruneKeysCall {
-                idle,
-                after: after.as_deref(),
-                batch,
-                dry_run: options.dry_run,
-                _borrow: std::marker::PhantomData,
-            },
-        )
-        .await
-        .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
-        report.batches += 1;
-        report.keys_examined += count(examined);
-        report.keys_pruned += count(pruned);
-        report.keys_sighted += count(sighted);
-        report.waiters_pruned += count(waiters);
-        report.watermark = watermark;
-        match next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
-    after = None;
-    loop {
-        let (examined, pruned, next) = get_result(
-            conn,
-            PruneGuardsCall {
-                idle,
-                after: after.as_deref(),
-                batch,
-                dry_run: options.dry_run,
-                _borrow: std::marker::PhantomData,
-            },
-        )
-        .await
-        .map_err(|error| LeaseError::from_keyless(Operation::Prune, error, false))?;
-        report.batches += 1;
-        report.guards_examined += count(examined);
-        report.guards_pruned += count(pruned);
-        match next {
-            Some(next) => after = Some(next),
-            None => break,
-        }
-    }
-    Ok(report)
 }
 
 /// A row count from the server (never negative).

@@ -13,6 +13,8 @@
 //! # Ok(()) }
 //! ```
 
+use diesel::pg::data_types::PgInterval;
+use diesel::sql_types::{Array, BigInt, Binary, Integer, Interval, Nullable, Text, Timestamptz};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -21,9 +23,31 @@ use crate::batch::many::{check_answers, key_renewal, Batch, SplitGrants};
 use crate::error::{LeaseError, Operation};
 use crate::lease::outcome::{KeyRenewal, Refusal, Renewal};
 use crate::lease::{check_text, interval, status_refusal, unexpected};
-use crate::sql::calls::{JoinGroupCall, RenewGroupCall};
 use crate::sql::execute::{get_result, Execute};
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.join_group`: renew several keys into one heartbeat group.
+    pub const JOIN_GROUP: Operation = Operation::writes("join_group");
+    /// `lease.renew_group`: one heartbeat for every key of a group.
+    pub const RENEW_GROUP: Operation = Operation::writes("renew_group");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.join_group(keys, owner, epochs, ttl, key_hashes)`: a row per key, with the new group.
+    JoinGroupCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
+    sql = "SELECT key, status, expires_at, group_id FROM lease.join_group";
+    row = (Text, Text, Nullable<Timestamptz>, Nullable<BigInt>);
+    rust = (String, String, Option<DateTime<Utc>>, Option<i64>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.renew_group(group_id, owner, ttl)`: one row.
+    RenewGroupCall { group_id: i64 => BigInt, owner: &'a str => Text, ttl: PgInterval => Interval }
+    sql = "SELECT status, expires_at, members FROM lease.renew_group";
+    row = (Text, Nullable<Timestamptz>, Nullable<Integer>);
+    rust = (String, Option<DateTime<Utc>>, Option<i32>);
+}
 
 /// A heartbeat group, as `Leases::join_group` made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -95,49 +119,36 @@ pub(crate) async fn join_group(
             keys: Vec::new(),
         });
     };
-    telemetry::lease_call(
-        Operation::JoinGroup,
-        "",
-        owner,
-        None,
-        join_group_unobserved(conn, owner, &grants, ttl),
-    )
+    telemetry::lease_call(Operation::JOIN_GROUP, "", owner, None, async move {
+        let grants = &grants;
+        let batch = Batch::new(owner, grants)?;
+        let on_error = batch.on_error(Operation::JOIN_GROUP, conn);
+        let call = JoinGroupCall {
+            keys: batch.keys,
+            owner,
+            epochs: batch.epochs,
+            ttl: interval("ttl", ttl)?,
+            key_hashes: batch.key_hashes,
+            _borrow: std::marker::PhantomData,
+        };
+        let rows = conn.load(call).await.map_err(on_error)?;
+        check_answers(Operation::JOIN_GROUP, grants, rows.iter().map(|row| &row.0))?;
+        let group = rows.first().and_then(|row| row.3).map(GroupId);
+        let mut keys = Vec::with_capacity(rows.len());
+        for ((key, status, expires_at, _), (_, epoch)) in rows.into_iter().zip(grants) {
+            let grant = (key, owner, *epoch);
+            keys.push(key_renewal(conn, Operation::JOIN_GROUP, grant, &status, expires_at).await?);
+        }
+        let joined = GroupJoin { group, keys };
+        if joined.group.is_some() != (joined.renewed() > 0) {
+            return Err(unexpected(
+                Operation::JOIN_GROUP,
+                "a group without renewed keys, or renewed keys without a group",
+            ));
+        }
+        Ok(joined)
+    })
     .await
-}
-
-/// `Leases::join_group` without its span and counters.
-async fn join_group_unobserved(
-    conn: &mut impl Execute,
-    owner: &str,
-    grants: &[(&str, i64)],
-    ttl: Duration,
-) -> Result<GroupJoin, LeaseError> {
-    let batch = Batch::new(owner, grants)?;
-    let on_error = batch.on_error(Operation::JoinGroup, conn);
-    let call = JoinGroupCall {
-        keys: batch.keys,
-        owner,
-        epochs: batch.epochs,
-        ttl: interval("ttl", ttl)?,
-        key_hashes: batch.key_hashes,
-        _borrow: std::marker::PhantomData,
-    };
-    let rows = conn.load(call).await.map_err(on_error)?;
-    check_answers(Operation::JoinGroup, grants, rows.iter().map(|row| &row.0))?;
-    let group = rows.first().and_then(|row| row.3).map(GroupId);
-    let mut keys = Vec::with_capacity(rows.len());
-    for ((key, status, expires_at, _), (_, epoch)) in rows.into_iter().zip(grants) {
-        let grant = (key, owner, *epoch);
-        keys.push(key_renewal(conn, Operation::JoinGroup, grant, &status, expires_at).await?);
-    }
-    let joined = GroupJoin { group, keys };
-    if joined.group.is_some() != (joined.renewed() > 0) {
-        return Err(unexpected(
-            Operation::JoinGroup,
-            "a group without renewed keys, or renewed keys without a group",
-        ));
-    }
-    Ok(joined)
 }
 
 /// The connection's `Leases::renew_group`.
@@ -147,50 +158,42 @@ pub(crate) async fn renew_group(
     owner: &str,
     ttl: Duration,
 ) -> Result<GroupRenewal, LeaseError> {
-    telemetry::lease_call(
-        Operation::RenewGroup,
-        "",
-        owner,
-        None,
-        renew_group_unobserved(conn, group, owner, ttl),
-    )
-    .await
-}
-
-/// `Leases::renew_group` without its span and counters.
-async fn renew_group_unobserved(
-    conn: &mut impl Execute,
-    group: GroupId,
-    owner: &str,
-    ttl: Duration,
-) -> Result<GroupRenewal, LeaseError> {
-    check_text("owner", owner)?;
-    let call = RenewGroupCall {
-        group_id: group.0,
-        owner,
-        ttl: interval("ttl", ttl)?,
-        _borrow: std::marker::PhantomData,
-    };
-    let autocommit = conn.in_autocommit();
-    let (status, expires_at, members) = get_result(conn, call).await.map_err(|error| {
-        LeaseError::from_diesel(Operation::RenewGroup, error, "", Duration::ZERO, autocommit)
-    })?;
-    match (
-        status_refusal(Operation::RenewGroup, &status)?,
-        expires_at,
-        members,
-    ) {
-        (None, Some(expires_at), Some(members)) => Ok(GroupRenewal::Renewed {
+    telemetry::lease_call(Operation::RENEW_GROUP, "", owner, None, async move {
+        check_text("owner", owner)?;
+        let call = RenewGroupCall {
+            group_id: group.0,
+            owner,
+            ttl: interval("ttl", ttl)?,
+            _borrow: std::marker::PhantomData,
+        };
+        let autocommit = conn.in_autocommit();
+        let (status, expires_at, members) = get_result(conn, call).await.map_err(|error| {
+            LeaseError::from_diesel(
+                Operation::RENEW_GROUP,
+                error,
+                "",
+                Duration::ZERO,
+                autocommit,
+            )
+        })?;
+        match (
+            status_refusal(Operation::RENEW_GROUP, &status)?,
             expires_at,
-            members: usize::try_from(members)
-                .map_err(|_| unexpected(Operation::RenewGroup, "a negative member count"))?,
-        }),
-        (Some(refusal), _, _) => Ok(GroupRenewal::Refused(refusal)),
-        _ => Err(unexpected(
-            Operation::RenewGroup,
-            "ok without an expiry or a member count",
-        )),
-    }
+            members,
+        ) {
+            (None, Some(expires_at), Some(members)) => Ok(GroupRenewal::Renewed {
+                expires_at,
+                members: usize::try_from(members)
+                    .map_err(|_| unexpected(Operation::RENEW_GROUP, "a negative member count"))?,
+            }),
+            (Some(refusal), _, _) => Ok(GroupRenewal::Refused(refusal)),
+            _ => Err(unexpected(
+                Operation::RENEW_GROUP,
+                "ok without an expiry or a member count",
+            )),
+        }
+    })
+    .await
 }
 
 impl telemetry::Outcome for GroupJoin {

@@ -4,6 +4,8 @@
 //! saving the server about a quarter of a 1,000-key heartbeat (docs/PERFORMANCE.md);
 //! a wrong digest can only make a key miss, and a missing key's digest is checked.
 
+use diesel::pg::data_types::PgInterval;
+use diesel::sql_types::{Array, BigInt, Binary, Interval, Nullable, Text, Timestamptz};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,9 +15,31 @@ use crate::error::{LeaseError, Operation};
 use crate::lease::outcome::{KeyRelease, KeyRenewal, Release, Renewal};
 use crate::lease::token::FencingToken;
 use crate::lease::{check_text, interval, refusal, unexpected};
-use crate::sql::calls::{ReleaseManyCall, RenewManyCall};
 use crate::sql::execute::Execute;
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.renew_many`: renew several keys of one owner in one call.
+    pub const RENEW_MANY: Operation = Operation::writes("renew_many");
+    /// `lease.release_many`: release several keys of one owner in one call.
+    pub const RELEASE_MANY: Operation = Operation::writes("release_many");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.renew_many(keys, owner, epochs, ttl, key_hashes)`: a row per key, in order.
+    RenewManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, ttl: PgInterval => Interval, key_hashes: Vec<Vec<u8>> => Array<Binary> }
+    sql = "SELECT key, status, expires_at FROM lease.renew_many";
+    row = (Text, Text, Nullable<Timestamptz>);
+    rust = (String, String, Option<DateTime<Utc>>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.release_many(keys, owner, epochs, key_hashes)`: a row per key, in order.
+    ReleaseManyCall { keys: Vec<&'a str> => Array<Text>, owner: &'a str => Text, epochs: Vec<i64> => Array<BigInt>, key_hashes: Vec<Vec<u8>> => Array<Binary> }
+    sql = "SELECT key, status FROM lease.release_many";
+    row = (Text, Text);
+    rust = (String, String);
+}
 
 /// The most keys one `Leases::renew_many` or
 /// `Leases::release_many` may carry: bounds one statement's
@@ -61,41 +85,29 @@ pub(crate) async fn renew_many(
     let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
-    telemetry::lease_call(
-        Operation::RenewMany,
-        "",
-        owner,
-        None,
-        renew_many_unobserved(conn, owner, &grants, ttl),
-    )
+    telemetry::lease_call(Operation::RENEW_MANY, "", owner, None, async move {
+        let grants = &grants;
+        let batch = Batch::new(owner, grants)?;
+        let on_error = batch.on_error(Operation::RENEW_MANY, conn);
+        let call = RenewManyCall {
+            keys: batch.keys,
+            owner,
+            epochs: batch.epochs,
+            ttl: interval("ttl", ttl)?,
+            key_hashes: batch.key_hashes,
+            _borrow: std::marker::PhantomData,
+        };
+        let rows = conn.load(call).await.map_err(on_error)?;
+        check_answers(Operation::RENEW_MANY, grants, rows.iter().map(|row| &row.0))?;
+        let mut answers = Vec::with_capacity(rows.len());
+        for ((key, status, expires_at), (_, epoch)) in rows.into_iter().zip(grants) {
+            let grant = (key, owner, *epoch);
+            answers
+                .push(key_renewal(conn, Operation::RENEW_MANY, grant, &status, expires_at).await?);
+        }
+        Ok(answers)
+    })
     .await
-}
-
-/// `Leases::renew_many` without its span and counters.
-async fn renew_many_unobserved(
-    conn: &mut impl Execute,
-    owner: &str,
-    grants: &[(&str, i64)],
-    ttl: Duration,
-) -> Result<Vec<KeyRenewal>, LeaseError> {
-    let batch = Batch::new(owner, grants)?;
-    let on_error = batch.on_error(Operation::RenewMany, conn);
-    let call = RenewManyCall {
-        keys: batch.keys,
-        owner,
-        epochs: batch.epochs,
-        ttl: interval("ttl", ttl)?,
-        key_hashes: batch.key_hashes,
-        _borrow: std::marker::PhantomData,
-    };
-    let rows = conn.load(call).await.map_err(on_error)?;
-    check_answers(Operation::RenewMany, grants, rows.iter().map(|row| &row.0))?;
-    let mut answers = Vec::with_capacity(rows.len());
-    for ((key, status, expires_at), (_, epoch)) in rows.into_iter().zip(grants) {
-        let grant = (key, owner, *epoch);
-        answers.push(key_renewal(conn, Operation::RenewMany, grant, &status, expires_at).await?);
-    }
-    Ok(answers)
 }
 
 /// The connection's `Leases::release_many`.
@@ -106,47 +118,35 @@ pub(crate) async fn release_many(
     let Some((owner, grants)) = grants? else {
         return Ok(Vec::new());
     };
-    telemetry::lease_call(
-        Operation::ReleaseMany,
-        "",
-        owner,
-        None,
-        release_many_unobserved(conn, owner, &grants),
-    )
-    .await
-}
-
-/// `Leases::release_many` without its span and counters.
-async fn release_many_unobserved(
-    conn: &mut impl Execute,
-    owner: &str,
-    grants: &[(&str, i64)],
-) -> Result<Vec<KeyRelease>, LeaseError> {
-    let batch = Batch::new(owner, grants)?;
-    let on_error = batch.on_error(Operation::ReleaseMany, conn);
-    let call = ReleaseManyCall {
-        keys: batch.keys,
-        owner,
-        epochs: batch.epochs,
-        key_hashes: batch.key_hashes,
-        _borrow: std::marker::PhantomData,
-    };
-    let rows = conn.load(call).await.map_err(on_error)?;
-    check_answers(
-        Operation::ReleaseMany,
-        grants,
-        rows.iter().map(|row| &row.0),
-    )?;
-    let mut answers = Vec::with_capacity(rows.len());
-    for ((key, status), (_, epoch)) in rows.into_iter().zip(grants) {
-        let grant = (key.as_str(), owner, *epoch);
-        let release = match refusal(conn, Operation::ReleaseMany, grant, &status).await? {
-            None => Release::Released,
-            Some(refusal) => Release::Refused(refusal),
+    telemetry::lease_call(Operation::RELEASE_MANY, "", owner, None, async move {
+        let grants = &grants;
+        let batch = Batch::new(owner, grants)?;
+        let on_error = batch.on_error(Operation::RELEASE_MANY, conn);
+        let call = ReleaseManyCall {
+            keys: batch.keys,
+            owner,
+            epochs: batch.epochs,
+            key_hashes: batch.key_hashes,
+            _borrow: std::marker::PhantomData,
         };
-        answers.push(KeyRelease { key, release });
-    }
-    Ok(answers)
+        let rows = conn.load(call).await.map_err(on_error)?;
+        check_answers(
+            Operation::RELEASE_MANY,
+            grants,
+            rows.iter().map(|row| &row.0),
+        )?;
+        let mut answers = Vec::with_capacity(rows.len());
+        for ((key, status), (_, epoch)) in rows.into_iter().zip(grants) {
+            let grant = (key.as_str(), owner, *epoch);
+            let release = match refusal(conn, Operation::RELEASE_MANY, grant, &status).await? {
+                None => Release::Released,
+                Some(refusal) => Release::Refused(refusal),
+            };
+            answers.push(KeyRelease { key, release });
+        }
+        Ok(answers)
+    })
+    .await
 }
 
 /// One batch call's input as the SQL takes it: keys, epochs, digests.

@@ -4,6 +4,8 @@
 //! commit together, a refusal aborts it, and the locked guard row
 //! serialises writers. [`Check`] picks the strength.
 
+use diesel::pg::data_types::PgInterval;
+use diesel::sql_types::{BigInt, Bool, Interval, Text, Timestamptz};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -15,13 +17,97 @@ use crate::error::{LeaseError, Operation};
 use crate::lease::epoch::Epoch;
 use crate::lease::token::FencingToken;
 use crate::server_error::GuardContext;
-use crate::sql::calls::{
-    AdmitCall, AdmitHeldCall, AdmitHeldPresentCall, AdmitPresentCall, CheckHeldCall, FenceCall,
-    InspectGuardCall, RenewAdmitCall, RenewAdmitPresentCall,
-};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.admit`: a token-checked guard.
+    pub const ADMIT: Operation = Operation::writes("admit");
+    /// `lease.check_held`: the lease is held right now.
+    pub const CHECK_HELD: Operation = Operation::writes("check_held");
+    /// `lease.admit_held`: admit, checking the lease is held.
+    pub const ADMIT_HELD: Operation = Operation::writes("admit_held");
+    /// `lease.renew_admit`: renew and admit together.
+    pub const RENEW_AND_ADMIT: Operation = Operation::writes("renew_admit");
+    /// `lease.fence`: raise a resource's record by hand.
+    pub const FENCE: Operation = Operation::writes("fence");
+    /// `lease.inspect_guard`.
+    pub const INSPECT_GUARD: Operation = Operation::reads("inspect_guard");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.admit(resource, key, epoch)`.
+    AdmitCall { resource: &'a str => Text, key: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT true AS admitted FROM lease.admit";
+    row = Bool;
+    rust = bool;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.check_held(key, owner, epoch)`.
+    CheckHeldCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT lease.check_held";
+    row = Timestamptz;
+    rust = DateTime<Utc>;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.admit_held(resource, key, owner, epoch)`.
+    AdmitHeldCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT lease.admit_held";
+    row = Timestamptz;
+    rust = DateTime<Utc>;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.renew_admit(resource, key, owner, epoch, ttl)`.
+    RenewAdmitCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    sql = "SELECT lease.renew_admit";
+    row = Timestamptz;
+    rust = DateTime<Utc>;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.fence(resource, key, up_to)`.
+    FenceCall { resource: &'a str => Text, key: &'a str => Text, up_to: i64 => BigInt }
+    sql = "SELECT lease.fence";
+    row = BigInt;
+    rust = i64;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.inspect_guard(resource)`.
+    InspectGuardCall { resource: &'a str => Text }
+    sql = "SELECT lease_key, accepted_epoch FROM lease.inspect_guard";
+    row = (Text, BigInt);
+    rust = (String, i64);
+}
+
+crate::sql::calls::admit_then_present! {
+    /// `lease.admit(resource, key, epoch)`, then `lease.present`.
+    AdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    call = "lease.admit"; args = [resource: Text, key: Text, epoch: BigInt]; cast = "::text";
+    row = (Text, Text);
+    rust = (String, String);
+}
+
+crate::sql::calls::admit_then_present! {
+    /// `lease.admit_held(resource, key, owner, epoch)`, then `lease.present`.
+    AdmitHeldPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    call = "lease.admit_held"; args = [resource: Text, key: Text, owner: Text, epoch: BigInt]; cast = "";
+    row = (Timestamptz, Text);
+    rust = (DateTime<Utc>, String);
+}
+
+crate::sql::calls::admit_then_present! {
+    /// `lease.renew_admit(resource, key, owner, epoch, ttl)`, then `lease.present`.
+    RenewAdmitPresentCall { resource: &'a str => Text, key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    call = "lease.renew_admit"; args = [resource: Text, key: Text, owner: Text, epoch: BigInt, ttl: Interval];
+    cast = "";
+    row = (Timestamptz, Text);
+    rust = (DateTime<Utc>, String);
+}
 
 /// How strictly `Fencing::run_fenced` checks the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,36 +191,30 @@ pub(crate) async fn admit(
     token: &FencingToken,
 ) -> Result<(), LeaseError> {
     telemetry::guard_call(
-        Operation::Admit,
+        Operation::ADMIT,
         resource,
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        admit_sql(conn, resource, token),
-    )
-    .await
-}
-
-async fn admit_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-    token: &FencingToken,
-) -> Result<(), LeaseError> {
-    check_resource(resource)?;
-    get_result(
-        conn,
-        AdmitCall {
-            resource,
-            key: token.key(),
-            epoch: token.epoch().get(),
-            _borrow: std::marker::PhantomData,
+        async move {
+            check_resource(resource)?;
+            get_result(
+                conn,
+                AdmitCall {
+                    resource,
+                    key: token.key(),
+                    epoch: token.epoch().get(),
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map(|_| ())
+            .map_err(|error| {
+                LeaseError::from_guard_diesel(&context(Operation::ADMIT, resource, token), error)
+            })
         },
     )
     .await
-    .map(|_| ())
-    .map_err(|error| {
-        LeaseError::from_guard_diesel(&context(Operation::Admit, resource, token), error)
-    })
 }
 
 /// The connection's `Fencing::check_held`.
@@ -143,33 +223,28 @@ pub(crate) async fn check_held(
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
-        Operation::CheckHeld,
+        Operation::CHECK_HELD,
         "",
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        check_held_sql(conn, token),
-    )
-    .await
-}
-
-async fn check_held_sql(
-    conn: &mut impl Execute,
-    token: &FencingToken,
-) -> Result<DateTime<Utc>, LeaseError> {
-    get_result(
-        conn,
-        CheckHeldCall {
-            key: token.key(),
-            owner: token.owner(),
-            epoch: token.epoch().get(),
-            _borrow: std::marker::PhantomData,
+        async move {
+            get_result(
+                conn,
+                CheckHeldCall {
+                    key: token.key(),
+                    owner: token.owner(),
+                    epoch: token.epoch().get(),
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| {
+                LeaseError::from_guard_diesel(&context(Operation::CHECK_HELD, "", token), error)
+            })
         },
     )
     .await
-    .map_err(|error| {
-        LeaseError::from_guard_diesel(&context(Operation::CheckHeld, "", token), error)
-    })
 }
 
 /// `Fencing::admit` with [`Check::LeaseHeld`].
@@ -179,36 +254,33 @@ pub(crate) async fn admit_held(
     token: &FencingToken,
 ) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
-        Operation::AdmitHeld,
+        Operation::ADMIT_HELD,
         resource,
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        admit_held_sql(conn, resource, token),
-    )
-    .await
-}
-
-async fn admit_held_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-    token: &FencingToken,
-) -> Result<DateTime<Utc>, LeaseError> {
-    check_resource(resource)?;
-    get_result(
-        conn,
-        AdmitHeldCall {
-            resource,
-            key: token.key(),
-            owner: token.owner(),
-            epoch: token.epoch().get(),
-            _borrow: std::marker::PhantomData,
+        async move {
+            check_resource(resource)?;
+            get_result(
+                conn,
+                AdmitHeldCall {
+                    resource,
+                    key: token.key(),
+                    owner: token.owner(),
+                    epoch: token.epoch().get(),
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| {
+                LeaseError::from_guard_diesel(
+                    &context(Operation::ADMIT_HELD, resource, token),
+                    error,
+                )
+            })
         },
     )
     .await
-    .map_err(|error| {
-        LeaseError::from_guard_diesel(&context(Operation::AdmitHeld, resource, token), error)
-    })
 }
 
 /// `Fencing::admit` with [`Check::RenewAndAdmit`].
@@ -219,39 +291,35 @@ pub(crate) async fn renew_and_admit(
     ttl: Duration,
 ) -> Result<DateTime<Utc>, LeaseError> {
     telemetry::guard_call(
-        Operation::RenewAndAdmit,
+        Operation::RENEW_AND_ADMIT,
         resource,
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        renew_and_admit_sql(conn, resource, token, ttl),
-    )
-    .await
-}
-
-async fn renew_and_admit_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-    token: &FencingToken,
-    ttl: Duration,
-) -> Result<DateTime<Utc>, LeaseError> {
-    check_resource(resource)?;
-    let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
-    get_result(
-        conn,
-        RenewAdmitCall {
-            resource,
-            key: token.key(),
-            owner: token.owner(),
-            epoch: token.epoch().get(),
-            ttl,
-            _borrow: std::marker::PhantomData,
+        async move {
+            check_resource(resource)?;
+            let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
+            get_result(
+                conn,
+                RenewAdmitCall {
+                    resource,
+                    key: token.key(),
+                    owner: token.owner(),
+                    epoch: token.epoch().get(),
+                    ttl,
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| {
+                LeaseError::from_guard_diesel(
+                    &context(Operation::RENEW_AND_ADMIT, resource, token),
+                    error,
+                )
+            })
         },
     )
     .await
-    .map_err(|error| {
-        LeaseError::from_guard_diesel(&context(Operation::RenewAndAdmit, resource, token), error)
-    })
 }
 
 /// The connection's `Fencing::fence`.
@@ -263,46 +331,39 @@ pub(crate) async fn fence(
 ) -> Result<Epoch, LeaseError> {
     let up_to = up_to.get();
     telemetry::guard_call(
-        Operation::Fence,
+        Operation::FENCE,
         resource,
         lease_key,
         "",
         Some(up_to),
-        fence_sql(conn, resource, lease_key, up_to),
-    )
-    .await
-    .map(Epoch::new)
-}
-
-async fn fence_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-    lease_key: &str,
-    up_to: i64,
-) -> Result<i64, LeaseError> {
-    check_resource(resource)?;
-    get_result(
-        conn,
-        FenceCall {
-            resource,
-            key: lease_key,
-            up_to,
-            _borrow: std::marker::PhantomData,
+        async move {
+            check_resource(resource)?;
+            get_result(
+                conn,
+                FenceCall {
+                    resource,
+                    key: lease_key,
+                    up_to,
+                    _borrow: std::marker::PhantomData,
+                },
+            )
+            .await
+            .map_err(|error| {
+                LeaseError::from_guard_diesel(
+                    &GuardContext {
+                        operation: Operation::FENCE,
+                        resource,
+                        key: lease_key,
+                        owner: "",
+                        epoch: Epoch::new(up_to),
+                    },
+                    error,
+                )
+            })
         },
     )
     .await
-    .map_err(|error| {
-        LeaseError::from_guard_diesel(
-            &GuardContext {
-                operation: Operation::Fence,
-                resource,
-                key: lease_key,
-                owner: "",
-                epoch: Epoch::new(up_to),
-            },
-            error,
-        )
-    })
+    .map(Epoch::new)
 }
 
 /// The connection's `Fencing::inspect_guard`.
@@ -311,46 +372,41 @@ pub(crate) async fn inspect_guard(
     resource: &str,
 ) -> Result<Option<GuardRecord>, LeaseError> {
     telemetry::guard_call(
-        Operation::InspectGuard,
+        Operation::INSPECT_GUARD,
         resource,
         "",
         "",
         None,
-        inspect_guard_sql(conn, resource),
+        async move {
+            check_resource(resource)?;
+            let rows = conn
+                .load(InspectGuardCall {
+                    resource,
+                    _borrow: std::marker::PhantomData,
+                })
+                .await
+                .map_err(|error| {
+                    LeaseError::from_guard_diesel(
+                        &GuardContext {
+                            operation: Operation::INSPECT_GUARD,
+                            resource,
+                            key: "",
+                            owner: "",
+                            epoch: Epoch::new(0),
+                        },
+                        error,
+                    )
+                })?;
+            Ok(rows
+                .into_iter()
+                .next()
+                .map(|(lease_key, accepted_epoch)| GuardRecord {
+                    lease_key,
+                    accepted_epoch: Epoch::new(accepted_epoch),
+                }))
+        },
     )
     .await
-}
-
-async fn inspect_guard_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-) -> Result<Option<GuardRecord>, LeaseError> {
-    check_resource(resource)?;
-    let rows = conn
-        .load(InspectGuardCall {
-            resource,
-            _borrow: std::marker::PhantomData,
-        })
-        .await
-        .map_err(|error| {
-            LeaseError::from_guard_diesel(
-                &GuardContext {
-                    operation: Operation::InspectGuard,
-                    resource,
-                    key: "",
-                    owner: "",
-                    epoch: Epoch::new(0),
-                },
-                error,
-            )
-        })?;
-    Ok(rows
-        .into_iter()
-        .next()
-        .map(|(lease_key, accepted_epoch)| GuardRecord {
-            lease_key,
-            accepted_epoch: Epoch::new(accepted_epoch),
-        }))
 }
 
 /// The connection's `Fencing::run_fenced`.
@@ -394,9 +450,9 @@ pub(crate) async fn admit_and_present(
     check: Check,
 ) -> Result<(), LeaseError> {
     let operation = match check {
-        Check::Token => Operation::Admit,
-        Check::LeaseHeld => Operation::AdmitHeld,
-        Check::RenewAndAdmit(_) => Operation::RenewAndAdmit,
+        Check::Token => Operation::ADMIT,
+        Check::LeaseHeld => Operation::ADMIT_HELD,
+        Check::RenewAndAdmit(_) => Operation::RENEW_AND_ADMIT,
     };
     telemetry::guard_call(
         operation,
@@ -404,62 +460,56 @@ pub(crate) async fn admit_and_present(
         token.key(),
         token.owner(),
         Some(token.epoch().get()),
-        admit_and_present_sql(conn, resource, token, check, operation),
+        async move {
+            check_resource(resource)?;
+            let (key, owner, epoch) = (token.key(), token.owner(), token.epoch().get());
+            let _borrow = std::marker::PhantomData;
+            let sent = match check {
+                Check::Token => get_result(
+                    conn,
+                    AdmitPresentCall {
+                        resource,
+                        key,
+                        owner,
+                        epoch,
+                        _borrow,
+                    },
+                )
+                .await
+                .map(drop),
+                Check::LeaseHeld => get_result(
+                    conn,
+                    AdmitHeldPresentCall {
+                        resource,
+                        key,
+                        owner,
+                        epoch,
+                        _borrow,
+                    },
+                )
+                .await
+                .map(drop),
+                Check::RenewAndAdmit(ttl) => {
+                    let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
+                    get_result(
+                        conn,
+                        RenewAdmitPresentCall {
+                            resource,
+                            key,
+                            owner,
+                            epoch,
+                            ttl,
+                            _borrow,
+                        },
+                    )
+                    .await
+                    .map(drop)
+                }
+            };
+            sent.map_err(|error| {
+                LeaseError::from_guard_diesel(&context(operation, resource, token), error)
+            })
+        },
     )
     .await
-}
-
-async fn admit_and_present_sql(
-    conn: &mut impl Execute,
-    resource: &str,
-    token: &FencingToken,
-    check: Check,
-    operation: Operation,
-) -> Result<(), LeaseError> {
-    check_resource(resource)?;
-    let (key, owner, epoch) = (token.key(), token.owner(), token.epoch().get());
-    let _borrow = std::marker::PhantomData;
-    let sent = match check {
-        Check::Token => get_result(
-            conn,
-            AdmitPresentCall {
-                resource,
-                key,
-                owner,
-                epoch,
-                _borrow,
-            },
-        )
-        .await
-        .map(drop),
-        Check::LeaseHeld => get_result(
-            conn,
-            AdmitHeldPresentCall {
-                resource,
-                key,
-                owner,
-                epoch,
-                _borrow,
-            },
-        )
-        .await
-        .map(drop),
-        Check::RenewAndAdmit(ttl) => {
-            let ttl = input::interval("ttl", ttl).map_err(LeaseError::invalid)?;
-            get_result(
-                conn,
-                RenewAdmitPresentCall {
-                    resource,
-                    key,
-                    owner,
-                    epoch,
-                    ttl,
-                    _borrow,
-                },
-            )
-            .await
-            .map(drop)
-        }
-    };
-    sent.map_err(|error| LeaseError::from_guard_diesel(&context(operation, resource, token), error))
 }

@@ -10,11 +10,87 @@
 
 use crate::error::{LeaseError, Operation};
 use crate::lease::token::FencingToken;
-use crate::sql::calls::{
-    FencedTablesCall, PresentCall, ProtectRowsCall, ProtectTableCall, UnprotectTableCall,
-};
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
+use diesel::sql_types::{Array, BigInt, Bool, Nullable, Text};
+
+impl Operation {
+    /// `lease.protect_table`, `lease.protect_rows` or `lease.unprotect_table`: a table's owner changes its fence.
+    pub const PROTECT_TABLE: Operation = Operation::writes("protect_table");
+    /// `lease.fenced_tables`: the fenced tables of the database.
+    pub const FENCED_TABLES: Operation = Operation::reads("fenced_tables");
+}
+
+crate::sql::calls::cacheable_query! {
+    /// `lease.present(key, owner, epoch)`, its void answer read as text.
+    PresentCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.present(");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Text, _>(&call.owner)?;
+        out.push_sql(", ");
+        out.push_bind_param::<BigInt, _>(&call.epoch)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+crate::sql::calls::cacheable_query! {
+    /// `lease.protect_table(table, key)`; the table's name resolved as
+    /// `regclass` resolves it (the session's search_path).
+    ProtectTableCall { table: &'a str => Text, key: &'a str => Text }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.protect_table(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass, ");
+        out.push_bind_param::<Text, _>(&call.key)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+crate::sql::calls::cacheable_query! {
+    /// `lease.protect_rows(table, key_prefix, key_columns)`.
+    ProtectRowsCall { table: &'a str => Text, key_prefix: &'a str => Text, key_columns: Vec<&'a str> => Array<Text> }
+    row = Text;
+    rust = String;
+    |call, out| {
+        out.push_sql("SELECT lease.protect_rows(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass, ");
+        out.push_bind_param::<Text, _>(&call.key_prefix)?;
+        out.push_sql(", ");
+        out.push_bind_param::<Array<Text>, _>(&call.key_columns)?;
+        out.push_sql(")::text");
+        Ok(())
+    }
+}
+
+crate::sql::calls::cacheable_query! {
+    /// `lease.unprotect_table(table)`: whether the table had a fence.
+    UnprotectTableCall { table: &'a str => Text }
+    row = Bool;
+    rust = bool;
+    |call, out| {
+        out.push_sql("SELECT lease.unprotect_table(");
+        out.push_bind_param::<Text, _>(&call.table)?;
+        out.push_sql("::regclass)");
+        Ok(())
+    }
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.fenced_tables()`: (table, kind, key, key_prefix, key_columns).
+    FencedTablesCall {}
+    sql = "SELECT fenced_table, kind, key, key_prefix, key_columns FROM lease.fenced_tables";
+    row = (Text, Text, Nullable<Text>, Nullable<Text>, Nullable<Array<Text>>);
+    rust = (String, String, Option<String>, Option<String>, Option<Vec<String>>);
+}
 
 /// A table's fence, as `Operator::fenced_tables`
 /// reads it back.
@@ -51,7 +127,7 @@ fn map_error(
     autocommit: bool,
 ) -> impl FnOnce(diesel::result::Error) -> LeaseError {
     move |error| {
-        LeaseError::from_fence(&error)
+        LeaseError::from_fence(&error, operation)
             .unwrap_or_else(|| LeaseError::from_keyless(operation, error, autocommit))
     }
 }
@@ -77,7 +153,7 @@ pub(crate) async fn present(
     )
     .await
     .map(drop)
-    .map_err(map_error(Operation::Present, autocommit))
+    .map_err(map_error(Operation::PRESENT, autocommit))
 }
 
 /// The connection's `Operator::protect_table`: its documentation is there.
@@ -99,7 +175,7 @@ pub(crate) async fn protect_table(
     )
     .await
     .map(drop)
-    .map_err(map_error(Operation::ProtectTable, autocommit))
+    .map_err(map_error(Operation::PROTECT_TABLE, autocommit))
 }
 
 /// The connection's `Operator::protect_rows`: its documentation is there.
@@ -126,7 +202,7 @@ pub(crate) async fn protect_rows(
     )
     .await
     .map(drop)
-    .map_err(map_error(Operation::ProtectTable, autocommit))
+    .map_err(map_error(Operation::PROTECT_TABLE, autocommit))
 }
 
 /// The connection's `Operator::unprotect_table`: its documentation is there.
@@ -144,7 +220,7 @@ pub(crate) async fn unprotect_table(
         },
     )
     .await
-    .map_err(map_error(Operation::ProtectTable, autocommit))
+    .map_err(map_error(Operation::PROTECT_TABLE, autocommit))
 }
 
 /// The connection's `Operator::fenced_tables`: its documentation is there.
@@ -155,7 +231,7 @@ pub(crate) async fn fenced_tables(conn: &mut impl Execute) -> Result<Vec<FencedT
             _borrow: std::marker::PhantomData,
         })
         .await
-        .map_err(map_error(Operation::FencedTables, autocommit))?;
+        .map_err(map_error(Operation::FENCED_TABLES, autocommit))?;
     Ok(rows
         .into_iter()
         .map(|(table, kind, key, key_prefix, key_columns)| FencedTable {

@@ -138,7 +138,7 @@ impl KeeperSettings {
         });
         if let Some(reason) = shared.renew_once().await? {
             return Err(LeaseError::from(Repr::LeaseNotHeld {
-                operation: Operation::Renew,
+                operation: Operation::RENEW,
                 key: shared.lease.key().to_owned(),
                 owner: shared.lease.owner().to_owned(),
                 epoch: shared.lease.epoch(),

@@ -462,7 +462,7 @@ impl Shared {
                 .get(&key)
                 .map_or(Epoch::from(1), |&at| self.members[at].lease.epoch());
             return Err(LeaseError::from(Repr::LeaseNotHeld {
-                operation: Operation::Renew,
+                operation: Operation::RENEW,
                 key,
                 owner: self.owner.clone(),
                 epoch,

@@ -8,17 +8,71 @@ pub(crate) mod refusal;
 pub(crate) mod token;
 
 use crate::error::Repr;
+use chrono::{DateTime, Utc};
+use diesel::pg::data_types::PgInterval;
+use diesel::pg::sql_types::Record;
+use diesel::sql_types::{BigInt, Bool, Interval, Nullable, Text, Timestamptz};
 use std::time::Duration;
 
 use crate::error::{LeaseError, Operation};
 use crate::lease::epoch::Epoch;
 use crate::lease::outcome::{Acquisition, Lease, LeaseState, Refusal, Release, Renewal};
 use crate::lease::token::FencingToken;
-use crate::sql::calls::{AcquireCall, KeyStateCall, ReleaseCall, RenewCall, WhyRefusedCall};
 use crate::sql::decode::Status;
 use crate::sql::execute::{get_result, Execute};
 use crate::sql::input;
 use crate::telemetry;
+
+impl Operation {
+    /// `lease.acquire` (also each attempt of a waiter).
+    pub const ACQUIRE: Operation = Operation::writes("acquire");
+    /// `lease.renew`.
+    pub const RENEW: Operation = Operation::writes("renew");
+    /// `lease.release`.
+    pub const RELEASE: Operation = Operation::writes("release");
+    /// `lease.inspect`.
+    pub const INSPECT: Operation = Operation::reads("inspect");
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.acquire(key, owner, ttl, wait)`.
+    AcquireCall { key: &'a str => Text, owner: &'a str => Text, ttl: PgInterval => Interval, wait: PgInterval => Interval }
+    sql = "SELECT lease.acquire";
+    row = Record<(Bool, Nullable<BigInt>, Nullable<Timestamptz>)>;
+    rust = (bool, Option<i64>, Option<DateTime<Utc>>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.renew(key, owner, epoch, ttl)`.
+    RenewCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt, ttl: PgInterval => Interval }
+    sql = "SELECT lease.renew";
+    row = Record<(Text, Nullable<Timestamptz>)>;
+    rust = (String, Option<DateTime<Utc>>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.release(key, owner, epoch)`.
+    ReleaseCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT lease.release";
+    row = Text;
+    rust = String;
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.why_refused(key, owner, epoch)`: one row.
+    WhyRefusedCall { key: &'a str => Text, owner: &'a str => Text, epoch: i64 => BigInt }
+    sql = "SELECT status, reason, newest_epoch FROM lease.why_refused";
+    row = (Text, Text, Nullable<BigInt>);
+    rust = (String, String, Option<i64>);
+}
+
+crate::sql::calls::lease_call! {
+    /// `lease.key_state(key)`: no row for a never-seen key.
+    KeyStateCall { key: &'a str => Text }
+    sql = "SELECT lease.key_state";
+    row = Record<(Text, Nullable<Text>, BigInt, Nullable<Timestamptz>, Nullable<Text>)>;
+    rust = (String, Option<String>, i64, Option<DateTime<Utc>>, Option<String>);
+}
 
 /// The connection's `Leases::acquire`.
 pub(crate) async fn acquire(
@@ -42,6 +96,7 @@ pub(crate) async fn acquire_waiting(
         Acquisition::Granted(lease) => Ok(lease),
         // A zero wait denies like `acquire`; here the caller asked for an error.
         Acquisition::Denied => Err(LeaseError::from(Repr::TimedOut {
+            operation: Operation::ACQUIRE,
             key: key.to_owned(),
             waited: wait,
         })),
@@ -55,46 +110,32 @@ async fn acquire_call(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Acquisition, LeaseError> {
-    telemetry::lease_call(
-        Operation::Acquire,
-        key,
-        owner,
-        None,
-        acquire_sql(conn, key, owner, ttl, wait),
-    )
+    telemetry::lease_call(Operation::ACQUIRE, key, owner, None, async move {
+        check_text("key", key)?;
+        check_text("owner", owner)?;
+        let ttl_interval = interval("ttl", ttl)?;
+        let wait_interval = interval("wait", wait)?;
+        let autocommit = conn.in_autocommit();
+        let call = AcquireCall {
+            key,
+            owner,
+            ttl: ttl_interval,
+            wait: wait_interval,
+            _borrow: std::marker::PhantomData,
+        };
+        let (acquired, epoch, expires_at) = get_result(conn, call).await.map_err(|error| {
+            LeaseError::from_diesel(Operation::ACQUIRE, error, key, wait, autocommit)
+        })?;
+        match (acquired, epoch, expires_at) {
+            (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
+                token: FencingToken::from_grant(key, owner, epoch),
+                expires_at,
+                ttl,
+            })),
+            _ => Ok(Acquisition::Denied),
+        }
+    })
     .await
-}
-
-async fn acquire_sql(
-    conn: &mut impl Execute,
-    key: &str,
-    owner: &str,
-    ttl: Duration,
-    wait: Duration,
-) -> Result<Acquisition, LeaseError> {
-    check_text("key", key)?;
-    check_text("owner", owner)?;
-    let ttl_interval = interval("ttl", ttl)?;
-    let wait_interval = interval("wait", wait)?;
-    let autocommit = conn.in_autocommit();
-    let call = AcquireCall {
-        key,
-        owner,
-        ttl: ttl_interval,
-        wait: wait_interval,
-        _borrow: std::marker::PhantomData,
-    };
-    let (acquired, epoch, expires_at) = get_result(conn, call).await.map_err(|error| {
-        LeaseError::from_diesel(Operation::Acquire, error, key, wait, autocommit)
-    })?;
-    match (acquired, epoch, expires_at) {
-        (true, Some(epoch), Some(expires_at)) => Ok(Acquisition::Granted(Lease {
-            token: FencingToken::from_grant(key, owner, epoch),
-            expires_at,
-            ttl,
-        })),
-        _ => Ok(Acquisition::Denied),
-    }
 }
 
 /// The connection's `Leases::renew`.
@@ -104,45 +145,31 @@ pub(crate) async fn renew(
     ttl: Duration,
 ) -> Result<Renewal, LeaseError> {
     let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
-    telemetry::lease_call(
-        Operation::Renew,
-        key,
-        owner,
-        Some(epoch),
-        renew_sql(conn, key, owner, epoch, ttl),
-    )
+    telemetry::lease_call(Operation::RENEW, key, owner, Some(epoch), async move {
+        check_text("key", key)?;
+        check_text("owner", owner)?;
+        let ttl_interval = interval("ttl", ttl)?;
+        let autocommit = conn.in_autocommit();
+        let call = RenewCall {
+            key,
+            owner,
+            epoch,
+            ttl: ttl_interval,
+            _borrow: std::marker::PhantomData,
+        };
+        let (status, expires_at) = get_result(conn, call).await.map_err(|error| {
+            LeaseError::from_diesel(Operation::RENEW, error, key, Duration::ZERO, autocommit)
+        })?;
+        match (
+            refusal(conn, Operation::RENEW, (key, owner, epoch), &status).await?,
+            expires_at,
+        ) {
+            (None, Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
+            (Some(refusal), _) => Ok(Renewal::Refused(refusal)),
+            (None, None) => Err(unexpected(Operation::RENEW, "ok without an expiry")),
+        }
+    })
     .await
-}
-
-async fn renew_sql(
-    conn: &mut impl Execute,
-    key: &str,
-    owner: &str,
-    epoch: i64,
-    ttl: Duration,
-) -> Result<Renewal, LeaseError> {
-    check_text("key", key)?;
-    check_text("owner", owner)?;
-    let ttl_interval = interval("ttl", ttl)?;
-    let autocommit = conn.in_autocommit();
-    let call = RenewCall {
-        key,
-        owner,
-        epoch,
-        ttl: ttl_interval,
-        _borrow: std::marker::PhantomData,
-    };
-    let (status, expires_at) = get_result(conn, call).await.map_err(|error| {
-        LeaseError::from_diesel(Operation::Renew, error, key, Duration::ZERO, autocommit)
-    })?;
-    match (
-        refusal(conn, Operation::Renew, (key, owner, epoch), &status).await?,
-        expires_at,
-    ) {
-        (None, Some(expires_at)) => Ok(Renewal::Renewed { expires_at }),
-        (Some(refusal), _) => Ok(Renewal::Refused(refusal)),
-        (None, None) => Err(unexpected(Operation::Renew, "ok without an expiry")),
-    }
 }
 
 /// The connection's `Leases::release`.
@@ -151,38 +178,25 @@ pub(crate) async fn release(
     grant: &FencingToken,
 ) -> Result<Release, LeaseError> {
     let (key, owner, epoch) = (grant.key(), grant.owner(), grant.epoch().get());
-    telemetry::lease_call(
-        Operation::Release,
-        key,
-        owner,
-        Some(epoch),
-        release_sql(conn, key, owner, epoch),
-    )
+    telemetry::lease_call(Operation::RELEASE, key, owner, Some(epoch), async move {
+        check_text("key", key)?;
+        check_text("owner", owner)?;
+        let autocommit = conn.in_autocommit();
+        let call = ReleaseCall {
+            key,
+            owner,
+            epoch,
+            _borrow: std::marker::PhantomData,
+        };
+        let status = get_result(conn, call).await.map_err(|error| {
+            LeaseError::from_diesel(Operation::RELEASE, error, key, Duration::ZERO, autocommit)
+        })?;
+        match refusal(conn, Operation::RELEASE, (key, owner, epoch), &status).await? {
+            None => Ok(Release::Released),
+            Some(refusal) => Ok(Release::Refused(refusal)),
+        }
+    })
     .await
-}
-
-async fn release_sql(
-    conn: &mut impl Execute,
-    key: &str,
-    owner: &str,
-    epoch: i64,
-) -> Result<Release, LeaseError> {
-    check_text("key", key)?;
-    check_text("owner", owner)?;
-    let autocommit = conn.in_autocommit();
-    let call = ReleaseCall {
-        key,
-        owner,
-        epoch,
-        _borrow: std::marker::PhantomData,
-    };
-    let status = get_result(conn, call).await.map_err(|error| {
-        LeaseError::from_diesel(Operation::Release, error, key, Duration::ZERO, autocommit)
-    })?;
-    match refusal(conn, Operation::Release, (key, owner, epoch), &status).await? {
-        None => Ok(Release::Released),
-        Some(refusal) => Ok(Release::Refused(refusal)),
-    }
 }
 
 /// The connection's `Leases::inspect`.
@@ -190,45 +204,44 @@ pub(crate) async fn inspect(
     conn: &mut impl Execute,
     key: &str,
 ) -> Result<Option<LeaseState>, LeaseError> {
-    telemetry::lease_call(Operation::Inspect, key, "", None, inspect_sql(conn, key)).await
-}
-
-async fn inspect_sql(conn: &mut impl Execute, key: &str) -> Result<Option<LeaseState>, LeaseError> {
-    check_text("key", key)?;
-    let call = KeyStateCall {
-        key,
-        _borrow: std::marker::PhantomData,
-    };
-    let autocommit = conn.in_autocommit();
-    let row = conn
-        .load(call)
-        .await
-        .map_err(|error| {
-            LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, autocommit)
-        })?
-        .into_iter()
-        .next();
-    row.map(|(state, owner, epoch, expires_at, ended)| {
-        let epoch = Epoch::new(epoch);
-        match (state.as_str(), owner, expires_at) {
-            ("held", Some(owner), Some(expires_at)) => Ok(LeaseState::Held {
-                owner,
-                epoch,
-                expires_at,
-            }),
-            ("lapsed", Some(owner), Some(expired_at)) => Ok(LeaseState::Lapsed {
-                owner,
-                epoch,
-                expired_at,
-            }),
-            ("free", None, None) => Ok(LeaseState::Free {
-                epoch,
-                force_released: ended.as_deref() == Some("force_released"),
-            }),
-            _ => Err(unexpected(Operation::Inspect, &state)),
-        }
+    telemetry::lease_call(Operation::INSPECT, key, "", None, async move {
+        check_text("key", key)?;
+        let call = KeyStateCall {
+            key,
+            _borrow: std::marker::PhantomData,
+        };
+        let autocommit = conn.in_autocommit();
+        let row = conn
+            .load(call)
+            .await
+            .map_err(|error| {
+                LeaseError::from_diesel(Operation::INSPECT, error, key, Duration::ZERO, autocommit)
+            })?
+            .into_iter()
+            .next();
+        row.map(|(state, owner, epoch, expires_at, ended)| {
+            let epoch = Epoch::new(epoch);
+            match (state.as_str(), owner, expires_at) {
+                ("held", Some(owner), Some(expires_at)) => Ok(LeaseState::Held {
+                    owner,
+                    epoch,
+                    expires_at,
+                }),
+                ("lapsed", Some(owner), Some(expired_at)) => Ok(LeaseState::Lapsed {
+                    owner,
+                    epoch,
+                    expired_at,
+                }),
+                ("free", None, None) => Ok(LeaseState::Free {
+                    epoch,
+                    force_released: ended.as_deref() == Some("force_released"),
+                }),
+                _ => Err(unexpected(Operation::INSPECT, &state)),
+            }
+        })
+        .transpose()
     })
-    .transpose()
+    .await
 }
 
 /// The refusal a renew or release status names (`None` for `ok`), refined by

@@ -16,6 +16,7 @@
 //! ```
 
 use crate::error::Repr;
+use diesel::sql_types::{Bool, Double, Nullable, Text};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,6 @@ use crate::hold::cancel::{CancelToken, Wake};
 use crate::lease;
 use crate::lease::outcome::{Acquisition, Lease};
 use crate::pool::{with_conn, PgPool};
-use crate::sql::calls::RemainingCall;
 use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
 
@@ -41,6 +41,15 @@ pub use shared::{
     ListenerStatus, PollingReason, WakeMode, LISTENER_APPLICATION_NAME, UNDELIVERED_RETRY,
 };
 use slot::Woken;
+
+crate::sql::calls::lease_call! {
+    /// `lease.inspect(key)` plus the holder's remaining seconds on the server's
+    /// clock, so a waiter can sleep until expiry without comparing clocks.
+    RemainingCall { key: &'a str => Text }
+    sql = "SELECT held, EXTRACT(epoch FROM expires_at - clock_timestamp())::float8 FROM lease.inspect";
+    row = (Bool, Nullable<Double>);
+    rust = (bool, Option<f64>);
+}
 
 /// Default [`LeaseWaiterBuilder::fallback_poll`].
 pub const DEFAULT_FALLBACK_POLL: Duration = Duration::from_millis(100);
@@ -357,7 +366,7 @@ pub(crate) async fn attempt_step(
         })
         .await
         .map_err(|error| {
-            LeaseError::from_diesel(Operation::Inspect, error, key, Duration::ZERO, true)
+            LeaseError::from_diesel(Operation::INSPECT, error, key, Duration::ZERO, true)
         })?
         .into_iter()
         .next();
@@ -417,6 +426,7 @@ impl<'k> Rounds<'k> {
     /// The error of a wait cancelled now.
     pub(crate) fn cancelled(&self) -> LeaseError {
         LeaseError::from(Repr::Cancelled {
+            operation: Operation::ACQUIRE,
             key: self.key.to_owned(),
         })
     }
@@ -438,6 +448,7 @@ impl<'k> Rounds<'k> {
         let now = Instant::now();
         if self.deadline.is_some_and(|d| now >= d) {
             return Round::Failed(LeaseError::from(Repr::TimedOut {
+                operation: Operation::ACQUIRE,
                 key: self.key.to_owned(),
                 waited: self.started.elapsed(),
             }));

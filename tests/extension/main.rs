@@ -754,7 +754,7 @@ fn create_extension_refuses_a_schema_another_role_owns() {
 /// extension, so the migrations' install refuses; its version is in the message.
 fn is_extension_installed(error: &LeaseError) -> bool {
     error.kind() == ErrorKind::NotInstalled
-        && error.operation() == Some(leasehold::error::Operation::Install)
+        && error.operation() == Some(leasehold::error::Operation::INSTALL)
         && error
             .to_string()
             .starts_with("leasehold is installed in this database as the extension")

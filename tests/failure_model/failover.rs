@@ -362,22 +362,22 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     let mut conn = plain(&server);
 
     let error = conn.acquire("free", "b", TTL).unwrap_err();
-    assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
+    assert!(is_read_only(&error, Operation::ACQUIRE), "{error:?}");
     assert!(error.to_string().contains("read-only"), "{error}");
     assert!(std::error::Error::source(&error).is_some());
     let error = conn
         .renew(&leasehold_test_support::grant("k", "a", held.epoch()), TTL)
         .unwrap_err();
-    assert!(is_read_only(&error, Operation::Renew), "{error:?}");
+    assert!(is_read_only(&error, Operation::RENEW), "{error:?}");
     let error = conn
         .release(&leasehold_test_support::grant("k", "a", held.epoch()))
         .unwrap_err();
-    assert!(is_read_only(&error, Operation::Release), "{error:?}");
+    assert!(is_read_only(&error, Operation::RELEASE), "{error:?}");
     // Inside the caller's transaction too (and it stays usable).
     let in_transaction = conn.transaction::<_, diesel::result::Error, _>(|conn| {
         Ok(conn.acquire("free", "b", TTL).unwrap_err())
     });
-    assert!(is_read_only(&in_transaction.unwrap(), Operation::Acquire));
+    assert!(is_read_only(&in_transaction.unwrap(), Operation::ACQUIRE));
     // Reads work on a read-only server: nothing above changed anything.
     assert_eq!(
         conn.inspect("k").unwrap(),
@@ -391,7 +391,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
 
     let error = conn.admit("r", &held, Check::Token).unwrap_err();
     assert!(
-        read_only_refusal(&error) == Some(Operation::Admit),
+        read_only_refusal(&error) == Some(Operation::ADMIT),
         "{error:?}"
     );
     let fenced = conn.run_fenced("r", &held, Check::Token, |_| {
@@ -411,7 +411,7 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     let mut client = lazy_client(&url, 1);
     let first = backend_pid(&mut client.pool().get().unwrap());
     let error = client.acquire("free", "b", TTL).unwrap_err();
-    assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
+    assert!(is_read_only(&error, Operation::ACQUIRE), "{error:?}");
     assert_ne!(backend_pid(&mut client.pool().get().unwrap()), first);
     let fenced = client.run_fenced("r", &held, Check::Token, |_| {
         Ok::<_, diesel::result::Error>(())
@@ -425,9 +425,9 @@ fn lease_and_guard_calls_on_a_read_only_server_fail_with_a_typed_error() {
     let error = waiter
         .acquire("free", "b", TTL, Duration::from_secs(5))
         .unwrap_err();
-    assert!(is_read_only(&error, Operation::Acquire), "{error:?}");
+    assert!(is_read_only(&error, Operation::ACQUIRE), "{error:?}");
     let error = Keeper::start(&lazy_client(&url, 1), held).unwrap_err();
-    assert!(is_read_only(&error, Operation::Renew), "{error:?}");
+    assert!(is_read_only(&error, Operation::RENEW), "{error:?}");
 }
 
 /// Part 3: a connection lost while an autocommitted call commits is
@@ -453,7 +453,7 @@ fn an_answer_lost_after_commit_is_outcome_unknown_on_a_multi_host_url() {
     proxy.drop_next_answer();
     let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
-        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::Acquire),
+        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::ACQUIRE),
         "{error:?}"
     );
     assert!(proxy.answer_was_dropped());
@@ -602,7 +602,7 @@ fn keeper_whose_only_reachable_server_turned_read_only_reports_the_loss_at_its_d
     let (_, failed) = next_event(
         &events,
         "a renewal refused as read-only",
-        |e| matches!(e, KeeperEvent::RenewFailed { error } if is_read_only(error, Operation::Renew)),
+        |e| matches!(e, KeeperEvent::RenewFailed { error } if is_read_only(error, Operation::RENEW)),
     );
     drop(failed);
     let deadline = keeper.safe_until();
@@ -620,7 +620,7 @@ fn keeper_whose_only_reachable_server_turned_read_only_reports_the_loss_at_its_d
         panic!("expected the deadline to pass: {lost:?}");
     };
     assert!(
-        is_read_only(&last_error, Operation::Renew),
+        is_read_only(&last_error, Operation::RENEW),
         "{last_error:?}"
     );
     assert_eq!(keeper.safe_until(), deadline, "safe_until moved");

@@ -21,7 +21,7 @@ fn terminated_backend_during_a_blocking_acquire_reports_outcome_unknown_and_chan
     let error = waiter.join().unwrap().unwrap_err();
     assert!(
         error.kind() == ErrorKind::OutcomeUnknown
-            && error.operation() == Some(Operation::Acquire)
+            && error.operation() == Some(Operation::ACQUIRE)
             && error.key() == Some("k"),
         "{error:?}"
     );
@@ -66,7 +66,7 @@ fn acquire_whose_answer_is_lost_after_commit_reports_outcome_unknown_and_inspect
     let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
         error.kind() == ErrorKind::OutcomeUnknown
-            && error.operation() == Some(Operation::Acquire)
+            && error.operation() == Some(Operation::ACQUIRE)
             && error.key() == Some("k"),
         "{error:?}"
     );
@@ -98,7 +98,7 @@ fn acquire_lost_before_the_server_saw_it_reports_outcome_unknown_and_inspect_fin
     proxy.drop_next_request();
     let error = conn.acquire("k", "a", TTL).unwrap_err();
     assert!(
-        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::Acquire),
+        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::ACQUIRE),
         "{error:?}"
     );
     let mut direct = cluster.conn();
@@ -119,7 +119,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         .renew(&leasehold_test_support::grant("k", "a", lease.epoch()), TTL)
         .unwrap_err();
     assert!(
-        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::Renew),
+        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::RENEW),
         "{error:?}"
     );
     let Some(LeaseState::Held { expires_at, .. }) = direct.inspect("k").unwrap() else {
@@ -133,7 +133,7 @@ fn renew_and_release_whose_answers_are_lost_report_outcome_unknown_and_inspect_r
         .release(&leasehold_test_support::grant("k", "a", lease.epoch()))
         .unwrap_err();
     assert!(
-        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::Release),
+        error.kind() == ErrorKind::OutcomeUnknown && error.operation() == Some(Operation::RELEASE),
         "{error:?}"
     );
     assert_eq!(

@@ -92,7 +92,7 @@ fn a_transaction_mixes_its_statements_and_lease_calls_with_one_error_type() {
     });
     let error = result.unwrap_err();
     assert!(
-        error.operation() == Some(leasehold::error::Operation::Statement)
+        error.operation() == Some(leasehold::error::Operation::STATEMENT)
             && std::error::Error::source(&error)
                 .is_some_and(|source| source.is::<diesel::result::Error>()),
         "{error:?}"

@@ -44,7 +44,7 @@ pub(crate) fn fenced() -> Deployment {
 /// What a refused write reads as: a fenced table's refusal of the statement.
 pub(crate) fn refusal(error: impl Into<LeaseError>) -> LeaseError {
     let error = error.into();
-    if error.table().is_none() || error.operation() != Some(Operation::Statement) {
+    if error.table().is_none() || error.operation() != Some(Operation::STATEMENT) {
         panic!("expected a fenced table's refusal, got {error:?}");
     }
     error

@@ -507,7 +507,7 @@ fn a_heartbeat_with_a_member_in_another_roles_namespace_is_refused() {
                 && error.table().is_none()
                 && error.refusal().is_none() =>
         {
-            assert_eq!(error.operation(), Some(Operation::RenewGroup));
+            assert_eq!(error.operation(), Some(Operation::RENEW_GROUP));
             assert_eq!(error.key(), Some("ns/1"));
         }
         other => panic!("expected Forbidden, got {other:?}"),

@@ -198,7 +198,7 @@ fn install_without_create_privilege_fails_with_advice_and_leaves_nothing() {
     match &error {
         error
             if error.kind() == ErrorKind::Forbidden
-                && error.operation() == Some(Operation::Install)
+                && error.operation() == Some(Operation::INSTALL)
                 && error
                     .to_string()
                     .contains("may not create schema lease in database") =>
@@ -299,19 +299,19 @@ fn calls_on_a_database_without_leasehold_say_it_is_not_installed() {
     let mut conn = db.conn();
     let error = conn.acquire("k", "o", TTL).unwrap_err();
     assert!(
-        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::Acquire),
+        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::ACQUIRE),
         "{error:?}"
     );
     assert!(error.to_string().contains("leasehold install"), "{error}");
     let error = conn.inspect("k").unwrap_err();
     assert!(
-        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::Inspect),
+        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::INSPECT),
         "{error:?}"
     );
     let token = leasehold::FencingToken::new("k", "o", leasehold::Epoch::from(1)).expect("token");
     let error = conn.admit("r", &token, Check::Token).unwrap_err();
     assert!(
-        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::Admit),
+        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::ADMIT),
         "{error:?}"
     );
     assert!(error.to_string().contains("not installed"), "{error}");

@@ -369,7 +369,7 @@ fn listing_needs_select_on_both_tables_and_a_refusal_names_the_role() {
             match conn.list_leases(&ListFilter::new()) {
                 Err(error)
                     if error.kind() == ErrorKind::Forbidden
-                        && error.operation() == Some(Operation::ListLeases) =>
+                        && error.operation() == Some(Operation::LIST_LEASES) =>
                 {
                     assert_eq!(error.role(), Some(deployment.attacker.as_str()))
                 }
@@ -401,7 +401,7 @@ fn listing_needs_select_on_both_tables_and_a_refusal_names_the_role() {
     assert!(matches!(
         operator.list_leases(&ListFilter::new()),
         Err(error) if error.kind() == ErrorKind::Forbidden
-            && error.operation() == Some(Operation::ListLeases)
+            && error.operation() == Some(Operation::LIST_LEASES)
             && error.role().is_some()
     ));
     owner
@@ -478,7 +478,8 @@ fn listing_an_empty_database_says_leasehold_is_not_installed() {
     let db = TestDb::empty();
     let error = db.conn().list_leases(&ListFilter::new()).unwrap_err();
     assert!(
-        error.kind() == ErrorKind::NotInstalled && error.operation() == Some(Operation::ListLeases),
+        error.kind() == ErrorKind::NotInstalled
+            && error.operation() == Some(Operation::LIST_LEASES),
         "{error:?}"
     );
 }

@@ -475,13 +475,13 @@ fn one_forbidden_key_refuses_the_whole_batch_before_anything_changes() {
     let batch = [("jobs/1", mine.epoch()), ("billing/1", theirs.epoch())];
     let refused = [
         (
-            Operation::RenewMany,
+            Operation::RENEW_MANY,
             worker
                 .renew_many(&leasehold_test_support::grants("w", &batch), LONG_TTL)
                 .map(|_| ()),
         ),
         (
-            Operation::ReleaseMany,
+            Operation::RELEASE_MANY,
             worker
                 .release_many(&leasehold_test_support::grants("w", &batch))
                 .map(|_| ()),

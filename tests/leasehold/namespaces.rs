@@ -202,22 +202,22 @@ fn app_worker_attacker_and_an_ungranted_operator_cannot_run_operator_actions() {
         assert!(matches!(
             conn.bind_namespace("job", role),
             Err(e) if database_error(&e).is_some()
-                && e.operation() == Some(Operation::BindNamespace)
+                && e.operation() == Some(Operation::BIND_NAMESPACE)
         ));
         assert!(matches!(
             conn.unbind_namespace("job"),
             Err(e) if database_error(&e).is_some()
-                && e.operation() == Some(Operation::UnbindNamespace)
+                && e.operation() == Some(Operation::UNBIND_NAMESPACE)
         ));
         assert!(matches!(
             conn.list_namespaces(),
             Err(e) if database_error(&e).is_some()
-                && e.operation() == Some(Operation::ListNamespaces)
+                && e.operation() == Some(Operation::LIST_NAMESPACES)
         ));
         assert!(matches!(
             conn.force_release("job"),
             Err(e) if database_error(&e).is_some()
-                && e.operation() == Some(Operation::ForceRelease)
+                && e.operation() == Some(Operation::FORCE_RELEASE)
         ));
     }
     assert_eq!(whole_state(&deployment), before);
@@ -485,19 +485,19 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         let epoch = lease.epoch();
         assert_lease_forbidden(
             conn.acquire("billing/k", role, TTL),
-            Operation::Acquire,
+            Operation::ACQUIRE,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
             conn.acquire("billing/new", role, TTL),
-            Operation::Acquire,
+            Operation::ACQUIRE,
             "billing/new",
             role,
         );
         assert_lease_forbidden(
             conn.acquire_waiting("billing/k", role, TTL, Duration::from_secs(5)),
-            Operation::Acquire,
+            Operation::ACQUIRE,
             "billing/k",
             role,
         );
@@ -506,13 +506,13 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
                 &leasehold_test_support::grant("billing/k", "app-1", epoch),
                 TTL,
             ),
-            Operation::Renew,
+            Operation::RENEW,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
             conn.release(&leasehold_test_support::grant("billing/k", "app-1", epoch)),
-            Operation::Release,
+            Operation::RELEASE,
             "billing/k",
             role,
         );
@@ -520,44 +520,44 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         // alike: the refusal reveals nothing about the key's state.
         assert_lease_forbidden(
             conn.inspect("billing/k"),
-            Operation::Inspect,
+            Operation::INSPECT,
             "billing/k",
             role,
         );
         assert_lease_forbidden(
             conn.inspect("billing/none"),
-            Operation::Inspect,
+            Operation::INSPECT,
             "billing/none",
             role,
         );
         // Protected key and resource.
         assert_guard_forbidden(
             conn.admit("billing/invoices", &token, Check::Token),
-            Operation::Admit,
+            Operation::ADMIT,
             None,
             role,
         );
         assert_guard_forbidden(
             conn.check_held(&token),
-            Operation::CheckHeld,
+            Operation::CHECK_HELD,
             Some(("key", "billing/k")),
             role,
         );
         assert_guard_forbidden(
             conn.admit("billing/invoices", &token, Check::LeaseHeld),
-            Operation::AdmitHeld,
+            Operation::ADMIT_HELD,
             None,
             role,
         );
         assert_guard_forbidden(
             conn.admit("billing/invoices", &token, Check::RenewAndAdmit(TTL)),
-            Operation::RenewAndAdmit,
+            Operation::RENEW_AND_ADMIT,
             None,
             role,
         );
         assert_guard_forbidden(
             conn.inspect_guard("billing/invoices"),
-            Operation::InspectGuard,
+            Operation::INSPECT_GUARD,
             Some(("resource", "billing/invoices")),
             role,
         );
@@ -565,17 +565,17 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         let own_token = own.token();
         for (operation, result) in [
             (
-                Operation::Admit,
+                Operation::ADMIT,
                 conn.admit("billing/new-res", &own_token, Check::Token)
                     .map(|_| ()),
             ),
             (
-                Operation::AdmitHeld,
+                Operation::ADMIT_HELD,
                 conn.admit("billing/new-res", &own_token, Check::LeaseHeld)
                     .map(|_| ()),
             ),
             (
-                Operation::RenewAndAdmit,
+                Operation::RENEW_AND_ADMIT,
                 conn.admit("billing/new-res", &own_token, Check::RenewAndAdmit(TTL))
                     .map(|_| ()),
             ),
@@ -590,7 +590,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         // A protected key presented to an unprotected resource.
         assert_guard_forbidden(
             conn.admit("open-resource", &token, Check::Token),
-            Operation::Admit,
+            Operation::ADMIT,
             Some(("key", "billing/k")),
             role,
         );
@@ -599,7 +599,7 @@ fn a_bound_prefix_refuses_other_roles_on_every_call_and_the_refusal_changes_noth
         let waiter = LeaseWaiter::new(&client);
         match waiter.acquire("billing/k", role, TTL, Duration::from_secs(5)) {
             Err(error) => {
-                assert_lease_forbidden::<()>(Err(error), Operation::Acquire, "billing/k", role)
+                assert_lease_forbidden::<()>(Err(error), Operation::ACQUIRE, "billing/k", role)
             }
             other => panic!("waiter of {role}: expected Forbidden, got {other:?}"),
         }
@@ -658,13 +658,13 @@ fn the_longest_bound_prefix_decides_who_may_act() {
     assert!(is_granted(worker.acquire("billing/eu/1", "w", TTL)));
     assert_lease_forbidden(
         app.acquire("billing/eu/2", "a", TTL),
-        Operation::Acquire,
+        Operation::ACQUIRE,
         "billing/eu/2",
         &deployment.app,
     );
     assert_lease_forbidden(
         worker.acquire("billing/us/2", "w", TTL),
-        Operation::Acquire,
+        Operation::ACQUIRE,
         "billing/us/2",
         &deployment.worker,
     );
@@ -673,7 +673,7 @@ fn the_longest_bound_prefix_decides_who_may_act() {
     for name in ["billing/eu/3", "billing/x"] {
         assert_lease_forbidden(
             attacker.acquire(name, "x", TTL),
-            Operation::Acquire,
+            Operation::ACQUIRE,
             name,
             &deployment.attacker,
         );
@@ -690,7 +690,7 @@ fn the_longest_bound_prefix_decides_who_may_act() {
     assert!(is_granted(app.acquire("billing/eu/2", "a", TTL)));
     assert_lease_forbidden(
         worker.renew(&leasehold_test_support::grant("billing/eu/1", "w", 1), TTL),
-        Operation::Renew,
+        Operation::RENEW,
         "billing/eu/1",
         &deployment.worker,
     );
@@ -721,13 +721,13 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
         let mut conn = deployment.conn_as(role);
         assert_lease_forbidden(
             conn.acquire("legacy/2", "a", TTL),
-            Operation::Acquire,
+            Operation::ACQUIRE,
             "legacy/2",
             role,
         );
         assert_lease_forbidden(
             conn.inspect("legacy/1"),
-            Operation::Inspect,
+            Operation::INSPECT,
             "legacy/1",
             role,
         );
@@ -740,7 +740,7 @@ fn a_rule_whose_role_was_dropped_fails_closed() {
         deployment
             .conn_as(&deployment.app)
             .acquire("legacy/2", "a", TTL),
-        Operation::Acquire,
+        Operation::ACQUIRE,
         "legacy/2",
         &deployment.app,
     );
@@ -794,7 +794,7 @@ fn membership_counts_and_set_role_does_not_change_who_acts() {
     }
     assert_lease_forbidden(
         attacker.acquire("billing/a", "x", TTL),
-        Operation::Acquire,
+        Operation::ACQUIRE,
         "billing/a",
         &deployment.attacker,
     );
@@ -1207,7 +1207,7 @@ fn force_release_epoch_is_granted_to_nobody_and_refuses_bad_input() {
         assert!(matches!(
             conn.force_release_epoch("job", leasehold::Epoch::from(1)),
             Err(e) if database_error(&e).is_some()
-                && e.operation() == Some(Operation::ForceRelease)
+                && e.operation() == Some(Operation::FORCE_RELEASE)
         ));
     }
     let mut owner = deployment.conn_as(&deployment.owner);

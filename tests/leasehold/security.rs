@@ -263,7 +263,7 @@ fn install_refuses_a_lease_schema_owned_by_another_role_on_every_path_and_create
     let error = install(&mut conn).unwrap_err();
     match &error {
         e if e.kind() == ErrorKind::Forbidden
-            && e.operation() == Some(leasehold::error::Operation::Install)
+            && e.operation() == Some(leasehold::error::Operation::INSTALL)
             && e.to_string().starts_with("schema lease already exists") =>
         {
             assert_eq!(e.role(), Some(squatter.as_str()))
@@ -383,7 +383,7 @@ fn a_superusers_install_refuses_a_schema_another_role_can_put_code_into() {
 /// schema `lease` is in its message.
 fn is_schema_not_private(error: &LeaseError) -> bool {
     error.kind() == ErrorKind::Forbidden
-        && error.operation() == Some(leasehold::error::Operation::Install)
+        && error.operation() == Some(leasehold::error::Operation::INSTALL)
         && error
             .to_string()
             .starts_with("another role can put code into schema lease")

@@ -806,7 +806,7 @@ pub async fn a_session_lost_mid_call_is_outcome_unknown_and_changes_nothing<F: F
     match waiting.await.expect("join") {
         Err(error)
             if error.kind() == ErrorKind::OutcomeUnknown
-                && error.operation() == Some(Operation::Acquire) =>
+                && error.operation() == Some(Operation::ACQUIRE) =>
         {
             assert_eq!(error.key(), Some("k"))
         }
