@@ -89,7 +89,10 @@ impl LeaseClientBuilder {
         self
     }
 
-    /// How long a call waits for a pooled connection before [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable).
+    /// How long a call waits for a pooled connection, and a new one to
+    /// connect, before [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable)
+    /// (default 30 s). A keeper's release waits less when its lease's safe
+    /// deadline is nearer.
     pub fn checkout_timeout(mut self, timeout: Duration) -> Self {
         self.settings.checkout_timeout = timeout;
         self

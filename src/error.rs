@@ -21,16 +21,15 @@ pub const LOCK_WAIT_BOUND: Duration = Duration::from_secs(1);
 /// Match on [`kind`](Self::kind) to decide what to do; read the facts
 /// ([`key`](Self::key), [`refusal`](Self::refusal), …) to report it; the
 /// database's or the pool's own error is its [`source`](std::error::Error::source).
-/// Refusals of acquire, renew and release are values (`Renewal::Refused`,
-/// `Release::Refused`); a guard's refusal is this error, since its write
-/// must not happen.
+/// A refused renew or release is a value (`Renewal::Refused`); a guard's
+/// refusal is this error, since its write must not happen.
 pub struct LeaseError(Box<Repr>);
 
 /// What a caller does about a [`LeaseError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Fix the arguments or settings: calling again unchanged fails again.
+    /// Fix the arguments or settings (a refused URL too): retrying unchanged fails.
     InvalidInput,
     /// The bound passed: retry later or wait longer.
     TimedOut,
@@ -198,11 +197,13 @@ pub(crate) enum Repr {
     },
     #[error("no database connection available from the pool: {source}; check the server, or enlarge the pool")]
     Pool {
+        configuration: bool,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error("cannot connect to the database: {}; check the URL and that the server is up", crate::libpq::chain(source.as_ref()))]
     Connect {
+        configuration: bool,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -263,6 +264,14 @@ impl LeaseError {
             | R::GenerationTooHigh { .. }
             | R::TableNullKey { .. }
             | R::TableTruncate { .. } => ErrorKind::InvalidInput,
+            R::Connect {
+                configuration: true,
+                ..
+            }
+            | R::Pool {
+                configuration: true,
+                ..
+            } => ErrorKind::InvalidInput,
             R::TimedOut { .. } | R::Blocked { .. } => ErrorKind::TimedOut,
             R::Cancelled { .. } => ErrorKind::Cancelled,
             R::Retry { .. } => ErrorKind::Retry,
@@ -430,8 +439,7 @@ impl LeaseError {
     }
 
     /// Every input rule the arguments broke, e.g. `"key must not be empty"`;
-    /// empty for other errors, and for an invalid generation or table write,
-    /// whose message names the rule.
+    /// empty for other errors (a bad generation's message names its rule).
     pub fn violations(&self) -> &[String] {
         match &*self.0 {
             Repr::InvalidInput { violations } => violations,
@@ -456,7 +464,7 @@ impl LeaseError {
         }
     }
 
-    /// The failure itself, taken out.
+    /// The failure itself, taken out (for the async pool's connect error).
     #[cfg(feature = "async")]
     pub(crate) fn into_repr(self) -> Repr {
         *self.0
@@ -466,19 +474,10 @@ impl LeaseError {
     pub(crate) fn repr(&self) -> &Repr {
         &self.0
     }
-
     /// An input rule broken before the call was sent.
     pub(crate) fn invalid(violation: String) -> Self {
         Repr::InvalidInput {
             violations: vec![violation],
-        }
-        .into()
-    }
-
-    /// The connection error of a failed connect, boxed as its source.
-    pub(crate) fn connect(source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        Repr::Connect {
-            source: Box::new(source),
         }
         .into()
     }
@@ -488,24 +487,10 @@ impl LeaseError {
     pub fn is_read_only_server(&self) -> bool {
         matches!(*self.0, Repr::ReadOnlyServer { .. })
     }
-
-    /// Whether the connection (not the request) failed, or reaches a read-only server:
-    /// it leaves the pool, and the waiter and keeper retry on a new one.
-    pub(crate) fn is_connection_error(&self) -> bool {
-        match &*self.0 {
-            Repr::Pool { .. }
-            | Repr::OutcomeUnknown { .. }
-            | Repr::ReadOnlyServer { .. }
-            | Repr::Connect { .. }
-            | Repr::ConnectTimedOut { .. } => true,
-            Repr::Database { source, .. } => is_dead_connection(source),
-            _ => false,
-        }
-    }
 }
 
 /// Whether diesel says the session itself is gone.
-fn is_dead_connection(error: &DieselError) -> bool {
+pub(crate) fn is_dead_connection(error: &DieselError) -> bool {
     matches!(
         error,
         DieselError::DatabaseError(DatabaseErrorKind::ClosedConnection, _)

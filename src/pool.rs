@@ -109,6 +109,22 @@ impl<W> CallError for FencedError<W> {
     }
 }
 
+impl LeaseError {
+    /// Whether the connection (not the request) failed, or reaches a read-only server:
+    /// it leaves the pool, and the waiter and keeper retry on a new one.
+    pub(crate) fn is_connection_error(&self) -> bool {
+        match self.repr() {
+            Repr::Pool { .. }
+            | Repr::OutcomeUnknown { .. }
+            | Repr::ReadOnlyServer { .. }
+            | Repr::Connect { .. }
+            | Repr::ConnectTimedOut { .. } => true,
+            Repr::Database { source, .. } => crate::error::is_dead_connection(source),
+            _ => false,
+        }
+    }
+}
+
 /// The one discard rule, private so only the faces' sealed traits name it.
 mod call {
     /// A pooled call's error: how a failed checkout reads, and whether the connection must go.
@@ -122,7 +138,7 @@ mod call {
 
 impl CallError for LeaseError {
     fn from_checkout(source: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        LeaseError::from(Repr::Pool { source })
+        LeaseError::pool(source)
     }
 
     fn discards_connection(&self) -> bool {

@@ -96,6 +96,35 @@ pub(crate) fn statement_error(source: DieselError) -> LeaseError {
 }
 
 impl LeaseError {
+    /// The connection error of a failed connect, boxed as its source.
+    pub(crate) fn connect(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Repr::Connect {
+            configuration: is_configuration(&source),
+            source: Box::new(source),
+        }
+        .into()
+    }
+
+    /// A failed checkout from either face's pool, its error as the source.
+    pub(crate) fn pool(source: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        Repr::Pool {
+            configuration: is_configuration(source.as_ref()),
+            source,
+        }
+        .into()
+    }
+}
+
+/// Whether a connection failed on the URL or the credentials (it and its
+/// causes, read by `sql::decode`).
+fn is_configuration(error: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        error.downcast_ref::<diesel::ConnectionError>(),
+        Some(diesel::ConnectionError::InvalidConnectionUrl(_))
+    ) || crate::sql::decode::is_configuration_error(&crate::libpq::chain(error))
+}
+
+impl LeaseError {
     /// A fenced table's refusal of a write, or of `operation`'s change of
     /// its fence, if `error` is one.
     pub(crate) fn from_fence(error: &DieselError, operation: Operation) -> Option<Self> {

@@ -144,7 +144,7 @@ pub(super) async fn connect_for_pool(
     connect(database_url)
         .await
         .map_err(|error| match error.into_repr() {
-            Repr::Connect { source } => match source.downcast::<diesel::ConnectionError>() {
+            Repr::Connect { source, .. } => match source.downcast::<diesel::ConnectionError>() {
                 Ok(setup) => *setup,
                 Err(other) => {
                     diesel::ConnectionError::BadConnection(crate::libpq::chain(other.as_ref()))

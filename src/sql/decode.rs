@@ -142,6 +142,35 @@ pub(crate) fn is_session_terminated(info: &(dyn DatabaseErrorInformation + Send 
     info.message().starts_with("terminating connection")
 }
 
+/// Whether a failed connection's text (libpq's, or tokio-postgres's, with
+/// its causes) says the URL or the credentials are wrong: retrying it
+/// unchanged fails again. A server that is down, slow or unreachable by
+/// name is not one of them.
+pub(crate) fn is_configuration_error(text: &str) -> bool {
+    const MARKS: &[&str] = &[
+        "password authentication failed",
+        "no pg_hba.conf entry",
+        "invalid connection option",
+        "invalid connection url",
+        "missing \"=\" after",
+        "invalid uri",
+        "invalid integer value",
+        "invalid port number",
+        "invalid sslmode value",
+        "invalid value for parameter",
+        "invalid connection string",
+        "invalid configuration",
+        "unknown option",
+        "ssl was required",
+        "password missing",
+        "password authentication",
+    ];
+    let text = text.to_lowercase();
+    MARKS.iter().any(|mark| text.contains(mark))
+        || ((text.contains("role \"") || text.contains("database \""))
+            && text.contains("\" does not exist"))
+}
+
 /// The oid in a dropped role's label `pg_dropped_role(<oid>)`; no real role starts with `pg_`.
 pub(crate) fn dropped_role(label: &str) -> Option<u32> {
     label

@@ -320,3 +320,50 @@ fn a_refused_connection_reports_the_reason_on_both_faces() {
         other => panic!("LeaseClient::connect: expected Connect, got {other:?}"),
     }
 }
+
+/// A URL or credentials the server refuses is a configuration mistake:
+/// both faces say `InvalidInput` (retrying unchanged fails again), with
+/// the driver's reason, for a database that does not exist, a role that
+/// does not exist and a malformed URL; a server that cannot be reached
+/// stays `Unavailable` (the tests above).
+#[test]
+fn a_wrong_url_or_role_is_invalid_input_on_both_faces() {
+    let db = leasehold_test_support::TestDb::new();
+    let missing_database = db.url.replacen(&db.name, "no_such_database", 1);
+    assert_ne!(missing_database, db.url);
+    let missing_role = {
+        // postgres://<user>@... becomes postgres://no_such_role@...
+        let (scheme, rest) = db.url.split_once("://").unwrap();
+        let (_, after_user) = rest.split_once('@').expect("a URL with a user");
+        format!("{scheme}://no_such_role@{after_user}")
+    };
+    let malformed = format!(
+        "{}&port=not_a_port",
+        db.url.replace('?', "?sslmode=disable&")
+    );
+    for (what, url, reason) in [
+        ("a missing database", missing_database, "does not exist"),
+        ("a missing role", missing_role, "does not exist"),
+        ("a malformed URL", malformed, "port"),
+    ] {
+        let sync_url = url.clone();
+        let (sync, _) = bounded_sync(what, move || LeaseClient::connect(&sync_url, 1).map(drop));
+        let error = sync.expect_err(what);
+        assert_eq!(
+            error.kind(),
+            ErrorKind::InvalidInput,
+            "sync, {what}: {error}"
+        );
+        assert!(error.to_string().contains(reason), "sync, {what}: {error}");
+
+        let (tasks, _) = runtime().block_on(bounded(what, async {
+            AsyncLeaseClient::connect(&url, 1).await.map(drop)
+        }));
+        let error = tasks.expect_err(what);
+        assert_eq!(
+            error.kind(),
+            ErrorKind::InvalidInput,
+            "async, {what}: {error}"
+        );
+    }
+}
