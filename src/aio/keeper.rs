@@ -101,22 +101,29 @@ impl Keeper {
         self.shared.clone()
     }
 
-    /// Stops renewing, releases and waits for the tasks; [`Release::Refused`] if
-    /// already lost. A read-only refusal is resent on another connection.
+    /// Stops renewing, releases ([`Release::Refused`] if already lost; a
+    /// read-only refusal is resent on another connection) and waits for the
+    /// tasks.
+    /// Within the stop bound, whatever the database does (down, silent,
+    /// refusing): until the safe deadline, or the margin once it has passed.
+    /// A release not answered by then finishes on its own and this answers
+    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut); the lease lapses at its ttl.
     pub async fn stop(mut self) -> Result<Release, LeaseError> {
+        let deadline = self.shared.stop_deadline();
         let refused = self.shared.begin_stop();
         let released = self.shared.release(refused).await;
         if let Some(loops) = self.loops.take() {
-            loops.join().await;
+            loops.join_until(deadline).await;
         }
         released
     }
 
     /// Stops renewing and keeps the grant, which lapses unless the caller renews or releases it.
     pub async fn stop_renewing(mut self) -> Lease {
+        let deadline = self.shared.stop_deadline();
         self.shared.begin_stop();
         if let Some(loops) = self.loops.take() {
-            loops.join().await;
+            loops.join_until(deadline).await;
         }
         self.shared.lease().clone()
     }

@@ -109,13 +109,18 @@ impl KeeperSet {
             .await
     }
 
-    /// Stops, releases the unrefused keys in one call and waits for the tasks;
-    /// per key in order.
+    /// Stops, releases the unrefused keys in one call and waits for the
+    /// tasks; per key in order.
+    /// Within the stop bound, whatever the database does (down, silent,
+    /// refusing): until the safe deadline, or the margin once it has passed.
+    /// A release not answered by then finishes on its own and this answers
+    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut); the leases lapse at its ttl.
     pub async fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
+        let deadline = self.shared.stop_deadline();
         let refused = self.shared.begin_stop();
         let released = self.shared.release_kept(refused).await;
         if let Some(loops) = self.loops.take() {
-            loops.join().await;
+            loops.join_until(deadline).await;
         }
         released
     }

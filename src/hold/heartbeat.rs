@@ -5,15 +5,13 @@
 //! [`Calls`] and [`Pulse::wait`] know which face they serve.
 
 use std::future::Future;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::schedule::{lock, Schedule};
 use crate::batch::groups::{self, GroupId, GroupJoin, GroupRenewal};
 use crate::batch::many;
-use crate::error::LeaseError;
-#[cfg(feature = "async")]
-use crate::error::Repr;
+use crate::error::{LeaseError, Operation, Repr};
 use crate::lease;
 use crate::lease::outcome::{KeyRelease, Lease, Release, Renewal};
 use crate::lease::token::FencingToken;
@@ -21,6 +19,7 @@ use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::finish;
 
 /// Where a keeper's calls run: the sync face's pool, or the async face's.
+#[derive(Clone)]
 pub(crate) enum Calls {
     /// A `LeaseClient`'s pool; the keeper runs on threads.
     Blocking(PgPool),
@@ -98,6 +97,54 @@ impl Calls {
     ) -> Result<Vec<KeyRelease>, LeaseError> {
         let split = many::split_grants(grants);
         on_connection!(self, |conn| many::release_many(conn, split))
+    }
+
+    /// Runs `call` on a copy of these calls for at most `bound`: a keeper's
+    /// stop must not outwait its lease. A call still running then is left to
+    /// finish on its own thread or task, never cancelled (a release waiting
+    /// on a synchronous standby has committed locally), and this answers
+    /// `TimedOut` for `operation` of `key`.
+    pub(crate) async fn within<T, F>(
+        &self,
+        bound: Duration,
+        operation: Operation,
+        key: &str,
+        call: impl FnOnce(Calls) -> F + Send + 'static,
+    ) -> Result<T, LeaseError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, LeaseError>> + Send + 'static,
+    {
+        let timed_out = || {
+            LeaseError::from(Repr::TimedOut {
+                operation,
+                key: key.to_owned(),
+                waited: bound,
+            })
+        };
+        let calls = self.clone();
+        match self {
+            Calls::Blocking(_) => {
+                let (answer, answered) = std::sync::mpsc::channel();
+                super::schedule::spawn("leasehold-release", move || {
+                    drop(answer.send(finish(call(calls))));
+                })?;
+                answered
+                    .recv_timeout(bound)
+                    .unwrap_or_else(|_| Err(timed_out()))
+            }
+            #[cfg(feature = "async")]
+            Calls::Tasks(_) => {
+                let task = tokio::spawn(call(calls));
+                match tokio::time::timeout(bound, task).await {
+                    Ok(Ok(answer)) => answer,
+                    Ok(Err(error)) if error.is_panic() => {
+                        std::panic::resume_unwind(error.into_panic())
+                    }
+                    Ok(Err(_)) | Err(_) => Err(timed_out()),
+                }
+            }
+        }
     }
 
     /// How many connections the pool may open.
@@ -251,7 +298,12 @@ async fn deadline_loop(heart: &impl Heart) {
 
 /// A keeper's two running loops: threads on the sync face, tasks on the async.
 pub(crate) enum Loops {
-    Threads(Vec<std::thread::JoinHandle<()>>),
+    /// The threads, and a message from each as it ends (in a mutex only so
+    /// the keeper stays `Sync`).
+    Threads(
+        Vec<std::thread::JoinHandle<()>>,
+        Mutex<std::sync::mpsc::Receiver<()>>,
+    ),
     #[cfg(feature = "async")]
     Tasks(Vec<tokio::task::JoinHandle<()>>),
 }
@@ -261,14 +313,22 @@ impl Loops {
     pub(crate) fn start<H: Heart>(heart: &Arc<H>, name: &str) -> Result<Loops, LeaseError> {
         match heart.calls() {
             Calls::Blocking(_) => {
-                let beating = heart.clone();
-                let watching = heart.clone();
-                Ok(Loops::Threads(vec![
-                    super::schedule::spawn(name, move || finish(beat_loop(&*beating)))?,
-                    super::schedule::spawn(&format!("{name}-deadline"), move || {
-                        finish(deadline_loop(&*watching))
-                    })?,
-                ]))
+                let (ended, ends) = std::sync::mpsc::channel();
+                let (beating, beat_ended) = (heart.clone(), ended.clone());
+                let (watching, watch_ended) = (heart.clone(), ended);
+                Ok(Loops::Threads(
+                    vec![
+                        super::schedule::spawn(name, move || {
+                            finish(beat_loop(&*beating));
+                            let _ = beat_ended.send(());
+                        })?,
+                        super::schedule::spawn(&format!("{name}-deadline"), move || {
+                            finish(deadline_loop(&*watching));
+                            let _ = watch_ended.send(());
+                        })?,
+                    ],
+                    Mutex::new(ends),
+                ))
             }
             #[cfg(feature = "async")]
             Calls::Tasks(_) => {
@@ -287,10 +347,19 @@ impl Loops {
         }
     }
 
-    /// Waits for the loops to end (they end once the heart is over).
-    pub(crate) async fn join(self) {
+    /// Waits for the loops to end (they end once the heart is over), until
+    /// `deadline`: a loop still in a call then (a beat the database does not
+    /// answer) is left to end by itself when the call returns.
+    pub(crate) async fn join_until(self, deadline: Instant) {
         match self {
-            Loops::Threads(threads) => {
+            Loops::Threads(threads, ends) => {
+                let ends = ends.into_inner().unwrap_or_else(PoisonError::into_inner);
+                for _ in 0..threads.len() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if ends.recv_timeout(left).is_err() {
+                        return;
+                    }
+                }
                 for thread in threads {
                     let _ = thread.join();
                 }
@@ -298,29 +367,30 @@ impl Loops {
             #[cfg(feature = "async")]
             Loops::Tasks(tasks) => {
                 for task in tasks {
-                    let _ = task.await;
+                    if tokio::time::timeout_at(deadline.into(), task)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                 }
             }
         }
     }
 
-    /// Runs `release` once the loops end, without waiting for a beat in flight:
-    /// at once on the sync face, from a task of its own on the async face.
+    /// Runs `release` without waiting for a beat in flight: at once on the
+    /// sync face, from a task of its own on the async face. The loops end by
+    /// themselves, the heart being over.
     pub(crate) fn release_when_done<F>(self, release: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         match self {
-            Loops::Threads(_) => finish(release),
+            Loops::Threads(..) => finish(release),
             #[cfg(feature = "async")]
-            Loops::Tasks(tasks) => {
+            Loops::Tasks(_) => {
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    drop(runtime.spawn(async move {
-                        for task in tasks {
-                            let _ = task.await;
-                        }
-                        release.await;
-                    }));
+                    drop(runtime.spawn(release));
                 }
             }
         }

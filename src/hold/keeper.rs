@@ -373,10 +373,32 @@ impl Shared {
 
     /// Releases the grant unless a renew said it is gone ([`Release::Refused`]).
     pub(crate) async fn release(&self, refused: Option<Refusal>) -> Result<Release, LeaseError> {
-        match refused {
-            Some(reason) => Ok(Release::Refused(reason)),
-            None => self.calls.release(self.lease.token()).await,
+        if let Some(reason) = refused {
+            return Ok(Release::Refused(reason));
         }
+        let token = self.lease.token().clone();
+        self.calls
+            .within(
+                self.stop_bound(),
+                Operation::RELEASE,
+                self.lease.key(),
+                |calls| async move { calls.release(&token).await },
+            )
+            .await
+    }
+
+    /// When a stop begun now must have returned (see [`Shared::stop_bound`]).
+    pub(crate) fn stop_deadline(&self) -> Instant {
+        Instant::now() + self.stop_bound()
+    }
+
+    /// How long a stop may wait for its release: until the safe deadline, or
+    /// the margin once it has passed. Past it the lease is lost anyway, and
+    /// lapses on the server at its ttl.
+    pub(crate) fn stop_bound(&self) -> Duration {
+        self.safe_until()
+            .saturating_duration_since(Instant::now())
+            .max(self.schedule.margin)
     }
 
     /// The loss, once there is one; `None` once stopped without one or at `until`.
@@ -544,13 +566,19 @@ impl Keeper {
         finish(self.shared.loss_within(Some(Instant::now() + timeout)))
     }
 
-    /// Stops renewing, waits for the threads and releases ([`Release::Refused`] if
-    /// already lost); a read-only refusal is resent on another connection.
+    /// Stops renewing, releases ([`Release::Refused`] if already lost; a
+    /// read-only refusal is resent on another connection) and waits for the
+    /// threads.
+    /// Within the stop bound, whatever the database does (down, silent,
+    /// refusing): until the safe deadline, or the margin once it has passed.
+    /// A release not answered by then finishes on its own and this answers
+    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut); the lease lapses at its ttl.
     pub fn stop(mut self) -> Result<Release, LeaseError> {
+        let deadline = self.shared.stop_deadline();
         let refused = self.shared.begin_stop();
         let released = finish(self.shared.release(refused));
         if let Some(loops) = self.loops.take() {
-            finish(loops.join());
+            finish(loops.join_until(deadline));
         }
         released
     }
@@ -558,9 +586,10 @@ impl Keeper {
     /// Stops renewing and keeps the grant, which lapses unless the caller renews or
     /// releases it: for "hold at least" (`leasehold run --hold-at-least`).
     pub fn stop_renewing(mut self) -> Lease {
+        let deadline = self.shared.stop_deadline();
         self.shared.begin_stop();
         if let Some(loops) = self.loops.take() {
-            finish(loops.join());
+            finish(loops.join_until(deadline));
         }
         self.shared.lease().clone()
     }

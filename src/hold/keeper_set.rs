@@ -637,26 +637,50 @@ impl Shared {
         }
     }
 
-    /// Releases the keys not `refused` in one call; refused keys answer their refusal.
+    /// When a stop begun now must have returned (see `stop_bound`).
+    pub(crate) fn stop_deadline(&self) -> Instant {
+        Instant::now() + self.stop_bound()
+    }
+
+    /// How long a stop may wait for its release: until the set's safe
+    /// deadline, or the margin once it has passed.
+    fn stop_bound(&self) -> Duration {
+        self.safe_until()
+            .saturating_duration_since(Instant::now())
+            .max(self.schedule.margin)
+    }
+
+    /// Releases the keys not `refused` in one call, for at most `stop_bound`;
+    /// refused keys answer their refusal.
     pub(crate) async fn release_kept(
         &self,
         refused: HashMap<String, Refusal>,
     ) -> Result<Vec<KeyRelease>, LeaseError> {
-        let to_release: Vec<&Lease> = self
+        let to_release: Vec<Lease> = self
             .members
             .iter()
             .filter(|member| !refused.contains_key(member.lease.key()))
-            .map(|member| &member.lease)
+            .map(|member| member.lease.clone())
             .collect();
-        let mut released: HashMap<String, Release> = if to_release.is_empty() {
-            HashMap::new()
-        } else {
-            self.calls
-                .release_many(&to_release)
-                .await?
-                .into_iter()
-                .map(|answer| (answer.key, answer.release))
-                .collect()
+        let mut released: HashMap<String, Release> = match to_release.first() {
+            None => HashMap::new(),
+            Some(first) => {
+                let key = first.key().to_owned();
+                self.calls
+                    .within(
+                        self.stop_bound(),
+                        Operation::RELEASE_MANY,
+                        &key,
+                        |calls| async move {
+                            let grants: Vec<&Lease> = to_release.iter().collect();
+                            calls.release_many(&grants).await
+                        },
+                    )
+                    .await?
+                    .into_iter()
+                    .map(|answer| (answer.key, answer.release))
+                    .collect()
+            }
         };
         Ok(self
             .members
@@ -766,13 +790,18 @@ impl KeeperSet {
         )
     }
 
-    /// Stops, releases the unrefused keys in one call and waits for the threads;
-    /// per key in order.
+    /// Stops, releases the unrefused keys in one call and waits for the
+    /// threads; per key in order.
+    /// Within the stop bound, whatever the database does (down, silent,
+    /// refusing): until the safe deadline, or the margin once it has passed.
+    /// A release not answered by then finishes on its own and this answers
+    /// [`ErrorKind::TimedOut`](crate::ErrorKind::TimedOut); the leases lapse at its ttl.
     pub fn stop(mut self) -> Result<Vec<KeyRelease>, LeaseError> {
+        let deadline = self.shared.stop_deadline();
         let refused = self.shared.begin_stop();
         let released = finish(self.shared.release_kept(refused));
         if let Some(loops) = self.loops.take() {
-            finish(loops.join());
+            finish(loops.join_until(deadline));
         }
         released
     }

@@ -13,7 +13,8 @@
 //!
 //! Modules follow the failure model's parts: `restarts`, `downtime`,
 //! `durability`, `holders`, `short_ttl`, `interrupted`, `lost_answers`,
-//! `failover` (clients across a failover); `common` is the
+//! `failover` (clients across a failover), `stopping` (a holder stops in
+//! time whatever the database does); `common` is the
 //! cluster fixture and the waits, `proxy` the TCP proxy that loses answers.
 
 mod common;
@@ -26,3 +27,4 @@ mod lost_answers;
 mod proxy;
 mod restarts;
 mod short_ttl;
+mod stopping;

@@ -714,3 +714,16 @@ fn worker_loop_reports_finished_cancelled_and_failed() {
         );
     }
 }
+
+/// Keepers, keeper sets and waiters may be shared across threads and tasks
+/// (an `Arc` beside the work); this fails to compile if one stops being so.
+#[test]
+fn holders_are_send_and_sync() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<leasehold::Keeper>();
+    shareable::<leasehold::hold::KeeperSet>();
+    shareable::<leasehold::wait::LeaseWaiter>();
+    shareable::<leasehold::aio::Keeper>();
+    shareable::<leasehold::aio::KeeperSet>();
+    shareable::<leasehold::aio::LeaseWaiter>();
+}

@@ -37,6 +37,8 @@ fn pool_client_runs_the_full_cycle_without_a_caller_connection() {
     assert_eq!(client.inspect("none").unwrap(), None);
 }
 
+/// A database that does not exist, reached lazily through the pool: the
+/// pool's error, as a configuration mistake (`InvalidInput`).
 #[test]
 fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
     let url = TestServer::from_env().url_for("leasehold_no_such_database");
@@ -47,7 +49,7 @@ fn pool_client_reports_an_unreachable_database_as_a_pool_error() {
         .unwrap();
     let error = client.acquire("k", "a", TTL).unwrap_err();
     assert!(
-        error.kind() == leasehold::ErrorKind::Unavailable
+        error.kind() == leasehold::ErrorKind::InvalidInput
             && error.operation().is_none()
             && error
                 .to_string()
@@ -108,7 +110,7 @@ fn connecting_to_a_database_that_refuses_says_why_at_once() {
     ] {
         let error = result.expect_err(what);
         assert!(
-            error.kind() == leasehold::ErrorKind::Unavailable
+            error.kind() == leasehold::ErrorKind::InvalidInput
                 && error
                     .to_string()
                     .starts_with("cannot connect to the database"),
