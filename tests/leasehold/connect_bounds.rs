@@ -367,3 +367,53 @@ fn a_wrong_url_or_role_is_invalid_input_on_both_faces() {
         );
     }
 }
+
+/// A refused password is a configuration mistake too: `InvalidInput` on
+/// both faces, with the server's reason. The server asks TCP clients for a
+/// SCRAM password (its own socket stays trusted, for this test's setup).
+#[test]
+fn a_refused_password_is_invalid_input_on_both_faces() {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let server = LocalPostgres::builder()
+        .durable(false)
+        .tcp(true)
+        .start()
+        .expect("a local server");
+    std::fs::write(
+        server.data_dir().join("pg_hba.conf"),
+        "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\n",
+    )
+    .expect("write pg_hba.conf");
+    let mut admin = diesel::PgConnection::establish(&server.url()).expect("the admin's socket");
+    admin
+        .batch_execute(
+            "SET password_encryption = 'scram-sha-256'; \
+             CREATE ROLE app LOGIN PASSWORD 'the-right-one'; SELECT pg_reload_conf()",
+        )
+        .expect("a role with a password");
+    let tcp = server.tcp_url_for("postgres").expect("a tcp server");
+    let url_with = |password: &str| tcp.replacen("postgres@", &format!("app:{password}@"), 1);
+    // The right password connects (so the refusal below is the password's).
+    let right = url_with("the-right-one");
+    let (connected, _) = bounded_sync("the right password", move || {
+        LeaseClient::connect(&right, 1).map(drop)
+    });
+    connected.expect("the right password connects");
+    let wrong = url_with("a-wrong-one");
+    let sync_wrong = wrong.clone();
+    let (refused, _) = bounded_sync("a wrong password", move || {
+        LeaseClient::connect(&sync_wrong, 1).map(drop)
+    });
+    let error = refused.expect_err("a wrong password");
+    assert_eq!(error.kind(), ErrorKind::InvalidInput, "sync: {error}");
+    assert!(
+        error.to_string().contains("password authentication failed"),
+        "sync: {error}"
+    );
+    let (refused, _) = runtime().block_on(bounded("a wrong password, async", async {
+        AsyncLeaseClient::connect(&wrong, 1).await.map(drop)
+    }));
+    let error = refused.expect_err("a wrong password, async");
+    assert_eq!(error.kind(), ErrorKind::InvalidInput, "async: {error}");
+}
