@@ -68,6 +68,16 @@ impl WorkContext {
         self.stop_reason().map_or(Ok(()), Err)
     }
 
+    /// Sleeps for `duration`, waking at once with `Err(reason)` when the work
+    /// must stop: the lease lost, its safe deadline passed, or cancelled.
+    pub async fn sleep(&self, duration: std::time::Duration) -> Result<(), StopReason> {
+        self.check()?;
+        tokio::select! {
+            () = tokio::time::sleep(duration) => self.check(),
+            why = self.stopped() => Err(why),
+        }
+    }
+
     /// Resolves with why the work should stop (lost, deadline passed, or cancelled).
     /// Cancel-safe.
     pub async fn stopped(&self) -> StopReason {

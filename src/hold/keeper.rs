@@ -454,6 +454,41 @@ impl Shared {
     }
 }
 
+/// A cancellation wakes whatever waits on the keeper's pulse (a work's sleep).
+impl super::cancel::Wake for Shared {
+    fn wake(&self) {
+        self.pulse.notify();
+    }
+}
+
+impl Shared {
+    /// Until `duration` passes, or the work must stop (the lease lost, its
+    /// safe deadline passed, or `cancelled`): both faces' `WorkContext::sleep`.
+    pub(crate) async fn sleep_while_held(
+        self: &Arc<Self>,
+        duration: Duration,
+        cancel: Option<&super::cancel::CancelToken>,
+        stop_reason: impl Fn() -> Option<super::worker::StopReason>,
+    ) -> Result<(), super::worker::StopReason> {
+        let until = Instant::now() + duration;
+        let waker: Arc<dyn super::cancel::Wake> = self.clone();
+        let _registration = cancel.map(|cancel| cancel.register(Arc::downgrade(&waker)));
+        loop {
+            let seen = self.pulse.seen();
+            if let Some(reason) = stop_reason() {
+                return Err(reason);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            // The safe deadline ends the sleep even before the monitor says so.
+            let wake_at = until.min(self.safe_until().max(now));
+            self.pulse.wait(&self.calls, seen, Some(wake_at)).await;
+        }
+    }
+}
+
 /// Both faces' `Keeper` print as this.
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -560,6 +595,11 @@ impl Keeper {
     }
 
     keeper_accessors!();
+
+    /// The state the work's context reads.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
 
     /// Blocks until the lease is lost or `timeout` passes; returns the loss.
     pub fn wait_for_loss(&self, timeout: Duration) -> Option<LeaseLoss> {

@@ -12,11 +12,12 @@
 //! # let _ = outcome; }
 //! ```
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::cancel::CancelToken;
 use super::keeper::{Keeper, LeaseLoss};
 use crate::lease::token::FencingToken;
+use crate::sql::execute::finish;
 
 /// Why work should stop now.
 #[derive(Debug, Clone)]
@@ -62,6 +63,16 @@ impl WorkContext<'_> {
     /// `Err(reason)` when the work should stop, for `?`.
     pub fn check(&self) -> Result<(), StopReason> {
         self.stop_reason().map_or(Ok(()), Err)
+    }
+
+    /// Sleeps for `duration`, waking at once with `Err(reason)` when the work
+    /// must stop: the lease lost, its safe deadline passed, or cancelled.
+    pub fn sleep(&self, duration: Duration) -> Result<(), StopReason> {
+        finish(
+            self.keeper
+                .shared()
+                .sleep_while_held(duration, Some(self.cancel), || self.stop_reason()),
+        )
     }
 }
 

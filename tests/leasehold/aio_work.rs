@@ -257,3 +257,38 @@ fn a_wait_dropped_mid_attempt_leaves_no_grant_behind() {
         .await;
     });
 }
+
+/// A task's sleep wakes at once when the work must stop (the forced
+/// release seen by the next renew), and otherwise sleeps its duration.
+#[test]
+fn a_tasks_sleep_wakes_on_the_loss() {
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let mut client = client(&db).await;
+        let keeper = kept(&mut client, "k").await;
+        let outcome = run_while_held(keeper, std::future::pending(), async |ctx| {
+            ctx.sleep(Duration::from_millis(20)).await?;
+            Ok::<_, StopReason>(())
+        })
+        .await;
+        assert!(matches!(outcome, WorkOutcome::Finished(())), "{outcome:?}");
+
+        let keeper = kept(&mut client, "k").await;
+        let mut admin = client.clone();
+        let outcome = run_while_held(keeper, std::future::pending(), async |ctx| {
+            admin.force_release("k").await.unwrap();
+            let woke = tokio::time::timeout(BOUND, ctx.sleep(BOUND * 10))
+                .await
+                .expect("the sleep woke on the loss");
+            Err::<(), _>(woke)
+        })
+        .await;
+        assert!(
+            matches!(
+                outcome,
+                WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::ForceReleased))
+            ),
+            "{outcome:?}"
+        );
+    });
+}

@@ -727,3 +727,74 @@ fn holders_are_send_and_sync() {
     shareable::<leasehold::aio::KeeperSet>();
     shareable::<leasehold::aio::LeaseWaiter>();
 }
+
+/// A work's sleep wakes at once when it must stop: with the loss (a forced
+/// release, seen by the next renew), and with a cancellation from another
+/// thread; otherwise it sleeps its whole duration. `NEVER` would be the
+/// wait without the wake-up.
+#[test]
+fn a_works_sleep_wakes_on_loss_and_on_cancellation() {
+    let db = TestDb::new();
+    let start = |key: &str| {
+        let lease = granted(db.conn().acquire(key, "a", TTL).unwrap());
+        Keeper::builder(&client(&db.url), lease)
+            .renew_every(Duration::from_millis(100))
+            .start()
+            .unwrap()
+    };
+    let cancel = CancelToken::new();
+    let short = run_while_held(start("s"), &cancel, |ctx| {
+        let started = Instant::now();
+        ctx.sleep(Duration::from_millis(50))?;
+        Ok::<_, leasehold::hold::StopReason>(started.elapsed())
+    });
+    assert!(
+        matches!(short, WorkOutcome::Finished(slept) if slept >= Duration::from_millis(50)),
+        "{short:?}"
+    );
+
+    use leasehold::admin::Operator;
+    let mut admin = db.conn();
+    let (slept, woke) = mpsc::channel();
+    let lost = run_while_held(start("l"), &cancel, |ctx| {
+        admin.force_release("l").unwrap();
+        let started = Instant::now();
+        slept.send((ctx.sleep(NEVER), started.elapsed())).unwrap();
+        Err::<(), _>(())
+    });
+    assert!(
+        matches!(
+            lost,
+            WorkOutcome::LeaseLost(LeaseLoss::Refused(Refusal::ForceReleased))
+        ),
+        "{lost:?}"
+    );
+    let (reason, took) = woke.recv_timeout(IN_TIME).unwrap();
+    assert!(
+        matches!(reason, Err(leasehold::hold::StopReason::LeaseLost(_))),
+        "{reason:?}"
+    );
+    assert!(took < IN_TIME, "slept {took:?}");
+
+    let (slept, woke) = mpsc::channel();
+    let cancelled = run_while_held(start("c"), &cancel, |ctx| {
+        let canceller = cancel.clone();
+        let (sleeping, asleep) = mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            asleep.recv().unwrap();
+            canceller.cancel();
+        });
+        sleeping.send(()).unwrap();
+        let started = Instant::now();
+        let reason = ctx.sleep(NEVER);
+        slept.send((reason, started.elapsed())).unwrap();
+        Err::<(), _>(())
+    });
+    assert!(matches!(cancelled, WorkOutcome::Cancelled), "{cancelled:?}");
+    let (reason, took) = woke.recv_timeout(IN_TIME).unwrap();
+    assert!(
+        matches!(reason, Err(leasehold::hold::StopReason::Cancelled)),
+        "{reason:?}"
+    );
+    assert!(took < IN_TIME, "slept {took:?}");
+}
