@@ -80,7 +80,11 @@ const FORWARDED: [i32; 3] = [
 /// if the lease is lost, and release it when CMD ends (or hold it until
 /// --hold-at-least after it began). CMD gets LEASEHOLD_KEY,
 /// LEASEHOLD_OWNER, LEASEHOLD_EPOCH and LEASEHOLD_TOKEN; SIGINT, SIGTERM
-/// and SIGHUP sent to `run` are passed on to it.
+/// and SIGHUP sent to `run` are passed on to it. CMD runs in a process
+/// group of its own, and every signal goes to the whole group: the
+/// children and grandchildren a script starts are stopped with it, and
+/// whatever is left of the group when CMD ends is stopped before the
+/// release.
 #[derive(Debug, clap::Args)]
 #[command(after_help = RUN_EXIT_CODES)]
 pub struct Args {

@@ -440,3 +440,17 @@ fn what_the_command_leaves_running_stops_before_the_lease_is_released() {
     assert_eq!(held_by(&db, "job"), None);
     fs::remove_dir_all(dir).unwrap();
 }
+
+/// `run --help` says that the whole job is stopped, not only CMD.
+#[test]
+fn run_help_says_the_whole_process_group_is_stopped() {
+    let help = crate::support::run(&["run", "--help"]);
+    assert_eq!(help.code, 0);
+    let text = help.stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        text.contains("CMD runs in a process group of its own")
+            && text.contains("children and grandchildren"),
+        "{}",
+        help.stdout
+    );
+}
