@@ -177,9 +177,13 @@ impl LeaseWaiter {
         if is_ready(cancel.as_mut()).await {
             return Err(rounds.cancelled());
         }
-        // Fast path: a free key costs one round trip and no registration.
-        if let Some(lease) = self.attempt(key, owner, ttl).await? {
-            return Ok(lease);
+        // Fast path: a free key costs one round trip and no registration. A
+        // database not reached is tried again in the rounds, until the bound.
+        match self.attempt(key, owner, ttl).await {
+            Ok(Some(lease)) => return Ok(lease),
+            Ok(None) => {}
+            Err(error) if error.is_connection_error() => {}
+            Err(error) => return Err(error),
         }
         let watch = self.listener.watch(key);
         let slot = watch.slot().clone();

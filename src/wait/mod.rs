@@ -301,9 +301,13 @@ impl LeaseWaiter {
         if cancelled() {
             return Err(rounds.cancelled());
         }
-        // Fast path: a free key costs one round trip and no registration.
-        if let Acquisition::Granted(lease) = self.attempt(key, owner, ttl)? {
-            return Ok(lease);
+        // Fast path: a free key costs one round trip and no registration. A
+        // database not reached is tried again in the rounds, until the bound.
+        match self.attempt(key, owner, ttl) {
+            Ok(Acquisition::Granted(lease)) => return Ok(lease),
+            Ok(Acquisition::Denied) => {}
+            Err(error) if error.is_connection_error() => {}
+            Err(error) => return Err(error),
         }
         let watch = self.listener.watch(key);
         let slot = watch.slot().clone();
@@ -385,6 +389,8 @@ pub(crate) struct Rounds<'k> {
     deadline: Option<Instant>,
     /// Consecutive "free a moment ago, yet denied" rounds, bounded so a flipping key cannot spin.
     immediate_retries: u32,
+    /// The last attempt's connection error, the answer if the wait ends before the database is back.
+    unreached: Option<LeaseError>,
     fallback_poll: Duration,
     recheck_every: Duration,
 }
@@ -418,6 +424,7 @@ impl<'k> Rounds<'k> {
                 Wait::UntilCancelled => None,
             },
             immediate_retries: 0,
+            unreached: None,
             fallback_poll,
             recheck_every,
         }
@@ -442,11 +449,21 @@ impl<'k> Rounds<'k> {
             Ok(Step::Granted(lease)) => return Round::Granted(lease),
             Ok(Step::Held { remaining }) => Some(remaining),
             Ok(Step::Unowned) => Some(Duration::ZERO),
-            Err(error) if error.is_connection_error() => None,
+            // The database is not reached: try again until the wait's bound.
+            Err(error) if error.is_connection_error() => {
+                self.unreached = Some(error);
+                None
+            }
             Err(error) => return Round::Failed(error),
         };
+        if holder_left.is_some() {
+            self.unreached = None;
+        }
         let now = Instant::now();
         if self.deadline.is_some_and(|d| now >= d) {
+            if let Some(error) = self.unreached.take() {
+                return Round::Failed(error);
+            }
             return Round::Failed(LeaseError::from(Repr::TimedOut {
                 operation: Operation::ACQUIRE,
                 key: self.key.to_owned(),

@@ -42,3 +42,49 @@ fn downtime_past_expiry_never_extends_ownership_after_a_clean_stop() {
 fn downtime_past_expiry_never_extends_ownership_after_a_crash() {
     downtime_past_expiry(true);
 }
+
+/// A wait that begins while the database is down is granted once it is back,
+/// within its bound: the waiter tries again instead of failing on its first
+/// attempt. A wait that ends before then answers its last attempt's error
+/// (the database not reached), not that the key was held.
+#[test]
+fn a_wait_begun_with_the_database_down_is_granted_once_it_is_back() {
+    use leasehold::wait::{LeaseWaiter, Wait};
+    use leasehold::{ErrorKind, LeaseClient};
+    let cluster = Cluster::start(false);
+    let client = LeaseClient::builder(&cluster.url())
+        .max_size(2)
+        .checkout_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let waiter = LeaseWaiter::new(&client);
+    cluster.pg.stop(StopMode::Fast).unwrap();
+    let unreached = waiter
+        .acquire("k", "a", TTL, Wait::AtMost(Duration::from_secs(1)))
+        .expect_err("no database to grant it");
+    // The last attempt's own error: the pool found no server (or a pooled
+    // session died under the attempt, its outcome unknown).
+    assert!(
+        matches!(
+            unreached.kind(),
+            ErrorKind::Unavailable | ErrorKind::OutcomeUnknown
+        ),
+        "{unreached}"
+    );
+    let (started, waiting) = std::sync::mpsc::channel();
+    let wait = std::thread::spawn(move || {
+        started.send(()).unwrap();
+        waiter.acquire("k", "a", TTL, Wait::AtMost(Duration::from_secs(60)))
+    });
+    waiting.recv().unwrap();
+    // Let its first attempt meet the stopped server (a checkout gives up
+    // after 500 ms): the pass does not depend on this pause, a waiter that
+    // gave up on its first attempt fails it reliably.
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.pg.restart().unwrap();
+    let lease = wait
+        .join()
+        .unwrap()
+        .expect("granted once the database is back");
+    assert_eq!((lease.key(), lease.epoch().get()), ("k", 1));
+}
