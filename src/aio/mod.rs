@@ -17,6 +17,7 @@
 mod api;
 mod client;
 mod connect;
+mod election;
 mod keeper;
 mod keeper_set;
 mod releases;
@@ -34,6 +35,7 @@ use crate::lease::outcome::{Lease, Renewal};
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder};
 pub use connect::connect;
+pub use election::{Election, Leadership};
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};
 pub use releases::ReleaseWatch;

@@ -21,6 +21,18 @@ const TWINS: &[(&str, &str, &str, &str)] = &[
         "aio/client.rs",
         "AsyncLeaseClientBuilder",
     ),
+    (
+        "hold/election.rs",
+        "Election",
+        "aio/election.rs",
+        "Election",
+    ),
+    (
+        "hold/election.rs",
+        "Leadership",
+        "aio/election.rs",
+        "Leadership",
+    ),
     ("hold/keeper.rs", "Keeper", "aio/keeper.rs", "Keeper"),
     (
         "hold/keeper.rs",
@@ -65,6 +77,11 @@ const TWINS: &[(&str, &str, &str, &str)] = &[
 const ONE_FACE_ONLY: &[(&str, &str, &str)] = &[
     (
         "Keeper",
+        "lost",
+        "a future to select! beside the work; the sync face blocks in wait_for_loss",
+    ),
+    (
+        "Leadership",
         "lost",
         "a future to select! beside the work; the sync face blocks in wait_for_loss",
     ),

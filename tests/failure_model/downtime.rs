@@ -88,3 +88,34 @@ fn a_wait_begun_with_the_database_down_is_granted_once_it_is_back() {
         .expect("granted once the database is back");
     assert_eq!((lease.key(), lease.epoch().get()), ("k", 1));
 }
+
+/// A campaign begun with the database down leads once it is back, with no
+/// retry loop of the caller's.
+#[test]
+fn a_campaign_begun_with_the_database_down_leads_once_it_is_back() {
+    use leasehold::hold::Election;
+    use leasehold::LeaseClient;
+    let cluster = Cluster::start(false);
+    let client = LeaseClient::builder(&cluster.url())
+        .max_size(2)
+        .checkout_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let election = Election::new(&client, "scheduler", "replica-1", TTL);
+    cluster.pg.stop(StopMode::Fast).unwrap();
+    let (started, campaigning) = std::sync::mpsc::channel();
+    let campaign = std::thread::spawn(move || {
+        started.send(()).unwrap();
+        election.campaign(Duration::from_secs(60))
+    });
+    campaigning.recv().unwrap();
+    // Let the campaign meet the stopped server first (as in the wait above).
+    std::thread::sleep(Duration::from_secs(1));
+    cluster.pg.restart().unwrap();
+    let term = campaign
+        .join()
+        .unwrap()
+        .expect("leads once the database is back");
+    assert!(term.is_leading());
+    assert_eq!(term.token().key(), "scheduler");
+}

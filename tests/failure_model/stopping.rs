@@ -156,6 +156,7 @@ fn run_while_held_returns_within_the_margin_of_the_loss_with_the_database_silent
 
 /// The async keeper keeps the same bound: its stop returns within the
 /// margin of the deadline with the database down.
+#[cfg(feature = "async")]
 #[test]
 fn an_async_keeper_stops_within_its_margin_with_the_database_down() {
     use leasehold::aio::{AsyncLeaseClient, AsyncLeases};

@@ -15,6 +15,7 @@ mod common;
 mod concurrency;
 #[cfg(feature = "async")]
 mod connect_bounds;
+mod election;
 #[cfg(feature = "async")]
 mod error_kinds;
 mod faces;
