@@ -10,10 +10,9 @@ use super::waiter::LeaseWaiter;
 use super::worker::{run_while_held, WorkContext};
 use super::AsyncLeases;
 use crate::error::LeaseError;
-use crate::hold::election::{campaigns_on, leader_of, left_of};
+use crate::hold::election::{campaigns_on, leader_of, leadership_accessors, left_of};
 use crate::hold::{Leader, LeaseLoss, WorkOutcome};
 use crate::lease::outcome::Release;
-use crate::lease::token::FencingToken;
 use crate::wait::Wait;
 
 /// A candidate in the election of one lease key, on an async pooled client.
@@ -111,25 +110,7 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// The term's fencing token: present it with every write.
-    pub fn token(&self) -> &FencingToken {
-        self.keeper.token()
-    }
-
-    /// Whether this candidate still leads, safely; one atomic load and a clock read.
-    pub fn is_leading(&self) -> bool {
-        self.keeper.is_valid()
-    }
-
-    /// Until when it leads for sure (client monotonic clock).
-    pub fn safe_until(&self) -> Instant {
-        self.keeper.safe_until()
-    }
-
-    /// Why the term ended, if it did.
-    pub fn loss(&self) -> Option<LeaseLoss> {
-        self.keeper.loss()
-    }
+    leadership_accessors!();
 
     /// Resolves when the term is lost or `timeout` passes, with the loss.
     pub async fn wait_for_loss(&self, timeout: Duration) -> Option<LeaseLoss> {

@@ -15,9 +15,35 @@ use crate::client::LeaseClient;
 use crate::error::{ErrorKind, LeaseError};
 use crate::lease::epoch::Epoch;
 use crate::lease::outcome::{LeaseState, Release};
-use crate::lease::token::FencingToken;
 use crate::wait::{LeaseWaiter, Wait};
 use crate::Leases;
+
+/// The accessors both faces' `Leadership` share, written once.
+macro_rules! leadership_accessors {
+    () => {
+        /// The term's fencing token: present it with every write.
+        pub fn token(&self) -> &crate::lease::token::FencingToken {
+            self.keeper.token()
+        }
+
+        /// Whether this candidate still leads, safely; one atomic load and a clock read.
+        pub fn is_leading(&self) -> bool {
+            self.keeper.is_valid()
+        }
+
+        /// Until when it leads for sure (client monotonic clock).
+        pub fn safe_until(&self) -> std::time::Instant {
+            self.keeper.safe_until()
+        }
+
+        /// Why the term ended, if it did.
+        pub fn loss(&self) -> Option<crate::hold::LeaseLoss> {
+            self.keeper.loss()
+        }
+    };
+}
+#[cfg(feature = "async")]
+pub(crate) use leadership_accessors;
 
 /// Who leads an election now, as the server's row says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,25 +182,7 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    /// The term's fencing token: present it with every write.
-    pub fn token(&self) -> &FencingToken {
-        self.keeper.token()
-    }
-
-    /// Whether this candidate still leads, safely; one atomic load and a clock read.
-    pub fn is_leading(&self) -> bool {
-        self.keeper.is_valid()
-    }
-
-    /// Until when it leads for sure (client monotonic clock).
-    pub fn safe_until(&self) -> Instant {
-        self.keeper.safe_until()
-    }
-
-    /// Why the term ended, if it did.
-    pub fn loss(&self) -> Option<LeaseLoss> {
-        self.keeper.loss()
-    }
+    leadership_accessors!();
 
     /// Blocks until the term is lost or `timeout` passes; returns the loss.
     pub fn wait_for_loss(&self, timeout: Duration) -> Option<LeaseLoss> {

@@ -140,7 +140,12 @@ fn public_fns(body: &str, indent: &str) -> BTreeSet<String> {
 
 /// The public methods a `macro_rules! name` defined anywhere under src/ writes.
 fn macro_fns(name: &str) -> BTreeSet<String> {
-    for file in ["hold/keeper.rs", "hold/keeper_set.rs", "wait/mod.rs"] {
+    for file in [
+        "hold/election.rs",
+        "hold/keeper.rs",
+        "hold/keeper_set.rs",
+        "wait/mod.rs",
+    ] {
         let text = source(file);
         if let Some(at) = text.find(&format!("macro_rules! {name} {{")) {
             let open = at + text[at..].find('{').unwrap();
