@@ -12,7 +12,7 @@
 //! synchronous commit on); the others run without, to keep the suite fast.
 //!
 //! Modules follow the failure model's parts: `restarts`, `downtime`,
-//! `durability`, `holders`, `short_ttl`, `interrupted`, `lost_answers`,
+//! `durability`, `holders`, `election` (three candidate processes), `short_ttl`, `interrupted`, `lost_answers`,
 //! `failover` (clients across a failover), `stopping` (a holder stops in
 //! time whatever the database does); `common` is the
 //! cluster fixture and the waits, `proxy` the TCP proxy that loses answers.
@@ -20,6 +20,7 @@
 mod common;
 mod downtime;
 mod durability;
+mod election;
 mod failover;
 mod holders;
 mod interrupted;
