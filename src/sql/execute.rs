@@ -130,15 +130,22 @@ impl Wake for ThreadWaker {
     }
 }
 
-/// Runs a sync-face operation on this thread; returns after one poll.
+/// Runs a sync-face operation on this thread. Every step of one blocks
+/// (statements, waits), so it is ready after its first poll: debug builds,
+/// the tests among them, assert it; a release build would park until woken.
 pub(crate) fn finish<F: Future>(operation: F) -> F::Output {
     let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
     let mut context = Context::from_waker(&waker);
     let mut operation = pin!(operation);
+    let mut first = true;
     loop {
         match operation.as_mut().poll(&mut context) {
             Poll::Ready(output) => return output,
-            Poll::Pending => std::thread::park(),
+            Poll::Pending => {
+                debug_assert!(!first, "a sync-face operation was not ready after one poll");
+                first = false;
+                std::thread::park();
+            }
         }
     }
 }
