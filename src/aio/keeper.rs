@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::client::AsyncLeaseClient;
 use crate::error::LeaseError;
-use crate::hold::heartbeat::{Calls, Loops};
+use crate::hold::heartbeat::{Calls, Heart, Loops};
 use crate::hold::keeper::{
     keeper_accessors, keeper_setters, release_on_drop, KeeperSettings, Shared,
 };

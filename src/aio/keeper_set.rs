@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::client::AsyncLeaseClient;
 use crate::error::LeaseError;
-use crate::hold::heartbeat::{Calls, Loops};
+use crate::hold::heartbeat::{Calls, Heart, Loops};
 use crate::hold::keeper::keeper_setters;
 use crate::hold::keeper_set::{release_on_drop, set_accessors, SetSettings, Shared};
 use crate::hold::{KeeperSetEvent, LeaseLoss};

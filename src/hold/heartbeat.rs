@@ -248,6 +248,21 @@ pub(crate) trait Heart: Send + Sync + 'static {
     fn deadline(&self) -> (Instant, Option<Arc<LeaseError>>);
     /// Declares the kept grants lost: the deadline passed without a beat.
     fn deadline_passed(&self, last_error: Option<Arc<LeaseError>>);
+
+    /// How long a stop may wait for its release: until the safe deadline,
+    /// or the margin once it has passed. Past it the grants are lost
+    /// anyway, and lapse on the server at their ttl.
+    fn stop_bound(&self) -> Duration {
+        self.deadline()
+            .0
+            .saturating_duration_since(Instant::now())
+            .max(self.schedule().margin)
+    }
+
+    /// When a stop begun now must have returned.
+    fn stop_deadline(&self) -> Instant {
+        Instant::now() + self.stop_bound()
+    }
 }
 
 /// Beats every `renew_every` after the last successful send, retrying a failed

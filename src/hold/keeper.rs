@@ -387,20 +387,6 @@ impl Shared {
             .await
     }
 
-    /// When a stop begun now must have returned (see [`Shared::stop_bound`]).
-    pub(crate) fn stop_deadline(&self) -> Instant {
-        Instant::now() + self.stop_bound()
-    }
-
-    /// How long a stop may wait for its release: until the safe deadline, or
-    /// the margin once it has passed. Past it the lease is lost anyway, and
-    /// lapses on the server at its ttl.
-    pub(crate) fn stop_bound(&self) -> Duration {
-        self.safe_until()
-            .saturating_duration_since(Instant::now())
-            .max(self.schedule.margin)
-    }
-
     /// The loss, once there is one; `None` once stopped without one or at `until`.
     pub(crate) async fn loss_within(&self, until: Option<Instant>) -> Option<LeaseLoss> {
         loop {

@@ -637,19 +637,6 @@ impl Shared {
         }
     }
 
-    /// When a stop begun now must have returned (see `stop_bound`).
-    pub(crate) fn stop_deadline(&self) -> Instant {
-        Instant::now() + self.stop_bound()
-    }
-
-    /// How long a stop may wait for its release: until the set's safe
-    /// deadline, or the margin once it has passed.
-    fn stop_bound(&self) -> Duration {
-        self.safe_until()
-            .saturating_duration_since(Instant::now())
-            .max(self.schedule.margin)
-    }
-
     /// Releases the keys not `refused` in one call, for at most `stop_bound`;
     /// refused keys answer their refusal.
     pub(crate) async fn release_kept(
