@@ -34,6 +34,9 @@ fn replica(url: &str, me: &str) -> Result<(), Box<dyn std::error::Error>> {
     let client = LeaseClient::builder(url).max_size(3).build()?;
     let election = Election::new(&client, "scheduler", me, TTL);
     let mut conn = PgConnection::establish(url)?;
+    // A replica paused inside its fenced write holds off its successor
+    // until the transaction ends: let the server end it.
+    conn.batch_execute("SET idle_in_transaction_session_timeout = '1s'")?;
     let shutdown = CancelToken::new();
     while !shutdown.is_cancelled() {
         let term = election.campaign(Duration::from_millis(300));
