@@ -1,5 +1,6 @@
-//! Wake latency of the client-side waiter against the SQL `wait` poll, and
-//! the cost of release notifications to releases nobody waits for.
+//! Wake latency of the client-side waiter against the SQL `wait` poll, how
+//! soon an election's observer sees a new leader, and the cost of release
+//! notifications to releases nobody waits for.
 //!
 //! Run: `cargo bench --bench wake_latency` (add `-- --quick`, or set
 //! `LEASEHOLD_BENCH_QUICK=1`, for a short run). Starts a durable throwaway
@@ -12,8 +13,12 @@
 //!    waiting thread holds the lease;
 //! 2. hand-over after a lapse: from the holder's `expires_at` to the start of
 //!    the new grant (`expires_at - ttl`), both on the server's clock;
-//! 3. release latency/throughput: the original `lease.release` (a database
-//!    with the wake-on-release migration reverted), the gated one with
+//! 3. a new leader observed: from the instant the granting transaction's
+//!    COMMIT is sent to the instant an `Election::observe` watch, which never
+//!    polls, returns the `Elected` change (the grant's notification, then
+//!    one look);
+//! 4. release latency/throughput: `lease.release` without its wake-up (a
+//!    database whose `lease._on_change` answers false), the gated one with
 //!    nobody waiting, and the gated one with a registered waiter (notifies).
 
 use std::sync::mpsc;
@@ -29,10 +34,10 @@ use leasehold::{
 use leasehold_local::{DatabaseServer, LocalPostgres};
 
 /// The release without its wake-up, for the release-cost comparison: the
-/// hook every release calls (`lease._on_release`, migration
-/// 2026-12-01-000002_rules) emptied in the comparison database only.
+/// hook every release and grant calls (`lease._on_change`,
+/// sql/functions/01_rules.sql) emptied in the comparison database only.
 const WITHOUT_WAKE: &str =
-    "CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea) RETURNS boolean \
+    "CREATE OR REPLACE FUNCTION lease._on_change(key_hash bytea, channel text) RETURNS boolean \
      LANGUAGE sql VOLATILE AS $$ SELECT false $$";
 const TTL: Duration = Duration::from_secs(30);
 
@@ -115,6 +120,16 @@ fn main() -> BenchResult<()> {
     print_row("client waiter (expiry timer)", &lapse_client, None);
     print_row("SQL wait (50 ms poll)", &lapse_sql, None);
 
+    let observed = observe_grants(&new_url, sizes.handovers)?;
+    println!("\n## A new leader observed (grant's COMMIT sent -> observer's Elected)\n");
+    println!("| observing | n | p50 | p90 | p99 | max | commit ack p50 |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    print_row(
+        "Election::observe (LISTEN/NOTIFY, no poll)",
+        &observed.0,
+        Some(&observed.1),
+    );
+
     release_cost(&old_url, &new_url, &sizes)?;
 
     drop(admin);
@@ -192,6 +207,55 @@ fn release_committing(
     let sent = Instant::now();
     conn.batch_execute("COMMIT")?;
     Ok((sent, sent.elapsed()))
+}
+
+/// Grants of an election's key to a new candidate each time, committed in
+/// an explicit transaction, against an observer that never polls: (COMMIT
+/// sent -> `Elected` returned, commit round-trip) per grant.
+fn observe_grants(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {
+    use leasehold::hold::{Election, LeaderChange};
+    let client = LeaseClient::connect(url, 2)?;
+    let never = Duration::from_secs(3600);
+    let waiter = LeaseWaiter::builder(&client)
+        .fallback_poll(never)
+        .recheck_every(never)
+        .build();
+    if !waiter.wait_until_listening(Duration::from_secs(10)) {
+        return Err(format!("listener not connected: {:?}", waiter.listener_status()).into());
+    }
+    let election = Election::new(&client, "observed", "observer", TTL).with_waiter(&waiter);
+    let mut watch = election.observe()?;
+    let (seen_tx, seen_rx) = mpsc::channel::<(i64, Instant)>();
+    std::thread::spawn(move || {
+        for change in &mut watch {
+            if let LeaderChange::Elected(leader) = change {
+                if seen_tx.send((leader.epoch.get(), Instant::now())).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let mut conn = PgConnection::establish(url)?;
+    let (mut latencies, mut commits) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        std::thread::sleep(random_phase());
+        conn.batch_execute("BEGIN")?;
+        let lease = granted(conn.acquire("observed", &format!("candidate-{i}"), TTL)?)?;
+        let sent = Instant::now();
+        conn.batch_execute("COMMIT")?;
+        commits.push(sent.elapsed());
+        loop {
+            let (epoch, at) = seen_rx.recv_timeout(Duration::from_secs(10))?;
+            if epoch == lease.epoch().get() {
+                latencies.push(at.saturating_duration_since(sent));
+                break;
+            }
+        }
+        if conn.release(&lease)? != leasehold::Release::Released {
+            return Err("the observed grant was not released".into());
+        }
+    }
+    Ok((latencies, commits))
 }
 
 fn handover_client(url: &str, n: usize) -> BenchResult<(Vec<Duration>, Vec<Duration>)> {

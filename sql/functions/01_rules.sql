@@ -33,6 +33,11 @@
 
 SET LOCAL lock_timeout = '5s';
 
+-- Earlier names of the wake-up helpers (now lease._on_change and
+-- lease._notify_change, which also announce grants).
+DROP FUNCTION IF EXISTS lease._on_release(bytea);
+DROP FUNCTION IF EXISTS lease._notify_released(bytea, boolean);
+
 -- The digest that indexes a lease key (lease.leases.key_hash) or a guarded
 -- resource name (lease.guards.resource_hash): SHA-256 of the UTF-8 bytes.
 -- The same expression is the tables' key_hash CHECK. `'UTF8'::name`
@@ -771,49 +776,51 @@ AS $$
     SELECT ('x' OPERATOR(pg_catalog.||) pg_catalog.encode(pg_catalog.substring(key_hash, 1, 4), 'hex'))::bit(32)::integer
 $$;
 
--- Notifies the waiters of a key that became FREE (channel lease_released,
--- the digest in hex): always, or with `only_if_waiting` only when a
--- waiter's registration is visible to a snapshot taken now. Called by
--- lease._on_release alone.
-CREATE OR REPLACE FUNCTION lease._notify_released(key_hash bytea, only_if_waiting boolean)
+-- Notifies the listeners of a key that changed hands, on `channel`
+-- (lease_released: it became FREE; lease_granted: a new term began), the
+-- digest in hex: always, or with `only_if_waiting` only when a
+-- registration for the key is visible to a snapshot taken now. Called by
+-- lease._on_change alone.
+CREATE OR REPLACE FUNCTION lease._notify_change(key_hash bytea, channel text, only_if_waiting boolean)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     IF only_if_waiting
-       AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _notify_released.key_hash) THEN
+       AND NOT EXISTS (SELECT 1 FROM lease.waiters AS w WHERE w.key_hash = _notify_change.key_hash) THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('lease_released', encode(_notify_released.key_hash, 'hex'));
+    PERFORM pg_notify(channel, encode(_notify_change.key_hash, 'hex'));
     RETURN true;
 END;
 $$;
 
--- The wake-up after a key became FREE (the waiting protocol, see
--- 04_waiting.sql for why no release is missed): every function that frees
--- a key calls it in the freeing transaction, after its write, and learns
--- whether it notified (lease._notify_released, above). In this order: the
--- try-lock, then the look-up, which must take its snapshot after the lock
--- is held. While
--- lease.waiters has no pages it has no row, committed or not, so there is
--- nobody to wake and no look-up. Under REPEATABLE READ or SERIALIZABLE the
--- look-up would read the transaction's older snapshot, so it notifies
--- unconditionally, as it does when the try-lock fails (a waiter is
--- registering). Inlined (a CASE evaluates its branches in order), so a
--- release with nobody waiting runs no statement for it.
-CREATE OR REPLACE FUNCTION lease._on_release(key_hash bytea)
+-- The wake-up after a key changed hands (the waiting protocol, see
+-- 04_waiting.sql for why no change is missed): every function that frees
+-- a key calls it with lease_released, and acquire with lease_granted when
+-- it grants a new term, in the changing transaction, after its write; it
+-- learns whether it notified (lease._notify_change, above). In this
+-- order: the try-lock; when it fails (a registration is in flight),
+-- notify. Then, while lease.waiters has no pages it has no row, committed
+-- or not, so there is nobody to wake (whatever the snapshot). Then the
+-- look-up, which must take its snapshot after the lock is held: under
+-- REPEATABLE READ or SERIALIZABLE it would read the transaction's older
+-- snapshot, so there it notifies unconditionally. Inlined (a CASE
+-- evaluates its branches in order), so a change with nobody registered
+-- runs no statement for it and never reads the isolation level.
+CREATE OR REPLACE FUNCTION lease._on_change(key_hash bytea, channel text)
 RETURNS boolean
 LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
-        WHEN pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
-            THEN lease._notify_released(key_hash, false)
         WHEN NOT pg_catalog.pg_try_advisory_xact_lock(lease._waiter_class(), lease._waiter_lock_id(key_hash))
-            THEN lease._notify_released(key_hash, false)
+            THEN lease._notify_change(key_hash, channel, false)
         WHEN pg_catalog.pg_relation_size('lease.waiters'::pg_catalog.regclass) OPERATOR(pg_catalog.=) 0
             THEN false
-        ELSE lease._notify_released(key_hash, true)
+        WHEN pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed'
+            THEN lease._notify_change(key_hash, channel, false)
+        ELSE lease._notify_change(key_hash, channel, true)
     END
 $$;
 

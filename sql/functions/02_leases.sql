@@ -204,6 +204,8 @@ $$;
 -- (docs/SPECIFICATION.md §1.3), waiting up to `wait` for it by polling
 -- (every 50 ms, never past the deadline). A grant locks the key's row until
 -- the caller's transaction ends; a denied or waiting attempt keeps no lock.
+-- A grant of a new term notifies its observers (lease._on_change with
+-- lease_granted) when it commits.
 --
 -- Each attempt settles the key in a fixed number of steps. The common
 -- cases take one read of the row and, for a grant, one write: under READ
@@ -231,6 +233,7 @@ DECLARE
     v_saved_lock_timeout text;
     v_busy boolean;   -- true: a lock wait ran out (NULL: no)
     v_left interval;  -- what is left of the wait at this poll
+    v_announced boolean;  -- the grant notified (an assignment, not PERFORM: no executor start)
 BEGIN
     -- One test for the common case; which rule failed, in the
     -- specification's order, only when it fails. A grant writes, so
@@ -296,6 +299,7 @@ BEGIN
                 NULL;
             END;
             IF acquired THEN
+                v_announced := lease._on_change(v_hash, 'lease_granted');
                 EXIT;
             END IF;
         ELSIF NOT FOUND THEN
@@ -330,6 +334,7 @@ BEGIN
             END;
             PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
             IF acquired THEN
+                v_announced := lease._on_change(v_hash, 'lease_granted');
                 EXIT;
             END IF;
         END IF;
@@ -341,6 +346,9 @@ BEGIN
                 v_settled := lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
                                                    COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
                 IF v_settled.outcome IN ('granted', 'held') THEN
+                    IF v_settled.outcome = 'granted' THEN
+                        v_announced := lease._on_change(v_hash, 'lease_granted');
+                    END IF;
                     acquired := true;
                     epoch := v_settled.epoch;
                     expires_at := v_settled.expires_at;
@@ -494,7 +502,7 @@ BEGIN
                 PERFORM lease._left_groups(ARRAY[v_group]);
                 PERFORM lease._make_durable();
             END IF;
-            PERFORM lease._on_release(v_hash);
+            PERFORM lease._on_change(v_hash, 'lease_released');
             status := 'ok';
             RETURN;
         EXCEPTION WHEN SQLSTATE 'LH001' THEN

@@ -1,11 +1,12 @@
 -- leasehold: wake-on-release for client-side waiters (docs/guide/waiting-and-keeping.md; docs/SPECIFICATION.md
 -- §1.5 and §4).
 --
--- A process that waits for keys keeps one listener session (LISTEN
--- lease_released) and registers, per key it waits for, one row in
--- lease.waiters. Every release notifies when a registration for the key
--- exists, with the key's digest (never its name) as
--- the payload.
+-- A process that waits for or observes keys keeps one listener session
+-- (LISTEN lease_released, lease_granted) and registers, per key, one row
+-- in lease.waiters. Every release, and every grant of a new term, notifies
+-- when a registration for the key exists, with the key's digest (never its
+-- name) as the payload: waiters wake on releases, observers of an election
+-- (Election::observe) on both.
 --
 -- What registration must never do: hold up a holder. docs/SPECIFICATION.md
 -- §1.5 says a call by a caller that does not hold the lease takes no lock
@@ -18,11 +19,11 @@
 -- * a registration takes the key's advisory lock SHARED (try): on success it
 --   inserts its row, and the lock lasts until the registration's transaction
 --   ends, i.e. until the row is committed (or rolled back);
--- * a release (lease._on_release) takes the same lock EXCLUSIVE (try): on
---   success it notifies iff a registration row for the key exists; on
---   failure (some registration is in flight) it notifies anyway.
+-- * a release or a grant (lease._on_change) takes the same lock EXCLUSIVE
+--   (try): on success it notifies iff a registration row for the key
+--   exists; on failure (some registration is in flight) it notifies anyway.
 --
--- Why no release can be missed. Take a registration R that returned a
+-- Why no release can be missed (a grant is a change X the same way). Take a registration R that returned a
 -- digest (success) and a release X that commits. X's exclusive lock, once
 -- taken, is held until X's transaction ends; R's shared lock until R's
 -- transaction ends. Two holders of conflicting modes cannot overlap, so
@@ -52,8 +53,8 @@
 -- being notified. Both cost liveness (latency, extra work), never safety:
 -- whether a waiter gets a lease is decided by lease.acquire alone.
 --
--- Cost: a release calls lease._on_release (one try-lock and one index probe
--- of lease.waiters). benches/primitive.rs measures it;
+-- Cost: a release, and a grant of a new term, calls lease._on_change (one
+-- try-lock, and an index probe of lease.waiters once it has rows). benches/primitive.rs measures it;
 -- docs/guide/benchmarks.md reports it.
 --
 -- Storage: a session may hold at most 10 000 registrations
@@ -61,7 +62,7 @@
 -- lease._waiter_reset.
 --
 -- The table (lease.waiters), the lock id (lease._waiter_lock_id) and the
--- release side (lease._on_release) are in migration 000001_tables and 01_rules.sql.
+-- changing side (lease._on_change) are in migration 000001_tables and 01_rules.sql.
 --
 -- The rules of migration 000001_tables apply, with one documented exception:
 -- * lease._waiter_watch, lease._waiter_unwatch and lease._waiter_reset are

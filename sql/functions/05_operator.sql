@@ -168,7 +168,7 @@ BEGIN
     IF _force_free.group_id IS NOT NULL THEN
         PERFORM lease._left_groups(ARRAY[_force_free.group_id]);
     END IF;
-    PERFORM lease._on_release(_force_free.key_hash);
+    PERFORM lease._on_change(_force_free.key_hash, 'lease_released');
     PERFORM lease._make_durable();
     RETURN v_epoch;
 END;

@@ -317,7 +317,7 @@ $$;
 -- becoming FREE with its counter one higher, and answers per key, in input
 -- order, what lease.release would (docs/SPECIFICATION.md §1.3). Released
 -- keys' rows stay locked until the caller's transaction ends, and each
--- release wakes the key's waiters (lease._on_release per released key, as
+-- release wakes the key's waiters (lease._on_change per released key, as
 -- lease.release calls it); refused keys lock nothing. Same passes and plan settings as
 -- lease.renew_many.
 CREATE OR REPLACE FUNCTION lease.release_many(keys text[], owner text, epochs bigint[],
@@ -383,7 +383,7 @@ BEGIN
             PERFORM lease._left_groups(v_left_groups);
             -- Each released key wakes its waiters, as lease.release does.
             FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
-                PERFORM lease._on_release(v_hash);
+                PERFORM lease._on_change(v_hash, 'lease_released');
             END LOOP;
             v_whole := true;
         EXCEPTION WHEN SQLSTATE 'LH001' THEN

@@ -35,7 +35,7 @@ use crate::lease::outcome::{Lease, Renewal};
 pub use api::{AsyncFencing, AsyncLeases, AsyncOperator};
 pub use client::{AsyncLeaseClient, AsyncLeaseClientBuilder};
 pub use connect::connect;
-pub use election::{Election, Leadership};
+pub use election::{Election, LeaderWatch, Leadership};
 pub use keeper::{Keeper, KeeperBuilder};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder};
 pub use releases::ReleaseWatch;

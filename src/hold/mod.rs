@@ -12,7 +12,7 @@ pub(crate) mod schedule;
 pub(crate) mod worker;
 
 pub use cancel::CancelToken;
-pub use election::{Election, Leader, Leadership};
+pub use election::{Election, Leader, LeaderChange, LeaderWatch, Leadership};
 pub use keeper::{Keeper, KeeperBuilder, KeeperEvent, LeaseLoss};
 pub use keeper_set::{KeeperSet, KeeperSetBuilder, KeeperSetEvent};
 pub use worker::{run_while_held, StopReason, WorkContext, WorkOutcome};

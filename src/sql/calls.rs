@@ -115,6 +115,8 @@ pub(crate) mod listener {
     pub(crate) const PROBE: &str = "SELECT 1";
     /// Listens on [`crate::sql::names::RELEASE_CHANNEL`] (a unit test keeps them equal).
     pub(crate) const LISTEN_RELEASES: &str = "LISTEN lease_released";
+    /// Listens on [`crate::sql::names::GRANT_CHANNEL`] (a unit test keeps them equal).
+    pub(crate) const LISTEN_GRANTS: &str = "LISTEN lease_granted";
     /// The delivery check's channel: a notification from another session must arrive.
     pub(crate) const DELIVERY_CHANNEL: &str = "lease_listener_check";
     /// Listens on [`DELIVERY_CHANNEL`].
@@ -170,10 +172,14 @@ pub(crate) use {admit_then_present, lease_call};
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_listener_listens_on_the_release_channel() {
+    fn the_listener_listens_on_the_release_and_grant_channels() {
         assert_eq!(
             super::listener::LISTEN_RELEASES,
             format!("LISTEN {}", crate::sql::names::RELEASE_CHANNEL)
+        );
+        assert_eq!(
+            super::listener::LISTEN_GRANTS,
+            format!("LISTEN {}", crate::sql::names::GRANT_CHANNEL)
         );
     }
 }

@@ -48,6 +48,9 @@ pub(crate) const GENERATION_NOT_ABOVE: &str = "lease_generation_not_above";
 /// The channel `lease.release` notifies on (payload: the key's hex SHA-256).
 pub(crate) const RELEASE_CHANNEL: &str = "lease_released";
 
+/// The channel a grant of a new term notifies on (payload as for releases).
+pub(crate) const GRANT_CHANNEL: &str = "lease_granted";
+
 /// `CONSTRAINT` name of a key that changed twice under a call (40001; retry the call).
 pub(crate) const CONTENTION: &str = "lease_contention";
 

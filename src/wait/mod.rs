@@ -29,6 +29,7 @@ use crate::pool::{with_conn, PgPool};
 use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
 
+pub(crate) mod changes;
 pub(crate) mod listener;
 mod releases;
 mod session;
@@ -59,7 +60,7 @@ pub const DEFAULT_RECHECK: Duration = Duration::from_secs(5);
 /// `lease._waiter_limit()`); more are polled ([`PollingReason::WaiterLimit`]).
 pub const WAITER_LIMIT: usize = 10_000;
 /// Added to a holder's remaining time so the retry lands after the expiry.
-const EXPIRY_SLACK: Duration = Duration::from_micros(300);
+pub(crate) const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 
 /// How long a blocking acquire may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,16 @@ pub(crate) use waiter_setters;
 /// The listener accessors both faces' waiters share, written once.
 macro_rules! waiter_accessors {
     () => {
+        /// Change notifications of `key` on this waiter's listener, for an observer.
+        pub(crate) fn key_changes(&self, key: &str) -> crate::wait::changes::KeyChanges {
+            crate::wait::changes::KeyChanges::start(self.listener.clone(), key)
+        }
+
+        /// The fallback poll and the safety-net re-check, for an observer.
+        pub(crate) fn intervals(&self) -> (std::time::Duration, std::time::Duration) {
+            (self.fallback_poll, self.recheck_every)
+        }
+
         /// The shared listener's state.
         pub fn listener_status(&self) -> crate::wait::ListenerStatus {
             self.listener.status()
@@ -363,6 +374,18 @@ pub(crate) async fn attempt_step(
     if let Acquisition::Granted(lease) = lease::acquire(conn, key, owner, ttl).await? {
         return Ok(Step::Granted(lease));
     }
+    Ok(match holder_remaining(conn, key).await? {
+        Some(remaining) => Step::Held { remaining },
+        None => Step::Unowned,
+    })
+}
+
+/// How long the holder of `key` has left on the server's clock; `None` when
+/// nobody holds it.
+pub(crate) async fn holder_remaining(
+    conn: &mut impl Execute,
+    key: &str,
+) -> Result<Option<Duration>, LeaseError> {
     let row = conn
         .load(RemainingCall {
             key,
@@ -375,10 +398,10 @@ pub(crate) async fn attempt_step(
         .into_iter()
         .next();
     Ok(match row {
-        Some((true, Some(seconds))) if seconds > 0.0 => Step::Held {
-            remaining: Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX),
-        },
-        _ => Step::Unowned,
+        Some((true, Some(seconds))) if seconds > 0.0 => {
+            Some(Duration::try_from_secs_f64(seconds).unwrap_or(Duration::MAX))
+        }
+        _ => None,
     })
 }
 

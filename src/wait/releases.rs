@@ -200,7 +200,8 @@ impl Iterator for ReleaseWatch {
 fn public(delivery: Delivery) -> ReleaseEvent {
     match delivery {
         Delivery::Released(key) => ReleaseEvent::Released { key },
-        Delivery::Resync => ReleaseEvent::Resync,
+        // A release watch does not ask for grants; were one told, re-reading is right.
+        Delivery::Granted(_) | Delivery::Resync => ReleaseEvent::Resync,
     }
 }
 

@@ -15,7 +15,7 @@ use super::shared::{
 use super::slot::Slot;
 use crate::libpq::{wait_readable, Notification, PqConn, PqError};
 use crate::sql::calls::listener as statements;
-use crate::sql::names::{NAMESPACE_DENIED, RELEASE_CHANNEL, WAITER_LIMIT};
+use crate::sql::names::{GRANT_CHANNEL, NAMESPACE_DENIED, RELEASE_CHANNEL, WAITER_LIMIT};
 use crate::telemetry;
 
 /// How often an idle session is probed with a trivial statement.
@@ -179,6 +179,7 @@ impl Session {
         session
             .conn
             .query(statements::LISTEN_RELEASES, &[])
+            .and_then(|_| session.conn.query(statements::LISTEN_GRANTS, &[]))
             .map_err(|e| format!("LISTEN failed: {e}"))?;
         // Reported before anyone can see the status say so.
         telemetry::listener_up(session.conn.backend_pid());
@@ -188,7 +189,7 @@ impl Session {
             state.status.connected = true;
             state.status.backend_pid = Some(session.conn.backend_pid());
             state.status.sessions += 1;
-            // A release may have passed unnoticed before LISTEN: watches re-read.
+            // A change may have passed unnoticed before LISTEN: watches re-read.
             state.deliver(&Delivery::Resync);
             shared.status_changed.notify_all();
         }
@@ -396,16 +397,21 @@ impl Session {
         self.busy.insert(key, (Instant::now() + backoff, backoff));
     }
 
-    /// Wakes the waiters and watches of the keys whose digests `notifications` carry.
+    /// Wakes the waiters and watches of the keys whose digests `notifications`
+    /// carry: a release wakes both, a grant only the watches that asked for grants.
     fn dispatch(&self, shared: &Shared, notifications: &[Notification]) {
         for notification in notifications {
-            if notification.channel != RELEASE_CHANNEL {
+            let released = notification.channel == RELEASE_CHANNEL;
+            if !released && notification.channel != GRANT_CHANNEL {
                 continue;
             }
             let key = self.by_digest.get(&notification.payload);
             let mut state = lock(&shared.state);
             let slot = key.and_then(|key| state.keys.get(key).map(|e| e.slot.clone()));
             match (key, slot) {
+                (Some(key), Some(_)) if !released => {
+                    state.deliver(&Delivery::Granted(key.clone()));
+                }
                 (Some(key), Some(slot)) => {
                     state.status.notification_wakeups += 1;
                     state.deliver(&Delivery::Released(key.clone()));

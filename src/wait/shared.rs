@@ -114,6 +114,9 @@ pub(super) struct State {
 pub(super) enum Delivery {
     /// A release notification carried this key's digest.
     Released(String),
+    /// A grant notification carried this key's digest (told only to
+    /// subscriptions that asked for grants).
+    Granted(String),
     /// The session was lost or (re)established.
     Resync,
 }
@@ -133,6 +136,8 @@ pub(super) struct Subscription {
 pub(super) struct SubscriptionState {
     /// The keys whose releases this watch is told of.
     pub(super) keys: HashSet<String>,
+    /// Whether it is told of grants too.
+    pub(super) grants: bool,
     /// Undelivered events, oldest first, each key and the resync at most once.
     pub(super) queue: VecDeque<Delivery>,
     /// The keys queued now.
@@ -145,7 +150,8 @@ impl Subscription {
     pub(super) fn deliver(&self, delivery: &Delivery) {
         let mut state = lock(&self.state);
         match delivery {
-            Delivery::Released(key) => {
+            Delivery::Granted(_) if !state.grants => return,
+            Delivery::Released(key) | Delivery::Granted(key) => {
                 if !state.keys.contains(key) || !state.queued.insert(key.clone()) {
                     return;
                 }
@@ -184,7 +190,7 @@ impl Subscription {
         loop {
             if let Some(delivery) = state.queue.pop_front() {
                 match &delivery {
-                    Delivery::Released(key) => {
+                    Delivery::Released(key) | Delivery::Granted(key) => {
                         state.queued.remove(key);
                     }
                     Delivery::Resync => state.resync_queued = false,
@@ -233,7 +239,7 @@ impl State {
         }
     }
 
-    /// Tells the release watches of `delivery` (for a release, those watching the key).
+    /// Tells the watches of `delivery` (for a release or grant, those watching the key).
     pub(super) fn deliver(&mut self, delivery: &Delivery) {
         self.subscriptions
             .retain(|subscription| match subscription.upgrade() {

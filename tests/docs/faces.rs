@@ -33,6 +33,12 @@ const TWINS: &[(&str, &str, &str, &str)] = &[
         "aio/election.rs",
         "Leadership",
     ),
+    (
+        "hold/election.rs",
+        "LeaderWatch",
+        "aio/election.rs",
+        "LeaderWatch",
+    ),
     ("hold/keeper.rs", "Keeper", "aio/keeper.rs", "Keeper"),
     (
         "hold/keeper.rs",

@@ -1,15 +1,17 @@
 //! Electing a leader (`hold::Election`, `aio::Election`): one candidate
 //! leads at a time, a resignation hands the key to a waiting candidate at
 //! once with a higher term, `leader()` says who leads, and a term lost
-//! under the leader's work stops the work and wakes its sleep. Every wait
-//! here ends on observable state (a campaign's answer, the server's row).
+//! under the leader's work stops the work and wakes its sleep, and an
+//! observer sees every change of leader, a grant after a lapse included,
+//! woken by notifications. Every wait here ends on observable state (a
+//! campaign's answer, the server's row, an observer's event).
 
 use std::time::Duration;
 
 use leasehold::admin::Operator;
-use leasehold::hold::{CancelToken, Election, LeaseLoss, StopReason, WorkOutcome};
-use leasehold::wait::Wait;
-use leasehold::{LeaseClient, Refusal, Release};
+use leasehold::hold::{CancelToken, Election, LeaderChange, LeaseLoss, StopReason, WorkOutcome};
+use leasehold::wait::{LeaseWaiter, Wait};
+use leasehold::{Acquisition, LeaseClient, Leases, Refusal, Release};
 use leasehold_test_support::TestDb;
 
 #[cfg(feature = "async")]
@@ -93,6 +95,87 @@ fn a_term_lost_under_the_leaders_work_stops_it_and_wakes_its_sleep() {
     assert_eq!(election.leader().unwrap(), None);
 }
 
+/// Longer than any test: an observer with it never polls, so each change
+/// it reports was announced (or found at the leader's expiry).
+const NEVER: Duration = Duration::from_secs(3600);
+/// The lapsing holder's ttl.
+const SHORT_TTL: Duration = Duration::from_secs(1);
+
+/// `(candidate, epoch)` of an `Elected`, for comparisons.
+fn elected(change: Option<LeaderChange>) -> (String, i64) {
+    match change {
+        Some(LeaderChange::Elected(leader)) => (leader.candidate, leader.epoch.get()),
+        other => panic!("expected a new leader, got {other:?}"),
+    }
+}
+
+fn granted(acquisition: Acquisition) -> leasehold::Lease {
+    match acquisition {
+        Acquisition::Granted(lease) => lease,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_observer_sees_every_change_a_grant_after_a_lapse_included_without_polling() {
+    let db = TestDb::new();
+    let client = client(&db);
+    let waiter = LeaseWaiter::builder(&client)
+        .fallback_poll(NEVER)
+        .recheck_every(NEVER)
+        .build();
+    let election = Election::new(&client, "scheduler", "observer", TTL).with_waiter(&waiter);
+    let first = granted(client.clone().acquire("scheduler", "a", SHORT_TTL).unwrap());
+    let mut watch = election.observe().unwrap();
+    // The state now, then its lapse, found at the expiry.
+    assert_eq!(
+        elected(watch.recv_timeout(BOUND)),
+        ("a".to_owned(), first.epoch().get())
+    );
+    assert_eq!(watch.leader().map(|l| l.candidate.as_str()), Some("a"));
+    assert_eq!(
+        watch.recv_timeout(BOUND),
+        Some(LeaderChange::Lapsed {
+            candidate: "a".to_owned(),
+            epoch: first.epoch()
+        })
+    );
+    assert_eq!(watch.leader(), None);
+    // A grant with no release before it: announced by its notification.
+    let second = granted(client.clone().acquire("scheduler", "b", TTL).unwrap());
+    assert_eq!(
+        elected(watch.recv_timeout(BOUND)),
+        ("b".to_owned(), second.epoch().get())
+    );
+    assert_eq!(client.clone().release(&second).unwrap(), Release::Released);
+    assert!(
+        matches!(watch.recv_timeout(BOUND), Some(LeaderChange::Released { epoch }) if epoch > second.epoch()),
+        "the release, its counter past the term"
+    );
+    // A campaign's term is seen like any grant.
+    let term = election.campaign(Duration::ZERO).unwrap();
+    assert_eq!(
+        elected(watch.recv_timeout(BOUND)),
+        ("observer".to_owned(), term.token().epoch().get())
+    );
+    assert_eq!(
+        watch.recv_timeout(Duration::ZERO),
+        None,
+        "nothing else changed"
+    );
+}
+
+#[test]
+fn observing_a_name_that_cannot_be_a_key_is_refused_up_front() {
+    let db = TestDb::new();
+    for name in ["", "bad\0name"] {
+        let error = Election::new(&client(&db), name, "observer", TTL)
+            .observe()
+            .expect_err("not a key");
+        assert_eq!(error.kind(), leasehold::ErrorKind::InvalidInput, "{error}");
+    }
+}
+
 #[test]
 fn a_campaign_can_be_cancelled() {
     let db = TestDb::new();
@@ -141,5 +224,51 @@ fn the_async_face_elects_alike_and_a_terms_loss_is_a_future() {
             "{loss:?}"
         );
         assert!(!next.is_leading());
+    });
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn the_async_observer_is_a_stream_of_the_same_changes() {
+    use leasehold::aio::{AsyncLeaseClient, AsyncLeases};
+    let db = TestDb::new();
+    runtime().block_on(async {
+        let client = AsyncLeaseClient::connect(&db.url, 4).await.unwrap();
+        let waiter = leasehold::aio::LeaseWaiter::builder(&client)
+            .fallback_poll(NEVER)
+            .recheck_every(NEVER)
+            .build();
+        let election = leasehold::aio::Election::new(&client, "scheduler", "observer", TTL)
+            .with_waiter(&waiter);
+        let first = granted(client.clone().acquire("scheduler", "a", SHORT_TTL).await.unwrap());
+        let mut watch = election.observe().await.unwrap();
+        assert_eq!(
+            elected(watch.recv_timeout(BOUND).await),
+            ("a".to_owned(), first.epoch().get())
+        );
+        assert_eq!(
+            watch.recv_timeout(BOUND).await,
+            Some(LeaderChange::Lapsed {
+                candidate: "a".to_owned(),
+                epoch: first.epoch()
+            })
+        );
+        // A recv dropped while it waits loses nothing: the grant still comes.
+        assert_eq!(watch.recv_timeout(Duration::from_millis(1)).await, None);
+        let second = granted(client.clone().acquire("scheduler", "b", TTL).await.unwrap());
+        let next = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut watch), cx)
+        });
+        let next = tokio::time::timeout(BOUND, next).await.expect("in time");
+        assert_eq!(elected(next), ("b".to_owned(), second.epoch().get()));
+        assert_eq!(watch.leader().map(|l| l.candidate.as_str()), Some("b"));
+        assert_eq!(
+            client.clone().release(&second).await.unwrap(),
+            Release::Released
+        );
+        assert!(
+            matches!(watch.recv_timeout(BOUND).await, Some(LeaderChange::Released { epoch }) if epoch > second.epoch()),
+            "the release, its counter past the term"
+        );
     });
 }

@@ -520,3 +520,61 @@ fn a_release_racing_an_uncommitted_registration_or_in_an_old_snapshot_notifies()
         assert_eq!(payloads.len(), expected, "{isolation}: {payloads:?}");
     }
 }
+
+/// The same for a grant of a new term, on `lease_granted` (what an
+/// election's observer listens for): a grant racing an uncommitted
+/// registration notifies, one in REPEATABLE READ notifies, one in READ
+/// COMMITTED with nobody registered stays silent, and one with a
+/// committed registration notifies. A denied acquire notifies nothing.
+#[test]
+fn a_grant_racing_a_registration_in_an_old_snapshot_or_watched_notifies_its_channel() {
+    let d = Deployment::new();
+    let mut holder = d.conn_as(&d.app);
+    holder.batch_execute("LISTEN lease_granted").unwrap();
+    let mut registrant = d.conn_as(&d.worker);
+    let digest = digest_of(&mut holder, "k");
+    let grant_in = |holder: &mut PgConnection, isolation: &str| -> Vec<String> {
+        holder
+            .batch_execute(&format!("BEGIN ISOLATION LEVEL {isolation}"))
+            .unwrap();
+        let lease = granted(holder.acquire("k", "holder", TTL).unwrap());
+        holder.batch_execute("COMMIT").unwrap();
+        let payloads = holder
+            .notifications_iter()
+            .map(|n| n.unwrap())
+            .map(|n| format!("{}:{}", n.channel, n.payload))
+            .collect();
+        let released = holder
+            .release(&leasehold_test_support::grant("k", "holder", lease.epoch()))
+            .unwrap();
+        assert_eq!(released, leasehold::Release::Released);
+        payloads
+    };
+    registrant.batch_execute("BEGIN").unwrap();
+    watch(&mut registrant, "k");
+    let racing = grant_in(&mut holder, "READ COMMITTED");
+    registrant.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(racing, [format!("lease_granted:{digest}")]);
+    assert_eq!(
+        grant_in(&mut holder, "READ COMMITTED"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        grant_in(&mut holder, "REPEATABLE READ"),
+        [format!("lease_granted:{digest}")]
+    );
+    watch(&mut registrant, "k");
+    assert_eq!(
+        grant_in(&mut holder, "READ COMMITTED"),
+        [format!("lease_granted:{digest}")]
+    );
+    // Held by another owner: denied, and silent.
+    let _held = granted(registrant.acquire("k", "other", TTL).unwrap());
+    holder.batch_execute("SELECT 1").unwrap();
+    holder.notifications_iter().for_each(drop);
+    assert!(matches!(
+        holder.acquire("k", "holder", TTL).unwrap(),
+        leasehold::Acquisition::Denied
+    ));
+    assert_eq!(holder.notifications_iter().count(), 0, "a denial notifies");
+}
