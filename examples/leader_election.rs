@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use diesel::connection::SimpleConnection;
 use diesel::{Connection, PgConnection};
 use leasehold::guard::Fencing;
-use leasehold::hold::{CancelToken, Election, StopReason, WorkOutcome};
+use leasehold::hold::{CancelToken, Election, LeaderChange, LeaderWatch, StopReason, WorkOutcome};
 use leasehold::{LeaseClient, LeaseError};
 use leasehold_local::{DatabaseServer, LocalPostgres};
 use leasehold_test_support::process::{send_signal, SIGCONT, SIGKILL, SIGSTOP, SIGTERM};
@@ -64,16 +64,20 @@ fn replica(url: &str, me: &str) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Waits until a replica other than `old` leads; its name and how long it took.
-fn next_leader(election: &Election, old: Option<&str>) -> Result<(String, Duration), LeaseError> {
+/// Waits until a replica other than `old` leads, as the watch reports
+/// changes (notified, not polled); its name and how long it took.
+fn next_leader(watch: &mut LeaderWatch, old: Option<&str>) -> (String, Duration) {
     let started = Instant::now();
     loop {
-        if let Some(leader) = election.leader()? {
-            if Some(leader.candidate.as_str()) != old {
-                return Ok((leader.candidate, started.elapsed()));
+        match watch.recv() {
+            LeaderChange::Elected(leader) if Some(leader.candidate.as_str()) != old => {
+                return (leader.candidate, started.elapsed());
             }
+            LeaderChange::Lapsed { candidate, .. } => {
+                println!("  (the term of {candidate} lapsed)")
+            }
+            _ => {}
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -101,13 +105,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         replicas.push((me.to_owned(), spawn(me)?));
     }
     let watcher = Election::new(&LeaseClient::connect(&url, 1)?, "scheduler", "watcher", TTL);
+    let mut watch = watcher.observe()?;
     let pid = |name: &str, replicas: &[(String, Child)]| {
         replicas
             .iter()
             .find(|(me, _)| me == name)
             .map(|(_, child)| child.id())
     };
-    let (mut leader, _) = next_leader(&watcher, None)?;
+    let (mut leader, _) = next_leader(&mut watch, None);
     println!("{leader} leads");
     for (signal, what) in [
         (SIGKILL, "kill -9"),
@@ -118,7 +123,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{what} {leader}");
         let old = pid(&leader, &replicas).ok_or("no such replica")?;
         send_signal(old, signal)?;
-        let (next, took) = next_leader(&watcher, Some(&leader))?;
+        let (next, took) = next_leader(&mut watch, Some(&leader));
         println!("{next} leads, {} ms later", took.as_millis());
         if signal == SIGSTOP {
             std::thread::sleep(Duration::from_secs(1));
