@@ -47,4 +47,5 @@ mod spec_2_guards;
 mod sql_holes;
 mod sql_rules;
 mod sql_states;
+mod sql_suites;
 mod waiting_security;

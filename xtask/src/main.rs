@@ -32,6 +32,14 @@ const PACKAGES: &[Package] = &[
         present: || any_exists("/usr/lib/postgresql/*/bin/initdb") || on_path("initdb"),
     },
     Package {
+        name: "postgresql-client",
+        why: "pg_regress and isolationtester, for the SQL suites of sql/tests",
+        present: || {
+            any_exists("/usr/lib/postgresql/*/lib/pgxs/src/test/regress/pg_regress")
+                && any_exists("/usr/lib/postgresql/*/lib/pgxs/src/test/isolation/isolationtester")
+        },
+    },
+    Package {
         name: "libpq-dev",
         why: "diesel's postgres backend links libpq",
         present: || {
