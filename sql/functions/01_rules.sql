@@ -247,7 +247,7 @@ AS $$ SELECT pg_catalog.json_object(fields)::pg_catalog.text $$;
 -- raising when there is none.
 CREATE OR REPLACE FUNCTION lease._raise_invalid(caller text, violations text[])
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -651,7 +651,7 @@ $$;
 -- anything about the key's state.
 CREATE OR REPLACE FUNCTION lease._raise_forbidden(caller text, argument text, name text)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

@@ -24,7 +24,7 @@ DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
 -- Raised when a presented epoch is below what the resource admits (G2).
 CREATE OR REPLACE FUNCTION lease._raise_stale(resource text, presented bigint, accepted bigint)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -39,7 +39,7 @@ $$;
 -- Raised when a token of another lease key is presented (G5).
 CREATE OR REPLACE FUNCTION lease._raise_wrong_key(resource text, fenced_by text, presented_key text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -57,7 +57,7 @@ $$;
 CREATE OR REPLACE FUNCTION lease._raise_not_held(key text, owner text, epoch bigint, status text, reason text,
                                       newest_epoch bigint, fenced_table text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -80,7 +80,7 @@ $$;
 -- or any epoch of a key that was never leased in this database (G7).
 CREATE OR REPLACE FUNCTION lease._raise_not_granted(resource text, key text, presented bigint, counter bigint)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN

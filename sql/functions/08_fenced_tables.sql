@@ -82,7 +82,7 @@ $$;
 CREATE OR REPLACE FUNCTION lease._raise_write_refused(fenced_table text, why text, constraint_name text, key text,
                                                       hint text)
 RETURNS void
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
@@ -98,7 +98,7 @@ $$;
 CREATE OR REPLACE FUNCTION lease._raise_not_fenceable(caller text, fenced_table text, why text, constraint_name text,
                                                       hint text)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
