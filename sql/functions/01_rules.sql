@@ -139,21 +139,32 @@ EXCEPTION WHEN datetime_field_overflow OR interval_field_overflow THEN
 END;
 $$;
 
--- Whether a span is a plain one (no months, no days) strictly between
--- `above` and lease._max_span() by interval ordering: for such a span,
--- ordering is exact, so it is the answer lease._span_effect would give,
--- without a PL/pgSQL call. The months and days are read from the
--- interval's binary form (microseconds, then days, then months, each field
--- as stored), which costs less than three date_part calls. A shortcut that only ever accepts: whatever it
--- does not accept goes to lease._span_effect. tests/leasehold/sql_rules.rs
--- checks that it never accepts what lease._span_effect refuses.
+-- Whether a span is only a time (no day and no month part): such a span
+-- moves the clock by exactly its length, whatever the time zone does, so
+-- interval ordering judges it exactly. It reads the two fields from the
+-- interval's binary form (microseconds, then days, then months): 7 % of a
+-- denied acquire less than three date_part calls (benches/compare.sh);
+-- tests/leasehold/sql_rules.rs pins it against lease._span_effect. Inlined.
+CREATE OR REPLACE FUNCTION lease._time_only(span interval)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT pg_catalog.substr(pg_catalog.interval_send(span), 9) OPERATOR(pg_catalog.=) E'\\x0000000000000000'::pg_catalog.bytea
+$$;
+
+-- Whether a span is only a time and strictly between `above` and
+-- lease._max_span(): for such a span, ordering is exact, so it is the
+-- answer lease._span_effect would give, without a PL/pgSQL call. A
+-- shortcut that only ever accepts: whatever it does not accept goes to
+-- lease._span_effect. tests/leasehold/sql_rules.rs checks that it never
+-- accepts what lease._span_effect refuses.
 CREATE OR REPLACE FUNCTION lease._plain_span_within(span interval, above interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
     SELECT span OPERATOR(pg_catalog.>) above
        AND span OPERATOR(pg_catalog.<) lease._max_span()
-       AND pg_catalog.substr(pg_catalog.interval_send(span), 9) OPERATOR(pg_catalog.=) E'\\x0000000000000000'::pg_catalog.bytea
+       AND lease._time_only(span)
 $$;
 
 -- A valid ttl: not NULL, and it moves the clock forward by at most
@@ -177,7 +188,7 @@ LANGUAGE sql VOLATILE
 AS $$
     SELECT CASE
         WHEN wait IS NULL THEN false
-        WHEN pg_catalog.interval_send(wait) OPERATOR(pg_catalog.=) E'\\x00000000000000000000000000000000'::pg_catalog.bytea THEN true
+        WHEN wait OPERATOR(pg_catalog.=) interval '0' AND lease._time_only(wait) THEN true
         WHEN lease._plain_span_within(wait, interval '0') THEN true
         ELSE lease._span_effect(wait) OPERATOR(pg_catalog.=) ANY (ARRAY['ok', 'zero'])
     END

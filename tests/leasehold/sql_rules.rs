@@ -418,6 +418,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_plain_span_within",
     "_presented_live",
     "_read_only",
+    "_time_only",
     "_timeline",
     "_token_text",
     "_ttl_ok",
