@@ -78,9 +78,22 @@ pub(crate) fn with_conn<T, E: CallError>(
     pool: &PgPool,
     call: impl FnOnce(&mut PgConnection) -> Result<T, E>,
 ) -> Result<T, E> {
-    let mut conn = pool
-        .get()
-        .map_err(|error| E::from_checkout(Box::new(error)))?;
+    with_conn_within(pool, None, call)
+}
+
+/// [`with_conn`], waiting for the connection at most `bound` (and never
+/// longer than the pool's own checkout timeout), so a bounded wait stays
+/// bounded while the database is down.
+pub(crate) fn with_conn_within<T, E: CallError>(
+    pool: &PgPool,
+    bound: Option<std::time::Duration>,
+    call: impl FnOnce(&mut PgConnection) -> Result<T, E>,
+) -> Result<T, E> {
+    let checkout = match bound {
+        Some(bound) => pool.get_timeout(bound.min(pool.connection_timeout())),
+        None => pool.get(),
+    };
+    let mut conn = checkout.map_err(|error| E::from_checkout(Box::new(error)))?;
     let result = call(&mut conn);
     if let Err(error) = &result {
         if error.discards_connection() {
@@ -160,6 +173,23 @@ pub(crate) type AsyncObject =
 #[cfg(feature = "async")]
 pub(crate) async fn checkout_async(pool: &AsyncPool) -> Result<AsyncObject, LeaseError> {
     pool.get()
+        .await
+        .map_err(|error| LeaseError::from_checkout(Box::new(error)))
+}
+
+/// [`checkout_async`], waiting at most `bound` (and never longer than the
+/// pool's own wait timeout), as [`with_conn_within`] does.
+#[cfg(feature = "async")]
+pub(crate) async fn checkout_async_within(
+    pool: &AsyncPool,
+    bound: Option<std::time::Duration>,
+) -> Result<AsyncObject, LeaseError> {
+    let Some(bound) = bound else {
+        return checkout_async(pool).await;
+    };
+    let mut timeouts = pool.timeouts();
+    timeouts.wait = Some(timeouts.wait.map_or(bound, |wait| wait.min(bound)));
+    pool.timeout_get(&timeouts)
         .await
         .map_err(|error| LeaseError::from_checkout(Box::new(error)))
 }

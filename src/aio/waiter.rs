@@ -23,7 +23,7 @@ use super::client::AsyncLeaseClient;
 use super::releases::ReleaseWatch;
 use crate::error::LeaseError;
 use crate::lease::outcome::{Acquisition, Lease};
-use crate::pool::{checkout_async as checkout, settle_async as settle};
+use crate::pool::{checkout_async as checkout, checkout_async_within, settle_async as settle};
 use crate::telemetry;
 use crate::wait::listener::Listener;
 use crate::wait::slot::Woken;
@@ -179,7 +179,7 @@ impl LeaseWaiter {
         }
         // Fast path: a free key costs one round trip and no registration. A
         // database not reached is tried again in the rounds, until the bound.
-        match self.attempt(key, owner, ttl).await {
+        match self.attempt(key, owner, ttl, rounds.checkout_bound()).await {
             Ok(Some(lease)) => return Ok(lease),
             Ok(None) => {}
             Err(error) if error.is_connection_error() => {}
@@ -192,7 +192,9 @@ impl LeaseWaiter {
                 return Err(rounds.cancelled());
             }
             let seen = slot.seq();
-            let step = self.attempt_and_inspect(key, owner, ttl).await;
+            let step = self
+                .attempt_and_inspect(key, owner, ttl, rounds.checkout_bound())
+                .await;
             match rounds.after(step, || slot.is_armed(seen)) {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Failed(error) => return Err(error),
@@ -217,8 +219,9 @@ impl LeaseWaiter {
         key: &str,
         owner: &str,
         ttl: Duration,
+        bound: Option<Duration>,
     ) -> Result<Option<Lease>, LeaseError> {
-        let step = self.spawn_attempt(key, owner, ttl, false).await?;
+        let step = self.spawn_attempt(key, owner, ttl, false, bound).await?;
         Ok(match step {
             Step::Granted(lease) => Some(lease),
             Step::Held { .. } | Step::Unowned => None,
@@ -230,8 +233,9 @@ impl LeaseWaiter {
         key: &str,
         owner: &str,
         ttl: Duration,
+        bound: Option<Duration>,
     ) -> Result<Step, LeaseError> {
-        self.spawn_attempt(key, owner, ttl, true).await
+        self.spawn_attempt(key, owner, ttl, true, bound).await
     }
 
     /// Runs one attempt in its own task, so a dropped waiting future strands no grant
@@ -242,13 +246,14 @@ impl LeaseWaiter {
         owner: &str,
         ttl: Duration,
         inspect: bool,
+        bound: Option<Duration>,
     ) -> Result<Step, LeaseError> {
         let pool = self.client.pool.clone();
         let (key, owner) = (key.to_owned(), owner.to_owned());
         let (answer, taken) = oneshot::channel();
         let task = tokio::spawn(async move {
             let step = async {
-                let mut conn = checkout(&pool).await?;
+                let mut conn = checkout_async_within(&pool, bound).await?;
                 let step = if inspect {
                     attempt_step(&mut *conn, &key, &owner, ttl).await
                 } else {

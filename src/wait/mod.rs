@@ -25,7 +25,7 @@ use crate::error::{ErrorKind, LeaseError, Operation};
 use crate::hold::cancel::{CancelToken, Wake};
 use crate::lease;
 use crate::lease::outcome::{Acquisition, Lease};
-use crate::pool::{with_conn, PgPool};
+use crate::pool::{with_conn_within, PgPool};
 use crate::sql::execute::{finish, Execute};
 use crate::telemetry;
 
@@ -59,6 +59,9 @@ pub const DEFAULT_RECHECK: Duration = Duration::from_secs(5);
 /// How many keys one listener session may register (the server's
 /// `lease._waiter_limit()`); more are polled ([`PollingReason::WaiterLimit`]).
 pub const WAITER_LIMIT: usize = 10_000;
+/// The least an attempt of a bounded wait may wait for a pooled connection
+/// (the time to open one), even when the wait has less left.
+pub const ATTEMPT_CHECKOUT_FLOOR: Duration = Duration::from_secs(1);
 /// Added to a holder's remaining time so the retry lands after the expiry.
 pub(crate) const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 
@@ -66,7 +69,9 @@ pub(crate) const EXPIRY_SLACK: Duration = Duration::from_micros(300);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Wait {
-    /// Give up with [`ErrorKind::TimedOut`] after this long (zero: one attempt).
+    /// Give up with [`ErrorKind::TimedOut`] after this long (zero: one
+    /// attempt). With the database down, each attempt waits for a pooled
+    /// connection at most what is left (at least [`ATTEMPT_CHECKOUT_FLOOR`]).
     AtMost(Duration),
     /// Wait until granted or cancelled through a [`CancelToken`].
     UntilCancelled,
@@ -314,7 +319,7 @@ impl LeaseWaiter {
         }
         // Fast path: a free key costs one round trip and no registration. A
         // database not reached is tried again in the rounds, until the bound.
-        match self.attempt(key, owner, ttl) {
+        match self.attempt(key, owner, ttl, rounds.checkout_bound()) {
             Ok(Acquisition::Granted(lease)) => return Ok(lease),
             Ok(Acquisition::Denied) => {}
             Err(error) if error.is_connection_error() => {}
@@ -329,7 +334,7 @@ impl LeaseWaiter {
                 return Err(rounds.cancelled());
             }
             let seen = slot.seq();
-            let step = self.attempt_and_inspect(key, owner, ttl);
+            let step = self.attempt_and_inspect(key, owner, ttl, rounds.checkout_bound());
             match rounds.after(step, || slot.is_armed(seen)) {
                 Round::Granted(lease) => return Ok(lease),
                 Round::Failed(error) => return Err(error),
@@ -345,8 +350,14 @@ impl LeaseWaiter {
         }
     }
 
-    fn attempt(&self, key: &str, owner: &str, ttl: Duration) -> Result<Acquisition, LeaseError> {
-        with_conn(&self.pool, |conn| {
+    fn attempt(
+        &self,
+        key: &str,
+        owner: &str,
+        ttl: Duration,
+        bound: Option<Duration>,
+    ) -> Result<Acquisition, LeaseError> {
+        with_conn_within(&self.pool, bound, |conn| {
             finish(lease::acquire(conn, key, owner, ttl))
         })
     }
@@ -357,8 +368,9 @@ impl LeaseWaiter {
         key: &str,
         owner: &str,
         ttl: Duration,
+        bound: Option<Duration>,
     ) -> Result<Step, LeaseError> {
-        with_conn(&self.pool, |conn| {
+        with_conn_within(&self.pool, bound, |conn| {
             finish(attempt_step(conn, key, owner, ttl))
         })
     }
@@ -451,6 +463,17 @@ impl<'k> Rounds<'k> {
             fallback_poll,
             recheck_every,
         }
+    }
+
+    /// How long an attempt may wait for a pooled connection: what is left
+    /// of the wait, but at least [`ATTEMPT_CHECKOUT_FLOOR`], so the last
+    /// attempt can still connect; without a deadline, the pool's own timeout.
+    pub(crate) fn checkout_bound(&self) -> Option<Duration> {
+        self.deadline.map(|deadline| {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .max(ATTEMPT_CHECKOUT_FLOOR)
+        })
     }
 
     /// The error of a wait cancelled now.

@@ -2,6 +2,7 @@
 
 use crate::common::*;
 use leasehold::Leases;
+use std::time::Instant;
 
 fn downtime_past_expiry(crash: bool) {
     let cluster = Cluster::start(true);
@@ -118,4 +119,57 @@ fn a_campaign_begun_with_the_database_down_leads_once_it_is_back() {
         .expect("leads once the database is back");
     assert!(term.is_leading());
     assert_eq!(term.token().key(), "scheduler");
+}
+
+/// A bounded wait stays bounded with the database down, whatever the
+/// pool's checkout timeout (here the default, 30 s): each attempt waits
+/// for a connection at most what is left of the wait, and at least
+/// `ATTEMPT_CHECKOUT_FLOOR` so the last one can still connect. A waiter's
+/// acquire and an election's campaign alike.
+#[test]
+fn a_bounded_wait_with_the_database_down_ends_by_its_bound_not_the_pools_timeout() {
+    use leasehold::hold::Election;
+    use leasehold::wait::{LeaseWaiter, Wait, ATTEMPT_CHECKOUT_FLOOR};
+    use leasehold::{ErrorKind, LeaseClient};
+    const WAIT: Duration = Duration::from_secs(1);
+    /// Scheduling and the last attempt's own work, on a loaded machine.
+    const SLACK: Duration = Duration::from_secs(2);
+    let cluster = Cluster::start(false);
+    let client = LeaseClient::builder(&cluster.url())
+        .max_size(2)
+        .build()
+        .unwrap();
+    let waiter = LeaseWaiter::new(&client);
+    let election = Election::new(&client, "scheduler", "replica-1", TTL);
+    cluster.pg.stop(StopMode::Fast).unwrap();
+    let started = Instant::now();
+    let waited = waiter.acquire("k", "a", TTL, Wait::AtMost(WAIT));
+    let waiter_took = started.elapsed();
+    let started = Instant::now();
+    let campaigned = election.campaign(WAIT);
+    let campaign_took = started.elapsed();
+    for (what, took, kind) in [
+        (
+            "the wait",
+            waiter_took,
+            waited.map(|_| ()).map_err(|e| e.kind()),
+        ),
+        (
+            "the campaign",
+            campaign_took,
+            campaigned.map(|_| ()).map_err(|e| e.kind()),
+        ),
+    ] {
+        assert!(
+            matches!(
+                kind,
+                Err(ErrorKind::Unavailable | ErrorKind::OutcomeUnknown)
+            ),
+            "{what}: {kind:?}"
+        );
+        assert!(
+            took < WAIT + ATTEMPT_CHECKOUT_FLOOR + SLACK,
+            "{what} took {took:?}"
+        );
+    }
 }
