@@ -14,7 +14,7 @@ use super::worker::{run_while_held, WorkContext};
 use super::AsyncLeases;
 use crate::error::LeaseError;
 use crate::hold::election::{
-    campaigns_on, leader_of, leadership_accessors, left_of, look, Look, Observer,
+    campaigns_on, election_basics, leader_of, leadership_accessors, left_of, look, Look, Observer,
 };
 use crate::hold::{Leader, LeaderChange, LeaseLoss, WorkOutcome};
 use crate::lease::outcome::Release;
@@ -45,35 +45,7 @@ pub struct Election {
 }
 
 impl Election {
-    /// The election of key `name`, for `candidate`, whose terms are renewed
-    /// grants of `ttl`: a leader that stops renewing is replaced once its
-    /// grant lapses.
-    pub fn new(client: &AsyncLeaseClient, name: &str, candidate: &str, ttl: Duration) -> Election {
-        Election {
-            client: client.clone(),
-            waiter: LeaseWaiter::new(client),
-            name: name.to_owned(),
-            candidate: candidate.to_owned(),
-            ttl,
-        }
-    }
-
-    /// Campaigns and observes through `waiter` (its listener and poll
-    /// settings) instead of a default waiter on the same client.
-    pub fn with_waiter(mut self, waiter: &LeaseWaiter) -> Election {
-        self.waiter = waiter.clone();
-        self
-    }
-
-    /// The key elected for.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// This candidate.
-    pub fn candidate(&self) -> &str {
-        &self.candidate
-    }
+    election_basics!(AsyncLeaseClient);
 
     /// Who leads now, `None` while nobody does.
     pub async fn leader(&self) -> Result<Option<Leader>, LeaseError> {

@@ -23,6 +23,45 @@ use crate::wait::changes::KeyChanges;
 use crate::wait::{holder_remaining, LeaseWaiter, Wait, EXPIRY_SLACK};
 use crate::Leases;
 
+/// The constructor and accessors both faces' `Election` share, written
+/// once; `$client` is the face's pooled client (its `LeaseWaiter` is the
+/// one in scope).
+macro_rules! election_basics {
+    ($client:ty) => {
+        /// The election of key `name`, for `candidate`, whose terms are renewed
+        /// grants of `ttl`: a leader that stops renewing is replaced once its
+        /// grant lapses.
+        pub fn new(client: &$client, name: &str, candidate: &str, ttl: Duration) -> Election {
+            Election {
+                client: client.clone(),
+                waiter: LeaseWaiter::new(client),
+                name: name.to_owned(),
+                candidate: candidate.to_owned(),
+                ttl,
+            }
+        }
+
+        /// Campaigns and observes through `waiter` (its listener and poll
+        /// settings) instead of a default waiter on the same client.
+        pub fn with_waiter(mut self, waiter: &LeaseWaiter) -> Election {
+            self.waiter = waiter.clone();
+            self
+        }
+
+        /// The key elected for.
+        pub fn name(&self) -> &str {
+            &self.name
+        }
+
+        /// This candidate.
+        pub fn candidate(&self) -> &str {
+            &self.candidate
+        }
+    };
+}
+#[cfg(feature = "async")]
+pub(crate) use election_basics;
+
 /// The accessors both faces' `Leadership` share, written once.
 macro_rules! leadership_accessors {
     () => {
@@ -272,35 +311,7 @@ pub struct Election {
 }
 
 impl Election {
-    /// The election of key `name`, for `candidate`, whose terms are renewed
-    /// grants of `ttl`: a leader that stops renewing is replaced once its
-    /// grant lapses.
-    pub fn new(client: &LeaseClient, name: &str, candidate: &str, ttl: Duration) -> Election {
-        Election {
-            client: client.clone(),
-            waiter: LeaseWaiter::new(client),
-            name: name.to_owned(),
-            candidate: candidate.to_owned(),
-            ttl,
-        }
-    }
-
-    /// Campaigns and observes through `waiter` (its listener and poll
-    /// settings) instead of a default waiter on the same client.
-    pub fn with_waiter(mut self, waiter: &LeaseWaiter) -> Election {
-        self.waiter = waiter.clone();
-        self
-    }
-
-    /// The key elected for.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// This candidate.
-    pub fn candidate(&self) -> &str {
-        &self.candidate
-    }
+    election_basics!(LeaseClient);
 
     /// Who leads now, `None` while nobody does.
     pub fn leader(&self) -> Result<Option<Leader>, LeaseError> {
