@@ -243,9 +243,18 @@ pub fn installed_versions(conn: &mut PgConnection) -> Result<Vec<String>, LeaseE
     Ok(versions)
 }
 
+/// A check statement the embedded SQL must hold (`what` says which).
+fn embedded(check: Option<&'static str>, what: &str) -> Result<&'static str, LeaseError> {
+    check.ok_or_else(|| {
+        LeaseError::from(Repr::EmbeddedSql {
+            reason: format!("the embedded SQL has no {what} check"),
+        })
+    })
+}
+
 fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
     // Before anything is created: an unsupported server gets nothing.
-    conn.batch_execute(install::VERSION_CHECK)
+    conn.batch_execute(embedded(install::version_check(), "server version")?)
         .map_err(LeaseError::from_install_diesel)?;
     // Every lock the install waits for, from here on, within the bound.
     conn.batch_execute(install::SET_LOCK_TIMEOUT)
@@ -265,18 +274,15 @@ fn lock_and_prepare(conn: &mut PgConnection) -> Result<(), LeaseError> {
         }));
     }
     // Ownership first: a schema owned by someone else is never written to.
-    conn.batch_execute(install::CREATE_PERMITTED_CHECK)
+    let permitted = install::install_check(crate::sql::names::INSTALL_NOT_PERMITTED);
+    conn.batch_execute(embedded(permitted, "create-permitted")?)
         .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_SCHEMA)
         .map_err(LeaseError::from_install_diesel)?;
-    let owner_check = install::schema_owner_check().ok_or_else(|| {
-        LeaseError::from(Repr::EmbeddedSql {
-            reason: "migration 1 has no schema-ownership check".to_owned(),
-        })
-    })?;
-    conn.batch_execute(owner_check)
+    conn.batch_execute(embedded(install::schema_owner_check(), "schema-ownership")?)
         .map_err(LeaseError::from_install_diesel)?;
-    conn.batch_execute(install::SCHEMA_PRIVATE_CHECK)
+    let private = install::install_check(crate::sql::names::SCHEMA_NOT_PRIVATE);
+    conn.batch_execute(embedded(private, "schema-privacy")?)
         .map_err(LeaseError::from_install_diesel)?;
     conn.batch_execute(install::CREATE_BOOKKEEPING)?;
     Ok(())
@@ -314,7 +320,10 @@ mod tests {
     #[test]
     fn the_version_check_is_the_first_statement_of_migration_1() {
         let up = crate::sql_files::MIGRATION_SQL[0].1;
-        let check = format!("{};", crate::sql::install::VERSION_CHECK);
+        let check = format!(
+            "{};",
+            crate::sql::install::version_check().expect("a check")
+        );
         let at = up.find(&check).expect("migration 1 runs the version check");
         let before: String = up[..at]
             .lines()
@@ -330,12 +339,13 @@ mod tests {
     /// The SQL's threshold and its DETAIL name the same minimum version.
     #[test]
     fn the_version_check_refuses_exactly_the_majors_below_14() {
-        use crate::sql::install::{MINIMUM_MAJOR, VERSION_CHECK};
+        use crate::sql::install::{version_check, MINIMUM_MAJOR};
+        let version_check = version_check().expect("migration 1's version check");
         assert_eq!(MINIMUM_MAJOR, 14);
         let threshold = MINIMUM_MAJOR * 10000;
-        assert!(VERSION_CHECK.contains(&format!("OPERATOR(pg_catalog.<) {threshold} THEN")));
-        assert!(VERSION_CHECK.contains(&format!("'minimum={MINIMUM_MAJOR} server_version='")));
-        assert!(VERSION_CHECK.contains(&format!("PostgreSQL {MINIMUM_MAJOR} or newer")));
+        assert!(version_check.contains(&format!("OPERATOR(pg_catalog.<) {threshold} THEN")));
+        assert!(version_check.contains(&format!("'minimum={MINIMUM_MAJOR} server_version='")));
+        assert!(version_check.contains(&format!("PostgreSQL {MINIMUM_MAJOR} or newer")));
         // server_version_num is major * 10000 + minor since PostgreSQL 10.
         let refused = |num: u32| num < threshold;
         for (num, is_refused) in [
