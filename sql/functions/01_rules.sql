@@ -33,11 +33,6 @@
 
 SET LOCAL lock_timeout = '5s';
 
--- Earlier names of the wake-up helpers (now lease._on_change and
--- lease._notify_change, which also announce grants).
-DROP FUNCTION IF EXISTS lease._on_release(bytea);
-DROP FUNCTION IF EXISTS lease._notify_released(bytea, boolean);
-
 -- The digest that indexes a lease key (lease.leases.key_hash) or a guarded
 -- resource name (lease.guards.resource_hash): SHA-256 of the UTF-8 bytes.
 -- The same expression is the tables' key_hash CHECK. `'UTF8'::name`
@@ -141,15 +136,16 @@ $$;
 
 -- Whether a span is only a time (no day and no month part): such a span
 -- moves the clock by exactly its length, whatever the time zone does, so
--- interval ordering judges it exactly. It reads the two fields from the
--- interval's binary form (microseconds, then days, then months): 7 % of a
--- denied acquire less than three date_part calls (benches/compare.sh);
--- tests/leasehold/sql_rules.rs pins it against lease._span_effect. Inlined.
+-- interval ordering judges it exactly. Truncated to months, a span keeps
+-- only its months (zero only without any); truncated to days, its months
+-- and days (then zero only without days). tests/leasehold/sql_rules.rs
+-- pins it against lease._span_effect. Inlined.
 CREATE OR REPLACE FUNCTION lease._time_only(span interval)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$
-    SELECT pg_catalog.substr(pg_catalog.interval_send(span), 9) OPERATOR(pg_catalog.=) E'\\x0000000000000000'::pg_catalog.bytea
+    SELECT pg_catalog.date_trunc('month', span) OPERATOR(pg_catalog.=) interval '0'
+       AND pg_catalog.date_trunc('day', span) OPERATOR(pg_catalog.=) interval '0'
 $$;
 
 -- Whether a span is only a time and strictly between `above` and
@@ -271,6 +267,53 @@ BEGIN
               DETAIL = array_to_string(violations, '; '),
               HINT = 'Pass a non-empty key and owner, a positive ttl, a non-negative wait and a non-NULL epoch.';
 END;
+$$;
+
+-- Why a lease call refused its arguments, raised in the specification's
+-- order (docs/SPECIFICATION.md §1.4, §4.2): every invalid argument
+-- (22023), else the key's namespace (42501), else, for a call that
+-- `writes`, a read-only transaction (25006). A NULL `epoch`, `ttl` or
+-- `wait` argument here means the call takes none. The error path behind
+-- each lease call's one test of its input; returns when nothing is wrong.
+CREATE OR REPLACE FUNCTION lease._refuse_call(caller text, key text, owner text, epoch bigint,
+                                   ttl interval, wait interval, writes boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_takes text[] := lease._call_arguments(caller);
+BEGIN
+    PERFORM lease._raise_invalid(caller,
+        lease._text_violations('key', key)
+        || CASE WHEN 'owner' = ANY (v_takes) THEN lease._text_violations('owner', owner) ELSE '{}' END
+        || CASE WHEN 'ttl' = ANY (v_takes) THEN lease._ttl_violations(ttl) ELSE '{}' END
+        || CASE WHEN 'wait' = ANY (v_takes) THEN lease._wait_violations(wait) ELSE '{}' END
+        || CASE WHEN 'epoch' = ANY (v_takes) THEN lease._epoch_violations('epoch', epoch, NULL) ELSE '{}' END);
+    IF NOT lease._allowed(key) THEN
+        PERFORM lease._raise_forbidden(caller, 'key', key);
+    END IF;
+    IF writes AND lease._read_only() THEN
+        RAISE EXCEPTION 'cannot execute lease.% in a read-only transaction', caller
+            USING ERRCODE = '25006';
+    END IF;
+END;
+$$;
+
+-- The arguments each lease call takes besides its key, for
+-- lease._refuse_call.
+CREATE OR REPLACE FUNCTION lease._call_arguments(caller text)
+RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE caller
+        WHEN 'acquire' THEN ARRAY['owner', 'ttl', 'wait']
+        WHEN 'renew' THEN ARRAY['owner', 'ttl', 'epoch']
+        WHEN 'release' THEN ARRAY['owner', 'epoch']
+        WHEN 'why_refused' THEN ARRAY['owner', 'epoch']
+        ELSE ARRAY[]::text[]
+    END
 $$;
 
 -- The moment `span` after the clock at the call: the expiry of a grant
@@ -426,6 +469,21 @@ AS $$
                 THEN (pg_catalog.pg_control_checkpoint()).timeline_id::bigint
                 ELSE ('x' OPERATOR(pg_catalog.||) pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8))::bit(32)::bigint
            END
+$$;
+
+-- The lineage row while it is current: checked by this server since it
+-- started, on the timeline it runs on, so there is nothing newer to
+-- record (see lease.lineage). The common grants take their generation
+-- from it; every other grant records the lineage first
+-- (lease._generation). Inlined into the statement that reads it.
+CREATE OR REPLACE FUNCTION lease._current_lineage()
+RETURNS SETOF lease.lineage
+LANGUAGE sql STABLE
+AS $$
+    SELECT lg.* FROM lease.lineage AS lg
+     WHERE lg.singleton
+       AND lg.checked_start OPERATOR(pg_catalog.=) pg_catalog.pg_postmaster_start_time()
+       AND lg.last_timeline OPERATOR(pg_catalog.=) lease._timeline()
 $$;
 
 -- The generation a lineage row gives on `timeline` (see lease.lineage).

@@ -63,24 +63,69 @@ BEGIN
 END;
 $$;
 
+-- Step A of lease._acquire_settle: locks the key's row FOR UPDATE if it is
+-- FREE or LAPSED (the lock a grant to a new owner needs: it waits for the
+-- transactions that checked the old grant, G6) and grants it to `owner`.
+-- A member of a heartbeat group also locks its group, so a heartbeat in
+-- flight is waited for, and the grant is looked at again. Answers the new
+-- epoch and expiry, or NULLs when the row is live (or missing). Every lock
+-- wait ends within `lock_left` of the call.
+CREATE OR REPLACE FUNCTION lease._acquire_take_over(key_hash bytea, key text, owner text, ttl interval,
+                                         lock_left interval,
+                                         OUT epoch bigint, OUT expires_at timestamptz)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_key text COLLATE "C" := key;
+    v_group bigint;
+    v_live boolean := false;
+    v_generation bigint;
+    v_lock_deadline timestamptz := lease._expires_in(lock_left);
+BEGIN
+    PERFORM lease._limit_lock_wait(lock_left);
+    SELECT l.group_id INTO v_group
+      FROM lease.leases AS l
+     WHERE l.key_hash = _acquire_take_over.key_hash AND l.key = v_key AND NOT lease._live(l)
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    IF v_group IS NOT NULL THEN
+        PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
+        PERFORM 1 FROM lease.groups AS g WHERE g.id = v_group FOR NO KEY UPDATE;
+        SELECT lease._live(l) INTO v_live FROM lease.leases AS l WHERE l.key_hash = _acquire_take_over.key_hash;
+    END IF;
+    IF NOT v_live THEN
+        PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
+        v_generation := lease._generation(true);
+        UPDATE lease.leases AS l
+           SET owner = _acquire_take_over.owner COLLATE "C",
+               epoch = lease._grant_epoch(l.epoch, v_generation, NULL),
+               expires_at = lease._expires_in(_acquire_take_over.ttl),
+               lapsed_owner = l.owner,
+               group_id = NULL
+         WHERE l.key_hash = _acquire_take_over.key_hash
+        RETURNING l.epoch, l.expires_at INTO _acquire_take_over.epoch, _acquire_take_over.expires_at;
+        PERFORM lease._left_groups(ARRAY[v_group]);
+    END IF;
+END;
+$$;
+
 -- Settles one attempt of lease.acquire under row locks, in a fixed number
 -- of steps, and answers what it found: 'granted' (epoch and expiry set),
 -- 'held' (the caller's own live grant: an idempotent success), 'denied'
 -- (another owner's live grant) or 'busy' (a lock did not come within what
--- is `lock_left` of the call's bound). Called by lease.acquire when its
--- one-statement attempt did not settle the key: a never-seen key, a row
--- another transaction has locked, the caller's own grant, a grant in a
--- heartbeat group, a lineage to record, or any denial outside READ
--- COMMITTED.
+-- is `lock_left` of the call's bound). Called by lease.acquire when one
+-- statement did not settle the key: a never-seen key, a row another
+-- transaction has locked, the caller's own grant, a grant in a heartbeat
+-- group, a lineage to record, or any denial outside READ COMMITTED.
 --
 -- The steps run in a subtransaction, every lock wait within lock_timeout
 -- set to what is left of the bound, so a denial or a busy row keeps no
 -- lock:
---   A. lock the row FOR UPDATE if it is FREE or LAPSED (the lock a grant to
---      a new owner needs: it waits for transactions that checked the old
---      grant, G6). A member of a heartbeat group also locks its group, so
---      a heartbeat in flight is waited for, and is looked at again. Still
---      not live: grant it.
+--   A. lease._acquire_take_over: a FREE or LAPSED row is granted.
 --   B. otherwise read the row (under REPEATABLE READ or SERIALIZABLE with
 --      FOR SHARE, which fails with 40001 when the row changed after the
 --      snapshot, instead of answering from the past): no row: insert the
@@ -101,7 +146,6 @@ DECLARE
     v_owner text COLLATE "C" := owner;
     v_hash bytea := key_hash;
     v_row record;
-    v_live boolean;
     v_share boolean := current_setting('transaction_isolation') <> 'read committed';
     v_saved_lock_timeout text := current_setting('lock_timeout');
     v_lock_deadline timestamptz := lease._expires_in(lock_left);
@@ -109,52 +153,24 @@ DECLARE
 BEGIN
     BEGIN
         FOR v_pass IN 1..4 LOOP
-            -- A.
-            PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
-            SELECT l.group_id INTO v_row
-              FROM lease.leases AS l
-             WHERE l.key_hash = v_hash AND l.key = v_key AND NOT lease._live(l)
-               FOR UPDATE;
-            IF FOUND THEN
-                v_live := false;
-                IF v_row.group_id IS NOT NULL THEN
-                    PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
-                    PERFORM 1 FROM lease.groups AS g WHERE g.id = v_row.group_id FOR NO KEY UPDATE;
-                    SELECT lease._live(l) INTO v_live FROM lease.leases AS l WHERE l.key_hash = v_hash;
-                END IF;
-                IF NOT v_live THEN
-                    PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
-                    v_generation := lease._generation(true);
-                    UPDATE lease.leases AS l
-                       SET owner = v_owner,
-                           epoch = lease._grant_epoch(l.epoch, v_generation, NULL),
-                           expires_at = lease._expires_in(_acquire_settle.ttl),
-                           lapsed_owner = l.owner,
-                           group_id = NULL
-                     WHERE l.key_hash = v_hash
-                    RETURNING l.epoch, l.expires_at INTO _acquire_settle.epoch, _acquire_settle.expires_at;
-                    PERFORM lease._left_groups(ARRAY[v_row.group_id]);
-                    outcome := 'granted';
-                    EXIT;
-                END IF;
+            SELECT t.epoch, t.expires_at INTO epoch, expires_at
+              FROM lease._acquire_take_over(v_hash, v_key, v_owner, ttl, v_lock_deadline - clock_timestamp()) AS t;
+            IF epoch IS NOT NULL THEN
+                outcome := 'granted';
+                EXIT;
             END IF;
-            -- B.
+            PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
             IF v_share THEN
-                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
-                SELECT l.owner, l.epoch, lease._expiry(l) AS expiry, lease._live(l) AS live INTO v_row
-                  FROM lease.leases AS l
-                 WHERE l.key_hash = v_hash AND l.key = v_key
-                   FOR SHARE;
+                SELECT l.owner, lease._live(l) AS live INTO v_row
+                  FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = v_key FOR SHARE;
             ELSE
-                SELECT l.owner, l.epoch, lease._expiry(l) AS expiry, lease._live(l) AS live INTO v_row
-                  FROM lease.leases AS l
-                 WHERE l.key_hash = v_hash AND l.key = v_key;
+                SELECT l.owner, lease._live(l) AS live INTO v_row
+                  FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = v_key;
             END IF;
             IF NOT FOUND THEN
                 -- A first grant. ON CONFLICT DO NOTHING waits (within the
                 -- bound) for a concurrent first grant of the key and then
                 -- inserts nothing; the next pass finds that row.
-                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
                 v_generation := lease._generation(true);
                 INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
                 SELECT v_key, v_hash, v_owner, e.epoch, lease._expires_in(_acquire_settle.ttl), NULL, e.epoch
@@ -167,18 +183,14 @@ BEGIN
                     EXIT;
                 END IF;
             ELSIF v_row.live AND v_row.owner <> v_owner THEN
-                outcome := 'denied';
-                RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the locks back
+                RAISE EXCEPTION USING ERRCODE = 'LH001';   -- denied: roll the locks back
             ELSIF v_row.live THEN
-                PERFORM lease._limit_lock_wait(v_lock_deadline - clock_timestamp());
-                SELECT l.epoch, lease._expiry(l) AS expiry INTO v_row
+                SELECT l.epoch, lease._expiry(l) INTO epoch, expires_at
                   FROM lease.leases AS l
                  WHERE l.key_hash = v_hash AND l.owner = v_owner AND lease._live(l)
                    FOR KEY SHARE;
                 IF FOUND THEN
                     outcome := 'held';
-                    epoch := v_row.epoch;
-                    expires_at := v_row.expiry;
                     EXIT;
                 END IF;
             END IF;
@@ -200,21 +212,49 @@ BEGIN
 END;
 $$;
 
+-- What lease.acquire does once an attempt was not granted: for a lock
+-- wait that ran out (`busy`), try again at once while the wait lasts (a
+-- wait longer than lock_timeout can take met the cap); for a denial, sleep
+-- until the next poll (every 50 ms, never past the deadline). `left` is
+-- what is left of the wait (NULL: a call without one). Raises
+-- lease_wait_timeout when the wait is over.
+CREATE OR REPLACE FUNCTION lease._acquire_wait(key text, wait interval, "left" interval, busy boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF busy AND ("left" IS NULL OR "left" <= interval '0') THEN
+        PERFORM lease._raise_wait_timeout(key, wait,
+            CASE WHEN "left" IS NULL
+                 THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
+                 ELSE format('stayed locked by another transaction for the whole wait of %s', wait) END);
+    ELSIF NOT busy AND "left" <= interval '0' THEN
+        PERFORM lease._raise_wait_timeout(key, wait,
+            format('stayed held by another owner for the whole wait of %s', wait));
+    ELSIF NOT busy THEN
+        PERFORM pg_sleep(LEAST(0.05, EXTRACT(epoch FROM "left")::double precision));
+    END IF;
+END;
+$$;
+
 -- Grants `key` to `owner` for `ttl` when it is FREE, LAPSED or never seen
 -- (docs/SPECIFICATION.md §1.3), waiting up to `wait` for it by polling
--- (every 50 ms, never past the deadline). A grant locks the key's row until
--- the caller's transaction ends; a denied or waiting attempt keeps no lock.
--- A grant of a new term notifies its observers (lease._on_change with
--- lease_granted) when it commits.
+-- (lease._acquire_wait). A grant locks the key's row until the caller's
+-- transaction ends; a denied or waiting attempt keeps no lock. A grant of
+-- a new term notifies its observers (lease._on_change with lease_granted)
+-- when it commits. A grant writes, so a read-only transaction (a standby,
+-- a primary being demoted) is refused before anything is read: a denial
+-- read there may be stale.
 --
--- Each attempt settles the key in a fixed number of steps. The common
--- cases take one read of the row and, for a grant, one write: under READ
--- COMMITTED a live grant of another owner is the common denial (no lock
--- taken); a FREE or LAPSED row outside any heartbeat group that nobody has
--- locked (SKIP LOCKED never waits) is granted by one UPDATE, and a key
--- without a row by one INSERT, when the lineage row is current (checked by
--- this server, no newer timeline to record: see lease.lineage). Everything
--- else goes to lease._acquire_settle.
+-- Each attempt reads the key's row once. Under READ COMMITTED another
+-- owner's live grant is the common denial, decided from that read without
+-- a lock. The common grants take one statement: a FREE or LAPSED row
+-- outside any heartbeat group that nobody has locked (SKIP LOCKED never
+-- waits) is granted by one UPDATE, a key without a row by one INSERT (ON
+-- CONFLICT waits, within the bound, for a concurrent first grant, and
+-- then inserts nothing), while the lineage row is current
+-- (lease._current_lineage). Everything else is lease._acquire_settle's.
 CREATE OR REPLACE FUNCTION lease.acquire(key text, owner text, ttl interval, wait interval DEFAULT '0',
                               OUT acquired boolean, OUT epoch bigint, OUT expires_at timestamptz)
 RETURNS record
@@ -224,164 +264,73 @@ AS $$
 DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
-    v_hash bytea;
-    v_now timestamptz;
-    v_deadline timestamptz;
-    v_rc boolean;
+    v_hash bytea := lease._key_hash(key);
+    v_now timestamptz := clock_timestamp();
+    v_deadline timestamptz;   -- NULL: no wait
     v_row record;
-    v_settled record;
+    v_outcome text;           -- this attempt's: granted, held, denied or busy
     v_saved_lock_timeout text;
-    v_busy boolean;   -- true: a lock wait ran out (NULL: no)
-    v_left interval;  -- what is left of the wait at this poll
-    v_announced boolean;  -- the grant notified (an assignment, not PERFORM: no executor start)
+    v_announced boolean;      -- an assignment, not PERFORM: no executor start
 BEGIN
-    -- One test for the common case; which rule failed, in the
-    -- specification's order, only when it fails. A grant writes, so
-    -- acquire refuses a read-only transaction (a standby, a primary being
-    -- demoted) before it reads anything, denials included: a denial read
-    -- on a server that no longer takes writes would answer from state that
-    -- may be stale.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
-            AND lease._wait_ok(acquire.wait) AND lease._allowed(v_key)
-            AND NOT lease._read_only()) THEN
-        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND lease._ttl_ok(acquire.ttl)
-                AND lease._wait_ok(acquire.wait)) THEN
-            PERFORM lease._raise_invalid('acquire',
-                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-                || lease._ttl_violations(acquire.ttl) || lease._wait_violations(acquire.wait));
-        END IF;
-        IF NOT lease._allowed(v_key) THEN
-            PERFORM lease._raise_forbidden('acquire', 'key', v_key);
-        END IF;
-        RAISE EXCEPTION 'cannot execute lease.acquire in a read-only transaction'
-            USING ERRCODE = '25006';
+            AND lease._wait_ok(acquire.wait) AND lease._allowed(v_key) AND NOT lease._read_only()) THEN
+        PERFORM lease._refuse_call('acquire', v_key, v_owner, NULL, acquire.ttl, acquire.wait, true);
     END IF;
-    v_hash := lease._key_hash(v_key);
-    -- Judged by the time it adds: '1 mon -30 days' orders as zero but
-    -- waits a day at the end of a 31-day month.
-    v_now := clock_timestamp();
-    IF v_now + acquire.wait > v_now THEN
+    IF v_now + acquire.wait > v_now THEN   -- by the time it adds: '1 mon -30 days' may wait a day
         v_deadline := v_now + acquire.wait;
     END IF;
-    v_rc := current_setting('transaction_isolation') = 'read committed';
     LOOP
+        v_outcome := NULL;
         SELECT l.owner, lease._live(l) AS live, l.group_id INTO v_row
-          FROM lease.leases AS l
-         WHERE l.key_hash = v_hash AND l.key = v_key;
-        IF FOUND AND NOT v_row.live AND v_row.group_id IS NULL THEN
-            -- The common grant, in a subtransaction: when a change committed
-            -- after this statement's snapshot, PostgreSQL locks the row's
-            -- newest version before it finds the row live again, and keeps
-            -- that lock although nothing is updated. Rolling the
-            -- subtransaction back lets it go (§1.5: a refusal keeps no lock).
-            BEGIN
+          FROM lease.leases AS l WHERE l.key_hash = v_hash AND l.key = v_key;
+        IF FOUND AND v_row.live AND v_row.owner <> v_owner
+           AND current_setting('transaction_isolation') = 'read committed' THEN
+            v_outcome := 'denied';
+        ELSIF FOUND AND NOT v_row.live AND v_row.group_id IS NULL THEN
+            BEGIN   -- rolled back when nothing was granted: a recheck that failed keeps its lock
                 UPDATE lease.leases AS l
-                   SET owner = v_owner,
-                       epoch = lease._grant_epoch(l.epoch, g.generation, NULL),
-                       expires_at = lease._expires_in(acquire.ttl),
-                       lapsed_owner = l.owner
-                  FROM (SELECT o.key_hash
-                          FROM lease.leases AS o
+                   SET owner = v_owner, epoch = lease._grant_epoch(l.epoch, lease._lineage_generation(lg, lg.last_timeline), NULL),
+                       expires_at = lease._expires_in(acquire.ttl), lapsed_owner = l.owner
+                  FROM (SELECT o.key_hash FROM lease.leases AS o
                          WHERE o.key_hash = v_hash AND NOT lease._live(o) AND o.group_id IS NULL
                            FOR UPDATE SKIP LOCKED) AS c,
-                       (SELECT lease._lineage_generation(lg, lg.last_timeline) AS generation
-                          FROM lease.lineage AS lg
-                         WHERE lg.singleton
-                           AND lg.checked_start = pg_postmaster_start_time()
-                           AND lg.last_timeline = lease._timeline()) AS g
+                       lease._current_lineage() AS lg
                  WHERE l.key_hash = c.key_hash
-                RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
+                RETURNING l.epoch, l.expires_at, 'granted' INTO acquire.epoch, acquire.expires_at, v_outcome;
                 IF NOT FOUND THEN
                     RAISE EXCEPTION USING ERRCODE = 'LH001';
                 END IF;
-                acquired := true;
-            EXCEPTION WHEN SQLSTATE 'LH001' THEN
-                NULL;
+            EXCEPTION WHEN SQLSTATE 'LH001' THEN NULL;
             END;
-            IF acquired THEN
-                v_announced := lease._on_change(v_hash, 'lease_granted');
-                EXIT;
-            END IF;
         ELSIF NOT FOUND THEN
-            -- The first grant of a key without a row, in one INSERT when the
-            -- lineage row is current (as for the common grant). ON CONFLICT
-            -- DO NOTHING waits for a concurrent first grant of the key to
-            -- end, within what is left of the call's bound (lock_timeout,
-            -- put back after), then inserts nothing: such a conflict, or a
-            -- lineage to record, goes to the settling step; a wait that ran
-            -- out is busy, as in the settling step. Nothing is locked
-            -- unless it inserts.
             v_saved_lock_timeout := current_setting('lock_timeout');
             BEGIN
-                -- Written so that no plan folds the bound into a constant
-                -- (which would run lease._lock_budget as a call when the
-                -- plan is made).
-                PERFORM lease._limit_lock_wait(COALESCE(v_deadline, lease._expires_in(interval '1 second'))
-                                               - clock_timestamp());
+                PERFORM lease._limit_lock_wait(COALESCE(v_deadline, lease._expires_in(interval '1 second')) - clock_timestamp());
                 INSERT INTO lease.leases AS l (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch)
                 SELECT v_key, v_hash, v_owner, e.epoch, lease._expires_in(acquire.ttl), NULL, e.epoch
                   FROM (SELECT lease._grant_epoch(NULL, lease._lineage_generation(lg, lg.last_timeline),
                                                   lg.pruned_through) AS epoch
-                          FROM lease.lineage AS lg
-                         WHERE lg.singleton
-                           AND lg.checked_start = pg_postmaster_start_time()
-                           AND lg.last_timeline = lease._timeline()) AS e
+                          FROM lease._current_lineage() AS lg) AS e
                 ON CONFLICT ON CONSTRAINT leases_pkey DO NOTHING
-                RETURNING l.epoch, l.expires_at INTO acquire.epoch, acquire.expires_at;
-                acquired := FOUND;
-            EXCEPTION WHEN lock_not_available THEN
-                v_busy := true;
+                RETURNING l.epoch, l.expires_at, 'granted' INTO acquire.epoch, acquire.expires_at, v_outcome;
+            EXCEPTION WHEN lock_not_available THEN v_outcome := 'busy';
             END;
             PERFORM set_config('lock_timeout', v_saved_lock_timeout, true);
-            IF acquired THEN
-                v_announced := lease._on_change(v_hash, 'lease_granted');
-                EXIT;
-            END IF;
         END IF;
-        -- Not granted above: anything but another owner's live grant read
-        -- under READ COMMITTED (the common denial) settles. No row, or a
-        -- row that was not live, settles too (v_row.live NULL or false).
-        IF v_busy OR NOT (v_rc AND COALESCE(v_row.live AND v_row.owner <> v_owner, false)) THEN
-            IF v_busy IS NOT TRUE THEN
-                v_settled := lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
-                                                   COALESCE(v_deadline - clock_timestamp(), interval '1 second'));
-                IF v_settled.outcome IN ('granted', 'held') THEN
-                    IF v_settled.outcome = 'granted' THEN
-                        v_announced := lease._on_change(v_hash, 'lease_granted');
-                    END IF;
-                    acquired := true;
-                    epoch := v_settled.epoch;
-                    expires_at := v_settled.expires_at;
-                    EXIT;
-                END IF;
-                v_busy := v_settled.outcome = 'busy';
-            END IF;
-            IF v_busy THEN
-                v_busy := NULL;
-                IF v_deadline IS NULL OR clock_timestamp() >= v_deadline THEN
-                    PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
-                        CASE WHEN v_deadline IS NULL
-                             THEN 'stayed locked by another transaction for 1 second (the bound of a call without a wait)'
-                             ELSE format('stayed locked by another transaction for the whole wait of %s', acquire.wait) END);
-                END IF;
-                -- A wait longer than lock_timeout can take met the cap:
-                -- lock again, within what is left.
-                CONTINUE;
-            END IF;
+        IF v_outcome IS NULL THEN
+            SELECT s.outcome, s.epoch, s.expires_at INTO v_outcome, epoch, expires_at
+              FROM lease._acquire_settle(v_hash, v_key, v_owner, acquire.ttl,
+                                         COALESCE(v_deadline - clock_timestamp(), interval '1 second')) AS s;
         END IF;
-        -- Denied.
-        IF v_deadline IS NULL THEN
+        IF v_outcome IN ('granted', 'held') THEN
+            v_announced := CASE WHEN v_outcome = 'granted' THEN lease._on_change(v_hash, 'lease_granted') END;
+            acquired := true;
+            EXIT;
+        ELSIF v_outcome = 'denied' AND v_deadline IS NULL THEN
             acquired := false;
             RETURN;
         END IF;
-        -- One reading of the clock decides both whether the wait is over
-        -- and how long to sleep: a poll never sleeps past the deadline.
-        v_left := v_deadline - clock_timestamp();
-        IF v_left <= interval '0' THEN
-            PERFORM lease._raise_wait_timeout(v_key, acquire.wait,
-                format('stayed held by another owner for the whole wait of %s', acquire.wait));
-        END IF;
-        PERFORM pg_sleep(LEAST(0.05, EXTRACT(epoch FROM v_left)::double precision));
+        PERFORM lease._acquire_wait(v_key, acquire.wait, v_deadline - clock_timestamp(), v_outcome = 'busy');
     END LOOP;
     PERFORM lease._make_durable();
 END;
@@ -406,17 +355,9 @@ DECLARE
     v_hash bytea;
     v_durable text;
 BEGIN
-    -- One test for the common case; which rule failed, in the
-    -- specification's order, only when it fails.
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND renew.epoch IS NOT NULL
             AND lease._ttl_ok(renew.ttl) AND lease._allowed(v_key)) THEN
-        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND renew.epoch IS NOT NULL
-                AND lease._ttl_ok(renew.ttl)) THEN
-            PERFORM lease._raise_invalid('renew',
-                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-                || lease._ttl_violations(renew.ttl) || lease._epoch_violations('epoch', renew.epoch, NULL));
-        END IF;
-        PERFORM lease._raise_forbidden('renew', 'key', v_key);
+        PERFORM lease._refuse_call('renew', v_key, v_owner, renew.epoch, renew.ttl, NULL, false);
     END IF;
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
@@ -467,12 +408,7 @@ DECLARE
 BEGIN
     IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL
             AND lease._allowed(v_key)) THEN
-        IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND release.epoch IS NOT NULL) THEN
-            PERFORM lease._raise_invalid('release',
-                lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-                || lease._epoch_violations('epoch', release.epoch, NULL));
-        END IF;
-        PERFORM lease._raise_forbidden('release', 'key', v_key);
+        PERFORM lease._refuse_call('release', v_key, v_owner, release.epoch, NULL, NULL, false);
     END IF;
     v_hash := lease._key_hash(v_key);
     FOR v_pass IN 1..2 LOOP
@@ -529,10 +465,7 @@ DECLARE
     v_key text COLLATE "C" := key;
 BEGIN
     IF NOT (lease._name_ok(v_key) AND lease._allowed(v_key)) THEN
-        IF NOT lease._name_ok(v_key) THEN
-            PERFORM lease._raise_invalid('inspect', lease._text_violations('key', v_key));
-        END IF;
-        PERFORM lease._raise_forbidden('inspect', 'key', v_key);
+        PERFORM lease._refuse_call('inspect', v_key, NULL, NULL, NULL, NULL, false);
     END IF;
     RETURN QUERY
         SELECT s.live, CASE WHEN s.live THEN s.owner END, s.epoch, CASE WHEN s.live THEN s.expiry END
@@ -563,10 +496,7 @@ DECLARE
     v_key text COLLATE "C" := key;
 BEGIN
     IF NOT (lease._name_ok(v_key) AND lease._allowed(v_key)) THEN
-        IF NOT lease._name_ok(v_key) THEN
-            PERFORM lease._raise_invalid('key_state', lease._text_violations('key', v_key));
-        END IF;
-        PERFORM lease._raise_forbidden('key_state', 'key', v_key);
+        PERFORM lease._refuse_call('key_state', v_key, NULL, NULL, NULL, NULL, false);
     END IF;
     RETURN QUERY
         SELECT CASE WHEN l.owner IS NULL THEN 'free' WHEN lease._live(l) THEN 'held' ELSE 'lapsed' END,
@@ -594,13 +524,9 @@ DECLARE
     v_key text COLLATE "C" := key;
     v_owner text COLLATE "C" := owner;
 BEGIN
-    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND why_refused.epoch IS NOT NULL) THEN
-        PERFORM lease._raise_invalid('why_refused',
-            lease._text_violations('key', v_key) || lease._text_violations('owner', v_owner)
-            || lease._epoch_violations('epoch', why_refused.epoch, NULL));
-    END IF;
-    IF NOT lease._allowed(v_key) THEN
-        PERFORM lease._raise_forbidden('why_refused', 'key', v_key);
+    IF NOT (lease._name_ok(v_key) AND lease._name_ok(v_owner) AND why_refused.epoch IS NOT NULL
+            AND lease._allowed(v_key)) THEN
+        PERFORM lease._refuse_call('why_refused', v_key, v_owner, why_refused.epoch, NULL, NULL, false);
     END IF;
     RETURN QUERY SELECT r.status, r.reason, r.newest_epoch
                    FROM lease._refusal(lease._key_hash(v_key), v_key, v_owner, why_refused.epoch) AS r;
@@ -625,7 +551,9 @@ $$;
 REVOKE ALL ON FUNCTION lease._lock_budget(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._limit_lock_wait(interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_wait_timeout(text, interval, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._acquire_take_over(bytea, text, text, interval, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._acquire_settle(bytea, text, text, interval, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._acquire_wait(text, interval, interval, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.acquire(text, text, interval, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew(text, text, bigint, interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release(text, text, bigint) TO PUBLIC;

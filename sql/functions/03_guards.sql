@@ -17,10 +17,6 @@
 
 SET LOCAL lock_timeout = '5s';
 
--- Earlier signatures, replaced by the ones below that name a fenced table.
-DROP FUNCTION IF EXISTS lease._raise_not_held(text, text, bigint, text, text, bigint);
-DROP FUNCTION IF EXISTS lease._check_held(text, text, bigint);
-
 -- Raised when a presented epoch is below what the resource admits (G2).
 CREATE OR REPLACE FUNCTION lease._raise_stale(resource text, presented bigint, accepted bigint)
 RETURNS void

@@ -80,6 +80,58 @@ BEGIN
 END;
 $$;
 
+-- One batch of lease.prune_keys' deletions: the key rows in (after, upper]
+-- prunable after `idle` (lapsed that long, or FREE and sighted at the same
+-- counter that long ago), with their sightings and the waiter rows of gone
+-- sessions, the watermark raised past every counter deleted. Locks what is
+-- prunable FOR UPDATE SKIP LOCKED: the condition is checked again on the
+-- newest version of each row locked, and rows others hold locks on are
+-- skipped.
+CREATE OR REPLACE FUNCTION lease._prune_key_rows(idle interval, after bytea, upper bytea,
+                                      OUT pruned integer, OUT waiters integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_hashes bytea[];
+    v_max bigint;
+BEGIN
+    -- Lock what is prunable; the condition is checked again on the
+    -- newest version of each row locked, and rows others hold locks on
+    -- are skipped.
+    SELECT array_agg(d.key_hash) INTO v_hashes
+      FROM (SELECT l.key_hash
+              FROM lease.leases AS l
+             WHERE (_prune_key_rows.after IS NULL OR l.key_hash > _prune_key_rows.after) AND l.key_hash <= upper
+               AND (lease._lapsed_for(l, _prune_key_rows.idle)
+                    OR (l.owner IS NULL
+                        AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
+                                     WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch
+                                       AND s.seen_at <= lease._idle_cutoff(_prune_key_rows.idle))))
+               FOR UPDATE OF l SKIP LOCKED) AS d;
+    pruned := 0;
+    waiters := 0;
+    IF v_hashes IS NOT NULL THEN
+        WITH gone AS (
+            DELETE FROM lease.leases AS l
+             WHERE l.key_hash = ANY (v_hashes)
+            RETURNING l.epoch
+        )
+        SELECT count(*)::integer, max(gone.epoch) INTO pruned, v_max FROM gone;
+        -- The watermark, in the transaction that deletes the rows.
+        UPDATE lease.lineage AS g
+           SET pruned_through = v_max
+         WHERE g.singleton AND g.pruned_through < v_max;
+        DELETE FROM lease.prune_sightings AS s WHERE s.key_hash = ANY (v_hashes);
+        DELETE FROM lease.waiters AS w
+         WHERE w.key_hash = ANY (v_hashes)
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid);
+        GET DIAGNOSTICS waiters = ROW_COUNT;
+    END IF;
+END;
+$$;
+
 -- One batch of key pruning: looks at the (at most `batch`) key rows whose
 -- digest follows `after` (NULL: from the start) and removes those that
 -- are LAPSED since before now - idle, or FREE at the counter a sighting
@@ -104,8 +156,6 @@ AS $$
 DECLARE
     v_now timestamptz;
     v_upper bytea;
-    v_hashes bytea[];
-    v_max bigint;
 BEGIN
     PERFORM lease._check_prune_input('prune_keys', idle, batch);
     v_now := clock_timestamp();
@@ -140,37 +190,8 @@ BEGIN
           LEFT JOIN lease.prune_sightings AS s ON s.key_hash = l.key_hash
          WHERE (prune_keys.after IS NULL OR l.key_hash > prune_keys.after) AND l.key_hash <= v_upper;
     ELSE
-        -- Lock what is prunable; the condition is checked again on the
-        -- newest version of each row locked, and rows others hold locks on
-        -- are skipped.
-        SELECT array_agg(d.key_hash) INTO v_hashes
-          FROM (SELECT l.key_hash
-                  FROM lease.leases AS l
-                 WHERE (prune_keys.after IS NULL OR l.key_hash > prune_keys.after) AND l.key_hash <= v_upper
-                   AND (lease._lapsed_for(l, prune_keys.idle)
-                        OR (l.owner IS NULL
-                            AND EXISTS (SELECT 1 FROM lease.prune_sightings AS s
-                                         WHERE s.key_hash = l.key_hash AND s.epoch = l.epoch
-                                           AND s.seen_at <= lease._idle_cutoff(prune_keys.idle))))
-                   FOR UPDATE OF l SKIP LOCKED) AS d;
-        pruned := 0;
-        IF v_hashes IS NOT NULL THEN
-            WITH gone AS (
-                DELETE FROM lease.leases AS l
-                 WHERE l.key_hash = ANY (v_hashes)
-                RETURNING l.epoch
-            )
-            SELECT count(*)::integer, max(gone.epoch) INTO pruned, v_max FROM gone;
-            -- The watermark, in the transaction that deletes the rows.
-            UPDATE lease.lineage AS g
-               SET pruned_through = v_max
-             WHERE g.singleton AND g.pruned_through < v_max;
-            DELETE FROM lease.prune_sightings AS s WHERE s.key_hash = ANY (v_hashes);
-            DELETE FROM lease.waiters AS w
-             WHERE w.key_hash = ANY (v_hashes)
-               AND NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a WHERE a.pid = w.backend_pid);
-            GET DIAGNOSTICS waiters = ROW_COUNT;
-        END IF;
+        SELECT d.pruned, d.waiters INTO pruned, waiters
+          FROM lease._prune_key_rows(prune_keys.idle, prune_keys.after, v_upper) AS d;
         INSERT INTO lease.prune_sightings AS s (key_hash, epoch, seen_at)
         SELECT l.key_hash, l.epoch, v_now
           FROM lease.leases AS l
@@ -259,6 +280,7 @@ END;
 $$;
 
 REVOKE ALL ON FUNCTION lease._check_prune_input(text, interval, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._prune_key_rows(interval, bytea, bytea) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_keys(interval, bytea, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease.prune_guards(interval, bytea, integer, boolean) FROM PUBLIC;
 

@@ -26,11 +26,10 @@
 --   42501 `lease_namespace_denied` error, and nothing changes.
 -- * Refusals lock nothing: the UPDATE locks a key's row only when its grant
 --   matches (owner, epoch, live), exactly the rows that it writes.
--- * Lock order. The UPDATE meets, and so locks, the matching rows in
---   key_hash order, whatever the order of the input (see "The plan
---   settings" below), so two batch calls over overlapping keys queue on
---   their first common key instead of deadlocking (tested in
---   tests/leasehold/many_keys.rs).
+-- * Lock order. A call locks the matching rows in key_hash order, whatever
+--   the order of the input (lease._many_write), so two batch calls over
+--   overlapping keys queue on their first common key instead of
+--   deadlocking (tested in tests/leasehold/many_keys.rs).
 -- * Durability (§1.4): a call that applied to at least one key raises
 --   synchronous_commit to on for its transaction, as lease.renew does.
 --
@@ -179,137 +178,185 @@ BEGIN
 END;
 $$;
 
--- The plan settings of the batch functions. A batch's UPDATE joins its
--- keys, sorted by key_hash, to lease.leases; it must be a nested loop that
--- looks each key up in the primary key in that order, because the order in
--- which the loop meets the rows is the order in which the UPDATE locks
--- them, and a fixed order is what keeps two batches over the same keys
--- from deadlocking. A hash or merge join, or a sequential scan of the
--- table, would lock in the table's order instead; they are switched off
--- for the call only (the SET clauses restore the caller's settings on
--- return), which leaves the planner the nested loop as its only choice
--- that is not penalised, whatever the table's statistics. JIT is switched
--- off because the penalties would otherwise push the estimated cost over
--- jit_above_cost and a single call would spend a third of a second
--- compiling.
+-- A batch's keys still to answer (ordinals in `todo`, NULL: all) with
+-- their epochs, ordinals and digests (the caller's, or computed), sorted
+-- by digest: the order in which lease._many_write locks their rows.
+-- Inlined into the statement that reads it.
+CREATE OR REPLACE FUNCTION lease._many_input(keys text[], epochs bigint[], key_hashes bytea[], todo bigint[])
+RETURNS TABLE (key text, epoch bigint, ord bigint, key_hash bytea)
+LANGUAGE sql STABLE
+AS $$
+    SELECT i.key, i.epoch, i.ord, COALESCE(i.given_hash, lease._key_hash(i.key))
+      FROM ROWS FROM (pg_catalog.unnest(keys), pg_catalog.unnest(epochs), pg_catalog.unnest(key_hashes))
+           WITH ORDINALITY AS i(key, epoch, given_hash, ord)
+     WHERE todo IS NULL OR i.ord OPERATOR(pg_catalog.=) ANY (todo)
+     ORDER BY 4
+$$;
+
+-- One pass of a batch call: renews the grants among lease._many_input
+-- that match (keys[i], owner, epochs[i], live) to now + `ttl` (op
+-- 'renew_many') or releases them (op 'release_many': each leaves its
+-- heartbeat group and wakes its waiters, as lease.release does). Answers
+-- the ordinals written and, for a renew, their new expiries, in ordinal
+-- order.
+--
+-- Lock order: rows are locked in key_hash order, whatever the order of
+-- the input, so two batch calls over overlapping keys queue on their first
+-- common key instead of deadlocking. A release locks its rows first,
+-- ORDER BY key_hash FOR NO KEY UPDATE, which locks them as the sort hands
+-- them on (and reads the group each leaves from its newest version). A
+-- renew writes in one UPDATE driven by its sorted keys (a lock first would
+-- write each row twice: 15 % of a renew_many), which no plan can turn
+-- into the table's order once sequential scans are off: the table is then
+-- read through its key_hash index, in a nested loop or in index order.
+-- tests/leasehold/many_keys.rs pins both against a caller's planner
+-- settings.
+CREATE OR REPLACE FUNCTION lease._many_write(op text, keys text[], owner text, epochs bigint[], ttl interval,
+                                  key_hashes bytea[], todo bigint[],
+                                  OUT ords bigint[], OUT expires timestamptz[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_hashes bytea[];
+    v_groups bigint[];
+    v_hash bytea;
+BEGIN
+    IF op = 'renew_many' THEN
+        WITH renewed AS (
+            UPDATE lease.leases AS l
+               SET expires_at = lease._expires_in(_many_write.ttl)
+              FROM (SELECT * FROM lease._many_input(keys, epochs, key_hashes, todo) OFFSET 0) AS i
+             WHERE l.key_hash = i.key_hash AND l.key = i.key COLLATE "C" AND l.owner = _many_write.owner COLLATE "C"
+               AND l.epoch = i.epoch AND lease._live(l)
+            RETURNING i.ord, l.expires_at
+        )
+        SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord) INTO ords, expires
+          FROM renewed AS r;
+        RETURN;
+    END IF;
+    WITH released AS (
+        UPDATE lease.leases AS l
+           SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
+          FROM (SELECT o.key_hash, o.group_id, i.ord
+                  FROM lease._many_input(keys, epochs, key_hashes, todo) AS i
+                  JOIN lease.leases AS o
+                    ON o.key_hash = i.key_hash AND o.key = i.key COLLATE "C" AND o.owner = _many_write.owner COLLATE "C"
+                   AND o.epoch = i.epoch AND lease._live(o)
+                 ORDER BY o.key_hash
+                   FOR NO KEY UPDATE OF o) AS d
+         WHERE l.key_hash = d.key_hash
+        RETURNING d.ord, l.key_hash, d.group_id
+    )
+    SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.key_hash),
+           array_agg(r.group_id) FILTER (WHERE r.group_id IS NOT NULL)
+      INTO ords, v_hashes, v_groups
+      FROM released AS r;
+    PERFORM lease._left_groups(v_groups);
+    FOREACH v_hash IN ARRAY COALESCE(v_hashes, ARRAY[]::bytea[]) LOOP
+        PERFORM lease._on_change(v_hash, 'lease_released');
+    END LOOP;
+END;
+$$;
+
+-- The one body of lease.renew_many and lease.release_many (`op` names the
+-- call; `ttl` is NULL for a release), after their shape checks: the
+-- namespaces, then passes of lease._many_write. A pass writes every key
+-- still to answer, or nothing: when some key did not match, the write may
+-- still have locked the newest version of its row (a lock waits, then
+-- checks the grant again, as in lease.renew), so the pass is rolled back,
+-- the answers are read from a fresh snapshot (lease._status, the single
+-- call's answer), and the keys whose grants match after all are tried
+-- again. Expiries are NULL for a release and for every refusal.
+CREATE OR REPLACE FUNCTION lease._many(op text, keys text[], owner text, epochs bigint[], ttl interval,
+                            key_hashes bytea[])
+RETURNS TABLE (key text, status text, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    v_todo bigint[];             -- ordinals to try in this pass; NULL: all
+    v_status text[];             -- by ordinal; NULL: no answer yet
+    v_expires timestamptz[];     -- by ordinal
+    v_done record;               -- this pass's lease._many_write
+    v_whole boolean;             -- this pass wrote every key it tried
+BEGIN
+    IF lease._any_rules() THEN
+        PERFORM lease._check_many_keys(op, keys, epochs, key_hashes);
+        PERFORM lease._raise_forbidden_many(op, keys);
+    END IF;
+    FOR v_pass IN 1..3 LOOP
+        BEGIN
+            v_done := lease._many_write(op, keys, owner, epochs, ttl, key_hashes, v_todo);
+            v_whole := COALESCE(cardinality(v_done.ords), 0) = COALESCE(cardinality(v_todo), cardinality(keys));
+            IF NOT v_whole THEN
+                RAISE EXCEPTION USING ERRCODE = 'LH001';   -- roll the pass and its locks back
+            END IF;
+        EXCEPTION WHEN SQLSTATE 'LH001' THEN
+            NULL;
+        END;
+        IF v_whole THEN
+            IF v_status IS NULL THEN
+                -- The common case: every key written by the first pass.
+                v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
+                v_expires := v_done.expires;
+            END IF;
+            FOR v_i IN 1..COALESCE(cardinality(v_done.ords), 0) LOOP
+                v_status[v_done.ords[v_i]] := 'ok';
+                v_expires[v_done.ords[v_i]] := v_done.expires[v_i];
+            END LOOP;
+            IF v_done.ords IS NOT NULL THEN
+                PERFORM lease._make_durable();
+            END IF;
+            RETURN QUERY
+                SELECT k.key, k.status, k.expires_at FROM unnest(keys, v_status, v_expires) AS k(key, status, expires_at);
+            RETURN;
+        END IF;
+        IF v_status IS NULL THEN
+            -- Some key did not match: the per-key input rules first.
+            PERFORM lease._check_many_keys(op, keys, epochs, key_hashes);
+            v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
+            v_expires := array_fill(NULL::timestamptz, ARRAY[cardinality(keys)]);
+        END IF;
+        SELECT array_agg(s.status ORDER BY s.ord), array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
+          INTO v_status, v_todo
+          FROM (SELECT k.ord,
+                       COALESCE(k.status, NULLIF(lease._status(lease._key_hash(k.key), k.key, _many.owner, k.epoch), 'ok'))
+                           AS status
+                  FROM unnest(keys, epochs, v_status) WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
+        IF v_todo IS NULL THEN
+            -- Every key refused: nothing changed.
+            RETURN QUERY SELECT k.key, k.status, NULL::timestamptz FROM unnest(keys, v_status) AS k(key, status);
+            RETURN;
+        END IF;
+    END LOOP;
+    PERFORM lease._raise_contention(op, keys[v_todo[1]]);
+END;
+$$;
 
 -- Extends every grant (keys[i], owner, epochs[i]) that is live to now + ttl
 -- and answers, per key and in input order, what lease.renew would
 -- (docs/SPECIFICATION.md §1.3): `ok` with the new expiry, or not_owner,
 -- lapsed or epoch_mismatch with a NULL expiry and nothing changed for that
 -- key. Renewed keys' rows stay locked until the caller's transaction ends;
--- refused keys lock nothing.
---
--- The common path is one UPDATE of every key. Only when some key was not
--- renewed are the statuses read, from a fresh snapshot, as lease.renew
--- does; a key whose grant matches after all (a change committed after the
--- UPDATE looked) is tried again in another pass.
+-- refused keys lock nothing. The common path is one write of every key
+-- (lease._many).
 CREATE OR REPLACE FUNCTION lease.renew_many(keys text[], owner text, epochs bigint[], ttl interval,
                                  key_hashes bytea[] DEFAULT NULL)
 RETURNS TABLE (key text, status text, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_seqscan = off
-SET enable_material = off
-SET jit = off
 AS $$
-DECLARE
-    v_todo bigint[];             -- ordinals to try in this pass; NULL: all
-    v_status text[];             -- by ordinal; NULL: no answer yet
-    v_expires timestamptz[];     -- by ordinal
-    v_done bigint[];             -- ordinals renewed in this pass
-    v_done_expires timestamptz[];
-    v_whole boolean;             -- this pass renewed every key it tried
 BEGIN
-    IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
-       OR NOT lease._name_ok(owner)
-       OR NOT lease._ttl_ok(ttl) THEN
+    IF NOT (lease._many_shape_ok(keys, epochs, key_hashes) AND lease._name_ok(owner) AND lease._ttl_ok(ttl)) THEN
         PERFORM lease._raise_invalid('renew_many',
             lease._many_violations(keys, epochs, key_hashes) || lease._text_violations('owner', owner)
             || lease._ttl_violations(ttl));
     END IF;
-    IF lease._any_rules() THEN
-        PERFORM lease._check_many_keys('renew_many', keys, epochs, key_hashes);
-        PERFORM lease._raise_forbidden_many('renew_many', keys);
-    END IF;
-    FOR v_pass IN 1..3 LOOP
-        -- A pass renews every key still to answer, or nothing: when some key
-        -- was not renewed, the UPDATE may still have locked the newest
-        -- version of its row (it locks before it checks the grant again,
-        -- as in lease.renew), so the pass is rolled back, the answers are
-        -- read, and the keys whose grants match are tried again.
-        v_whole := false;
-        BEGIN
-            WITH renewed AS (
-                UPDATE lease.leases AS l
-                   SET expires_at = lease._expires_in(renew_many.ttl)
-                  FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
-                          FROM unnest(renew_many.keys, renew_many.epochs, renew_many.key_hashes)
-                               WITH ORDINALITY AS k(key, epoch, given_hash, ord)
-                         WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                         ORDER BY key_hash
-                        OFFSET 0) AS i   -- OFFSET 0: keep the sorted input a subquery
-                 WHERE l.key_hash = i.key_hash AND l.key = i.key COLLATE "C" AND l.owner = renew_many.owner COLLATE "C"
-                   AND l.epoch = i.epoch AND lease._live(l)
-                RETURNING i.ord, l.expires_at
-            )
-            SELECT array_agg(r.ord ORDER BY r.ord), array_agg(r.expires_at ORDER BY r.ord)
-              INTO v_done, v_done_expires
-              FROM renewed AS r;
-            IF COALESCE(cardinality(v_done), 0) <> COALESCE(cardinality(v_todo), cardinality(keys)) THEN
-                RAISE EXCEPTION USING ERRCODE = 'LH001';
-            END IF;
-            v_whole := true;
-        EXCEPTION WHEN SQLSTATE 'LH001' THEN
-            NULL;
-        END;
-        IF v_whole THEN
-            IF v_status IS NULL THEN
-                -- The common case: every key renewed by the first pass.
-                v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
-                v_expires := v_done_expires;
-            END IF;
-            FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
-                v_status[v_done[v_i]] := 'ok';
-                v_expires[v_done[v_i]] := v_done_expires[v_i];
-            END LOOP;
-            IF v_done IS NOT NULL THEN
-                PERFORM lease._make_durable();
-            END IF;
-            RETURN QUERY
-                SELECT k.key, k.status, k.expires_at
-                  FROM unnest(renew_many.keys, v_status, v_expires) AS k(key, status, expires_at);
-            RETURN;
-        END IF;
-        IF v_status IS NULL THEN
-            -- Some key did not match: the per-key input rules first.
-            PERFORM lease._check_many_keys('renew_many', keys, epochs, key_hashes);
-            v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
-            v_expires := array_fill(NULL::timestamptz, ARRAY[cardinality(keys)]);
-        END IF;
-        -- Why the keys were not renewed: lease._status, the single renew's
-        -- answer (its own fresh snapshot per key, and refusals only); NULL,
-        -- to try again, where the grant matches.
-        SELECT array_agg(s.status ORDER BY s.ord),
-               array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
-          INTO v_status, v_todo
-          FROM (SELECT k.ord,
-                       COALESCE(k.status,
-                                NULLIF(lease._status(lease._key_hash(k.key), k.key, renew_many.owner, k.epoch), 'ok'))
-                           AS status
-                  FROM unnest(renew_many.keys, renew_many.epochs, v_status)
-                       WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
-        IF v_todo IS NULL THEN
-            -- Every key refused: nothing changed.
-            RETURN QUERY
-                SELECT k.key, k.status, NULL::timestamptz
-                  FROM unnest(renew_many.keys, v_status) AS k(key, status);
-            RETURN;
-        END IF;
-    END LOOP;
-    PERFORM lease._raise_contention('renew_many', keys[v_todo[1]]);
+    RETURN QUERY SELECT m.key, m.status, m.expires_at
+                   FROM lease._many('renew_many', keys, owner, epochs, ttl, key_hashes) AS m;
 END;
 $$;
 
@@ -317,114 +364,20 @@ $$;
 -- becoming FREE with its counter one higher, and answers per key, in input
 -- order, what lease.release would (docs/SPECIFICATION.md §1.3). Released
 -- keys' rows stay locked until the caller's transaction ends, and each
--- release wakes the key's waiters (lease._on_change per released key, as
--- lease.release calls it); refused keys lock nothing. Same passes and plan settings as
--- lease.renew_many.
+-- release wakes the key's waiters; refused keys lock nothing.
 CREATE OR REPLACE FUNCTION lease.release_many(keys text[], owner text, epochs bigint[],
                                    key_hashes bytea[] DEFAULT NULL)
 RETURNS TABLE (key text, status text)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_seqscan = off
-SET enable_material = off
-SET jit = off
 AS $$
-DECLARE
-    v_todo bigint[];
-    v_status text[];
-    v_done bigint[];
-    v_done_hashes bytea[];
-    v_left_groups bigint[];
-    v_hash bytea;
-    v_whole boolean;
 BEGIN
-    IF NOT lease._many_shape_ok(keys, epochs, key_hashes)
-       OR NOT lease._name_ok(owner) THEN
+    IF NOT (lease._many_shape_ok(keys, epochs, key_hashes) AND lease._name_ok(owner)) THEN
         PERFORM lease._raise_invalid('release_many',
             lease._many_violations(keys, epochs, key_hashes) || lease._text_violations('owner', owner));
     END IF;
-    IF lease._any_rules() THEN
-        PERFORM lease._check_many_keys('release_many', keys, epochs, key_hashes);
-        PERFORM lease._raise_forbidden_many('release_many', keys);
-    END IF;
-    FOR v_pass IN 1..3 LOOP
-        -- A pass releases every key still to answer, or nothing, as in
-        -- lease.renew_many. The matching rows are locked first (`d`, in
-        -- key_hash order, as there), so that the heartbeat group each one
-        -- leaves is read from its newest version; the UPDATE then writes
-        -- exactly those rows.
-        v_whole := false;
-        BEGIN
-            WITH released AS (
-                UPDATE lease.leases AS l
-                   SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
-                  FROM (SELECT o.key_hash, o.group_id, i.ord
-                          FROM (SELECT k.key, k.epoch, k.ord, COALESCE(k.given_hash, lease._key_hash(k.key)) AS key_hash
-                                  FROM unnest(release_many.keys, release_many.epochs, release_many.key_hashes)
-                                       WITH ORDINALITY AS k(key, epoch, given_hash, ord)
-                                 WHERE v_todo IS NULL OR k.ord = ANY (v_todo)
-                                 ORDER BY key_hash
-                                OFFSET 0) AS i
-                          JOIN lease.leases AS o
-                            ON o.key_hash = i.key_hash AND o.key = i.key COLLATE "C" AND o.owner = release_many.owner COLLATE "C"
-                           AND o.epoch = i.epoch AND lease._live(o)
-                           FOR NO KEY UPDATE OF o) AS d
-                 WHERE l.key_hash = d.key_hash
-                RETURNING d.ord, l.key_hash, d.group_id
-            )
-            SELECT array_agg(r.ord), array_agg(r.key_hash), array_agg(r.group_id) FILTER (WHERE r.group_id IS NOT NULL)
-              INTO v_done, v_done_hashes, v_left_groups
-              FROM released AS r;
-            IF COALESCE(cardinality(v_done), 0) <> COALESCE(cardinality(v_todo), cardinality(keys)) THEN
-                RAISE EXCEPTION USING ERRCODE = 'LH001';
-            END IF;
-            PERFORM lease._left_groups(v_left_groups);
-            -- Each released key wakes its waiters, as lease.release does.
-            FOREACH v_hash IN ARRAY COALESCE(v_done_hashes, ARRAY[]::bytea[]) LOOP
-                PERFORM lease._on_change(v_hash, 'lease_released');
-            END LOOP;
-            v_whole := true;
-        EXCEPTION WHEN SQLSTATE 'LH001' THEN
-            NULL;
-        END;
-        IF v_whole THEN
-            IF v_status IS NULL THEN
-                v_status := array_fill('ok'::text, ARRAY[cardinality(keys)]);
-            END IF;
-            FOR v_i IN 1..COALESCE(cardinality(v_done), 0) LOOP
-                v_status[v_done[v_i]] := 'ok';
-            END LOOP;
-            IF v_done IS NOT NULL THEN
-                PERFORM lease._make_durable();
-            END IF;
-            RETURN QUERY
-                SELECT k.key, k.status FROM unnest(release_many.keys, v_status) AS k(key, status);
-            RETURN;
-        END IF;
-        IF v_status IS NULL THEN
-            -- Some key did not match: the per-key input rules first.
-            PERFORM lease._check_many_keys('release_many', keys, epochs, key_hashes);
-            v_status := array_fill(NULL::text, ARRAY[cardinality(keys)]);
-        END IF;
-        SELECT array_agg(s.status ORDER BY s.ord),
-               array_agg(s.ord ORDER BY s.ord) FILTER (WHERE s.status IS NULL)
-          INTO v_status, v_todo
-          FROM (SELECT k.ord,
-                       COALESCE(k.status,
-                                NULLIF(lease._status(lease._key_hash(k.key), k.key, release_many.owner, k.epoch), 'ok'))
-                           AS status
-                  FROM unnest(release_many.keys, release_many.epochs, v_status)
-                       WITH ORDINALITY AS k(key, epoch, status, ord)) AS s;
-        IF v_todo IS NULL THEN
-            -- Every key refused: nothing changed.
-            RETURN QUERY
-                SELECT k.key, k.status FROM unnest(release_many.keys, v_status) AS k(key, status);
-            RETURN;
-        END IF;
-    END LOOP;
-    PERFORM lease._raise_contention('release_many', keys[v_todo[1]]);
+    RETURN QUERY SELECT m.key, m.status
+                   FROM lease._many('release_many', keys, owner, epochs, NULL, key_hashes) AS m;
 END;
 $$;
 
@@ -447,11 +400,6 @@ CREATE OR REPLACE FUNCTION lease.join_group(keys text[], owner text, epochs bigi
 RETURNS TABLE (key text, status text, expires_at timestamptz, group_id bigint)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-SET enable_hashjoin = off
-SET enable_mergejoin = off
-SET enable_seqscan = off
-SET enable_material = off
-SET jit = off
 AS $$
 DECLARE
     v_keys text[];
@@ -568,6 +516,9 @@ REVOKE ALL ON FUNCTION lease._many_shape_ok(text[], bigint[], bytea[]) FROM PUBL
 REVOKE ALL ON FUNCTION lease._many_violations(text[], bigint[], bytea[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._check_many_keys(text, text[], bigint[], bytea[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION lease._raise_forbidden_many(text, text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._many_input(text[], bigint[], bytea[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._many_write(text, text[], text, bigint[], interval, bytea[], bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION lease._many(text, text[], text, bigint[], interval, bytea[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.renew_many(text[], text, bigint[], interval, bytea[]) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION lease.release_many(text[], text, bigint[], bytea[]) TO PUBLIC;
 

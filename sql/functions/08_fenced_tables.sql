@@ -37,11 +37,6 @@
 
 SET LOCAL lock_timeout = '5s';
 
--- Earlier signatures: one whose last-but-one argument was named
--- otherwise, one without the key a refusal shows.
-DROP FUNCTION IF EXISTS lease._raise_write_refused(text, text, text, text, text);
-DROP FUNCTION IF EXISTS lease._fence_refusal(text, text);
-
 -- Whether a column of type `type_oid` may be a row fence's key column:
 -- an enum, or a type lease._fence_key_text has an overload for, directly
 -- or as a domain's base type (integers, numeric, text types, uuid,

@@ -684,6 +684,90 @@ fn two_batches_over_the_same_keys_in_opposite_orders_never_deadlock() {
     }
 }
 
+/// A batch locks its rows in key_hash order whatever planner settings its
+/// caller chose: here a session that leaves the planner only a hash join
+/// over a sequential scan, which would meet the rows in the table's order.
+/// The keys are written in neither order; the batch stops at the key in
+/// the middle of key_hash order, which another transaction holds, and by
+/// then holds exactly the keys before it in that order.
+#[test]
+fn a_batch_locks_in_key_hash_order_whatever_its_callers_planner_settings() {
+    for release in [false, true] {
+        let db = TestDb::new();
+        let mut setup = db.conn();
+        // Other keys make the table the bigger side of a join, so a hash
+        // join would hash the batch's keys and scan the table.
+        setup
+            .batch_execute(
+                "SELECT lease.acquire('other-' || i, 'x', interval '1 hour') FROM generate_series(1, 400) AS i;
+                 ANALYZE lease.leases",
+            )
+            .unwrap();
+        let mut grants = Vec::new();
+        for i in 0..60 {
+            let key = format!("k{}", (i * 37) % 61);
+            let lease = granted(setup.acquire(&key, OWNER, TTL).unwrap());
+            grants.push((key, lease.epoch()));
+        }
+        let in_hash_order = query_lines(
+            &mut setup,
+            &format!(
+                "SELECT key AS line FROM lease.leases WHERE owner = '{OWNER}' ORDER BY key_hash"
+            ),
+        );
+        let middle = in_hash_order[in_hash_order.len() / 2].clone();
+        let mut blocker = db.conn();
+        blocker.batch_execute("BEGIN").unwrap();
+        let epoch = grants.iter().find(|(key, _)| *key == middle).unwrap().1;
+        assert!(matches!(
+            blocker
+                .renew(&leasehold_test_support::grant(&middle, OWNER, epoch), TTL)
+                .unwrap(),
+            Renewal::Renewed { .. }
+        ));
+        let url = db.url.clone();
+        let batch_grants = grants.clone();
+        let batch = std::thread::spawn(move || {
+            let mut conn = PgConnection::establish(&url).unwrap();
+            conn.batch_execute(
+                "SET enable_nestloop = off; SET enable_mergejoin = off; \
+                 SET enable_indexscan = off; SET enable_bitmapscan = off",
+            )
+            .unwrap();
+            let refs: Vec<(&str, leasehold::Epoch)> =
+                batch_grants.iter().map(|(k, e)| (k.as_str(), *e)).collect();
+            let grants = leasehold_test_support::grants(OWNER, &refs);
+            if release {
+                conn.release_many(&grants).map(|answers| answers.len())
+            } else {
+                conn.renew_many(&grants, TTL).map(|answers| answers.len())
+            }
+        });
+        let mut observer = db.conn();
+        wait_for_lock_waiters(&mut observer, &db.name, 1);
+        observer.batch_execute("BEGIN").unwrap();
+        let free = query_lines(
+            &mut observer,
+            &format!(
+                "SELECT key AS line FROM lease.leases WHERE owner = '{OWNER}' \
+                 ORDER BY key_hash FOR UPDATE SKIP LOCKED"
+            ),
+        );
+        observer.batch_execute("ROLLBACK").unwrap();
+        let held_by_batch: Vec<&String> = in_hash_order
+            .iter()
+            .filter(|key| **key != middle && !free.contains(key))
+            .collect();
+        let before_middle: Vec<&String> = in_hash_order[..in_hash_order.len() / 2].iter().collect();
+        assert_eq!(
+            held_by_batch, before_middle,
+            "release {release}: the rows a batch holds while it waits for the middle key"
+        );
+        blocker.batch_execute("COMMIT").unwrap();
+        assert_eq!(batch.join().unwrap().unwrap(), grants.len());
+    }
+}
+
 /// Holds `key`'s row in an open transaction that renews it and, when
 /// `then_release`, releases it too; a batch over it must wait, and then
 /// answer as if it ran after that transaction committed.

@@ -38,7 +38,7 @@ fn every_api_function_that_reads_the_tables_is_security_definer_with_search_path
             "generation|t|search_path=pg_catalog, pg_temp",
             "inspect|t|search_path=pg_catalog, pg_temp",
             "inspect_guard|t|search_path=pg_catalog, pg_temp",
-            "join_group|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
+            "join_group|t|search_path=pg_catalog, pg_temp",
             "key_state|t|search_path=pg_catalog, pg_temp",
             "list_leases|t|search_path=pg_catalog, pg_temp",
             "list_namespaces|t|search_path=pg_catalog, pg_temp",
@@ -51,11 +51,11 @@ fn every_api_function_that_reads_the_tables_is_security_definer_with_search_path
             "release|t|search_path=pg_catalog, pg_temp",
             // The batch calls also fix their plan for their own duration
             // (migration 2026-11-30-000006: the lock order rests on it).
-            "release_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
+            "release_many|t|search_path=pg_catalog, pg_temp",
             "renew|t|search_path=pg_catalog, pg_temp",
             "renew_admit|t|search_path=pg_catalog, pg_temp",
             "renew_group|t|search_path=pg_catalog, pg_temp",
-            "renew_many|t|search_path=pg_catalog, pg_temp,enable_hashjoin=off,enable_mergejoin=off,enable_seqscan=off,enable_material=off,jit=off",
+            "renew_many|t|search_path=pg_catalog, pg_temp",
             "unbind_namespace|t|search_path=pg_catalog, pg_temp",
             "unprotect_table|f|search_path=pg_catalog, pg_temp",
             "why_refused|t|search_path=pg_catalog, pg_temp",

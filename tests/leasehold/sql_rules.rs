@@ -209,7 +209,7 @@ fn a_grant_ends_only_through_its_rule() {
     );
     assert_eq!(
         freeing.into_iter().collect::<Vec<_>>(),
-        ["_force_free", "release", "release_many"],
+        ["_force_free", "_many_write", "release"],
         "the functions that free a row"
     );
 }
@@ -382,6 +382,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_allowed",
     "_any_rules",
     "_claims_tag",
+    "_current_lineage",
     "_detail",
     "_expires_in",
     "_expiry",
@@ -409,6 +410,7 @@ const INLINED_HELPERS: &[&str] = &[
     "_live",
     "_lock_budget",
     "_make_durable",
+    "_many_input",
     "_max_batch",
     "_max_generation",
     "_max_name_bytes",
