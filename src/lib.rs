@@ -60,10 +60,8 @@ pub mod __private {
 
     /// leasehold's SQL as compiled in, for this repository's tests and tools.
     pub mod sql_files {
-        pub use crate::admin::extension::install_script_of;
-        pub use crate::sql_files::{
-            functions_sql, functions_version, FUNCTION_SQL, MIGRATION_SQL, RETIRED_VERSIONS,
-        };
+        pub use crate::admin::extension::update_script;
+        pub use crate::sql_files::{functions_sql, functions_version, FUNCTION_SQL, MIGRATION_SQL};
     }
 
     /// The URL with the library's default connect timeout, for the CLI.

@@ -1,11 +1,7 @@
-//! leasehold's SQL, compiled into the crate: the migrations under
-//! `migrations/` (tables, indexes, types and data; append-only once
-//! released) and the files of functions under `sql/functions/`
-//! (repeatable: every function, written `CREATE OR REPLACE`, applied after
-//! the migrations and again whenever their text changes). Every install
-//! path applies these texts in this order: `leasehold::install`, Diesel's
-//! runner through `admin::MIGRATIONS`, and the PostgreSQL extension that
-//! `admin::extension_files` generates.
+//! leasehold's SQL as compiled into the crate: the migrations, then the files of
+//! functions (every install path applies both, in that order), and the
+//! installer's and the extension generator's own statements (`sql/install/`,
+//! `sql/extension/`), so that no statement beyond one line is written in Rust.
 
 use sha2::{Digest, Sha256};
 
@@ -17,141 +13,59 @@ pub const MIGRATION_SQL: &[(&str, &str, &str)] = &[(
     include_str!("../migrations/2026-12-01-000001_tables/down.sql"),
 )];
 
+/// `(name, text)` of each named file of `sql/functions/`.
+macro_rules! function_files {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../sql/functions/", $name)))),*]
+    };
+}
+
 /// The files of functions, in the order they are applied (a function must
 /// exist before a `LANGUAGE sql` body that calls it is created): file name
 /// under `sql/functions/` and its text. A unit test checks that this list
 /// is exactly that directory, in the order of the names.
-pub const FUNCTION_SQL: &[(&str, &str)] = &[
-    (
-        "01_rules.sql",
-        include_str!("../sql/functions/01_rules.sql"),
-    ),
-    (
-        "02_leases.sql",
-        include_str!("../sql/functions/02_leases.sql"),
-    ),
-    (
-        "03_guards.sql",
-        include_str!("../sql/functions/03_guards.sql"),
-    ),
-    (
-        "04_waiting.sql",
-        include_str!("../sql/functions/04_waiting.sql"),
-    ),
-    (
-        "05_operator.sql",
-        include_str!("../sql/functions/05_operator.sql"),
-    ),
-    (
-        "06_pruning.sql",
-        include_str!("../sql/functions/06_pruning.sql"),
-    ),
-    (
-        "07_batches.sql",
-        include_str!("../sql/functions/07_batches.sql"),
-    ),
-    (
-        "08_fenced_tables.sql",
-        include_str!("../sql/functions/08_fenced_tables.sql"),
-    ),
-];
+pub const FUNCTION_SQL: &[(&str, &str)] = function_files! {
+    "01_rules.sql", "02_leases.sql", "03_guards.sql", "04_waiting.sql",
+    "05_operator.sql", "06_pruning.sql", "07_batches.sql", "08_fenced_tables.sql",
+};
 
-/// Migration versions of the layout before the functions moved to
-/// `sql/functions/` (one migration per concern, 000002 to 000008, holding
-/// functions). A database installed then has them recorded; nothing
-/// applies them any more, and the functions step replaces what they
-/// created.
-pub const RETIRED_VERSIONS: &[&str] = &[
-    "20261201000002",
-    "20261201000003",
-    "20261201000004",
-    "20261201000005",
-    "20261201000006",
-    "20261201000007",
-    "20261201000008",
-];
+/// Migration 1, which holds the server-version and schema-owner checks.
+pub(crate) const MIGRATION_1: &str = MIGRATION_SQL[0].1;
+/// The installer's checks beyond migration 1's, picked by [`check`].
+pub(crate) const INSTALL_CHECKS: &str = include_str!("../sql/install/checks.sql");
+/// The installer's bookkeeping table.
+pub(crate) const BOOKKEEPING: &str = include_str!("../sql/install/bookkeeping.sql");
+/// What undoes the files of functions: the functions step's `down`.
+pub(crate) const DROP_FUNCTIONS: &str = include_str!("../sql/install/drop_functions.sql");
+/// The extension's control file, `@VERSION@` standing for its version.
+pub(crate) const EXTENSION_CONTROL: &str = include_str!("../sql/extension/leasehold.control");
+/// The extension's refusals beyond migration 1's, picked by [`check`].
+pub(crate) const EXTENSION_CHECKS: &str = include_str!("../sql/extension/checks.sql");
+/// What ends every extension script: dump marks, the lineage-restore trigger,
+/// the owner part and the hand-over to the owner.
+pub(crate) const EXTENSION_END: &str = include_str!("../sql/extension/end.sql");
 
-/// Removes every function of schema `lease` except the migrations' own
-/// `lease._drop_default_grants`, in one statement (so functions that call
-/// each other go together): what undoes the files of functions.
-pub const DROP_FUNCTIONS: &str = "SET LOCAL lock_timeout = '5s';
-DO $$
-DECLARE
-    v_list text;
-BEGIN
-    SELECT pg_catalog.string_agg(p.oid::pg_catalog.regprocedure::pg_catalog.text, ', ') INTO v_list
-      FROM pg_catalog.pg_proc AS p
-     WHERE p.pronamespace OPERATOR(pg_catalog.=) pg_catalog.to_regnamespace('lease')
-       AND p.proname OPERATOR(pg_catalog.<>) '_drop_default_grants';
-    IF v_list IS NOT NULL THEN
-        EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) v_list;
-    END IF;
-END
-$$;
-";
-
-/// The version of a migration directory `YYYY-MM-DD-NNNNNN_<what>`: its
-/// digits.
+/// The version of a migration directory `YYYY-MM-DD-NNNNNN_<what>`: its digits.
 pub fn version_of(dir: &str) -> String {
-    dir.split('_')
-        .next()
-        .unwrap_or(dir)
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect()
+    let stem = dir.split('_').next().unwrap_or(dir);
+    stem.chars().filter(char::is_ascii_digit).collect()
 }
 
-/// The newest migration's version.
-pub fn last_migration_version() -> String {
-    MIGRATION_SQL
-        .last()
-        .map(|(dir, _, _)| version_of(dir))
-        .unwrap_or_default()
-}
-
-/// The version of the functions step: the newest migration's version, a
-/// dot, and the first 12 hex digits of the SHA-256 of the files of
-/// functions. It changes whenever a file of functions or the list of
-/// migrations changes, so every install path applies the files again
-/// exactly then; and it sorts after the migration it follows and before
-/// the next one.
+/// The version of the functions step: the newest migration's version, a dot
+/// and the first 12 hex digits of the SHA-256 of the files of functions, so
+/// every install path applies the files again exactly when they change.
 pub fn functions_version() -> String {
     let mut digest = Sha256::new();
-    for (name, text) in FUNCTION_SQL {
-        digest.update(name.as_bytes());
-        digest.update([0]);
-        digest.update(text.as_bytes());
+    for part in FUNCTION_SQL.iter().flat_map(|(name, text)| [name, text]) {
+        digest.update(part.as_bytes());
         digest.update([0]);
     }
-    let hex: String = digest
-        .finalize()
+    let hex: String = digest.finalize()[..6]
         .iter()
-        .take(6)
         .map(|byte| format!("{byte:02x}"))
         .collect();
-    format!("{}.{hex}", last_migration_version())
-}
-
-/// Whether `version` has the form of a functions step's version
-/// (`<14 digits>.<12 hex digits>`).
-pub fn is_functions_version(version: &str) -> bool {
-    version.split_once('.').is_some_and(|(digits, hex)| {
-        digits.len() == 14
-            && digits.chars().all(|c| c.is_ascii_digit())
-            && hex.len() == 12
-            && hex.chars().all(|c| c.is_ascii_hexdigit())
-    })
-}
-
-/// The statement of migration 1 that raises `constraint` (its text,
-/// without the closing `;`): the checks written once there, which
-/// `install` and the extension generator take from it.
-pub(crate) fn migration_1_check(constraint: &str) -> Option<&'static str> {
-    let needle = format!("CONSTRAINT = '{constraint}'");
-    statements(MIGRATION_SQL.first()?.1)
-        .into_iter()
-        .map(|statement| statement.text)
-        .find(|text| text.contains(&needle))
+    let last = MIGRATION_SQL.last().map(|(dir, _, _)| version_of(dir));
+    format!("{}.{hex}", last.unwrap_or_default())
 }
 
 /// The files of functions as one script, in order.
@@ -159,8 +73,18 @@ pub fn functions_sql() -> String {
     FUNCTION_SQL.iter().map(|(_, text)| *text).collect()
 }
 
-/// One top-level statement of a migration: the text before it (comments
-/// and blank lines) and the statement itself, without its `;`.
+/// The statement of `sql` that raises `constraint` (without its `;`): how
+/// the installer and the generator take a check written once in SQL.
+pub(crate) fn check(sql: &'static str, constraint: &str) -> Option<&'static str> {
+    let needle = format!("CONSTRAINT = '{constraint}'");
+    statements(sql)
+        .into_iter()
+        .map(|statement| statement.text)
+        .find(|text| text.contains(&needle))
+}
+
+/// One top-level statement: the text before it (comments and blank lines)
+/// and the statement itself, without its `;`.
 pub(crate) struct Statement<'a> {
     pub(crate) preamble: &'a str,
     pub(crate) text: &'a str,
@@ -168,67 +92,22 @@ pub(crate) struct Statement<'a> {
 
 /// Splits SQL into top-level statements at `;` outside comments, quoted
 /// strings, quoted identifiers and dollar quotes. Text after the last `;`
-/// is returned as a statement with an empty text when it holds only
-/// comments and blanks.
+/// is returned as a statement with an empty text.
 pub(crate) fn statements(sql: &str) -> Vec<Statement<'_>> {
-    let bytes = sql.as_bytes();
     let mut out = Vec::new();
-    let mut start = 0;
-    let mut text_start: Option<usize> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let rest = &sql[i..];
-        let c = bytes[i];
-        if rest.starts_with("--") {
-            i += rest.find('\n').map_or(rest.len(), |n| n + 1);
-            continue;
+    let (mut start, mut text_start, mut i) = (0, None, 0);
+    while let Some(rest) = sql.get(i..).filter(|rest| !rest.is_empty()) {
+        let comment = rest.starts_with("--") || rest.starts_with("/*");
+        if !comment && !rest.starts_with(|c: char| c.is_ascii_whitespace()) {
+            text_start = text_start.or(Some(i));
         }
-        if rest.starts_with("/*") {
-            i += rest.find("*/").map_or(rest.len(), |n| n + 2);
-            continue;
+        if rest.starts_with(';') {
+            let from = text_start.take().unwrap_or(i);
+            let (preamble, text) = (&sql[start..from], &sql[from..i]);
+            out.push(Statement { preamble, text });
+            start = i + 1;
         }
-        if !c.is_ascii_whitespace() && text_start.is_none() {
-            text_start = Some(i);
-        }
-        match c {
-            b'\'' | b'"' => {
-                // To the closing quote; a doubled quote stays inside.
-                let mut j = i + 1;
-                while j < bytes.len() {
-                    if bytes[j] == c {
-                        if bytes.get(j + 1) != Some(&c) {
-                            break;
-                        }
-                        j += 1;
-                    }
-                    j += 1;
-                }
-                i = j + 1;
-            }
-            b'$' => {
-                let tag_len = rest[1..]
-                    .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
-                    .unwrap_or(rest.len() - 1);
-                if rest.as_bytes().get(tag_len + 1) == Some(&b'$') {
-                    let tag = &rest[..tag_len + 2];
-                    let after = &rest[tag.len()..];
-                    i += tag.len() + after.find(tag).map_or(after.len(), |n| n + tag.len());
-                } else {
-                    i += 1;
-                }
-            }
-            b';' => {
-                let from = text_start.unwrap_or(i);
-                out.push(Statement {
-                    preamble: &sql[start..from],
-                    text: &sql[from..i],
-                });
-                i += 1;
-                start = i;
-                text_start = None;
-            }
-            _ => i += 1,
-        }
+        i += token_len(rest);
     }
     if start < sql.len() {
         out.push(Statement {
@@ -239,109 +118,89 @@ pub(crate) fn statements(sql: &str) -> Vec<Statement<'_>> {
     out
 }
 
+/// The length of what `rest` starts with: a comment, a quoted string or
+/// identifier (a doubled quote stays inside), a dollar quote, or one character.
+fn token_len(rest: &str) -> usize {
+    let end = |close: &str, from: usize| {
+        rest[from..]
+            .find(close)
+            .map_or(rest.len(), |n| from + n + close.len())
+    };
+    if rest.starts_with("--") {
+        return end("\n", 2);
+    }
+    if rest.starts_with("/*") {
+        return end("*/", 2);
+    }
+    if let Some(quote) = ["'", "\""]
+        .into_iter()
+        .find(|quote| rest.starts_with(quote))
+    {
+        let mut len = end(quote, 1);
+        while rest[len..].starts_with(quote) {
+            len = end(quote, len + 1);
+        }
+        return len;
+    }
+    let tag = rest
+        .strip_prefix('$')
+        .map(|after| after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')));
+    if let Some(tag_end) = tag
+        .flatten()
+        .map(|n| n + 1)
+        .filter(|n| rest[*n..].starts_with('$'))
+    {
+        return end(&rest[..=tag_end], tag_end + 1);
+    }
+    rest.chars().next().map_or(1, char::len_utf8)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn listing(dir: &str) -> Vec<String> {
-        let mut names: Vec<String> =
-            std::fs::read_dir(format!("{}/{dir}", env!("CARGO_MANIFEST_DIR")))
-                .map(|entries| {
-                    entries
-                        .filter_map(Result::ok)
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
+        let entries = std::fs::read_dir(format!("{}/{dir}", env!("CARGO_MANIFEST_DIR")));
+        let names = entries.expect(dir).map(|e| e.expect(dir).file_name());
+        let mut names: Vec<String> = names.map(|n| n.to_string_lossy().into_owned()).collect();
         names.sort();
         names
     }
 
-    /// The lists compiled in are exactly the two directories, in order.
+    /// The files compiled in are exactly those of the directories, in order.
     #[test]
     fn the_lists_are_the_directories() {
-        let listed: Vec<String> = MIGRATION_SQL
-            .iter()
-            .map(|(d, _, _)| (*d).to_owned())
-            .collect();
-        assert_eq!(listing("migrations"), listed);
-        for (dir, up, down) in MIGRATION_SQL {
-            let path = format!("{}/migrations/{dir}", env!("CARGO_MANIFEST_DIR"));
-            assert_eq!(
-                std::fs::read_to_string(format!("{path}/up.sql"))
-                    .ok()
-                    .as_deref(),
-                Some(*up)
-            );
-            assert_eq!(
-                std::fs::read_to_string(format!("{path}/down.sql"))
-                    .ok()
-                    .as_deref(),
-                Some(*down)
-            );
-        }
-        let listed: Vec<String> = FUNCTION_SQL.iter().map(|(f, _)| (*f).to_owned()).collect();
-        assert_eq!(listing("sql/functions"), listed);
-    }
-
-    /// A file of functions creates functions only with `CREATE OR REPLACE`
-    /// (so applying it again is allowed), and no migration creates one but
-    /// the migrations' own tool.
-    #[test]
-    fn functions_live_in_the_files_of_functions_only() {
-        for (name, text) in FUNCTION_SQL {
-            for line in text.lines() {
-                let upper = line.trim_start().to_ascii_uppercase();
-                assert!(
-                    !upper.starts_with("CREATE FUNCTION")
-                        && !upper.starts_with("CREATE TABLE")
-                        && !upper.starts_with("CREATE INDEX")
-                        && !upper.starts_with("ALTER TABLE"),
-                    "{name}: {line}"
-                );
-            }
-        }
-        for (dir, up, _) in MIGRATION_SQL {
-            for line in up.lines() {
-                let upper = line.trim_start().to_ascii_uppercase();
-                if upper.starts_with("CREATE FUNCTION") || upper.starts_with("CREATE OR REPLACE") {
-                    assert!(
-                        line.contains("lease._drop_default_grants()"),
-                        "{dir} creates a function; functions belong in sql/functions/: {line}"
-                    );
-                }
-            }
-        }
-    }
-
-    /// Migration 1 seeds the lineage with the timeline expression of
-    /// `lease._timeline()`, which does not exist yet when it runs.
-    #[test]
-    fn the_lineage_seed_uses_the_timeline_rule() {
-        let rules = FUNCTION_SQL[0].1;
-        let at = rules
-            .find("CREATE OR REPLACE FUNCTION lease._timeline()")
-            .expect("01_rules.sql defines lease._timeline()");
-        let body = &rules[at..];
-        let body = &body[body.find("SELECT CASE").expect("its body")..];
-        let body = &body[..body.find("\n$$;").expect("its end")];
-        let body = body.trim_start_matches("SELECT ");
-        assert!(
-            MIGRATION_SQL[0]
-                .1
-                .contains(&format!("FROM (SELECT {body} AS timeline) AS t;")),
-            "migration 1's lineage seed no longer computes the timeline as lease._timeline() does"
-        );
+        let migrations: Vec<&str> = MIGRATION_SQL.iter().map(|(dir, _, _)| *dir).collect();
+        assert_eq!(listing("migrations"), migrations);
+        let functions: Vec<&str> = FUNCTION_SQL.iter().map(|(file, _)| *file).collect();
+        assert_eq!(listing("sql/functions"), functions);
+        let install = ["bookkeeping.sql", "checks.sql", "drop_functions.sql"];
+        assert_eq!(listing("sql/install"), install);
+        let extension = ["checks.sql", "end.sql", "leasehold.control"];
+        assert_eq!(listing("sql/extension"), extension);
     }
 
     #[test]
     fn the_functions_version_follows_the_last_migration() {
         let version = functions_version();
-        assert!(is_functions_version(&version), "{version}");
-        assert!(version.starts_with(&format!("{}.", last_migration_version())));
-        assert!(version.as_str() > last_migration_version().as_str());
-        assert!(!is_functions_version(&last_migration_version()));
-        assert!(!is_functions_version("20261201000008"));
-        assert_eq!(version_of("2026-12-01-000001_tables"), "20261201000001");
+        let (digits, hex) = version.split_once('.').expect("a dot");
+        assert_eq!(
+            MIGRATION_SQL.last().map(|m| version_of(m.0)),
+            Some(digits.into())
+        );
+        assert!(hex.len() == 12 && hex.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn statements_split_outside_quotes_and_comments() {
+        let sql = "-- a; comment\nSELECT 'x;y', \"a;b\";\nDO $$ BEGIN PERFORM 1; END $$;\n/* c; */ CREATE TABLE t (a int);\n-- tail";
+        let texts: Vec<&str> = statements(sql).iter().map(|s| s.text).collect();
+        let expected = [
+            "SELECT 'x;y', \"a;b\"",
+            "DO $$ BEGIN PERFORM 1; END $$",
+            "CREATE TABLE t (a int)",
+            "",
+        ];
+        assert_eq!(texts, expected);
     }
 }

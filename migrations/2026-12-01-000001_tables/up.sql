@@ -46,7 +46,7 @@ SET LOCAL lock_timeout = '5s';
 -- docs/SPECIFICATION.md §4: PostgreSQL 14 or newer (the versions the test
 -- matrix runs). Checked first, so an older server gets nothing;
 -- leasehold::install runs the same check before its own bookkeeping
--- (src/sql/install.rs).
+-- (src/install.rs).
 DO $$
 BEGIN
     IF pg_catalog.current_setting('server_version_num')::pg_catalog.int4 OPERATOR(pg_catalog.<) 140000 THEN
@@ -66,18 +66,24 @@ CREATE SCHEMA IF NOT EXISTS lease;
 -- installer. The check follows the CREATE, so a schema created concurrently
 -- is judged too; refusing rolls the whole migration back. leasehold::install
 -- runs this very statement before its own bookkeeping, on every install and
--- upgrade (src/sql/install.rs takes it from here).
+-- upgrade, and so does the extension's install script (src/install.rs
+-- and src/admin/extension.rs take it from here). The installing role is
+-- the extension's owner where leasehold is the extension (its script runs
+-- as the bootstrap superuser when a non-superuser creates it), else
+-- current_user.
 DO $$
 DECLARE
+    v_installer oid := COALESCE(
+        (SELECT e.extowner FROM pg_catalog.pg_extension AS e WHERE e.extname OPERATOR(pg_catalog.=) 'leasehold'),
+        (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user));
     v_owner text;
 BEGIN
     SELECT pg_catalog.pg_get_userbyid(n.nspowner) INTO v_owner
       FROM pg_catalog.pg_namespace AS n
      WHERE n.nspname OPERATOR(pg_catalog.=) 'lease'
-       AND n.nspowner OPERATOR(pg_catalog.<>)
-           (SELECT r.oid FROM pg_catalog.pg_roles AS r WHERE r.rolname OPERATOR(pg_catalog.=) current_user);
+       AND n.nspowner OPERATOR(pg_catalog.<>) v_installer;
     IF v_owner IS NOT NULL THEN
-        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, current_user
+        RAISE EXCEPTION 'schema lease already exists and is owned by role %, not by the installing role %', v_owner, pg_catalog.pg_get_userbyid(v_installer)
             USING ERRCODE = '42501',
                   CONSTRAINT = 'lease_schema_not_owned',
                   DETAIL = 'owner=' OPERATOR(pg_catalog.||) v_owner,
@@ -426,7 +432,8 @@ REVOKE ALL ON TABLE lease.prune_sightings FROM PUBLIC;
 -- The lineage of this installation: generation 0 on the timeline it is
 -- installed on, so epochs start at 1. The timeline is the expression of
 -- lease._timeline() (sql/functions/01_rules.sql), which does not exist yet
--- when the tables are created; a unit test keeps the two equal.
+-- when the tables are created; tests/leasehold/sql_rules.rs keeps the two
+-- equal.
 INSERT INTO lease.lineage (singleton, system_identifier, base, last_timeline, external_floor, checked_start)
 SELECT true, (pg_catalog.pg_control_system()).system_identifier, 1 OPERATOR(pg_catalog.-) t.timeline, t.timeline, 0,
        pg_catalog.pg_postmaster_start_time()

@@ -12,7 +12,7 @@ pub use crate::install::{
     install, installed_versions, is_installed, uninstall, InstallReport, Migrations, MIGRATIONS,
 };
 pub use crate::sql::install::INSTALL_LOCK_TIMEOUT;
-pub use extension::{extension_files, extension_version, ExtensionFile, EXTENSION_UPGRADES_FROM};
+pub use extension::{extension_files, extension_version, ExtensionFile};
 pub use listing::{KeyState, ListFilter, ListOrder, ListedLease, Listing};
 pub use operator::{
     function_privilege, BoundRole, ForcedRelease, FunctionPrivilege, Generation, NamespaceRule,

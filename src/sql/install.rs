@@ -1,5 +1,6 @@
-//! The installer's statements: its lock, bookkeeping (`lease.schema_migrations`)
-//! and the checks it shares with migration 1.
+//! The installer's one-line statements: its lock and its bookkeeping
+//! (`lease.schema_migrations`). Its checks are SQL files, picked through
+//! `sql_files` by the constraint they raise.
 
 /// The install transaction's lock_timeout, as every migration sets: a blocked
 /// install fails instead of queueing and holding up lease calls behind it.
@@ -8,47 +9,14 @@ pub(crate) const SET_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
 /// How long an install waits for a lock before `ErrorKind::TimedOut`.
 pub const INSTALL_LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Serialises installers of one database (`$1`: the lock key).
-pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
+/// Serialises installers of one database; the key is "leasehld" in ASCII.
+pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock(7810756276994468964)";
 
-/// The oldest major version installed into (`140000`, `minimum=14` in the SQL).
-#[cfg(test)]
-pub(crate) const MINIMUM_MAJOR: u32 = 14;
-
-/// Migration 1's `lease_unsupported_version` check, which `install` runs
-/// before anything else: the server must be PostgreSQL 14 or newer.
-pub(crate) fn version_check() -> Option<&'static str> {
-    crate::sql_files::migration_1_check(super::names::UNSUPPORTED_VERSION)
-}
-
-/// The statement of `sql/install_checks.sql` that raises `constraint`:
-/// the checks only the installer runs.
-pub(crate) fn install_check(constraint: &str) -> Option<&'static str> {
-    let needle = format!("CONSTRAINT = '{constraint}'");
-    crate::sql_files::statements(include_str!("../../sql/install_checks.sql"))
-        .into_iter()
-        .map(|statement| statement.text)
-        .find(|text| text.contains(&needle))
-}
-
-/// The schema the migrations install into.
+/// The schema the migrations install into: migration 1's own statement,
+/// which the extension generator leaves out (the extension creates it).
 pub(crate) const CREATE_SCHEMA: &str = "CREATE SCHEMA IF NOT EXISTS lease";
 
-/// Migration 1's `lease_schema_not_owned` statement, run by `install` before its
-/// bookkeeping and after `CREATE SCHEMA`, so a concurrently created schema is judged too.
-pub(crate) fn schema_owner_check() -> Option<&'static str> {
-    crate::sql_files::migration_1_check(super::names::SCHEMA_NOT_OWNED)
-}
-
-/// The bookkeeping table, readable by nobody but its owner.
-pub(crate) const CREATE_BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS lease.schema_migrations (
-     version      text        PRIMARY KEY,
-     name         text        NOT NULL,
-     installed_at timestamptz NOT NULL DEFAULT pg_catalog.now()
- );
- REVOKE ALL ON TABLE lease.schema_migrations FROM PUBLIC;";
-
-/// Records one applied migration: `$1` version, `$2` name.
+/// Records one applied step: `$1` version, `$2` name.
 pub(crate) const RECORD_VERSION: &str =
     "INSERT INTO lease.schema_migrations (version, name) VALUES ($1, $2)";
 
@@ -72,31 +40,42 @@ pub(crate) const DROP_SCHEMA: &str = "DROP SCHEMA IF EXISTS lease RESTRICT";
 pub(crate) const EXTENSION_VERSION: &str =
     "SELECT e.extversion::text AS version FROM pg_catalog.pg_extension AS e WHERE e.extname = 'leasehold'";
 
+/// Deletes from `table` the versions of the functions step that `current`
+/// replaced, so the record names what is installed and Diesel's
+/// `revert_all_migrations` finds every recorded version in the source.
+pub(crate) fn forget_replaced_functions(table: &str, current: &str) -> String {
+    format!("DELETE FROM {table} WHERE version ~ '^[0-9]{{14}}[.][0-9a-f]{{12}}$' AND version <> '{current}'")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::names::{SCHEMA_NOT_OWNED, UNSUPPORTED_VERSION};
+    use crate::sql_files::{check, statements, MIGRATION_1};
 
-    /// The bound's three spellings (error, `SET LOCAL`, migrations) agree.
+    /// Migration 1 opens with the install's lock bound (every migration and
+    /// file of functions sets it: tests/leasehold/sql_rules.rs) and the version
+    /// check (PostgreSQL 14), so Diesel's runner refuses an old server before
+    /// anything too, then creates and judges the schema as `install` does.
     #[test]
-    fn every_statement_of_the_lock_bound_says_the_same_time() {
-        let spelled = format!(
-            "SET LOCAL lock_timeout = '{}s'",
-            INSTALL_LOCK_TIMEOUT.as_secs()
+    fn migration_1_opens_as_install_does() {
+        let secs = INSTALL_LOCK_TIMEOUT.as_secs();
+        assert_eq!(
+            SET_LOCK_TIMEOUT,
+            format!("SET LOCAL lock_timeout = '{secs}s'")
         );
-        assert_eq!(SET_LOCK_TIMEOUT, spelled);
-        for (name, sql) in crate::sql_files::MIGRATION_SQL
-            .iter()
-            .map(|(name, up, _)| (name, up))
-            .chain(
-                crate::sql_files::FUNCTION_SQL
-                    .iter()
-                    .map(|(name, text)| (name, text)),
-            )
-        {
-            assert!(
-                sql.lines().any(|line| line.trim() == format!("{spelled};")),
-                "migration {name} does not set the install's lock bound"
-            );
+        assert!(LOCK.ends_with(&format!("({})", i64::from_be_bytes(*b"leasehld"))));
+        let version = check(MIGRATION_1, UNSUPPORTED_VERSION).expect("the version check");
+        let owner = check(MIGRATION_1, SCHEMA_NOT_OWNED).expect("the schema-owner check");
+        for (check, needle) in [
+            (version, "OPERATOR(pg_catalog.<) 140000 THEN"),
+            (version, "'minimum=14 server_version='"),
+            (owner, "n.nspowner OPERATOR(pg_catalog.<>) v_installer"),
+        ] {
+            assert!(check.contains(needle), "{check}");
         }
+        let texts: Vec<&str> = statements(MIGRATION_1).iter().map(|s| s.text).collect();
+        let expected = [SET_LOCK_TIMEOUT, version, CREATE_SCHEMA, owner];
+        assert_eq!(texts[..4], expected);
     }
 }

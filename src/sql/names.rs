@@ -58,12 +58,10 @@ pub(crate) const CONTENTION: &str = "lease_contention";
 pub(crate) const NAMESPACE_CHANGED: &str = "lease_namespace_changed";
 
 /// `CONSTRAINT` name of `CREATE EXTENSION` over a migrations install (raised by the
-/// extension script, src/admin/extension.rs; never mapped here).
-#[cfg_attr(not(test), allow(dead_code))]
+/// extension script, sql/extension/checks.sql; never mapped here).
 pub(crate) const INSTALLED_BY_MIGRATIONS: &str = "lease_installed_by_migrations";
 
 /// `CONSTRAINT` name of `CREATE EXTENSION` into a non-empty schema `lease` (42P07).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const SCHEMA_NOT_EMPTY: &str = "lease_schema_not_empty";
 
 /// `CONSTRAINT` name of an install by a role that may not create schema `lease` (42501).
@@ -75,7 +73,7 @@ mod tests {
 
     /// Every `CONSTRAINT` name the SQL raises, extension and installer scripts included.
     fn raised() -> BTreeSet<String> {
-        let mut texts = vec![include_str!("../../sql/install_checks.sql").to_owned()];
+        let mut texts = vec![include_str!("../../sql/install/checks.sql").to_owned()];
         for (_, up, _) in crate::sql_files::MIGRATION_SQL {
             texts.push((*up).to_owned());
         }

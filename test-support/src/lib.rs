@@ -10,6 +10,7 @@
 //! failed instead of returning errors, because a failed setup step is a
 //! failed test. Never published (`publish = false`).
 
+pub mod catalog;
 pub mod clock;
 pub mod coverage;
 pub mod database;
@@ -18,7 +19,6 @@ pub mod fault_proxy;
 pub mod grants;
 pub mod guard_conformance;
 pub mod json;
-pub mod layout;
 pub mod moto;
 pub mod nemesis;
 pub mod patroni;

@@ -1,7 +1,7 @@
 //! The PostgreSQL extension `leasehold` (src/admin/extension.rs): `CREATE
 //! EXTENSION` installs what `install()` and Diesel's runner install, to the
-//! same catalog; `ALTER EXTENSION ... UPDATE` brings an install of the
-//! earlier layout to it, keeping every lease and guard record;
+//! same catalog; `ALTER EXTENSION ... UPDATE` from an earlier release
+//! applies the functions again, keeping every lease and guard record;
 //! `pg_dump`/`pg_restore` keep every epoch and guard record; the two
 //! install paths refuse to mix.
 //!
@@ -28,10 +28,11 @@ mod tampering;
 
 const TTL: Duration = Duration::from_secs(300);
 
-/// The version the earlier layout (one migration per concern, functions
-/// included) installed, which `ALTER EXTENSION leasehold UPDATE` upgrades
-/// from.
-const PREVIOUS_VERSION: &str = "20261201000008";
+/// The version of an earlier release with today's migrations and other
+/// functions, which `ALTER EXTENSION leasehold UPDATE` upgrades from: its
+/// install script is today's under that version, its update script the one
+/// `update_script` generates for a release that lists it.
+const EARLIER_VERSION: &str = "20261201000001.000000000000";
 
 #[derive(QueryableByName)]
 struct Row {
@@ -49,10 +50,9 @@ fn rows(conn: &mut PgConnection, sql: &str) -> Vec<String> {
         .collect()
 }
 
-/// The extension files the library generates, and the install script of
-/// the earlier layout's version [`PREVIOUS_VERSION`] (generated from that
-/// layout's migrations, read from the repository's history), so that an
-/// update from it can be tested.
+/// The extension files the library generates, and those of an earlier
+/// release [`EARLIER_VERSION`] (its install script and the update script
+/// from it), so that an update can be tested.
 fn extension_files() -> Vec<(String, String)> {
     static FILES: OnceLock<Vec<(String, String)>> = OnceLock::new();
     FILES
@@ -62,13 +62,18 @@ fn extension_files() -> Vec<(String, String)> {
                 .into_iter()
                 .map(|file| (file.name, file.contents))
                 .collect();
-            assert!(leasehold::admin::EXTENSION_UPGRADES_FROM.contains(&PREVIOUS_VERSION));
+            let install = format!("leasehold--{}.sql", extension_version());
+            let earlier = files
+                .iter()
+                .find(|(name, _)| *name == install)
+                .unwrap()
+                .1
+                .clone();
+            files.push((format!("leasehold--{EARLIER_VERSION}.sql"), earlier));
             files.push((
-                format!("leasehold--{PREVIOUS_VERSION}.sql"),
-                leasehold::__private::sql_files::install_script_of(
-                    &leasehold_test_support::layout::previous_layout_migrations(),
-                )
-                .expect("generate the earlier layout's install script"),
+                format!("leasehold--{EARLIER_VERSION}--{}.sql", extension_version()),
+                leasehold::__private::sql_files::update_script(EARLIER_VERSION)
+                    .expect("generate the update script"),
             ));
             files.sort();
             files
@@ -303,8 +308,8 @@ fn app_conn(database: &str) -> PgConnection {
 
 /// What was installed, object by object: functions (signature, security,
 /// settings, volatility, body), table columns, indexes, triggers,
-/// constraints. Ownership and privileges are left out (see the module
-/// documentation of src/admin/extension.rs), and so is the extension's own
+/// constraints. Ownership and privileges are left out (docs/PRIVILEGES.md
+/// says who owns what on each path), and so is the extension's own
 /// lineage-restore trigger.
 fn installed_objects(conn: &mut PgConnection) -> Vec<String> {
     rows(
@@ -511,7 +516,7 @@ fn create_extension_by_a_non_superuser_installs_what_the_migrations_install() {
 #[test]
 fn every_install_path_leaves_the_same_catalog() {
     use diesel_migrations::MigrationHarness;
-    use leasehold_test_support::layout::catalog;
+    use leasehold_test_support::catalog::catalog;
     let by_install = database();
     let mut i = app_conn(&by_install);
     install(&mut i).unwrap();
@@ -543,13 +548,21 @@ fn every_install_path_leaves_the_same_catalog() {
 }
 
 #[test]
-fn alter_extension_update_from_the_previous_layout_keeps_the_leases() {
-    use leasehold_test_support::layout::{catalog, lease_state};
+fn alter_extension_update_from_an_earlier_release_keeps_the_leases() {
+    use leasehold_test_support::catalog::{catalog, lease_state};
     let db = database();
     let mut c = app_conn(&db);
     c.batch_execute(&format!(
-        "CREATE EXTENSION leasehold VERSION '{PREVIOUS_VERSION}'"
+        "CREATE EXTENSION leasehold VERSION '{EARLIER_VERSION}'"
     ))
+    .unwrap();
+    // The earlier release's functions: a body, a setting and a grant differ.
+    c.batch_execute(
+        "CREATE OR REPLACE FUNCTION lease._max_batch() RETURNS integer
+         LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 1000 /* as released */ $$;
+         ALTER FUNCTION lease.renew(text, text, bigint, interval) SET work_mem = '64kB';
+         REVOKE EXECUTE ON FUNCTION lease.inspect_guard(text) FROM PUBLIC;",
+    )
     .unwrap();
     // A lease held, its guard records by admit and by fence, one released.
     let first = c.acquire("job-a", "w1", TTL).unwrap().granted().unwrap();
@@ -662,7 +675,7 @@ fn dump_keeps_everything(use_extension: bool) {
     c.batch_execute("SELECT lease.raise_generation(1)").unwrap();
     let before = state(&mut c);
     assert!(before.iter().filter(|r| r.starts_with("guard ")).count() >= 3);
-    // The extension is restored as its owner (see src/admin/extension.rs); the
+    // The extension is restored as its owner (docs/PRIVILEGES.md); the
     // migrations install by the superuser, which restores each owner.
     let restored = dump_and_restore(&db, use_extension.then_some("app"));
     let mut r = conn(&restored);

@@ -118,15 +118,13 @@ END
 $plant$;
 "#;
 
-/// The extension's versions, oldest first: those it updates from, then
-/// the one it installs.
+/// The extension's versions, oldest first: an earlier release's (see
+/// [`super::EARLIER_VERSION`]), then the one it installs.
 fn versions() -> Vec<String> {
-    let mut versions: Vec<String> = leasehold::admin::EXTENSION_UPGRADES_FROM
-        .iter()
-        .map(|v| (*v).to_owned())
-        .collect();
-    versions.push(leasehold::admin::extension_version());
-    versions
+    vec![
+        super::EARLIER_VERSION.to_owned(),
+        leasehold::admin::extension_version(),
+    ]
 }
 
 /// What ran since the recorder was last emptied: `plant | role |
@@ -194,8 +192,8 @@ fn update_chain_with_plants(updater: Updater) -> String {
         fired.extend(step);
     }
     // The plants did fire, as the owner: the update calls
-    // lease._drop_default_grants() in its owner part. (The update from the
-    // earlier layout adds no table and writes no row, so the table plants
+    // lease._drop_default_grants() in its owner part. (An update without
+    // migrations adds no table and writes no row, so the table plants
     // stay silent; an update whose migrations write rows runs them in the
     // same owner part, which the install's own data changes exercise.)
     let expected = "function lease._drop_default_grants() | app | ordinary".to_owned();

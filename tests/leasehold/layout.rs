@@ -1,8 +1,8 @@
 //! The SQL laid out for releases (docs/ARCHITECTURE.md, "Where the SQL
 //! lives"): tables in append-only migrations, every function in the files
 //! of `sql/functions/`. `install()` and Diesel's runner leave the same
-//! catalog; a database installed with the earlier layout (one migration per
-//! concern, functions included) upgrades keeping its leases, epochs and
+//! catalog; a database whose functions an earlier release installed
+//! upgrades by the functions step alone, keeping its leases, epochs and
 //! guard records, and ends with the catalog of a fresh install.
 
 use diesel::connection::SimpleConnection;
@@ -10,7 +10,7 @@ use diesel::PgConnection;
 use diesel_migrations::MigrationHarness;
 use leasehold::guard::{Check, Fencing};
 use leasehold::{admin::installed_versions, install, Leases};
-use leasehold_test_support::layout::{catalog, install_previous_layout, lease_state};
+use leasehold_test_support::catalog::{catalog, lease_state};
 use leasehold_test_support::TestDb;
 
 use crate::common::*;
@@ -104,15 +104,30 @@ fn applying_the_files_of_functions_again_changes_nothing() {
     still_works(&mut conn, &held);
 }
 
+/// The version an earlier release recorded for its functions step: today's
+/// migrations, other functions.
+const EARLIER_FUNCTIONS: &str = "20261201000001.000000000000";
+
+/// Makes the installed functions those of an earlier release: [`DRIFT`],
+/// and the functions step recorded under [`EARLIER_FUNCTIONS`] in `table`.
+fn as_an_earlier_release(conn: &mut PgConnection, table: &str) {
+    conn.batch_execute(DRIFT).unwrap();
+    conn.batch_execute(&format!(
+        "UPDATE {table} SET version = '{EARLIER_FUNCTIONS}' WHERE version = '{}'",
+        leasehold::__private::sql_files::functions_version()
+    ))
+    .unwrap();
+}
+
 #[test]
-fn an_install_of_the_previous_layout_upgrades_by_install_keeping_its_leases() {
+fn an_install_with_an_earlier_releases_functions_upgrades_by_install_keeping_its_leases() {
     let (fresh, fresh_versions) = fresh_install_catalog();
     let db = TestDb::empty();
     let mut conn = db.conn();
-    install_previous_layout(&mut conn);
-    conn.batch_execute(DRIFT).unwrap();
-    assert_ne!(catalog(&mut conn), fresh);
+    install(&mut conn).unwrap();
     let held = hold_a_lease(&mut conn);
+    as_an_earlier_release(&mut conn, "lease.schema_migrations");
+    assert_ne!(catalog(&mut conn), fresh);
     let before = lease_state(&mut conn);
     assert!(before
         .iter()
@@ -121,6 +136,11 @@ fn an_install_of_the_previous_layout_upgrades_by_install_keeping_its_leases() {
         .iter()
         .any(|line| line.starts_with("guard res-b job-a ")));
     let report = install(&mut conn).unwrap();
+    assert_eq!(
+        report.applied,
+        [leasehold::__private::sql_files::functions_version()],
+        "only the functions step runs"
+    );
     assert_eq!(
         lease_state(&mut conn),
         before,
@@ -132,11 +152,10 @@ fn an_install_of_the_previous_layout_upgrades_by_install_keeping_its_leases() {
         "the upgraded catalog is a fresh install's"
     );
     assert_eq!(
-        report.applied.last(),
-        Some(&leasehold::__private::sql_files::functions_version()),
-        "the functions step runs last"
+        installed_versions(&mut conn).unwrap(),
+        fresh_versions,
+        "the replaced functions step is forgotten"
     );
-    assert_eq!(installed_versions(&mut conn).unwrap(), fresh_versions);
     assert!(install(&mut conn).unwrap().applied.is_empty());
     still_works(&mut conn, &held);
     // And it can be removed like a fresh install.
@@ -144,24 +163,14 @@ fn an_install_of_the_previous_layout_upgrades_by_install_keeping_its_leases() {
 }
 
 #[test]
-fn an_install_of_the_previous_layout_upgrades_by_diesels_runner_keeping_its_leases() {
+fn an_install_with_an_earlier_releases_functions_upgrades_by_diesels_runner_keeping_its_leases() {
     let (fresh, _) = fresh_install_catalog();
     let db = TestDb::empty();
     let mut conn = db.conn();
-    // The previous layout as Diesel's runner installed it: its versions in
-    // __diesel_schema_migrations.
-    install_previous_layout(&mut conn);
-    conn.batch_execute(
-        "CREATE TABLE __diesel_schema_migrations (
-             version VARCHAR(50) PRIMARY KEY NOT NULL,
-             run_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP
-         );
-         INSERT INTO __diesel_schema_migrations (version) SELECT version FROM lease.schema_migrations;
-         DROP TABLE lease.schema_migrations;",
-    )
-    .unwrap();
-    conn.batch_execute(DRIFT).unwrap();
+    conn.run_pending_migrations(leasehold::admin::MIGRATIONS)
+        .unwrap();
     let held = hold_a_lease(&mut conn);
+    as_an_earlier_release(&mut conn, "__diesel_schema_migrations");
     let before = lease_state(&mut conn);
     let applied: Vec<String> = conn
         .run_pending_migrations(leasehold::admin::MIGRATIONS)
@@ -176,8 +185,8 @@ fn an_install_of_the_previous_layout_upgrades_by_diesels_runner_keeping_its_leas
     assert_eq!(lease_state(&mut conn), before);
     assert_eq!(catalog(&mut conn), fresh);
     still_works(&mut conn, &held);
-    // Diesel's bookkeeping now names only what the source has, so
-    // reverting everything works after the upgrade.
+    // Diesel's bookkeeping names only what the source has, so reverting
+    // everything works after the upgrade.
     conn.revert_all_migrations(leasehold::admin::MIGRATIONS)
         .unwrap();
     assert!(!query_bool(

@@ -2,9 +2,10 @@
 //! per rule"): every liveness and expiry comparison lives in its helper,
 //! the shortcuts of a rule never disagree with the rule, every function
 //! pins its search_path or is an inlined helper, nothing in schema `lease`
-//! is a rewrite rule or a view, and each migration's `down.sql` drops
-//! exactly the functions its `up.sql` creates (the files of functions are
-//! undone together by the functions step, tests/leasehold/layout.rs).
+//! is a rewrite rule or a view, functions live in the files of functions
+//! only, and each migration's `down.sql` drops exactly the functions its
+//! `up.sql` creates (the files of functions are undone together by the
+//! functions step, tests/leasehold/layout.rs).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -528,6 +529,76 @@ fn each_down_migration_drops_exactly_what_its_up_migration_creates() {
             .collect();
         assert_eq!(created, dropped, "{}", dir.display());
     }
+}
+
+/// Every migration and every file of functions sets the install's lock
+/// bound, so a blocked install fails within it and changes nothing.
+#[test]
+fn each_migration_sets_the_installs_lock_bound() {
+    let secs = leasehold::admin::INSTALL_LOCK_TIMEOUT.as_secs();
+    let bound = format!("SET LOCAL lock_timeout = '{secs}s';");
+    for (path, text) in sql_sources() {
+        assert!(
+            text.lines().any(|line| line.trim() == bound),
+            "{} does not set the install's lock bound",
+            path.display()
+        );
+    }
+}
+
+/// A file of functions creates functions only with `CREATE OR REPLACE`
+/// (so applying it again is allowed) and no table, index or column; no
+/// migration creates a function but the migrations' own tool.
+#[test]
+fn functions_live_in_the_files_of_functions_only() {
+    use leasehold::__private::sql_files::{FUNCTION_SQL, MIGRATION_SQL};
+    let leads = [
+        "CREATE FUNCTION",
+        "CREATE TABLE",
+        "CREATE INDEX",
+        "ALTER TABLE",
+    ];
+    for (name, text) in FUNCTION_SQL {
+        for line in text.lines() {
+            let upper = line.trim_start().to_ascii_uppercase();
+            assert!(
+                !leads.iter().any(|lead| upper.starts_with(lead)),
+                "{name}: {line}"
+            );
+        }
+    }
+    for (dir, up, _) in MIGRATION_SQL {
+        for line in up.lines() {
+            let upper = line.trim_start().to_ascii_uppercase();
+            if upper.starts_with("CREATE FUNCTION") || upper.starts_with("CREATE OR REPLACE") {
+                assert!(
+                    line.contains("lease._drop_default_grants()"),
+                    "{dir} creates a function; functions belong in sql/functions/: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// Migration 1 seeds the lineage with the timeline expression of
+/// `lease._timeline()`, which does not exist yet when it runs.
+#[test]
+fn the_lineage_seed_uses_the_timeline_rule() {
+    use leasehold::__private::sql_files::{FUNCTION_SQL, MIGRATION_SQL};
+    let rules = FUNCTION_SQL[0].1;
+    let at = rules
+        .find("CREATE OR REPLACE FUNCTION lease._timeline()")
+        .expect("01_rules.sql defines lease._timeline()");
+    let body = &rules[at..];
+    let body = &body[body.find("SELECT CASE").expect("its body")..];
+    let body = &body[..body.find("\n$$;").expect("its end")];
+    let body = body.trim_start_matches("SELECT ");
+    assert!(
+        MIGRATION_SQL[0]
+            .1
+            .contains(&format!("FROM (SELECT {body} AS timeline) AS t;")),
+        "migration 1's lineage seed no longer computes the timeline as lease._timeline() does"
+    );
 }
 
 /// The bounds of a span are exact, by the clock: a ttl or wait of exactly

@@ -229,27 +229,20 @@ fn install(conn: &mut PgConnection, findings: &mut Vec<Finding>) -> bool {
 
 fn upgrades_of_extension(version: &str, latest: &str) -> Finding {
     // Versions carry a digest of the functions' text, so they have no
-    // order: this binary knows its own and the ones it upgrades from.
+    // order: this binary knows only its own.
     if version == latest {
         Finding::new(
             "upgrades",
             Status::Ok,
-            format!("extension version {version} is the newest this binary knows"),
+            format!("extension version {version} is the one this binary installs"),
             "nothing",
-        )
-    } else if leasehold::admin::EXTENSION_UPGRADES_FROM.contains(&version) {
-        Finding::new(
-            "upgrades",
-            Status::Warn,
-            format!("extension version {version} is installed; this binary has {latest}"),
-            "copy the files of `leasehold extension generate` into the server's extension directory, then run ALTER EXTENSION leasehold UPDATE",
         )
     } else {
         Finding::new(
             "upgrades",
             Status::Warn,
-            format!("extension version {version} is not one this binary installs ({latest}) or upgrades from"),
-            "use the leasehold binary whose version installed the SQL, or a newer one that upgrades from it",
+            format!("extension version {version} is installed; this binary installs {latest}"),
+            "if this binary is newer, copy the files of `leasehold extension generate` into the server's extension directory and run ALTER EXTENSION leasehold UPDATE; otherwise use the leasehold binary that installed it",
         )
     }
 }
@@ -885,7 +878,17 @@ fn bytes(value: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::url_port;
+    use super::{upgrades_of_extension, url_port};
+    use crate::commands::doctor::Status;
+
+    /// The extension's own version is fine; any other is a mismatch to act on.
+    #[test]
+    fn an_extension_version_other_than_this_binarys_warns() {
+        let latest = leasehold::admin::extension_version();
+        assert_eq!(upgrades_of_extension(&latest, &latest).status, Status::Ok);
+        let other = upgrades_of_extension("20261201000001.000000000000", &latest);
+        assert_eq!(other.status, Status::Warn);
+    }
 
     #[test]
     fn url_port_reads_a_single_hosts_port_only() {

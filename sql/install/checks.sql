@@ -2,7 +2,7 @@
 -- the migrations, beside the two it takes from migration 1 (the server's
 -- version and the schema's owner, which Diesel's runner runs there too).
 -- Only the installer runs these: a migration cannot know whether it runs
--- inside a new schema. src/sql/install.rs picks each statement by the
+-- inside a new schema. src/install.rs picks each statement by the
 -- CONSTRAINT name it raises; every check refuses with SQLSTATE 42501 and
 -- changes nothing.
 
