@@ -569,6 +569,8 @@ fn unqualified(body: &str) -> Vec<String> {
     for (i, token) in t.iter().enumerate() {
         let lower = token.to_ascii_lowercase();
         let qualified = i >= 2 && t[i - 1] == ".";
+        // `AS alias(column, ...)` names columns; it calls nothing.
+        let alias = i >= 1 && t[i - 1].eq_ignore_ascii_case("as");
         let next = t.get(i + 1).map(String::as_str);
         let starts_word = token
             .chars()
@@ -577,12 +579,18 @@ fn unqualified(body: &str) -> Vec<String> {
         if starts_word
             && next == Some("(")
             && !qualified
+            && !alias
             && !SYNTAX.contains(&lower.as_str())
             && !KEYWORD_TYPES.contains(&lower.as_str())
         {
             problems.push(format!("unqualified call {token}("));
         }
-        if token.chars().all(|c| "+-*/<>=~!@#%^&|`?".contains(c)) && !token.is_empty() {
+        // `alias.*` is every column of a row, not an operator.
+        let all_columns = token == "*" && i >= 1 && t[i - 1] == ".";
+        if token.chars().all(|c| "+-*/<>=~!@#%^&|`?".contains(c))
+            && !token.is_empty()
+            && !all_columns
+        {
             // Inside OPERATOR(pg_catalog.x): the token is preceded by "pg_catalog" ".".
             let in_operator =
                 i >= 2 && t[i - 1] == "." && t[i - 2].eq_ignore_ascii_case("pg_catalog");
@@ -618,6 +626,9 @@ fn the_qualification_check_sees_what_it_must() {
     assert!(!unqualified("SELECT a = b").is_empty());
     assert!(unqualified("SELECT a OPERATOR(pg_catalog.=) b AND c IS NULL -- a = b\n").is_empty());
     assert!(unqualified("SELECT 'a = b(' OPERATOR(pg_catalog.||) x::bigint").is_empty());
+    assert!(unqualified("SELECT r.* FROM pg_catalog.unnest(x) AS r(v)").is_empty());
+    assert!(!unqualified("SELECT 2 * r.v FROM pg_catalog.unnest(x) AS r(v)").is_empty());
+    assert!(!unqualified("SELECT f(x) AS r").is_empty());
 }
 
 /// Every function in schema `lease`, after each install path: PL/pgSQL
