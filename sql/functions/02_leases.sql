@@ -370,10 +370,11 @@ BEGIN
                SET expires_at = lease._expires_in(renew.ttl)
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = renew.epoch
                AND lease._live(l)
-            RETURNING l.expires_at, lease._make_durable() INTO renew.expires_at, v_durable;
+            RETURNING l.expires_at INTO renew.expires_at;
             IF NOT FOUND THEN
                 RAISE EXCEPTION USING ERRCODE = 'LH001';
             END IF;
+            v_durable := lease._make_durable();   -- an assignment: no executor start
             status := 'ok';
             RETURN;
         EXCEPTION WHEN SQLSTATE 'LH001' THEN
@@ -419,8 +420,7 @@ BEGIN
             UPDATE lease.leases AS l
                SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
              WHERE l.key_hash = v_hash AND l.key = v_key AND l.owner = v_owner AND l.epoch = release.epoch
-               AND l.group_id IS NULL AND lease._live(l)
-            RETURNING lease._make_durable() INTO v_durable;
+               AND l.group_id IS NULL AND lease._live(l);
             IF NOT FOUND THEN
                 -- A grant in a group: lock it to learn its group, then
                 -- release it and count it out of the group.
@@ -436,8 +436,8 @@ BEGIN
                    SET (key, key_hash, owner, epoch, expires_at, lapsed_owner, first_epoch, group_id, force_released) = ROW((lease._freed(l, NULL)).*)
                  WHERE l.key_hash = v_hash;
                 PERFORM lease._left_groups(ARRAY[v_group]);
-                PERFORM lease._make_durable();
             END IF;
+            v_durable := lease._make_durable();   -- an assignment: no executor start
             PERFORM lease._on_change(v_hash, 'lease_released');
             status := 'ok';
             RETURN;

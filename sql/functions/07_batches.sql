@@ -228,7 +228,7 @@ BEGIN
         WITH renewed AS (
             UPDATE lease.leases AS l
                SET expires_at = lease._expires_in(_many_write.ttl)
-              FROM (SELECT * FROM lease._many_input(keys, epochs, key_hashes, todo) OFFSET 0) AS i
+              FROM lease._many_input(keys, epochs, key_hashes, todo) AS i
              WHERE l.key_hash = i.key_hash AND l.key = i.key COLLATE "C" AND l.owner = _many_write.owner COLLATE "C"
                AND l.epoch = i.epoch AND lease._live(l)
             RETURNING i.ord, l.expires_at
