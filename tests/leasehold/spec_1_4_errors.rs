@@ -75,6 +75,26 @@ const SQL_CASES: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "SELECT * FROM lease.why_refused('k', 'o', NULL)",
+        &["epoch must not be NULL"],
+    ),
+    (
+        "SELECT * FROM lease.why_refused('', NULL, NULL)",
+        &[
+            "key must not be empty",
+            "owner must not be NULL",
+            "epoch must not be NULL",
+        ],
+    ),
+    (
+        "SELECT * FROM lease.inspect('')",
+        &["key must not be empty"],
+    ),
+    (
+        "SELECT lease.key_state(NULL)",
+        &["key must not be NULL"],
+    ),
+    (
         "SELECT * FROM lease.inspect(NULL)",
         &["key must not be NULL"],
     ),
