@@ -286,6 +286,26 @@ fn spawn_sql(db: &TestDb, sql: String) -> mpsc::Receiver<Result<(), String>> {
     rx
 }
 
+/// Every idle key goes, the last in digest order too: each batch's
+/// examined range includes its upper end, and a pass with nothing held
+/// leaves no row behind.
+#[test]
+fn a_prune_removes_every_idle_key_up_to_the_last_in_digest_order() {
+    let db = TestDb::new();
+    let mut conn = db.conn();
+    let keys: Vec<String> = (0..7).map(|i| format!("idle-{i}")).collect();
+    for key in &keys {
+        grant_and_release(&mut conn, key, "a");
+    }
+    let report = prune_idle_rows(&mut conn);
+    assert_eq!(report.keys_pruned, keys.len() as u64, "{report:?}");
+    let left: Vec<&String> = keys
+        .iter()
+        .filter(|key| row_exists(&mut conn, key))
+        .collect();
+    assert!(left.is_empty(), "idle keys left after the prune: {left:?}");
+}
+
 #[test]
 fn a_prune_skips_a_key_whose_grant_is_in_progress() {
     let db = TestDb::new();

@@ -90,10 +90,7 @@ const SQL_CASES: &[(&str, &[&str])] = &[
         "SELECT * FROM lease.inspect('')",
         &["key must not be empty"],
     ),
-    (
-        "SELECT lease.key_state(NULL)",
-        &["key must not be NULL"],
-    ),
+    ("SELECT lease.key_state(NULL)", &["key must not be NULL"]),
     (
         "SELECT * FROM lease.inspect(NULL)",
         &["key must not be NULL"],
