@@ -206,9 +206,12 @@ $$;
 -- ORDER BY key_hash FOR NO KEY UPDATE, which locks them as the sort hands
 -- them on (and reads the group each leaves from its newest version). A
 -- renew writes in one UPDATE driven by its sorted keys (a lock first would
--- write each row twice: 15 % of a renew_many), which no plan can turn
--- into the table's order once sequential scans are off: the table is then
--- read through its key_hash index, in a nested loop or in index order.
+-- write each row twice: 28 % more for a renew_many), which no plan can turn
+-- into the table's order once sequential scans are off and index scans
+-- on, whatever the caller disabled: the table is then read through its
+-- key_hash index, in a nested loop or in index order. (PostgreSQL 18
+-- counts disabled plan nodes, so a caller's enable_indexscan = off would
+-- otherwise tie an index scan with a sequential one.)
 -- tests/leasehold/many_keys.rs pins both against a caller's planner
 -- settings.
 CREATE OR REPLACE FUNCTION lease._many_write(op text, keys text[], owner text, epochs bigint[], ttl interval,
@@ -218,6 +221,7 @@ RETURNS record
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
+SET enable_indexscan = on
 AS $$
 DECLARE
     v_hashes bytea[];
